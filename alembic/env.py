@@ -1,0 +1,70 @@
+"""Alembic environment: async engine, one advisory lock so concurrent replicas migrate one at a time."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+
+from sqlalchemy import pool, text
+from sqlalchemy.engine import Connection
+from sqlalchemy.ext.asyncio import create_async_engine
+
+from alembic import context
+
+config = context.config
+MIGRATION_LOCK = 7_401_339_113
+
+
+def _url() -> str:
+    url = config.attributes.get("url") or context.get_x_argument(as_dictionary=True).get("url") \
+        or os.environ.get("CAIRN_DATABASE_URL")
+    if not url:
+        raise RuntimeError("No database URL: set CAIRN_DATABASE_URL or use `cairn migrate`")
+    return str(url)
+
+
+def _run(connection: Connection) -> None:
+    context.configure(connection=connection, target_metadata=None, transaction_per_migration=False)
+    connection.execute(text("SELECT pg_advisory_lock(:k)"), {"k": MIGRATION_LOCK})
+    try:
+        with context.begin_transaction():
+            context.run_migrations()
+    finally:
+        connection.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": MIGRATION_LOCK})
+        connection.commit()
+
+
+async def _run_async() -> None:
+    engine = create_async_engine(_url(), poolclass=pool.NullPool)
+    try:
+        async with engine.connect() as conn:
+            await conn.run_sync(_run)
+    finally:
+        await engine.dispose()
+
+
+if context.is_offline_mode():
+    context.configure(url=_url(), literal_binds=True)
+    with context.begin_transaction():
+        context.run_migrations()
+else:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        asyncio.run(_run_async())
+    else:  # called from async code: Alembic is synchronous, so give it its own loop in a thread
+        import threading
+
+        errors: list[BaseException] = []
+
+        def _target() -> None:
+            try:
+                asyncio.run(_run_async())
+            except BaseException as exc:
+                errors.append(exc)
+
+        worker = threading.Thread(target=_target)
+        worker.start()
+        worker.join()
+        if errors:
+            raise errors[0]

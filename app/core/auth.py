@@ -1,0 +1,148 @@
+"""Bearer API keys, shared by REST and MCP.
+
+Keys look like `cairn_<random>`; only their SHA-256 is stored. Static keys come from
+`CAIRN_API_KEYS` as `token[:scope+scope[:project]]` entries (no scopes given = admin).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+import time
+import uuid
+from dataclasses import dataclass
+
+from mcp.server.auth.provider import AccessToken, TokenVerifier
+
+from app.core.context import Principal
+from app.core.db import Database
+from app.core.errors import InvalidInput
+from app.core.repository import ApiKeyRepository
+
+SCOPES = ("read", "write", "admin")
+KEY_PREFIX = "cairn_"
+
+
+def hash_key(token: str) -> str:
+    """SHA-256 hex digest of a presented token."""
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def new_key() -> str:
+    """A fresh random key."""
+    return KEY_PREFIX + secrets.token_urlsafe(32)
+
+
+def parse_scopes(raw: str | list[str]) -> list[str]:
+    """Validate a scope list (`read,write` or `read+write`)."""
+    items = raw if isinstance(raw, list) else raw.replace("+", ",").split(",")
+    scopes = {s.strip() for s in items if s.strip()}
+    bad = sorted(s for s in scopes if s not in SCOPES)
+    if bad or not scopes:
+        raise InvalidInput(f"invalid scopes {bad or raw!r}; allowed: {', '.join(SCOPES)}")
+    return [s for s in SCOPES if s in scopes]
+
+
+@dataclass(frozen=True)
+class StaticKey:
+    """A key configured in the environment."""
+
+    token: str
+    scopes: frozenset[str]
+    project: str | None
+
+
+def parse_static_keys(entries: list[str]) -> list[StaticKey]:
+    """Parse `CAIRN_API_KEYS` entries."""
+    keys = []
+    for entry in entries:
+        token, _, rest = entry.partition(":")
+        scopes_raw, _, project = rest.partition(":")
+        scopes = parse_scopes(scopes_raw) if scopes_raw else ["admin"]
+        if len(token) < 16:
+            raise InvalidInput("static API keys must be at least 16 characters long")
+        keys.append(StaticKey(token=token, scopes=frozenset(scopes), project=project or None))
+    return keys
+
+
+class KeyStore:
+    """Resolves bearer tokens to principals, with a short cache in front of the database."""
+
+    def __init__(self, db: Database, static_keys: list[StaticKey], cache_seconds: float = 5.0) -> None:
+        self.db = db
+        self.static = static_keys
+        self.cache_seconds = cache_seconds
+        self._cache: dict[str, tuple[float, Principal | None]] = {}
+
+    async def has_any_key(self) -> bool:
+        """True when at least one static or stored key exists."""
+        if self.static:
+            return True
+        async with self.db.transaction() as session:
+            return await ApiKeyRepository(session).count_active() > 0
+
+    async def verify(self, token: str) -> Principal | None:
+        """The principal for `token`, or None when it is unknown or revoked."""
+        for key in self.static:
+            if hmac.compare_digest(key.token.encode(), token.encode()):
+                return Principal(key_id=f"static:{hash_key(token)[:8]}", name="static",
+                                 scopes=key.scopes, project=key.project)
+        digest = hash_key(token)
+        now = time.monotonic()
+        cached = self._cache.get(digest)
+        if cached is not None and now - cached[0] < self.cache_seconds:
+            return cached[1]
+        async with self.db.transaction() as session:
+            repo = ApiKeyRepository(session)
+            row = await repo.by_hash(digest)
+            principal = None
+            if row is not None:
+                principal = Principal(key_id=str(row.id), name=row.name, scopes=frozenset(row.scopes),
+                                      project=row.project)
+                await repo.touch(row.id)
+        if len(self._cache) > 10_000:
+            self._cache.clear()
+        self._cache[digest] = (now, principal)
+        return principal
+
+
+async def create_key(db: Database, *, scopes: list[str], project: str | None, name: str = "") -> tuple[str, str]:
+    """Create and store a key; returns (key id, the token — shown once)."""
+    token = new_key()
+    async with db.transaction() as session:
+        row = await ApiKeyRepository(session).add(
+            name=name, prefix=token[:12], key_hash=hash_key(token), scopes=parse_scopes(scopes),
+            project=project,
+        )
+        return str(row.id), token
+
+
+class CairnTokenVerifier(TokenVerifier):
+    """The MCP SDK's token verifier, backed by the same key store as REST."""
+
+    def __init__(self, store: KeyStore) -> None:
+        self.store = store
+
+    async def verify_token(self, token: str) -> AccessToken | None:
+        """Map a bearer token to an AccessToken carrying the principal in its claims."""
+        principal = await self.store.verify(token)
+        if principal is None:
+            return None
+        implied = [s for s in SCOPES if principal.has_scope(s)]  # admin ⊇ write ⊇ read
+        return AccessToken(
+            token=token, client_id=principal.key_id or "anonymous", scopes=implied,
+            claims={"project": principal.project, "name": principal.name},
+        )
+
+
+def principal_from_access_token(token: AccessToken) -> Principal:
+    """Rebuild the principal from the claims `CairnTokenVerifier` put into the token."""
+    claims = token.claims or {}
+    return Principal(key_id=token.client_id, name=str(claims.get("name") or ""),
+                     scopes=frozenset(token.scopes), project=claims.get("project"))
+
+
+def request_id() -> str:
+    """A short unique id for one call."""
+    return uuid.uuid4().hex[:16]

@@ -1,0 +1,123 @@
+"""Settings: every knob of the server, read from `CAIRN_*` environment variables (or a `.env` file)."""
+
+from __future__ import annotations
+
+import ipaddress
+from functools import lru_cache
+from pathlib import Path
+from typing import Annotated, Literal
+
+import platformdirs
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+ALL_FEATURES: tuple[str, ...] = ("memory", "graph", "analysis", "datasets")
+
+
+def _split_list(value: object) -> object:
+    """Accept comma-separated strings for list settings (env vars are flat)."""
+    if isinstance(value, str):
+        return [part.strip() for part in value.split(",") if part.strip()]
+    return value
+
+
+class Settings(BaseSettings):
+    """Effective configuration. See docs/configuration.md for the meaning of each field."""
+
+    model_config = SettingsConfigDict(env_prefix="CAIRN_", env_file=".env", extra="ignore")
+
+    # Network
+    host: str = "127.0.0.1"
+    port: int = 8000
+    public_url: str | None = None
+    allowed_hosts: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    allowed_origins: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    max_body_bytes: int = 4 * 1024 * 1024
+
+    # Storage
+    database_url: str | None = None
+    data_dir: Path = Field(default_factory=lambda: Path(platformdirs.user_data_dir("cairn")))
+    db_pool_size: int = 10
+    db_max_overflow: int = 10
+    db_pool_timeout: float = 10.0
+    db_statement_timeout_ms: int = 30_000
+    migrate_on_start: bool = True
+
+    # Features
+    features: Annotated[list[str], NoDecode] = Field(default_factory=lambda: list(ALL_FEATURES))
+
+    # Auth
+    api_keys: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    key_cache_seconds: float = 5.0
+
+    # Embeddings
+    embedding_provider: Literal["local", "openai", "ollama"] = "local"
+    embedding_model: str | None = None
+    embedding_dimension: int | None = None
+    embedding_base_url: str | None = None
+    embedding_api_key: str | None = None
+    embedding_model_path: str | None = None
+    embedding_tokenizer_path: str | None = None
+    embedding_workers: int = 1
+    embedding_max_batch: int = 32
+    embedding_max_wait_ms: float = 5.0
+    embedding_max_length: int = 256
+    embedding_timeout: float = 30.0
+
+    # Search defaults (seed 001)
+    search_default_limit: int = 5
+    search_max_limit: int = 50
+    search_default_score_threshold: float = 0.25
+
+    # MCP
+    mcp_json_response: bool = False
+
+    # Logging
+    log_level: str = "INFO"
+
+    @field_validator("allowed_hosts", "allowed_origins", "features", "api_keys", mode="before")
+    @classmethod
+    def _lists(cls, value: object) -> object:
+        return _split_list(value)
+
+    @field_validator("features")
+    @classmethod
+    def _known_features(cls, value: list[str]) -> list[str]:
+        if value == ["all"]:
+            return list(ALL_FEATURES)
+        unknown = sorted(set(value) - set(ALL_FEATURES))
+        if unknown:
+            raise ValueError(f"unknown features {unknown}; known: {list(ALL_FEATURES)}")
+        return [f for f in ALL_FEATURES if f in value]
+
+    def is_loopback(self) -> bool:
+        """True when the server binds only to a loopback address."""
+        if self.host in ("localhost",):
+            return True
+        try:
+            return ipaddress.ip_address(self.host).is_loopback
+        except ValueError:
+            return False
+
+    def resource_url(self) -> str:
+        """The public URL of the MCP endpoint (RFC 9728 resource identifier)."""
+        base = self.public_url or f"http://{self.host}:{self.port}"
+        return base.rstrip("/") + "/mcp"
+
+    def effective_allowed_hosts(self) -> list[str]:
+        """Host headers accepted by the MCP endpoint (DNS-rebinding protection)."""
+        hosts = ["127.0.0.1:*", "localhost:*", "[::1]:*", "127.0.0.1", "localhost"]
+        if not self.is_loopback() and self.host not in ("0.0.0.0", "::"):
+            hosts += [self.host, f"{self.host}:*"]
+        return hosts + self.allowed_hosts
+
+    def effective_allowed_origins(self) -> list[str]:
+        """Origin headers accepted by the MCP endpoint (DNS-rebinding protection)."""
+        origins = ["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"]
+        return origins + self.allowed_origins
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    """The process-wide settings, read once."""
+    return Settings()

@@ -1,0 +1,105 @@
+"""What a handler receives: the transaction, the caller, the shared services, progress reporting."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.core.errors import Forbidden
+
+if TYPE_CHECKING:
+    from app.core.config import Settings
+    from app.core.db import Database
+    from app.core.embedding import EmbeddingProvider
+    from app.core.registry import Registry
+
+log = logging.getLogger("cairn.call")
+
+ProgressFn = Callable[[float, float | None, str | None], Awaitable[None]]
+
+_SCOPE_RANK = {"read": 0, "write": 1, "admin": 2}
+
+
+@dataclass(frozen=True)
+class Principal:
+    """The caller: an API key (or the anonymous loopback user in open mode)."""
+
+    key_id: str | None
+    name: str
+    scopes: frozenset[str]
+    project: str | None = None
+
+    def has_scope(self, scope: str) -> bool:
+        """`admin` implies `write`, which implies `read`."""
+        need = _SCOPE_RANK[scope]
+        return any(_SCOPE_RANK.get(s, -1) >= need for s in self.scopes)
+
+
+OPEN_PRINCIPAL = Principal(key_id=None, name="open-mode", scopes=frozenset({"admin"}))
+
+
+@dataclass
+class AppState:
+    """Process-wide services shared by every call."""
+
+    settings: Settings
+    db: Database
+    embedder: EmbeddingProvider
+    registry: Registry
+    open_mode: bool = False
+    extras: dict[str, Any] = field(default_factory=dict)
+
+
+async def _no_progress(done: float, total: float | None, message: str | None) -> None:
+    return None
+
+
+@dataclass
+class CallContext:
+    """Everything one operation call may use. Handlers never commit: the transport owns the
+    transaction and commits only when the handler returns normally."""
+
+    session: AsyncSession
+    principal: Principal
+    app: AppState
+    request_id: str
+    transport: str
+    progress_fn: ProgressFn = _no_progress
+
+    @property
+    def settings(self) -> Settings:
+        """The effective settings."""
+        return self.app.settings
+
+    @property
+    def embedder(self) -> EmbeddingProvider:
+        """The active embedding provider."""
+        return self.app.embedder
+
+    async def progress(self, done: float, total: float | None = None, message: str | None = None) -> None:
+        """Report progress of long work (MCP progress notifications; ignored over REST)."""
+        try:
+            await self.progress_fn(done, total, message)
+        except Exception:  # a client that went away must not fail the work
+            log.debug("progress notification failed", exc_info=True)
+
+    def project(self, requested: str | None, default: str = "default") -> str:
+        """The project this call may act on: the requested one, checked against a bound key."""
+        bound = self.principal.project
+        if requested is None or requested == "":
+            return bound or default
+        if bound is not None and requested != bound:
+            raise Forbidden(
+                f"This API key is bound to project '{bound}' and cannot use project '{requested}'",
+                suggestions=[f"Use project '{bound}' or a key that is not bound to a project"],
+            )
+        return requested
+
+    @property
+    def bound_project(self) -> str | None:
+        """The project a bound key is limited to, or None for an unbound key."""
+        return self.principal.project

@@ -1,0 +1,96 @@
+"""The async engine, the session factory and the transaction boundary."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from sqlalchemy import MetaData, text
+from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
+from sqlalchemy.orm import DeclarativeBase
+
+from app.core.config import Settings
+
+log = logging.getLogger("cairn.db")
+
+NAMING = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+class Base(DeclarativeBase):
+    """Declarative base shared by every feature's models."""
+
+    metadata = MetaData(naming_convention=NAMING)
+
+
+def make_engine(url: str, settings: Settings) -> AsyncEngine:
+    """Create the async engine with the configured pool and a statement timeout."""
+    return create_async_engine(
+        url,
+        pool_size=settings.db_pool_size,
+        max_overflow=settings.db_max_overflow,
+        pool_timeout=settings.db_pool_timeout,
+        pool_pre_ping=True,
+        connect_args={
+            "server_settings": {
+                "statement_timeout": str(settings.db_statement_timeout_ms),
+                "application_name": "cairn",
+            },
+            "timeout": 10,
+        },
+    )
+
+
+class Database:
+    """Owns the engine and hands out sessions; one per process."""
+
+    def __init__(self, url: str, settings: Settings) -> None:
+        self.url = url
+        self.engine = make_engine(url, settings)
+        self.sessionmaker = async_sessionmaker(self.engine, expire_on_commit=False, class_=AsyncSession)
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[AsyncSession]:
+        """One unit of work: commits when the block succeeds, rolls back on any exception."""
+        async with self.sessionmaker() as session, session.begin():
+            yield session
+
+    async def ping(self) -> bool:
+        """True when the database answers a trivial query."""
+        try:
+            async with self.engine.connect() as conn:
+                await conn.execute(text("SELECT 1"))
+            return True
+        except Exception:
+            return False
+
+    def pool_status(self) -> dict[str, int]:
+        """Checked-out and idle connections of the pool, for /metrics."""
+        pool = self.engine.pool
+        checked_out = getattr(pool, "checkedout", lambda: 0)()
+        size = getattr(pool, "size", lambda: 0)()
+        return {"checked_out": int(checked_out), "size": int(size)}
+
+    async def dispose(self) -> None:
+        """Close every pooled connection."""
+        await self.engine.dispose()
+
+
+def is_connection_error(exc: BaseException) -> bool:
+    """True when `exc` means the database is unreachable rather than the query being wrong."""
+    if isinstance(exc, (OperationalError, InterfaceError)):
+        return True
+    if isinstance(exc, DBAPIError) and exc.connection_invalidated:
+        return True
+    if isinstance(exc, (ConnectionError, OSError)):
+        return True
+    name = type(exc).__name__
+    return name in {"ConnectionDoesNotExistError", "CannotConnectNowError", "ConnectionFailureError",
+                    "AdminShutdownError", "InterfaceError"}

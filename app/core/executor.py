@@ -1,0 +1,138 @@
+"""The one path every call takes, whichever transport it came from.
+
+validate arguments -> check scope -> open a transaction -> run the handler -> commit (or roll back)
+-> count and log. Failures come out as `CairnError`s with the shared error body.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+from sqlalchemy.exc import DBAPIError
+
+from app.core.context import AppState, CallContext, Principal, ProgressFn, _no_progress
+from app.core.db import is_connection_error
+from app.core.errors import (
+    CairnError,
+    Forbidden,
+    InternalError,
+    InvalidInput,
+    Timeout,
+    Unavailable,
+    validation_error,
+)
+from app.core.logs import request_id_var
+from app.core.metrics import CALLS, ERRORS, LATENCY
+from app.core.registry import Operation, ResourceDef
+
+log = logging.getLogger("cairn.call")
+
+
+def validate_args(model: type[BaseModel], raw: Any) -> BaseModel:
+    """Parse raw arguments with the operation's input model (unknown fields are refused)."""
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise InvalidInput("Arguments must be a JSON object")
+    try:
+        return model.model_validate(raw)
+    except ValidationError as exc:
+        raise validation_error(exc.errors(include_url=False)) from None
+
+
+def translate(exc: BaseException, name: str) -> CairnError:
+    """Map any exception to the error a caller sees; unexpected ones are logged, not exposed."""
+    if isinstance(exc, CairnError):
+        return exc
+    if isinstance(exc, ValidationError):
+        return validation_error(exc.errors(include_url=False))
+    if is_connection_error(exc):
+        log.warning("database unavailable during %s: %s", name, type(exc).__name__)
+        return Unavailable("The database is unavailable; no change was made")
+    if isinstance(exc, DBAPIError) and "QueryCanceled" in type(getattr(exc, "orig", exc)).__name__ + str(exc):
+        return Timeout("The statement exceeded its time limit and was cancelled; no change was made")
+    if isinstance(exc, TimeoutError | asyncio.TimeoutError):
+        return Timeout("The operation exceeded its time limit")
+    log.exception("unexpected error in %s", name)
+    rid = request_id_var.get()
+    return InternalError(f"Unexpected server error (request id {rid}); nothing was changed",
+                         details={"request_id": rid})
+
+
+async def run_operation(
+    app: AppState,
+    op: Operation,
+    raw_args: Any,
+    principal: Principal,
+    *,
+    transport: str,
+    request_id: str,
+    progress: ProgressFn = _no_progress,
+) -> BaseModel:
+    """Run one operation call end to end inside one transaction."""
+    token = request_id_var.set(request_id)
+    started = time.perf_counter()
+    outcome = "ok"
+    try:
+        args = validate_args(op.input_model, raw_args)
+        if not principal.has_scope(op.scope):
+            raise Forbidden(f"Operation '{op.name}' needs the '{op.scope}' scope",
+                            suggestions=[f"Use a key created with --scopes {op.scope}"])
+        async with app.db.transaction() as session:
+            ctx = CallContext(session=session, principal=principal, app=app, request_id=request_id,
+                              transport=transport, progress_fn=progress)
+            result = await op.handler(ctx, args)
+        if not isinstance(result, op.output_model):
+            result = op.output_model.model_validate(result)
+        return result
+    except BaseException as exc:
+        if isinstance(exc, asyncio.CancelledError):
+            outcome = "cancelled"
+            raise
+        err = translate(exc, op.name)
+        outcome = "error"
+        ERRORS.labels(str(err.code), transport).inc()
+        log.info("call failed", extra={"operation": op.name, "transport": transport, "code": err.code,
+                                       "key_id": principal.key_id})
+        raise err from None
+    finally:
+        elapsed = time.perf_counter() - started
+        CALLS.labels(op.name, transport, outcome).inc()
+        LATENCY.labels(op.name, transport).observe(elapsed)
+        log.info("call", extra={"operation": op.name, "transport": transport, "outcome": outcome,
+                                "ms": round(elapsed * 1000, 2), "key_id": principal.key_id})
+        request_id_var.reset(token)
+
+
+async def read_resource(
+    app: AppState, res: ResourceDef, params: dict[str, str], principal: Principal, *, transport: str,
+    request_id: str,
+) -> BaseModel:
+    """Read one resource inside a read transaction."""
+    token = request_id_var.set(request_id)
+    started = time.perf_counter()
+    outcome = "ok"
+    name = f"resource:{res.uri}"
+    try:
+        if not principal.has_scope(res.scope):
+            raise Forbidden(f"Resource '{res.uri}' needs the '{res.scope}' scope")
+        async with app.db.transaction() as session:
+            ctx = CallContext(session=session, principal=principal, app=app, request_id=request_id,
+                              transport=transport)
+            result = await res.handler(ctx, **params)
+        return result
+    except BaseException as exc:
+        if isinstance(exc, asyncio.CancelledError):
+            raise
+        err = translate(exc, name)
+        outcome = "error"
+        ERRORS.labels(str(err.code), transport).inc()
+        raise err from None
+    finally:
+        CALLS.labels(name, transport, outcome).inc()
+        LATENCY.labels(name, transport).observe(time.perf_counter() - started)
+        request_id_var.reset(token)

@@ -1,0 +1,31 @@
+"""Which operation sets are served: core always, each feature family when enabled."""
+
+from __future__ import annotations
+
+import importlib
+import logging
+
+from app.core.registry import OperationSet, Registry
+
+log = logging.getLogger("cairn.features")
+
+
+def build_registry(features: list[str]) -> Registry:
+    """The registry of core plus every enabled feature that has an `operations.py`."""
+    from app.core.operations import ops as core_ops
+
+    registry = Registry()
+    registry.add(core_ops)
+    for feature in features:
+        try:
+            module = importlib.import_module(f"app.{feature}.operations")
+        except ModuleNotFoundError as exc:
+            if exc.name in (f"app.{feature}", f"app.{feature}.operations"):
+                log.info("feature %s has no operations yet", feature)
+                continue
+            raise
+        opset = getattr(module, "ops", None)
+        if not isinstance(opset, OperationSet):
+            raise RuntimeError(f"app.{feature}.operations must define `ops = OperationSet(...)`")
+        registry.add(opset)
+    return registry

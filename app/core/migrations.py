@@ -1,0 +1,75 @@
+"""Feature-tagged Alembic branches: `core` plus one branch per feature family.
+
+Upgrading runs `core@head` and `<feature>@head` for the enabled features only, so a disabled family
+creates no tables.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy.ext.asyncio import create_async_engine
+
+from alembic import command
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def alembic_config(url: str) -> Config:
+    """Alembic configuration bound to `url`."""
+    cfg = Config(str(ROOT / "alembic.ini"))
+    cfg.set_main_option("script_location", str(ROOT / "alembic"))
+    cfg.attributes["url"] = url
+    return cfg
+
+
+def branches(features: list[str]) -> list[str]:
+    """Branch labels that exist for `features` (a feature without migrations has no branch)."""
+    script = ScriptDirectory.from_config(alembic_config("postgresql+asyncpg://unused/none"))
+    labels = {label for rev in script.walk_revisions() for label in (rev.branch_labels or ())}
+    return ["core", *[f for f in features if f in labels]]
+
+
+def upgrade(url: str, features: list[str]) -> None:
+    """Upgrade core and the enabled features to their heads (blocking; run it in a thread)."""
+    cfg = alembic_config(url)
+    for branch in branches(features):
+        command.upgrade(cfg, f"{branch}@head")
+
+
+def downgrade_branch(url: str, branch: str) -> None:
+    """Remove every revision of one feature branch (`core` last: features depend on it)."""
+    command.downgrade(alembic_config(url), f"{branch}@base")
+
+
+def expected_heads(features: list[str]) -> set[str]:
+    """Head revisions of the enabled branches."""
+    script = ScriptDirectory.from_config(alembic_config("postgresql+asyncpg://unused/none"))
+    heads: set[str] = set()
+    for branch in branches(features):
+        heads |= {rev.revision for rev in script.get_revisions(f"{branch}@head") if rev is not None}
+    return heads
+
+
+async def current_heads(url: str) -> set[str]:
+    """Revisions recorded in the database's alembic_version table."""
+    engine = create_async_engine(url)
+    try:
+        async with engine.connect() as conn:
+            return await conn.run_sync(lambda c: set(MigrationContext.configure(c).get_current_heads()))
+    finally:
+        await engine.dispose()
+
+
+async def at_head(url: str, features: list[str]) -> bool:
+    """True when every enabled branch is at its head."""
+    return expected_heads(features) <= await current_heads(url)
+
+
+async def upgrade_async(url: str, features: list[str]) -> None:
+    """`upgrade` from async code (Alembic's env runs its own event loop in a worker thread)."""
+    await asyncio.to_thread(upgrade, url, features)

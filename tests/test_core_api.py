@@ -1,0 +1,248 @@
+"""Core behaviour over both transports: auth, errors, parity of schemas, resources, progress."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.conftest import (
+    ADMIN_KEY,
+    BOUND_PROJECT,
+    PROJECT_KEY,
+    READ_KEY,
+    WRITE_KEY,
+    RunningServer,
+    error_of,
+    mcp_client,
+)
+
+
+async def test_health_ready_metrics(server: RunningServer, rest: httpx.AsyncClient) -> None:
+    assert (await rest.get("/healthz")).json() == {"status": "ok"}
+    ready = await rest.get("/readyz")
+    assert ready.status_code == 200, ready.text
+    assert ready.json()["checks"] == {"database": True, "migrations": True, "embedder": True}
+    await rest.get("/api/v1/projects")
+    body = (await rest.get("/metrics")).text
+    assert 'cairn_calls_total{operation="list_projects",outcome="ok",transport="rest"}' in body
+    assert "cairn_db_pool_checked_out" in body
+    assert "cairn_embedding_queue_depth" in body
+
+
+async def test_projects_rest_and_mcp_share_state(server: RunningServer, rest: httpx.AsyncClient) -> None:
+    r = await rest.post("/api/v1/projects", json={"name": "alpha", "description": "first"})
+    assert r.status_code == 200, r.text
+    assert r.json()["created"] is True
+    again = await rest.post("/api/v1/projects", json={"name": "alpha"})
+    assert again.json()["created"] is False
+    async with mcp_client(server.url) as mcp:
+        res = await mcp.call_tool("list_projects", {"limit": 10})
+        assert not res.is_error
+        names = [p["name"] for p in res.structured_content["projects"]]
+        assert names == ["alpha"]
+        created = await mcp.call_tool("create_project", {"name": "beta"})
+        assert created.structured_content["created"] is True
+    page = (await rest.get("/api/v1/projects", params={"limit": 1})).json()
+    assert [p["name"] for p in page["projects"]] == ["alpha"] and page["total"] == 2
+    assert page["next_offset"] == 1
+
+
+async def test_rest_auth_errors(server: RunningServer) -> None:
+    async with httpx.AsyncClient(base_url=server.url) as anon:
+        r = await anon.get("/api/v1/projects")
+        assert r.status_code == 401
+        assert r.json()["error"]["code"] == 4010
+        assert "resource_metadata=" in r.headers["www-authenticate"]
+        r = await anon.get("/api/v1/projects", headers={"Authorization": "Bearer nope-not-a-key-123456"})
+        assert r.status_code == 401 and 'error="invalid_token"' in r.headers["www-authenticate"]
+        r = await anon.post("/api/v1/projects", json={"name": "x1"},
+                            headers={"Authorization": f"Bearer {READ_KEY}"})
+        assert r.status_code == 403
+        assert r.json()["error"]["code"] == 4030 and "write" in r.json()["error"]["message"]
+
+
+async def test_project_bound_key(server: RunningServer, rest: httpx.AsyncClient) -> None:
+    await rest.post("/api/v1/projects", json={"name": "other"})
+    headers = {"Authorization": f"Bearer {PROJECT_KEY}"}
+    r = await rest.post("/api/v1/projects", json={"name": "other2"}, headers=headers)
+    assert r.status_code == 403 and BOUND_PROJECT in r.json()["error"]["message"]
+    r = await rest.post("/api/v1/projects", json={"name": BOUND_PROJECT}, headers=headers)
+    assert r.status_code == 200
+    listed = (await rest.get("/api/v1/projects", headers=headers)).json()
+    assert [p["name"] for p in listed["projects"]] == [BOUND_PROJECT] and listed["total"] == 1
+
+
+async def test_mcp_auth(server: RunningServer) -> None:
+    async with httpx.AsyncClient(base_url=server.url) as anon:
+        init = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                           "clientInfo": {"name": "t", "version": "0"}}}
+        headers = {"Accept": "application/json, text/event-stream"}
+        r = await anon.post("/mcp", json=init, headers=headers)
+        assert r.status_code == 401
+        assert "resource_metadata=" in r.headers["www-authenticate"]
+        meta = await anon.get("/.well-known/oauth-protected-resource/mcp")
+        assert meta.status_code == 200 and meta.json()["resource"].endswith("/mcp")
+        r = await anon.post("/mcp", json=init, headers={**headers, "Authorization": "Bearer wrong-key-xxxxxxxx"})
+        assert r.status_code == 401
+    async with mcp_client(server.url, key=READ_KEY) as mcp:
+        err = error_of(await mcp.call_tool("create_project", {"name": "nope"}))
+        assert err["code"] == 4030
+    async with mcp_client(server.url, key=PROJECT_KEY) as mcp:
+        err = error_of(await mcp.call_tool("create_project", {"name": "elsewhere"}))
+        assert err["code"] == 4030
+
+
+async def test_unknown_fields_and_validation_both_transports(server: RunningServer,
+                                                             rest: httpx.AsyncClient) -> None:
+    r = await rest.post("/api/v1/projects", json={"name": "ok-name", "colour": "red"})
+    assert r.status_code == 400
+    err = r.json()["error"]
+    assert err["code"] == 4001 and err["category"] == "Invalid Input"
+    assert err["details"]["errors"][0]["field"] == "colour"
+    assert err["details"]["errors"][0]["rule"] == "extra_forbidden"
+    r = await rest.post("/api/v1/projects", json={"name": "bad name!"})
+    assert r.status_code == 400
+    assert r.json()["error"]["details"]["errors"][0] == {
+        "field": "name", "rule": "string_pattern_mismatch",
+        "message": r.json()["error"]["details"]["errors"][0]["message"]}
+    r = await rest.get("/api/v1/projects", params={"limit": 0})
+    assert r.status_code == 400 and r.json()["error"]["details"]["errors"][0]["rule"] == "greater_than_equal"
+    r = await rest.post("/api/v1/projects", content=b"{not json", headers={"Content-Type": "application/json"})
+    assert r.status_code == 400 and r.json()["error"]["code"] == 4001
+    async with mcp_client(server.url) as mcp:
+        err = error_of(await mcp.call_tool("create_project", {"name": "fine", "colour": "red"}))
+        assert err["code"] == 4001 and err["details"]["errors"][0]["field"] == "colour"
+        err = error_of(await mcp.call_tool("list_projects", {"limit": 999}))
+        assert err["details"]["errors"][0]["field"] == "limit"
+        unknown = await mcp.call_tool("no_such_tool", {})
+        assert unknown.is_error
+
+
+async def test_unexpected_error_hides_internals_and_writes_nothing(server: RunningServer,
+                                                                   rest: httpx.AsyncClient) -> None:
+    r = await rest.post("/api/v1/testing/boom", json={"project": "half-written"})
+    assert r.status_code == 500
+    err = r.json()["error"]
+    assert err["code"] == 5000 and "secret" not in r.text and "passwd" not in r.text
+    assert err["details"]["request_id"] == r.headers["x-request-id"]
+    async with mcp_client(server.url) as mcp:
+        mcp_err = error_of(await mcp.call_tool("test_boom", {"project": "half-written"}))
+        assert mcp_err["code"] == 5000 and "secret" not in json.dumps(mcp_err)
+    names = [p["name"] for p in (await rest.get("/api/v1/projects")).json()["projects"]]
+    assert "half-written" not in names
+
+
+async def test_unknown_route_and_oversized_body(server: RunningServer, rest: httpx.AsyncClient) -> None:
+    r = await rest.get("/api/v1/nothing/here")
+    assert r.status_code == 404 and r.json()["error"]["code"] == 4002
+    big = {"name": "x", "description": "y" * (server.settings.max_body_bytes + 10)}
+    r = await rest.post("/api/v1/projects", json=big)
+    assert r.status_code == 413 and r.json()["error"]["code"] == 4130
+    r = await rest.post("/mcp", content=b"x" * (server.settings.max_body_bytes + 10),
+                        headers={"Content-Type": "application/json",
+                                 "Accept": "application/json, text/event-stream"})
+    assert r.status_code == 413
+
+
+def _resolve(schema: Any, root: dict[str, Any]) -> Any:
+    """Inline every $ref (against `root`) and drop titles, so schemas compare by structure."""
+    if isinstance(schema, dict):
+        if "$ref" in schema:
+            ref = schema["$ref"]
+            path = ref.split("/")
+            node: Any = root
+            for part in path[1:]:
+                node = node[part]
+            return _resolve(node, root)
+        return {k: _resolve(v, root) for k, v in schema.items() if k not in ("title", "$defs")}
+    if isinstance(schema, list):
+        return [_resolve(v, root) for v in schema]
+    return schema
+
+
+async def test_every_tool_has_a_rest_twin_with_the_same_schemas(server: RunningServer,
+                                                                rest: httpx.AsyncClient) -> None:
+    doc = (await rest.get("/openapi.json")).json()
+    rest_ops: dict[str, tuple[str, dict[str, Any]]] = {}
+    for item in doc["paths"].values():
+        for method, entry in item.items():
+            if "x-cairn-operation" in entry:
+                rest_ops[entry["x-cairn-operation"]] = (method, entry)
+    async with mcp_client(server.url) as mcp:
+        tools = (await mcp.list_tools()).tools
+        resources = (await mcp.list_resources()).resources
+        templates = (await mcp.list_resource_templates()).resource_templates
+    assert {t.name for t in tools} == set(rest_ops)
+    assert len(tools) >= 3
+    for tool in tools:
+        method, entry = rest_ops[tool.name]
+        mcp_in = _resolve(tool.input_schema, tool.input_schema)
+        if method == "get":
+            rest_props = {p["name"]: _resolve(p["schema"], doc) for p in entry.get("parameters", [])}
+            assert rest_props == mcp_in.get("properties", {}), tool.name
+        else:
+            rest_in = _resolve(entry["requestBody"]["content"]["application/json"]["schema"], doc)
+            assert rest_in == mcp_in, tool.name
+        rest_out = _resolve(entry["responses"]["200"]["content"]["application/json"]["schema"], doc)
+        assert tool.output_schema is not None
+        assert rest_out == _resolve(tool.output_schema, tool.output_schema), tool.name
+        assert tool.input_schema.get("additionalProperties") is False, tool.name
+        assert tool.annotations is not None and tool.description
+    rest_resources = {entry["x-cairn-resource"] for item in doc["paths"].values() for entry in item.values()
+                      if "x-cairn-resource" in entry}
+    mcp_uris = {str(r.uri) for r in resources} | {t.uri_template for t in templates}
+    assert mcp_uris == rest_resources
+    assert {"mcp://health", "mcp://settings"} <= mcp_uris
+
+
+async def test_resources_match_across_transports(server: RunningServer, rest: httpx.AsyncClient) -> None:
+    async with mcp_client(server.url) as mcp:
+        health = json.loads((await mcp.read_resource("mcp://health")).contents[0].text)
+        settings = json.loads((await mcp.read_resource("mcp://settings")).contents[0].text)
+    assert health["embedding"]["model"] == "all-MiniLM-L6-v2"
+    assert health["embedding"]["dimension"] == 384 and health["database"]["reachable"] is True
+    rest_settings = (await rest.get("/api/v1/resources/settings")).json()
+    assert rest_settings == settings
+    assert settings["search"] == {"default_limit": 5, "max_limit": 50, "default_score_threshold": 0.25}
+
+
+async def test_embed_operation(server: RunningServer, rest: httpx.AsyncClient) -> None:
+    r = await rest.post("/api/v1/embed", json={"text": "The cat sat on the mat."})
+    body = r.json()
+    assert r.status_code == 200 and body["dimension"] == 384 and len(body["head"]) == 8
+    assert abs(body["norm"] - 1.0) < 1e-3 and body["truncated"] is False
+
+
+async def test_progress_notifications(server: RunningServer) -> None:
+    seen: list[tuple[float, float | None, str | None]] = []
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        seen.append((progress, total, message))
+
+    async with mcp_client(server.url) as mcp:
+        res = await mcp.call_tool("test_progress", {"steps": 4}, progress_callback=on_progress)
+    assert not res.is_error
+    assert [s[0] for s in seen] == [1, 2, 3, 4] and seen[-1][1] == 4
+
+
+@pytest.mark.parametrize("headers,status", [
+    ({"Host": "evil.example.com"}, 421),
+    ({"Origin": "http://evil.example.com"}, 403),
+])
+async def test_dns_rebinding_protection(server: RunningServer, headers: dict[str, str], status: int) -> None:
+    init = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
+    async with httpx.AsyncClient(base_url=server.url) as client:
+        r = await client.post("/mcp", json=init, headers={
+            "Authorization": f"Bearer {ADMIN_KEY}", "Accept": "application/json, text/event-stream",
+            **headers})
+    assert r.status_code == status
+
+
+async def test_write_key_can_write_not_admin(server: RunningServer) -> None:
+    async with mcp_client(server.url, key=WRITE_KEY) as mcp:
+        res = await mcp.call_tool("create_project", {"name": "writer"})
+        assert not res.is_error and res.structured_content["project"]["name"] == "writer"

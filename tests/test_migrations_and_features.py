@@ -1,0 +1,64 @@
+"""Feature-tagged migrations on a real database, and disabled features staying invisible."""
+
+from __future__ import annotations
+
+import asyncpg
+import httpx
+
+from app.core import migrations
+from tests.conftest import ADMIN_KEY, PgCluster, mcp_client, server_settings, start_server, stop_server
+
+FEATURE_TABLE_PREFIXES = {"memory": "memor", "graph": "graph_", "analysis": "analysis_", "datasets": "dataset"}
+
+
+async def _tables(pg: PgCluster, database: str) -> set[str]:
+    conn = await asyncpg.connect(pg.handle.libpq_uri(database))
+    try:
+        rows = await conn.fetch("SELECT tablename FROM pg_tables WHERE schemaname = 'public'")
+        return {r["tablename"] for r in rows}
+    finally:
+        await conn.close()
+
+
+async def test_every_branch_upgrades_and_downgrades(pg: PgCluster) -> None:
+    db = pg.new_database()
+    url = pg.handle.url(db)
+    all_features = ["memory", "graph", "analysis", "datasets"]
+    await migrations.upgrade_async(url, all_features)
+    tables = await _tables(pg, db)
+    assert {"projects", "api_keys", "embedding_models", "alembic_version"} <= tables
+    assert await migrations.at_head(url, all_features)
+    branches = migrations.branches(all_features)
+    assert branches[0] == "core"
+    for branch in reversed(branches[1:]):
+        before = await _tables(pg, db)
+        migrations.downgrade_branch(url, branch)
+        after = await _tables(pg, db)
+        prefix = FEATURE_TABLE_PREFIXES[branch]
+        assert any(t.startswith(prefix) for t in before), (branch, before)
+        assert not any(t.startswith(prefix) for t in after), (branch, after)
+        assert "projects" in after
+    migrations.downgrade_branch(url, "core")
+    assert await _tables(pg, db) <= {"alembic_version"}
+    await migrations.upgrade_async(url, all_features)
+    assert await migrations.at_head(url, all_features)
+
+
+async def test_disabled_features_create_no_tables_and_expose_no_operations(pg: PgCluster) -> None:
+    db = pg.new_database()
+    settings = server_settings(pg.handle.url(db), features=[])
+    srv, thread, _ = start_server(settings)
+    try:
+        tables = await _tables(pg, db)
+        for prefix in FEATURE_TABLE_PREFIXES.values():
+            assert not any(t.startswith(prefix) for t in tables), tables
+        base = f"http://127.0.0.1:{settings.port}"
+        async with mcp_client(base) as mcp:
+            names = {t.name for t in (await mcp.list_tools()).tools}
+        assert names == {"create_project", "list_projects", "embed"}
+        async with httpx.AsyncClient(base_url=base, headers={"Authorization": f"Bearer {ADMIN_KEY}"}) as c:
+            doc = (await c.get("/openapi.json")).json()
+        ops = {e.get("operationId") for item in doc["paths"].values() for e in item.values()}
+        assert ops == {"create_project", "list_projects", "embed", "resource_health", "resource_settings"}
+    finally:
+        stop_server(srv, thread)

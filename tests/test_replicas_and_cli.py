@@ -1,0 +1,117 @@
+"""Real processes: two replicas on one database, the embedded database surviving a restart, the CLI."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+from tests.conftest import ADMIN_KEY, STATIC_KEYS, PgCluster, RunningServer, free_port
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _spawn(port: int, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    full = {**os.environ, "CAIRN_LOG_LEVEL": "WARNING", **env}
+    return subprocess.Popen([sys.executable, "-m", "app", "serve", "--port", str(port)], cwd=ROOT, env=full,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+
+def _wait_ready(port: int, proc: subprocess.Popen[bytes], timeout: float = 90) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited: {proc.stderr.read().decode()[-2000:] if proc.stderr else ''}")
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    raise TimeoutError("server did not become ready")
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def test_two_replicas_serve_consistent_data(pg: PgCluster) -> None:
+    db = pg.new_database()
+    env = {"CAIRN_DATABASE_URL": pg.handle.url(db), "CAIRN_API_KEYS": ",".join(STATIC_KEYS)}
+    ports = [free_port(), free_port()]
+    procs = [_spawn(p, env) for p in ports]
+    try:
+        for port, proc in zip(ports, procs, strict=True):
+            _wait_ready(port, proc)
+        auth = {"Authorization": f"Bearer {ADMIN_KEY}"}
+        a, b = (f"http://127.0.0.1:{p}/api/v1" for p in ports)
+        for i in range(5):
+            writer, reader = (a, b) if i % 2 == 0 else (b, a)
+            r = httpx.post(f"{writer}/projects", json={"name": f"replica-{i}"}, headers=auth, timeout=30)
+            assert r.status_code == 200, r.text
+            names = [p["name"] for p in httpx.get(f"{reader}/projects", headers=auth, timeout=30)
+                     .json()["projects"]]
+            assert f"replica-{i}" in names
+        assert httpx.get(f"{a}/projects", headers=auth).json() == httpx.get(f"{b}/projects", headers=auth).json()
+    finally:
+        for proc in procs:
+            _stop(proc)
+
+
+def test_embedded_database_keeps_data_across_restarts() -> None:
+    data_dir = tempfile.mkdtemp(prefix="cairn-embedded-")
+    env = {"CAIRN_DATA_DIR": data_dir, "CAIRN_DATABASE_URL": "", "CAIRN_API_KEYS": ""}
+    port = free_port()
+    proc = _spawn(port, env)
+    try:
+        _wait_ready(port, proc)
+        r = httpx.post(f"http://127.0.0.1:{port}/api/v1/projects", json={"name": "persisted"}, timeout=30)
+        assert r.status_code == 200, r.text
+    finally:
+        _stop(proc)
+    assert proc.returncode in (0, -signal.SIGTERM)  # uvicorn re-raises SIGTERM after a clean shutdown
+    pid_file = Path(data_dir) / "pgdata" / "postmaster.pid"
+    assert not pid_file.exists(), "the embedded PostgreSQL was not stopped on shutdown"
+    proc = _spawn(port, env)
+    try:
+        _wait_ready(port, proc)
+        names = [p["name"] for p in httpx.get(f"http://127.0.0.1:{port}/api/v1/projects", timeout=30)
+                 .json()["projects"]]
+        assert names == ["persisted"]
+    finally:
+        _stop(proc)
+
+
+def test_refuses_non_loopback_without_keys(pg: PgCluster) -> None:
+    env = {**os.environ, "CAIRN_DATABASE_URL": pg.url, "CAIRN_API_KEYS": "", "CAIRN_HOST": "0.0.0.0"}
+    out = subprocess.run([sys.executable, "-m", "app", "serve", "--port", str(free_port())], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode != 0
+    assert "without API keys" in out.stderr
+
+
+def test_cli_keys_create_list_revoke(server: RunningServer, pg: PgCluster) -> None:
+    env = {**os.environ, "CAIRN_DATABASE_URL": pg.url}
+    cli = [sys.executable, "-m", "app", "keys"]
+    out = subprocess.run([*cli, "create", "--scopes", "read", "--name", "ci"], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=120, check=True)
+    key = out.stdout.strip().splitlines()[-1]
+    assert key.startswith("cairn_")
+    url = f"{server.url}/api/v1/projects"
+    assert httpx.get(url, headers={"Authorization": f"Bearer {key}"}).status_code == 200
+    assert httpx.post(url, json={"name": "nope"}, headers={"Authorization": f"Bearer {key}"}).status_code == 403
+    listed = subprocess.run([*cli, "list"], cwd=ROOT, env=env, capture_output=True, text=True, check=True)
+    assert key[:12] in listed.stdout and key not in listed.stdout
+    subprocess.run([*cli, "revoke", key[:12]], cwd=ROOT, env=env, capture_output=True, text=True, check=True)
+    assert httpx.get(url, headers={"Authorization": f"Bearer {key}"}).status_code == 401
