@@ -186,7 +186,24 @@ def build_parser() -> argparse.ArgumentParser:
     embed.add_argument("text", nargs="*")
     embed.set_defaults(fn=cmd_embed)
     sub.add_parser("version", help="print the version").set_defaults(fn=lambda a: print(__version__) or 0)
+    _feature_commands(sub)
     return parser
+
+
+def _feature_commands(sub: Any) -> None:
+    """Let each feature package add its own sub-commands (`app/<feature>/cli.py: register(sub)`)."""
+    import importlib
+
+    from app.core.config import ALL_FEATURES
+
+    for feature in ALL_FEATURES:
+        try:
+            module = importlib.import_module(f"app.{feature}.cli")
+        except ModuleNotFoundError as exc:
+            if exc.name in (f"app.{feature}", f"app.{feature}.cli"):
+                continue
+            raise
+        module.register(sub)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -88,16 +88,11 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     args = parser.parse_args()
     vectors = compute(SENTENCES)
-    doc = {
-        "model": MODEL_NAME,
-        "source": SOURCE,
-        "max_length": MAX_LENGTH,
-        "items": [{"text": t, "vector": v} for t, v in zip(SENTENCES, vectors, strict=True)],
-    }
+    head = {"model": MODEL_NAME, "source": SOURCE, "max_length": MAX_LENGTH}
+    items = [{"text": t, "vector": v} for t, v in zip(SENTENCES, vectors, strict=True)]
     args.out.parent.mkdir(parents=True, exist_ok=True)
     # One item per line keeps the file small and its diffs readable.
-    lines = [json.dumps(item, ensure_ascii=False, separators=(",", ":")) for item in doc["items"]]
-    head = {k: v for k, v in doc.items() if k != "items"}
+    lines = [json.dumps(item, ensure_ascii=False, separators=(",", ":")) for item in items]
     text = json.dumps(head, ensure_ascii=False)[:-1] + ', "items": [\n' + ",\n".join(lines) + "\n]}\n"
     json.loads(text)  # sanity: still valid JSON
     args.out.write_text(text, encoding="utf-8")

@@ -123,7 +123,8 @@ class LocalOnnxEmbedder(EmbeddingProvider):
         workers: onnxruntime sessions, each running one batch at a time in its own thread.
         intra_op_threads: threads per session (default ``max(1, 2 // workers)``).
         max_batch: most texts in one batch; larger ``embed`` calls are split.
-        max_wait_ms: longest wait for more texts after the first one of a batch arrives.
+        max_wait_ms: longest wait for more texts after the first one of a batch arrives (only
+            while callers overlap: a lone sequential caller is not kept waiting).
         max_length: truncation in tokens, special tokens included (sentence-transformers' 256).
 
     ``batches_run`` counts the ONNX batches run so far (also in ``cairn_embedding_batch_size``).
@@ -222,15 +223,16 @@ class LocalOnnxEmbedder(EmbeddingProvider):
         idle: asyncio.Queue[int] = asyncio.Queue()
         for worker in range(self.workers):
             idle.put_nowait(worker)
-        pending = self._pending
+        pending, last = self._pending, 0
         while True:
             worker = await idle.get()  # take a free session first: texts pile up meanwhile
             try:
                 while not pending:
                     self._wakeup.clear()
                     await self._wakeup.wait()
+                # Wait for company only when callers overlap: a lone sequential caller gains nothing.
                 delay = pending[0].enqueued + self.max_wait - loop.time()
-                if len(pending) < self.max_batch and delay > 0:
+                if len(pending) < self.max_batch and delay > 0 and (len(pending) > 1 or last > 1):
                     self._full.clear()
                     with contextlib.suppress(TimeoutError):
                         async with asyncio.timeout(delay):
@@ -239,6 +241,7 @@ class LocalOnnxEmbedder(EmbeddingProvider):
                 idle.put_nowait(worker)
                 raise
             taken = [pending.popleft() for _ in range(min(self.max_batch, len(pending)))]
+            last = len(taken)
             QUEUE_DEPTH.dec(len(taken))
             batch = [item for item in taken if not item.future.done()]  # skip cancelled callers
             if not batch:

@@ -7,6 +7,7 @@ tool result whose text is the same body.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
 from pydantic import BaseModel, Field
@@ -166,7 +167,7 @@ ERROR_CLASSES: tuple[type[CairnError], ...] = (
 )
 
 
-def validation_error(errors: list[dict[str, Any]]) -> InvalidInput:
+def validation_error(errors: Sequence[Any]) -> InvalidInput:
     """Turn pydantic validation errors into one InvalidInput naming each field and its rule."""
     problems = []
     for err in errors[:20]:

@@ -20,7 +20,7 @@ from mcp.server.mcpserver.resources import Resource
 from mcp.server.mcpserver.tools import Tool
 from mcp.server.mcpserver.utilities.func_metadata import func_metadata
 from mcp_types import CallToolResult, TextContent, ToolAnnotations
-from pydantic import Field
+from pydantic import AnyHttpUrl, Field
 
 from app import __version__
 from app.core.auth import CairnTokenVerifier, KeyStore, principal_from_access_token, request_id
@@ -98,6 +98,7 @@ def make_tool(op: Operation, state: AppState) -> OperationTool:
         parameters=op.input_schema(),
         fn_metadata=func_metadata(_placeholder),
         is_async=True,
+        context_kwarg=None,
         annotations=ToolAnnotations(
             title=op.title,
             read_only_hint=op.read_only,
@@ -150,8 +151,8 @@ def build_mcp(state: AppState, store: KeyStore | None) -> MCPServer[Any]:
     verifier = None
     if store is not None:
         resource_url = settings.resource_url()
-        auth = AuthSettings(issuer_url=settings.public_url or f"http://{settings.host}:{settings.port}",
-                            resource_server_url=resource_url, required_scopes=["read"],
+        auth = AuthSettings(issuer_url=AnyHttpUrl(settings.public_url or f"http://{settings.host}:{settings.port}"),
+                            resource_server_url=AnyHttpUrl(resource_url), required_scopes=["read"],
                             validate_token_resource=False)
         verifier = CairnTokenVerifier(store)
     server: MCPServer[Any] = MCPServer(

