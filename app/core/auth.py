@@ -129,7 +129,7 @@ class CairnTokenVerifier(TokenVerifier):
         principal = await self.store.verify(token)
         if principal is None:
             return None
-        implied = [s for s in SCOPES if principal.has_scope(s)]  # admin ⊇ write ⊇ read
+        implied = [s for s in SCOPES if principal.has_scope(s)]  # admin implies write implies read
         return AccessToken(
             token=token, client_id=principal.key_id or "anonymous", scopes=implied,
             claims={"project": principal.project, "name": principal.name},

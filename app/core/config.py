@@ -50,6 +50,11 @@ class Settings(BaseSettings):
     api_keys: Annotated[list[str], NoDecode] = Field(default_factory=list)
     key_cache_seconds: float = 5.0
 
+    # Limits
+    rate_limit_per_second: float = 50.0
+    rate_limit_burst: int = 200
+    audit_enabled: bool = True
+
     # Embeddings
     embedding_provider: Literal["local", "openai", "ollama"] = "local"
     embedding_model: str | None = None

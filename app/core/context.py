@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from app.core.config import Settings
     from app.core.db import Database
     from app.core.embedding import EmbeddingProvider
+    from app.core.ratelimit import RateLimiter
     from app.core.registry import Registry
 
 log = logging.getLogger("cairn.call")
@@ -51,6 +52,7 @@ class AppState:
     embedder: EmbeddingProvider
     registry: Registry
     open_mode: bool = False
+    limiter: RateLimiter | None = None
     extras: dict[str, Any] = field(default_factory=dict)
 
 

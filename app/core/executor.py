@@ -27,7 +27,9 @@ from app.core.errors import (
 )
 from app.core.logs import request_id_var
 from app.core.metrics import CALLS, ERRORS, LATENCY
+from app.core.models import AuditEntry
 from app.core.registry import Operation, ResourceDef
+from app.core.repository import AuditRepository
 
 log = logging.getLogger("cairn.call")
 
@@ -77,7 +79,11 @@ async def run_operation(
     token = request_id_var.set(request_id)
     started = time.perf_counter()
     outcome = "ok"
+    audited = app.settings.audit_enabled and (op.scope != "read" or op.destructive)
+    args: BaseModel | None = None
     try:
+        if app.limiter is not None:
+            app.limiter.check(principal.key_id or "open-mode")
         args = validate_args(op.input_model, raw_args)
         if not principal.has_scope(op.scope):
             raise Forbidden(f"Operation '{op.name}' needs the '{op.scope}' scope",
@@ -86,8 +92,10 @@ async def run_operation(
             ctx = CallContext(session=session, principal=principal, app=app, request_id=request_id,
                               transport=transport, progress_fn=progress)
             result = await op.handler(ctx, args)
-        if not isinstance(result, op.output_model):
-            result = op.output_model.model_validate(result)
+            if not isinstance(result, op.output_model):
+                result = op.output_model.model_validate(result)
+            if audited:
+                await AuditRepository(session).add(audit_entry(op, transport, principal, args, result, None))
         return result
     except BaseException as exc:
         if isinstance(exc, asyncio.CancelledError):
@@ -98,6 +106,8 @@ async def run_operation(
         ERRORS.labels(str(err.code), transport).inc()
         log.info("call failed", extra={"operation": op.name, "transport": transport, "code": err.code,
                                        "key_id": principal.key_id})
+        if audited and args is not None and not isinstance(err, Unavailable):
+            await _audit_failure(app, audit_entry(op, transport, principal, args, None, err))
         raise err from None
     finally:
         elapsed = time.perf_counter() - started
@@ -106,6 +116,33 @@ async def run_operation(
         log.info("call", extra={"operation": op.name, "transport": transport, "outcome": outcome,
                                 "ms": round(elapsed * 1000, 2), "key_id": principal.key_id})
         request_id_var.reset(token)
+
+
+_COUNT_FIELDS = 12
+
+
+def audit_entry(op: Operation, transport: str, principal: Principal, args: BaseModel,
+                result: BaseModel | None, err: CairnError | None) -> AuditEntry:
+    """The audit row for one call: integer/boolean fields of the result become its counts."""
+    project = getattr(args, "project_id", None) or getattr(args, "project", None) or principal.project
+    counts: dict[str, Any] = {}
+    if result is not None:
+        for name, value in result:
+            if isinstance(value, bool | int) and len(counts) < _COUNT_FIELDS:
+                counts[name] = value
+    return AuditEntry(key_id=principal.key_id, key_name=principal.name, operation=op.name, transport=transport,
+                      project=str(project)[:128] if isinstance(project, str) else None,
+                      outcome="ok" if err is None else "error", error_code=err.code if err else None,
+                      counts=counts, request_id=request_id_var.get())
+
+
+async def _audit_failure(app: AppState, entry: AuditEntry) -> None:
+    """Failed calls roll back, so their audit row goes in its own small transaction."""
+    try:
+        async with app.db.transaction() as session:
+            await AuditRepository(session).add(entry)
+    except Exception:
+        log.warning("could not write the audit entry of a failed call", exc_info=True)
 
 
 async def read_resource(

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime
+from typing import Any
 
-from sqlalchemy import ARRAY, DateTime, Integer, String, Text, func
-from sqlalchemy.dialects.postgresql import UUID
+from sqlalchemy import ARRAY, BigInteger, DateTime, Identity, Integer, String, Text, func
+from sqlalchemy.dialects.postgresql import (
+    JSONB,
+    UUID,
+)
 from sqlalchemy.orm import Mapped, mapped_column
 
 from app.core.db import Base
@@ -49,3 +53,21 @@ class EmbeddingModel(Base):
     dimension: Mapped[int] = mapped_column(Integer, nullable=False)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
     last_active_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+
+
+class AuditEntry(Base):
+    """One write-scope or destructive call: who (key id, never the key), what, where, counts, when."""
+
+    __tablename__ = "audit_log"
+
+    id: Mapped[int] = mapped_column(BigInteger, Identity(), primary_key=True)
+    at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    key_id: Mapped[str | None] = mapped_column(String(64))
+    key_name: Mapped[str | None] = mapped_column(String(128))
+    operation: Mapped[str] = mapped_column(String(64), nullable=False)
+    transport: Mapped[str] = mapped_column(String(8), nullable=False)
+    project: Mapped[str | None] = mapped_column(String(128))
+    outcome: Mapped[str] = mapped_column(String(16), nullable=False)
+    error_code: Mapped[int | None] = mapped_column(Integer)
+    counts: Mapped[dict[str, Any]] = mapped_column(JSONB, nullable=False, default=dict)
+    request_id: Mapped[str | None] = mapped_column(String(64))

@@ -6,7 +6,11 @@ from app import __version__
 from app.core import service
 from app.core.context import CallContext
 from app.core.registry import OperationSet
+from app.core.repository import AuditRepository
 from app.core.schemas import (
+    AuditEntryOut,
+    AuditLogIn,
+    AuditLogOut,
     CreateProjectIn,
     CreateProjectOut,
     DatabaseInfo,
@@ -51,6 +55,19 @@ async def embed(ctx: CallContext, args: EmbedIn) -> EmbedOut:
     """Debug: embed one text with the active model and return a compact summary of the vector
     (model, dimension, norm, first components), never the whole vector."""
     return EmbedOut.model_validate(await service.embed_summary(ctx, args.text))
+
+
+@ops.operation(name="audit_log", input=AuditLogIn, output=AuditLogOut, path="/audit", method="GET",
+               read_only=True, scope="admin")
+async def audit_log(ctx: CallContext, args: AuditLogIn) -> AuditLogOut:
+    """Admin: read the audit log of write-scope and destructive calls (who — key id, never the key —,
+    what, which project, counts, when), newest first, paginated with `before_id`."""
+    rows = await AuditRepository(ctx.session).page(
+        key_id=args.key_id, operation=args.operation, project=args.project, since=args.since,
+        before_id=args.before_id, limit=args.limit)
+    entries = [AuditEntryOut.model_validate(r, from_attributes=True) for r in rows]
+    nxt = entries[-1].id if len(entries) == args.limit else None
+    return AuditLogOut(entries=entries, next_before_id=nxt)
 
 
 @ops.resource(uri="mcp://health", name="health", output=HealthOut, path="/resources/health")

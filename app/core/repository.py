@@ -9,7 +9,7 @@ from sqlalchemy import func, select, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.core.models import ApiKey, EmbeddingModel, Project
+from app.core.models import ApiKey, AuditEntry, EmbeddingModel, Project
 
 
 class ProjectRepository:
@@ -120,4 +120,32 @@ class EmbeddingModelRepository:
     async def list(self) -> list[EmbeddingModel]:
         """Every model seen, newest activity first."""
         stmt = select(EmbeddingModel).order_by(EmbeddingModel.last_active_at.desc())
+        return list((await self.session.scalars(stmt)).all())
+
+
+class AuditRepository:
+    """The audit log of write-scope and destructive calls."""
+
+    def __init__(self, session: AsyncSession) -> None:
+        self.session = session
+
+    async def add(self, entry: AuditEntry) -> None:
+        """Append one entry (in the caller's transaction)."""
+        self.session.add(entry)
+        await self.session.flush()
+
+    async def page(self, *, key_id: str | None, operation: str | None, project: str | None,
+                   since: datetime | None, before_id: int | None, limit: int) -> list[AuditEntry]:
+        """Newest entries first, filtered; `before_id` pages backwards."""
+        stmt = select(AuditEntry).order_by(AuditEntry.id.desc()).limit(limit)
+        if key_id is not None:
+            stmt = stmt.where(AuditEntry.key_id == key_id)
+        if operation is not None:
+            stmt = stmt.where(AuditEntry.operation == operation)
+        if project is not None:
+            stmt = stmt.where(AuditEntry.project == project)
+        if since is not None:
+            stmt = stmt.where(AuditEntry.at >= since)
+        if before_id is not None:
+            stmt = stmt.where(AuditEntry.id < before_id)
         return list((await self.session.scalars(stmt)).all())

@@ -117,3 +117,37 @@ class SettingsOut(BaseModel):
     search: SearchDefaults
     features: list[str]
     embedding: EmbeddingInfo
+
+
+class AuditLogIn(StrictModel):
+    """Arguments of audit_log."""
+
+    key_id: str | None = Field(default=None, max_length=64)
+    operation: str | None = Field(default=None, max_length=64)
+    project: str | None = Field(default=None, max_length=128)
+    since: datetime | None = None
+    before_id: int | None = Field(default=None, ge=1, description="Page backwards from this entry id")
+    limit: int = Field(default=50, ge=1, le=200)
+
+
+class AuditEntryOut(BaseModel):
+    """One audit entry."""
+
+    id: int
+    at: datetime
+    key_id: str | None
+    key_name: str | None
+    operation: str
+    transport: str
+    project: str | None
+    outcome: str
+    error_code: int | None
+    counts: dict[str, int | bool]
+    request_id: str | None
+
+
+class AuditLogOut(BaseModel):
+    """A page of the audit log, newest first."""
+
+    entries: list[AuditEntryOut]
+    next_before_id: int | None = None
