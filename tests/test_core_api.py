@@ -246,3 +246,14 @@ async def test_write_key_can_write_not_admin(server: RunningServer) -> None:
     async with mcp_client(server.url, key=WRITE_KEY) as mcp:
         res = await mcp.call_tool("create_project", {"name": "writer"})
         assert not res.is_error and res.structured_content["project"]["name"] == "writer"
+
+
+async def test_request_ids_reach_the_audit_log(server: RunningServer, rest: httpx.AsyncClient) -> None:
+    async with mcp_client(server.url, key=WRITE_KEY) as mcp:
+        assert not (await mcp.call_tool("create_project", {"name": "traced"})).is_error
+    entry = (await rest.get("/api/v1/audit", params={"limit": 1})).json()["entries"][0]
+    assert entry["operation"] == "create_project" and entry["request_id"]
+    r = await rest.post("/api/v1/projects", json={"name": "traced-2"}, headers={"X-Request-ID": "abc123"})
+    assert r.headers["x-request-id"] == "abc123"
+    entry = (await rest.get("/api/v1/audit", params={"limit": 1})).json()["entries"][0]
+    assert entry["request_id"] == "abc123"

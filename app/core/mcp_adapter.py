@@ -27,6 +27,7 @@ from app.core.auth import CairnTokenVerifier, KeyStore, principal_from_access_to
 from app.core.context import OPEN_PRINCIPAL, AppState, Principal
 from app.core.errors import CairnError, Unauthenticated
 from app.core.executor import read_resource, run_operation
+from app.core.logs import request_id_var
 from app.core.registry import Operation, ResourceDef
 
 INSTRUCTIONS = """\
@@ -81,7 +82,7 @@ class OperationTool(Tool):
         try:
             principal = current_principal(state)
             result = await run_operation(state, op, arguments, principal, transport="mcp",
-                                         request_id=request_id(), progress=progress)
+                                         request_id=request_id_var.get() or request_id(), progress=progress)
         except CairnError as err:
             return CallToolResult(content=[TextContent(type="text", text=_dumps(err.body()))], is_error=True)
         data = result.model_dump(mode="json", by_alias=True)
@@ -125,7 +126,8 @@ class OperationResource(Resource):
 async def _read(state: AppState, res: ResourceDef, params: dict[str, str]) -> str:
     try:
         principal = current_principal(state)
-        result = await read_resource(state, res, params, principal, transport="mcp", request_id=request_id())
+        result = await read_resource(state, res, params, principal, transport="mcp",
+                                     request_id=request_id_var.get() or request_id())
     except CairnError as err:
         raise ResourceError(_dumps(err.body())) from None
     return _dumps(result.model_dump(mode="json", by_alias=True))
