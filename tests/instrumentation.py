@@ -30,6 +30,7 @@ class ProgressIn(StrictModel):
     """Arguments of test_progress."""
 
     steps: int = Field(default=3, ge=1, le=20)
+    delay_ms: int = Field(default=10, ge=0, le=5000, description="Sleep before each step")
 
 
 @ops.operation(name="test_boom", input=BoomIn, output=Done, path="/testing/boom")
@@ -45,6 +46,22 @@ async def boom(ctx: CallContext, args: BoomIn) -> Done:
 async def progress(ctx: CallContext, args: ProgressIn) -> Done:
     """Reports one progress notification per step."""
     for i in range(args.steps):
-        await asyncio.sleep(0.01)
+        await asyncio.sleep(args.delay_ms / 1000)
         await ctx.progress(i + 1, args.steps, f"step {i + 1}")
     return Done()
+
+
+def serve_with_instrumentation() -> None:
+    """Run a real server process that also serves these test operations (used by shutdown tests)."""
+    import uvicorn
+
+    from app.core.config import Settings
+    from app.main import create_app
+
+    settings = Settings()
+    uvicorn.run(create_app(settings, extra=[ops]), host=settings.host, port=settings.port, log_config=None,
+                timeout_graceful_shutdown=20)
+
+
+if __name__ == "__main__":
+    serve_with_instrumentation()

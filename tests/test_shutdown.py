@@ -1,0 +1,50 @@
+"""Graceful shutdown: SIGTERM lets in-flight calls finish and stops the embedded database cleanly."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+from tests.conftest import free_port
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+async def test_sigterm_finishes_in_flight_calls_and_stops_postgres() -> None:
+    data_dir = tempfile.mkdtemp(prefix="cairn-shutdown-")
+    port = free_port()
+    env = {**os.environ, "CAIRN_DATA_DIR": data_dir, "CAIRN_DATABASE_URL": "", "CAIRN_API_KEYS": "",
+           "CAIRN_PORT": str(port), "CAIRN_LOG_LEVEL": "WARNING"}
+    proc = subprocess.Popen([sys.executable, "-m", "tests.instrumentation"], cwd=ROOT, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        async with httpx.AsyncClient(base_url=base, timeout=60) as c:
+            deadline = time.monotonic() + 90
+            while True:
+                try:
+                    if (await c.get("/healthz")).status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    pass
+                assert time.monotonic() < deadline and proc.poll() is None, "server did not start"
+                await asyncio.sleep(0.2)
+            call = asyncio.create_task(c.post("/api/v1/testing/progress", json={"steps": 3, "delay_ms": 500}))
+            await asyncio.sleep(0.4)
+            proc.send_signal(signal.SIGTERM)
+            response = await call
+            assert response.status_code == 200 and response.json() == {"ok": True}
+        proc.wait(timeout=30)
+        assert not (Path(data_dir) / "pgdata" / "postmaster.pid").exists()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
