@@ -23,7 +23,7 @@ async def test_sigterm_finishes_in_flight_calls_and_stops_postgres() -> None:
     port = free_port()
     env = {**os.environ, "CAIRN_DATA_DIR": data_dir, "CAIRN_DATABASE_URL": "", "CAIRN_API_KEYS": "",
            "CAIRN_PORT": str(port), "CAIRN_LOG_LEVEL": "WARNING"}
-    proc = subprocess.Popen([sys.executable, "-m", "tests.instrumentation"], cwd=ROOT, env=env,
+    proc = subprocess.Popen([sys.executable, "-m", "tests.instrumentation"], cwd=ROOT, env=env,  # noqa: ASYNC220
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     base = f"http://127.0.0.1:{port}"
     try:
