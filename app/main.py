@@ -26,7 +26,7 @@ from app.core.features import build_registry
 from app.core.logs import configure_logging, request_id_var
 from app.core.mcp_adapter import build_mcp
 from app.core.pgembedded import EmbeddedPostgres, start_embedded
-from app.core.ratelimit import RateLimiter
+from app.core.ratelimit import JobSlots, RateLimiter
 from app.core.registry import OperationSet
 from app.core.repository import EmbeddingModelRepository
 from app.core.rest_adapter import build_router, install_openapi, new_request_id
@@ -166,7 +166,8 @@ def create_app(settings: Settings | None = None, extra: list[OperationSet] | Non
         registry.add(opset)
     state = AppState(settings=settings, db=db, embedder=make_embedder(settings), registry=registry,
                      open_mode=boot.open_mode, extras={"embedded_pg": boot.pg},
-                     limiter=RateLimiter(settings.rate_limit_per_second, settings.rate_limit_burst))
+                     limiter=RateLimiter(settings.rate_limit_per_second, settings.rate_limit_burst),
+                     jobs=JobSlots(settings.max_long_jobs_per_key))
     store = None if boot.open_mode else KeyStore(db, parse_static_keys(settings.api_keys),
                                                  settings.key_cache_seconds)
     mcp = build_mcp(state, store)

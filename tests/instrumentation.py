@@ -42,7 +42,8 @@ async def boom(ctx: CallContext, args: BoomIn) -> Done:
     raise RuntimeError("secret internal detail /etc/passwd")
 
 
-@ops.operation(name="test_progress", input=ProgressIn, output=Done, path="/testing/progress", read_only=True)
+@ops.operation(name="test_progress", input=ProgressIn, output=Done, path="/testing/progress", read_only=True,
+               long_running=True)
 async def progress(ctx: CallContext, args: ProgressIn) -> Done:
     """Reports one progress notification per step."""
     for i in range(args.steps):

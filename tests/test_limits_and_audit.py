@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import httpx
 
 from app.core.auth import hash_key
@@ -62,3 +64,18 @@ async def test_audit_log_records_writes_and_failures(server: RunningServer, rest
     assert [e["transport"] for e in older["entries"]] == ["rest"]
     denied = await rest.get("/api/v1/audit", headers=writer)
     assert denied.status_code == 403
+
+
+async def test_long_jobs_are_limited_per_key(server: RunningServer, rest: httpx.AsyncClient) -> None:
+    limit = server.settings.max_long_jobs_per_key
+    slow = [asyncio.create_task(rest.post("/api/v1/testing/progress", json={"steps": 1, "delay_ms": 800}))
+            for _ in range(limit)]
+    await asyncio.sleep(0.3)
+    refused = await rest.post("/api/v1/testing/progress", json={"steps": 1, "delay_ms": 0})
+    assert refused.status_code == 429 and "long operation" in refused.json()["error"]["message"]
+    other_key = await rest.post("/api/v1/testing/progress", json={"steps": 1, "delay_ms": 0},
+                                headers={"Authorization": f"Bearer {WRITE_KEY}"})
+    assert other_key.status_code == 200
+    assert [r.status_code for r in await asyncio.gather(*slow)] == [200] * limit
+    again = await rest.post("/api/v1/testing/progress", json={"steps": 1, "delay_ms": 0})
+    assert again.status_code == 200

@@ -54,6 +54,7 @@ class Settings(BaseSettings):
     rate_limit_per_second: float = 50.0
     rate_limit_burst: int = 200
     audit_enabled: bool = True
+    max_long_jobs_per_key: int = 2
 
     # Embeddings
     embedding_provider: Literal["local", "openai", "ollama"] = "local"

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from app.core.config import Settings
     from app.core.db import Database
     from app.core.embedding import EmbeddingProvider
-    from app.core.ratelimit import RateLimiter
+    from app.core.ratelimit import JobSlots, RateLimiter
     from app.core.registry import Registry
 
 log = logging.getLogger("cairn.call")
@@ -53,6 +53,7 @@ class AppState:
     registry: Registry
     open_mode: bool = False
     limiter: RateLimiter | None = None
+    jobs: JobSlots | None = None
     extras: dict[str, Any] = field(default_factory=dict)
 
 

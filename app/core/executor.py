@@ -81,9 +81,14 @@ async def run_operation(
     outcome = "ok"
     audited = app.settings.audit_enabled and (op.scope != "read" or op.destructive)
     args: BaseModel | None = None
+    key = principal.key_id or "open-mode"
+    slot = False
     try:
         if app.limiter is not None:
-            app.limiter.check(principal.key_id or "open-mode")
+            app.limiter.check(key)
+        if op.long_running and app.jobs is not None:
+            app.jobs.acquire(key, op.name)
+            slot = True
         args = validate_args(op.input_model, raw_args)
         if not principal.has_scope(op.scope):
             raise Forbidden(f"Operation '{op.name}' needs the '{op.scope}' scope",
@@ -110,6 +115,8 @@ async def run_operation(
             await _audit_failure(app, audit_entry(op, transport, principal, args, None, err))
         raise err from None
     finally:
+        if slot and app.jobs is not None:
+            app.jobs.release(key)
         elapsed = time.perf_counter() - started
         CALLS.labels(op.name, transport, outcome).inc()
         LATENCY.labels(op.name, transport).observe(elapsed)

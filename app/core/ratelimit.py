@@ -53,3 +53,31 @@ class RateLimiter:
             suggestions=[f"Retry after {wait} s"], details={"retry_after": wait},
             headers={"Retry-After": str(wait)},
         )
+
+
+class JobSlots:
+    """At most `limit` long-running operations at once per API key (in this replica)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._running: dict[str, int] = {}
+
+    def acquire(self, key: str, operation: str) -> None:
+        """Take a slot or raise RateLimited."""
+        if self.limit <= 0:
+            return
+        if self._running.get(key, 0) >= self.limit:
+            raise RateLimited(
+                f"This API key already runs {self.limit} long operation(s); '{operation}' must wait",
+                suggestions=["Wait for the running operation to finish, then retry"],
+                details={"retry_after": 5}, headers={"Retry-After": "5"},
+            )
+        self._running[key] = self._running.get(key, 0) + 1
+
+    def release(self, key: str) -> None:
+        """Give the slot back."""
+        left = self._running.get(key, 0) - 1
+        if left > 0:
+            self._running[key] = left
+        else:
+            self._running.pop(key, None)
