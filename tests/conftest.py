@@ -114,7 +114,7 @@ def server_settings(db_url: str, **overrides: Any) -> Settings:
     values: dict[str, Any] = {
         "database_url": db_url, "host": "127.0.0.1", "port": free_port(), "api_keys": STATIC_KEYS,
         "data_dir": Path(tempfile.mkdtemp(prefix="cairn-data-")), "log_level": "WARNING",
-        "key_cache_seconds": 0.0,
+        "key_cache_seconds": 0.0, "rate_limit_per_second": 10_000.0, "rate_limit_burst": 10_000,
     }
     values.update(overrides)
     return Settings(**values)

@@ -257,3 +257,14 @@ async def test_request_ids_reach_the_audit_log(server: RunningServer, rest: http
     assert r.headers["x-request-id"] == "abc123"
     entry = (await rest.get("/api/v1/audit", params={"limit": 1})).json()["entries"][0]
     assert entry["request_id"] == "abc123"
+
+
+async def test_unstorable_text_and_out_of_range_values_are_invalid_input(server: RunningServer,
+                                                                        rest: httpx.AsyncClient) -> None:
+    r = await rest.post("/api/v1/projects", json={"name": "nul", "description": "a\x00b"})
+    assert r.status_code == 400 and "'description'" in r.json()["error"]["message"]
+    r = await rest.post("/api/v1/projects", content=b'{"name": "sur", "description": "\\udc80"}',
+                        headers={"Content-Type": "application/json"})
+    assert r.status_code == 400 and r.json()["error"]["code"] == 4001
+    r = await rest.get("/api/v1/audit", params={"before_id": str(2**70)})
+    assert r.status_code == 400 and r.json()["error"]["details"]["errors"][0]["field"] == "before_id"

@@ -18,9 +18,11 @@ from app.core.context import AppState, CallContext, Principal, ProgressFn, _no_p
 from app.core.db import is_connection_error
 from app.core.errors import (
     CairnError,
+    Conflict,
     Forbidden,
     InternalError,
     InvalidInput,
+    MemoryLimit,
     Timeout,
     Unavailable,
     validation_error,
@@ -46,6 +48,31 @@ def validate_args(model: type[BaseModel], raw: Any) -> BaseModel:
         raise validation_error(exc.errors(include_url=False)) from None
 
 
+def _sqlstate(exc: DBAPIError) -> str:
+    for candidate in (exc.orig, getattr(exc.orig, "__cause__", None)):
+        code = getattr(candidate, "sqlstate", None) or getattr(candidate, "pgcode", None)
+        if code:
+            return str(code)
+    cause = getattr(exc.orig, "__cause__", None)
+    return "22000" if type(cause).__name__ == "DataError" else ""
+
+
+def _from_sqlstate(exc: DBAPIError) -> CairnError | None:
+    """Database errors a caller can act on, by SQLSTATE class; others stay internal errors."""
+    state = _sqlstate(exc)
+    if state == "57014":
+        return Timeout("The statement exceeded its time limit and was cancelled; no change was made")
+    if state.startswith("22"):
+        return InvalidInput("A value is outside what the database accepts (too large, malformed or out of "
+                            "range); no change was made")
+    if state.startswith("23"):
+        return Conflict("The change conflicts with existing data (a concurrent or duplicate write); "
+                        "no change was made", suggestions=["Retry the call"])
+    if state.startswith("53"):
+        return MemoryLimit("The database ran out of resources for this request; no change was made")
+    return None
+
+
 def translate(exc: BaseException, name: str) -> CairnError:
     """Map any exception to the error a caller sees; unexpected ones are logged, not exposed."""
     if isinstance(exc, CairnError):
@@ -55,8 +82,10 @@ def translate(exc: BaseException, name: str) -> CairnError:
     if is_connection_error(exc):
         log.warning("database unavailable during %s: %s", name, type(exc).__name__)
         return Unavailable("The database is unavailable; no change was made")
-    if isinstance(exc, DBAPIError) and "QueryCanceled" in type(getattr(exc, "orig", exc)).__name__ + str(exc):
-        return Timeout("The statement exceeded its time limit and was cancelled; no change was made")
+    if isinstance(exc, DBAPIError):
+        mapped = _from_sqlstate(exc)
+        if mapped is not None:
+            return mapped
     if isinstance(exc, TimeoutError | asyncio.TimeoutError):
         return Timeout("The operation exceeded its time limit")
     log.exception("unexpected error in %s", name)

@@ -4,13 +4,47 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from pydantic import BaseModel, ConfigDict, Field
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+def _bad_text(value: Any, path: str) -> str | None:
+    """The path of the first string holding a NUL or an unpaired surrogate (PostgreSQL stores neither)."""
+    if isinstance(value, str):
+        if "\x00" in value:
+            return path
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return path
+        return None
+    if isinstance(value, dict):
+        for key, item in value.items():
+            found = _bad_text(key, path) or _bad_text(item, f"{path}.{key}" if path else str(key))
+            if found:
+                return found
+    elif isinstance(value, list | tuple):
+        for i, item in enumerate(value):
+            found = _bad_text(item, f"{path}[{i}]")
+            if found:
+                return found
+    return None
 
 
 class StrictModel(BaseModel):
-    """Base of every input model: unknown fields are refused, strings are trimmed."""
+    """Base of every input model: unknown fields are refused, strings are trimmed, and text that no
+    database can store (NUL characters, unpaired surrogates) is refused with the field named."""
 
     model_config = ConfigDict(extra="forbid", str_strip_whitespace=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _storable_text(cls, data: Any) -> Any:
+        where = _bad_text(data, "")
+        if where is not None:
+            raise ValueError(f"'{where or 'input'}' contains a NUL character or invalid Unicode")
+        return data
 
 
 class Empty(StrictModel):
@@ -47,7 +81,7 @@ class ListProjectsIn(StrictModel):
     """Arguments of list_projects."""
 
     limit: int = Field(default=50, ge=1, le=200)
-    offset: int = Field(default=0, ge=0)
+    offset: int = Field(default=0, ge=0, le=1_000_000)
 
 
 class ListProjectsOut(BaseModel):
@@ -126,7 +160,7 @@ class AuditLogIn(StrictModel):
     operation: str | None = Field(default=None, max_length=64)
     project: str | None = Field(default=None, max_length=128)
     since: datetime | None = None
-    before_id: int | None = Field(default=None, ge=1, description="Page backwards from this entry id")
+    before_id: int | None = Field(default=None, ge=1, le=2**63 - 1, description="Page backwards from this entry id")
     limit: int = Field(default=50, ge=1, le=200)
 
 
