@@ -22,7 +22,7 @@ from app.core.context import AppState
 from app.core.db import Database
 from app.core.embedding import EmbeddingProvider, build_embedder
 from app.core.errors import CairnError, NotFound, TooLarge
-from app.core.features import build_registry
+from app.core.features import build_registry, feature_routers
 from app.core.logs import configure_logging, request_id_var
 from app.core.mcp_adapter import build_mcp
 from app.core.pgembedded import EmbeddedPostgres, start_embedded
@@ -248,6 +248,8 @@ def create_app(settings: Settings | None = None, extra: list[OperationSet] | Non
         return PlainTextResponse(body, media_type=ctype)
 
     app.include_router(build_router(state))
+    for router in feature_routers(settings.features):
+        app.include_router(router)
 
     @app.api_route("/api/v1/{rest:path}", methods=["GET", "POST", "PUT", "PATCH", "DELETE"],
                    include_in_schema=False)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import importlib
 import logging
 
+from fastapi import APIRouter
+
 from app.core.registry import OperationSet, Registry
 
 log = logging.getLogger("cairn.features")
@@ -29,3 +31,18 @@ def build_registry(features: list[str]) -> Registry:
             raise RuntimeError(f"app.{feature}.operations must define `ops = OperationSet(...)`")
         registry.add(opset)
     return registry
+
+
+def feature_routers(features: list[str]) -> list[APIRouter]:
+    """Extra REST routes that are not operations (e.g. multipart uploads): `app/<feature>/routes.py`
+    exposing `router`, for enabled features only."""
+    routers = []
+    for feature in features:
+        try:
+            module = importlib.import_module(f"app.{feature}.routes")
+        except ModuleNotFoundError as exc:
+            if exc.name in (f"app.{feature}", f"app.{feature}.routes"):
+                continue
+            raise
+        routers.append(module.router)
+    return routers
