@@ -12,3 +12,5 @@ bench:
 	$(PY) dev.py bench
 conformance:
 	$(PY) dev.py conformance
+loadtest:
+	$(PY) dev.py install && .venv/bin/python scripts/loadtest.py --clients 64 --duration 60 --compare 120 --write-doc

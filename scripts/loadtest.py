@@ -1,0 +1,228 @@
+#!/usr/bin/env python3
+"""Load test (loopback only, bounded in time): N concurrent MCP clients mixing writes and reads across
+the enabled families, plus REST traffic, against a freshly started server with an embedded database.
+
+    python scripts/loadtest.py --clients 64 --duration 60 [--compare 120] [--write-doc]
+
+Reports throughput, p50/p95/p99 per operation, the error count and the server's resident memory at
+the end; `--compare D` runs a second, longer round on a fresh server and compares memory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import httpx2
+import psutil
+from mcp.client.session import ClientSession
+from mcp.client.streamable_http import streamable_http_client
+
+ROOT = Path(__file__).resolve().parents[1]
+KEY = "loadtest-key-0123456789abcdef"
+WORDS = ("alpha beta gamma delta kappa lambda sigma omega river stone forest cloud signal memory graph "
+         "vector index query budget sample cache upstream finding record project").split()
+
+Args = Callable[[int, random.Random], dict[str, Any]]
+
+
+def _sentence(rng: random.Random, n: int = 12) -> str:
+    return " ".join(rng.choice(WORDS) for _ in range(n))
+
+
+# (tool, kind, argument factory); a scenario runs only when its tool is served.
+SCENARIOS: list[tuple[str, str, Args]] = [
+    ("list_projects", "read", lambda i, r: {"limit": 10}),
+    ("create_project", "write", lambda i, r: {"name": f"load-{i % 50}"}),
+    ("push", "write", lambda i, r: {"text": _sentence(r, 40), "project_id": f"load-{i % 5}",
+                                    "tags": [r.choice(WORDS)]}),
+    ("search", "read", lambda i, r: {"query_text": _sentence(r, 5), "project_id": f"load-{i % 5}"}),
+    ("capture_thought", "write", lambda i, r: {"content": _sentence(r, 20)}),
+    ("search_thoughts", "read", lambda i, r: {"query": _sentence(r, 4)}),
+    ("create_entities", "write", lambda i, r: {"entities": [
+        {"name": f"entity-{i % 500}", "entityType": "concept", "observations": [_sentence(r, 8)]}]}),
+    ("search_nodes", "read", lambda i, r: {"query": r.choice(WORDS)}),
+    ("search_semantic", "read", lambda i, r: {"query": _sentence(r, 4)}),
+    ("analysis_store", "write", lambda i, r: {"analysis_id": f"load-{i % 8}", "findings": [
+        {"content": _sentence(r, 15), "category": "note"}]}),
+    ("analysis_query", "read", lambda i, r: {"analysis_id": f"load-{i % 8}", "mode": "semantic",
+                                             "query": _sentence(r, 4)}),
+]
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def start_server(data_dir: str, port: int) -> subprocess.Popen[bytes]:
+    """A real `cairn serve` process on loopback with its own embedded database."""
+    env = {**os.environ, "CAIRN_DATA_DIR": data_dir, "CAIRN_API_KEYS": f"{KEY}:admin", "CAIRN_PORT": str(port),
+           "CAIRN_LOG_LEVEL": "WARNING", "CAIRN_RATE_LIMIT_PER_SECOND": "0", "CAIRN_DB_POOL_SIZE": "20",
+           "CAIRN_MAX_LONG_JOBS_PER_KEY": "0"}
+    env.pop("CAIRN_DATABASE_URL", None)
+    proc = subprocess.Popen([sys.executable, "-m", "app", "serve"], cwd=ROOT, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=5).status_code == 200:
+                return proc
+        except httpx.HTTPError:
+            pass
+        if proc.poll() is not None:
+            raise RuntimeError("server exited during start-up")
+        time.sleep(0.5)
+    proc.kill()
+    raise TimeoutError("server did not become ready")
+
+
+class Stats:
+    """Latencies and errors per operation."""
+
+    def __init__(self) -> None:
+        self.latency: dict[str, list[float]] = defaultdict(list)
+        self.errors: dict[str, int] = defaultdict(int)
+        self.samples: dict[str, str] = {}
+
+    def record(self, name: str, seconds: float, ok: bool, detail: str = "") -> None:
+        self.latency[name].append(seconds)
+        if not ok:
+            self.errors[name] += 1
+            self.samples.setdefault(name, detail[:300])
+
+
+async def mcp_worker(url: str, wid: int, until: float, scenarios: list[tuple[str, str, Args]],
+                     stats: Stats) -> None:
+    """One MCP client session calling a random mix of scenarios until the deadline."""
+    rng = random.Random(wid)
+    headers = {"Authorization": f"Bearer {KEY}"}
+    async with httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(120.0)) as http, \
+            streamable_http_client(f"{url}/mcp", http_client=http) as (read, write), \
+            ClientSession(read, write) as session:
+        await session.initialize()
+        i = wid * 100_000
+        while time.monotonic() < until:
+            name, _, make = rng.choice(scenarios)
+            i += 1
+            started = time.perf_counter()
+            try:
+                result = await session.call_tool(name, make(i, rng))
+                ok = not result.is_error
+                detail = "" if ok else str(result.content[0].text if result.content else "")
+            except Exception as exc:
+                ok, detail = False, repr(exc)
+            stats.record(f"mcp:{name}", time.perf_counter() - started, ok, detail)
+
+
+async def rest_worker(url: str, wid: int, until: float, stats: Stats) -> None:
+    """REST traffic alongside the MCP clients."""
+    async with httpx.AsyncClient(base_url=url, headers={"Authorization": f"Bearer {KEY}"}, timeout=120) as c:
+        while time.monotonic() < until:
+            started = time.perf_counter()
+            try:
+                r = await c.get("/api/v1/projects", params={"limit": 20})
+                ok, detail = r.status_code == 200, r.text
+            except Exception as exc:
+                ok, detail = False, repr(exc)
+            stats.record("rest:list_projects", time.perf_counter() - started, ok, detail)
+
+
+def _pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000
+
+
+async def one_round(clients: int, duration: float, rest_clients: int) -> dict[str, Any]:
+    """Start a server, load it, measure, stop it."""
+    data_dir = tempfile.mkdtemp(prefix="cairn-load-")
+    port = _free_port()
+    proc = start_server(data_dir, port)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {KEY}"}) as http, \
+                streamable_http_client(f"{url}/mcp", http_client=http) as (read, write), \
+                ClientSession(read, write) as session:
+            await session.initialize()
+            served = {t.name for t in (await session.list_tools()).tools}
+        scenarios = [s for s in SCENARIOS if s[0] in served]
+        stats = Stats()
+        until = time.monotonic() + duration
+        started = time.monotonic()
+        await asyncio.gather(*[mcp_worker(url, w, until, scenarios, stats) for w in range(clients)],
+                             *[rest_worker(url, w, until, stats) for w in range(rest_clients)])
+        elapsed = time.monotonic() - started
+        rss = psutil.Process(proc.pid).memory_info().rss / 2**20
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+    total = sum(len(v) for v in stats.latency.values())
+    return {"clients": clients, "duration": duration, "elapsed": elapsed, "calls": total,
+            "throughput": total / elapsed, "errors": sum(stats.errors.values()), "rss_mb": rss,
+            "scenarios": [s[0] for s in scenarios],
+            "per_op": {name: {"calls": len(v), "p50": _pct(v, 0.50), "p95": _pct(v, 0.95), "p99": _pct(v, 0.99),
+                              "errors": stats.errors.get(name, 0), "median_ms": statistics.median(v) * 1000}
+                       for name, v in sorted(stats.latency.items())},
+            "error_samples": dict(stats.samples)}
+
+
+def markdown(first: dict[str, Any], second: dict[str, Any] | None) -> str:
+    """The load-test section of docs/benchmarks.md."""
+    lines = [f"### Load test: {first['clients']} MCP clients + REST traffic",
+             "", f"Round 1: {first['duration']:.0f} s, {first['calls']} calls, "
+             f"{first['throughput']:.1f} calls/s, errors {first['errors']}, server RSS {first['rss_mb']:.0f} MiB",
+             "", "| operation | calls | p50 ms | p95 ms | p99 ms | errors |", "| --- | ---: | ---: | ---: | ---: | ---: |"]
+    for name, row in first["per_op"].items():
+        lines.append(f"| {name} | {row['calls']} | {row['p50']:.1f} | {row['p95']:.1f} | {row['p99']:.1f} "
+                     f"| {row['errors']} |")
+    if second is not None:
+        lines += ["", f"Round 2: {second['duration']:.0f} s, {second['calls']} calls, "
+                      f"{second['throughput']:.1f} calls/s, errors {second['errors']}, server RSS "
+                      f"{second['rss_mb']:.0f} MiB (round 1: {first['rss_mb']:.0f} MiB; ratio "
+                      f"{second['rss_mb'] / first['rss_mb']:.2f} for {second['duration'] / first['duration']:.1f}x "
+                      "the duration)"]
+    if first["error_samples"]:
+        lines += ["", "Error samples: " + "; ".join(f"{k}: {v}" for k, v in first["error_samples"].items())]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    """Run the load test and print (or record) the report."""
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--clients", type=int, default=64)
+    parser.add_argument("--rest-clients", type=int, default=4)
+    parser.add_argument("--duration", type=float, default=60)
+    parser.add_argument("--compare", type=float, default=0, help="second round duration (memory growth)")
+    parser.add_argument("--write-doc", action="store_true", help="append to docs/loadtest.md")
+    args = parser.parse_args()
+    first = asyncio.run(one_round(args.clients, args.duration, args.rest_clients))
+    second = asyncio.run(one_round(args.clients, args.compare, args.rest_clients)) if args.compare else None
+    report = markdown(first, second)
+    print(report)
+    if args.write_doc:
+        (ROOT / "docs" / "loadtest.md").write_text(
+            f"# Load test\n\nMeasured {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} on this machine "
+            f"({os.cpu_count()} cores).\n\n{report}")
+    return 1 if first["errors"] or (second and second["errors"]) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
