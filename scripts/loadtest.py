@@ -189,7 +189,8 @@ def markdown(first: dict[str, Any], second: dict[str, Any] | None) -> str:
     lines = [f"### Load test: {first['clients']} MCP clients + REST traffic",
              "", f"Round 1: {first['duration']:.0f} s, {first['calls']} calls, "
              f"{first['throughput']:.1f} calls/s, errors {first['errors']}, server RSS {first['rss_mb']:.0f} MiB",
-             "", "| operation | calls | p50 ms | p95 ms | p99 ms | errors |", "| --- | ---: | ---: | ---: | ---: | ---: |"]
+             "", "| operation | calls | p50 ms | p95 ms | p99 ms | errors |",
+             "| --- | ---: | ---: | ---: | ---: | ---: |"]
     for name, row in first["per_op"].items():
         lines.append(f"| {name} | {row['calls']} | {row['p50']:.1f} | {row['p95']:.1f} | {row['p99']:.1f} "
                      f"| {row['errors']} |")
