@@ -5,11 +5,10 @@ from __future__ import annotations
 import asyncio
 import os
 
+from alembic import context
 from sqlalchemy import pool, text
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import create_async_engine
-
-from alembic import context
 
 config = context.config
 MIGRATION_LOCK = 7_401_339_113

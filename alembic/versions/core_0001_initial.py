@@ -7,9 +7,8 @@ Create Date: 2026-11-22
 from collections.abc import Sequence
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql
-
 from alembic import op
+from sqlalchemy.dialects import postgresql
 
 revision: str = "core_0001"
 down_revision: str | None = None

@@ -9,12 +9,11 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy.ext.asyncio import create_async_engine
-
-from alembic import command
 
 ROOT = Path(__file__).resolve().parents[2]
 
