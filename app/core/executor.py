@@ -16,6 +16,7 @@ from sqlalchemy.exc import DBAPIError
 
 from app.core.context import AppState, CallContext, Principal, ProgressFn, _no_progress
 from app.core.db import is_connection_error
+from app.core.embedding import EmbeddingUnavailable
 from app.core.errors import (
     CairnError,
     Conflict,
@@ -79,6 +80,9 @@ def translate(exc: BaseException, name: str) -> CairnError:
         return exc
     if isinstance(exc, ValidationError):
         return validation_error(exc.errors(include_url=False))
+    if isinstance(exc, EmbeddingUnavailable):
+        log.warning("embedding provider unavailable during %s: %s", name, exc)
+        return Unavailable(f"The embedding provider is unavailable: {str(exc)[:200]}; no change was made")
     if is_connection_error(exc):
         log.warning("database unavailable during %s: %s", name, type(exc).__name__)
         return Unavailable("The database is unavailable; no change was made")

@@ -1,0 +1,34 @@
+"""Settings of the graph feature (environment variables prefixed CAIRN_GRAPH_)."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class GraphSettings(BaseSettings):
+    """Knobs of the knowledge graph: A/B ratio, limbic weights, feedback window, caps."""
+
+    model_config = SettingsConfigDict(env_prefix="CAIRN_GRAPH_", extra="ignore")
+
+    ab_limbic_ratio: float = Field(default=0.5, ge=0.0, le=1.0,
+                                   description="Share of search_semantic calls served with limbic re-ranking")
+    feedback_window_seconds: int = Field(default=900, ge=1,
+                                         description="A result re-opened within this window counts as relevant")
+    text_weight: float = Field(default=0.25, ge=0.0, description="Weight of the full-text score in relevance")
+    importance_weight: float = Field(default=0.3, ge=0.0)
+    importance_scale: float = Field(default=10.0, gt=0.0, description="Accesses that give importance 1-1/e")
+    temporal_weight: float = Field(default=0.25, ge=0.0, le=1.0)
+    half_life_days: float = Field(default=30.0, gt=0.0)
+    cooc_weight: float = Field(default=0.2, ge=0.0)
+    cooc_scale: float = Field(default=5.0, gt=0.0)
+    candidate_multiplier: int = Field(default=4, ge=1, le=50)
+    cooc_top: int = Field(default=10, ge=2, le=50, description="Top results whose pairs count as co-occurring")
+
+
+@lru_cache(maxsize=1)
+def get_graph_settings() -> GraphSettings:
+    """The cached graph settings."""
+    return GraphSettings()

@@ -1,0 +1,230 @@
+"""search_semantic with limbic re-ranking, logging and feedback; lifecycle tools; reflections; maintenance."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import asyncpg
+import httpx
+import pytest
+
+from tests.conftest import PgCluster, RunningServer, error_of, mcp_client
+from tests.test_graph import API, PEOPLE, call, seed
+
+COMPONENTS = {"limbic_score", "relevance", "cosine_sim", "text_score", "importance", "temporal", "cooc_boost",
+              "rank", "baseline_rank", "access_count"}
+
+
+def test_worked_example_of_docs() -> None:
+    from app.graph import scoring
+    from app.graph.config import GraphSettings
+
+    cands = [scoring.Candidate(1, "Charles Babbage", "person", "activo", 0.62, 0.10, 5, 15.0),
+             scoring.Candidate(2, "Difference Engine", "machine", "activo", 0.70, 0.05, 0, 2.0),
+             scoring.Candidate(3, "Ada Lovelace", "person", "activo", 0.55, 0.0, 2, 1.0)]
+    out = {c.name: c for c in scoring.score(cands, [(1, 3, 3)], GraphSettings())}
+    assert [round(out[n].limbic_score, 4) for n in ("Charles Babbage", "Difference Engine", "Ada Lovelace")] == [
+        0.7286, 0.7045, 0.6286]
+    assert [out[n].baseline_rank for n in ("Difference Engine", "Charles Babbage", "Ada Lovelace")] == [1, 2, 3]
+    assert round(out["Charles Babbage"].cooc_boost, 4) == 0.4512
+    assert math.isclose(scoring.ndcg([2], 10), 1 / math.log2(3)) and scoring.reciprocal_rank([3, 2]) == 0.5
+
+
+async def db(pg: PgCluster) -> asyncpg.Connection:
+    return await asyncpg.connect(pg.handle.libpq_uri(pg.database))
+
+
+async def test_search_semantic_logs_and_counts(server: RunningServer, pg: PgCluster) -> None:
+    async with mcp_client(server.url) as mcp:
+        await seed(mcp)
+        res = await call(mcp, "search_semantic", {"query": "who designed the early mechanical computer",
+                                                  "treatment": "limbic", "limit": 3})
+        assert res["treatment"] == "limbic" and res["engine"] == "hybrid" and res["event_id"] > 0
+        names = [h["name"] for h in res["results"]]
+        assert len(names) == 3 and "Sourdough" not in names
+        assert names[0] in {"Charles Babbage", "Analytical Engine"}
+        for h in res["results"]:
+            assert COMPONENTS <= set(h)
+            assert h["importance"] == 0 and h["access_count"] == 0 and h["cooc_boost"] == 0
+            assert math.isclose(h["relevance"], h["cosine_sim"] + 0.25 * h["text_score"], abs_tol=1e-5)
+        again = await call(mcp, "search_semantic", {"query": "who designed the early mechanical computer",
+                                                    "treatment": "baseline", "limit": 3})
+        assert again["treatment"] == "baseline"
+        assert [h["rank"] for h in again["results"]] == [h["baseline_rank"] for h in again["results"]]
+        first = again["results"][0]
+        assert first["access_count"] == 1 and math.isclose(first["importance"], 1 - math.exp(-0.1), abs_tol=1e-5)
+        assert first["cooc_boost"] > 0
+    conn = await db(pg)
+    try:
+        events = await conn.fetch("SELECT treatment, k_limit, num_results, engine_used FROM graph_search_events "
+                                  "ORDER BY event_id")
+        assert [(e["treatment"], e["num_results"]) for e in events] == [(1, 3), (0, 3)]
+        rows = await conn.fetch("SELECT rank, baseline_rank, limbic_score, cosine_sim, importance, temporal, "
+                                "cooc_boost, text_score FROM graph_search_results WHERE event_id = $1 ORDER BY rank",
+                                res["event_id"])
+        assert len(rows) == 3 and all(r["baseline_rank"] is not None and r["limbic_score"] is not None for r in rows)
+        assert math.isclose(rows[0]["limbic_score"], res["results"][0]["limbic_score"], abs_tol=1e-6)
+        counts = await conn.fetch("SELECT access_count FROM graph_entity_access")
+        assert sorted(c["access_count"] for c in counts)[-1] == 2
+        log = await conn.fetchval("SELECT sum(access_count) FROM graph_access_log")
+        assert log == 6
+        pairs = await conn.fetch("SELECT entity_a_id, entity_b_id, co_count FROM graph_cooccurrences")
+        assert pairs and all(p["entity_a_id"] < p["entity_b_id"] for p in pairs)
+    finally:
+        await conn.close()
+
+
+async def test_limbic_reranks_and_quality_report(server: RunningServer, rest: httpx.AsyncClient,
+                                                 pg: PgCluster) -> None:
+    ents = [{"name": f"Report {c}", "entityType": "doc", "observations": ["quarterly revenue summary for the board"]}
+            for c in ("A", "B")]
+    assert (await rest.post(f"{API}/entities", json={"entities": ents})).status_code == 200
+    q = {"query": "quarterly revenue summary", "limit": 2}
+    base = (await rest.post(f"{API}/search/semantic", json={**q, "treatment": "baseline"})).json()
+    second = base["results"][1]["name"]
+    conn = await db(pg)
+    try:
+        await conn.execute("UPDATE graph_entity_access SET access_count = 200 FROM graph_entities g "
+                           "WHERE g.id = entity_id AND g.name = $1", second)
+    finally:
+        await conn.close()
+    limbic = (await rest.post(f"{API}/search/semantic", json={**q, "treatment": "limbic"})).json()
+    top = limbic["results"][0]
+    assert top["name"] == second and top["rank"] == 1 and top["baseline_rank"] == 2
+    assert top["importance"] > 0.99 and top["limbic_score"] > limbic["results"][1]["limbic_score"]
+    # implicit feedback: opening the result at rank 2 of the limbic event marks it relevant
+    other = limbic["results"][1]["name"]
+    async with mcp_client(server.url) as mcp:
+        await call(mcp, "open_nodes", {"names": [other]})
+        report = await call(mcp, "search_quality_report", {"k": 5})
+    by = {t["treatment"]: t for t in report["treatments"]}
+    assert by["limbic"]["events"] == 1 and by["baseline"]["events"] == 1
+    # the open also re-accessed the baseline event's result (rank 1 there)
+    assert by["limbic"]["events_with_feedback"] == 1
+    assert math.isclose(by["limbic"]["ndcg_at_k"], 1 / math.log2(3), abs_tol=1e-5)
+    assert math.isclose(by["limbic"]["mrr"], 0.5) and math.isclose(by["limbic"]["mrr_baseline_order"], 1.0)
+    assert by["baseline"]["mrr"] == 1.0
+    r = await rest.get(f"{API}/search/quality", params={"k": 0})
+    assert r.status_code == 400 and r.json()["error"]["details"]["errors"][0]["field"] == "k"
+
+
+async def test_ab_ratio_assignment(server: RunningServer, rest: httpx.AsyncClient,
+                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    from app.graph.config import get_graph_settings
+
+    await rest.post(f"{API}/entities", json={"entities": PEOPLE})
+    settings = get_graph_settings()
+    monkeypatch.setattr(settings, "ab_limbic_ratio", 0.0)
+    r = (await rest.post(f"{API}/search/semantic", json={"query": "bread"})).json()
+    assert r["treatment"] == "baseline" and r["results"][0]["name"] == "Sourdough"
+    monkeypatch.setattr(settings, "ab_limbic_ratio", 1.0)
+    assert (await rest.post(f"{API}/search/semantic", json={"query": "bread"})).json()["treatment"] == "limbic"
+
+
+async def _vector_head(pg: PgCluster, name: str) -> list[float]:
+    conn = await db(pg)
+    try:
+        text = await conn.fetchval("SELECT e.embedding::text FROM graph_embeddings e JOIN graph_entities g "
+                                   "ON g.id = e.owner_id WHERE g.name = $1", name)
+    finally:
+        await conn.close()
+    return [float(x) for x in text.strip("[]").split(",")[:8]]
+
+
+async def _expect_embedding(mcp: Any, pg: PgCluster, name: str, snapshot: str) -> None:
+    head = (await call(mcp, "embed", {"text": snapshot}))["head"]
+    stored = await _vector_head(pg, name)
+    assert all(abs(a - b) < 2e-4 for a, b in zip(head, stored, strict=True)), (head, stored)
+
+
+async def test_lifecycle_history_and_embedding_snapshots(server: RunningServer, pg: PgCluster) -> None:
+    async with mcp_client(server.url) as mcp:
+        await seed(mcp)
+        await _expect_embedding(mcp, pg, "Ada Lovelace", "Ada Lovelace (person): Wrote the first published "
+                                "algorithm for a machine | Worked with Charles Babbage")
+        sup = await call(mcp, "supersede_observation", {"entity_name": "Ada Lovelace",
+                                                        "old_content": "Worked with Charles Babbage",
+                                                        "new_content": "Corresponded with Charles Babbage",
+                                                        "kind": "milestone"})
+        assert sup["superseded"]["superseded_at"] is not None
+        assert sup["current"]["supersedes"] == sup["superseded"]["id"]
+        assert sup["current"]["kind"] == "milestone"
+        await _expect_embedding(mcp, pg, "Ada Lovelace", "Ada Lovelace (person): Wrote the first published "
+                                "algorithm for a machine | Corresponded with Charles Babbage")
+        err = error_of(await mcp.call_tool("supersede_observation", {
+            "entity_name": "Ada Lovelace", "observation_id": sup["superseded"]["id"], "new_content": "x"}))
+        assert err["code"] == 4090
+        err = error_of(await mcp.call_tool("supersede_observation", {"entity_name": "Ada Lovelace",
+                                                                     "new_content": "x"}))
+        assert err["code"] == 4001
+        err = error_of(await mcp.call_tool("supersede_observation", {"entity_name": "Nobody", "old_content": "a",
+                                                                     "new_content": "x"}))
+        assert err["code"] == 4002
+        opened = await call(mcp, "open_nodes", {"names": ["Ada Lovelace"]})
+        assert opened["entities"][0]["observations"] == ["Wrote the first published algorithm for a machine",
+                                                         "Corresponded with Charles Babbage"]
+        ended = await call(mcp, "end_relation", {"from": "Ada Lovelace", "to": "Charles Babbage",
+                                                 "relationType": "worked with"})
+        assert ended["relation"]["active"] is False and ended["relation"]["ended_at"]
+        assert error_of(await mcp.call_tool("end_relation", {"from": "Ada Lovelace", "to": "Sourdough",
+                                                             "relationType": "x"}))["code"] == 4002
+        graph = await call(mcp, "read_graph", {})
+        assert graph["relations"] == [{"from": "Charles Babbage", "to": "Analytical Engine",
+                                       "relationType": "designed"}] and graph["total_relations"] == 1
+        status = await call(mcp, "set_entity_status", {"entity_name": "Ada Lovelace", "status": "archivado"})
+        assert status == {"name": "Ada Lovelace", "status": "archivado", "previous_status": "activo"}
+        refl = await call(mcp, "add_reflection", {"target_type": "entity", "target_name": "Ada Lovelace",
+                                                  "content": "Her notes anticipated general-purpose computing",
+                                                  "mood": "admiring"})
+        assert refl["author"] == "sofia" and refl["target_name"] == "Ada Lovelace"
+        await call(mcp, "add_reflection", {"content": "Baking bread is a patient craft", "author": "ops"})
+        err = error_of(await mcp.call_tool("add_reflection", {"target_type": "entity", "content": "x"}))
+        assert err["code"] == 4001 and err["details"]["errors"][0]["field"] == "target_name"
+        hist = await call(mcp, "get_entity_history", {"entity_name": "Ada Lovelace"})
+        assert hist["entity"]["status"] == "archivado"
+        assert [o["superseded_at"] is None for o in hist["observations"]] == [True, False, True]
+        assert len(hist["relations"]) == 1 and hist["relations"][0]["active"] is False
+        assert hist["reflections"][0]["content"].startswith("Her notes")
+        found = await call(mcp, "search_reflections", {"query": "computing pioneers notes"})
+        assert found["results"][0]["id"] == refl["id"] and found["results"][0]["cosine_sim"] > 0
+        only_ops = await call(mcp, "search_reflections", {"query": "computing", "author": "ops"})
+        assert [r["author"] for r in only_ops["results"]] == ["ops"]
+        revived = await call(mcp, "create_relations", {"relations": [
+            {"from": "Ada Lovelace", "to": "Charles Babbage", "relationType": "worked with"}]})
+        assert len(revived["relations"]) == 1
+        stats = await call(mcp, "graph_stats", {})
+        assert stats["entities"] == 4 and stats["relations"] == 2 and stats["ended_relations"] == 0
+        assert stats["superseded_observations"] == 1 and stats["reflections"] == 2
+        assert stats["entities_with_embedding"] == 4
+        assert {"entityType": "archivado", "count": 1} in stats["by_status"]
+
+
+async def test_duplicates_and_consolidate(server: RunningServer, rest: httpx.AsyncClient, pg: PgCluster) -> None:
+    await rest.post(f"{API}/entities", json={"entities": [
+        {"name": "Server", "entityType": "system", "observations": [
+            "The API server listens on port 8080", "The API server listens on port 8080.",
+            "Backups run nightly at two in the morning"]},
+        {"name": "Other", "entityType": "system", "observations": ["The API server listens on port 8080"]}]})
+    dup = (await rest.post(f"{API}/observations/duplicates", json={})).json()
+    assert dup["flagged"] == 1, dup
+    assert len(dup["pairs"]) == 1 and dup["scanned_observations"] == 4
+    pair = dup["pairs"][0]
+    assert pair["entity_name"] == "Server" and pair["duplicate"]["content"].endswith("8080.")
+    conn = await db(pg)
+    try:
+        await conn.execute("INSERT INTO graph_entity_access (entity_id, access_count, last_access) "
+                           "SELECT id, 10, now() - interval '100 days' FROM graph_entities WHERE name = 'Other'")
+        dry = (await rest.post(f"{API}/consolidate", json={})).json()
+        assert dry["dry_run"] is True and dry["merged_count"] == 1 and dry["decayed_entities"] == 1
+        assert await conn.fetchval("SELECT count(*) FROM graph_observations WHERE superseded_at IS NOT NULL") == 0
+        done = (await rest.post(f"{API}/consolidate", json={"dry_run": False})).json()
+        assert done["merged_count"] == 1 and done["reembedded_entities"] == 1
+        assert await conn.fetchval("SELECT access_count FROM graph_entity_access") == 5
+    finally:
+        await conn.close()
+    opened = (await rest.post(f"{API}/nodes/open", json={"names": ["Server"]})).json()
+    assert opened["entities"][0]["observations"] == ["The API server listens on port 8080",
+                                                     "Backups run nightly at two in the morning"]
+    again = (await rest.post(f"{API}/consolidate", json={"dry_run": False})).json()
+    assert again["merged_count"] == 0
