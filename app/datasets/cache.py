@@ -1,0 +1,193 @@
+"""Result cache, in memory (LRU) and on disk (one JSON file per key beside the stored results).
+
+A key is the SHA-256 of the normalised query (DuckDB tokens re-joined, comments dropped, keywords
+lower-cased), the inputs' view definitions, the options that change the answer, and each input file's
+fingerprint (path, size, mtime). A changed file therefore never hits an old entry. Entries expire
+after a TTL; stored results are swept oldest first when they pass the size cap.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import json
+import os
+import threading
+import time
+from collections import OrderedDict
+from pathlib import Path
+from typing import Any
+
+import duckdb
+
+from app.core.errors import CacheError
+
+
+def normalize_sql(sql: str) -> str:
+    """The query's tokens joined by one space, keywords lower-cased, comments dropped."""
+    try:
+        tokens = duckdb.tokenize(sql)
+    except duckdb.Error:
+        return " ".join(sql.split())
+    parts: list[str] = []
+    for i, (start, ttype) in enumerate(tokens):
+        end = tokens[i + 1][0] if i + 1 < len(tokens) else len(sql)
+        piece = sql[start:end].strip()
+        name = getattr(ttype, "name", str(ttype))
+        if name == "comment" or not piece:
+            continue
+        parts.append(piece.lower() if name == "keyword" else piece)
+    return " ".join(parts)
+
+
+def fingerprint(paths: list[Path]) -> list[list[Any]]:
+    """(path, size, mtime_ns) of each file."""
+    out: list[list[Any]] = []
+    for p in sorted(set(paths)):
+        try:
+            st = p.stat()
+            out.append([str(p), st.st_size, st.st_mtime_ns])
+        except OSError:
+            out.append([str(p), -1, -1])
+    return out
+
+
+def make_key(kind: str, **parts: Any) -> str:
+    """A stable cache key."""
+    blob = json.dumps({"kind": kind, **parts}, sort_keys=True, default=str)
+    return f"{kind}:" + hashlib.sha256(blob.encode()).hexdigest()[:40]
+
+
+class Cache:
+    """Memory + disk cache of small JSON entries (results themselves are Parquet files)."""
+
+    def __init__(self, directory: Path, results: Path, ttl: float, max_bytes: int, memory_entries: int) -> None:
+        self.dir = directory
+        self.results = results
+        self.ttl = ttl
+        self.max_bytes = max_bytes
+        self.memory_entries = memory_entries
+        self._mem: OrderedDict[str, dict[str, Any]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def _file(self, key: str) -> Path:
+        return self.dir / (key.replace(":", "_") + ".json")
+
+    def get(self, key: str) -> dict[str, Any] | None:
+        """The live entry for `key`, or None (expired entries are dropped)."""
+        now = time.time()
+        with self._lock:
+            entry = self._mem.get(key)
+            if entry is not None:
+                self._mem.move_to_end(key)
+        if entry is None:
+            try:
+                entry = json.loads(self._file(key).read_text())
+            except (OSError, ValueError):
+                return None
+            with self._lock:
+                self._remember(key, entry)
+        if entry.get("expires_at", 0) < now or not self._result_ok(entry):
+            self.remove([key])
+            return None
+        return entry
+
+    def _result_ok(self, entry: dict[str, Any]) -> bool:
+        path = entry.get("result_path")
+        return path is None or Path(path).is_file()
+
+    def _remember(self, key: str, entry: dict[str, Any]) -> None:
+        self._mem[key] = entry
+        self._mem.move_to_end(key)
+        while len(self._mem) > self.memory_entries:
+            self._mem.popitem(last=False)
+
+    def put(self, key: str, entry: dict[str, Any]) -> None:
+        """Store an entry (memory and disk)."""
+        entry = {**entry, "key": key, "created_at": time.time(), "expires_at": time.time() + self.ttl}
+        try:
+            tmp = self._file(key).with_suffix(".tmp")
+            tmp.write_text(json.dumps(entry, default=str))
+            tmp.replace(self._file(key))
+        except OSError as exc:
+            raise CacheError(f"Could not write the cache entry: {exc.strerror}") from None
+        with self._lock:
+            self._remember(key, entry)
+
+    def entries(self) -> list[dict[str, Any]]:
+        """Every entry on disk (bounded by the cache size)."""
+        out: list[dict[str, Any]] = []
+        for f in self.dir.glob("*.json"):
+            try:
+                out.append(json.loads(f.read_text()))
+            except (OSError, ValueError):
+                continue
+        return out
+
+    def remove(self, keys: list[str]) -> None:
+        """Drop entries by key."""
+        with self._lock:
+            for k in keys:
+                self._mem.pop(k, None)
+        for k in keys:
+            try:
+                self._file(k).unlink()
+            except FileNotFoundError:
+                pass
+
+    def invalidate(self, pattern: str | None, files: list[str] | None) -> list[str]:
+        """Remove entries whose key or label matches `pattern` (shell wildcards) or that read one of
+        `files`. Returns the removed keys."""
+        wanted = set(files or [])
+        removed: list[str] = []
+        for entry in self.entries():
+            key = str(entry.get("key", ""))
+            label = str(entry.get("label") or "")
+            hit = False
+            if pattern is not None and (fnmatch.fnmatchcase(key, pattern)
+                                        or (label and fnmatch.fnmatchcase(label, pattern))):
+                hit = True
+            if wanted and any(f[0] in wanted for f in entry.get("files", [])):
+                hit = True
+            if hit:
+                removed.append(key)
+        self.remove(removed)
+        return removed
+
+    def sweep(self, result_ttl: float) -> int:
+        """Delete stored results older than `result_ttl` and the oldest beyond the size cap."""
+        now = time.time()
+        files: list[tuple[float, int, Path]] = []
+        for f in self.results.glob("*.parquet"):
+            try:
+                st = f.stat()
+            except OSError:
+                continue
+            files.append((st.st_mtime, st.st_size, f))
+        files.sort()
+        total = sum(s for _, s, _ in files)
+        deleted = 0
+        for mtime, size, f in files:
+            if now - mtime > result_ttl or total > self.max_bytes:
+                try:
+                    os.unlink(f)
+                    deleted += 1
+                    total -= size
+                except OSError:
+                    pass
+        return deleted
+
+
+_caches: dict[str, Cache] = {}
+_caches_lock = threading.Lock()
+
+
+def get_cache(work: Path, ttl: float, max_bytes: int, memory_entries: int) -> Cache:
+    """The process-wide cache of one work directory."""
+    key = str(work)
+    with _caches_lock:
+        cache = _caches.get(key)
+        if cache is None:
+            cache = Cache(work / "cache", work / "results", ttl, max_bytes, memory_entries)
+            _caches[key] = cache
+        return cache

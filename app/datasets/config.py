@@ -1,0 +1,90 @@
+"""Settings of the datasets feature, read from `CAIRN_*` environment variables."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+from typing import Annotated
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+
+class DatasetSettings(BaseSettings):
+    """Knobs of the analytics tools. `data_roots` empty means `<CAIRN_DATA_DIR>/datasets`."""
+
+    model_config = SettingsConfigDict(env_prefix="CAIRN_", env_file=".env", extra="ignore")
+
+    # Where datasets may be read from and exported to (comma-separated list of directories).
+    data_roots: Annotated[list[Path], NoDecode] = Field(default_factory=list)
+    # Where query results and the disk cache live (default `<CAIRN_DATA_DIR>/datasets-work`).
+    datasets_work_dir: Path | None = None
+
+    # DuckDB resource limits.
+    datasets_memory_limit: str = "2GB"
+    datasets_threads: int = 2
+    datasets_query_timeout_ms: int = 30_000
+    # DuckDB calls running at once in this process (each may use memory_limit); others wait their turn.
+    datasets_max_concurrency: int = 2
+
+    # Token budget of one response (counted with the all-MiniLM-L6-v2 WordPiece tokenizer).
+    datasets_max_tokens: int = 2000
+    datasets_max_tokens_cap: int = 20_000
+
+    # Results kept server-side under a query_id.
+    datasets_result_max_rows: int = 1_000_000
+    datasets_result_ttl_seconds: int = 24 * 3600
+
+    # Cache of query results and profiles.
+    datasets_cache_ttl_seconds: int = 3600
+    datasets_cache_max_bytes: int = 1024 * 1024 * 1024
+    datasets_cache_memory_entries: int = 256
+
+    # Upload route.
+    datasets_upload_max_bytes: int = 1024 * 1024 * 1024
+
+    # The python/pandas engine runs arbitrary code: off unless an operator turns it on.
+    datasets_python_enabled: bool = False
+    datasets_python_cpu_seconds: int = 30
+    datasets_python_memory_mb: int = 1024
+
+    # Charts.
+    datasets_chart_max_bytes: int = 48_000
+
+    @field_validator("data_roots", mode="before")
+    @classmethod
+    def _split(cls, value: object) -> object:
+        if isinstance(value, str):
+            sep = "," if "," in value else ":"
+            return [part.strip() for part in value.split(sep) if part.strip()]
+        return value
+
+
+@lru_cache(maxsize=1)
+def get_dataset_settings() -> DatasetSettings:
+    """The process-wide dataset settings, read once."""
+    return DatasetSettings()
+
+
+def data_roots(data_dir: Path) -> list[Path]:
+    """The effective data roots (created if missing), resolved to real absolute paths."""
+    cfg = get_dataset_settings()
+    roots = cfg.data_roots or [data_dir / "datasets"]
+    out: list[Path] = []
+    for root in roots:
+        path = Path(root).expanduser()
+        path.mkdir(parents=True, exist_ok=True)
+        real = path.resolve()
+        if real not in out:
+            out.append(real)
+    return out
+
+
+def work_dir(data_dir: Path) -> Path:
+    """The directory holding stored results and the disk cache."""
+    cfg = get_dataset_settings()
+    path = (cfg.datasets_work_dir or data_dir / "datasets-work").expanduser()
+    (path / "results").mkdir(parents=True, exist_ok=True)
+    (path / "cache").mkdir(parents=True, exist_ok=True)
+    (path / "tmp").mkdir(parents=True, exist_ok=True)
+    return path.resolve()

@@ -1,0 +1,342 @@
+"""DuckDB work, all synchronous: callers run these in a worker thread (`asyncio.to_thread`), one
+locked-down connection per call (see `sandbox`)."""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import decimal
+import difflib
+import math
+import re
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import duckdb
+
+from app.core.errors import (
+    CairnError,
+    EngineError,
+    Forbidden,
+    MemoryLimit,
+    NotFound,
+    QueryError,
+    SchemaError,
+    Timeout,
+)
+from app.datasets.sandbox import TimedOut, file_format, first_line, ident, locked_connection, run_with_timeout
+from app.datasets.sandbox import sql_string as lit
+
+T = TypeVar("T")
+CELL_CHARS = 300
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """Where DuckDB may read and write, and its limits."""
+
+    roots: list[Path]
+    work: Path
+    memory_limit: str
+    threads: int
+    timeout_s: float
+    concurrency: int = 2
+
+    @property
+    def results(self) -> Path:
+        return self.work / "results"
+
+    @property
+    def allowed(self) -> list[Path]:
+        return [*self.roots, self.results]
+
+
+@dataclass
+class Source:
+    """One input: a view name and the files (or glob pattern) behind it."""
+
+    name: str
+    pattern: str
+    files: list[Path]
+    fmt: str
+
+    def sql(self, sample_size: int | None = None) -> str:
+        """The DuckDB table function reading this source."""
+        if self.fmt == "parquet":
+            return f"read_parquet({lit(self.pattern)}, union_by_name = true)"
+        if self.fmt == "json":
+            return f"read_json_auto({lit(self.pattern)})"
+        opts = ", nullstr = ['', 'NA', 'N/A', 'NULL', 'null']"
+        opts += ", union_by_name = true" if len(self.files) > 1 else ""
+        if sample_size:
+            opts += f", sample_size = {int(sample_size)}"
+        return f"read_csv_auto({lit(self.pattern)}{opts})"
+
+
+def make_source(name: str, pattern: str, files: list[Path]) -> Source:
+    """A Source for a resolved pattern (the format comes from the first file)."""
+    return Source(name=name, pattern=pattern, files=files, fmt=file_format(str(files[0]) if files else pattern))
+
+
+# ---------------------------------------------------------------------------------------------- values
+
+
+def jsonable(value: Any) -> Any:
+    """A JSON-safe, bounded version of a DuckDB value."""
+    if value is None or isinstance(value, bool | int | str):
+        if isinstance(value, str) and len(value) > CELL_CHARS:
+            return value[:CELL_CHARS] + "…"
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, decimal.Decimal):
+        f = float(value)
+        return f if math.isfinite(f) else None
+    if isinstance(value, dt.datetime | dt.date | dt.time):
+        return value.isoformat()
+    if isinstance(value, dt.timedelta):
+        return str(value)
+    if isinstance(value, uuid.UUID):
+        return str(value)
+    if isinstance(value, bytes | bytearray | memoryview):
+        raw = bytes(value)
+        return "base64:" + base64.b64encode(raw[:96]).decode() + ("…" if len(raw) > 96 else "")
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in list(value.items())[:50]}
+    if isinstance(value, list | tuple):
+        return [jsonable(v) for v in value[:50]]
+    return str(value)[:CELL_CHARS]
+
+
+def rows_as_dicts(columns: list[str], rows: list[tuple[Any, ...]]) -> list[dict[str, Any]]:
+    """Rows as JSON-safe dicts."""
+    return [{c: jsonable(v) for c, v in zip(columns, row, strict=False)} for row in rows]
+
+
+def human_bytes(n: float) -> str:
+    """1536 -> '1.5 KB'."""
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if abs(n) < 1024 or unit == "TB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TB"
+
+
+# ---------------------------------------------------------------------------------------------- errors
+
+
+def _columns_of(con: duckdb.DuckDBPyConnection, sources: list[Source]) -> list[str]:
+    names: list[str] = []
+    for src in sources:
+        try:
+            names += [r[0] for r in con.execute(f"DESCRIBE {ident(src.name)}").fetchall()]
+        except duckdb.Error:
+            continue
+    return names
+
+
+_MISSING_COLUMN = re.compile(r'column "?([^"\s]+)"? not found', re.I)
+
+
+def translate(exc: BaseException, known_columns: list[str] | None = None) -> CairnError:
+    """A DuckDB exception as the caller's error, with bounded text and suggestions."""
+    if isinstance(exc, CairnError):
+        return exc
+    if isinstance(exc, TimedOut):
+        return Timeout("The query exceeded its time limit and was interrupted",
+                       suggestions=["Filter or aggregate more, or query a Parquet copy of the data",
+                                    "Raise CAIRN_DATASETS_QUERY_TIMEOUT_MS if this is expected"])
+    msg = first_line(str(exc))
+    if isinstance(exc, duckdb.PermissionException):
+        return Forbidden(f"Access refused by the sandbox: {msg}",
+                         suggestions=["Only files inside the data roots can be read"])
+    if isinstance(exc, duckdb.OutOfMemoryException):
+        return MemoryLimit(f"The query ran out of memory: {msg}",
+                           suggestions=["Aggregate or filter before selecting many columns",
+                                        "Raise CAIRN_DATASETS_MEMORY_LIMIT"])
+    if isinstance(exc, duckdb.InterruptException):
+        return Timeout("The query was interrupted")
+    if isinstance(exc, duckdb.BinderException):
+        m = _MISSING_COLUMN.search(str(exc))
+        if m:
+            missing = m.group(1)
+            close = difflib.get_close_matches(missing, known_columns or [], n=3, cutoff=0.6)
+            text = f"Column '{missing}' not found."
+            if close:
+                text += f" Did you mean '{close[0]}'?"
+            return SchemaError(text, suggestions=["Check column names with profile_dataset",
+                                                  *([f"Known columns include: {', '.join(close)}"] if close else [])])
+        return SchemaError(msg, suggestions=["Check column names and types with profile_dataset"])
+    if isinstance(exc, duckdb.CatalogException):
+        return SchemaError(msg, suggestions=["Tables are the names of the `files` you pass (see views in the "
+                                             "result) or read_csv_auto('file.csv') calls"])
+    if isinstance(exc, duckdb.ParserException):
+        return QueryError(f"Syntax error: {msg}", suggestions=["Check the SQL syntax (DuckDB dialect)"])
+    if isinstance(exc, duckdb.IOException):
+        if "No files found" in str(exc) or "No such file" in str(exc):
+            return NotFound(msg, suggestions=["list_datasets shows the available files"])
+        return EngineError(f"Could not read the data: {msg}")
+    if isinstance(exc, duckdb.ConversionException | duckdb.InvalidInputException | duckdb.InvalidTypeException):
+        return QueryError(msg)
+    if isinstance(exc, duckdb.Error):
+        return EngineError(f"DuckDB failed: {msg}")
+    raise exc
+
+
+def _prepare_views(sources: list[Source], result_views: dict[str, Path],
+                   sample_size: int | None = None) -> Callable[[duckdb.DuckDBPyConnection], None]:
+    def prepare(con: duckdb.DuckDBPyConnection) -> None:
+        for src in sources:
+            con.execute(f"CREATE VIEW {ident(src.name)} AS SELECT * FROM {src.sql(sample_size)}")
+        for name, path in result_views.items():
+            con.execute(f"CREATE VIEW {ident(name)} AS SELECT * FROM read_parquet({lit(str(path))})")
+    return prepare
+
+
+_slots: dict[int, threading.BoundedSemaphore] = {}
+_slots_lock = threading.Lock()
+
+
+def _slot(limit: int) -> threading.BoundedSemaphore:
+    with _slots_lock:
+        if limit not in _slots:
+            _slots[limit] = threading.BoundedSemaphore(max(1, limit))
+        return _slots[limit]
+
+
+def run_locked(cfg: EngineConfig, sources: list[Source], fn: Callable[[duckdb.DuckDBPyConnection], T], *,
+               result_views: dict[str, Path] | None = None, sample_size: int | None = None,
+               threads: int | None = None) -> T:
+    """Open a locked connection with views over `sources`, run `fn` under the watchdog. At most
+    `concurrency` calls hold a connection at once; the time limit counts from when a call gets one."""
+    with _slot(cfg.concurrency):
+        return _run_locked(cfg, sources, fn, result_views=result_views, sample_size=sample_size, threads=threads)
+
+
+def _run_locked(cfg: EngineConfig, sources: list[Source], fn: Callable[[duckdb.DuckDBPyConnection], T], *,
+                result_views: dict[str, Path] | None, sample_size: int | None, threads: int | None) -> T:
+    known: list[str] = []
+    try:
+        with locked_connection(cfg.allowed, memory_limit=cfg.memory_limit, threads=threads or cfg.threads,
+                               temp_dir=cfg.work / "tmp",
+                               prepare=_prepare_views(sources, result_views or {}, sample_size)) as con:
+            try:
+                value, _ = run_with_timeout(con, cfg.timeout_s, lambda: fn(con))
+                return value
+            except (duckdb.BinderException, duckdb.CatalogException):
+                known = _columns_of(con, sources)
+                raise
+    except BaseException as exc:
+        raise translate(exc, known) from None
+
+
+# ---------------------------------------------------------------------------------------------- query
+
+
+@dataclass
+class StoredResult:
+    """A query result written to the result store."""
+
+    path: Path
+    columns: list[str]
+    types: list[str]
+    rows_stored: int
+    rows_total: int
+    elapsed_ms: int
+    stored_truncated: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def execute_to_store(cfg: EngineConfig, sql: str, sources: list[Source], result_views: dict[str, Path],
+                     dest: Path, max_rows: int) -> StoredResult:
+    """Run a checked SELECT and store up to `max_rows` rows as Parquet at `dest`."""
+    started = time.perf_counter()
+
+    def work(con: duckdb.DuckDBPyConnection) -> StoredResult:
+        rel = con.sql(sql)
+        if rel is None:
+            raise QueryError("The statement returned no result")
+        columns, types = list(rel.columns), [str(t) for t in rel.types]
+        tmp = dest.with_suffix(".tmp")
+        rel.limit(max_rows).write_parquet(str(tmp), compression="zstd")
+        stored = int(con.execute(f"SELECT count(*) FROM read_parquet({lit(str(tmp))})").fetchone()[0])  # type: ignore[index]
+        total = stored
+        if stored >= max_rows:
+            total = int(con.execute(f"SELECT count(*) FROM (\n{sql}\n)").fetchone()[0])  # type: ignore[index]
+        tmp.replace(dest)
+        return StoredResult(path=dest, columns=columns, types=types, rows_stored=stored, rows_total=total,
+                            elapsed_ms=0, stored_truncated=total > stored)
+
+    result = run_locked(cfg, sources, work, result_views=result_views)
+    result.elapsed_ms = int((time.perf_counter() - started) * 1000)
+    return result
+
+
+def read_rows(path: Path, offset: int, limit: int, columns: list[str] | None = None) -> list[dict[str, Any]]:
+    """Rows `offset..offset+limit` of a stored result."""
+    con = duckdb.connect(":memory:", config={"autoload_known_extensions": False, "threads": 1})
+    try:
+        cols = ", ".join(ident(c) for c in columns) if columns else "*"
+        rel = con.execute(f"SELECT {cols} FROM read_parquet({lit(str(path))}) LIMIT {int(limit)} OFFSET {int(offset)}")
+        names = [d[0] for d in rel.description or []]
+        return rows_as_dicts(names, rel.fetchall())
+    except duckdb.IOException:
+        raise NotFound("The stored result is gone (expired or evicted)",
+                       suggestions=["Run the query again to get a new query_id"]) from None
+    finally:
+        con.close()
+
+
+def summarize_stored(path: Path, offset: int = 0, max_columns: int = 40) -> dict[str, Any]:
+    """A compact per-column summary of a stored result from row `offset` on."""
+    con = duckdb.connect(":memory:", config={"autoload_known_extensions": False, "threads": 2})
+    try:
+        src = f"SELECT * FROM read_parquet({lit(str(path))}) OFFSET {int(offset)}" if offset else \
+            f"SELECT * FROM read_parquet({lit(str(path))})"
+        rows = con.execute(f"SUMMARIZE {src}").fetchall()
+        count = int(con.execute(f"SELECT count(*) FROM ({src})").fetchone()[0])  # type: ignore[index]
+    except duckdb.Error as exc:
+        raise translate(exc) from None
+    finally:
+        con.close()
+    cols: dict[str, Any] = {}
+    for r in rows[:max_columns]:
+        name, ctype, cmin, cmax, approx, avg, std = r[0], r[1], r[2], r[3], r[4], r[5], r[6]
+        entry: dict[str, Any] = {"type": ctype, "min": _short(cmin), "max": _short(cmax),
+                                 "distinct": approx, "null_pct": jsonable(r[11])}
+        if _numeric(ctype):
+            entry["min"], entry["max"] = _round(cmin), _round(cmax)
+        if avg is not None and _numeric(ctype):
+            entry["mean"] = _round(avg)
+            entry["std"] = _round(std)
+        cols[name] = entry
+    return {"rows": count, "from_row": offset, "columns": cols,
+            **({"columns_omitted": len(rows) - max_columns} if len(rows) > max_columns else {})}
+
+
+def _short(value: Any) -> Any:
+    v = jsonable(value)
+    return v[:40] + "…" if isinstance(v, str) and len(v) > 40 else v
+
+
+def _round(value: Any) -> Any:
+    try:
+        f = float(value)
+    except (TypeError, ValueError):
+        return None
+    if not math.isfinite(f):
+        return None
+    return float(f"{f:.6g}")
+
+
+_NUMERIC = ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT", "UINTEGER",
+            "UBIGINT", "UHUGEINT", "FLOAT", "DOUBLE", "REAL")
+
+
+def _numeric(ctype: str) -> bool:
+    return ctype.upper() in _NUMERIC or ctype.upper().startswith("DECIMAL")

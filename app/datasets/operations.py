@@ -1,0 +1,111 @@
+"""The datasets tools: profile, query, sample, page, export, cache, registry (seed 002)."""
+
+from __future__ import annotations
+
+from app.core.context import CallContext
+from app.core.registry import OperationSet
+from app.datasets import service
+from app.datasets.schemas import (
+    ExportIn,
+    ExportOut,
+    InvalidateIn,
+    InvalidateOut,
+    ListDatasetsIn,
+    ListDatasetsOut,
+    ProfileIn,
+    ProfileOut,
+    QueryIn,
+    QueryOut,
+    RegisterIn,
+    RegisterOut,
+    ResultPageIn,
+    ResultPageOut,
+    SampleIn,
+    SampleOut,
+)
+
+ops = OperationSet("datasets")
+
+
+@ops.operation(name="profile_dataset", input=ProfileIn, output=ProfileOut, path="/datasets/profile",
+               read_only=True, long_running=True)
+async def profile_dataset(ctx: CallContext, args: ProfileIn) -> ProfileOut:
+    """Profile a CSV/Parquet/JSON dataset without loading it into context: per-column type, null %,
+    distinct count, sample values and (compute_stats) min/max/mean/quartiles/top categories, plus row
+    count, file size, memory estimate, a 0..1 quality score and recommendations. The file is streamed
+    in one pass by DuckDB. `file_path` is a path or glob inside the data roots, or a registered dataset
+    name. The answer fits `max_tokens` (details dropped first, `truncated` set); cached by file
+    fingerprint."""
+    await ctx.progress(0, 1, "profiling")
+    out = await service.profile_dataset(ctx, args)
+    await ctx.progress(1, 1, "done")
+    return out
+
+
+@ops.operation(name="execute_query", input=QueryIn, output=QueryOut, path="/datasets/query", read_only=True,
+               long_running=True)
+async def execute_query(ctx: CallContext, args: QueryIn) -> QueryOut:
+    """Run a read-only analytical query over dataset files and return a bounded answer.
+
+    query_type 'sql' runs on DuckDB (read_csv_auto / read_parquet / read_json_auto, globs, joins,
+    window functions); each entry of `files` becomes a view (dataset name, file stem or query_id; a
+    single input is also `data`). Only one SELECT / WITH / DESCRIBE / SUMMARIZE / EXPLAIN statement is
+    accepted; files outside the data roots, COPY, ATTACH, INSTALL/LOAD, SET and read_text are refused,
+    and a time limit interrupts long queries (5003). query_type 'polars_expr' is a restricted
+    expression language compiled to SQL; 'python' is off unless the operator enables it.
+    The full result is kept server-side under `query_id` (page it with get_result, export it with
+    export_result, or use the query_id as a table name later). The response fits `max_tokens`:
+    fewer rows, then rows plus a summary of the rest, then a summary alone (`truncated`,
+    `degradation`, `rows_total`, `context_tokens_used`). Identical queries on unchanged files are
+    answered from the cache (`summary.cache_hit`)."""
+    await ctx.progress(0, 1, "running query")
+    out = await service.execute_query(ctx, args)
+    await ctx.progress(1, 1, "done")
+    return out
+
+
+@ops.operation(name="get_result", input=ResultPageIn, output=ResultPageOut, path="/datasets/results/{query_id}",
+               method="GET", read_only=True)
+async def get_result(ctx: CallContext, args: ResultPageIn) -> ResultPageOut:
+    """Page through a stored query result by query_id (offset/limit, bounded by max_tokens) without
+    re-running the query."""
+    return await service.get_result(ctx, args)
+
+
+@ops.operation(name="stream_sample", input=SampleIn, output=SampleOut, path="/datasets/sample", read_only=True)
+async def stream_sample(ctx: CallContext, args: SampleIn) -> SampleOut:
+    """Draw representative rows from a dataset: head, random (seeded, reproducible), stratified (every
+    group of stratify_column represented) or systematic (every k-th row); `columns` projects. Streams
+    the file; bounded by sample_size and max_tokens."""
+    return await service.stream_sample(ctx, args)
+
+
+@ops.operation(name="export_result", input=ExportIn, output=ExportOut, path="/datasets/export",
+               idempotent=False)
+async def export_result(ctx: CallContext, args: ExportIn) -> ExportOut:
+    """Write a stored query result (query_id) as parquet, csv, json or xlsx into a directory inside a
+    data root, optionally partitioned by a column and compressed; returns the files created and their
+    sizes. Existing files are kept unless overwrite is true."""
+    return await service.export_result(ctx, args)
+
+
+@ops.operation(name="cache_invalidate", input=InvalidateIn, output=InvalidateOut, path="/datasets/cache/invalidate",
+               destructive=True, idempotent=True)
+async def cache_invalidate(ctx: CallContext, args: InvalidateIn) -> InvalidateOut:
+    """Drop cached query results and profiles by key or label pattern (wildcards) or by input file."""
+    return await service.cache_invalidate(ctx, args)
+
+
+@ops.operation(name="list_datasets", input=ListDatasetsIn, output=ListDatasetsOut, path="/datasets", method="GET",
+               read_only=True)
+async def list_datasets(ctx: CallContext, args: ListDatasetsIn) -> ListDatasetsOut:
+    """List registered datasets (paginated) and the data files found in the data roots (capped)."""
+    return await service.list_datasets(ctx, args)
+
+
+@ops.operation(name="register_dataset", input=RegisterIn, output=RegisterOut, path="/datasets/register",
+               idempotent=True)
+async def register_dataset(ctx: CallContext, args: RegisterIn) -> RegisterOut:
+    """Give a file or glob inside the data roots a name, usable as file_path and as a view in SQL.
+    (Remote clients upload files with the REST route POST /api/v1/datasets/upload.)"""
+    return await service.register_dataset(ctx, args)

@@ -1,0 +1,156 @@
+"""The python/pandas engine: operator-enabled only, run in a separate process.
+
+The child process (`python -I`) gets:
+- CPU-time, address-space and file-size limits (`RLIMIT_CPU`, `RLIMIT_AS`, `RLIMIT_FSIZE`) and a
+  wall-clock limit enforced by the parent (killed → 5003);
+- no network: a new, empty network namespace (`unshare(CLONE_NEWNET)`, or with a user namespace when
+  the server is unprivileged); where neither is possible, every socket operation is refused by an
+  audit hook;
+- an audit hook that refuses subprocesses, `os.system`/`exec*`/`fork`, `ctypes`, file writes and
+  deletions, and reads outside the data roots and the Python installation;
+- a locked DuckDB connection `con` with the input views (the same sandbox as SQL); the `duckdb`
+  module itself is not importable by the code. `pd` is pandas when it is installed.
+
+The code sets `result` to a DuckDB relation, a pandas DataFrame, a list of dicts or a dict of lists;
+the child stores it as the Parquet result. Python-level isolation is defence in depth, not a
+security boundary against a determined attacker: enable this engine only for trusted callers.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from app.core.errors import EngineError, QueryError, Timeout
+from app.datasets.engine import EngineConfig, Source
+
+CHILD = r'''
+import ctypes, json, os, resource, sys
+spec = json.loads(sys.stdin.read())
+cpu, mem = spec["cpu_seconds"], spec["memory_mb"] * 1024 * 1024
+resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
+resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
+resource.setrlimit(resource.RLIMIT_FSIZE, (spec["max_file_bytes"], spec["max_file_bytes"]))
+isolated = False
+try:
+    libc = ctypes.CDLL(None, use_errno=True)
+    isolated = libc.unshare(0x40000000) == 0 or libc.unshare(0x10000000 | 0x40000000) == 0
+except Exception:
+    isolated = False
+import duckdb
+try:
+    import pandas as pd
+except Exception:
+    pd = None
+con = duckdb.connect(":memory:", config={"autoinstall_known_extensions": False,
+                                          "autoload_known_extensions": False,
+                                          "memory_limit": spec["duckdb_memory"], "threads": 1})
+allowed = ", ".join("'" + d.replace("'", "''").rstrip("/") + "/'" for d in spec["allowed"])
+con.execute(f"SET allowed_directories = [{allowed}]")
+for name, sql in spec["views"].items():
+    con.execute(f'CREATE VIEW "{name}" AS SELECT * FROM {sql}')
+con.execute("SET enable_external_access = false")
+con.execute("SET lock_configuration = true")
+dest = spec["dest"]
+readable = tuple(os.path.realpath(p) + os.sep for p in spec["allowed"] + [sys.prefix, sys.base_prefix,
+                 sys.exec_prefix, os.path.dirname(os.__file__)])
+DENY = ("socket.", "subprocess.", "os.system", "os.exec", "os.spawn", "os.posix_spawn", "os.fork", "os.forkpty",
+        "os.kill", "os.killpg", "os.putenv", "os.unsetenv", "ctypes.", "os.remove", "os.unlink", "os.rmdir",
+        "os.rename", "os.chmod", "os.chown", "os.mkdir", "os.symlink", "os.link", "os.truncate", "shutil.",
+        "urllib.", "http.", "ftplib.", "smtplib.", "webbrowser.", "os.chdir", "pty.", "os.listdir", "os.scandir",
+        "glob.", "os.walk")
+BLOCKED_MODULES = {"ctypes", "_ctypes", "socket", "_socket", "ssl", "subprocess", "_posixsubprocess",
+                   "multiprocessing", "duckdb", "_duckdb", "gc", "cffi", "pty"}
+state = {"armed": False}
+def hook(event, args):
+    if not state["armed"]:
+        return
+    if event.startswith(DENY):
+        raise PermissionError(f"{event} is not allowed in the python engine")
+    if event == "import" and args[0].split(".")[0] in BLOCKED_MODULES:
+        raise PermissionError(f"import {args[0]} is not allowed in the python engine")
+    if event == "open":
+        path, mode = args[0], args[1] or "r"
+        if isinstance(path, int):
+            return
+        real = os.path.realpath(os.fsdecode(path))
+        writing = any(ch in str(mode) for ch in "wax+") or (isinstance(args[2], int) and args[2] & 0o3)
+        if writing and real != dest:
+            raise PermissionError("writing files is not allowed in the python engine")
+        if not writing and not (real + os.sep).startswith(readable) and not real.startswith(readable):
+            raise PermissionError(f"reading {path!r} is not allowed (outside the data roots)")
+sys.addaudithook(hook)
+for mod in [m for m in sys.modules if m.split(".")[0] in BLOCKED_MODULES]:
+    sys.modules.pop(mod, None)
+namespace = {"con": con, "pd": pd, "inputs": spec["inputs"], "result": None, "__name__": "__cairn__"}
+code = compile(spec["code"], "<python query>", "exec")
+state["armed"] = True
+try:
+    exec(code, namespace)
+    result = namespace.get("result")
+    state["armed"] = False
+    if result is None:
+        raise ValueError("the code must set `result`")
+    if isinstance(result, list):
+        rel = con.sql("SELECT unnest($r, recursive := true)", params={"r": result}) if result else None
+        if rel is None:
+            raise ValueError("`result` is an empty list")
+    elif isinstance(result, dict) and pd is not None:
+        frame = pd.DataFrame(result)
+        rel = con.sql("SELECT * FROM frame")
+    elif pd is not None and isinstance(result, pd.DataFrame):
+        frame = result
+        rel = con.sql("SELECT * FROM frame")
+    else:
+        rel = result
+    rel.write_parquet(dest)
+    print(json.dumps({"ok": True, "isolated": isolated}))
+except BaseException as exc:
+    state["armed"] = False
+    print(json.dumps({"ok": False, "error": f"{type(exc).__name__}: {exc}"[:400], "isolated": isolated}))
+'''
+
+
+def run_python(cfg: EngineConfig, code: str, sources: list[Source], dest: Path, *, cpu_seconds: int,
+               memory_mb: int, max_file_bytes: int) -> bool:
+    """Run `code` in the sandboxed child; the result lands at `dest`. Returns whether the network
+    namespace isolation was in force."""
+    spec = {"code": code, "views": {s.name: s.sql() for s in sources},
+            "inputs": {s.name: s.pattern for s in sources}, "allowed": [str(p) for p in cfg.allowed],
+            "dest": str(dest), "cpu_seconds": cpu_seconds, "memory_mb": memory_mb, "max_file_bytes": max_file_bytes,
+            "duckdb_memory": f"{max(64, memory_mb // 2)}MB"}
+    try:
+        proc = subprocess.run([sys.executable, "-I", "-c", CHILD], input=json.dumps(spec), capture_output=True,
+                              text=True, timeout=cfg.timeout_s, env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"},
+                              cwd=str(cfg.work / "tmp"), check=False)
+    except subprocess.TimeoutExpired:
+        raise Timeout("The python code exceeded its time limit and was killed") from None
+    lines = [ln for ln in proc.stdout.strip().splitlines() if ln.startswith("{")]
+    if not lines:
+        if proc.returncode in (-9, -24, 137, 152) or "MemoryError" in proc.stderr:
+            kind = "CPU time" if proc.returncode in (-24, 152) else "a resource"
+            raise Timeout(f"The python code exceeded {kind} limit and was stopped")
+        raise EngineError(f"The python engine failed (exit {proc.returncode}): {proc.stderr.strip()[-300:]}")
+    report = json.loads(lines[-1])
+    if not report["ok"]:
+        raise QueryError(f"python: {report['error']}",
+                         suggestions=["Set `result` to a DuckDB relation (con.sql(...)), a DataFrame or a list of "
+                                      "dicts; no network, subprocesses or file writes are allowed"])
+    return bool(report.get("isolated"))
+
+
+def describe_result(path: Path) -> tuple[list[str], list[str], int]:
+    """Columns, types and row count of a Parquet file written by the child."""
+    import duckdb
+
+    from app.datasets.sandbox import sql_string
+
+    con = duckdb.connect(":memory:", config={"autoload_known_extensions": False, "threads": 1})
+    try:
+        rel = con.sql(f"SELECT * FROM read_parquet({sql_string(str(path))})")
+        count = int(con.execute(f"SELECT count(*) FROM read_parquet({sql_string(str(path))})").fetchone()[0])  # type: ignore[index]
+        return list(rel.columns), [str(t) for t in rel.types], count
+    finally:
+        con.close()

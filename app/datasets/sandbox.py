@@ -1,0 +1,292 @@
+"""The safety model: paths resolve only inside the data roots, SQL is checked on its parsed form,
+and every DuckDB connection is locked down before a caller's query touches it.
+
+Layers, outermost first:
+1. `resolve_path` — a dataset path (or glob) must land inside a data root after symlinks and `..`
+   are resolved; anything else is refused before DuckDB sees it.
+2. `check_sql` — the query is split into statements by DuckDB's own parser: exactly one statement,
+   of an allowed type (SELECT, which covers WITH / DESCRIBE / SUMMARIZE / SHOW / FROM-first, or
+   EXPLAIN). Tokens are then checked: denied functions (`read_text`, `read_blob`, `query`, …) are
+   refused, and every string literal that names a file is resolved inside the roots and rewritten to
+   its absolute path.
+3. `locked_connection` — an in-memory DuckDB with extension auto-install/auto-load off,
+   `allowed_directories` = the roots (plus the result store), `enable_external_access = false`,
+   `memory_limit` / `threads` from settings, and `lock_configuration = true`, so even a query that
+   slipped past (2) cannot reach other files, the network, extensions or settings.
+4. `run_with_timeout` — a watchdog timer calls `interrupt()` on the connection when the statement
+   runs past its time limit (→ 5003).
+"""
+
+from __future__ import annotations
+
+import glob as globmod
+import os
+import re
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, TypeVar
+
+import duckdb
+
+from app.core.errors import Forbidden, InvalidInput, NotFound, QueryError
+
+T = TypeVar("T")
+
+DATA_EXTENSIONS = (".csv", ".tsv", ".txt", ".parquet", ".pq", ".json", ".jsonl", ".ndjson")
+COMPRESSED = (".gz", ".zst")
+MAX_GLOB_FILES = 10_000
+
+# Functions a caller may not use even inside an allowed statement.
+DENIED_FUNCTIONS = frozenset({
+    "read_text", "read_blob", "query", "query_table", "getenv", "duckdb_secrets", "which_secret",
+    "load_aws_credentials", "read_xlsx", "sqlite_scan", "sqlite_attach", "postgres_scan",
+    "postgres_attach", "mysql_scan", "iceberg_scan", "delta_scan", "http_get", "http_post",
+})
+ALLOWED_STATEMENTS = ("SELECT", "EXPLAIN")
+
+
+def file_format(path: str) -> str:
+    """`csv`, `parquet` or `json` from a file name (compressed suffixes ignored)."""
+    name = path.lower()
+    for suffix in COMPRESSED:
+        if name.endswith(suffix):
+            name = name[: -len(suffix)]
+    if name.endswith((".parquet", ".pq")):
+        return "parquet"
+    if name.endswith((".json", ".jsonl", ".ndjson")):
+        return "json"
+    if name.endswith((".csv", ".tsv", ".txt")):
+        return "csv"
+    raise InvalidInput(f"Unsupported file type: {Path(path).name}",
+                       suggestions=["Use CSV (.csv/.tsv), Parquet (.parquet) or JSON (.json/.jsonl/.ndjson)"])
+
+
+def inside(path: Path, roots: list[Path]) -> bool:
+    """True when `path` (already resolved) lies in one of `roots`."""
+    return any(path == root or path.is_relative_to(root) for root in roots)
+
+
+def _outside(raw: str) -> Forbidden:
+    return Forbidden(f"Path '{raw[:200]}' is outside the data roots",
+                     suggestions=["Use a path inside CAIRN_DATA_ROOTS, or a registered dataset name",
+                                  "list_datasets shows what is available"])
+
+
+def resolve_path(raw: str, roots: list[Path], *, must_exist: bool = True) -> tuple[str, list[Path]]:
+    """Resolve a path or glob inside the roots. Returns (absolute pattern, matching files).
+
+    Relative paths are tried against each root in order. A glob must match at least one file when
+    `must_exist`; every match must also lie inside a root (symlinks resolved)."""
+    if not raw or "\x00" in raw:
+        raise InvalidInput("Empty or invalid path")
+    text = os.path.expanduser(raw) if raw.startswith("~") else raw
+    candidates = [Path(text)] if os.path.isabs(text) else [root / text for root in roots]
+    is_glob = any(ch in text for ch in "*?[")
+    for cand in candidates:
+        norm = Path(os.path.normpath(cand))
+        if not is_glob:
+            real = norm.resolve()
+            if not inside(real, roots):
+                raise _outside(raw)
+            if real.is_file():
+                return str(real), [real]
+            if not must_exist:
+                return str(real), []
+            continue
+        # Globs: the fixed directory part must be inside a root; each match is checked too.
+        fixed = Path(*[p for p in norm.parts[: _first_glob_part(norm.parts)]])
+        if not inside(fixed.resolve(), roots):
+            raise _outside(raw)
+        matches: list[Path] = []
+        for i, hit in enumerate(globmod.iglob(str(norm), recursive=True)):
+            if i >= MAX_GLOB_FILES:
+                raise InvalidInput(f"The pattern '{raw}' matches more than {MAX_GLOB_FILES} files")
+            real = Path(hit).resolve()
+            if not inside(real, roots):
+                raise _outside(hit)
+            if real.is_file():
+                matches.append(real)
+        if matches:
+            pattern = str(fixed.resolve() / Path(*norm.parts[_first_glob_part(norm.parts):]))
+            return pattern, sorted(matches)
+    if must_exist:
+        raise NotFound(f"No dataset file matches '{raw[:200]}'",
+                       suggestions=["list_datasets shows the files and registered names",
+                                    "Relative paths are resolved inside each data root"])
+    real = Path(os.path.normpath(candidates[0])).resolve()
+    if not inside(real, roots):
+        raise _outside(raw)
+    return str(real), []
+
+
+def _first_glob_part(parts: tuple[str, ...]) -> int:
+    for i, part in enumerate(parts):
+        if any(ch in part for ch in "*?["):
+            return i
+    return len(parts)
+
+
+def sql_string(value: str) -> str:
+    """A SQL string literal."""
+    return "'" + value.replace("'", "''") + "'"
+
+
+def ident(name: str) -> str:
+    """A quoted SQL identifier."""
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _strong_path(value: str) -> bool:
+    low = value.lower()
+    if low.startswith(("/", "~", "./", "../", ".\\")):
+        return True
+    base = low
+    for suffix in COMPRESSED:
+        if base.endswith(suffix):
+            base = base[: -len(suffix)]
+    return base.endswith(DATA_EXTENSIONS) or low.endswith((".db", ".duckdb", ".sqlite", ".xlsx"))
+
+
+_URL = re.compile(r"^[a-z][a-z0-9+.\-]{1,15}://", re.I)
+
+
+def _literal_path(value: str, roots: list[Path]) -> str | None:
+    """The absolute pattern a string literal names, None when it is not a path."""
+    if _URL.match(value):
+        raise Forbidden("Remote URLs are not allowed; only files inside the data roots",
+                        suggestions=["Upload the file with POST /api/v1/datasets/upload"])
+    if _strong_path(value):
+        return resolve_path(value, roots)[0]
+    if "/" in value or "\\" in value:
+        try:  # 'N/A' or '2024/01/02' are values, not files: leave them alone unless they match
+            return resolve_path(value, roots)[0]
+        except NotFound:
+            return None
+    return None
+
+
+_STRING = re.compile(r"^'(.*)'$", re.S)
+
+
+def check_sql(sql: str, roots: list[Path]) -> tuple[str, list[str]]:
+    """Validate one read-only statement; return (rewritten SQL, files it reads by literal).
+
+    Raises Forbidden for statements or functions outside the allow-list and for paths outside the
+    roots, QueryError for SQL that does not parse."""
+    text = sql.strip().rstrip(";").strip()
+    if not text:
+        raise InvalidInput("The query is empty")
+    try:
+        statements = duckdb.extract_statements(text)
+    except duckdb.Error as exc:
+        raise QueryError(f"The query does not parse: {first_line(str(exc))}",
+                         suggestions=["Check the SQL syntax (DuckDB dialect)"]) from None
+    if len(statements) != 1:
+        raise Forbidden("Exactly one statement per query is allowed",
+                        suggestions=["Send statements one at a time"])
+    kind = statements[0].type.name
+    if kind not in ALLOWED_STATEMENTS:
+        raise Forbidden(f"{kind} statements are not allowed: queries are read-only",
+                        suggestions=["Use SELECT / WITH / DESCRIBE / SUMMARIZE / EXPLAIN",
+                                     "Write files with export_result"])
+    tokens = duckdb.tokenize(text)
+    out: list[str] = []
+    files: list[str] = []
+    pos = 0
+    for i, (start, ttype) in enumerate(tokens):
+        end = tokens[i + 1][0] if i + 1 < len(tokens) else len(text)
+        piece = text[start:end]
+        kind_name = getattr(ttype, "name", str(ttype))
+        if kind_name in ("identifier", "keyword"):
+            word = piece.strip().strip('"').lower()
+            if word in DENIED_FUNCTIONS and text[end:].lstrip().startswith("("):
+                raise Forbidden(f"The function {word}() is not allowed",
+                                suggestions=["Read data files with read_csv_auto / read_parquet / read_json_auto"])
+        if kind_name != "string_const":
+            continue
+        body = piece.rstrip()
+        m = _STRING.match(body)
+        if not m:
+            continue
+        value = m.group(1).replace("''", "'")
+        pattern = _literal_path(value, roots)
+        if pattern is None:
+            continue
+        files.append(pattern)
+        out.append(text[pos:start])
+        out.append(sql_string(pattern) + piece[len(body):])
+        pos = end
+    out.append(text[pos:])
+    return "".join(out), files
+
+
+def first_line(message: str) -> str:
+    """The first line of a DuckDB error, without its `X Error:` prefix, bounded."""
+    line = message.strip().splitlines()[0] if message.strip() else message
+    line = re.sub(r"^[A-Za-z ]+ Error: ", "", line)
+    return line[:400]
+
+
+@contextmanager
+def locked_connection(allowed: list[Path], *, memory_limit: str, threads: int, temp_dir: Path,
+                      prepare: Callable[[duckdb.DuckDBPyConnection], None] | None = None,
+                      ) -> Iterator[duckdb.DuckDBPyConnection]:
+    """A fresh in-memory DuckDB, locked down. `prepare` runs before the lock (e.g. to create views)."""
+    con = duckdb.connect(":memory:", config={
+        "autoinstall_known_extensions": False,
+        "autoload_known_extensions": False,
+        "memory_limit": memory_limit,
+        "threads": max(1, threads),
+    })
+    try:
+        dirs = ", ".join(sql_string(str(d).rstrip("/") + "/") for d in allowed)
+        con.execute(f"SET allowed_directories = [{dirs}]")
+        con.execute(f"SET temp_directory = {sql_string(str(temp_dir))}")
+        if prepare is not None:
+            prepare(con)
+        con.execute("SET enable_external_access = false")
+        con.execute("SET lock_configuration = true")
+        yield con
+    finally:
+        con.close()
+
+
+class _Watchdog:
+    def __init__(self, con: duckdb.DuckDBPyConnection, seconds: float) -> None:
+        self.fired = False
+        self._con = con
+        self._timer = threading.Timer(seconds, self._fire)
+        self._timer.daemon = True
+
+    def _fire(self) -> None:
+        self.fired = True
+        try:
+            self._con.interrupt()
+        except Exception:  # the connection may already be closed
+            pass
+
+    def __enter__(self) -> _Watchdog:
+        self._timer.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._timer.cancel()
+
+
+def run_with_timeout(con: duckdb.DuckDBPyConnection, seconds: float, fn: Callable[[], T]) -> tuple[T, bool]:
+    """Run `fn` (which uses `con`); a watchdog interrupts the connection after `seconds`.
+
+    Returns (result, False) or raises; the caller maps an interrupt to Timeout using `fired`."""
+    with _Watchdog(con, seconds) as dog:
+        try:
+            return fn(), False
+        except duckdb.InterruptException:
+            if dog.fired:
+                raise TimedOut() from None
+            raise
+
+
+class TimedOut(Exception):
+    """The watchdog interrupted the statement."""

@@ -1,0 +1,307 @@
+"""Input and output models of the datasets tools (seed 002's schemas plus what a remote server needs)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, ClassVar, Literal
+
+from pydantic import BaseModel, Field
+
+from app.core.schemas import StrictModel
+
+DATASET_NAME = r"^[A-Za-z][A-Za-z0-9_]{0,63}$"
+MaxTokens = Field(default=None, ge=50, le=20_000,
+                  description="Token budget of this response (default: the server's CAIRN_DATASETS_MAX_TOKENS)")
+
+
+# ------------------------------------------------------------------------------------------------ profile
+
+
+class ProfileIn(StrictModel):
+    """Arguments of profile_dataset."""
+
+    file_path: str = Field(min_length=1, max_length=1000,
+                           description="Dataset file, glob or registered dataset name, inside the data roots")
+    sample_size: int = Field(default=1000, ge=100, le=10_000, description="Rows sampled for type inference")
+    compute_stats: bool = Field(default=True, description="Compute detailed statistics")
+    max_categories: int = Field(default=50, ge=1, le=500,
+                                description="Most categories reported for a categorical column")
+    max_tokens: int | None = MaxTokens
+
+
+class ColumnProfile(BaseModel):
+    """One column of a profile."""
+
+    name: str
+    type: Literal["int64", "float64", "string", "bool", "datetime", "category"]
+    null_pct: float
+    unique_count: int = Field(description="Approximate distinct values (HyperLogLog)")
+    sample_values: list[Any]
+    duckdb_type: str
+    stats: dict[str, Any] | None = Field(default=None, description="min/max/mean/std/quartiles or top_values")
+
+
+class ProfileSchema(BaseModel):
+    """Columns of a profile."""
+
+    columns: list[ColumnProfile]
+    columns_omitted: int = 0
+
+
+class ProfileStatistics(BaseModel):
+    """Dataset-level statistics."""
+
+    row_count: int
+    column_count: int
+    memory_estimate: str
+    file_size: str
+    quality_score: float = Field(description="0..1: mean column completeness, lowered by constant columns")
+
+
+class ProfileOut(BaseModel):
+    """Result of profile_dataset."""
+
+    schema_: ProfileSchema = Field(alias="schema")
+    statistics: ProfileStatistics
+    recommendations: list[str]
+    context_tokens_used: int
+    file_path: str
+    format: str
+    files: int
+    cache_hit: bool
+    truncated: bool = Field(description="True when details were dropped to fit the token budget")
+
+    model_config = {"populate_by_name": True}
+
+
+# ------------------------------------------------------------------------------------------------ query
+
+
+class QueryIn(StrictModel):
+    """Arguments of execute_query."""
+
+    engine: Literal["polars", "duckdb", "pandas", "auto"] = Field(default="auto", description="Execution engine")
+    query_type: Literal["sql", "polars_expr", "python"] = Field(description="Type of query expression")
+    query: str = Field(min_length=1, max_length=100_000, description="Query string or expression")
+    files: list[str] = Field(max_length=50, description=(
+        "Input files, globs, registered dataset names or query_ids; each becomes a view named after the "
+        "dataset name / file stem / query_id (a single input is also the view `data`)"))
+    return_limit: int = Field(default=100, ge=1, le=1000, description="Maximum rows to return")
+    return_format: Literal["json", "csv", "summary", "chart"] = Field(default="json")
+    generate_chart: bool = Field(default=False)
+    chart_type: Literal["bar", "line", "scatter", "histogram", "heatmap"] | None = None
+    chart_format: Literal["png", "vega-lite", "both"] = Field(default="png")
+    cache_key: str | None = Field(default=None, max_length=200, description="Label for the cached result")
+    max_tokens: int | None = MaxTokens
+    timeout_ms: int | None = Field(default=None, ge=100, le=600_000,
+                                   description="Lower the server's query time limit for this call")
+
+
+class QuerySummary(BaseModel):
+    """Execution facts."""
+
+    rows_processed: int = Field(description="Rows in the full result")
+    execution_time_ms: int
+    cache_hit: bool
+    engine_used: str
+
+
+class Visualization(BaseModel):
+    """A chart of the result."""
+
+    type: str
+    data_url: str | None = None
+    base64_image: str | None = None
+    mime_type: str | None = None
+    bytes: int | None = None
+    vega_lite: dict[str, Any] | None = None
+
+
+class QueryOut(BaseModel):
+    """Result of execute_query."""
+
+    result_type: Literal["tabular", "aggregation", "chart", "error"]
+    data: list[Any]
+    summary: QuerySummary
+    columns: list[str]
+    column_types: list[str]
+    visualization: Visualization | None = None
+
+    mcp_image_fields: ClassVar[tuple[str, ...]] = ("visualization.base64_image",)
+    context_tokens_used: int
+    query_id: str = Field(description="Handle of the full result kept server-side (get_result, export_result, "
+                                      "or a table name in later queries)")
+    rows_total: int
+    rows_returned: int
+    truncated: bool
+    degradation: Literal["none", "fewer_rows", "rows_and_summary", "summary_only", "minimal"]
+    rest_summary: dict[str, Any] | None = Field(default=None, description="Per-column summary of rows not returned")
+    next_offset: int | None = None
+    views: list[str] = Field(default_factory=list, description="Table names available to the query")
+
+
+class ResultPageIn(StrictModel):
+    """Arguments of get_result."""
+
+    query_id: str = Field(pattern=r"^q_[0-9a-f]{16}$")
+    offset: int = Field(default=0, ge=0)
+    limit: int = Field(default=100, ge=1, le=1000)
+    max_tokens: int | None = MaxTokens
+
+
+class ResultPageOut(BaseModel):
+    """A page of a stored result."""
+
+    query_id: str
+    columns: list[str]
+    rows: list[dict[str, Any]]
+    offset: int
+    rows_total: int
+    rows_stored: int
+    next_offset: int | None
+    truncated: bool
+    context_tokens_used: int
+
+
+# ------------------------------------------------------------------------------------------------ sample
+
+
+class SampleIn(StrictModel):
+    """Arguments of stream_sample."""
+
+    file_path: str = Field(min_length=1, max_length=1000)
+    strategy: Literal["head", "random", "stratified", "systematic"] = "random"
+    sample_size: int = Field(default=20, ge=1, le=100)
+    columns: list[str] | None = Field(default=None, max_length=200, description="Columns to include (null = all)")
+    stratify_column: str | None = Field(default=None, max_length=200)
+    seed: int = Field(default=42, ge=0, le=2**31 - 1, description="Seed of random/stratified/systematic sampling")
+    max_tokens: int | None = MaxTokens
+
+
+class SamplingInfo(BaseModel):
+    """How the sample was drawn."""
+
+    strategy: str
+    rows_sampled: int
+    total_rows: int | None = Field(description="Rows in the dataset (null for head, which reads no further)")
+    columns_included: list[str]
+    seed: int
+    details: dict[str, Any] = Field(default_factory=dict)
+
+
+class SampleOut(BaseModel):
+    """Result of stream_sample."""
+
+    sample: list[dict[str, Any]]
+    sampling_info: SamplingInfo
+    context_tokens_used: int
+    truncated: bool
+
+
+# ------------------------------------------------------------------------------------------------ export
+
+
+class ExportIn(StrictModel):
+    """Arguments of export_result."""
+
+    query_id: str = Field(pattern=r"^q_[0-9a-f]{16}$")
+    format: Literal["csv", "parquet", "json", "xlsx"] = "parquet"
+    destination: str = Field(min_length=1, max_length=1000, description="Output directory inside a data root")
+    filename: str | None = Field(default=None, max_length=200, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
+    partition_by: str | None = Field(default=None, max_length=200)
+    compression: Literal["none", "gzip", "snappy", "zstd"] = "snappy"
+    overwrite: bool = False
+
+
+class ExportedFile(BaseModel):
+    """One written file."""
+
+    path: str
+    size_bytes: int
+
+
+class ExportOut(BaseModel):
+    """Result of export_result."""
+
+    exported: bool
+    output_path: str
+    row_count: int
+    file_size: str
+    files_created: list[str]
+    files: list[ExportedFile]
+    files_total: int
+
+
+# ------------------------------------------------------------------------------------------------ cache
+
+
+class InvalidateIn(StrictModel):
+    """Arguments of cache_invalidate."""
+
+    pattern: str | None = Field(default=None, max_length=200, description="Key or label pattern (* and ? wildcards)")
+    file_path: str | None = Field(default=None, max_length=1000, description="Drop every entry that read this file")
+
+
+class InvalidateOut(BaseModel):
+    """Result of cache_invalidate."""
+
+    invalidated_count: int
+    keys_removed: list[str]
+
+
+# ------------------------------------------------------------------------------------------------ registry
+
+
+class DatasetOut(BaseModel):
+    """A registered dataset."""
+
+    name: str
+    path: str
+    format: str
+    size_bytes: int
+    description: str
+    source: str
+    created_at: datetime
+
+
+class FileOut(BaseModel):
+    """A data file inside a root."""
+
+    path: str
+    format: str
+    size_bytes: int
+
+
+class ListDatasetsIn(StrictModel):
+    """Arguments of list_datasets."""
+
+    limit: int = Field(default=50, ge=1, le=200)
+    offset: int = Field(default=0, ge=0)
+    include_files: bool = Field(default=True, description="Also list unregistered data files in the roots")
+
+
+class ListDatasetsOut(BaseModel):
+    """Registered datasets and data files."""
+
+    datasets: list[DatasetOut]
+    total: int
+    next_offset: int | None
+    roots: list[str]
+    files: list[FileOut]
+    files_truncated: bool
+
+
+class RegisterIn(StrictModel):
+    """Arguments of register_dataset."""
+
+    name: str = Field(pattern=DATASET_NAME, description="Name usable as file_path and as a SQL view name")
+    path: str = Field(min_length=1, max_length=1000, description="File or glob inside a data root")
+    description: str = Field(default="", max_length=2000)
+    replace: bool = Field(default=False, description="Point an existing name at the new path")
+
+
+class RegisterOut(BaseModel):
+    """Result of register_dataset and of the upload route."""
+
+    dataset: DatasetOut
+    created: bool
