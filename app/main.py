@@ -22,7 +22,7 @@ from app.core.context import AppState
 from app.core.db import Database
 from app.core.embedding import EmbeddingProvider, build_embedder
 from app.core.errors import CairnError, NotFound, TooLarge
-from app.core.features import build_registry, feature_routers
+from app.core.features import build_registry, feature_lifecycles, feature_routers
 from app.core.logs import configure_logging, request_id_var
 from app.core.mcp_adapter import build_mcp
 from app.core.pgembedded import EmbeddedPostgres, start_embedded
@@ -187,12 +187,17 @@ def create_app(settings: Settings | None = None, extra: list[OperationSet] | Non
             await EmbeddingModelRepository(session).register(
                 state.embedder.model, state.embedder.provider, state.embedder.dimension)
         state.extras["migrations_at_head"] = await migrations.at_head(boot.url, settings.features)
+        hooks = feature_lifecycles(settings.features)
+        for hook in hooks:
+            await hook.startup(state)
         log.info("cairn ready", extra={"host": settings.host, "port": settings.port,
                                        "features": settings.features, "open_mode": boot.open_mode})
         try:
             async with mcp.session_manager.run():
                 yield
         finally:
+            for hook in reversed(hooks):
+                await hook.shutdown(state)
             await state.embedder.close()
             await db.dispose()
             if boot.pg is not None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+from typing import Any
 
 from fastapi import APIRouter
 
@@ -31,6 +32,20 @@ def build_registry(features: list[str]) -> Registry:
             raise RuntimeError(f"app.{feature}.operations must define `ops = OperationSet(...)`")
         registry.add(opset)
     return registry
+
+
+def feature_lifecycles(features: list[str]) -> list[Any]:
+    """Modules `app/<feature>/lifecycle.py` of enabled features; each has `async startup(state)` and
+    `async shutdown(state)`, run by the app's lifespan (sweeps, background runners)."""
+    modules = []
+    for feature in features:
+        try:
+            modules.append(importlib.import_module(f"app.{feature}.lifecycle"))
+        except ModuleNotFoundError as exc:
+            if exc.name in (f"app.{feature}", f"app.{feature}.lifecycle"):
+                continue
+            raise
+    return modules
 
 
 def feature_routers(features: list[str]) -> list[APIRouter]:

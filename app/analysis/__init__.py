@@ -1,0 +1,1 @@
+"""Analysis sessions: ingest upstream data, store findings, query, act, clear (seed 000)."""

@@ -1,0 +1,43 @@
+"""`cairn analysis ...`: run the demo upstream, sweep expired analysis data."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+
+def cmd_demo_upstream(args: argparse.Namespace) -> int:
+    """Serve the bookshelf demo API in the foreground."""
+    from app.analysis.config import DEMO_REGISTRY
+    from app.analysis.demo_upstream import serve
+
+    print(f"bookshelf demo upstream on http://{args.host}:{args.port}/api ({args.books} books)")
+    print(f"registry for it: CAIRN_ANALYSIS_UPSTREAMS={DEMO_REGISTRY}")
+    serve(args.host, args.port, args.books, args.token)
+    return 0
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    """Delete expired analysis records and findings now."""
+    from app.analysis.lifecycle import sweep_expired
+    from app.cli import _with_db, database
+    from app.core.config import get_settings
+
+    settings = get_settings()
+    with database(settings) as url:
+        counts = _with_db(settings, url, sweep_expired)
+    print(", ".join(f"{table}: {n} deleted" for table, n in counts.items()))
+    return 0
+
+
+def register(sub: Any) -> None:
+    """Add the `analysis` sub-command group."""
+    analysis = sub.add_parser("analysis", help="analysis sessions: demo upstream, expiry sweep")
+    inner = analysis.add_subparsers(dest="analysis_cmd", required=True)
+    demo = inner.add_parser("demo-upstream", help="serve the bookshelf demo REST API")
+    demo.add_argument("--host", default="127.0.0.1")
+    demo.add_argument("--port", type=int, default=8100)
+    demo.add_argument("--books", type=int, default=5000)
+    demo.add_argument("--token", help="require this bearer token")
+    demo.set_defaults(fn=cmd_demo_upstream)
+    inner.add_parser("sweep", help="delete expired analysis data").set_defaults(fn=cmd_sweep)

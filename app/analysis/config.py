@@ -1,0 +1,31 @@
+"""Settings of the analysis feature (`CAIRN_ANALYSIS_*`), read afresh on each call."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+PACKAGE_DIR = Path(__file__).resolve().parent
+DEMO_REGISTRY = PACKAGE_DIR / "demo_upstreams.yaml"
+
+
+class AnalysisSettings(BaseSettings):
+    """Knobs of the analysis tools.
+
+    `upstreams` is the path of the upstream registry (YAML); without it no model can be ingested.
+    """
+
+    model_config = SettingsConfigDict(env_prefix="CAIRN_ANALYSIS_", env_file=".env", extra="ignore")
+
+    upstreams: Path | None = None
+    records_retention_days: float = 7.0
+    finding_ttl_seconds: float = 3600.0
+    sweep_interval_seconds: float = 0.0
+    max_response_chars: int = 24_000
+
+
+def get_analysis_settings() -> AnalysisSettings:
+    """The analysis settings, read from the environment at every call (cheap), so that the registry
+    path and retention can change at run time without restarting the server."""
+    return AnalysisSettings()

@@ -1,0 +1,270 @@
+"""analysis_ingest: copy upstream records into the session, page by page, with page summaries."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+import uuid
+from typing import Any
+from urllib.parse import quote
+
+from app.analysis.config import get_analysis_settings
+from app.analysis.registry import ChildCfg, ModelCfg, load_registry
+from app.analysis.repository import AnalysisRepository
+from app.analysis.schemas import IngestIn, IngestOut
+from app.analysis.service import check_impersonation, project_for_write, with_tokens
+from app.analysis.summaries import summarize
+from app.analysis.upstream import (
+    UpstreamClient,
+    UpstreamFailure,
+    fetch_page,
+    first_token,
+    flatten,
+    token_for_page,
+)
+from app.analysis.validation import field_name
+from app.core.context import CallContext
+from app.core.errors import InvalidInput, NotFound
+
+log = logging.getLogger("cairn.analysis.ingest")
+
+MAX_INGEST_PAGES = 50
+MAX_PARENTS = 25
+NESTED_CONCURRENCY = 5
+
+
+def state_key(**parts: Any) -> str:
+    """A stable key for 'the same ingest' (model, filters, page size…)."""
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:40]
+
+
+def upstream_params(cfg: ModelCfg, filters: dict[str, Any] | None) -> dict[str, Any]:
+    """Caller filters mapped to the upstream's query parameters (unknown names refused)."""
+    params: dict[str, Any] = {}
+    for name, value in (filters or {}).items():
+        if name not in cfg.filters:
+            allowed = ", ".join(sorted(cfg.filters)) or "(none)"
+            raise InvalidInput(f"Unknown filter '{name}' for this model", details={"field": f"filters.{name}"},
+                               suggestions=[f"Filters of this model: {allowed}"])
+        if value is None:
+            continue
+        conv = [str(v).lower() if isinstance(v, bool) else v for v in value] if isinstance(value, list) else (
+            str(value).lower() if isinstance(value, bool) else value)
+        params[cfg.filters[name]] = conv
+    return params
+
+
+def project_fields(row: dict[str, Any], fields: list[str] | None, keep: set[str]) -> dict[str, Any]:
+    """Keep the requested fields, the id and any `{assoc}_id` of a requested `{assoc}...` field."""
+    if not fields:
+        return row
+    wanted = set(fields) | keep
+    for f in fields:
+        parts = f.split("_")
+        for i in range(1, len(parts) + 1):
+            candidate = "_".join(parts[:i]) + "_id"
+            if candidate in row:
+                wanted.add(candidate)
+    return {k: v for k, v in row.items() if k in wanted}
+
+
+def _record_id(row: dict[str, Any], id_field: str) -> str | None:
+    value = row.get(id_field)
+    return None if value is None or isinstance(value, dict | list) else str(value)
+
+
+async def ingest(ctx: CallContext, args: IngestIn) -> IngestOut:
+    """Top-level or nested ingest (see IngestIn)."""
+    check_impersonation(ctx, args.user_id)
+    fields = [field_name(f, f"fields.{i}") for i, f in enumerate(args.fields or [])] or None
+    registry = load_registry()
+    repo = AnalysisRepository(ctx.session)
+    pid = await project_for_write(ctx, repo, args.project)
+    await repo.evict_expired()
+    if args.model is not None:
+        return with_tokens(await _top_level(ctx, repo, pid, args, fields, registry))
+    return with_tokens(await _nested(ctx, repo, pid, args, fields, registry))
+
+
+async def _store_summaries(ctx: CallContext, repo: AnalysisRepository, pid: uuid.UUID, aid: str, model: str,
+                           summaries: list[tuple[int, int, str]]) -> None:
+    if not summaries:
+        return
+    await repo.delete_page_summaries(pid, aid, model, [p for p, _, _ in summaries])
+    vectors = await ctx.embedder.embed([t for _, _, t in summaries])
+    items = [{"category": "page_summary", "finding": t, "source_model": model,
+              "metadata": {"model": model, "page": p, "records": n}} for p, n, t in summaries]
+    await repo.insert_findings(pid, aid, items, False, get_analysis_settings().finding_ttl_seconds,
+                               ctx.embedder.model, vectors)
+
+
+async def _top_level(ctx: CallContext, repo: AnalysisRepository, pid: uuid.UUID, args: IngestIn,
+                     fields: list[str] | None, registry: Any) -> IngestOut:
+    settings = get_analysis_settings()
+    retention = settings.records_retention_days * 86400
+    assert args.model is not None
+    rm = registry.model(args.model)
+    cfg: ModelCfg = rm.cfg
+    pag = cfg.pagination
+    params = upstream_params(cfg, args.filters)
+    per_page = min(args.per_page, pag.max_per_page)
+    key = state_key(mode="top", model=args.model, filters=args.filters or {}, per_page=per_page)
+    state = await repo.get_state(pid, args.analysis_id, key) if args.resume else None
+    if state is not None and state["complete"]:
+        held = await repo.count_records(pid, args.analysis_id, args.model)
+        return IngestOut(analysis_id=args.analysis_id, model=args.model, mode="top_level", stored=0, pages=0,
+                         fields_per_record=0, session_records=held, total_available=state["total_available"],
+                         complete=True, page_summaries=0,
+                         message=f"Nothing to resume: this ingest already completed ({held} record(s) held).")
+    if state is not None:
+        token, pages_done, total = state["next_token"], state["pages_done"], state["total_available"]
+    elif args.ingest_all and args.page == 1:
+        token, pages_done, total = first_token(pag), 0, None
+    else:
+        token, pages_done, total = token_for_page(pag, args.page, per_page), args.page - 1, None
+    limit = MAX_INGEST_PAGES if args.ingest_all else 1
+    stored = pages = width = 0
+    complete, error = False, None
+    summaries: list[tuple[int, int, str]] = []
+    async with UpstreamClient(rm.upstream_name, rm.upstream, user_id=args.user_id) as client:
+        while pages < limit:
+            try:
+                page = await fetch_page(client, cfg.list_path, pag, cfg.items_path, token, per_page, params)
+            except UpstreamFailure as exc:
+                if pages == 0:
+                    raise UpstreamFailure(f"{exc.message}; nothing was stored by this call",
+                                          exc.status_code) from None
+                error = exc.message
+                log.warning("ingest stopped early", extra={"model": args.model, "page": pages_done + 1})
+                break
+            rows = [flatten(r) if cfg.flatten else r for r in page.items]
+            keyed = [(_record_id(r, cfg.id_field), project_fields(r, fields, {cfg.id_field})) for r in rows]
+            pages += 1
+            pages_done += 1
+            stored += await repo.upsert_records(pid, args.analysis_id, args.model, pages_done, keyed, retention)
+            if keyed:
+                width = max(width, max(len(d) for _, d in keyed))
+                summaries.append((pages_done, len(keyed), summarize(args.model, f"page {pages_done}",
+                                                                    [d for _, d in keyed], cfg.id_field)))
+            total = page.total if page.total is not None else total
+            token = page.next_token
+            expected = -(-total // per_page) if total else None
+            await ctx.progress(pages, min(limit, expected) if expected else None,
+                               f"page {pages_done}: {len(keyed)} record(s)")
+            if token is None:
+                complete = True
+                break
+    await repo.save_state(pid, args.analysis_id, key, args.model, {"filters": args.filters, "per_page": per_page},
+                          token, pages_done, complete, total, retention)
+    await _store_summaries(ctx, repo, pid, args.analysis_id, args.model, summaries)
+    held = await repo.count_records(pid, args.analysis_id, args.model)
+    capped = args.ingest_all and not complete and error is None
+    msg = (f"Stored {stored} record(s) ({width} fields per record) across {pages} page(s). "
+           f"Analysis: {args.analysis_id}")
+    if capped:
+        msg += f" (capped at {MAX_INGEST_PAGES} pages; call again with resume: true to continue)"
+    elif error:
+        msg += f". Stopped early: {error}. Stored pages are kept; retry with resume: true"
+    elif not complete:
+        msg += f". More pages remain (next page {pages_done + 1})"
+    return IngestOut(analysis_id=args.analysis_id, model=args.model, mode="top_level", stored=stored, pages=pages,
+                     fields_per_record=width, session_records=held, total_available=total, complete=complete,
+                     capped=capped, next_page=None if complete else pages_done + 1, page_summaries=len(summaries),
+                     error=error, message=msg)
+
+
+async def _fetch_children(client: UpstreamClient, child: ChildCfg, parent_id: str, per_page: int,
+                          params: dict[str, Any]) -> list[dict[str, Any]]:
+    path = child.path.replace("{parent_id}", quote(parent_id, safe=""))
+    token = first_token(child.pagination)
+    rows: list[dict[str, Any]] = []
+    for _ in range(child.max_pages_per_parent):
+        page = await fetch_page(client, path, child.pagination, child.items_path, token, per_page, params)
+        rows.extend(page.items)
+        token = page.next_token
+        if token is None:
+            break
+    return rows
+
+
+async def _nested(ctx: CallContext, repo: AnalysisRepository, pid: uuid.UUID, args: IngestIn,
+                  fields: list[str] | None, registry: Any) -> IngestOut:
+    settings = get_analysis_settings()
+    retention = settings.records_retention_days * 86400
+    assert args.parent_model is not None and args.child_resource is not None
+    parent = registry.model(args.parent_model)
+    child = parent.cfg.children.get(args.child_resource)
+    if child is None:
+        known = ", ".join(sorted(parent.cfg.children)) or "(none)"
+        raise NotFound(f"Model '{args.parent_model}' has no child resource '{args.child_resource}'",
+                       suggestions=[f"Child resources of {args.parent_model}: {known}"])
+    if args.filters:
+        raise InvalidInput("filters are not supported in nested mode", details={"field": "filters"})
+    model = child.model or args.child_resource
+    parent_key = child.parent_key or f"{args.parent_model}_id"
+    if await repo.count_records(pid, args.analysis_id, args.parent_model) == 0:
+        raise NotFound(f"No '{args.parent_model}' records in analysis '{args.analysis_id}'",
+                       suggestions=[f"Ingest the parents first: analysis_ingest(model='{args.parent_model}')"])
+    per_page = min(args.per_page, child.pagination.max_per_page)
+    key = state_key(mode="nested", parent=args.parent_model, child=args.child_resource)
+    state = await repo.get_state(pid, args.analysis_id, key) if args.resume else None
+    after = int(state["next_token"] or 0) if state else 0
+    batches_done = state["pages_done"] if state else 0
+    parents, following = await repo.parents_after(pid, args.analysis_id, args.parent_model, after, MAX_PARENTS)
+    sem = asyncio.Semaphore(NESTED_CONCURRENCY)
+    done = 0
+
+    async with UpstreamClient(parent.upstream_name, parent.upstream, user_id=args.user_id) as client:
+        async def one(parent_id: str) -> list[dict[str, Any]] | UpstreamFailure:
+            nonlocal done
+            async with sem:
+                try:
+                    result: list[dict[str, Any]] | UpstreamFailure = await _fetch_children(
+                        client, child, parent_id, per_page, {})
+                except UpstreamFailure as exc:
+                    result = exc
+            done += 1
+            await ctx.progress(done, len(parents), f"{args.parent_model} {parent_id}")
+            return result
+
+        results = await asyncio.gather(*(one(rid) for _, rid in parents))
+    keyed: list[tuple[str | None, dict[str, Any]]] = []
+    cursor, error, processed = after, None, 0
+    for (row_id, rid), result in zip(parents, results, strict=True):
+        if isinstance(result, UpstreamFailure):
+            error = error or f"{args.parent_model} {rid}: {result.message}"
+            continue
+        for item in result:
+            row = flatten(item) if parent.cfg.flatten else dict(item)
+            row.setdefault(parent_key, rid)
+            keyed.append((_record_id(row, child.id_field), project_fields(row, fields, {child.id_field, parent_key})))
+        if error is None:
+            cursor, processed = row_id, processed + 1
+    stored = 0
+    if keyed:
+        stored = await repo.upsert_records(pid, args.analysis_id, model, batches_done + 1, keyed, retention)
+    remaining = following - processed
+    complete = remaining == 0 and error is None
+    if processed or complete:
+        batches_done += 1
+    await repo.save_state(pid, args.analysis_id, key, model, {"parent": args.parent_model},
+                          cursor, batches_done, complete, None, retention)
+    summaries = []
+    if keyed:
+        label = f"batch {batches_done} ({len(parents)} {args.parent_model} parents)"
+        summaries.append((batches_done, len(keyed), summarize(model, label, [d for _, d in keyed], child.id_field)))
+    await _store_summaries(ctx, repo, pid, args.analysis_id, model, summaries)
+    held = await repo.count_records(pid, args.analysis_id, model)
+    width = max((len(d) for _, d in keyed), default=0)
+    msg = (f"Stored {stored} {model} record(s) ({width} fields per record) for {len(parents)} "
+           f"{args.parent_model} parent(s). Analysis: {args.analysis_id}")
+    if error:
+        msg += f". Stopped at a failure: {error}; resume: true retries from there"
+    elif remaining:
+        msg += f". {remaining} parent(s) remain: call again with resume: true"
+    return IngestOut(analysis_id=args.analysis_id, model=model, mode="nested", stored=stored, pages=len(parents),
+                     fields_per_record=width, session_records=held, complete=complete,
+                     capped=remaining > 0 and error is None, parents_processed=processed,
+                     parents_remaining=remaining, page_summaries=len(summaries), error=error, message=msg)

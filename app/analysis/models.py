@@ -1,0 +1,79 @@
+"""Tables of the analysis feature: ingested records, findings (+ their embeddings), ingest state."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Any
+
+from pgvector.sqlalchemy import Vector
+from sqlalchemy import BigInteger, Boolean, DateTime, ForeignKey, Identity, Integer, String, Text, func
+from sqlalchemy.dialects.postgresql import JSONB, UUID
+from sqlalchemy.orm import Mapped, mapped_column
+
+from app.core.db import Base
+
+
+class AnalysisRecord(Base):
+    """One upstream row copied into an analysis session (raw JSON, never embedded)."""
+
+    __tablename__ = "analysis_records"
+
+    id: Mapped[int] = mapped_column(BigInteger, Identity(), primary_key=True)
+    project_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), ForeignKey("projects.id", ondelete="CASCADE"))
+    analysis_id: Mapped[str] = mapped_column(String(128))
+    model: Mapped[str] = mapped_column(String(64))
+    record_id: Mapped[str | None] = mapped_column(Text, nullable=True)
+    page: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    data: Mapped[dict[str, Any]] = mapped_column(JSONB)
+    ingested_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class AnalysisFinding(Base):
+    """A qualitative finding (or an automatic page summary) of an analysis session."""
+
+    __tablename__ = "analysis_findings"
+
+    id: Mapped[int] = mapped_column(BigInteger, Identity(), primary_key=True)
+    project_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), ForeignKey("projects.id", ondelete="CASCADE"))
+    analysis_id: Mapped[str] = mapped_column(String(128))
+    category: Mapped[str] = mapped_column(String(64))
+    finding: Mapped[str] = mapped_column(Text)
+    metadata_: Mapped[dict[str, Any]] = mapped_column("metadata", JSONB)
+    source_model: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    persistent: Mapped[bool] = mapped_column(Boolean, default=False)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+
+
+class AnalysisFindingEmbedding(Base):
+    """The vector of a finding under one embedding model."""
+
+    __tablename__ = "analysis_finding_embeddings"
+
+    owner_id: Mapped[int] = mapped_column(BigInteger, ForeignKey("analysis_findings.id", ondelete="CASCADE"),
+                                          primary_key=True)
+    model: Mapped[str] = mapped_column(String(200), primary_key=True)
+    dim: Mapped[int] = mapped_column(Integer)
+    embedding: Mapped[list[float]] = mapped_column(Vector())
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+
+
+class AnalysisIngestState(Base):
+    """Where an ingest (one model + filters + page size, or one nested child resource) stopped."""
+
+    __tablename__ = "analysis_ingest_state"
+
+    project_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), ForeignKey("projects.id", ondelete="CASCADE"),
+                                                  primary_key=True)
+    analysis_id: Mapped[str] = mapped_column(String(128), primary_key=True)
+    state_key: Mapped[str] = mapped_column(String(64), primary_key=True)
+    model: Mapped[str] = mapped_column(String(64))
+    params: Mapped[dict[str, Any]] = mapped_column(JSONB)
+    next_token: Mapped[Any] = mapped_column(JSONB, nullable=True)
+    pages_done: Mapped[int] = mapped_column(Integer, default=0)
+    complete: Mapped[bool] = mapped_column(Boolean, default=False)
+    total_available: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))

@@ -1,0 +1,86 @@
+"""The five analysis tools (MCP) and their REST twins under /api/v1/analysis/..."""
+
+from __future__ import annotations
+
+from app.analysis import act as act_service
+from app.analysis import ingest as ingest_service
+from app.analysis import query as query_service
+from app.analysis import service
+from app.analysis.schemas import (
+    ActIn,
+    ActOut,
+    ClearIn,
+    ClearOut,
+    IngestIn,
+    IngestOut,
+    QueryIn,
+    QueryOut,
+    StoreIn,
+    StoreOut,
+)
+from app.core.context import CallContext
+from app.core.registry import OperationSet
+
+ops = OperationSet("analysis")
+
+
+@ops.operation(name="analysis_ingest", input=IngestIn, output=IngestOut, path="/analysis/ingest",
+               long_running=True, title="Ingest upstream records into an analysis session")
+async def analysis_ingest(ctx: CallContext, args: IngestIn) -> IngestOut:
+    """Download records of a configured upstream model into the analysis session's offline storage; only
+    a status summary comes back, never the rows.
+
+    Top-level mode: `model` (+ optional `filters`, `page`/`per_page` (default 50), `fields` projection that
+    also keeps `{assoc}_id` keys). `ingest_all: true` follows pagination up to 50 pages per call with
+    progress per page; `resume: true` continues where the same ingest stopped (after the cap or an
+    upstream failure). Nested mode: `parent_model` + `child_resource` fetches the child list of up to 25
+    already-ingested parents per call (5 at a time); call again with `resume: true` for the next parents.
+    Every page also stores a `page_summary` finding (value distributions, numeric min/max/avg/median, date
+    ranges) that semantic queries find at once. Re-ingesting replaces records by id (no duplicates).
+    Records are kept 7 days; call analysis_clear when done."""
+    return await ingest_service.ingest(ctx, args)
+
+
+@ops.operation(name="analysis_store", input=StoreIn, output=StoreOut, path="/analysis/store",
+               title="Store analysis findings")
+async def analysis_store(ctx: CallContext, args: StoreIn) -> StoreOut:
+    """Store up to 25 of your own findings (patterns, anomalies, conclusions) for an analysis session as
+    semantic embeddings, with an optional `category` (a grouping key such as quality_issue) and JSON
+    `metadata` (e.g. counts or example ids). Findings expire after 1 hour unless `persistent: true`.
+    Not for raw records: analysis_ingest already holds those."""
+    return await service.store(ctx, args)
+
+
+@ops.operation(name="analysis_query", input=QueryIn, output=QueryOut, path="/analysis/query", read_only=True,
+               title="Query an analysis session")
+async def analysis_query(ctx: CallContext, args: QueryIn) -> QueryOut:
+    """Query an analysis session without pulling the whole data set into context. Modes:
+    `describe` (fields, types, values and query examples), `semantic` (`query`; findings and page
+    summaries by meaning; `top_k` default 50, `threshold` 0.5, optional `category`), `aggregate`
+    (`group_by`: value counts and percentages), `filter` (`where`; rows, default 20, cap 200, `offset`),
+    `sample` (`sample_size` default 5, cap 50, composing `stratify_by` (even spread over a field's values),
+    `where` and `proximity` {field, origin, window, bucket?} such as window '7 days', bucket '1 day').
+    `where`: {"status": "active"} matches exactly; {"rating": {"$gte": 2, "$lt": 4}} or
+    {"updated_at": {"$gte": "2026-01-01"}} compare as number or date. Pass `model` when the session
+    holds several models."""
+    return await query_service.query(ctx, args)
+
+
+@ops.operation(name="analysis_act", input=ActIn, output=ActOut, path="/analysis/act", destructive=True,
+               long_running=True, title="Update or delete matching records upstream")
+async def analysis_act(ctx: CallContext, args: ActIn) -> ActOut:
+    """Apply `action` "update" (with `attributes`) or "delete" upstream to every ingested record of `model`
+    matching `where` (same vocabulary as filter mode; omit for all). Ids are resolved server-side and never
+    returned, except the dry run's samples. `dry_run: true` reports matched_count, sample_ids,
+    sample_data with ingestedAt and ingestedAtRange (snapshot age) without calling the upstream: use it
+    first. Live runs go in batches of 50, 5 requests at a time, and return only a summary and the first 5
+    errors; already-deleted records count as done. The session's copy is updated to match."""
+    return await act_service.act(ctx, args)
+
+
+@ops.operation(name="analysis_clear", input=ClearIn, output=ClearOut, path="/analysis/clear", destructive=True,
+               idempotent=True, title="Delete an analysis session")
+async def analysis_clear(ctx: CallContext, args: ClearIn) -> ClearOut:
+    """Delete an analysis session: its ingested records and all its findings (persistent ones too), and
+    report the counts. Call it once the synthesis is done."""
+    return await service.clear(ctx, args)

@@ -1,0 +1,241 @@
+"""HTTP access to upstream APIs: retries with backoff, pagination styles, item extraction."""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import json
+import logging
+import random
+import re
+import time
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urljoin
+
+import httpx
+
+from app.analysis.registry import PaginationCfg, UpstreamCfg
+from app.core.errors import InvalidInput, UpstreamError
+
+log = logging.getLogger("cairn.analysis.upstream")
+
+RETRY_STATUSES = {429, 500, 502, 503, 504}
+_LINK_NEXT = re.compile(r'<([^>]+)>\s*;[^,]*rel="?next"?', re.IGNORECASE)
+
+
+class UpstreamFailure(UpstreamError):
+    """An upstream request failed after its retries (carries the last status, if any)."""
+
+    def __init__(self, message: str, status_code: int | None = None) -> None:
+        super().__init__(message)
+        self.status_code = status_code
+
+
+def _retry_after(value: str | None) -> float | None:
+    if not value:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return float(value)
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
+
+
+class UpstreamClient:
+    """One upstream's HTTP client (use as an async context manager)."""
+
+    def __init__(self, name: str, cfg: UpstreamCfg, *, user_id: str | None = None) -> None:
+        self.name = name
+        self.cfg = cfg
+        headers = {"Accept": "application/json", **cfg.headers}
+        if cfg.auth is not None:
+            headers[cfg.auth.header] = cfg.auth.header_value()
+        if user_id is not None:
+            if not cfg.impersonation_header:
+                raise InvalidInput(f"Upstream '{name}' does not support user_id impersonation",
+                                   suggestions=["Omit user_id or configure impersonation_header"])
+            headers[cfg.impersonation_header] = user_id
+        self.client = httpx.AsyncClient(
+            base_url=cfg.base_url + "/", headers=headers, timeout=httpx.Timeout(cfg.timeout_seconds),
+            limits=httpx.Limits(max_connections=10, max_keepalive_connections=10), follow_redirects=False)
+
+    async def __aenter__(self) -> UpstreamClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.client.aclose()
+
+    def url(self, path: str) -> str:
+        """An absolute URL for a registry path (relative to base_url) or a full next-URL."""
+        if path.startswith(("http://", "https://")):
+            base = self.cfg.base_url
+            if not (path == base or path.startswith((base + "/", base + "?"))):
+                raise UpstreamFailure(f"Upstream '{self.name}' pointed outside its base URL: refused")
+            return path
+        return urljoin(self.cfg.base_url + "/", path.lstrip("/"))
+
+    async def request(self, method: str, path: str, *, params: dict[str, Any] | None = None,
+                      json_body: Any = None, retries: int | None = None) -> httpx.Response:
+        """Send with retries on 429/5xx and transport errors, honouring Retry-After.
+
+        Returns the final response (which may be a 4xx); raises UpstreamFailure when every attempt
+        failed with a retryable status or a transport error."""
+        attempts = (self.cfg.max_retries if retries is None else retries) + 1
+        url = self.url(path)
+        last = "no attempt"
+        status: int | None = None
+        for attempt in range(attempts):
+            try:
+                response = await self.client.request(method, url, params=params or None, json=json_body)
+            except httpx.TimeoutException:
+                last, status = f"timed out after {self.cfg.timeout_seconds:g}s", None
+                delay = self._backoff(attempt)
+            except httpx.HTTPError as exc:
+                last, status = f"connection failed ({type(exc).__name__})", None
+                delay = self._backoff(attempt)
+            else:
+                if response.status_code not in RETRY_STATUSES:
+                    return response
+                status = response.status_code
+                last = f"answered HTTP {status}"
+                hinted = _retry_after(response.headers.get("retry-after"))
+                if hinted is not None and hinted > self.cfg.max_retry_after_seconds:
+                    raise UpstreamFailure(
+                        f"Upstream '{self.name}' asked to retry after {hinted:g}s (over the "
+                        f"{self.cfg.max_retry_after_seconds:g}s limit)", status)
+                delay = hinted if hinted is not None else self._backoff(attempt)
+            if attempt + 1 < attempts:
+                log.info("upstream retry", extra={"upstream": self.name, "attempt": attempt + 1, "why": last})
+                await asyncio.sleep(delay)
+        raise UpstreamFailure(f"Upstream '{self.name}' {last} ({method} {_short(url)}, {attempts} attempt(s))",
+                              status)
+
+    def _backoff(self, attempt: int) -> float:
+        base: float = self.cfg.backoff_seconds * (2 ** attempt)
+        return base + random.uniform(0, base / 2)
+
+    async def get_json(self, path: str, params: dict[str, Any] | None = None) -> tuple[Any, httpx.Response]:
+        """GET and decode JSON; non-2xx and malformed bodies become UpstreamFailure."""
+        response = await self.request("GET", path, params=params)
+        if response.status_code >= 400:
+            raise UpstreamFailure(f"Upstream '{self.name}' answered HTTP {response.status_code} for "
+                                  f"GET {_short(str(response.request.url))}", response.status_code)
+        try:
+            return response.json(), response
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            raise UpstreamFailure(f"Upstream '{self.name}' returned malformed JSON for "
+                                  f"GET {_short(str(response.request.url))}", response.status_code) from None
+
+
+def _short(url: str) -> str:
+    return url if len(url) <= 120 else url[:117] + "..."
+
+
+def dig(body: Any, path: str | None) -> Any:
+    """The value at a dotted path (`_embedded.books`); the body itself for an empty path."""
+    if not path:
+        return body
+    node = body
+    for part in path.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return None
+        node = node[part]
+    return node
+
+
+def flatten(row: dict[str, Any]) -> dict[str, Any]:
+    """One level of flattening: `{"author": {"id": 3}}` becomes `{"author_id": 3}`; HAL links go."""
+    out: dict[str, Any] = {}
+    for key, value in row.items():
+        if key in ("_links", "_embedded"):
+            continue
+        if isinstance(value, dict):
+            for sub, inner in value.items():
+                if sub.startswith("_"):
+                    continue
+                out.setdefault(f"{key}_{sub}", inner)
+        else:
+            out[key] = value
+    return out
+
+
+@dataclass
+class Page:
+    """One fetched page."""
+
+    items: list[dict[str, Any]]
+    next_token: Any
+    total: int | None
+
+
+def first_token(p: PaginationCfg) -> Any:
+    """Where listing starts."""
+    if p.style == "page":
+        return p.start_page
+    if p.style == "offset":
+        return 0
+    return None
+
+
+def token_for_page(p: PaginationCfg, page: int, per_page: int) -> Any:
+    """The token of a 1-based page number (only page and offset styles can jump)."""
+    if p.style == "page":
+        return p.start_page + page - 1
+    if p.style == "offset":
+        return (page - 1) * per_page
+    if page != 1:
+        raise InvalidInput(f"page: {p.style} pagination cannot jump to page {page}",
+                           suggestions=["Use ingest_all, or resume: true to continue where the last call stopped"])
+    return None
+
+
+async def fetch_page(client: UpstreamClient, path: str, p: PaginationCfg, items_path: str | None, token: Any,
+                     per_page: int, params: dict[str, Any]) -> Page:
+    """Fetch the page at `token` and work out the next token (None at the end)."""
+    query = dict(params)
+    target = path
+    if p.style != "none":
+        query[p.per_page_param] = per_page
+    if p.style == "page":
+        query[p.page_param] = token
+    elif p.style == "offset":
+        query[p.offset_param] = token
+    elif p.style == "cursor" and token is not None:
+        if isinstance(token, str) and token.startswith(("http://", "https://")):
+            target, query = token, {}
+        else:
+            query[p.cursor_param] = token
+    elif p.style == "link" and token is not None:
+        target, query = token, {}
+    body, response = await client.get_json(target, query)
+    items = dig(body, items_path)
+    if items is None and isinstance(body, dict) and items_path and "_embedded" in items_path:
+        items = []  # HAL omits _embedded on an empty page
+    if not isinstance(items, list):
+        raise UpstreamFailure(f"Upstream '{client.name}' response has no item list at "
+                              f"'{items_path or '(body)'}'")
+    rows = [r for r in items if isinstance(r, dict)]
+    total_raw = dig(body, p.total_path) if p.total_path and isinstance(body, dict) else None
+    total = int(total_raw) if isinstance(total_raw, int | float) and not isinstance(total_raw, bool) else None
+    nxt: Any = None
+    if p.style == "page":
+        # An upstream may cap the page size below what was asked: judge by what actually came back.
+        size = min(per_page, len(items)) or per_page
+        more = (token - p.start_page + 1) * size < total if total is not None else len(items) >= per_page
+        nxt = token + 1 if more and items else None
+    elif p.style == "offset":
+        more = token + len(items) < total if total is not None else len(items) >= per_page
+        nxt = token + len(items) if more and items else None
+    elif p.style == "cursor":
+        found = dig(body, p.next_path) if isinstance(body, dict) else None
+        nxt = found if found not in (None, "") and items else None
+        if isinstance(nxt, str) and nxt.startswith(("http://", "https://", "/")):
+            nxt = client.url(urljoin(str(response.request.url), nxt))
+    elif p.style == "link":
+        match = _LINK_NEXT.search(response.headers.get("link", ""))
+        nxt = client.url(urljoin(str(response.request.url), match.group(1))) if match and items else None
+    return Page(items=rows, next_token=nxt, total=total)
