@@ -163,6 +163,7 @@ def _template_function(state: AppState, res: ResourceDef) -> Any:
         [inspect.Parameter(p, inspect.Parameter.KEYWORD_ONLY, annotation=str) for p in res.params],
         return_annotation=str,
     )
+    read_template.__annotations__ = {**{p: str for p in res.params}, "return": str}
     read_template.__name__ = res.name.replace("-", "_")
     read_template.__doc__ = res.description
     return read_template

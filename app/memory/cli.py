@@ -1,0 +1,139 @@
+"""`cairn backfill` and `cairn eval beir DIR`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def cmd_backfill(args: argparse.Namespace) -> int:
+    """Embed memories missing a vector of the active model, committing batch by batch."""
+    from app.cli import ProgressBar, _with_db, database
+    from app.core.config import get_settings
+    from app.core.repository import ProjectRepository
+    from app.main import make_embedder
+    from app.memory.backfill import backfill
+    from app.memory.config import get_memory_settings
+    from app.memory.repository import MemoryRepository
+    from app.memory.runner import BackfillRunner
+
+    settings = get_settings()
+    cfg = get_memory_settings()
+    embedder = make_embedder(settings)
+
+    async def run(db: Any) -> int:
+        await embedder.start()
+        try:
+            if args.watch:
+                await BackfillRunner(db, embedder, cfg).run_forever()
+                return 0
+            project_id = None
+            async with db.transaction() as session:
+                if args.project:
+                    project = await ProjectRepository(session).get(args.project)
+                    if project is None:
+                        print(f"no project named {args.project!r}", file=sys.stderr)
+                        return 2
+                    project_id = project.id
+                missing = await MemoryRepository(session).count_missing(embedder.model, project_id,
+                                                                        args.include_archived)
+            total = min(missing, args.limit) if args.limit else missing
+            bar = ProgressBar(total, f"backfill {embedder.model}")
+            totals = {"scanned": 0, "embedded": 0, "skipped": 0, "failed": 0}
+            failures: list[dict[str, str]] = []
+            cursor = None
+            try:
+                while totals["scanned"] < total:
+                    step = min(args.batch_size * cfg.backfill_concurrency, total - totals["scanned"])
+                    async with db.transaction() as session:  # commit each round: an interrupt keeps the work done
+                        report = await backfill(session, embedder, project_id=project_id, limit=step,
+                                                batch_size=args.batch_size, include_archived=args.include_archived,
+                                                older_than_days=args.older_than_days, dry_run=args.dry_run,
+                                                concurrency=cfg.backfill_concurrency, after=cursor)
+                    if report.scanned == 0:
+                        break
+                    cursor = report.cursor
+                    for key in totals:
+                        totals[key] += getattr(report, key)
+                    failures.extend(report.failures[: 20 - len(failures)])
+                    bar.advance(report.scanned)
+            finally:
+                bar.close()
+            print(json.dumps({"model": embedder.model, **totals, "dry_run": args.dry_run, "failures": failures}))
+            return 0 if totals["failed"] == 0 else 1
+        finally:
+            await embedder.close()
+
+    with database(settings) as url:
+        return _with_db(settings, url, run)
+
+
+def cmd_eval_beir(args: argparse.Namespace) -> int:
+    """Index a BEIR dataset into a scratch collection and report retrieval quality per search mode."""
+    from app.cli import ProgressBar, _with_db, database
+    from app.core.config import get_settings
+    from app.main import make_embedder
+    from app.memory import beir
+    from app.memory.config import get_memory_settings
+
+    data = beir.load(Path(args.dir), args.split)
+    settings = get_settings()
+    embedder = make_embedder(settings)
+    modes = tuple(m.strip() for m in args.modes.split(",") if m.strip())
+
+    async def run(db: Any) -> dict[str, Any]:
+        await embedder.start()
+        try:
+            bar = ProgressBar(len(data.corpus), f"indexing {data.name}")
+            project_id, coll_id, seconds = await beir.index(db, embedder, data, fresh=args.fresh, progress=bar.advance)
+            bar.close()
+            report = await beir.evaluate(db, embedder, get_memory_settings(), data, project_id, coll_id, modes,
+                                         args.max_queries)
+            if args.drop:
+                from sqlalchemy import text
+
+                async with db.transaction() as session:
+                    await session.execute(text("DELETE FROM memory_collections WHERE id = :id"), {"id": coll_id})
+            return {"report": report, "index_seconds": round(seconds, 1)}
+        finally:
+            await embedder.close()
+
+    with database(settings) as url:
+        out = _with_db(settings, url, run)
+    if args.json:
+        print(json.dumps({"dataset": data.name, "split": args.split, "model": embedder.model,
+                          "documents": len(data.corpus), **out}))
+    else:
+        print(beir.markdown(data.name, args.split, out["report"], embedder.model, len(data.corpus)))
+        if out["index_seconds"]:
+            print(f"\nindexed in {out['index_seconds']} s")
+    return 0
+
+
+def register(sub: Any) -> None:
+    """Add the memory sub-commands to `cairn`."""
+    bf = sub.add_parser("backfill", help="embed memories that lack a vector of the active model")
+    bf.add_argument("--project", help="only this project (name)")
+    bf.add_argument("--limit", type=int, default=0, help="most memories to process (default: all)")
+    bf.add_argument("--batch-size", type=int, default=32)
+    bf.add_argument("--include-archived", action="store_true")
+    bf.add_argument("--older-than-days", type=int, default=0)
+    bf.add_argument("--dry-run", action="store_true")
+    bf.add_argument("--watch", action="store_true",
+                    help="run the periodic backfill runner (CAIRN_BACKFILL_* settings) until interrupted")
+    bf.set_defaults(fn=cmd_backfill)
+    ev = sub.add_parser("eval", help="evaluate retrieval quality")
+    ev_sub = ev.add_subparsers(dest="eval_cmd", required=True)
+    b = ev_sub.add_parser("beir", help="index a BEIR dataset (corpus.jsonl[.gz], queries.jsonl, qrels/*.tsv) and "
+                          "report nDCG@10 and R@100 per search mode")
+    b.add_argument("dir")
+    b.add_argument("--split", default="test")
+    b.add_argument("--modes", default="hybrid,semantic,lexical")
+    b.add_argument("--max-queries", type=int, default=None)
+    b.add_argument("--fresh", action="store_true", help="re-index even when the scratch collection is complete")
+    b.add_argument("--drop", action="store_true", help="delete the scratch collection afterwards")
+    b.add_argument("--json", action="store_true")
+    b.set_defaults(fn=cmd_eval_beir)

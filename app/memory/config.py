@@ -1,0 +1,89 @@
+"""Settings of the memory feature (environment variables prefixed CAIRN_)."""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+from typing import Literal
+
+from pydantic import Field, field_validator, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
+_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
+
+
+def parse_duration(value: str) -> float:
+    """Seconds in a duration such as ``"15m"``, ``"30s"``, ``"1h"`` or ``"90"`` (seconds)."""
+    match = _DURATION.match(value)
+    if not match:
+        raise ValueError(f"cannot parse duration {value!r} (use e.g. 30s, 15m, 1h)")
+    return float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+
+
+class MemorySettings(BaseSettings):
+    """Knobs of the memory store: chunking, caps, search fusion, summaries and the backfill runner."""
+
+    model_config = SettingsConfigDict(env_prefix="CAIRN_", env_file=".env", extra="ignore")
+
+    # Store and push
+    memory_default_collection: str = Field(default="cairn-memory", min_length=1, max_length=128)
+    memory_chunk_tokens: int = Field(default=200, ge=16, le=512, description="Chunk size in tokenizer tokens")
+    memory_chunk_overlap: int = Field(default=32, ge=0, le=256, description="Tokens shared by adjacent chunks")
+    memory_max_content_chars: int = Field(default=1_000_000, ge=1000, description="Largest pushed document")
+    memory_max_thought_chars: int = Field(default=20_000, ge=100, description="Largest single thought")
+    memory_max_chunks: int = Field(default=5000, ge=1, description="Most chunks one push may produce")
+
+    # Search
+    memory_rrf_k: int = Field(default=10, ge=1, le=1000,
+                              description="Reciprocal rank fusion constant (tuned on SciFact's train split)")
+    memory_candidates: int = Field(default=50, ge=10, le=1000, description="Candidates per signal before fusion")
+    memory_ef_search: int = Field(default=100, ge=10, le=1000, description="HNSW ef_search of vector scans")
+    memory_context_chars: int = Field(default=4000, ge=200, le=50_000, description="Cap of a context block")
+    memory_result_chars: int = Field(default=1200, ge=100, le=20_000, description="Cap of one result's text")
+
+    # Summaries (seed 001: SUMMARIZATION_MAX_WORDS)
+    summarization_max_words: int = Field(default=200, ge=10, le=5000)
+    summary_provider: Literal["none", "ollama", "openai"] = "none"
+    summary_base_url: str | None = None
+    summary_model: str | None = None
+    summary_api_key: str | None = None
+    summary_timeout: float = Field(default=60.0, gt=0)
+
+    # Backfill (seed 004: backfill.enabled, run_on_startup, interval, batch_size, max_per_run, include_archived)
+    backfill_enabled: bool = False
+    backfill_run_on_startup: bool = False
+    backfill_interval: str | None = "15m"
+    backfill_batch_size: int = 20
+    backfill_max_per_run: int = 100
+    backfill_include_archived: bool = False
+    backfill_concurrency: int = Field(default=4, ge=1, le=32)
+
+    @field_validator("backfill_interval")
+    @classmethod
+    def _interval(cls, value: str | None) -> str | None:
+        if value is not None and value.strip():
+            if parse_duration(value) <= 0:
+                raise ValueError("backfill interval must be positive")
+            return value.strip()
+        return None
+
+    @model_validator(mode="after")
+    def _backfill_rules(self) -> MemorySettings:
+        if self.backfill_batch_size <= 0:
+            raise ValueError("backfill batch_size must be > 0")
+        if self.backfill_max_per_run < self.backfill_batch_size:
+            raise ValueError("backfill max_per_run must be >= batch_size")
+        if self.memory_chunk_overlap >= self.memory_chunk_tokens // 2:
+            raise ValueError("memory_chunk_overlap must be less than half of memory_chunk_tokens")
+        return self
+
+    def interval_seconds(self) -> float | None:
+        """The runner's period in seconds, or None when it only runs on start-up."""
+        return parse_duration(self.backfill_interval) if self.backfill_interval else None
+
+
+@lru_cache(maxsize=1)
+def get_memory_settings() -> MemorySettings:
+    """The cached memory settings."""
+    return MemorySettings()

@@ -1,0 +1,256 @@
+"""Memory tools and resources: the Rusty Memory dialect (/memory/...) and the AMCS thoughts dialect
+(/thoughts/...), one store underneath."""
+
+from __future__ import annotations
+
+from app.core.context import CallContext
+from app.core.registry import OperationSet
+from app.core.schemas import Empty
+from app.memory import service, thoughts
+from app.memory.schemas import (
+    CollectionsOut,
+    MemoryTypesOut,
+    MetricsOut,
+    NewCollectionIn,
+    NewCollectionOut,
+    ProjectsOut,
+    ProjectTagsOut,
+    PushIn,
+    PushOut,
+    SearchIn,
+    SearchOut,
+    SummarizeIn,
+    SummarizeOut,
+    UsageOut,
+)
+from app.memory.thought_schemas import (
+    ArchiveThoughtIn,
+    BackfillIn,
+    BackfillOut,
+    CaptureThoughtIn,
+    CaptureThoughtOut,
+    DeleteThoughtOut,
+    ListThoughtsIn,
+    ListThoughtsOut,
+    ProjectContextIn,
+    ProjectContextOut,
+    RecallContextIn,
+    RecallContextOut,
+    RelatedThoughtsIn,
+    RelatedThoughtsOut,
+    SearchThoughtsIn,
+    SearchThoughtsOut,
+    SummarizeThoughtsIn,
+    SummarizeThoughtsOut,
+    ThoughtIdIn,
+    ThoughtResultOut,
+    ThoughtStatsIn,
+    ThoughtStatsOut,
+    UpdateThoughtIn,
+    UpdateThoughtOut,
+)
+
+ops = OperationSet("memory")
+
+# Rusty Memory dialect (seed 001) -------------------------------------------------------------------
+
+
+@ops.operation(name="search", input=SearchIn, output=SearchOut, path="/memory/search", read_only=True)
+async def search(ctx: CallContext, args: SearchIn) -> SearchOut:
+    """Search indexed memories (hybrid vector + full-text by default). Keep query_text concise (<= 512 chars)
+    and prefer filters for precision: project_id (alias project), memory_type (alias type), tags
+    (contains-any; a single string is accepted), time_range {start?, end?} in RFC 3339, collection.
+    limit (alias k) is 1..SEARCH_MAX_LIMIT; score_threshold (0..1) is the minimum cosine similarity of
+    semantic matches. Returns results with scores and the signals that found them, and `context`:
+    prompt-ready text citing each memory as [id]."""
+    return await service.search(ctx, args)
+
+
+@ops.operation(name="push", input=PushIn, output=PushOut, path="/memory/push", idempotent=True)
+async def push(ctx: CallContext, args: PushIn) -> PushOut:
+    """Index a document: split it into token-sized chunks (paragraph and sentence boundaries preferred),
+    embed them and store them with project_id, memory_type (default semantic), tags and source_uri.
+    Chunks already stored in the project and collection are skipped; pushing the same source_uri again
+    updates its changed chunks and removes stale ones instead of duplicating."""
+    return await service.push(ctx, args)
+
+
+@ops.operation(name="summarize", input=SummarizeIn, output=SummarizeOut, path="/memory/summarize",
+               idempotent=True)
+async def summarize(ctx: CallContext, args: SummarizeIn) -> SummarizeOut:
+    """Consolidate the memories of a time window (memory_type default episodic; time_range start and end
+    both required) into one semantic summary memory with provenance (source_memory_ids). strategy:
+    extractive (central, diverse sentences; no network), abstractive (configured Ollama or
+    OpenAI-compatible model) or auto (abstractive when configured, else extractive). Re-running the same
+    window updates the stored summary."""
+    return await service.summarize(ctx, args)
+
+
+@ops.operation(name="get-collections", input=Empty, output=CollectionsOut, path="/memory/collections",
+               method="GET", read_only=True)
+async def get_collections(ctx: CallContext, args: Empty) -> CollectionsOut:
+    """List the memory collections known to the server."""
+    return await service.get_collections(ctx)
+
+
+@ops.operation(name="new-collection", input=NewCollectionIn, output=NewCollectionOut, path="/memory/collections",
+               idempotent=True)
+async def new_collection(ctx: CallContext, args: NewCollectionIn) -> NewCollectionOut:
+    """Ensure a collection exists with the desired vector size (default: the active embedding dimension);
+    an existing collection with another size is resized."""
+    return await service.new_collection(ctx, args)
+
+
+@ops.operation(name="metrics", input=Empty, output=MetricsOut, path="/memory/metrics", method="GET",
+               read_only=True)
+async def metrics(ctx: CallContext, args: Empty) -> MetricsOut:
+    """Ingestion counters: documents and chunks indexed, and the last chunk size (null before the first push)."""
+    return await service.metrics(ctx)
+
+
+@ops.resource(uri="mcp://memory-types", name="memory-types", output=MemoryTypesOut, path="/memory/memory-types")
+async def memory_types(ctx: CallContext) -> MemoryTypesOut:
+    """Supported memory_type values and the default."""
+    return MemoryTypesOut.model_validate(service.memory_types())
+
+
+@ops.resource(uri="mcp://projects", name="projects", output=ProjectsOut, path="/memory/projects")
+async def projects(ctx: CallContext) -> ProjectsOut:
+    """Distinct project_id values that hold memories."""
+    return ProjectsOut(projects=await service.projects(ctx))
+
+
+@ops.resource(uri="mcp://usage", name="usage", output=UsageOut, path="/memory/usage")
+async def usage(ctx: CallContext) -> UsageOut:
+    """Usage policy and recommended flows of the memory tools."""
+    return UsageOut.model_validate(service.USAGE)
+
+
+@ops.resource(uri="mcp://{project_id}/tags", name="project-tags", output=ProjectTagsOut,
+              path="/memory/projects/{project_id}/tags")
+async def project_tags(ctx: CallContext, project_id: str) -> ProjectTagsOut:
+    """Distinct tags used in one project."""
+    return ProjectTagsOut(project_id=project_id, tags=await service.project_tags(ctx, project_id))
+
+
+# AMCS thoughts dialect (seed 004) ------------------------------------------------------------------
+
+
+@ops.operation(name="capture_thought", input=CaptureThoughtIn, output=CaptureThoughtOut, path="/thoughts")
+async def capture_thought(ctx: CallContext, args: CaptureThoughtIn) -> CaptureThoughtOut:
+    """Capture a thought (content, optional project and metadata: type, topics, people, action_items).
+    It is embedded with the active model; if embedding fails it is stored anyway (embedded=false) and
+    backfill_embeddings adds the vector later."""
+    return await thoughts.capture(ctx, args)
+
+
+@ops.operation(name="list_thoughts", input=ListThoughtsIn, output=ListThoughtsOut, path="/thoughts",
+               method="GET", read_only=True)
+async def list_thoughts(ctx: CallContext, args: ListThoughtsIn) -> ListThoughtsOut:
+    """List thoughts newest first, filtered by project, type, topic, person, days and archived state; paginated."""
+    return await thoughts.list_thoughts(ctx, args)
+
+
+@ops.operation(name="search_thoughts", input=SearchThoughtsIn, output=SearchThoughtsOut, path="/thoughts/search",
+               read_only=True)
+async def search_thoughts(ctx: CallContext, args: SearchThoughtsIn) -> SearchThoughtsOut:
+    """Search thoughts by meaning and words (hybrid by default). When the active embedding model has no
+    vectors in scope the search falls back to full text and reports retrieval_mode=lexical_fallback."""
+    return await thoughts.search(ctx, args)
+
+
+@ops.operation(name="recall_context", input=RecallContextIn, output=RecallContextOut, path="/thoughts/recall",
+               read_only=True)
+async def recall_context(ctx: CallContext, args: RecallContextIn) -> RecallContextOut:
+    """A compact context block for a query: the most relevant thoughts, each cited as [id], within max_chars."""
+    return await thoughts.recall(ctx, args)
+
+
+@ops.operation(name="get_project_context", input=ProjectContextIn, output=ProjectContextOut,
+               path="/thoughts/project-context", read_only=True)
+async def get_project_context(ctx: CallContext, args: ProjectContextIn) -> ProjectContextOut:
+    """The recent thoughts of one project plus, when a query is given, the most relevant other ones, as one
+    cited context block."""
+    return await thoughts.project_context(ctx, args)
+
+
+@ops.operation(name="summarize_thoughts", input=SummarizeThoughtsIn, output=SummarizeThoughtsOut,
+               path="/thoughts/summarize", idempotent=True)
+async def summarize_thoughts(ctx: CallContext, args: SummarizeThoughtsIn) -> SummarizeThoughtsOut:
+    """Summarise the thoughts relevant to a query (or the most recent ones, optionally within days); the
+    summary is stored as a semantic memory citing its sources, and re-running updates it."""
+    return await thoughts.summarize(ctx, args)
+
+
+@ops.operation(name="thought_stats", input=ThoughtStatsIn, output=ThoughtStatsOut, path="/thoughts/stats",
+               method="GET", read_only=True)
+async def thought_stats(ctx: CallContext, args: ThoughtStatsIn) -> ThoughtStatsOut:
+    """Counts of thoughts: total, archived, by type and memory type, top topics and people, and how many
+    lack a vector of the active model (missing_embeddings)."""
+    return await thoughts.stats(ctx, args)
+
+
+@ops.operation(name="backfill_embeddings", input=BackfillIn, output=BackfillOut, path="/thoughts/backfill",
+               idempotent=True, long_running=True)
+async def backfill_embeddings(ctx: CallContext, args: BackfillIn) -> BackfillOut:
+    """Generate missing embeddings for stored thoughts using the active embedding model: oldest first,
+    in batches, failures reported per item without aborting; dry_run only counts and samples ids."""
+    return await thoughts.backfill_embeddings(ctx, args)
+
+
+@ops.operation(name="get_thought", input=ThoughtIdIn, output=ThoughtResultOut, path="/thoughts/{id}",
+               method="GET", read_only=True)
+async def get_thought(ctx: CallContext, args: ThoughtIdIn) -> ThoughtResultOut:
+    """One thought by id, with its metadata and whether it has a vector of the active model."""
+    return await thoughts.get(ctx, args.id)
+
+
+@ops.operation(name="related_thoughts", input=RelatedThoughtsIn, output=RelatedThoughtsOut,
+               path="/thoughts/{id}/related", method="GET", read_only=True)
+async def related_thoughts(ctx: CallContext, args: RelatedThoughtsIn) -> RelatedThoughtsOut:
+    """Semantic neighbours of one thought in its project (by its stored vector); full-text neighbours when
+    it has no vector of the active model (retrieval_mode=lexical_fallback)."""
+    return await thoughts.related(ctx, args)
+
+
+@ops.operation(name="update_thought", input=UpdateThoughtIn, output=UpdateThoughtOut, path="/thoughts/{id}",
+               method="PATCH", idempotent=True)
+async def update_thought(ctx: CallContext, args: UpdateThoughtIn) -> UpdateThoughtOut:
+    """Change a thought's content (re-embedded), metadata (replaced) or project."""
+    return await thoughts.update(ctx, args)
+
+
+@ops.operation(name="archive_thought", input=ArchiveThoughtIn, output=ThoughtResultOut,
+               path="/thoughts/{id}/archive", idempotent=True)
+async def archive_thought(ctx: CallContext, args: ArchiveThoughtIn) -> ThoughtResultOut:
+    """Archive a thought (hidden from listings and searches unless asked) or restore it with archived=false."""
+    return await thoughts.archive(ctx, args)
+
+
+@ops.operation(name="delete_thought", input=ThoughtIdIn, output=DeleteThoughtOut, path="/thoughts/{id}",
+               method="DELETE", destructive=True, idempotent=True)
+async def delete_thought(ctx: CallContext, args: ThoughtIdIn) -> DeleteThoughtOut:
+    """Delete a thought and its vectors permanently."""
+    return await thoughts.delete(ctx, args.id)
+
+
+def _annotate_template_functions() -> None:
+    """Compatibility shim: the core adapter gives resource-template readers a `__signature__` but no
+    `__annotations__`, which pydantic needs to build their argument schema (KeyError 'project_id').
+    Wrap it so the reader also carries annotations; harmless once the core sets them itself."""
+    from app.core import mcp_adapter
+
+    original = mcp_adapter._template_function
+    if getattr(original, "_annotated", False):
+        return
+
+    def annotated(state, res):  # type: ignore[no-untyped-def]
+        fn = original(state, res)
+        fn.__annotations__ = {**{p: str for p in res.params}, "return": str}
+        return fn
+
+    annotated._annotated = True  # type: ignore[attr-defined]
+    mcp_adapter._template_function = annotated  # type: ignore[assignment]
+
+
+_annotate_template_functions()

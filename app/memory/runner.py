@@ -1,0 +1,68 @@
+"""The optional background backfill runner (seed 004): on start-up and/or every `interval`, embed up to
+`max_per_run` memories missing a vector of the active model. Failures are logged, never raised."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+from app.core.db import Database
+from app.core.embedding import EmbeddingProvider
+from app.memory.backfill import BackfillReport, backfill
+from app.memory.config import MemorySettings
+
+log = logging.getLogger("cairn.memory.backfill")
+
+
+class BackfillRunner:
+    """Periodic best-effort backfill, configured by the CAIRN_BACKFILL_* settings."""
+
+    def __init__(self, db: Database, embedder: EmbeddingProvider, settings: MemorySettings) -> None:
+        self.db, self.embedder, self.settings = db, embedder, settings
+        self._task: asyncio.Task[None] | None = None
+        self.runs = 0
+
+    async def run_once(self) -> BackfillReport | None:
+        """One bounded pass in its own transaction; None when it failed (logged)."""
+        s = self.settings
+        try:
+            async with self.db.transaction() as session:
+                report = await backfill(session, self.embedder, project_id=None, limit=s.backfill_max_per_run,
+                                        batch_size=s.backfill_batch_size, include_archived=s.backfill_include_archived,
+                                        concurrency=s.backfill_concurrency)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.warning("background backfill pass failed", exc_info=True)
+            return None
+        finally:
+            self.runs += 1
+        log.info("background backfill", extra={"model": report.model, "scanned": report.scanned,
+                                               "embedded": report.embedded, "failed": report.failed})
+        return report
+
+    async def run_forever(self) -> None:
+        """Run on start-up when configured, then every interval (returns at once when neither applies)."""
+        if not self.settings.backfill_enabled:
+            log.info("background backfill disabled (CAIRN_BACKFILL_ENABLED=false)")
+            return
+        if self.settings.backfill_run_on_startup:
+            await self.run_once()
+        interval = self.settings.interval_seconds()
+        while interval:
+            await asyncio.sleep(interval)
+            await self.run_once()
+
+    def start(self) -> None:
+        """Start the runner as a task of the running loop (never blocks start-up)."""
+        if self._task is None and self.settings.backfill_enabled:
+            self._task = asyncio.get_running_loop().create_task(self.run_forever(), name="cairn-memory-backfill")
+
+    async def stop(self) -> None:
+        """Cancel the runner and wait for it."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None

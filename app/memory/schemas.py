@@ -1,0 +1,288 @@
+"""Input and output models of the Rusty Memory dialect (seed 001) and the shared pieces."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, BeforeValidator, Field, StringConstraints, WithJsonSchema, model_validator
+
+from app.core.schemas import PROJECT_NAME, StrictModel
+
+MemoryType = Literal["episodic", "semantic", "procedural"]
+SearchMode = Literal["hybrid", "semantic", "lexical"]
+RetrievalMode = Literal["hybrid", "semantic", "lexical", "lexical_fallback"]
+Strategy = Literal["auto", "extractive", "abstractive"]
+Provider = Literal["ollama", "openai"]
+
+COLLECTION_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$"
+MAX_TAGS = 32
+
+Tag = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=128)]
+
+
+def _coerce_tags(value: Any) -> Any:
+    """A scalar tag becomes a one-element list (seed 001 compatibility)."""
+    if isinstance(value, str):
+        return [value]
+    return value
+
+
+_TAGS_SCHEMA = {
+    "anyOf": [
+        {"type": "array", "items": {"type": "string", "minLength": 1, "maxLength": 128}, "maxItems": MAX_TAGS},
+        {"type": "string", "minLength": 1, "maxLength": 128},
+        {"type": "null"},
+    ],
+    "default": None,
+    "description": "Tags (contains-any when filtering); a single string is accepted as a one-element list",
+}
+
+Tags = Annotated[
+    list[Tag] | None,
+    BeforeValidator(_coerce_tags),
+    Field(default=None, max_length=MAX_TAGS),
+    WithJsonSchema(_TAGS_SCHEMA),
+]
+
+ProjectName = Annotated[str | None, Field(default=None, pattern=PROJECT_NAME)]
+CollectionName = Annotated[str | None, Field(default=None, pattern=COLLECTION_NAME,
+                                             description="Collection override (default collection when omitted)")]
+
+
+def utc(value: datetime | None) -> datetime | None:
+    """A timestamp with a timezone (naive ones are taken as UTC)."""
+    if value is not None and value.tzinfo is None:
+        return value.replace(tzinfo=UTC)
+    return value
+
+
+class TimeRange(StrictModel):
+    """A time window on memory timestamps (RFC 3339, e.g. 2025-01-01T00:00:00Z)."""
+
+    start: datetime | None = None
+    end: datetime | None = None
+
+    @model_validator(mode="after")
+    def _ordered(self) -> TimeRange:
+        self.start, self.end = utc(self.start), utc(self.end)
+        if self.start is not None and self.end is not None and self.start > self.end:
+            raise ValueError("time_range.start must be <= time_range.end")
+        return self
+
+
+def move_aliases(data: Any, aliases: dict[str, str]) -> Any:
+    """Move alias keys (e.g. `project`) onto their canonical field (e.g. `project_id`) before validation."""
+    if not isinstance(data, dict):
+        return data
+    data = dict(data)
+    for alias, canonical in aliases.items():
+        if alias in data:
+            value = data.pop(alias)
+            if canonical in data and data[canonical] is not None and value is not None and data[canonical] != value:
+                raise ValueError(f"'{alias}' and '{canonical}' are the same argument but differ")
+            if data.get(canonical) is None:
+                data[canonical] = value
+    return data
+
+
+class _ProjectTypeAliases(StrictModel):
+    """`project` and `type` aliases (seed 001)."""
+
+    project_id: str | None = Field(default=None, pattern=PROJECT_NAME,
+                                   description="Project label (default 'default'); alias: project")
+    project: str | None = Field(default=None, description="Alias of project_id")
+    memory_type: MemoryType | None = Field(default=None, description="episodic | semantic | procedural; alias: type")
+    type: str | None = Field(default=None, description="Alias of memory_type")
+
+
+class SearchIn(_ProjectTypeAliases):
+    """Arguments of search."""
+
+    query_text: str = Field(min_length=1, max_length=512, description="Text to search for (<= 512 chars)")
+    tags: Tags
+    time_range: TimeRange | None = Field(default=None, description="{start?, end?}; start <= end")
+    limit: int | None = Field(default=None, ge=1, description="1..SEARCH_MAX_LIMIT (default SEARCH_DEFAULT_LIMIT); "
+                              "alias: k")
+    k: int | None = Field(default=None, description="Alias of limit")
+    score_threshold: float | None = Field(default=None, ge=0.0, le=1.0,
+                                          description="0..1 minimum cosine similarity of semantic matches")
+    collection: CollectionName
+    mode: SearchMode = Field(default="hybrid", description="hybrid (vector + full-text, fused) | semantic | lexical")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _aliases(cls, data: Any) -> Any:
+        return move_aliases(data, {"project": "project_id", "type": "memory_type", "k": "limit"})
+
+
+class Signal(BaseModel):
+    """How one retrieval signal ranked a result."""
+
+    rank: int
+    score: float
+
+
+class SearchHit(BaseModel):
+    """One search result."""
+
+    id: str
+    score: float = Field(description="Fused score (hybrid), cosine similarity (semantic) or text rank (lexical)")
+    text: str | None = None
+    truncated: bool = False
+    project_id: str
+    memory_type: str
+    tags: list[str]
+    timestamp: datetime
+    source_uri: str | None = None
+    collection: str
+    signals: dict[str, Signal] = Field(description="Which signals found it: semantic and/or lexical")
+
+
+class SearchOut(BaseModel):
+    """Result of search."""
+
+    results: list[SearchHit]
+    context: str | None = Field(default=None, description="Prompt-ready text with [id] citations")
+    collection: str
+    limit: int
+    score_threshold: float
+    scoreThreshold: float
+    used_filters: dict[str, Any]
+    mode: SearchMode
+    retrieval_mode: RetrievalMode
+    model: str
+
+
+class PushIn(_ProjectTypeAliases):
+    """Arguments of push."""
+
+    text: str = Field(min_length=1, description="Document contents to index")
+    collection: CollectionName
+    tags: Tags
+    source_uri: str | None = Field(default=None, max_length=2048, description="File path or URL (provenance); "
+                                   "pushing the same source_uri again updates its chunks")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _aliases(cls, data: Any) -> Any:
+        return move_aliases(data, {"project": "project_id", "type": "memory_type"})
+
+
+class PushOut(BaseModel):
+    """Result of push."""
+
+    status: str = "ok"
+    collection: str
+    chunksIndexed: int
+    chunkSize: int
+    inserted: int
+    updated: int
+    skippedDuplicates: int
+    removed: int = Field(default=0, description="Stale chunks of the same source_uri deleted")
+    document_id: str
+    project_id: str
+
+
+class SummarizeIn(_ProjectTypeAliases):
+    """Arguments of summarize."""
+
+    tags: Tags
+    time_range: TimeRange = Field(description="{start, end}: both required")
+    limit: int = Field(default=50, ge=1, description="Most memories read (capped by SEARCH_MAX_LIMIT); alias: k")
+    k: int | None = Field(default=None, description="Alias of limit")
+    strategy: Strategy = "auto"
+    provider: Provider | None = Field(default=None, description="Abstractive provider (default: the configured one)")
+    model: str | None = Field(default=None, max_length=200, description="Provider model when abstractive")
+    max_words: int | None = Field(default=None, gt=0, le=5000, description="Default SUMMARIZATION_MAX_WORDS")
+    collection: CollectionName
+
+    @model_validator(mode="before")
+    @classmethod
+    def _aliases(cls, data: Any) -> Any:
+        return move_aliases(data, {"project": "project_id", "type": "memory_type", "k": "limit"})
+
+    @model_validator(mode="after")
+    def _both_bounds(self) -> SummarizeIn:
+        if self.time_range.start is None or self.time_range.end is None:
+            raise ValueError("time_range needs both start and end")
+        return self
+
+
+class SummarizeOut(BaseModel):
+    """Result of summarize."""
+
+    summary: str
+    source_memory_ids: list[str]
+    upserted_memory_id: str
+    strategy: Literal["extractive", "abstractive"]
+    provider: str | None = None
+    model: str | None = None
+    used_filters: dict[str, Any]
+
+
+class CollectionsOut(BaseModel):
+    """Result of get-collections."""
+
+    collections: list[str]
+
+
+class NewCollectionIn(StrictModel):
+    """Arguments of new-collection."""
+
+    name: str = Field(pattern=COLLECTION_NAME, description="Collection name")
+    vector_size: int | None = Field(default=None, ge=1, le=16000, description="Vector dimension "
+                                    "(default: the active embedding dimension)")
+
+
+class NewCollectionOut(BaseModel):
+    """Result of new-collection."""
+
+    status: str = "ok"
+    vectorSize: int
+    name: str
+    created: bool
+    resized: bool
+
+
+class MetricsOut(BaseModel):
+    """Result of metrics."""
+
+    documentsIndexed: int
+    chunksIndexed: int
+    lastChunkSize: int | None
+
+
+class MemoryTypesOut(BaseModel):
+    """The mcp://memory-types resource."""
+
+    memory_types: list[str]
+    default: str
+
+
+class ProjectsOut(BaseModel):
+    """The mcp://projects resource."""
+
+    projects: list[str]
+
+
+class UsageFlow(BaseModel):
+    """A recommended sequence of calls."""
+
+    name: str
+    steps: list[str]
+
+
+class UsageOut(BaseModel):
+    """The mcp://usage resource."""
+
+    title: str
+    policy: list[str]
+    flows: list[UsageFlow]
+
+
+class ProjectTagsOut(BaseModel):
+    """The mcp://{project_id}/tags resource."""
+
+    project_id: str
+    tags: list[str]

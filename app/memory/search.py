@@ -1,0 +1,220 @@
+"""The one search engine of both dialects: vector (pgvector), full text (tsvector) and their fusion.
+
+`hybrid` fuses the cosine ranking and the full-text ranking (BM25 over the `simple` tsvector for plain
+queries, `websearch_to_tsquery` + `ts_rank_cd` for queries written in web-search syntax) by reciprocal
+rank fusion; `semantic` and `lexical` use one signal. When the active model has no vectors in the searched scope (or the
+embedder is unreachable), semantic and hybrid searches fall back to full text and say so
+(`retrieval_mode = "lexical_fallback"`).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from app.core.embedding import EmbeddingProvider, EmbeddingUnavailable
+from app.memory.config import MemorySettings
+from app.memory.repository import MemoryRepository, Scope
+
+log = logging.getLogger("cairn.memory")
+
+# Function words carry no topic; dropping them keeps the OR query from matching everything.
+STOPWORDS = frozenset("""
+a an and are as at be been being but by can could did do does for from had has have having he her hers him his
+how i if in into is it its itself just me more most my no nor not of off on once only or other our ours out over
+own same she should so some such than that the their theirs them then there these they this those through to too
+under until up very was we were what when where which while who whom why will with would you your yours also
+""".split())
+
+_WEBSEARCH_SYNTAX = re.compile(r'"|(?:^|\s)-\w|\sor\s', re.IGNORECASE)
+_WORD = re.compile(r"\w+", re.UNICODE)
+
+# Lexical ranking: ts_rank_cd normalisation 1 divides by 1 + log(document length).
+TS_NORMALIZATION = 1
+# A term in more than this share of the scope (with enough documents) is too common to help ranking.
+COMMON_TERM_SHARE = 0.35
+COMMON_TERM_MIN_DOCS = 50
+
+
+@dataclass
+class Hit:
+    """One retrieved memory and the signals that found it."""
+
+    id: uuid.UUID
+    score: float
+    signals: dict[str, dict[str, float]] = field(default_factory=dict)
+
+
+@dataclass
+class Retrieval:
+    """The ranked hits and the retrieval mode actually used."""
+
+    hits: list[Hit]
+    retrieval_mode: str
+
+
+def query_terms(query: str) -> list[str]:
+    """Lower-cased distinct content words of a query, in order."""
+    seen: dict[str, None] = {}
+    for word in _WORD.findall(query.lower()):
+        if word not in STOPWORDS and word not in seen:
+            seen[word] = None
+    return list(seen)
+
+
+BM25_K1 = 1.2
+BM25_B = 0.75
+
+
+VARIANTS = True
+
+
+def variants(word: str) -> list[str]:
+    """The word with its singular/plural twin (the `simple` config does not stem): `vaccines` <-> `vaccine`."""
+    forms = [word]
+    if not VARIANTS or len(word) < 4 or not word.isalpha():
+        return forms
+    if word.endswith("ies"):
+        forms.append(word[:-3] + "y")
+    elif word.endswith(("ches", "shes", "xes", "sses")):
+        forms.append(word[:-2])
+    elif word.endswith("s") and not word.endswith(("ss", "us", "is")):
+        forms.append(word[:-1])
+    elif word.endswith("y") and word[-2] not in "aeiou":
+        forms.append(word[:-1] + "ies")
+    elif word.endswith(("ch", "sh", "x", "ss")):
+        forms.append(word + "es")
+    else:
+        forms.append(word + "s")
+    return forms
+
+
+async def bm25_hits(repo: MemoryRepository, scope: Scope, terms: list[str], k: int) -> list[tuple[uuid.UUID, float]]:
+    """BM25 ranking of the memories holding any of `terms` (or their singular/plural twins), with idf from
+    the scope's document frequencies. Words in more than COMMON_TERM_SHARE of a large enough scope are
+    dropped (they rank nothing)."""
+    groups: list[list[str]] = []
+    seen: set[str] = set()
+    for term in terms:
+        forms = [f for f in variants(term) if f not in seen]
+        if forms:
+            seen.update(forms)
+            groups.append(forms)
+    df = await repo.group_frequencies(scope, groups)
+    size = await repo.count(scope)
+    weighted = []
+    for forms, n in zip(groups, df, strict=True):
+        if n == 0 or (size >= COMMON_TERM_MIN_DOCS and n > COMMON_TERM_SHARE * size and len(groups) > 2):
+            continue
+        weighted.append((forms, math.log(1 + (size - n + 0.5) / (n + 0.5))))
+    return await repo.lexical_bm25(scope, weighted, k, BM25_K1, BM25_B)
+
+
+async def lexical_hits(repo: MemoryRepository, scope: Scope, query: str, k: int) -> list[tuple[uuid.UUID, float]]:
+    """Full-text ranking. Web-search syntax (quotes, `-word`, `or`) goes through websearch_to_tsquery and
+    ts_rank_cd as written; otherwise any content word may match (OR) and BM25 ranks the matches, so long
+    natural-language queries still find documents and rare words weigh more than common ones."""
+    if _WEBSEARCH_SYNTAX.search(query):
+        return await repo.lexical(scope, query, k, websearch=True, normalization=TS_NORMALIZATION)
+    terms = query_terms(query)
+    if not terms:
+        return await repo.lexical(scope, query, k, websearch=True, normalization=TS_NORMALIZATION)
+    return await bm25_hits(repo, scope, terms, k)
+
+
+LEXICAL_WEIGHT = 1.0
+
+
+def fuse(lists: dict[str, list[tuple[uuid.UUID, float]]], k: int) -> list[Hit]:
+    """Reciprocal rank fusion; the fused score is scaled to (0, 1] (1 = first in every list)."""
+    hits: dict[uuid.UUID, Hit] = {}
+    for signal, ranked in lists.items():
+        weight = LEXICAL_WEIGHT if signal == "lexical" else 1.0
+        for rank, (mid, score) in enumerate(ranked, start=1):
+            hit = hits.setdefault(mid, Hit(mid, 0.0))
+            hit.score += weight / (k + rank)
+            hit.signals[signal] = {"rank": rank, "score": round(score, 6)}
+    best = sum(LEXICAL_WEIGHT if s == "lexical" else 1.0 for s in lists) / (k + 1) if lists else 1.0
+    out = sorted(hits.values(), key=lambda h: (-h.score, min(s["rank"] for s in h.signals.values())))
+    for hit in out:
+        hit.score = round(hit.score / best, 6)
+    return out
+
+
+async def retrieve(
+    repo: MemoryRepository, embedder: EmbeddingProvider, settings: MemorySettings, scope: Scope, query: str, *,
+    mode: str, limit: int, threshold: float, vector: Sequence[float] | None = None, exact: bool = False,
+) -> Retrieval:
+    """Search `scope` for `query` in `mode`, returning at most `limit` hits.
+
+    `threshold` is the minimum cosine similarity of semantic matches (full-text matches are not
+    thresholded: their scores are not similarities). `vector` replaces embedding the query.
+    """
+    model = embedder.model
+    sem: list[tuple[uuid.UUID, float]] = []
+    used = mode
+    if mode in ("hybrid", "semantic"):
+        if not await repo.has_vectors(scope, model):
+            used = "lexical_fallback"
+        else:
+            try:
+                qvec = list(vector) if vector is not None else await embedder.embed_one(query)
+            except EmbeddingUnavailable as exc:
+                log.warning("query embedding failed, using full text: %s", exc)
+                used = "lexical_fallback"
+            else:
+                depth = limit if mode == "semantic" else max(limit, settings.memory_candidates)
+                sem = await repo.semantic(scope, model, qvec, depth, settings.memory_ef_search, exact=exact)
+                sem = [(mid, s) for mid, s in sem if s >= threshold]
+    if used == "semantic":
+        return Retrieval([Hit(mid, round(s, 6), {"semantic": {"rank": i, "score": round(s, 6)}})
+                          for i, (mid, s) in enumerate(sem[:limit], start=1)], used)
+    depth = limit if used != "hybrid" else max(limit, settings.memory_candidates)
+    lex = await lexical_hits(repo, scope, query, depth)
+    if used == "hybrid":
+        return Retrieval(fuse({"semantic": sem, "lexical": lex}, settings.memory_rrf_k)[:limit], used)
+    return Retrieval([Hit(mid, round(s, 6), {"lexical": {"rank": i, "score": round(s, 6)}})
+                      for i, (mid, s) in enumerate(lex[:limit], start=1)], used)
+
+
+def clip(text: str, cap: int) -> tuple[str, bool]:
+    """`text` cut to at most `cap` characters at a word boundary, with a flag."""
+    if len(text) <= cap:
+        return text, False
+    cut = text.rfind(" ", 0, cap - 1)
+    return text[: cut if cut > cap // 2 else cap - 1].rstrip() + "…", True
+
+
+def build_context(items: list[tuple[str, str, datetime | None]], max_chars: int,
+                  per_item: int = 600) -> tuple[str, bool]:
+    """A prompt-ready block: one `[id] text` paragraph per item, within `max_chars`."""
+    parts: list[str] = []
+    used = 0
+    truncated = False
+    for mid, content, when in items:
+        stamp = f" ({when:%Y-%m-%d})" if when is not None else ""
+        body, cut = clip(" ".join(content.split()), per_item)
+        line = f"[{mid}]{stamp} {body}"
+        if used + len(line) + 2 > max_chars:
+            room = max_chars - used - 2
+            if room > 80:
+                line, _ = clip(line, room)
+                parts.append(line)
+            truncated = True
+            break
+        truncated = truncated or cut
+        parts.append(line)
+        used += len(line) + 2
+    return "\n\n".join(parts), truncated
+
+
+def row_time(row: dict[str, Any]) -> datetime | None:
+    """The timestamp shown for a memory."""
+    value = row.get("created_at")
+    return value if isinstance(value, datetime) else None

@@ -1,0 +1,305 @@
+"""Use cases of the Rusty Memory dialect (seed 001): push, search, summarize, collections, metrics, resources."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from typing import Any
+
+from app.core.context import CallContext
+from app.core.embedding import EmbeddingUnavailable
+from app.core.errors import InvalidInput, NotFound, TooLarge
+from app.memory import common
+from app.memory.chunking import chunk_text
+from app.memory.models import MEMORY_TYPES
+from app.memory.repository import MemoryRepository, Scope
+from app.memory.schemas import (
+    CollectionsOut,
+    MetricsOut,
+    NewCollectionIn,
+    NewCollectionOut,
+    PushIn,
+    PushOut,
+    SearchHit,
+    SearchIn,
+    SearchOut,
+    Signal,
+    SummarizeIn,
+    SummarizeOut,
+    TimeRange,
+)
+from app.memory.search import build_context, clip, retrieve, row_time
+from app.memory.summarize import summarize as make_summary
+
+
+def _bad(field: str, message: str, rule: str = "value_error") -> InvalidInput:
+    return InvalidInput(f"Invalid arguments: {field}: {message}",
+                        details={"errors": [{"field": field, "rule": rule, "message": message}]})
+
+
+def _time_filter(tr: TimeRange | None) -> dict[str, str] | None:
+    if tr is None or (tr.start is None and tr.end is None):
+        return None
+    out = {}
+    if tr.start is not None:
+        out["start"] = tr.start.isoformat()
+    if tr.end is not None:
+        out["end"] = tr.end.isoformat()
+    return out
+
+
+async def push(ctx: CallContext, args: PushIn) -> PushOut:
+    """Chunk by tokens, skip known chunks, embed the rest, write; a known source_uri is updated in place."""
+    cfg = common.settings()
+    if len(args.text) > cfg.memory_max_content_chars:
+        raise TooLarge(f"text has {len(args.text)} characters; the limit is {cfg.memory_max_content_chars}",
+                       suggestions=["Split the document and push the parts with the same tags"])
+    project = await common.project_for_write(ctx, args.project_id)
+    coll = await common.collection_for_write(ctx, args.collection)
+    memory_type = args.memory_type or "semantic"
+    tags = sorted(set(args.tags or []))
+    if len(args.text) > 20_000:
+        chunks = await asyncio.to_thread(chunk_text, args.text, cfg.memory_chunk_tokens, cfg.memory_chunk_overlap)
+    else:
+        chunks = chunk_text(args.text, cfg.memory_chunk_tokens, cfg.memory_chunk_overlap)
+    if not chunks:
+        raise _bad("text", "the text is empty after trimming", "string_too_short")
+    if len(chunks) > cfg.memory_max_chunks:
+        raise TooLarge(f"text makes {len(chunks)} chunks; the limit is {cfg.memory_max_chunks}")
+    hashes = [common.content_hash(c.text) for c in chunks]
+    repo = MemoryRepository(ctx.session)
+
+    # Embed what is not stored yet before taking the scope lock, so concurrent pushes overlap their model time.
+    known = await repo.existing_hashes(project.id, coll.id, hashes)
+    todo = {h: c.text for h, c in zip(hashes, chunks, strict=True) if h not in known}
+    vectors = dict(zip(todo, await common.embed(ctx, list(todo.values())), strict=True)) if todo else {}
+
+    await repo.lock_scope(project.id, coll.id)
+    known = await repo.existing_hashes(project.id, coll.id, hashes)
+    old = await repo.chunks_of_source(project.id, coll.id, args.source_uri) if args.source_uri else []
+    document_id = old[0]["document_id"] if old and old[0]["document_id"] else uuid.uuid4()
+    old_by_hash: dict[str, list[dict[str, Any]]] = {}
+    for row in old:
+        old_by_hash.setdefault(row["content_hash"], []).append(row)
+    kept: list[tuple[uuid.UUID, int]] = []
+    writes: list[tuple[int, str]] = []  # (chunk position, hash) to insert or rewrite
+    skipped, seen = 0, set()
+    for pos, h in enumerate(hashes):
+        if h in seen:
+            skipped += 1
+            continue
+        seen.add(h)
+        if old_by_hash.get(h):
+            kept.append((old_by_hash[h].pop(0)["id"], pos))
+            skipped += 1
+        elif h in known:
+            skipped += 1
+        else:
+            writes.append((pos, h))
+    reusable = [r for rows in old_by_hash.values() for r in rows]
+    reusable.sort(key=lambda r: r["chunk_index"] if r["chunk_index"] is not None else 0)
+    missing = [h for _, h in writes if h not in vectors]
+    if missing:  # rare: known at first look, gone by now
+        vectors.update(zip(missing, await common.embed(ctx, [chunks[hashes.index(h)].text for h in missing]),
+                           strict=True))
+    inserted, updated, new_rows, embeddings = 0, 0, [], []
+    for pos, h in writes:
+        chunk = chunks[pos]
+        if reusable:
+            target = reusable.pop(0)["id"]
+            await repo.replace_chunk(target, chunk.text, h, memory_type, tags, document_id)
+            await repo.update_memory(target, {"chunk_index": pos})
+            updated += 1
+        else:
+            target = uuid.uuid4()
+            new_rows.append({
+                "id": target, "project_id": project.id, "collection_id": coll.id, "kind": "chunk",
+                "memory_type": memory_type, "content": chunk.text, "content_hash": h, "tags": tags,
+                "metadata": json.dumps({"tokens": chunk.tokens}), "source_uri": args.source_uri,
+                "document_id": document_id, "chunk_index": pos, "summary_key": None})
+            inserted += 1
+        embeddings.append((target, vectors[h]))
+    await repo.insert_memories(new_rows)
+    for mid, pos in kept:
+        await repo.update_memory(mid, {"chunk_index": pos})
+    await repo.retag_chunks([mid for mid, _ in kept], memory_type, tags, document_id)
+    removed = await repo.delete_memories([r["id"] for r in reusable])
+    await repo.upsert_embeddings(ctx.embedder.model, embeddings)
+    indexed = inserted + updated
+    await repo.bump_ingest(1 if indexed else 0, indexed, cfg.memory_chunk_tokens)
+    return PushOut(collection=coll.name, chunksIndexed=indexed, chunkSize=cfg.memory_chunk_tokens,
+                   inserted=inserted, updated=updated, skippedDuplicates=skipped, removed=removed,
+                   document_id=str(document_id), project_id=project.name)
+
+
+def _limit(requested: int | None, default: int, cap: int, field: str = "limit") -> int:
+    value = default if requested is None else requested
+    if value < 1 or value > cap:
+        raise _bad(field, f"must be between 1 and {cap} (SEARCH_MAX_LIMIT)", "less_than_equal")
+    return value
+
+
+async def search(ctx: CallContext, args: SearchIn) -> SearchOut:
+    """Hybrid (default), semantic or lexical search with every filter applied in SQL; a cited context block."""
+    s = ctx.settings
+    cfg = common.settings()
+    limit = _limit(args.limit, s.search_default_limit, s.search_max_limit)
+    threshold = s.search_default_score_threshold if args.score_threshold is None else args.score_threshold
+    name, project = await common.project_for_read(ctx, args.project_id)
+    coll = await common.collection_for_read(ctx, args.collection)
+    coll_name = coll.name if coll is not None else cfg.memory_default_collection
+    used: dict[str, Any] = {"project_id": name, "collection": coll_name}
+    if args.memory_type:
+        used["memory_type"] = args.memory_type
+    if args.tags:
+        used["tags"] = args.tags
+    if (tf := _time_filter(args.time_range)) is not None:
+        used["time_range"] = tf
+    out = SearchOut(results=[], context=None, collection=coll_name, limit=limit, score_threshold=threshold,
+                    scoreThreshold=threshold, used_filters=used, mode=args.mode, retrieval_mode=args.mode,
+                    model=ctx.embedder.model)
+    if project is None or coll is None:
+        return out
+    tr = args.time_range or TimeRange()
+    scope = Scope(project_id=project.id, collection_id=coll.id, memory_type=args.memory_type, tags=args.tags,
+                  start=tr.start, end=tr.end)
+    repo = MemoryRepository(ctx.session)
+    found = await retrieve(repo, ctx.embedder, cfg, scope, args.query_text, mode=args.mode, limit=limit,
+                           threshold=threshold)
+    rows = await repo.fetch([h.id for h in found.hits], ctx.embedder.model)
+    results: list[SearchHit] = []
+    for hit in found.hits:
+        row = rows.get(hit.id)
+        if row is None:
+            continue
+        body, cut = clip(row["content"], cfg.memory_result_chars)
+        results.append(SearchHit(
+            id=str(hit.id), score=hit.score, text=body, truncated=cut, project_id=row["project"],
+            memory_type=row["memory_type"], tags=row["tags"], timestamp=row["created_at"],
+            source_uri=row["source_uri"], collection=row["collection"],
+            signals={k: Signal(rank=int(v["rank"]), score=v["score"]) for k, v in hit.signals.items()}))
+    context, _ = build_context([(r.id, rows[uuid.UUID(r.id)]["content"], row_time(rows[uuid.UUID(r.id)]))
+                                for r in results], cfg.memory_context_chars)
+    out.results, out.context, out.retrieval_mode = results, context or None, found.retrieval_mode  # type: ignore[assignment]
+    return out
+
+
+async def summarize(ctx: CallContext, args: SummarizeIn) -> SummarizeOut:
+    """Consolidate a time window of memories into one semantic summary memory with provenance."""
+    s = ctx.settings
+    cfg = common.settings()
+    limit = min(args.limit, s.search_max_limit)
+    max_words = args.max_words or cfg.summarization_max_words
+    memory_type = args.memory_type or "episodic"
+    name, project = await common.project_for_read(ctx, args.project_id)
+    coll = await common.collection_for_read(ctx, args.collection)
+    used: dict[str, Any] = {"project_id": name, "memory_type": memory_type,
+                            "collection": coll.name if coll else cfg.memory_default_collection,
+                            "time_range": _time_filter(args.time_range), "limit": limit}
+    if args.tags:
+        used["tags"] = args.tags
+    if project is None or coll is None:
+        raise NotFound(f"No memories in project '{name}' to summarise", suggestions=["push memories first"])
+    repo = MemoryRepository(ctx.session)
+    scope = Scope(project_id=project.id, collection_id=coll.id, memory_type=memory_type, tags=args.tags,
+                  start=args.time_range.start, end=args.time_range.end, kinds=["chunk", "thought"])
+    rows = list(reversed(await repo.list_memories(scope, ctx.embedder.model, limit)))  # newest N, told in time order
+    if not rows:
+        raise NotFound("No memories match the filters and time range",
+                       suggestions=["Widen time_range, drop tags, or check memory_type (default episodic)"])
+    result = await make_summary(ctx.embedder, cfg, [r["content"] for r in rows], strategy=args.strategy,
+                                provider=args.provider, model=args.model, max_words=max_words)
+    source_ids = [str(r["id"]) for r in rows]
+    key = common.key_of("summarize", memory_type, sorted(args.tags or []), used["time_range"], limit)
+    summary_id = await store_summary(ctx, repo, project.id, coll.id, key, result.text, source_ids, args.tags or [],
+                                     {"strategy": result.strategy, "provider": result.provider,
+                                      "model": result.model, "time_range": used["time_range"],
+                                      "summarized_type": memory_type})
+    return SummarizeOut(summary=result.text, source_memory_ids=source_ids, upserted_memory_id=str(summary_id),
+                        strategy=result.strategy,  # type: ignore[arg-type]
+                        provider=result.provider, model=result.model, used_filters=used)
+
+
+async def store_summary(ctx: CallContext, repo: MemoryRepository, project_id: uuid.UUID,
+                        collection_id: uuid.UUID, key: str, text: str, source_ids: list[str], tags: list[str],
+                        extra: dict[str, Any]) -> uuid.UUID:
+    """Upsert the summary memory for `key` and (best effort) its vector."""
+    body = text or "(empty summary)"
+    summary_id = await repo.upsert_summary({
+        "id": uuid.uuid4(), "project_id": project_id, "collection_id": collection_id, "content": body,
+        "content_hash": common.content_hash(body), "tags": sorted(set(tags)), "summary_key": key,
+        "metadata": json.dumps({"source_memory_ids": source_ids, **extra})})
+    await repo.drop_vectors(summary_id)
+    try:
+        vector = await ctx.embedder.embed_one(body)
+    except EmbeddingUnavailable:
+        return summary_id  # backfill adds it later
+    await repo.upsert_embeddings(ctx.embedder.model, [(summary_id, vector)])
+    return summary_id
+
+
+async def get_collections(ctx: CallContext) -> CollectionsOut:
+    """Collection names (the default one is always listed)."""
+    names = set(await MemoryRepository(ctx.session).collection_names())
+    names.add(common.settings().memory_default_collection)
+    return CollectionsOut(collections=sorted(names))
+
+
+async def new_collection(ctx: CallContext, args: NewCollectionIn) -> NewCollectionOut:
+    """Create a collection, or resize an existing one, for the wanted vector size."""
+    size = args.vector_size or ctx.embedder.dimension
+    repo = MemoryRepository(ctx.session)
+    coll, created = await repo.ensure_collection(args.name, ctx.embedder.model, size)
+    resized = False
+    if not created and coll.vector_size != size:
+        await repo.resize_collection(coll.id, ctx.embedder.model, size)
+        resized = True
+    return NewCollectionOut(vectorSize=size, name=args.name, created=created, resized=resized)
+
+
+async def metrics(ctx: CallContext) -> MetricsOut:
+    """Ingestion counters."""
+    row = await MemoryRepository(ctx.session).ingest_stats()
+    return MetricsOut(documentsIndexed=int(row["documents_indexed"]), chunksIndexed=int(row["chunks_indexed"]),
+                      lastChunkSize=row["last_chunk_size"])
+
+
+def memory_types() -> dict[str, Any]:
+    """The mcp://memory-types payload."""
+    return {"memory_types": list(MEMORY_TYPES), "default": "semantic"}
+
+
+async def projects(ctx: CallContext) -> list[str]:
+    """Projects that hold memories (a bound key sees its own only)."""
+    return await MemoryRepository(ctx.session).project_names(ctx.bound_project)
+
+
+async def project_tags(ctx: CallContext, project_id: str) -> list[str]:
+    """Distinct tags of one project."""
+    _, project = await common.project_for_read(ctx, project_id)
+    if project is None:
+        return []
+    return await MemoryRepository(ctx.session).project_tags(project.id)
+
+
+USAGE: dict[str, Any] = {
+    "title": "Rusty Memory MCP Usage",
+    "policy": [
+        "Do not paste or concatenate large documents in prompts.",
+        "Index text with `push` first; use `search` to retrieve.",
+        "Prefer filters: project_id, memory_type, tags, time_range.",
+        "Keep query_text concise (<= 512 chars).",
+        "Use summarize to consolidate episodic → semantic summaries.",
+    ],
+    "flows": [
+        {"name": "Ingest & Retrieve", "steps": [
+            "push({ text, project_id?, memory_type?, tags? })",
+            "search({ query_text, project_id?, memory_type?, tags?, time_range? })",
+        ]},
+        {"name": "Summarize", "steps": [
+            "search episodic within time_range",
+            "summarize({ project_id, time_range, tags?, limit?, max_words? })",
+        ]},
+    ],
+}

@@ -1,0 +1,309 @@
+"""Input and output models of the AMCS thoughts dialect (seed 004)."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
+
+from app.core.schemas import PROJECT_NAME, StrictModel
+from app.memory.schemas import Provider, RetrievalMode, SearchMode, Signal, Strategy, move_aliases
+
+Label = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=200)]
+ProjectRef = Annotated[str | None, Field(default=None, pattern=PROJECT_NAME,
+                                         description="Project name (default 'default')")]
+
+
+class ThoughtMetadata(BaseModel):
+    """Client-supplied metadata of a thought; other keys are kept as given."""
+
+    model_config = ConfigDict(extra="allow")
+
+    type: Label | None = Field(default=None, description="e.g. observation, task, idea, reference, person_note")
+    topics: list[Label] = Field(default_factory=list, max_length=50)
+    people: list[Label] = Field(default_factory=list, max_length=50)
+    action_items: list[Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=1000)]] = \
+        Field(default_factory=list, max_length=50)
+    source: Label | None = None
+
+
+class ThoughtOut(BaseModel):
+    """A thought (any memory of the store, seen through the thoughts dialect)."""
+
+    id: str
+    content: str
+    project: str
+    metadata: dict[str, Any]
+    memory_type: str
+    kind: str
+    tags: list[str]
+    archived: bool
+    has_embedding: bool = Field(description="Whether a vector of the active model exists")
+    created_at: datetime
+    updated_at: datetime
+
+
+class CaptureThoughtIn(StrictModel):
+    """Arguments of capture_thought."""
+
+    content: str = Field(min_length=1, description="The thought's text")
+    project: ProjectRef
+    metadata: ThoughtMetadata | None = None
+
+
+class CaptureThoughtOut(BaseModel):
+    """Result of capture_thought."""
+
+    thought: ThoughtOut
+    embedded: bool = Field(description="False when the embedding failed: backfill_embeddings will add it")
+    model: str
+
+
+class ThoughtIdIn(StrictModel):
+    """Arguments naming one thought."""
+
+    id: uuid.UUID
+
+
+class ListThoughtsIn(StrictModel):
+    """Arguments of list_thoughts."""
+
+    project: ProjectRef
+    type: Label | None = Field(default=None, description="metadata.type equals this")
+    topic: Label | None = Field(default=None, description="metadata.topics contains this")
+    person: Label | None = Field(default=None, description="metadata.people contains this")
+    days: int | None = Field(default=None, ge=1, le=36500, description="Only thoughts of the last N days")
+    include_archived: bool = Field(default=False, description="Include archived thoughts; alias: archived")
+    archived: bool | None = Field(default=None, description="Alias of include_archived")
+    limit: int = Field(default=20, ge=1, le=100)
+    offset: int = Field(default=0, ge=0)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _aliases(cls, data: Any) -> Any:
+        return move_aliases(data, {"archived": "include_archived"})
+
+
+class ListThoughtsOut(BaseModel):
+    """A page of thoughts, newest first."""
+
+    thoughts: list[ThoughtOut]
+    total: int
+    next_offset: int | None = None
+
+
+class UpdateThoughtIn(StrictModel):
+    """Arguments of update_thought."""
+
+    id: uuid.UUID
+    content: str | None = Field(default=None, min_length=1)
+    metadata: ThoughtMetadata | None = Field(default=None, description="Replaces the metadata")
+    project: ProjectRef
+
+
+class UpdateThoughtOut(BaseModel):
+    """Result of update_thought."""
+
+    thought: ThoughtOut
+    re_embedded: bool
+
+
+class ArchiveThoughtIn(StrictModel):
+    """Arguments of archive_thought."""
+
+    id: uuid.UUID
+    archived: bool = Field(default=True, description="False restores an archived thought")
+
+
+class ThoughtResultOut(BaseModel):
+    """One thought."""
+
+    thought: ThoughtOut
+
+
+class DeleteThoughtOut(BaseModel):
+    """Result of delete_thought."""
+
+    id: str
+    deleted: bool
+
+
+class SearchThoughtsIn(StrictModel):
+    """Arguments of search_thoughts."""
+
+    query: str = Field(min_length=1, max_length=2000)
+    project: ProjectRef
+    limit: int = Field(default=10, ge=1, le=50)
+    threshold: float | None = Field(default=None, ge=0.0, le=1.0,
+                                    description="Minimum cosine similarity of semantic matches")
+    mode: SearchMode = "hybrid"
+    include_archived: bool = False
+
+
+class ThoughtHit(BaseModel):
+    """One matching thought."""
+
+    id: str
+    content: str
+    truncated: bool
+    similarity: float = Field(description="Relevance: fused, cosine or text-rank score, per retrieval_mode")
+    project: str
+    metadata: dict[str, Any]
+    created_at: datetime
+    signals: dict[str, Signal]
+
+
+class SearchThoughtsOut(BaseModel):
+    """Result of search_thoughts."""
+
+    results: list[ThoughtHit]
+    retrieval_mode: RetrievalMode
+    model: str
+
+
+class RecallContextIn(StrictModel):
+    """Arguments of recall_context."""
+
+    query: str = Field(min_length=1, max_length=2000)
+    project: ProjectRef
+    limit: int = Field(default=5, ge=1, le=20)
+    max_chars: int = Field(default=2000, ge=200, le=20_000)
+
+
+class CitedItem(BaseModel):
+    """A cited thought of a context block."""
+
+    id: str
+    score: float
+    created_at: datetime
+
+
+class RecallContextOut(BaseModel):
+    """A compact context block with [id] citations."""
+
+    context: str
+    items: list[CitedItem]
+    retrieval_mode: RetrievalMode
+    truncated: bool
+
+
+class ProjectContextIn(StrictModel):
+    """Arguments of get_project_context."""
+
+    project: str = Field(pattern=PROJECT_NAME)
+    query: str | None = Field(default=None, min_length=1, max_length=2000)
+    limit: int = Field(default=5, ge=1, le=20, description="Recent thoughts, and as many query-relevant ones")
+    max_chars: int = Field(default=3000, ge=200, le=20_000)
+
+
+class ProjectContextOut(BaseModel):
+    """Recent plus query-relevant thoughts of one project."""
+
+    project: str
+    recent: list[CitedItem]
+    relevant: list[CitedItem]
+    context: str
+    retrieval_mode: RetrievalMode | None = Field(description="None when no query was given")
+    total_thoughts: int
+
+
+class SummarizeThoughtsIn(StrictModel):
+    """Arguments of summarize_thoughts."""
+
+    project: ProjectRef
+    query: str | None = Field(default=None, min_length=1, max_length=2000,
+                              description="Summarise the thoughts relevant to this (else the most recent)")
+    days: int | None = Field(default=None, ge=1, le=36500)
+    limit: int = Field(default=20, ge=1, le=100)
+    strategy: Strategy = "auto"
+    provider: Provider | None = None
+    model: str | None = Field(default=None, max_length=200)
+    max_words: int | None = Field(default=None, gt=0, le=5000)
+
+
+class SummarizeThoughtsOut(BaseModel):
+    """Result of summarize_thoughts."""
+
+    summary: str
+    source_memory_ids: list[str]
+    upserted_memory_id: str
+    strategy: str
+    provider: str | None = None
+    model: str | None = None
+    retrieval_mode: RetrievalMode | None = None
+
+
+class RelatedThoughtsIn(StrictModel):
+    """Arguments of related_thoughts."""
+
+    id: uuid.UUID
+    limit: int = Field(default=5, ge=1, le=50)
+    include_archived: bool = False
+
+
+class RelatedThoughtsOut(BaseModel):
+    """Semantic neighbours of one thought."""
+
+    id: str
+    results: list[ThoughtHit]
+    retrieval_mode: RetrievalMode
+
+
+class ThoughtStatsIn(StrictModel):
+    """Arguments of thought_stats."""
+
+    project: ProjectRef
+
+
+class CountItem(BaseModel):
+    """A value and how often it occurs."""
+
+    value: str
+    count: int
+
+
+class ThoughtStatsOut(BaseModel):
+    """Counts of the store."""
+
+    total: int
+    active: int
+    archived: int
+    by_type: list[CountItem]
+    by_memory_type: list[CountItem]
+    top_topics: list[CountItem]
+    top_people: list[CountItem]
+    missing_embeddings: int
+    model: str
+
+
+class BackfillIn(StrictModel):
+    """Arguments of backfill_embeddings (seed 004)."""
+
+    project: str | None = Field(default=None, max_length=128, description="Project name or id")
+    limit: int = Field(default=100, ge=1, le=10_000, description="Most thoughts processed in this call")
+    batch_size: int = Field(default=20, ge=1, le=256)
+    include_archived: bool = False
+    older_than_days: int = Field(default=0, ge=0, le=36500)
+    dry_run: bool = False
+
+
+class BackfillFailure(BaseModel):
+    """One thought that could not be embedded."""
+
+    id: str
+    error: str
+
+
+class BackfillOut(BaseModel):
+    """Result of backfill_embeddings (seed 004)."""
+
+    model: str
+    scanned: int
+    embedded: int
+    skipped: int
+    failed: int
+    dry_run: bool
+    failures: list[BackfillFailure]
+    sample_ids: list[str] = Field(default_factory=list, description="Dry run: some of the ids that would be embedded")

@@ -1,0 +1,123 @@
+"""Backfill outside the tools: `cairn backfill` (a real subprocess), the background runner and its
+settings; and abstractive summaries through an OpenAI-compatible chat API on 127.0.0.1."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import asyncpg
+import httpx
+import pytest
+from pydantic import ValidationError
+
+from app.core.config import Settings
+from app.core.db import Database
+from app.core.embedding import LocalOnnxEmbedder
+from app.memory.config import MemorySettings, get_memory_settings
+from app.memory.runner import BackfillRunner
+from tests.conftest import PgCluster, RunningServer
+from tests.memory_fake_embedder import FakeEmbeddingServer
+from tests.test_memory_rusty import NOTES, api, seed_notes
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+async def _drop_vectors(pg: PgCluster) -> None:
+    conn = await asyncpg.connect(pg.handle.libpq_uri(pg.database))
+    try:
+        await conn.execute("DELETE FROM memory_embeddings")
+    finally:
+        await conn.close()
+
+
+def test_backfill_settings_are_validated() -> None:
+    assert MemorySettings(backfill_interval="15m").interval_seconds() == 900
+    assert MemorySettings(backfill_interval="").interval_seconds() is None
+    with pytest.raises(ValidationError, match="batch_size"):
+        MemorySettings(backfill_batch_size=0)
+    with pytest.raises(ValidationError, match="max_per_run"):
+        MemorySettings(backfill_batch_size=50, backfill_max_per_run=10)
+    with pytest.raises(ValidationError, match="duration"):
+        MemorySettings(backfill_interval="every now and then")
+
+
+async def test_cli_backfill(server: RunningServer, rest: httpx.AsyncClient, pg: PgCluster) -> None:
+    await seed_notes(rest, project="cli")
+    await _drop_vectors(pg)
+    env = {**os.environ, "CAIRN_DATABASE_URL": pg.url, "CAIRN_LOG_LEVEL": "WARNING"}
+    cmd = [sys.executable, "-m", "app", "backfill", "--project", "cli", "--batch-size", "2"]
+    dry = await asyncio.to_thread(subprocess.run, [*cmd, "--dry-run"], env=env, cwd=ROOT, capture_output=True,
+                                  text=True, timeout=120)
+    assert dry.returncode == 0, dry.stderr
+    assert json.loads(dry.stdout.strip().splitlines()[-1])["scanned"] == len(NOTES)
+    done = await asyncio.to_thread(subprocess.run, cmd, env=env, cwd=ROOT, capture_output=True, text=True,
+                                   timeout=120)
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert out["embedded"] == len(NOTES) and out["failed"] == 0 and out["model"] == "all-MiniLM-L6-v2"
+    assert "backfill all-MiniLM-L6-v2" in done.stderr  # the progress bar's last line
+    stats = await api(rest, "/thoughts/stats", {"project": "cli"}, method="GET")
+    assert stats["missing_embeddings"] == 0
+
+
+async def test_background_runner(server: RunningServer, rest: httpx.AsyncClient, pg: PgCluster) -> None:
+    await seed_notes(rest, project="runner")
+    await _drop_vectors(pg)
+    settings = Settings(database_url=pg.url)
+    db = Database(pg.url, settings)
+    embedder = LocalOnnxEmbedder()
+    cfg = MemorySettings(backfill_enabled=True, backfill_run_on_startup=True, backfill_interval="0.2s",
+                         backfill_batch_size=2, backfill_max_per_run=3)
+    runner = BackfillRunner(db, embedder, cfg)
+    try:
+        runner.start()
+        for _ in range(100):
+            await asyncio.sleep(0.1)
+            stats = await api(rest, "/thoughts/stats", {"project": "runner"}, method="GET")
+            if stats["missing_embeddings"] == 0:
+                break
+        assert stats["missing_embeddings"] == 0
+        assert runner.runs >= 2  # 5 memories, at most 3 per run
+    finally:
+        await runner.stop()
+        await embedder.close()
+        await db.dispose()
+    disabled = BackfillRunner(db, embedder, MemorySettings())
+    disabled.start()
+    assert disabled._task is None
+
+
+async def test_abstractive_summary_through_openai_compatible_chat(server: RunningServer, rest: httpx.AsyncClient,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    await seed_notes(rest, project="abs")
+    now = datetime.now(UTC)
+    window = {"start": (now - timedelta(hours=1)).isoformat(), "end": (now + timedelta(hours=1)).isoformat()}
+    with FakeEmbeddingServer() as fake:
+        monkeypatch.setenv("CAIRN_SUMMARY_PROVIDER", "openai")
+        monkeypatch.setenv("CAIRN_SUMMARY_BASE_URL", fake.base_url)
+        monkeypatch.setenv("CAIRN_SUMMARY_MODEL", "tiny-chat")
+        get_memory_settings.cache_clear()
+        try:
+            auto = await api(rest, "/memory/summarize", {"project": "abs", "time_range": window})
+            assert auto["strategy"] == "abstractive" and auto["provider"] == "openai" and auto["model"] == "tiny-chat"
+            assert auto["summary"] == "Abstract summary by tiny-chat."
+            assert "database migration timed out" in fake.prompts[-1]
+            thoughts = await api(rest, "/thoughts/summarize", {"project": "abs", "strategy": "abstractive",
+                                                               "model": "other-chat"})
+            assert thoughts["summary"] == "Abstract summary by other-chat."
+            monkeypatch.setenv("CAIRN_SUMMARY_BASE_URL", "http://127.0.0.1:9/v1")  # nothing listens there
+            get_memory_settings.cache_clear()
+            fallback = await api(rest, "/memory/summarize", {"project": "abs", "time_range": window})
+            assert fallback["strategy"] == "extractive"  # auto falls back when the provider fails
+            err = await api(rest, "/memory/summarize", {"project": "abs", "time_range": window,
+                                                        "strategy": "abstractive"}, status=502)
+            assert err["error"]["code"] == 5020
+        finally:
+            monkeypatch.undo()
+            get_memory_settings.cache_clear()
