@@ -30,7 +30,8 @@ def test_rest_api_survives_generated_requests(server: RunningServer) -> None:
     failures: list[str] = []
     for operation in operations:
         @given(case=operation.as_strategy())
-        @settings(max_examples=EXAMPLES, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+        @settings(max_examples=EXAMPLES, deadline=None, database=None, derandomize=True,
+                  suppress_health_check=list(HealthCheck))
         def check(case: Any) -> None:
             case.call_and_validate(base_url=server.url, headers=headers, checks=checks)
 
@@ -48,7 +49,8 @@ def _examples(input_schema: dict[str, Any]) -> list[dict[str, Any]]:
     examples: list[dict[str, Any]] = []
 
     @given(strategy)
-    @settings(max_examples=EXAMPLES, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+    @settings(max_examples=EXAMPLES, deadline=None, database=None, derandomize=True,
+                  suppress_health_check=list(HealthCheck))
     def collect(args: dict[str, Any]) -> None:
         examples.append(args)
 

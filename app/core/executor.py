@@ -47,6 +47,9 @@ def validate_args(model: type[BaseModel], raw: Any) -> BaseModel:
         return model.model_validate(raw)
     except ValidationError as exc:
         raise validation_error(exc.errors(include_url=False)) from None
+    except (TypeError, ValueError) as exc:  # a constraint applied to a value of the wrong kind (e.g. None)
+        raise InvalidInput(f"Invalid arguments: {str(exc)[:300]}",
+                           suggestions=["Check the operation's input schema (tools/list or /openapi.json)"]) from None
 
 
 def _sqlstate(exc: DBAPIError) -> str:
