@@ -232,25 +232,3 @@ async def archive_thought(ctx: CallContext, args: ArchiveThoughtIn) -> ThoughtRe
 async def delete_thought(ctx: CallContext, args: ThoughtIdIn) -> DeleteThoughtOut:
     """Delete a thought and its vectors permanently."""
     return await thoughts.delete(ctx, args.id)
-
-
-def _annotate_template_functions() -> None:
-    """Compatibility shim: the core adapter gives resource-template readers a `__signature__` but no
-    `__annotations__`, which pydantic needs to build their argument schema (KeyError 'project_id').
-    Wrap it so the reader also carries annotations; harmless once the core sets them itself."""
-    from app.core import mcp_adapter
-
-    original = mcp_adapter._template_function
-    if getattr(original, "_annotated", False):
-        return
-
-    def annotated(state, res):  # type: ignore[no-untyped-def]
-        fn = original(state, res)
-        fn.__annotations__ = {**{p: str for p in res.params}, "return": str}
-        return fn
-
-    annotated._annotated = True  # type: ignore[attr-defined]
-    mcp_adapter._template_function = annotated  # type: ignore[assignment]
-
-
-_annotate_template_functions()
