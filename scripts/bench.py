@@ -150,8 +150,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     selected = [n for n in names if not args.only or n in args.only]
 
+    # Sections not rerun now (other benchmarks with --only, or the load test's own section) are kept.
     old: dict[str, str] = {}
-    if args.only and args.output.exists():
+    if args.output.exists():
         old = {m["name"]: m["body"] for m in SECTION.finditer(args.output.read_text())}
 
     when = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")

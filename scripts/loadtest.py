@@ -56,10 +56,32 @@ SCENARIOS: list[tuple[str, str, Args]] = [
     ("search_nodes", "read", lambda i, r: {"query": r.choice(WORDS)}),
     ("search_semantic", "read", lambda i, r: {"query": _sentence(r, 4)}),
     ("analysis_store", "write", lambda i, r: {"analysis_id": f"load-{i % 8}", "findings": [
-        {"content": _sentence(r, 15), "category": "note"}]}),
+        {"finding": _sentence(r, 15), "category": "note"}]}),
     ("analysis_query", "read", lambda i, r: {"analysis_id": f"load-{i % 8}", "mode": "semantic",
                                              "query": _sentence(r, 4)}),
+    ("execute_query", "read", lambda i, r: {
+        "query_type": "sql", "files": ["load.csv"], "return_limit": 20,
+        "query": f"SELECT word, count(*) AS n, avg(score) AS mean FROM data WHERE score > {r.randint(0, 50)} "
+                 "GROUP BY word ORDER BY n DESC"}),
+    ("profile_dataset", "read", lambda i, r: {"file_path": "load.csv", "sample_size": 500}),
 ]
+
+# Called once before the clock starts so every read has something to find.
+SEEDS: list[tuple[str, dict[str, Any]]] = [
+    *[("analysis_store", {"analysis_id": f"load-{k}", "findings": [{"finding": "seed finding", "category": "note"}]})
+      for k in range(8)],
+    *[("push", {"text": "seed memory", "project_id": f"load-{k}"}) for k in range(5)],
+]
+
+
+def _write_dataset(data_dir: str, rows: int = 20_000) -> None:
+    """A small CSV under the default datasets root for the analytics scenarios."""
+    root = Path(data_dir) / "datasets"
+    root.mkdir(parents=True, exist_ok=True)
+    rng = random.Random(7)
+    lines = ["id,word,score,day"] + [f"{n},{rng.choice(WORDS)},{rng.uniform(0, 100):.3f},2026-01-{1 + n % 28:02d}"
+                                     for n in range(rows)]
+    (root / "load.csv").write_text("\n".join(lines) + "\n")
 
 
 def _free_port() -> int:
@@ -143,6 +165,18 @@ async def rest_worker(url: str, wid: int, until: float, stats: Stats) -> None:
             stats.record("rest:list_projects", time.perf_counter() - started, ok, detail)
 
 
+async def _sample_rss(pid: int, started: float, out: list[tuple[float, float]], every: float = 10.0) -> None:
+    """Resident memory of the server every `every` seconds while the load runs."""
+    process = psutil.Process(pid)
+    while True:
+        out.append((time.monotonic() - started, process.memory_info().rss / 2**20))
+        await asyncio.sleep(every)
+
+
+def _rss_line(result: dict[str, Any]) -> str:
+    return "RSS over time (s: MiB): " + ", ".join(f"{t:.0f}: {m:.0f}" for t, m in result["rss_samples"])
+
+
 def _pct(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000
@@ -151,6 +185,7 @@ def _pct(values: list[float], q: float) -> float:
 async def one_round(clients: int, duration: float, rest_clients: int) -> dict[str, Any]:
     """Start a server, load it, measure, stop it."""
     data_dir = tempfile.mkdtemp(prefix="cairn-load-")
+    _write_dataset(data_dir)
     port = _free_port()
     proc = start_server(data_dir, port)
     url = f"http://127.0.0.1:{port}"
@@ -160,14 +195,23 @@ async def one_round(clients: int, duration: float, rest_clients: int) -> dict[st
                 ClientSession(read, write) as session:
             await session.initialize()
             served = {t.name for t in (await session.list_tools()).tools}
+            for tool, arguments in SEEDS:
+                if tool in served:
+                    seeded = await session.call_tool(tool, arguments)
+                    if seeded.is_error:
+                        raise RuntimeError(f"seeding {tool} failed: {seeded.content}")
         scenarios = [s for s in SCENARIOS if s[0] in served]
         stats = Stats()
         until = time.monotonic() + duration
         started = time.monotonic()
+        rss_samples: list[tuple[float, float]] = []
+        sampler = asyncio.create_task(_sample_rss(proc.pid, started, rss_samples))
         await asyncio.gather(*[mcp_worker(url, w, until, scenarios, stats) for w in range(clients)],
                              *[rest_worker(url, w, until, stats) for w in range(rest_clients)])
         elapsed = time.monotonic() - started
+        sampler.cancel()
         rss = psutil.Process(proc.pid).memory_info().rss / 2**20
+        rss_samples.append((elapsed, rss))
     finally:
         proc.terminate()
         try:
@@ -177,7 +221,7 @@ async def one_round(clients: int, duration: float, rest_clients: int) -> dict[st
     total = sum(len(v) for v in stats.latency.values())
     return {"clients": clients, "duration": duration, "elapsed": elapsed, "calls": total,
             "throughput": total / elapsed, "errors": sum(stats.errors.values()), "rss_mb": rss,
-            "scenarios": [s[0] for s in scenarios],
+            "scenarios": [s[0] for s in scenarios], "rss_samples": rss_samples,
             "per_op": {name: {"calls": len(v), "p50": _pct(v, 0.50), "p95": _pct(v, 0.95), "p99": _pct(v, 0.99),
                               "errors": stats.errors.get(name, 0), "median_ms": statistics.median(v) * 1000}
                        for name, v in sorted(stats.latency.items())},
@@ -189,7 +233,7 @@ def markdown(first: dict[str, Any], second: dict[str, Any] | None) -> str:
     lines = [f"### Load test: {first['clients']} MCP clients + REST traffic",
              "", f"Round 1: {first['duration']:.0f} s, {first['calls']} calls, "
              f"{first['throughput']:.1f} calls/s, errors {first['errors']}, server RSS {first['rss_mb']:.0f} MiB",
-             "", "| operation | calls | p50 ms | p95 ms | p99 ms | errors |",
+             "", _rss_line(first), "", "| operation | calls | p50 ms | p95 ms | p99 ms | errors |",
              "| --- | ---: | ---: | ---: | ---: | ---: |"]
     for name, row in first["per_op"].items():
         lines.append(f"| {name} | {row['calls']} | {row['p50']:.1f} | {row['p95']:.1f} | {row['p99']:.1f} "
@@ -199,10 +243,30 @@ def markdown(first: dict[str, Any], second: dict[str, Any] | None) -> str:
                       f"{second['throughput']:.1f} calls/s, errors {second['errors']}, server RSS "
                       f"{second['rss_mb']:.0f} MiB (round 1: {first['rss_mb']:.0f} MiB; ratio "
                       f"{second['rss_mb'] / first['rss_mb']:.2f} for {second['duration'] / first['duration']:.1f}x "
-                      "the duration)"]
+                      "the duration)", "", _rss_line(second)]
     if first["error_samples"]:
         lines += ["", "Error samples: " + "; ".join(f"{k}: {v}" for k, v in first["error_samples"].items())]
     return "\n".join(lines) + "\n"
+
+
+# The same markers as scripts/bench.py uses, so `make bench` keeps this section.
+BEGIN, END = "<!-- bench:loadtest -->", "<!-- /bench:loadtest -->"
+
+
+def _record(report: str) -> None:
+    """Replace the load-test section of docs/benchmarks.md (kept between two markers)."""
+    doc = ROOT / "docs" / "benchmarks.md"
+    text = doc.read_text()
+    section = (f"{BEGIN}\n## Load test (`make loadtest`)\n\nMeasured "
+               f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} on this machine ({os.cpu_count()} cores, "
+               f"{psutil.virtual_memory().total / 2**30:.1f} GiB), load generator and server on the same host. "
+               f"Each round starts a fresh server with its own embedded database.\n\n{report}{END}\n")
+    if BEGIN in text and END in text:
+        head, rest = text.split(BEGIN, 1)
+        text = head + section + rest.split(END, 1)[1].lstrip("\n")
+    else:
+        text = text.rstrip("\n") + "\n\n" + section + "\n"
+    doc.write_text(text)
 
 
 def main() -> int:
@@ -212,16 +276,15 @@ def main() -> int:
     parser.add_argument("--rest-clients", type=int, default=4)
     parser.add_argument("--duration", type=float, default=60)
     parser.add_argument("--compare", type=float, default=0, help="second round duration (memory growth)")
-    parser.add_argument("--write-doc", action="store_true", help="append to docs/loadtest.md")
+    parser.add_argument("--write-doc", action="store_true",
+                        help="record the report in docs/benchmarks.md (replaces the previous load-test section)")
     args = parser.parse_args()
     first = asyncio.run(one_round(args.clients, args.duration, args.rest_clients))
     second = asyncio.run(one_round(args.clients, args.compare, args.rest_clients)) if args.compare else None
     report = markdown(first, second)
     print(report)
     if args.write_doc:
-        (ROOT / "docs" / "loadtest.md").write_text(
-            f"# Load test\n\nMeasured {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} on this machine "
-            f"({os.cpu_count()} cores).\n\n{report}")
+        _record(report)
     return 1 if first["errors"] or (second and second["errors"]) else 0
 
 

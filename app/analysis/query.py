@@ -174,7 +174,7 @@ async def _describe_model(repo: AnalysisRepository, pid: uuid.UUID, aid: str, mo
 
 def _plain(name: str) -> bool:
     """Observed keys come from upstream data: only plain names are queried further."""
-    return bool(FIELD.match(name)) and len(name) <= 64
+    return bool(FIELD.fullmatch(name)) and len(name) <= 64
 
 
 async def _aggregate(repo: AnalysisRepository, pid: uuid.UUID, args: QueryIn, model: str) -> QueryOut:

@@ -173,7 +173,7 @@ class RegistryCfg(_Strict):
             for name, model in up.models.items():
                 names = [name, *[c.model or c_name for c_name, c in model.children.items()]]
                 for n in names:
-                    if not IDENT.match(n):
+                    if not IDENT.fullmatch(n):
                         raise ValueError(f"model name {n!r} must match {IDENT.pattern}")
                 if name in seen:
                     raise ValueError(f"model {name!r} is declared by both {seen[name]!r} and {up_name!r}")

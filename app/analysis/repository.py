@@ -20,7 +20,7 @@ from app.core.repository import ProjectRepository
 
 
 def _key(field: str) -> str:
-    if not FIELD.match(field):  # defence in depth: the service validated it already
+    if not FIELD.fullmatch(field):  # defence in depth: the service validated it already
         raise ValueError("unsafe field name")
     return field
 

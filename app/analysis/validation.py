@@ -23,7 +23,7 @@ MAX_CONDITIONS = 20
 
 def field_name(value: str, where: str) -> str:
     """`value` if it is a safe field name, else a 4001 naming the argument."""
-    if not isinstance(value, str) or len(value) > 64 or not FIELD.match(value):
+    if not isinstance(value, str) or len(value) > 64 or not FIELD.fullmatch(value):
         raise InvalidInput(f"Invalid field name in {where}: {str(value)[:80]!r} (must match {FIELD.pattern})",
                            suggestions=["Use a plain field name (no dots, dashes or spaces); "
                                         "flatten nested data at ingest time with fields"],
@@ -34,7 +34,7 @@ def field_name(value: str, where: str) -> str:
 def interval(value: str, where: str) -> str:
     """A validated interval text such as '7 days'."""
     text = value.strip() if isinstance(value, str) else ""
-    if not INTERVAL.match(text):
+    if not INTERVAL.fullmatch(text):
         raise InvalidInput(f"Invalid interval in {where}: {str(value)[:80]!r} (e.g. '7 days', '1 week', '6 hours')",
                            details={"field": where})
     return text

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.core.errors import Forbidden
+from app.core.errors import Forbidden, InvalidInput
+from app.core.schemas import PROJECT_NAME
 
 if TYPE_CHECKING:
     from app.core.config import Settings
@@ -23,6 +25,7 @@ log = logging.getLogger("cairn.call")
 ProgressFn = Callable[[float, float | None, str | None], Awaitable[None]]
 
 _SCOPE_RANK = {"read": 0, "write": 1, "admin": 2}
+_PROJECT_NAME = re.compile(PROJECT_NAME)
 
 
 @dataclass(frozen=True)
@@ -95,6 +98,11 @@ class CallContext:
         bound = self.principal.project
         if requested is None or requested == "":
             return bound or default
+        if not _PROJECT_NAME.fullmatch(requested):
+            # Every family resolves projects here, so one check covers the names of all of them.
+            raise InvalidInput(f"Invalid project name {requested[:80]!r}: letters, digits, '_', '-', '.' "
+                               "(at most 128, starting with a letter or digit)",
+                               details={"field": "project"})
         if bound is not None and requested != bound:
             raise Forbidden(
                 f"This API key is bound to project '{bound}' and cannot use project '{requested}'",

@@ -134,7 +134,7 @@ class OperationSet:
         long_running: bool = False,
     ) -> Callable[[Handler], Handler]:
         """Declare `handler` as an operation of this feature."""
-        if not _NAME.match(name):
+        if not _NAME.fullmatch(name):
             raise ValueError(f"invalid operation name {name!r}")
         effective_scope: Scope = scope or ("read" if read_only else "write")
 

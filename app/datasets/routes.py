@@ -157,7 +157,7 @@ async def upload_dataset(request: Request) -> JSONResponse:
         await asyncio.to_thread(fh.write, upload.take_pending())
         await asyncio.to_thread(fh.close)
         name = upload.fields.get("name", "")
-        if not _NAME.match(name):
+        if not _NAME.fullmatch(name):
             raise InvalidInput("Field 'name' is required: a letter, then letters, digits or '_' (max 64)",
                                details={"errors": [{"field": "name", "rule": "string_pattern_mismatch",
                                                     "message": "letters, digits, '_'"}]})

@@ -101,7 +101,7 @@ async def resolve_source(ctx: CallContext, ref: str, taken: set[str] | None = No
     """A registered dataset name or a path/glob inside the roots, as a Source."""
     taken = taken if taken is not None else set()
     rts = roots(ctx)
-    if _NAME_RE.match(ref) and not any(ch in ref for ch in "./*"):
+    if _NAME_RE.fullmatch(ref) and not any(ch in ref for ch in "./*"):
         ds = await DatasetRepository(ctx.session).get(ref)
         if ds is not None:
             pattern, files = await asyncio.to_thread(resolve_path, ds.path, rts)

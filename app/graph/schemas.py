@@ -11,7 +11,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
-from app.core.schemas import StrictModel
+from app.core.schemas import PROJECT_NAME, StrictModel
 
 MAX_OBSERVATION_CHARS = 8000
 MAX_NAME_CHARS = 512
@@ -21,7 +21,8 @@ TypeName = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1,
 ObservationText = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1,
                                                    max_length=MAX_OBSERVATION_CHARS)]
 Status = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=32)]
-ProjectField = Field(default=None, description="Project (default: the key's project or 'default')")
+ProjectField = Field(default=None, pattern=PROJECT_NAME,
+                     description="Project (default: the key's project or 'default')")
 
 
 class ProjectIn(StrictModel):
