@@ -261,6 +261,14 @@ def create_app(settings: Settings | None = None, extra: list[OperationSet] | Non
     async def unknown_route(rest: str) -> Response:
         raise NotFound(f"No such endpoint: /api/v1/{rest}", suggestions=["See /docs for the routes"])
 
+    # Clients probe these before falling back to a bearer token; answer in JSON, not the MCP app's text 404.
+    for probe in ("oauth-authorization-server", "openid-configuration"):
+        @app.get(f"/.well-known/{probe}{{suffix:path}}", include_in_schema=False)
+        async def no_authorization_server(suffix: str) -> Response:
+            raise NotFound("This server has no OAuth authorization server; send an API key as a bearer token",
+                           suggestions=["Create a key with `cairn keys create` and send "
+                                        "`Authorization: Bearer <key>`"])
+
     install_openapi(app, state)
     app.add_middleware(BodyLimitMiddleware, limit=settings.max_body_bytes)
     app.mount("/", mcp_app)

@@ -86,6 +86,10 @@ async def test_mcp_auth(server: RunningServer) -> None:
         assert "resource_metadata=" in r.headers["www-authenticate"]
         meta = await anon.get("/.well-known/oauth-protected-resource/mcp")
         assert meta.status_code == 200 and meta.json()["resource"].endswith("/mcp")
+        for probe in ("/.well-known/oauth-authorization-server", "/.well-known/openid-configuration",
+                      "/.well-known/oauth-authorization-server/mcp"):
+            missing = await anon.get(probe)
+            assert missing.status_code == 404 and missing.json()["error"]["code"] == 4002, probe
         r = await anon.post("/mcp", json=init, headers={**headers, "Authorization": "Bearer wrong-key-xxxxxxxx"})
         assert r.status_code == 401
     async with mcp_client(server.url, key=READ_KEY) as mcp:
@@ -118,8 +122,10 @@ async def test_unknown_fields_and_validation_both_transports(server: RunningServ
         assert err["code"] == 4001 and err["details"]["errors"][0]["field"] == "colour"
         err = error_of(await mcp.call_tool("list_projects", {"limit": 999}))
         assert err["details"]["errors"][0]["field"] == "limit"
-        unknown = await mcp.call_tool("no_such_tool", {})
-        assert unknown.is_error
+        unknown = error_of(await mcp.call_tool("no_such_tool", {}))
+        assert unknown["code"] == 4002 and unknown["message"] == "Unknown tool: no_such_tool"
+        near = error_of(await mcp.call_tool("list_project", {}))
+        assert near["suggestions"][0].startswith("Did you mean list_projects")
 
 
 async def test_unexpected_error_hides_internals_and_writes_nothing(server: RunningServer,

@@ -9,6 +9,7 @@ results whose text is the shared error body.
 from __future__ import annotations
 
 import copy
+import difflib
 import inspect
 import json
 from typing import Any
@@ -26,7 +27,7 @@ from pydantic import AnyHttpUrl, Field
 from app import __version__
 from app.core.auth import CairnTokenVerifier, KeyStore, principal_from_access_token, request_id
 from app.core.context import OPEN_PRINCIPAL, AppState, Principal
-from app.core.errors import CairnError, Unauthenticated
+from app.core.errors import CairnError, NotFound, Unauthenticated
 from app.core.executor import read_resource, run_operation
 from app.core.logs import request_id_var
 from app.core.registry import Operation, ResourceDef
@@ -169,6 +170,20 @@ def _template_function(state: AppState, res: ResourceDef) -> Any:
     return read_template
 
 
+class CairnMCPServer(MCPServer[Any]):
+    """`MCPServer` whose unknown-tool answer is the shared error body (code 4002 with close names)."""
+
+    async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
+        """Call a tool; a name that is not served is an `isError` result like every other error."""
+        if self._tool_manager.get_tool(name) is None:
+            served = [t.name for t in self._tool_manager.list_tools()]
+            close = difflib.get_close_matches(name, served, n=3)
+            err = NotFound(f"Unknown tool: {name[:100]}",
+                           suggestions=[f"Did you mean {', '.join(close)}?"] if close else ["See tools/list"])
+            return CallToolResult(content=[TextContent(type="text", text=_dumps(err.body()))], is_error=True)
+        return await super().call_tool(name, arguments, context)
+
+
 def build_mcp(state: AppState, store: KeyStore | None) -> MCPServer[Any]:
     """The MCP server with one tool per operation and one resource per resource definition."""
     settings = state.settings
@@ -180,7 +195,7 @@ def build_mcp(state: AppState, store: KeyStore | None) -> MCPServer[Any]:
                             resource_server_url=AnyHttpUrl(resource_url), required_scopes=["read"],
                             validate_token_resource=False)
         verifier = CairnTokenVerifier(store)
-    server: MCPServer[Any] = MCPServer(
+    server: MCPServer[Any] = CairnMCPServer(
         name="cairn",
         title="Cairn",
         version=__version__,
