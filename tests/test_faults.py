@@ -6,11 +6,18 @@ import asyncio
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Any
 
+import asyncpg
 import httpx
 
 from app.core.pgembedded import start_embedded
+from tests import analysis_helpers
+from tests.analysis_helpers import Upstream
 from tests.conftest import ADMIN_KEY, mcp_client, server_settings, start_server, stop_server
+
+upstream = analysis_helpers.upstream
+bookshelf = analysis_helpers.bookshelf
 
 
 def _stop_cluster(handle: object) -> None:
@@ -52,3 +59,104 @@ async def test_database_outage_fails_cleanly_and_recovers() -> None:
         stop_server(srv, thread)
         handle.stop()
         shutil.rmtree(root, ignore_errors=True)
+
+
+class _Load:
+    """Write traffic across the families; remembers which calls the server said were committed."""
+
+    def __init__(self, client: httpx.AsyncClient, ingest: bool) -> None:
+        self.c, self.ingest = client, ingest
+        self.ok: dict[str, set[str]] = {"memory": set(), "graph": set(), "finding": set(), "ingest": set()}
+        self.failed: list[tuple[int, str]] = []
+        self.unavailable = 0
+        self.stop = False
+
+    async def _call(self, kind: str, key: str, path: str, body: dict[str, Any]) -> None:
+        r = await self.c.post(path, json=body)
+        if r.status_code == 200:
+            self.ok[kind].add(key)
+        elif r.status_code == 503 and r.json()["error"]["code"] == 5030:
+            self.unavailable += 1
+        else:
+            self.failed.append((r.status_code, r.text[:300]))
+
+    async def worker(self, w: int) -> None:
+        i = 0
+        while not self.stop:
+            i += 1
+            key = f"{w}-{i}"
+            await self._call("memory", key, "/api/v1/memory/push",
+                             {"text": f"outage memory {key} about rivers and stones", "project_id": "outage"})
+            await self._call("graph", key, "/api/v1/graph/entities", {"project": "outage", "entities": [
+                {"name": f"e{key}-{j}", "observations": [f"o1 {key}", f"o2 {key}"]} for j in range(3)]})
+            await self._call("finding", key, "/api/v1/analysis/store", {"analysis_id": "outage", "project": "outage",
+                                                                          "findings": [{"finding": f"f{key}-{j}"}
+                                                                                       for j in range(3)]})
+            if self.ingest:
+                await self._call("ingest", key, "/api/v1/analysis/ingest", {
+                    "analysis_id": f"ing-{key}", "project": "outage", "model": "book", "per_page": 20})
+
+
+async def test_outage_under_write_load_leaves_nothing_half_written(bookshelf: Upstream) -> None:
+    root = Path(tempfile.mkdtemp(prefix="cairn-outage-load-"))
+    handle = start_embedded(root)
+    settings = server_settings(handle.url(), db_pool_timeout=3.0, max_long_jobs_per_key=0)
+    srv, thread, _ = start_server(settings)
+    base = f"http://127.0.0.1:{settings.port}"
+    try:
+        async with httpx.AsyncClient(base_url=base, headers={"Authorization": f"Bearer {ADMIN_KEY}"},
+                                     timeout=60) as c:
+            load = _Load(c, ingest=True)
+            workers = [asyncio.create_task(load.worker(w)) for w in range(6)]
+            await asyncio.sleep(2.0)
+            committed_before = sum(len(v) for v in load.ok.values())
+            await asyncio.to_thread(_stop_cluster, handle)
+            await asyncio.sleep(2.0)
+            assert (await c.get("/readyz")).status_code == 503
+            await asyncio.to_thread(handle.server.ensure_postgres_running)
+            for _ in range(100):
+                if (await c.get("/readyz")).status_code == 200:
+                    break
+                await asyncio.sleep(0.2)
+            await asyncio.sleep(2.0)
+            load.stop = True
+            await asyncio.gather(*workers)
+        assert not load.failed, load.failed[:5]
+        assert load.unavailable > 0  # the outage did hit calls in flight or queued
+        assert committed_before > 0 and all(load.ok.values()), {k: len(v) for k, v in load.ok.items()}
+        conn = await asyncpg.connect(handle.libpq_uri())
+        try:
+            await _assert_whole(conn, load)
+        finally:
+            await conn.close()
+    finally:
+        stop_server(srv, thread)
+        handle.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+async def _assert_whole(conn: asyncpg.Connection, load: _Load) -> None:
+    """Every write is all there or not there at all, and every acknowledged write is there."""
+    memories = {r["content"].split()[2]: r["n"] for r in await conn.fetch(
+        "SELECT m.content, count(e.memory_id) AS n FROM memories m "
+        "LEFT JOIN memory_embeddings e ON e.memory_id = m.id WHERE m.content LIKE 'outage memory %' "
+        "GROUP BY m.id, m.content")}
+    assert set(memories.values()) <= {1}, "a memory without its embedding"
+    assert load.ok["memory"] <= set(memories)
+    batches: dict[str, list[int]] = {}
+    for r in await conn.fetch("SELECT e.name, count(o.id) AS n FROM graph_entities e "
+                              "LEFT JOIN graph_observations o ON o.entity_id = e.id GROUP BY e.id, e.name"):
+        batches.setdefault(r["name"][1:].rsplit("-", 1)[0], []).append(r["n"])
+    assert all(counts == [2, 2, 2] for counts in batches.values()), batches
+    assert load.ok["graph"] <= set(batches)
+    findings: dict[str, list[int]] = {}
+    for r in await conn.fetch("SELECT f.finding, count(e.owner_id) AS n FROM analysis_findings f "
+                              "LEFT JOIN analysis_finding_embeddings e ON e.owner_id = f.id "
+                              "WHERE f.analysis_id = 'outage' GROUP BY f.id, f.finding"):
+        findings.setdefault(r["finding"][1:].rsplit("-", 1)[0], []).append(r["n"])
+    assert all(counts == [1, 1, 1] for counts in findings.values()), findings
+    assert load.ok["finding"] <= set(findings)
+    pages = {r["analysis_id"][4:]: r["n"] for r in await conn.fetch(
+        "SELECT analysis_id, count(*) AS n FROM analysis_records WHERE analysis_id LIKE 'ing-%' GROUP BY 1")}
+    assert set(pages.values()) <= {20}, pages
+    assert load.ok["ingest"] <= set(pages)

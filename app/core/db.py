@@ -83,14 +83,23 @@ class Database:
         await self.engine.dispose()
 
 
+_CONNECTION_ERRORS = {"ConnectionDoesNotExistError", "CannotConnectNowError", "ConnectionFailureError",
+                      "AdminShutdownError", "CrashShutdownError", "InterfaceError"}
+
+
 def is_connection_error(exc: BaseException) -> bool:
     """True when `exc` means the database is unreachable rather than the query being wrong."""
     if isinstance(exc, (OperationalError, InterfaceError)):
         return True
-    if isinstance(exc, DBAPIError) and exc.connection_invalidated:
-        return True
+    if isinstance(exc, DBAPIError):
+        if exc.connection_invalidated:
+            return True
+        # A refused or dropped connection can arrive wrapped as a plain DBAPIError (e.g. "the database
+        # system is shutting down" while connecting); its driver error says what it is.
+        for candidate in (exc.orig, getattr(exc.orig, "__cause__", None)):
+            state = str(getattr(candidate, "sqlstate", "") or "")
+            if state.startswith(("08", "57P")) or type(candidate).__name__ in _CONNECTION_ERRORS:
+                return True
     if isinstance(exc, (ConnectionError, OSError)):
         return True
-    name = type(exc).__name__
-    return name in {"ConnectionDoesNotExistError", "CannotConnectNowError", "ConnectionFailureError",
-                    "AdminShutdownError", "InterfaceError"}
+    return type(exc).__name__ in _CONNECTION_ERRORS
