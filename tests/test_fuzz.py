@@ -17,7 +17,7 @@ from schemathesis.specs.openapi.checks import negative_data_rejection, response_
 from tests.conftest import ADMIN_KEY, RunningServer, mcp_client
 from tests.schema_strategy import from_json_schema
 
-EXAMPLES = 12
+EXAMPLES = 25
 KNOWN_CODES = {4001, 4002, 4003, 4004, 4010, 4030, 4090, 4130, 4290, 5001, 5002, 5003, 5004, 5020, 5030}
 
 

@@ -170,6 +170,10 @@ async def test_summarize_extractive_and_rerun_updates(server: RunningServer, res
     err = await api(rest, "/memory/summarize", {"project": "ops", "time_range": window, "strategy": "abstractive"},
                     status=400)
     assert "provider" in err["error"]["message"]
+    # A caller cannot point the server at a provider the operator did not configure.
+    err = await api(rest, "/memory/summarize", {"project": "ops", "time_range": window, "provider": "openai"},
+                    status=400)
+    assert "not configured" in err["error"]["message"] and err["error"]["code"] == 4001
 
 
 async def test_collections_metrics_resources(server: RunningServer, rest: httpx.AsyncClient) -> None:

@@ -192,7 +192,8 @@ class SummarizeIn(_ProjectTypeAliases):
     limit: int = Field(default=50, ge=1, description="Most memories read (capped by SEARCH_MAX_LIMIT); alias: k")
     k: int | None = Field(default=None, description="Alias of limit")
     strategy: Strategy = "auto"
-    provider: Provider | None = Field(default=None, description="Abstractive provider (default: the configured one)")
+    provider: Provider | None = Field(default=None, description="Abstractive provider; must be the one the server "
+                                      "is configured with (default: that one)")
     model: str | None = Field(default=None, max_length=200, description="Provider model when abstractive")
     max_words: int | None = Field(default=None, gt=0, le=5000, description="Default SUMMARIZATION_MAX_WORDS")
     collection: CollectionName

@@ -139,7 +139,15 @@ async def abstractive(provider: str, base_url: str, model: str, api_key: str | N
 async def summarize(embedder: EmbeddingProvider, settings: MemorySettings, texts: list[str], *, strategy: str,
                     provider: str | None, model: str | None, max_words: int) -> SummaryResult:
     """Summarise `texts` with the requested strategy (`auto` = abstractive when configured, else extractive)."""
-    chosen = provider or (settings.summary_provider if settings.summary_provider != "none" else None)
+    configured = settings.summary_provider if settings.summary_provider != "none" else None
+    if provider is not None and provider != configured:
+        # Callers pick among what the operator set up; they cannot make the server call other endpoints.
+        raise InvalidInput(f"Summary provider '{provider}' is not configured on this server"
+                           + (f" (configured: '{configured}')" if configured else " (none is configured)"),
+                           suggestions=["Omit provider to use the configured one, or use strategy 'extractive'"],
+                           details={"errors": [{"field": "provider", "rule": "not_configured",
+                                                "message": "provider not configured"}]})
+    chosen = configured
     chosen_model = model or settings.summary_model
     if strategy == "abstractive" and (chosen is None or not chosen_model):
         raise InvalidInput("strategy 'abstractive' needs a summary provider and model",

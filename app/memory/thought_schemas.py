@@ -218,7 +218,7 @@ class SummarizeThoughtsIn(StrictModel):
     days: int | None = Field(default=None, ge=1, le=36500)
     limit: int = Field(default=20, ge=1, le=100)
     strategy: Strategy = "auto"
-    provider: Provider | None = None
+    provider: Provider | None = Field(default=None, description="Must be the configured summary provider")
     model: str | None = Field(default=None, max_length=200)
     max_words: int | None = Field(default=None, gt=0, le=5000)
 
