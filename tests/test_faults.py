@@ -14,7 +14,7 @@ import httpx
 from app.core.pgembedded import start_embedded
 from tests import analysis_helpers
 from tests.analysis_helpers import Upstream
-from tests.conftest import ADMIN_KEY, mcp_client, server_settings, start_server, stop_server
+from tests.conftest import ADMIN_KEY, PgCluster, free_port, mcp_client, server_settings, start_server, stop_server
 
 upstream = analysis_helpers.upstream
 bookshelf = analysis_helpers.bookshelf
@@ -160,3 +160,37 @@ async def _assert_whole(conn: asyncpg.Connection, load: _Load) -> None:
         "SELECT analysis_id, count(*) AS n FROM analysis_records WHERE analysis_id LIKE 'ing-%' GROUP BY 1")}
     assert set(pages.values()) <= {20}, pages
     assert load.ok["ingest"] <= set(pages)
+
+
+async def test_embedder_outage_is_5030_and_writes_nothing(pg: PgCluster) -> None:
+    settings = server_settings(pg.handle.url(pg.new_database()), embedding_provider="openai",
+                               embedding_base_url=f"http://127.0.0.1:{free_port()}/v1",  # nothing listens
+                               embedding_model="text-embedding-3-small", embedding_dimension=384,
+                               embedding_timeout=2.0)
+    srv, thread, _ = start_server(settings)
+    try:
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{settings.port}", timeout=30,
+                                     headers={"Authorization": f"Bearer {ADMIN_KEY}"}) as c:
+            ready = await c.get("/readyz")
+            assert ready.status_code == 503 and ready.json()["checks"]["embedder"] is False
+            for path, body in [("/api/v1/memory/push", {"text": "a memory that cannot be embedded"}),
+                               ("/api/v1/graph/entities", {"entities": [{"name": "n", "observations": ["o"]}]}),
+                               ("/api/v1/analysis/store", {"analysis_id": "a", "findings": [{"finding": "f"}]})]:
+                r = await c.post(path, json=body)
+                assert r.status_code == 503 and r.json()["error"]["code"] == 5030, (path, r.text)
+            # A thought is kept without its vector (the seed's behaviour); backfill adds it later.
+            thought = await c.post("/api/v1/thoughts", json={"content": "kept for a later backfill"})
+            assert thought.status_code == 200 and thought.json()["embedded"] is False
+            lexical = await c.post("/api/v1/thoughts/search", json={"query": "backfill", "mode": "lexical"})
+            assert lexical.status_code == 200, lexical.text
+        conn = await asyncpg.connect(settings.database_url.replace("+asyncpg", ""))
+        try:
+            counts = await conn.fetchrow(
+                "SELECT (SELECT count(*) FROM memories) AS memories, (SELECT count(*) FROM memory_embeddings) AS v, "
+                "(SELECT count(*) FROM graph_entities) AS entities, "
+                "(SELECT count(*) FROM analysis_findings) AS findings")
+            assert dict(counts) == {"memories": 1, "v": 0, "entities": 0, "findings": 0}  # only the thought
+        finally:
+            await conn.close()
+    finally:
+        stop_server(srv, thread)
