@@ -213,6 +213,12 @@ async def _tables(conn: asyncpg.Connection) -> set[str]:
     return {r["tablename"] for r in await conn.fetch("SELECT tablename FROM pg_tables WHERE schemaname = 'public'")}
 
 
+async def _files(root: Path) -> set[Path]:
+    """Files under the data dir, except the server's own work area (stored results, cache)."""
+    return set(await asyncio.to_thread(
+        lambda: [p for p in root.rglob("*") if p.is_file() and "datasets-work" not in p.parts]))
+
+
 @pytest.fixture
 def dataset_root(server: RunningServer) -> Path:
     root = root_of(server)
@@ -229,6 +235,7 @@ async def test_injection_attempts_are_refused_or_taken_as_data(
         await conn.execute(f"CREATE TABLE {CANARY} (id int PRIMARY KEY)")
         await conn.execute(f"INSERT INTO {CANARY} VALUES (1)")
         before = await _tables(conn)
+        files_before = await _files(dataset_root.parent)
         assert (await rest.post("/api/v1/analysis/ingest",
                                 json={"analysis_id": AID, "model": "book", "per_page": 50})).status_code == 200
         assert (await rest.post("/api/v1/graph/entities", json={"entities": [{"name": "plain"}]})).status_code == 200
@@ -245,9 +252,7 @@ async def test_injection_attempts_are_refused_or_taken_as_data(
         assert len(covered) >= 30, sorted(covered)
         assert await _tables(conn) == before
         assert [r["id"] for r in await conn.fetch(f"SELECT id FROM {CANARY}")] == [1]
-        exported = [p for p in await asyncio.to_thread(lambda: list(dataset_root.rglob("*")))
-                    if "exports" in p.parts]
-        assert not exported, exported  # every export in the table was refused
+        assert await _files(dataset_root.parent) == files_before  # every export in the table was refused
     finally:
         await conn.execute(f"DROP TABLE IF EXISTS {CANARY}")
         await conn.close()
