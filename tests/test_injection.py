@@ -20,6 +20,7 @@ import asyncpg
 import httpx
 import pytest
 
+from app.core.config import ALL_FEATURES
 from app.core.features import build_registry
 from tests import analysis_helpers
 from tests.analysis_helpers import Upstream
@@ -177,8 +178,7 @@ class Transports:
 
     def __init__(self, mcp: Any, rest: httpx.AsyncClient) -> None:
         self.mcp, self.rest = mcp, rest
-        ops = build_registry(["memory", "graph", "analysis", "datasets"]).operations
-        self.routes = {op.name: (op.method, op.path) for op in (ops.values() if isinstance(ops, dict) else ops)}
+        self.routes = {op.name: (op.method, op.path) for op in build_registry(list(ALL_FEATURES)).operations}
 
     async def via_mcp(self, tool: str, args: dict[str, Any]) -> tuple[int, str]:
         result = await self.mcp.call_tool(tool, args)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 from sqlalchemy import MetaData, text
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
@@ -87,6 +88,20 @@ _CONNECTION_ERRORS = {"ConnectionDoesNotExistError", "CannotConnectNowError", "C
                       "AdminShutdownError", "CrashShutdownError", "InterfaceError"}
 
 
+def _driver_errors(exc: DBAPIError) -> tuple[Any, ...]:
+    """The driver's exception and its cause (asyncpg's error sits behind SQLAlchemy's adapter)."""
+    return exc.orig, getattr(exc.orig, "__cause__", None)
+
+
+def sqlstate(exc: DBAPIError) -> str:
+    """The SQLSTATE of a database error, or "" when the driver gave none."""
+    for candidate in _driver_errors(exc):
+        code = getattr(candidate, "sqlstate", None) or getattr(candidate, "pgcode", None)
+        if code:
+            return str(code)
+    return "22000" if type(_driver_errors(exc)[1]).__name__ == "DataError" else ""
+
+
 def is_connection_error(exc: BaseException) -> bool:
     """True when `exc` means the database is unreachable rather than the query being wrong."""
     if isinstance(exc, (OperationalError, InterfaceError)):
@@ -96,10 +111,9 @@ def is_connection_error(exc: BaseException) -> bool:
             return True
         # A refused or dropped connection can arrive wrapped as a plain DBAPIError (e.g. "the database
         # system is shutting down" while connecting); its driver error says what it is.
-        for candidate in (exc.orig, getattr(exc.orig, "__cause__", None)):
-            state = str(getattr(candidate, "sqlstate", "") or "")
-            if state.startswith(("08", "57P")) or type(candidate).__name__ in _CONNECTION_ERRORS:
-                return True
+        if sqlstate(exc).startswith(("08", "57P")) or \
+                any(type(candidate).__name__ in _CONNECTION_ERRORS for candidate in _driver_errors(exc)):
+            return True
     if isinstance(exc, (ConnectionError, OSError)):
         return True
     return type(exc).__name__ in _CONNECTION_ERRORS

@@ -15,7 +15,7 @@ from pydantic import BaseModel, ValidationError
 from sqlalchemy.exc import DBAPIError
 
 from app.core.context import AppState, CallContext, Principal, ProgressFn, _no_progress
-from app.core.db import is_connection_error
+from app.core.db import is_connection_error, sqlstate
 from app.core.embedding import EmbeddingUnavailable
 from app.core.errors import (
     CairnError,
@@ -52,18 +52,9 @@ def validate_args(model: type[BaseModel], raw: Any) -> BaseModel:
                            suggestions=["Check the operation's input schema (tools/list or /openapi.json)"]) from None
 
 
-def _sqlstate(exc: DBAPIError) -> str:
-    for candidate in (exc.orig, getattr(exc.orig, "__cause__", None)):
-        code = getattr(candidate, "sqlstate", None) or getattr(candidate, "pgcode", None)
-        if code:
-            return str(code)
-    cause = getattr(exc.orig, "__cause__", None)
-    return "22000" if type(cause).__name__ == "DataError" else ""
-
-
 def _from_sqlstate(exc: DBAPIError) -> CairnError | None:
     """Database errors a caller can act on, by SQLSTATE class; others stay internal errors."""
-    state = _sqlstate(exc)
+    state = sqlstate(exc)
     if state == "57014":
         return Timeout("The statement exceeded its time limit and was cancelled; no change was made")
     if state.startswith("22"):

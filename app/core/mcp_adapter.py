@@ -48,6 +48,11 @@ def _dumps(data: Any) -> str:
     return json.dumps(data, ensure_ascii=False, separators=(",", ":"), default=str)
 
 
+def error_result(err: CairnError) -> CallToolResult:
+    """An error as MCP sees it: an `isError` result whose text is the shared error body."""
+    return CallToolResult(content=[TextContent(type="text", text=_dumps(err.body()))], is_error=True)
+
+
 def current_principal(state: AppState) -> Principal:
     """The caller of the current MCP request (open mode: the anonymous admin)."""
     token = get_access_token()
@@ -105,7 +110,7 @@ class OperationTool(Tool):
             result = await run_operation(state, op, arguments, principal, transport="mcp",
                                          request_id=request_id_var.get() or request_id(), progress=progress)
         except CairnError as err:
-            return CallToolResult(content=[TextContent(type="text", text=_dumps(err.body()))], is_error=True)
+            return error_result(err)
         data = result.model_dump(mode="json", by_alias=True)
         text, images = split_images(data, getattr(type(result), "mcp_image_fields", ()))
         content: list[Any] = [TextContent(type="text", text=_dumps(text)), *images]
@@ -180,7 +185,7 @@ class CairnMCPServer(MCPServer[Any]):
             close = difflib.get_close_matches(name, served, n=3)
             err = NotFound(f"Unknown tool: {name[:100]}",
                            suggestions=[f"Did you mean {', '.join(close)}?"] if close else ["See tools/list"])
-            return CallToolResult(content=[TextContent(type="text", text=_dumps(err.body()))], is_error=True)
+            return error_result(err)
         return await super().call_tool(name, arguments, context)
 
 
