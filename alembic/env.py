@@ -15,8 +15,11 @@ MIGRATION_LOCK = 7_401_339_113
 
 
 def _url() -> str:
-    url = config.attributes.get("url") or context.get_x_argument(as_dictionary=True).get("url") \
+    url = (
+        config.attributes.get("url")
+        or context.get_x_argument(as_dictionary=True).get("url")
         or os.environ.get("CAIRN_DATABASE_URL")
+    )
     if not url:
         raise RuntimeError("No database URL: set CAIRN_DATABASE_URL or use `cairn migrate`")
     return str(url)

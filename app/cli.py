@@ -85,8 +85,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from app.main import create_app
 
     app = create_app(settings)
-    uvicorn.run(app, host=settings.host, port=settings.port, log_config=None,
-                timeout_graceful_shutdown=20, proxy_headers=False)
+    uvicorn.run(
+        app, host=settings.host, port=settings.port, log_config=None, timeout_graceful_shutdown=20, proxy_headers=False
+    )
     return 0
 
 
@@ -107,24 +108,36 @@ def cmd_keys(args: argparse.Namespace) -> int:
     with database(settings) as url:
         if args.keys_cmd == "create":
             scopes = parse_scopes(args.scopes)
-            key_id, token = _with_db(settings, url, lambda db: create_key(
-                db, scopes=scopes, project=args.project, name=args.name or ""))
+            key_id, token = _with_db(
+                settings, url, lambda db: create_key(db, scopes=scopes, project=args.project, name=args.name or "")
+            )
             print(f"id: {key_id}", file=sys.stderr)
             print(f"scopes: {','.join(scopes)}  project: {args.project or '(any)'}", file=sys.stderr)
             print("Store this key now; it is not shown again.", file=sys.stderr)
             print(token)
         elif args.keys_cmd == "list":
+
             async def listing(db: Any) -> list[dict[str, Any]]:
                 async with db.transaction() as session:
                     rows = await ApiKeyRepository(session).list(include_revoked=args.all)
-                    return [{"id": str(r.id), "prefix": r.prefix, "name": r.name, "scopes": r.scopes,
-                             "project": r.project, "created_at": r.created_at.isoformat(),
-                             "last_used_at": r.last_used_at.isoformat() if r.last_used_at else None,
-                             "revoked": r.revoked_at is not None} for r in rows]
+                    return [
+                        {
+                            "id": str(r.id),
+                            "prefix": r.prefix,
+                            "name": r.name,
+                            "scopes": r.scopes,
+                            "project": r.project,
+                            "created_at": r.created_at.isoformat(),
+                            "last_used_at": r.last_used_at.isoformat() if r.last_used_at else None,
+                            "revoked": r.revoked_at is not None,
+                        }
+                        for r in rows
+                    ]
 
             for row in _with_db(settings, url, listing):
                 print(json.dumps(row))
         else:
+
             async def revoke(db: Any) -> int:
                 async with db.transaction() as session:
                     return await ApiKeyRepository(session).revoke(args.key)
@@ -148,11 +161,19 @@ def cmd_embed(args: argparse.Namespace) -> int:
         bar = ProgressBar(len(texts), "embedding")
         try:
             for i in range(0, len(texts), 32):
-                batch = texts[i:i + 32]
+                batch = texts[i : i + 32]
                 vectors = await embedder.embed(batch)
                 for text, vec in zip(batch, vectors, strict=True):
-                    print(json.dumps({"text": text[:60], "model": embedder.model, "dimension": len(vec),
-                                      "head": [round(v, 5) for v in vec[:6]]}))
+                    print(
+                        json.dumps(
+                            {
+                                "text": text[:60],
+                                "model": embedder.model,
+                                "dimension": len(vec),
+                                "head": [round(v, 5) for v in vec[:6]],
+                            }
+                        )
+                    )
                 bar.advance(len(batch))
         finally:
             bar.close()
@@ -179,8 +200,9 @@ def cmd_backup(args: argparse.Namespace) -> int:
 
     settings = get_settings()
     with database(settings, migrate=False) as url:
-        subprocess.run([_pg_tool("pg_dump"), "--format=custom", "--no-owner", "--file", args.file, _libpq(url)],
-                       check=True)
+        subprocess.run(
+            [_pg_tool("pg_dump"), "--format=custom", "--no-owner", "--file", args.file, _libpq(url)], check=True
+        )
     print(f"backup written to {args.file}", file=sys.stderr)
     return 0
 
@@ -191,8 +213,20 @@ def cmd_restore(args: argparse.Namespace) -> int:
 
     settings = get_settings()
     with database(settings, migrate=False) as url:
-        subprocess.run([_pg_tool("pg_restore"), "--clean", "--if-exists", "--no-owner", "--single-transaction",
-                        "--exit-on-error", "--dbname", _libpq(url), args.file], check=True)
+        subprocess.run(
+            [
+                _pg_tool("pg_restore"),
+                "--clean",
+                "--if-exists",
+                "--no-owner",
+                "--single-transaction",
+                "--exit-on-error",
+                "--dbname",
+                _libpq(url),
+                args.file,
+            ],
+            check=True,
+        )
     print(f"restored from {args.file}", file=sys.stderr)
     return 0
 

@@ -87,7 +87,8 @@ def bootstrap(settings: Settings) -> Bootstrap:
         if not settings.is_loopback():
             raise RuntimeError(
                 f"Refusing to serve on {settings.host} without API keys: create one with "
-                "`cairn keys create --scopes read,write` or set CAIRN_API_KEYS")
+                "`cairn keys create --scopes read,write` or set CAIRN_API_KEYS"
+            )
         open_mode = True
         log.warning("no API keys configured: serving WITHOUT authentication (loopback only)")
     return Bootstrap(url=url, pg=pg, open_mode=open_mode)
@@ -96,11 +97,17 @@ def bootstrap(settings: Settings) -> Bootstrap:
 def make_embedder(settings: Settings) -> EmbeddingProvider:
     """The configured embedding provider (the local model loads lazily)."""
     return build_embedder(
-        settings.embedding_provider, model=settings.embedding_model, dimension=settings.embedding_dimension,
-        base_url=settings.embedding_base_url, api_key=settings.embedding_api_key,
-        model_path=settings.embedding_model_path, tokenizer_path=settings.embedding_tokenizer_path,
-        workers=settings.embedding_workers, max_batch=settings.embedding_max_batch,
-        max_wait_ms=settings.embedding_max_wait_ms, max_length=settings.embedding_max_length,
+        settings.embedding_provider,
+        model=settings.embedding_model,
+        dimension=settings.embedding_dimension,
+        base_url=settings.embedding_base_url,
+        api_key=settings.embedding_api_key,
+        model_path=settings.embedding_model_path,
+        tokenizer_path=settings.embedding_tokenizer_path,
+        workers=settings.embedding_workers,
+        max_batch=settings.embedding_max_batch,
+        max_wait_ms=settings.embedding_max_wait_ms,
+        max_length=settings.embedding_max_length,
         timeout=settings.embedding_timeout,
     )
 
@@ -143,8 +150,7 @@ class _BodyTooLarge(Exception):
 
 async def _send_error(send: Any, err: CairnError) -> None:
     response = error_response(err)
-    await send({"type": "http.response.start", "status": response.status_code,
-                "headers": response.raw_headers})
+    await send({"type": "http.response.start", "status": response.status_code, "headers": response.raw_headers})
     await send({"type": "http.response.body", "body": response.body})
 
 
@@ -164,19 +170,28 @@ def create_app(settings: Settings | None = None, extra: list[OperationSet] | Non
     registry = build_registry(settings.features)
     for opset in extra or []:
         registry.add(opset)
-    state = AppState(settings=settings, db=db, embedder=make_embedder(settings), registry=registry,
-                     open_mode=boot.open_mode, extras={"embedded_pg": boot.pg},
-                     limiter=RateLimiter(settings.rate_limit_per_second, settings.rate_limit_burst),
-                     jobs=JobSlots(settings.max_long_jobs_per_key))
-    store = None if boot.open_mode else KeyStore(db, parse_static_keys(settings.api_keys),
-                                                 settings.key_cache_seconds)
+    state = AppState(
+        settings=settings,
+        db=db,
+        embedder=make_embedder(settings),
+        registry=registry,
+        open_mode=boot.open_mode,
+        extras={"embedded_pg": boot.pg},
+        limiter=RateLimiter(settings.rate_limit_per_second, settings.rate_limit_burst),
+        jobs=JobSlots(settings.max_long_jobs_per_key),
+    )
+    store = None if boot.open_mode else KeyStore(db, parse_static_keys(settings.api_keys), settings.key_cache_seconds)
     mcp = build_mcp(state, store)
     mcp_app = mcp.streamable_http_app(
-        stateless_http=True, json_response=settings.mcp_json_response, host=settings.host,
+        stateless_http=True,
+        json_response=settings.mcp_json_response,
+        host=settings.host,
         max_request_body_size=settings.max_body_bytes,
         transport_security=TransportSecuritySettings(
-            enable_dns_rebinding_protection=True, allowed_hosts=settings.effective_allowed_hosts(),
-            allowed_origins=settings.effective_allowed_origins()),
+            enable_dns_rebinding_protection=True,
+            allowed_hosts=settings.effective_allowed_hosts(),
+            allowed_origins=settings.effective_allowed_origins(),
+        ),
     )
     configure_logging(settings.log_level)  # the SDK installs its own handler; keep ours
 
@@ -185,13 +200,21 @@ def create_app(settings: Settings | None = None, extra: list[OperationSet] | Non
         await state.embedder.start()
         async with db.transaction() as session:
             await EmbeddingModelRepository(session).register(
-                state.embedder.model, state.embedder.provider, state.embedder.dimension)
+                state.embedder.model, state.embedder.provider, state.embedder.dimension
+            )
         state.extras["migrations_at_head"] = await migrations.at_head(boot.url, settings.features)
         hooks = feature_lifecycles(settings.features)
         for hook in hooks:
             await hook.startup(state)
-        log.info("cairn ready", extra={"host": settings.host, "port": settings.port,
-                                       "features": settings.features, "open_mode": boot.open_mode})
+        log.info(
+            "cairn ready",
+            extra={
+                "host": settings.host,
+                "port": settings.port,
+                "features": settings.features,
+                "open_mode": boot.open_mode,
+            },
+        )
         try:
             async with mcp.session_manager.run():
                 yield
@@ -204,8 +227,14 @@ def create_app(settings: Settings | None = None, extra: list[OperationSet] | Non
                 boot.pg.stop()
             log.info("cairn stopped")
 
-    app = FastAPI(title="Cairn", version=__version__, lifespan=lifespan, docs_url="/docs",
-                  redoc_url=None, openapi_url="/openapi.json")
+    app = FastAPI(
+        title="Cairn",
+        version=__version__,
+        lifespan=lifespan,
+        docs_url="/docs",
+        redoc_url=None,
+        openapi_url="/openapi.json",
+    )
     app.state.cairn = state
     app.state.key_store = store
     app.state.mcp = mcp
@@ -244,8 +273,9 @@ def create_app(settings: Settings | None = None, extra: list[OperationSet] | Non
             checks["embedder"] = False
             checks["embedder_error"] = str(exc)[:200]
         ready = bool(checks["database"] and checks["migrations"] and checks["embedder"])
-        return JSONResponse({"status": "ready" if ready else "not ready", "checks": checks},
-                            status_code=200 if ready else 503)
+        return JSONResponse(
+            {"status": "ready" if ready else "not ready", "checks": checks}, status_code=200 if ready else 503
+        )
 
     @app.get("/metrics", include_in_schema=False)
     async def prometheus() -> Response:
@@ -256,18 +286,19 @@ def create_app(settings: Settings | None = None, extra: list[OperationSet] | Non
     for router in feature_routers(settings.features):
         app.include_router(router)
 
-    @app.api_route("/api/v1/{rest:path}", methods=["GET", "POST", "PUT", "PATCH", "DELETE"],
-                   include_in_schema=False)
+    @app.api_route("/api/v1/{rest:path}", methods=["GET", "POST", "PUT", "PATCH", "DELETE"], include_in_schema=False)
     async def unknown_route(rest: str) -> Response:
         raise NotFound(f"No such endpoint: /api/v1/{rest}", suggestions=["See /docs for the routes"])
 
     # Clients probe these before falling back to a bearer token; answer in JSON, not the MCP app's text 404.
     for probe in ("oauth-authorization-server", "openid-configuration"):
+
         @app.get(f"/.well-known/{probe}{{suffix:path}}", include_in_schema=False)
         async def no_authorization_server(suffix: str) -> Response:
-            raise NotFound("This server has no OAuth authorization server; send an API key as a bearer token",
-                           suggestions=["Create a key with `cairn keys create` and send "
-                                        "`Authorization: Bearer <key>`"])
+            raise NotFound(
+                "This server has no OAuth authorization server; send an API key as a bearer token",
+                suggestions=["Create a key with `cairn keys create` and send `Authorization: Bearer <key>`"],
+            )
 
     install_openapi(app, state)
     app.add_middleware(BodyLimitMiddleware, limit=settings.max_body_bytes)

@@ -106,8 +106,9 @@ def machine(load: str = "") -> dict[str, str]:
         usable = len(os.sched_getaffinity(0))
     except AttributeError:
         usable = os.cpu_count() or 0
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                            text=True, check=False).stdout.strip()
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=False
+    ).stdout.strip()
     return {
         "CPU": cpu,
         "Cores": f"{os.cpu_count()} logical ({usable} usable by this process)",
@@ -144,8 +145,13 @@ def main(argv: list[str] | None = None) -> int:
     names = available()
     parser = argparse.ArgumentParser(description="Run the benchmarks and write docs/benchmarks.md.")
     parser.add_argument("--quick", action="store_true", help="small, fast runs")
-    parser.add_argument("--only", action="append", metavar="NAME", choices=names,
-                        help=f"run only this benchmark (repeatable): {', '.join(names)}")
+    parser.add_argument(
+        "--only",
+        action="append",
+        metavar="NAME",
+        choices=names,
+        help=f"run only this benchmark (repeatable): {', '.join(names)}",
+    )
     parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT, help="markdown file to write")
     args = parser.parse_args(argv)
     selected = [n for n in names if not args.only or n in args.only]
@@ -176,8 +182,10 @@ def main(argv: list[str] | None = None) -> int:
     sections = {n: fresh.get(n) or old[n] for n in order}
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(render(sections, machine(load), when, args.quick), encoding="utf-8")
-    print(f"bench: wrote {args.output.relative_to(ROOT) if args.output.is_relative_to(ROOT) else args.output}",
-          file=sys.stderr)
+    print(
+        f"bench: wrote {args.output.relative_to(ROOT) if args.output.is_relative_to(ROOT) else args.output}",
+        file=sys.stderr,
+    )
     return 1 if failures else 0
 
 

@@ -112,15 +112,20 @@ async def _bench(state: AppState, port_small: int, port_big: int, quick: bool) -
     started = time.perf_counter()
     stored = pages = calls = 0
     while True:
-        res = await _call(state, "analysis_ingest", {"analysis_id": "bench-ingest", "model": "book", "ingest_all": True,
-                                                     "per_page": 100, "resume": calls > 0})
+        res = await _call(
+            state,
+            "analysis_ingest",
+            {"analysis_id": "bench-ingest", "model": "book", "ingest_all": True, "per_page": 100, "resume": calls > 0},
+        )
         stored, pages, calls = stored + res["stored"], pages + res["pages"], calls + 1
         if res["complete"]:
             break
     ingest_s = time.perf_counter() - started
-    out.append(f"- **Ingest**: {stored} records in {pages} pages of 100 ({calls} `analysis_ingest` call(s), "
-               f"resume between them) in {ingest_s:.2f} s = **{stored / ingest_s:,.0f} records/s** "
-               "(upstream over loopback, upsert, one embedded page summary per page)")
+    out.append(
+        f"- **Ingest**: {stored} records in {pages} pages of 100 ({calls} `analysis_ingest` call(s), "
+        f"resume between them) in {ingest_s:.2f} s = **{stored / ingest_s:,.0f} records/s** "
+        "(upstream over loopback, upsert, one embedded page summary per page)"
+    )
     # 2. query latency at N records (inserted directly: the latency does not depend on how they came)
     n_query = 20_000 if quick else 100_000
     lib = generate(n_query, seed=11)
@@ -130,7 +135,7 @@ async def _bench(state: AppState, port_small: int, port_big: int, quick: bool) -
         pid = await repo.ensure_project("default")
         rows: list[tuple[str | None, dict[str, Any]]] = [(str(b["id"]), b) for b in lib.books.values()]
         for i in range(0, len(rows), 5000):
-            await repo.upsert_records(pid, "bench-query", "book", i // 5000 + 1, rows[i:i + 5000], 86400)
+            await repo.upsert_records(pid, "bench-query", "book", i // 5000 + 1, rows[i : i + 5000], 86400)
     load_s = time.perf_counter() - t0
     async with state.db.transaction() as session:
         from sqlalchemy import text
@@ -139,37 +144,67 @@ async def _bench(state: AppState, port_small: int, port_big: int, quick: bool) -
     repeat = 5 if quick else 15
     cases: list[tuple[str, dict[str, Any]]] = [
         ("aggregate group_by status", {"mode": "aggregate", "group_by": "status"}),
-        ("aggregate group_by genre + where rating >= 4", {"mode": "aggregate", "group_by": "genre",
-                                                         "where": {"rating": {"$gte": 4}}}),
-        ("filter status=completed, rating < 2 (20 rows)", {"mode": "filter",
-                                                          "where": {"status": "completed", "rating": {"$lt": 2}}}),
+        (
+            "aggregate group_by genre + where rating >= 4",
+            {"mode": "aggregate", "group_by": "genre", "where": {"rating": {"$gte": 4}}},
+        ),
+        (
+            "filter status=completed, rating < 2 (20 rows)",
+            {"mode": "filter", "where": {"status": "completed", "rating": {"$lt": 2}}},
+        ),
         ("filter updated_at >= date (20 rows)", {"mode": "filter", "where": {"updated_at": {"$gte": "2026-04-01"}}}),
         ("sample 9, stratify_by status", {"mode": "sample", "sample_size": 9, "stratify_by": "status"}),
-        ("sample 12, stratify + where + proximity/bucket", {
-            "mode": "sample", "sample_size": 12, "stratify_by": "status", "where": {"pages": {"$gte": 200}},
-            "proximity": {"field": "updated_at", "origin": "2026-03-15", "window": "30 days", "bucket": "1 week"}}),
+        (
+            "sample 12, stratify + where + proximity/bucket",
+            {
+                "mode": "sample",
+                "sample_size": 12,
+                "stratify_by": "status",
+                "where": {"pages": {"$gte": 200}},
+                "proximity": {"field": "updated_at", "origin": "2026-03-15", "window": "30 days", "bucket": "1 week"},
+            },
+        ),
         ("describe", {"mode": "describe"}),
     ]
-    out += ["", f"Query latency over **{n_query:,} ingested records** in one session (loaded in {load_s:.1f} s; "
-            f"{repeat} runs after a warm-up, through the executor):", "",
-            "| query | p50 ms | p95 ms |", "| --- | ---: | ---: |"]
+    out += [
+        "",
+        f"Query latency over **{n_query:,} ingested records** in one session (loaded in {load_s:.1f} s; "
+        f"{repeat} runs after a warm-up, through the executor):",
+        "",
+        "| query | p50 ms | p95 ms |",
+        "| --- | ---: | ---: |",
+    ]
     for label, args in cases:
         p50, p95 = await _latency(state, {"analysis_id": "bench-query", **args}, repeat)
         out.append(f"| {label} | {p50:.1f} | {p95:.1f} |")
     await _call(state, "analysis_clear", {"analysis_id": "bench-query"})
     # 3. act throughput
     n_act = 500 if quick else 2000
-    await _call(state, "analysis_ingest", {"analysis_id": "bench-act", "model": "book", "ingest_all": True,
-                                           "per_page": 100, "page": 1})
+    await _call(
+        state,
+        "analysis_ingest",
+        {"analysis_id": "bench-act", "model": "book", "ingest_all": True, "per_page": 100, "page": 1},
+    )
     started = time.perf_counter()
-    res = await _call(state, "analysis_act", {"analysis_id": "bench-act", "model": "book", "action": "update",
-                                              "attributes": {"genre": "poetry"},
-                                              "where": {"id": {"$lte": n_act}}})
+    res = await _call(
+        state,
+        "analysis_act",
+        {
+            "analysis_id": "bench-act",
+            "model": "book",
+            "action": "update",
+            "attributes": {"genre": "poetry"},
+            "where": {"id": {"$lte": n_act}},
+        },
+    )
     act_s = time.perf_counter() - started
     s = res["summary"]
-    out += ["", f"- **Act** (update, batches of 50, 5 concurrent requests): {s['total']} records "
-            f"({s['succeeded']} succeeded, {s['failed']} refused by the upstream: locked books) in {act_s:.2f} s = "
-            f"**{s['total'] / act_s:,.0f} records/s**"]
+    out += [
+        "",
+        f"- **Act** (update, batches of 50, 5 concurrent requests): {s['total']} records "
+        f"({s['succeeded']} succeeded, {s['failed']} refused by the upstream: locked books) in {act_s:.2f} s = "
+        f"**{s['total'] / act_s:,.0f} records/s**",
+    ]
     return "\n".join(out)
 
 
@@ -179,9 +214,11 @@ async def _walkthrough(state: AppState) -> str:
 
     steps = await run_walkthrough(call)
     total = sum(r.tokens for r in steps)
-    return (f"Library-audit walkthrough (docs/analysis.md) on 5,000 demo books: **{total:,} tokens** of tool output "
-            "in total (budget 6,000), counted with the embedding model's WordPiece tokenizer on the compact "
-            "JSON each tool returns:\n\n" + markdown_table(steps))
+    return (
+        f"Library-audit walkthrough (docs/analysis.md) on 5,000 demo books: **{total:,} tokens** of tool output "
+        "in total (budget 6,000), counted with the embedding model's WordPiece tokenizer on the compact "
+        "JSON each tool returns:\n\n" + markdown_table(steps)
+    )
 
 
 def run(quick: bool = False) -> str:
@@ -195,6 +232,7 @@ def run(quick: bool = False) -> str:
         settings = Settings(database_url=url, features=["analysis"], log_level="WARNING", data_dir=root)
         n_ingest = 2000 if quick else 12000
         with DemoUpstream(n_ingest) as small, DemoUpstream(5000) as big:
+
             async def main() -> str:
                 db = Database(url, settings)
                 embedder = make_embedder(settings)

@@ -73,8 +73,7 @@ def generate(rows: int) -> tuple[Path, Path, float]:
                 || ' shipped in standard packaging via ground freight' AS note
         FROM range({rows}) t(i)""")
     con.execute(f"COPY gen TO '{csv_path}' (HEADER true)")
-    con.execute(f"COPY (SELECT * FROM read_csv_auto('{csv_path}')) TO '{pq_path}' (FORMAT parquet, "
-                "COMPRESSION zstd)")
+    con.execute(f"COPY (SELECT * FROM read_csv_auto('{csv_path}')) TO '{pq_path}' (FORMAT parquet, COMPRESSION zstd)")
     con.close()
     return csv_path, pq_path, time.perf_counter() - started
 
@@ -95,15 +94,27 @@ class InProcessServer:
         from app.datasets.config import get_dataset_settings
         from app.main import create_app
 
-        os.environ.update({"CAIRN_DATA_ROOTS": str(DATA), "CAIRN_DATASETS_MEMORY_LIMIT": MEMORY_LIMIT,
-                           "CAIRN_DATASETS_THREADS": str(THREADS), "CAIRN_DATASETS_QUERY_TIMEOUT_MS": "600000",
-                           "CAIRN_DATASETS_WORK_DIR": str(self.root / "work")})
+        os.environ.update(
+            {
+                "CAIRN_DATA_ROOTS": str(DATA),
+                "CAIRN_DATASETS_MEMORY_LIMIT": MEMORY_LIMIT,
+                "CAIRN_DATASETS_THREADS": str(THREADS),
+                "CAIRN_DATASETS_QUERY_TIMEOUT_MS": "600000",
+                "CAIRN_DATASETS_WORK_DIR": str(self.root / "work"),
+            }
+        )
         get_dataset_settings.cache_clear()
         self.pg = start_embedded(self.root / "pg")
         self.pg.ensure_database("bench")
-        settings = Settings(database_url=self.pg.url("bench"), host="127.0.0.1", port=self.port,
-                            api_keys=[f"{KEY}:admin"], data_dir=self.root / "data", log_level="WARNING",
-                            features=["datasets"])
+        settings = Settings(
+            database_url=self.pg.url("bench"),
+            host="127.0.0.1",
+            port=self.port,
+            api_keys=[f"{KEY}:admin"],
+            data_dir=self.root / "data",
+            log_level="WARNING",
+            features=["datasets"],
+        )
         app = create_app(settings)
         self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_config=None))
         self.thread = threading.Thread(target=self.server.run, daemon=True)
@@ -158,7 +169,7 @@ def plain(sql: str) -> float:
 
 QUERIES = {
     "group-by": "SELECT category, region, sum(revenue) AS total, count(*) AS orders, avg(quantity) AS q "
-                "FROM {src} GROUP BY ALL ORDER BY total DESC",
+    "FROM {src} GROUP BY ALL ORDER BY total DESC",
     "filtered count": "SELECT count(*) AS n FROM {src} WHERE revenue > 500 AND region = 'north'",
 }
 
@@ -174,35 +185,71 @@ async def measure(url: str, csv_path: Path, pq_path: Path, reps: int) -> dict[st
                 rows = tokens = 0
                 for _ in range(reps):
                     await call(client, "cache_invalidate", {"pattern": "*"})
-                    res, t = await call(client, "execute_query", {"query_type": "sql", "query": sql, "files": [],
-                                                                  "return_limit": 200})
+                    res, t = await call(
+                        client, "execute_query", {"query_type": "sql", "query": sql, "files": [], "return_limit": 200}
+                    )
                     server_t.append(t)
                     rows, tokens = res["rows_total"], res["context_tokens_used"]
                     plain_t.append(await asyncio.to_thread(plain, sql))
                 s, p = statistics.median(server_t), statistics.median(plain_t)
-                out["queries"].append({"file": fmt, "query": name, "server s": f"{s:.2f}", "plain DuckDB s": f"{p:.2f}",
-                                       "overhead": f"{s / p:.2f}x", "result rows": rows, "tokens": tokens})
-            again = {"query_type": "sql", "files": [], "return_limit": 200,
-                     "query": QUERIES["group-by"].format(src=src)}
+                out["queries"].append(
+                    {
+                        "file": fmt,
+                        "query": name,
+                        "server s": f"{s:.2f}",
+                        "plain DuckDB s": f"{p:.2f}",
+                        "overhead": f"{s / p:.2f}x",
+                        "result rows": rows,
+                        "tokens": tokens,
+                    }
+                )
+            again = {
+                "query_type": "sql",
+                "files": [],
+                "return_limit": 200,
+                "query": QUERIES["group-by"].format(src=src),
+            }
             await call(client, "execute_query", again)
             hit, cached = await call(client, "execute_query", again)
             label = "group-by, cached" if hit["summary"]["cache_hit"] else "group-by, cache MISSED"
-            out["queries"].append({"file": fmt, "query": label, "server s": f"{cached:.3f}",
-                                   "plain DuckDB s": "", "overhead": "", "result rows": "", "tokens": ""})
+            out["queries"].append(
+                {
+                    "file": fmt,
+                    "query": label,
+                    "server s": f"{cached:.3f}",
+                    "plain DuckDB s": "",
+                    "overhead": "",
+                    "result rows": "",
+                    "tokens": "",
+                }
+            )
             size = path.stat().st_size
             await call(client, "cache_invalidate", {"pattern": "*"})
             prof, t = await call(client, "profile_dataset", {"file_path": path.name, "compute_stats": True})
-            out["profile"].append({"file": fmt, "size": f"{size / 1e9:.2f} GB",
-                                   "rows": prof["statistics"]["row_count"], "seconds": f"{t:.1f}",
-                                   "s per GB": f"{t / (size / 1e9):.1f}", "tokens": prof["context_tokens_used"]})
+            out["profile"].append(
+                {
+                    "file": fmt,
+                    "size": f"{size / 1e9:.2f} GB",
+                    "rows": prof["statistics"]["row_count"],
+                    "seconds": f"{t:.1f}",
+                    "s per GB": f"{t / (size / 1e9):.1f}",
+                    "tokens": prof["context_tokens_used"],
+                }
+            )
             for strategy in ("head", "random", "systematic", "stratified"):
                 args = {"file_path": path.name, "strategy": strategy, "sample_size": 20}
                 if strategy == "stratified":
                     args["stratify_column"] = "category"
                 res, t = await call(client, "stream_sample", args)
-                out["samples"].append({"file": fmt, "strategy": strategy, "ms": f"{t * 1000:.0f}",
-                                       "rows": res["sampling_info"]["rows_sampled"],
-                                       "tokens": res["context_tokens_used"]})
+                out["samples"].append(
+                    {
+                        "file": fmt,
+                        "strategy": strategy,
+                        "ms": f"{t * 1000:.0f}",
+                        "rows": res["sampling_info"]["rows_sampled"],
+                        "tokens": res["context_tokens_used"],
+                    }
+                )
     return out
 
 
@@ -227,15 +274,30 @@ def run(quick: bool = False) -> str:
     rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     csv_gb, pq_gb = csv_path.stat().st_size / 1e9, pq_path.stat().st_size / 1e9
     shutil.rmtree(DATA, ignore_errors=True)
-    return "\n".join([
-        f"Generated {rows:,} rows: CSV {csv_gb:.2f} GB, Parquet {pq_gb:.2f} GB ({gen_s:.0f} s). DuckDB memory limit "
-        f"{MEMORY_LIMIT}, {THREADS} threads, for the server and the plain-DuckDB baseline alike. Server timings are "
-        f"MCP `tools/call` round trips on a cold cache (median of {reps}); they include checking the SQL, writing the "
-        "full result to the Parquet result store and fitting the answer to the token budget.",
-        "", "**Queries** (through the server vs plain DuckDB, same SQL, same run)", "", _table(figures["queries"]),
-        "", "**profile_dataset** (one streaming SUMMARIZE pass plus category histograms)", "",
-        _table(figures["profile"]), "", "**stream_sample** latency (20 rows)", "", _table(figures["samples"]),
-        "", f"Peak resident memory of the whole process (server, PostgreSQL client, DuckDB): {rss_mb:.0f} MB.", ""])
+    return "\n".join(
+        [
+            f"Generated {rows:,} rows: CSV {csv_gb:.2f} GB, Parquet {pq_gb:.2f} GB ({gen_s:.0f} s). "
+            f"DuckDB memory limit {MEMORY_LIMIT}, {THREADS} threads, for the server and the plain-DuckDB "
+            f"baseline alike. Server timings are MCP `tools/call` round trips on a cold cache (median of {reps}); "
+            "they include checking the SQL, writing the "
+            "full result to the Parquet result store and fitting the answer to the token budget.",
+            "",
+            "**Queries** (through the server vs plain DuckDB, same SQL, same run)",
+            "",
+            _table(figures["queries"]),
+            "",
+            "**profile_dataset** (one streaming SUMMARIZE pass plus category histograms)",
+            "",
+            _table(figures["profile"]),
+            "",
+            "**stream_sample** latency (20 rows)",
+            "",
+            _table(figures["samples"]),
+            "",
+            f"Peak resident memory of the whole process (server, PostgreSQL client, DuckDB): {rss_mb:.0f} MB.",
+            "",
+        ]
+    )
 
 
 if __name__ == "__main__":

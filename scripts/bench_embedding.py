@@ -49,8 +49,15 @@ def _stats(name: str, texts: int, wall: float, latencies: list[float]) -> dict[s
     def pct(p: float) -> float:
         return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))] * 1000
 
-    return {"mode": name, "texts": texts, "calls": len(latencies), "seconds": round(wall, 3),
-            "texts_per_s": round(texts / wall, 1), "p50_ms": round(pct(50), 2), "p95_ms": round(pct(95), 2)}
+    return {
+        "mode": name,
+        "texts": texts,
+        "calls": len(latencies),
+        "seconds": round(wall, 3),
+        "texts_per_s": round(texts / wall, 1),
+        "p50_ms": round(pct(50), 2),
+        "p95_ms": round(pct(95), 2),
+    }
 
 
 async def _timed(call: Callable[[], Awaitable[Any]], latencies: list[float]) -> None:
@@ -94,9 +101,15 @@ async def _bench(n: int, workers: int, max_batch: int, max_wait_ms: float) -> di
     finally:
         await embedder.close()
     return {
-        "model": embedder.model, "n": n, "workers": workers, "intra_op_threads": embedder.intra_op_threads,
-        "max_batch": max_batch, "max_wait_ms": max_wait_ms, "cpus": os.cpu_count(),
-        "machine": platform.machine(), "results": results,
+        "model": embedder.model,
+        "n": n,
+        "workers": workers,
+        "intra_op_threads": embedder.intra_op_threads,
+        "max_batch": max_batch,
+        "max_wait_ms": max_wait_ms,
+        "cpus": os.cpu_count(),
+        "machine": platform.machine(),
+        "results": results,
     }
 
 

@@ -37,9 +37,11 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 KEY = "bench-graph-key-0123456789abcdef"
-VOCAB = ("agent memory project deadline meeting review database query vector search summary preference error "
-         "deployment server network storage backup invoice customer contract release feature ticket budget "
-         "design model training report incident alert schedule migration cluster policy").split()
+VOCAB = (
+    "agent memory project deadline meeting review database query vector search summary preference error "
+    "deployment server network storage backup invoice customer contract release feature ticket budget "
+    "design model training report incident alert schedule migration cluster policy"
+).split()
 
 
 def _free_port() -> int:
@@ -75,9 +77,16 @@ class InProcessServer:
         self.pg = start_embedded(self.root / "pg")
         self.pg.ensure_database("bench")
         self.dsn = self.pg.libpq_uri("bench")
-        settings = Settings(database_url=self.pg.url("bench"), host="127.0.0.1", port=self.port,
-                            api_keys=[f"{KEY}:admin"], data_dir=self.root / "data", log_level="WARNING",
-                            features=["graph"], rate_limit_per_second=0)
+        settings = Settings(
+            database_url=self.pg.url("bench"),
+            host="127.0.0.1",
+            port=self.port,
+            api_keys=[f"{KEY}:admin"],
+            data_dir=self.root / "data",
+            log_level="WARNING",
+            features=["graph"],
+            rate_limit_per_second=0,
+        )
         app = create_app(settings)
         self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_config=None))
         self.thread = threading.Thread(target=self.server.run, daemon=True)
@@ -115,8 +124,11 @@ async def reference_session(memory_file: Path) -> AsyncIterator[Any]:
     from mcp.client.session import ClientSession
     from mcp.client.stdio import StdioServerParameters, stdio_client
 
-    params = StdioServerParameters(command="npx", args=["-y", "@modelcontextprotocol/server-memory"],
-                                   env={**os.environ, "MEMORY_FILE_PATH": str(memory_file)})
+    params = StdioServerParameters(
+        command="npx",
+        args=["-y", "@modelcontextprotocol/server-memory"],
+        env={**os.environ, "MEMORY_FILE_PATH": str(memory_file)},
+    )
     with open(os.devnull, "w") as devnull:  # noqa: ASYNC230 - opening /dev/null does not block
         async with stdio_client(params, errlog=devnull) as (read, write), ClientSession(read, write) as client:
             await client.initialize()
@@ -131,8 +143,10 @@ async def _ok(client: Any, tool: str, args: dict[str, Any]) -> Any:
 
 
 def _entities(rng: random.Random, start: int, n: int, obs: int = 3) -> list[dict[str, Any]]:
-    return [{"name": f"entity-{i}", "entityType": f"type{i % 10}",
-             "observations": [_sentence(rng) for _ in range(obs)]} for i in range(start, start + n)]
+    return [
+        {"name": f"entity-{i}", "entityType": f"type{i % 10}", "observations": [_sentence(rng) for _ in range(obs)]}
+        for i in range(start, start + n)
+    ]
 
 
 async def writes(client: Any, n: int, project: str) -> dict[str, Any]:
@@ -145,12 +159,24 @@ async def writes(client: Any, n: int, project: str) -> dict[str, Any]:
     t0 = time.perf_counter()
     adds = n // 2
     for i in range(0, adds, 20):
-        await _ok(client, "add_observations", {"project": project, "observations": [
-            {"entityName": f"entity-{j}", "contents": [_sentence(rng)]} for j in range(i, min(adds, i + 20))]})
+        await _ok(
+            client,
+            "add_observations",
+            {
+                "project": project,
+                "observations": [
+                    {"entityName": f"entity-{j}", "contents": [_sentence(rng)]} for j in range(i, min(adds, i + 20))
+                ],
+            },
+        )
     add_s = time.perf_counter() - t0
-    return {"entities": n, "create_s": round(create_s, 2), "entities_per_s": round(n / create_s, 1),
-            "observations_per_s_create": round(3 * n / create_s, 1),
-            "add_observations_per_s": round(adds / add_s, 1)}
+    return {
+        "entities": n,
+        "create_s": round(create_s, 2),
+        "entities_per_s": round(n / create_s, 1),
+        "observations_per_s_create": round(3 * n / create_s, 1),
+        "add_observations_per_s": round(adds / add_s, 1),
+    }
 
 
 async def bulk_load(dsn: str, project: str, total: int) -> float:
@@ -160,30 +186,43 @@ async def bulk_load(dsn: str, project: str, total: int) -> float:
     conn = await asyncpg.connect(dsn)
     try:
         t0 = time.perf_counter()
-        await conn.execute("INSERT INTO projects (id, name) VALUES (gen_random_uuid(), $1) ON CONFLICT DO NOTHING",
-                           project)
+        await conn.execute(
+            "INSERT INTO projects (id, name) VALUES (gen_random_uuid(), $1) ON CONFLICT DO NOTHING", project
+        )
         pid = await conn.fetchval("SELECT id FROM projects WHERE name = $1", project)
         have = await conn.fetchval("SELECT count(*) FROM graph_entities WHERE project_id = $1", pid)
         if have >= total:
             return 0.0
         await conn.execute("SET maintenance_work_mem = '256MB'")
         await conn.execute("DROP INDEX IF EXISTS ix_graph_embeddings_hnsw")
-        await conn.execute("""
+        await conn.execute(
+            """
             INSERT INTO graph_entities (project_id, name, entity_type, obs_text)
             SELECT $1, 'bulk-' || i, 'type' || (i % 20),
                    (SELECT string_agg(($3::text[])[1 + floor(random() * cardinality($3::text[]))::int], ' ')
                     FROM generate_series(1, 12) WHERE i > 0)
-            FROM generate_series($2::int + 1, $4::int) AS i""", pid, have, list(VOCAB), total)
-        await conn.execute("""
+            FROM generate_series($2::int + 1, $4::int) AS i""",
+            pid,
+            have,
+            list(VOCAB),
+            total,
+        )
+        await conn.execute(
+            """
             INSERT INTO graph_observations (entity_id, content)
             SELECT id, obs_text FROM graph_entities g WHERE project_id = $1
-              AND NOT EXISTS (SELECT 1 FROM graph_observations o WHERE o.entity_id = g.id)""", pid)
-        await conn.execute("""
+              AND NOT EXISTS (SELECT 1 FROM graph_observations o WHERE o.entity_id = g.id)""",
+            pid,
+        )
+        await conn.execute(
+            """
             INSERT INTO graph_embeddings (owner_id, model, dim, embedding)
             SELECT g.id, 'all-MiniLM-L6-v2', 384,
                    (SELECT array_agg(random() - 0.5) FROM generate_series(1, 384) WHERE g.id > 0)::vector
             FROM graph_entities g WHERE g.project_id = $1
-              AND NOT EXISTS (SELECT 1 FROM graph_embeddings e WHERE e.owner_id = g.id)""", pid)
+              AND NOT EXISTS (SELECT 1 FROM graph_embeddings e WHERE e.owner_id = g.id)""",
+            pid,
+        )
         await conn.execute("""CREATE INDEX ix_graph_embeddings_hnsw ON graph_embeddings
             USING hnsw ((embedding::vector(384)) vector_cosine_ops) WHERE model = 'all-MiniLM-L6-v2'""")
         await conn.execute("ANALYZE")
@@ -220,8 +259,10 @@ async def side_by_side(url: str, n: int, queries: int) -> dict[str, Any]:
     tmp = Path(tempfile.mkdtemp(prefix="cairn-bench-ref-"))
     out: dict[str, Any] = {"entities": n, "batch": 10, "queries": queries}
     try:
-        for label, opener in (("reference", lambda: reference_session(tmp / "memory.jsonl")),
-                              ("cairn", lambda: cairn_session(url))):
+        for label, opener in (
+            ("reference", lambda: reference_session(tmp / "memory.jsonl")),
+            ("cairn", lambda: cairn_session(url)),
+        ):
             async with opener() as client:
                 extra = {"project": "side-by-side"} if label == "cairn" else {}
                 t0 = time.perf_counter()
@@ -248,8 +289,11 @@ async def _all(srv: InProcessServer, quick: bool) -> dict[str, Any]:
         results["scale"] = []
         for total in scales:
             load_s = await bulk_load(srv.dsn, "scale", total)
-            row = {"entities": total, "bulk_load_s": round(load_s, 1),
-                   **(await searches(client, "scale", 20 if quick else 100))}
+            row = {
+                "entities": total,
+                "bulk_load_s": round(load_s, 1),
+                **(await searches(client, "scale", 20 if quick else 100)),
+            }
             results["scale"].append(row)
     try:
         results["side_by_side"] = await side_by_side(srv.url, 100 if quick else 500, 20 if quick else 100)
@@ -261,32 +305,44 @@ async def _all(srv: InProcessServer, quick: bool) -> dict[str, Any]:
 def markdown(r: dict[str, Any], quick: bool) -> str:
     """The figures as a markdown section."""
     w = r["writes"]
-    lines = ["## Knowledge graph", "",
-             f"Writes through MCP (`create_entities` in batches of 50 with 3 observations each, embeddings "
-             f"included): {w['entities']} entities in {w['create_s']} s = **{w['entities_per_s']} entities/s** "
-             f"({w['observations_per_s_create']} observations/s); `add_observations` (batches of 20, re-embedding "
-             f"each entity): **{w['add_observations_per_s']} observations/s**.", "",
-             "Search latency through MCP (bulk-loaded synthetic entities with random vectors; one call at a time):",
-             "", "| entities | search_nodes p50 | p95 | search_semantic p50 | p95 | bulk load s |",
-             "| --- | --- | --- | --- | --- | --- |"]
+    lines = [
+        "## Knowledge graph",
+        "",
+        f"Writes through MCP (`create_entities` in batches of 50 with 3 observations each, embeddings "
+        f"included): {w['entities']} entities in {w['create_s']} s = **{w['entities_per_s']} entities/s** "
+        f"({w['observations_per_s_create']} observations/s); `add_observations` (batches of 20, re-embedding "
+        f"each entity): **{w['add_observations_per_s']} observations/s**.",
+        "",
+        "Search latency through MCP (bulk-loaded synthetic entities with random vectors; one call at a time):",
+        "",
+        "| entities | search_nodes p50 | p95 | search_semantic p50 | p95 | bulk load s |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
     for s in r["scale"]:
         nodes, sem = s["search_nodes"], s["search_semantic"]
-        lines.append(f"| {s['entities']:,} | {nodes['p50_ms']} ms | {nodes['p95_ms']} ms | "
-                     f"{sem['p50_ms']} ms | {sem['p95_ms']} ms | {s['bulk_load_s']} |")
+        lines.append(
+            f"| {s['entities']:,} | {nodes['p50_ms']} ms | {nodes['p95_ms']} ms | "
+            f"{sem['p50_ms']} ms | {sem['p95_ms']} ms | {s['bulk_load_s']} |"
+        )
     sbs = r["side_by_side"]
     lines.append("")
     if "error" in sbs:
         lines.append(f"Side by side with `@modelcontextprotocol/server-memory`: not run ({sbs['error']}).")
     else:
-        lines += [f"Side by side with `@modelcontextprotocol/server-memory` (npx, stdio) on the same workload: "
-                  f"{sbs['entities']} entities created in batches of {sbs['batch']} (3 observations each), then "
-                  f"{sbs['queries']} `search_nodes` calls.", "",
-                  "| | create all (s) | per search_nodes (ms) |", "| --- | --- | --- |",
-                  f"| reference (JSONL file) | {sbs['reference']['create_s']} | {sbs['reference']['search_ms']} |",
-                  f"| Cairn (PostgreSQL, embeddings) | {sbs['cairn']['create_s']} | {sbs['cairn']['search_ms']} |",
-                  f"| ratio Cairn / reference | {sbs['create_ratio']} | {sbs['search_ratio']} |", "",
-                  "Cairn's writes include computing one embedding per entity and run in durable transactions; "
-                  "the reference server rewrites its whole file on every write and scans it on every search."]
+        lines += [
+            f"Side by side with `@modelcontextprotocol/server-memory` (npx, stdio) on the same workload: "
+            f"{sbs['entities']} entities created in batches of {sbs['batch']} (3 observations each), then "
+            f"{sbs['queries']} `search_nodes` calls.",
+            "",
+            "| | create all (s) | per search_nodes (ms) |",
+            "| --- | --- | --- |",
+            f"| reference (JSONL file) | {sbs['reference']['create_s']} | {sbs['reference']['search_ms']} |",
+            f"| Cairn (PostgreSQL, embeddings) | {sbs['cairn']['create_s']} | {sbs['cairn']['search_ms']} |",
+            f"| ratio Cairn / reference | {sbs['create_ratio']} | {sbs['search_ratio']} |",
+            "",
+            "Cairn's writes include computing one embedding per entity and run in durable transactions; "
+            "the reference server rewrites its whole file on every write and scans it on every search.",
+        ]
     if quick:
         lines += ["", "_Quick run: small sizes._"]
     return "\n".join(lines) + "\n"

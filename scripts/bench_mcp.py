@@ -66,11 +66,22 @@ class Server:
     def start(self, timeout: float = 180.0) -> None:
         env = {k: v for k, v in os.environ.items() if not k.startswith("CAIRN_")}
         # The per-key rate limiter is switched off: this measures the server, not the limiter.
-        env.update({"CAIRN_DATA_DIR": str(self.data), "CAIRN_API_KEYS": f"{KEY}:admin",
-                    "CAIRN_LOG_LEVEL": "WARNING", "CAIRN_RATE_LIMIT_PER_SECOND": "0"})
+        env.update(
+            {
+                "CAIRN_DATA_DIR": str(self.data),
+                "CAIRN_API_KEYS": f"{KEY}:admin",
+                "CAIRN_LOG_LEVEL": "WARNING",
+                "CAIRN_RATE_LIMIT_PER_SECOND": "0",
+            }
+        )
         self.log = (self.data / "server.log").open("wb")
-        self.proc = subprocess.Popen([*_cairn(), "serve", "--host", "127.0.0.1", "--port", str(self.port)],
-                                     cwd=ROOT, env=env, stdout=self.log, stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen(
+            [*_cairn(), "serve", "--host", "127.0.0.1", "--port", str(self.port)],
+            cwd=ROOT,
+            env=env,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+        )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -111,8 +122,7 @@ class Server:
 @asynccontextmanager
 async def session(url: str) -> AsyncIterator[ClientSession]:
     """A real MCP client session over streamable HTTP with the bench key."""
-    async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {KEY}"},
-                                  timeout=httpx2.Timeout(60.0)) as http:
+    async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {KEY}"}, timeout=httpx2.Timeout(60.0)) as http:
         async with streamable_http_client(f"{url}/mcp", http_client=http) as (read, write):
             async with ClientSession(read, write) as client:
                 await client.initialize()
@@ -123,8 +133,7 @@ def _pct(ordered: list[float], p: float) -> float:
     return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))] * 1000
 
 
-async def _measure(url: str, clients: int, calls: int,
-                   cpu: Callable[[], float | None] | None = None) -> dict[str, Any]:
+async def _measure(url: str, clients: int, calls: int, cpu: Callable[[], float | None] | None = None) -> dict[str, Any]:
     """`calls` tool calls shared by `clients` concurrent sessions (sessions are opened and warmed up
     first; only the calls are timed). `cpu` reads the server's CPU seconds."""
     latencies: list[float] = []
@@ -161,9 +170,16 @@ async def _measure(url: str, clients: int, calls: int,
     wall = float(marks["t1"] or 0) - float(marks["t0"] or 0)
     ordered = sorted(latencies)
     cpu0, cpu1 = marks.get("cpu0"), marks.get("cpu1")
-    return {"clients": clients, "calls": len(latencies), "errors": errors, "seconds": wall,
-            "per_s": len(latencies) / wall, "p50_ms": _pct(ordered, 50), "p95_ms": _pct(ordered, 95),
-            "server_cpu_ms": (cpu1 - cpu0) * 1000 / len(latencies) if cpu0 is not None and cpu1 is not None else None}
+    return {
+        "clients": clients,
+        "calls": len(latencies),
+        "errors": errors,
+        "seconds": wall,
+        "per_s": len(latencies) / wall,
+        "p50_ms": _pct(ordered, 50),
+        "p95_ms": _pct(ordered, 95),
+        "server_cpu_ms": (cpu1 - cpu0) * 1000 / len(latencies) if cpu0 is not None and cpu1 is not None else None,
+    }
 
 
 def measure(url: str, quick: bool = False, cpu: Callable[[], float | None] | None = None) -> list[dict[str, Any]]:
@@ -193,11 +209,16 @@ def markdown(rows: list[dict[str, Any]], quick: bool) -> str:
     ]
     for r in rows:
         cpu = f"{r['server_cpu_ms']:.1f}" if r.get("server_cpu_ms") is not None else "n/a"
-        lines.append(f"| {r['clients']} | {r['calls']} | {r['per_s']:.0f} | {r['p50_ms']:.1f} | "
-                     f"{r['p95_ms']:.1f} | {cpu} | {r['errors']} |")
-    lines += ["", "One server process runs on one event loop, so it tops out near 1000 / (server CPU ms per call) "
-              "calls/s whatever the number of clients; more throughput comes from more replicas behind a load "
-              "balancer (the server is stateless), not from more concurrent clients."]
+        lines.append(
+            f"| {r['clients']} | {r['calls']} | {r['per_s']:.0f} | {r['p50_ms']:.1f} | "
+            f"{r['p95_ms']:.1f} | {cpu} | {r['errors']} |"
+        )
+    lines += [
+        "",
+        "One server process runs on one event loop, so it tops out near 1000 / (server CPU ms per call) "
+        "calls/s whatever the number of clients; more throughput comes from more replicas behind a load "
+        "balancer (the server is stateless), not from more concurrent clients.",
+    ]
     if any(r["errors"] for r in rows):
         lines += ["", "**Some calls returned errors: these figures are not valid.**"]
     return "\n".join(lines) + "\n"

@@ -24,9 +24,11 @@ from sqlalchemy import text as sa_text
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-WORDS = ("river mountain sensor deploy migration timeout cache vector index memory agent project summary "
-         "cluster latency kernel thread socket packet router schema column query planner token model "
-         "weather rain cloud forest ocean harbour bridge tunnel railway engine battery solar wind").split()
+WORDS = (
+    "river mountain sensor deploy migration timeout cache vector index memory agent project summary "
+    "cluster latency kernel thread socket packet router schema column query planner token model "
+    "weather rain cloud forest ocean harbour bridge tunnel railway engine battery solar wind"
+).split()
 
 
 def _pct(values: list[float], q: float) -> float:
@@ -65,19 +67,25 @@ async def _bench(quick: bool) -> str:
         # 1. push throughput through the service (chunking, dedupe, embedding, writes)
         docs = 8 if quick else 40
         rng = random.Random(7)
-        texts = [". ".join(" ".join(rng.choice(WORDS) for _ in range(12)).capitalize() for _ in range(60)) + "."
-                 for _ in range(docs)]
+        texts = [
+            ". ".join(" ".join(rng.choice(WORDS) for _ in range(12)).capitalize() for _ in range(60)) + "."
+            for _ in range(docs)
+        ]
         await embedder.embed(["warm up"])
         chunks, started = 0, time.perf_counter()
         for i, text in enumerate(texts):
             async with db.transaction() as session:
-                ctx = CallContext(session=session, principal=OPEN_PRINCIPAL, app=state, request_id=f"b{i}",
-                                  transport="bench")
+                ctx = CallContext(
+                    session=session, principal=OPEN_PRINCIPAL, app=state, request_id=f"b{i}", transport="bench"
+                )
                 out = await service.push(ctx, PushIn.model_validate({"text": text, "project_id": "bench-push"}))
                 chunks += out.chunksIndexed
         elapsed = time.perf_counter() - started
-        lines += [f"Push (real model and chunker, 200-token chunks): {docs} documents, {chunks} chunks in "
-                  f"{elapsed:.1f} s = **{chunks / elapsed:.0f} chunks/s**.", ""]
+        lines += [
+            f"Push (real model and chunker, 200-token chunks): {docs} documents, {chunks} chunks in "
+            f"{elapsed:.1f} s = **{chunks / elapsed:.0f} chunks/s**.",
+            "",
+        ]
 
         # 2. scale: synthetic memories with clustered unit vectors
         sizes = [2000] if quick else [10_000, 100_000]
@@ -101,16 +109,29 @@ async def _bench(quick: bool) -> str:
                 rows: list[dict[str, Any]] = []
                 for j in range(n):
                     body = " ".join(rng.choice(WORDS) for _ in range(20))
-                    rows.append({"id": uuid.uuid4(), "project_id": project_id, "collection_id": coll_id,
-                                 "kind": "chunk", "memory_type": rng.choice(["episodic", "semantic"]),
-                                 "content": body, "content_hash": f"{loaded + j}", "tags": [rng.choice(WORDS)],
-                                 "metadata": "{}", "source_uri": None, "document_id": None, "chunk_index": None,
-                                 "summary_key": None})
+                    rows.append(
+                        {
+                            "id": uuid.uuid4(),
+                            "project_id": project_id,
+                            "collection_id": coll_id,
+                            "kind": "chunk",
+                            "memory_type": rng.choice(["episodic", "semantic"]),
+                            "content": body,
+                            "content_hash": f"{loaded + j}",
+                            "tags": [rng.choice(WORDS)],
+                            "metadata": "{}",
+                            "source_uri": None,
+                            "document_id": None,
+                            "chunk_index": None,
+                            "summary_key": None,
+                        }
+                    )
                 async with db.transaction() as session:
                     repo = MemoryRepository(session)
                     await repo.insert_memories(rows)
-                    await repo.upsert_embeddings(embedder.model, [(r["id"], v.tolist()) for r, v in zip(rows, vecs,
-                                                                                                      strict=True)])
+                    await repo.upsert_embeddings(
+                        embedder.model, [(r["id"], v.tolist()) for r, v in zip(rows, vecs, strict=True)]
+                    )
                 loaded += n
             load_seconds = time.perf_counter() - load_started
             async with db.transaction() as session:
@@ -123,8 +144,9 @@ async def _bench(quick: bool) -> str:
                 for q in queries:
                     t0 = time.perf_counter()
                     async with db.transaction() as session:
-                        await retrieve(MemoryRepository(session), embedder, cfg, scope, q, mode=mode, limit=10,
-                                       threshold=0.0)
+                        await retrieve(
+                            MemoryRepository(session), embedder, cfg, scope, q, mode=mode, limit=10, threshold=0.0
+                        )
                     times.append((time.perf_counter() - t0) * 1000)
                 lines.append(f"| {size:,} | {mode} | {statistics.median(times):.1f} | {_pct(times, 0.95):.1f} |")
             # recall@10 of the HNSW path (iterative scan, with a tag filter and without) vs exact search
@@ -137,11 +159,11 @@ async def _bench(quick: bool) -> str:
                 for filtered in (False, True):
                     sc = Scope(project_id=project_id, collection_id=coll_id, tags=[tag] if filtered else None)
                     async with db.transaction() as session:
-                        approx = await MemoryRepository(session).semantic(sc, embedder.model, probe, 10,
-                                                                          cfg.memory_ef_search)
+                        approx = await MemoryRepository(session).semantic(
+                            sc, embedder.model, probe, 10, cfg.memory_ef_search
+                        )
                     async with db.transaction() as session:
-                        exact = await MemoryRepository(session).semantic(sc, embedder.model, probe, 10, 10,
-                                                                         exact=True)
+                        exact = await MemoryRepository(session).semantic(sc, embedder.model, probe, 10, 10, exact=True)
                     got = len({a for a, _ in approx} & {e for e, _ in exact})
                     if filtered:
                         hits_filtered += got
@@ -151,12 +173,18 @@ async def _bench(quick: bool) -> str:
                         total += len(exact)
             plain, filt = hits_plain / max(total, 1), hits_filtered / max(total_filtered, 1)
             recall_lines.append(f"| {size:,} | {plain:.3f} | {filt:.3f} | {load_seconds:.0f} s |")
-        lines += ["", "HNSW (ef_search 100, iterative scans) against exact search, recall@10 over 30 probes:", "",
-                  "| memories | recall@10 | recall@10 with a tag filter (~1/40 of rows) | load time |",
-                  "| --- | --- | --- | --- |", *recall_lines, "",
-                  "Latency is per call inside the service (embedding the query included, HTTP excluded); "
-                  "synthetic 20-word texts and clustered random vectors. Retrieval quality on SciFact "
-                  "(`cairn eval beir`, about 4 minutes) is reported in docs/memory.md."]
+        lines += [
+            "",
+            "HNSW (ef_search 100, iterative scans) against exact search, recall@10 over 30 probes:",
+            "",
+            "| memories | recall@10 | recall@10 with a tag filter (~1/40 of rows) | load time |",
+            "| --- | --- | --- | --- |",
+            *recall_lines,
+            "",
+            "Latency is per call inside the service (embedding the query included, HTTP excluded); "
+            "synthetic 20-word texts and clustered random vectors. Retrieval quality on SciFact "
+            "(`cairn eval beir`, about 4 minutes) is reported in docs/memory.md.",
+        ]
         await embedder.close()
         await db.dispose()
     finally:

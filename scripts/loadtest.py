@@ -32,8 +32,10 @@ from mcp.client.streamable_http import streamable_http_client
 
 ROOT = Path(__file__).resolve().parents[1]
 KEY = "loadtest-key-0123456789abcdef"
-WORDS = ("alpha beta gamma delta kappa lambda sigma omega river stone forest cloud signal memory graph "
-         "vector index query budget sample cache upstream finding record project").split()
+WORDS = (
+    "alpha beta gamma delta kappa lambda sigma omega river stone forest cloud signal memory graph "
+    "vector index query budget sample cache upstream finding record project"
+).split()
 
 Args = Callable[[int, random.Random], dict[str, Any]]
 
@@ -46,30 +48,53 @@ def _sentence(rng: random.Random, n: int = 12) -> str:
 SCENARIOS: list[tuple[str, str, Args]] = [
     ("list_projects", "read", lambda i, r: {"limit": 10}),
     ("create_project", "write", lambda i, r: {"name": f"load-{i % 50}"}),
-    ("push", "write", lambda i, r: {"text": _sentence(r, 40), "project_id": f"load-{i % 5}",
-                                    "tags": [r.choice(WORDS)]}),
+    (
+        "push",
+        "write",
+        lambda i, r: {"text": _sentence(r, 40), "project_id": f"load-{i % 5}", "tags": [r.choice(WORDS)]},
+    ),
     ("search", "read", lambda i, r: {"query_text": _sentence(r, 5), "project_id": f"load-{i % 5}"}),
     ("capture_thought", "write", lambda i, r: {"content": _sentence(r, 20)}),
     ("search_thoughts", "read", lambda i, r: {"query": _sentence(r, 4)}),
-    ("create_entities", "write", lambda i, r: {"entities": [
-        {"name": f"entity-{i % 500}", "entityType": "concept", "observations": [_sentence(r, 8)]}]}),
+    (
+        "create_entities",
+        "write",
+        lambda i, r: {
+            "entities": [{"name": f"entity-{i % 500}", "entityType": "concept", "observations": [_sentence(r, 8)]}]
+        },
+    ),
     ("search_nodes", "read", lambda i, r: {"query": r.choice(WORDS)}),
     ("search_semantic", "read", lambda i, r: {"query": _sentence(r, 4)}),
-    ("analysis_store", "write", lambda i, r: {"analysis_id": f"load-{i % 8}", "findings": [
-        {"finding": _sentence(r, 15), "category": "note"}]}),
-    ("analysis_query", "read", lambda i, r: {"analysis_id": f"load-{i % 8}", "mode": "semantic",
-                                             "query": _sentence(r, 4)}),
-    ("execute_query", "read", lambda i, r: {
-        "query_type": "sql", "files": ["load.csv"], "return_limit": 20,
-        "query": f"SELECT word, count(*) AS n, avg(score) AS mean FROM data WHERE score > {r.randint(0, 50)} "
-                 "GROUP BY word ORDER BY n DESC"}),
+    (
+        "analysis_store",
+        "write",
+        lambda i, r: {"analysis_id": f"load-{i % 8}", "findings": [{"finding": _sentence(r, 15), "category": "note"}]},
+    ),
+    (
+        "analysis_query",
+        "read",
+        lambda i, r: {"analysis_id": f"load-{i % 8}", "mode": "semantic", "query": _sentence(r, 4)},
+    ),
+    (
+        "execute_query",
+        "read",
+        lambda i, r: {
+            "query_type": "sql",
+            "files": ["load.csv"],
+            "return_limit": 20,
+            "query": f"SELECT word, count(*) AS n, avg(score) AS mean FROM data WHERE score > {r.randint(0, 50)} "
+            "GROUP BY word ORDER BY n DESC",
+        },
+    ),
     ("profile_dataset", "read", lambda i, r: {"file_path": "load.csv", "sample_size": 500}),
 ]
 
 # Called once before the clock starts so every read has something to find.
 SEEDS: list[tuple[str, dict[str, Any]]] = [
-    *[("analysis_store", {"analysis_id": f"load-{k}", "findings": [{"finding": "seed finding", "category": "note"}]})
-      for k in range(8)],
+    *[
+        ("analysis_store", {"analysis_id": f"load-{k}", "findings": [{"finding": "seed finding", "category": "note"}]})
+        for k in range(8)
+    ],
     *[("push", {"text": "seed memory", "project_id": f"load-{k}"}) for k in range(5)],
 ]
 
@@ -79,8 +104,9 @@ def _write_dataset(data_dir: str, rows: int = 20_000) -> None:
     root = Path(data_dir) / "datasets"
     root.mkdir(parents=True, exist_ok=True)
     rng = random.Random(7)
-    lines = ["id,word,score,day"] + [f"{n},{rng.choice(WORDS)},{rng.uniform(0, 100):.3f},2026-01-{1 + n % 28:02d}"
-                                     for n in range(rows)]
+    lines = ["id,word,score,day"] + [
+        f"{n},{rng.choice(WORDS)},{rng.uniform(0, 100):.3f},2026-01-{1 + n % 28:02d}" for n in range(rows)
+    ]
     (root / "load.csv").write_text("\n".join(lines) + "\n")
 
 
@@ -94,12 +120,20 @@ def _free_port() -> int:
 
 def start_server(data_dir: str, port: int) -> subprocess.Popen[bytes]:
     """A real `cairn serve` process on loopback with its own embedded database."""
-    env = {**os.environ, "CAIRN_DATA_DIR": data_dir, "CAIRN_API_KEYS": f"{KEY}:admin", "CAIRN_PORT": str(port),
-           "CAIRN_LOG_LEVEL": "WARNING", "CAIRN_RATE_LIMIT_PER_SECOND": "0", "CAIRN_DB_POOL_SIZE": "20",
-           "CAIRN_MAX_LONG_JOBS_PER_KEY": "0"}
+    env = {
+        **os.environ,
+        "CAIRN_DATA_DIR": data_dir,
+        "CAIRN_API_KEYS": f"{KEY}:admin",
+        "CAIRN_PORT": str(port),
+        "CAIRN_LOG_LEVEL": "WARNING",
+        "CAIRN_RATE_LIMIT_PER_SECOND": "0",
+        "CAIRN_DB_POOL_SIZE": "20",
+        "CAIRN_MAX_LONG_JOBS_PER_KEY": "0",
+    }
     env.pop("CAIRN_DATABASE_URL", None)
-    proc = subprocess.Popen([sys.executable, "-m", "app", "serve"], cwd=ROOT, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "app", "serve"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         try:
@@ -129,14 +163,15 @@ class Stats:
             self.samples.setdefault(name, detail[:300])
 
 
-async def mcp_worker(url: str, wid: int, until: float, scenarios: list[tuple[str, str, Args]],
-                     stats: Stats) -> None:
+async def mcp_worker(url: str, wid: int, until: float, scenarios: list[tuple[str, str, Args]], stats: Stats) -> None:
     """One MCP client session calling a random mix of scenarios until the deadline."""
     rng = random.Random(wid)
     headers = {"Authorization": f"Bearer {KEY}"}
-    async with httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(120.0)) as http, \
-            streamable_http_client(f"{url}/mcp", http_client=http) as (read, write), \
-            ClientSession(read, write) as session:
+    async with (
+        httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(120.0)) as http,
+        streamable_http_client(f"{url}/mcp", http_client=http) as (read, write),
+        ClientSession(read, write) as session,
+    ):
         await session.initialize()
         i = wid * 100_000
         while time.monotonic() < until:
@@ -190,9 +225,11 @@ async def one_round(clients: int, duration: float, rest_clients: int) -> dict[st
     proc = start_server(data_dir, port)
     url = f"http://127.0.0.1:{port}"
     try:
-        async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {KEY}"}) as http, \
-                streamable_http_client(f"{url}/mcp", http_client=http) as (read, write), \
-                ClientSession(read, write) as session:
+        async with (
+            httpx2.AsyncClient(headers={"Authorization": f"Bearer {KEY}"}) as http,
+            streamable_http_client(f"{url}/mcp", http_client=http) as (read, write),
+            ClientSession(read, write) as session,
+        ):
             await session.initialize()
             served = {t.name for t in (await session.list_tools()).tools}
             for tool, arguments in SEEDS:
@@ -206,8 +243,10 @@ async def one_round(clients: int, duration: float, rest_clients: int) -> dict[st
         started = time.monotonic()
         rss_samples: list[tuple[float, float]] = []
         sampler = asyncio.create_task(_sample_rss(proc.pid, started, rss_samples))
-        await asyncio.gather(*[mcp_worker(url, w, until, scenarios, stats) for w in range(clients)],
-                             *[rest_worker(url, w, until, stats) for w in range(rest_clients)])
+        await asyncio.gather(
+            *[mcp_worker(url, w, until, scenarios, stats) for w in range(clients)],
+            *[rest_worker(url, w, until, stats) for w in range(rest_clients)],
+        )
         elapsed = time.monotonic() - started
         sampler.cancel()
         rss = psutil.Process(proc.pid).memory_info().rss / 2**20
@@ -219,31 +258,59 @@ async def one_round(clients: int, duration: float, rest_clients: int) -> dict[st
         except subprocess.TimeoutExpired:
             proc.kill()
     total = sum(len(v) for v in stats.latency.values())
-    return {"clients": clients, "duration": duration, "elapsed": elapsed, "calls": total,
-            "throughput": total / elapsed, "errors": sum(stats.errors.values()), "rss_mb": rss,
-            "scenarios": [s[0] for s in scenarios], "rss_samples": rss_samples,
-            "per_op": {name: {"calls": len(v), "p50": _pct(v, 0.50), "p95": _pct(v, 0.95), "p99": _pct(v, 0.99),
-                              "errors": stats.errors.get(name, 0), "median_ms": statistics.median(v) * 1000}
-                       for name, v in sorted(stats.latency.items())},
-            "error_samples": dict(stats.samples)}
+    return {
+        "clients": clients,
+        "duration": duration,
+        "elapsed": elapsed,
+        "calls": total,
+        "throughput": total / elapsed,
+        "errors": sum(stats.errors.values()),
+        "rss_mb": rss,
+        "scenarios": [s[0] for s in scenarios],
+        "rss_samples": rss_samples,
+        "per_op": {
+            name: {
+                "calls": len(v),
+                "p50": _pct(v, 0.50),
+                "p95": _pct(v, 0.95),
+                "p99": _pct(v, 0.99),
+                "errors": stats.errors.get(name, 0),
+                "median_ms": statistics.median(v) * 1000,
+            }
+            for name, v in sorted(stats.latency.items())
+        },
+        "error_samples": dict(stats.samples),
+    }
 
 
 def markdown(first: dict[str, Any], second: dict[str, Any] | None) -> str:
     """The load-test section of docs/benchmarks.md."""
-    lines = [f"### Load test: {first['clients']} MCP clients + REST traffic",
-             "", f"Round 1: {first['duration']:.0f} s, {first['calls']} calls, "
-             f"{first['throughput']:.1f} calls/s, errors {first['errors']}, server RSS {first['rss_mb']:.0f} MiB",
-             "", _rss_line(first), "", "| operation | calls | p50 ms | p95 ms | p99 ms | errors |",
-             "| --- | ---: | ---: | ---: | ---: | ---: |"]
+    lines = [
+        f"### Load test: {first['clients']} MCP clients + REST traffic",
+        "",
+        f"Round 1: {first['duration']:.0f} s, {first['calls']} calls, "
+        f"{first['throughput']:.1f} calls/s, errors {first['errors']}, server RSS {first['rss_mb']:.0f} MiB",
+        "",
+        _rss_line(first),
+        "",
+        "| operation | calls | p50 ms | p95 ms | p99 ms | errors |",
+        "| --- | ---: | ---: | ---: | ---: | ---: |",
+    ]
     for name, row in first["per_op"].items():
-        lines.append(f"| {name} | {row['calls']} | {row['p50']:.1f} | {row['p95']:.1f} | {row['p99']:.1f} "
-                     f"| {row['errors']} |")
+        lines.append(
+            f"| {name} | {row['calls']} | {row['p50']:.1f} | {row['p95']:.1f} | {row['p99']:.1f} | {row['errors']} |"
+        )
     if second is not None:
-        lines += ["", f"Round 2: {second['duration']:.0f} s, {second['calls']} calls, "
-                      f"{second['throughput']:.1f} calls/s, errors {second['errors']}, server RSS "
-                      f"{second['rss_mb']:.0f} MiB (round 1: {first['rss_mb']:.0f} MiB; ratio "
-                      f"{second['rss_mb'] / first['rss_mb']:.2f} for {second['duration'] / first['duration']:.1f}x "
-                      "the duration)", "", _rss_line(second)]
+        lines += [
+            "",
+            f"Round 2: {second['duration']:.0f} s, {second['calls']} calls, "
+            f"{second['throughput']:.1f} calls/s, errors {second['errors']}, server RSS "
+            f"{second['rss_mb']:.0f} MiB (round 1: {first['rss_mb']:.0f} MiB; ratio "
+            f"{second['rss_mb'] / first['rss_mb']:.2f} for {second['duration'] / first['duration']:.1f}x "
+            "the duration)",
+            "",
+            _rss_line(second),
+        ]
     if first["error_samples"]:
         lines += ["", "Error samples: " + "; ".join(f"{k}: {v}" for k, v in first["error_samples"].items())]
     return "\n".join(lines) + "\n"
@@ -257,10 +324,12 @@ def _record(report: str) -> None:
     """Replace the load-test section of docs/benchmarks.md (kept between two markers)."""
     doc = ROOT / "docs" / "benchmarks.md"
     text = doc.read_text()
-    section = (f"{BEGIN}\n## Load test (`make loadtest`)\n\nMeasured "
-               f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} on this machine ({os.cpu_count()} cores, "
-               f"{psutil.virtual_memory().total / 2**30:.1f} GiB), load generator and server on the same host. "
-               f"Each round starts a fresh server with its own embedded database.\n\n{report}{END}\n")
+    section = (
+        f"{BEGIN}\n## Load test (`make loadtest`)\n\nMeasured "
+        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} on this machine ({os.cpu_count()} cores, "
+        f"{psutil.virtual_memory().total / 2**30:.1f} GiB), load generator and server on the same host. "
+        f"Each round starts a fresh server with its own embedded database.\n\n{report}{END}\n"
+    )
     if BEGIN in text and END in text:
         head, rest = text.split(BEGIN, 1)
         text = head + section + rest.split(END, 1)[1].lstrip("\n")
@@ -276,8 +345,11 @@ def main() -> int:
     parser.add_argument("--rest-clients", type=int, default=4)
     parser.add_argument("--duration", type=float, default=60)
     parser.add_argument("--compare", type=float, default=0, help="second round duration (memory growth)")
-    parser.add_argument("--write-doc", action="store_true",
-                        help="record the report in docs/benchmarks.md (replaces the previous load-test section)")
+    parser.add_argument(
+        "--write-doc",
+        action="store_true",
+        help="record the report in docs/benchmarks.md (replaces the previous load-test section)",
+    )
     args = parser.parse_args()
     first = asyncio.run(one_round(args.clients, args.duration, args.rest_clients))
     second = asyncio.run(one_round(args.clients, args.compare, args.rest_clients)) if args.compare else None

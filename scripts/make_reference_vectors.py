@@ -46,7 +46,7 @@ SENTENCES: list[str] = [
     "Привет, как дела? Сегодня хорошая погода для прогулки.",
     "Deploy finished 🚀✅ but the dashboard still shows 0 rps 🤔",
     "def embed(texts: list[str]) -> np.ndarray:\n    return model.encode(texts, normalize_embeddings=True)",
-    'SELECT id, 1 - (vec <=> $1) AS score FROM memories WHERE tenant = $2 ORDER BY vec <=> $1 LIMIT 10;',
+    "SELECT id, 1 - (vec <=> $1) AS score FROM memories WHERE tenant = $2 ORDER BY vec <=> $1 LIMIT 10;",
     "x",
     # Well over 256 tokens, so the reference exercises truncation.
     (_LONG_WORDS * 20).strip(),

@@ -32,8 +32,11 @@ class Upstream:
     registry: Path
 
     def control(self, path: str, body: Any = None) -> Any:
-        r = httpx.post(f"{self.url}/__control/{path}", json=body, timeout=10) if body is not None or path == "reset" \
+        r = (
+            httpx.post(f"{self.url}/__control/{path}", json=body, timeout=10)
+            if body is not None or path == "reset"
             else httpx.get(f"{self.url}/__control/{path}", timeout=10)
+        )
         r.raise_for_status()
         return r.json()
 
@@ -53,9 +56,14 @@ def write_registry(path: Path, base: str, **overrides: Any) -> None:
     short timeouts for tests."""
     doc = yaml.safe_load(DEMO_REGISTRY.read_text())
     up = doc["upstreams"]["bookshelf"]
-    up.update(base_url=f"{base}/api", timeout_seconds=2.0, max_retries=2, backoff_seconds=0.05,
-              max_retry_after_seconds=5, auth={"header": "Authorization", "scheme": "Bearer",
-                                                "value_env": "CAIRN_TEST_BOOKSHELF_TOKEN"})
+    up.update(
+        base_url=f"{base}/api",
+        timeout_seconds=2.0,
+        max_retries=2,
+        backoff_seconds=0.05,
+        max_retry_after_seconds=5,
+        auth={"header": "Authorization", "scheme": "Bearer", "value_env": "CAIRN_TEST_BOOKSHELF_TOKEN"},
+    )
     up.update(overrides)
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
 
@@ -65,8 +73,9 @@ def upstream() -> Iterator[Upstream]:
     """The demo upstream (N_BOOKS books, bearer token required) and CAIRN_ANALYSIS_UPSTREAMS set to it."""
     port = free_port()
     app = create_demo_app(N_BOOKS, token=TOKEN)
-    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_config=None, log_level="warning",
-                            timeout_graceful_shutdown=1)
+    config = uvicorn.Config(
+        app, host="127.0.0.1", port=port, log_config=None, log_level="warning", timeout_graceful_shutdown=1
+    )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, name="demo-upstream", daemon=True)
     thread.start()

@@ -33,8 +33,12 @@ WRITE_KEY = "test-write-key-0123456789"
 READ_KEY = "test-read-key-01234567890"
 PROJECT_KEY = "test-proj-key-01234567890"
 BOUND_PROJECT = "bound-proj"
-STATIC_KEYS = [f"{ADMIN_KEY}:admin", f"{WRITE_KEY}:read+write", f"{READ_KEY}:read",
-               f"{PROJECT_KEY}:read+write:{BOUND_PROJECT}"]
+STATIC_KEYS = [
+    f"{ADMIN_KEY}:admin",
+    f"{WRITE_KEY}:read+write",
+    f"{READ_KEY}:read",
+    f"{PROJECT_KEY}:read+write:{BOUND_PROJECT}",
+]
 KEEP_TABLES = {"alembic_version", "embedding_models"}
 
 
@@ -112,9 +116,15 @@ def stop_server(server: uvicorn.Server, thread: threading.Thread) -> None:
 def server_settings(db_url: str, **overrides: Any) -> Settings:
     """Settings for a test server on a free port."""
     values: dict[str, Any] = {
-        "database_url": db_url, "host": "127.0.0.1", "port": free_port(), "api_keys": STATIC_KEYS,
-        "data_dir": Path(tempfile.mkdtemp(prefix="cairn-data-")), "log_level": "WARNING",
-        "key_cache_seconds": 0.0, "rate_limit_per_second": 10_000.0, "rate_limit_burst": 10_000,
+        "database_url": db_url,
+        "host": "127.0.0.1",
+        "port": free_port(),
+        "api_keys": STATIC_KEYS,
+        "data_dir": Path(tempfile.mkdtemp(prefix="cairn-data-")),
+        "log_level": "WARNING",
+        "key_cache_seconds": 0.0,
+        "rate_limit_per_second": 10_000.0,
+        "rate_limit_burst": 10_000,
     }
     values.update(overrides)
     return Settings(**values)
@@ -143,8 +153,9 @@ async def _clean_tables(request: pytest.FixtureRequest) -> AsyncIterator[None]:
     dsn = cluster.handle.libpq_uri(cluster.database)
     conn = await asyncpg.connect(dsn)
     try:
-        tables = [r["tablename"] for r in await conn.fetch(
-            "SELECT tablename FROM pg_tables WHERE schemaname = 'public'")]
+        tables = [
+            r["tablename"] for r in await conn.fetch("SELECT tablename FROM pg_tables WHERE schemaname = 'public'")
+        ]
         tables = [t for t in tables if t not in KEEP_TABLES]
         if tables:
             await conn.execute("TRUNCATE " + ", ".join(f'"{t}"' for t in tables) + " CASCADE")
@@ -155,8 +166,9 @@ async def _clean_tables(request: pytest.FixtureRequest) -> AsyncIterator[None]:
 @pytest.fixture
 async def rest(server: RunningServer) -> AsyncIterator[httpx.AsyncClient]:
     """An httpx client on the REST API with the admin key."""
-    async with httpx.AsyncClient(base_url=server.url, timeout=60,
-                                 headers={"Authorization": f"Bearer {ADMIN_KEY}"}) as client:
+    async with httpx.AsyncClient(
+        base_url=server.url, timeout=60, headers={"Authorization": f"Bearer {ADMIN_KEY}"}
+    ) as client:
         yield client
 
 

@@ -42,8 +42,9 @@ async def boom(ctx: CallContext, args: BoomIn) -> Done:
     raise RuntimeError("secret internal detail /etc/passwd")
 
 
-@ops.operation(name="test_progress", input=ProgressIn, output=Done, path="/testing/progress", read_only=True,
-               long_running=True)
+@ops.operation(
+    name="test_progress", input=ProgressIn, output=Done, path="/testing/progress", read_only=True, long_running=True
+)
 async def progress(ctx: CallContext, args: ProgressIn) -> Done:
     """Reports one progress notification per step."""
     for i in range(args.steps):
@@ -60,8 +61,13 @@ def serve_with_instrumentation() -> None:
     from app.main import create_app
 
     settings = Settings()
-    uvicorn.run(create_app(settings, extra=[ops]), host=settings.host, port=settings.port, log_config=None,
-                timeout_graceful_shutdown=20)
+    uvicorn.run(
+        create_app(settings, extra=[ops]),
+        host=settings.host,
+        port=settings.port,
+        log_config=None,
+        timeout_graceful_shutdown=20,
+    )
 
 
 if __name__ == "__main__":

@@ -34,16 +34,29 @@ class FakeEmbeddingServer:
             if any("FAIL-EMBED" in t for t in texts):
                 return JSONResponse({"error": {"message": "refused"}}, status_code=500)
             vectors = await embedder.embed(texts)
-            return JSONResponse({"object": "list", "model": body["model"],
-                                 "data": [{"index": i, "embedding": v} for i, v in enumerate(vectors)]})
+            return JSONResponse(
+                {
+                    "object": "list",
+                    "model": body["model"],
+                    "data": [{"index": i, "embedding": v} for i, v in enumerate(vectors)],
+                }
+            )
 
         @app.post("/v1/chat/completions")
         async def chat(request: Request) -> JSONResponse:
             body: dict[str, Any] = await request.json()
             self.calls += 1
             self.prompts.append(body["messages"][-1]["content"])
-            return JSONResponse({"choices": [{"index": 0, "message": {
-                "role": "assistant", "content": f"Abstract summary by {body['model']}."}}]})
+            return JSONResponse(
+                {
+                    "choices": [
+                        {
+                            "index": 0,
+                            "message": {"role": "assistant", "content": f"Abstract summary by {body['model']}."},
+                        }
+                    ]
+                }
+            )
 
         config = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_config=None, lifespan="off")
         self.server = uvicorn.Server(config)

@@ -48,7 +48,8 @@ def from_json_schema(schema: dict[str, Any], root: dict[str, Any] | None = None,
             return st.datetimes().map(lambda d: d.isoformat() + "Z")
         if "pattern" in schema:
             return st.from_regex(schema["pattern"], fullmatch=True).filter(
-                lambda s: len(s) <= schema.get("maxLength", 10_000))
+                lambda s: len(s) <= schema.get("maxLength", 10_000)
+            )
         return st.text(min_size=schema.get("minLength", 0), max_size=min(schema.get("maxLength", 40), 40))
     if kind == "array":
         items = from_json_schema(schema.get("items", {}), root, depth + 1)

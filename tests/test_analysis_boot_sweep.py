@@ -22,19 +22,26 @@ async def test_expired_findings_are_swept_at_boot(pg: PgCluster) -> None:
     settings = server_settings(pg.handle.url(name), features=["analysis"])
     srv, thread, _ = start_server(settings)
     try:
-        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{settings.port}",
-                                     headers={"Authorization": f"Bearer {ADMIN_KEY}"}, timeout=60) as c:
+        async with httpx.AsyncClient(
+            base_url=f"http://127.0.0.1:{settings.port}", headers={"Authorization": f"Bearer {ADMIN_KEY}"}, timeout=60
+        ) as c:
             for text, persistent in (("short-lived note", False), ("kept note", True)):
-                r = await c.post("/api/v1/analysis/store", json={
-                    "analysis_id": "boot", "persistent": persistent,
-                    "findings": [{"finding": text, "category": "note"}]})
+                r = await c.post(
+                    "/api/v1/analysis/store",
+                    json={
+                        "analysis_id": "boot",
+                        "persistent": persistent,
+                        "findings": [{"finding": text, "category": "note"}],
+                    },
+                )
                 assert r.status_code == 200, r.text
     finally:
         stop_server(srv, thread)
     conn = await asyncpg.connect(dsn)
     try:
-        await conn.execute("UPDATE analysis_findings SET expires_at = now() - interval '1 hour' "
-                           "WHERE expires_at IS NOT NULL")
+        await conn.execute(
+            "UPDATE analysis_findings SET expires_at = now() - interval '1 hour' WHERE expires_at IS NOT NULL"
+        )
     finally:
         await conn.close()
     assert await _count(dsn) == 2

@@ -32,9 +32,19 @@ async def test_ingest_all_over_mcp_with_progress_then_query_modes(server: Runnin
         seen.append((progress, total, message))
 
     async with mcp_client(server.url) as mcp:
-        out = structured(await mcp.call_tool("analysis_ingest", {
-            "analysis_id": AID, "model": "book", "ingest_all": True, "per_page": 100,
-            "fields": ["id", "title", "author", "status", "rating", "updated_at"]}, progress_callback=on_progress))
+        out = structured(
+            await mcp.call_tool(
+                "analysis_ingest",
+                {
+                    "analysis_id": AID,
+                    "model": "book",
+                    "ingest_all": True,
+                    "per_page": 100,
+                    "fields": ["id", "title", "author", "status", "rating", "updated_at"],
+                },
+                progress_callback=on_progress,
+            )
+        )
         assert out["stored"] == N_BOOKS and out["pages"] == 6 and out["complete"] is True
         assert out["session_records"] == N_BOOKS and out["total_available"] == N_BOOKS
         assert out["page_summaries"] == 6 and out["capped"] is False and out["next_page"] is None
@@ -43,28 +53,49 @@ async def test_ingest_all_over_mcp_with_progress_then_query_modes(server: Runnin
         assert 0 < out["tokens"] < 200
         assert [p for p, _, _ in seen] == [1, 2, 3, 4, 5, 6] and seen[-1][1] == 6
 
-        agg = structured(await mcp.call_tool("analysis_query", {"analysis_id": AID, "mode": "aggregate",
-                                                                "group_by": "status"}))
+        agg = structured(
+            await mcp.call_tool("analysis_query", {"analysis_id": AID, "mode": "aggregate", "group_by": "status"})
+        )
         want = Counter(b["status"] for b in books)
         assert agg["total"] == N_BOOKS
         assert [(g["value"], g["count"]) for g in agg["groups"]] == want.most_common()
         assert abs(sum(g["percent"] for g in agg["groups"]) - 100) < 0.5
 
-        flt = structured(await mcp.call_tool("analysis_query", {
-            "analysis_id": AID, "mode": "filter", "where": {"status": "completed", "rating": {"$lt": 2}},
-            "limit": 20}))
+        flt = structured(
+            await mcp.call_tool(
+                "analysis_query",
+                {
+                    "analysis_id": AID,
+                    "mode": "filter",
+                    "where": {"status": "completed", "rating": {"$lt": 2}},
+                    "limit": 20,
+                },
+            )
+        )
         low = [b for b in books if b["status"] == "completed" and b["rating"] is not None and b["rating"] < 2]
         assert flt["total"] == len(low) and len(flt["rows"]) == min(20, len(low))
         assert all(r["rating"] == 1 and r["status"] == "completed" for r in flt["rows"])
         assert set(flt["rows"][0]) == {"id", "title", "author", "author_id", "status", "rating", "updated_at"}
 
-        smp = structured(await mcp.call_tool("analysis_query", {"analysis_id": AID, "mode": "sample",
-                                                                "sample_size": 9, "stratify_by": "status"}))
+        smp = structured(
+            await mcp.call_tool(
+                "analysis_query", {"analysis_id": AID, "mode": "sample", "sample_size": 9, "stratify_by": "status"}
+            )
+        )
         assert Counter(r["status"] for r in smp["rows"]) == {"completed": 3, "reading": 3, "unread": 3}
 
-        sem = structured(await mcp.call_tool("analysis_query", {
-            "analysis_id": AID, "mode": "semantic", "query": "book page 3 status distribution and ratings",
-            "threshold": 0.3, "top_k": 10}))
+        sem = structured(
+            await mcp.call_tool(
+                "analysis_query",
+                {
+                    "analysis_id": AID,
+                    "mode": "semantic",
+                    "query": "book page 3 status distribution and ratings",
+                    "threshold": 0.3,
+                    "top_k": 10,
+                },
+            )
+        )
         assert sem["findings"] and all(f["category"] == "page_summary" for f in sem["findings"])
         assert any("page 3 (100 records)" in f["finding"] for f in sem["findings"])
         assert all(f["score"] >= 0.3 for f in sem["findings"])
@@ -75,38 +106,53 @@ async def test_ingest_all_over_mcp_with_progress_then_query_modes(server: Runnin
         assert desc["total"] == N_BOOKS
 
 
-async def test_rest_filters_projection_single_page_and_dedupe(server: RunningServer, rest: httpx.AsyncClient,
-                                                              bookshelf: Upstream) -> None:
+async def test_rest_filters_projection_single_page_and_dedupe(
+    server: RunningServer, rest: httpx.AsyncClient, bookshelf: Upstream
+) -> None:
     books = expected_books()
     sci = [b for b in books if b["genre"] == "sci-fi"]
-    body = {"analysis_id": AID, "model": "book", "filters": {"genre": "sci-fi"}, "per_page": 40, "page": 2,
-            "fields": ["title", "status"]}
+    body = {
+        "analysis_id": AID,
+        "model": "book",
+        "filters": {"genre": "sci-fi"},
+        "per_page": 40,
+        "page": 2,
+        "fields": ["title", "status"],
+    }
     r = await rest.post("/api/v1/analysis/ingest", json=body)
     out = r.json()
     assert r.status_code == 200, r.text
     assert out["stored"] == 40 and out["pages"] == 1 and out["next_page"] == 3 and out["complete"] is False
     assert out["total_available"] == len(sci)
-    rows = (await rest.post("/api/v1/analysis/query", json={"analysis_id": AID, "mode": "filter",
-                                                            "where": {"status": "reading"}, "limit": 200})).json()
+    rows = (
+        await rest.post(
+            "/api/v1/analysis/query",
+            json={"analysis_id": AID, "mode": "filter", "where": {"status": "reading"}, "limit": 200},
+        )
+    ).json()
     assert {tuple(sorted(row)) for row in rows["rows"]} == {("id", "status", "title")}
     assert {row["id"] for row in rows["rows"]} <= {b["id"] for b in sci[40:80]}
     # the same page again replaces rather than duplicates
     again = (await rest.post("/api/v1/analysis/ingest", json=body)).json()
     assert again["session_records"] == 40
-    agg = (await rest.post("/api/v1/analysis/query", json={"analysis_id": AID, "mode": "aggregate",
-                                                           "group_by": "status"})).json()
+    agg = (
+        await rest.post("/api/v1/analysis/query", json={"analysis_id": AID, "mode": "aggregate", "group_by": "status"})
+    ).json()
     assert agg["total"] == 40
     # one page summary per page, even after re-ingesting it
-    sem = (await rest.post("/api/v1/analysis/query", json={"analysis_id": AID, "mode": "semantic",
-                                                           "query": "book page 2", "threshold": 0.0})).json()
+    sem = (
+        await rest.post(
+            "/api/v1/analysis/query",
+            json={"analysis_id": AID, "mode": "semantic", "query": "book page 2", "threshold": 0.0},
+        )
+    ).json()
     assert sem["total"] == 1 and sem["findings"][0]["finding"].startswith("book page 2 (40 records)")
     bad = await rest.post("/api/v1/analysis/ingest", json={**body, "filters": {"colour": "red"}})
     assert bad.status_code == 400 and "colour" in bad.json()["error"]["message"]
     assert "genre" in " ".join(bad.json()["error"]["suggestions"])
 
 
-async def test_cap_at_50_pages_then_resume(server: RunningServer, rest: httpx.AsyncClient,
-                                           bookshelf: Upstream) -> None:
+async def test_cap_at_50_pages_then_resume(server: RunningServer, rest: httpx.AsyncClient, bookshelf: Upstream) -> None:
     first = await _ingest_all(rest, per_page=10)
     assert first["pages"] == 50 and first["stored"] == 500 and first["capped"] is True
     assert first["complete"] is False and first["next_page"] == 51 and "capped at 50 pages" in first["message"]
@@ -119,8 +165,9 @@ async def test_cap_at_50_pages_then_resume(server: RunningServer, rest: httpx.As
     assert stats["requests"]["/api/books"] == 60  # nothing fetched twice
 
 
-async def test_sample_where_and_proximity_buckets(server: RunningServer, rest: httpx.AsyncClient,
-                                                  bookshelf: Upstream) -> None:
+async def test_sample_where_and_proximity_buckets(
+    server: RunningServer, rest: httpx.AsyncClient, bookshelf: Upstream
+) -> None:
     await _ingest_all(rest)
     books = expected_books()
 
@@ -139,17 +186,24 @@ async def test_sample_where_and_proximity_buckets(server: RunningServer, rest: h
     in_window = [b for b in books if lo <= b["updated_at"] <= hi]
     assert window["total"] == len(in_window)
     assert all(lo <= r["updated_at"] <= hi for r in window["rows"])
-    bucketed = await q(sample_size=8, proximity={"field": "updated_at", "origin": "2026-03-15", "window": "14 days",
-                                                 "bucket": "1 week"})
+    bucketed = await q(
+        sample_size=8,
+        proximity={"field": "updated_at", "origin": "2026-03-15", "window": "14 days", "bucket": "1 week"},
+    )
     weeks = {r["updated_at"][:10] >= "2026-03-15" for r in bucketed["rows"]}
     assert weeks == {True, False} and "strata" in bucketed["message"]
-    combo = await q(sample_size=6, stratify_by="status", where={"genre": "sci-fi"},
-                    proximity={"field": "added_at", "origin": "2026-01-01", "window": "6 months", "bucket": "1 month"})
+    combo = await q(
+        sample_size=6,
+        stratify_by="status",
+        where={"genre": "sci-fi"},
+        proximity={"field": "added_at", "origin": "2026-01-01", "window": "6 months", "bucket": "1 month"},
+    )
     assert all(r["genre"] == "sci-fi" for r in combo["rows"]) and len(combo["rows"]) <= 6
 
 
-async def test_filter_ranges_dates_offset_and_bounds(server: RunningServer, rest: httpx.AsyncClient,
-                                                     bookshelf: Upstream) -> None:
+async def test_filter_ranges_dates_offset_and_bounds(
+    server: RunningServer, rest: httpx.AsyncClient, bookshelf: Upstream
+) -> None:
     await _ingest_all(rest)
     books = expected_books()
 
@@ -169,10 +223,21 @@ async def test_filter_ranges_dates_offset_and_bounds(server: RunningServer, rest
     assert res["total"] == sum(1 for b in books if b["status"] == "unread")
     default = await q(where={"status": "completed"})
     assert len(default["rows"]) == 20
-    big = await rest.post("/api/v1/analysis/query", json={"analysis_id": AID, "mode": "filter",
-                                                          "where": {"status": "completed"}, "limit": 201})
+    big = await rest.post(
+        "/api/v1/analysis/query",
+        json={"analysis_id": AID, "mode": "filter", "where": {"status": "completed"}, "limit": 201},
+    )
     assert big.status_code == 400 and big.json()["error"]["details"]["errors"][0]["field"] == "limit"
-    agg = (await rest.post("/api/v1/analysis/query", json={
-        "analysis_id": AID, "mode": "aggregate", "group_by": "rating", "where": {"status": "completed"},
-        "limit": 2})).json()
+    agg = (
+        await rest.post(
+            "/api/v1/analysis/query",
+            json={
+                "analysis_id": AID,
+                "mode": "aggregate",
+                "group_by": "rating",
+                "where": {"status": "completed"},
+                "limit": 2,
+            },
+        )
+    ).json()
     assert len(agg["groups"]) == 2 and agg["truncated"] is True and "top 2 of 5 shown" in agg["message"]

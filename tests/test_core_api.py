@@ -58,8 +58,7 @@ async def test_rest_auth_errors(server: RunningServer) -> None:
         assert "resource_metadata=" in r.headers["www-authenticate"]
         r = await anon.get("/api/v1/projects", headers={"Authorization": "Bearer nope-not-a-key-123456"})
         assert r.status_code == 401 and 'error="invalid_token"' in r.headers["www-authenticate"]
-        r = await anon.post("/api/v1/projects", json={"name": "x1"},
-                            headers={"Authorization": f"Bearer {READ_KEY}"})
+        r = await anon.post("/api/v1/projects", json={"name": "x1"}, headers={"Authorization": f"Bearer {READ_KEY}"})
         assert r.status_code == 403
         assert r.json()["error"]["code"] == 4030 and "write" in r.json()["error"]["message"]
 
@@ -77,17 +76,27 @@ async def test_project_bound_key(server: RunningServer, rest: httpx.AsyncClient)
 
 async def test_mcp_auth(server: RunningServer) -> None:
     async with httpx.AsyncClient(base_url=server.url) as anon:
-        init = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
-                "params": {"protocolVersion": "2025-06-18", "capabilities": {},
-                           "clientInfo": {"name": "t", "version": "0"}}}
+        init = {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "initialize",
+            "params": {
+                "protocolVersion": "2025-06-18",
+                "capabilities": {},
+                "clientInfo": {"name": "t", "version": "0"},
+            },
+        }
         headers = {"Accept": "application/json, text/event-stream"}
         r = await anon.post("/mcp", json=init, headers=headers)
         assert r.status_code == 401
         assert "resource_metadata=" in r.headers["www-authenticate"]
         meta = await anon.get("/.well-known/oauth-protected-resource/mcp")
         assert meta.status_code == 200 and meta.json()["resource"].endswith("/mcp")
-        for probe in ("/.well-known/oauth-authorization-server", "/.well-known/openid-configuration",
-                      "/.well-known/oauth-authorization-server/mcp"):
+        for probe in (
+            "/.well-known/oauth-authorization-server",
+            "/.well-known/openid-configuration",
+            "/.well-known/oauth-authorization-server/mcp",
+        ):
             missing = await anon.get(probe)
             assert missing.status_code == 404 and missing.json()["error"]["code"] == 4002, probe
         r = await anon.post("/mcp", json=init, headers={**headers, "Authorization": "Bearer wrong-key-xxxxxxxx"})
@@ -100,8 +109,7 @@ async def test_mcp_auth(server: RunningServer) -> None:
         assert err["code"] == 4030
 
 
-async def test_unknown_fields_and_validation_both_transports(server: RunningServer,
-                                                             rest: httpx.AsyncClient) -> None:
+async def test_unknown_fields_and_validation_both_transports(server: RunningServer, rest: httpx.AsyncClient) -> None:
     r = await rest.post("/api/v1/projects", json={"name": "ok-name", "colour": "red"})
     assert r.status_code == 400
     err = r.json()["error"]
@@ -111,8 +119,10 @@ async def test_unknown_fields_and_validation_both_transports(server: RunningServ
     r = await rest.post("/api/v1/projects", json={"name": "bad name!"})
     assert r.status_code == 400
     assert r.json()["error"]["details"]["errors"][0] == {
-        "field": "name", "rule": "string_pattern_mismatch",
-        "message": r.json()["error"]["details"]["errors"][0]["message"]}
+        "field": "name",
+        "rule": "string_pattern_mismatch",
+        "message": r.json()["error"]["details"]["errors"][0]["message"],
+    }
     r = await rest.get("/api/v1/projects", params={"limit": 0})
     assert r.status_code == 400 and r.json()["error"]["details"]["errors"][0]["rule"] == "greater_than_equal"
     r = await rest.post("/api/v1/projects", content=b"{not json", headers={"Content-Type": "application/json"})
@@ -128,8 +138,9 @@ async def test_unknown_fields_and_validation_both_transports(server: RunningServ
         assert near["suggestions"][0].startswith("Did you mean list_projects")
 
 
-async def test_unexpected_error_hides_internals_and_writes_nothing(server: RunningServer,
-                                                                   rest: httpx.AsyncClient) -> None:
+async def test_unexpected_error_hides_internals_and_writes_nothing(
+    server: RunningServer, rest: httpx.AsyncClient
+) -> None:
     r = await rest.post("/api/v1/testing/boom", json={"project": "half-written"})
     assert r.status_code == 500
     err = r.json()["error"]
@@ -148,9 +159,11 @@ async def test_unknown_route_and_oversized_body(server: RunningServer, rest: htt
     big = {"name": "x", "description": "y" * (server.settings.max_body_bytes + 10)}
     r = await rest.post("/api/v1/projects", json=big)
     assert r.status_code == 413 and r.json()["error"]["code"] == 4130
-    r = await rest.post("/mcp", content=b"x" * (server.settings.max_body_bytes + 10),
-                        headers={"Content-Type": "application/json",
-                                 "Accept": "application/json, text/event-stream"})
+    r = await rest.post(
+        "/mcp",
+        content=b"x" * (server.settings.max_body_bytes + 10),
+        headers={"Content-Type": "application/json", "Accept": "application/json, text/event-stream"},
+    )
     assert r.status_code == 413
 
 
@@ -170,8 +183,7 @@ def _resolve(schema: Any, root: dict[str, Any]) -> Any:
     return schema
 
 
-async def test_every_tool_has_a_rest_twin_with_the_same_schemas(server: RunningServer,
-                                                                rest: httpx.AsyncClient) -> None:
+async def test_every_tool_has_a_rest_twin_with_the_same_schemas(server: RunningServer, rest: httpx.AsyncClient) -> None:
     doc = (await rest.get("/openapi.json")).json()
     rest_ops: dict[str, tuple[str, dict[str, Any]]] = {}
     for item in doc["paths"].values():
@@ -198,8 +210,12 @@ async def test_every_tool_has_a_rest_twin_with_the_same_schemas(server: RunningS
         assert rest_out == _resolve(tool.output_schema, tool.output_schema), tool.name
         assert tool.input_schema.get("additionalProperties") is False, tool.name
         assert tool.annotations is not None and tool.description
-    rest_resources = {entry["x-cairn-resource"] for item in doc["paths"].values() for entry in item.values()
-                      if "x-cairn-resource" in entry}
+    rest_resources = {
+        entry["x-cairn-resource"]
+        for item in doc["paths"].values()
+        for entry in item.values()
+        if "x-cairn-resource" in entry
+    }
     mcp_uris = {str(r.uri) for r in resources} | {t.uri_template for t in templates}
     assert mcp_uris == rest_resources
     assert {"mcp://health", "mcp://settings"} <= mcp_uris
@@ -235,16 +251,25 @@ async def test_progress_notifications(server: RunningServer) -> None:
     assert [s[0] for s in seen] == [1, 2, 3, 4] and seen[-1][1] == 4
 
 
-@pytest.mark.parametrize("headers,status", [
-    ({"Host": "evil.example.com"}, 421),
-    ({"Origin": "http://evil.example.com"}, 403),
-])
+@pytest.mark.parametrize(
+    "headers,status",
+    [
+        ({"Host": "evil.example.com"}, 421),
+        ({"Origin": "http://evil.example.com"}, 403),
+    ],
+)
 async def test_dns_rebinding_protection(server: RunningServer, headers: dict[str, str], status: int) -> None:
     init = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
     async with httpx.AsyncClient(base_url=server.url) as client:
-        r = await client.post("/mcp", json=init, headers={
-            "Authorization": f"Bearer {ADMIN_KEY}", "Accept": "application/json, text/event-stream",
-            **headers})
+        r = await client.post(
+            "/mcp",
+            json=init,
+            headers={
+                "Authorization": f"Bearer {ADMIN_KEY}",
+                "Accept": "application/json, text/event-stream",
+                **headers,
+            },
+        )
     assert r.status_code == status
 
 
@@ -265,12 +290,16 @@ async def test_request_ids_reach_the_audit_log(server: RunningServer, rest: http
     assert entry["request_id"] == "abc123"
 
 
-async def test_unstorable_text_and_out_of_range_values_are_invalid_input(server: RunningServer,
-                                                                        rest: httpx.AsyncClient) -> None:
+async def test_unstorable_text_and_out_of_range_values_are_invalid_input(
+    server: RunningServer, rest: httpx.AsyncClient
+) -> None:
     r = await rest.post("/api/v1/projects", json={"name": "nul", "description": "a\x00b"})
     assert r.status_code == 400 and "'description'" in r.json()["error"]["message"]
-    r = await rest.post("/api/v1/projects", content=b'{"name": "sur", "description": "\\udc80"}',
-                        headers={"Content-Type": "application/json"})
+    r = await rest.post(
+        "/api/v1/projects",
+        content=b'{"name": "sur", "description": "\\udc80"}',
+        headers={"Content-Type": "application/json"},
+    )
     assert r.status_code == 400 and r.json()["error"]["code"] == 4001
     r = await rest.get("/api/v1/audit", params={"before_id": str(2**70)})
     assert r.status_code == 400 and r.json()["error"]["details"]["errors"][0]["field"] == "before_id"

@@ -23,8 +23,11 @@ def read_bytes(path: Path) -> bytes:
 
 async def test_upload_registers_and_queries(server: RunningServer, rest: httpx.AsyncClient) -> None:
     content = b"city,temp\nOslo,3\nLima,19\nPerth,24\n"
-    r = await rest.post("/api/v1/datasets/upload", data={"name": "weather", "description": "temps"},
-                        files={"file": ("weather.csv", io.BytesIO(content), "text/csv")})
+    r = await rest.post(
+        "/api/v1/datasets/upload",
+        data={"name": "weather", "description": "temps"},
+        files={"file": ("weather.csv", io.BytesIO(content), "text/csv")},
+    )
     assert r.status_code == 200, r.text
     body = r.json()
     assert body["created"] is True and body["bytes"] == len(content)
@@ -36,16 +39,24 @@ async def test_upload_registers_and_queries(server: RunningServer, rest: httpx.A
     form = doc["paths"]["/api/v1/datasets/upload"]["post"]["requestBody"]["content"]["multipart/form-data"]
     assert form["schema"]["required"] == ["name", "file"]
     async with mcp_client(server.url) as mcp:
-        res = await mcp.call_tool("execute_query", {"query_type": "sql", "files": ["weather"],
-                                                    "query": "SELECT city FROM weather WHERE temp > 10 ORDER BY 1"})
+        res = await mcp.call_tool(
+            "execute_query",
+            {"query_type": "sql", "files": ["weather"], "query": "SELECT city FROM weather WHERE temp > 10 ORDER BY 1"},
+        )
         assert res.structured_content["data"] == [{"city": "Lima"}, {"city": "Perth"}]
         prof = await mcp.call_tool("profile_dataset", {"file_path": "weather"})
         assert prof.structured_content["statistics"]["row_count"] == 3
-    dup = await rest.post("/api/v1/datasets/upload", data={"name": "weather"},
-                          files={"file": ("w.csv", io.BytesIO(b"a\n1\n"), "text/csv")})
+    dup = await rest.post(
+        "/api/v1/datasets/upload",
+        data={"name": "weather"},
+        files={"file": ("w.csv", io.BytesIO(b"a\n1\n"), "text/csv")},
+    )
     assert dup.status_code == 409
-    rep = await rest.post("/api/v1/datasets/upload", data={"name": "weather", "replace": "true"},
-                          files={"file": ("w.csv", io.BytesIO(b"city,temp\nRome,15\n"), "text/csv")})
+    rep = await rest.post(
+        "/api/v1/datasets/upload",
+        data={"name": "weather", "replace": "true"},
+        files={"file": ("w.csv", io.BytesIO(b"city,temp\nRome,15\n"), "text/csv")},
+    )
     assert rep.status_code == 200 and rep.json()["created"] is False
     assert read_bytes(stored) == b"city,temp\nRome,15\n"
 
@@ -64,8 +75,9 @@ async def raw_post_status(url: str, headers: dict[str, str]) -> tuple[int, bytes
     """Send only the request head (a declared huge body) and read the status line and body."""
     host, port = url.removeprefix("http://").split(":")
     reader, writer = await asyncio.open_connection(host, int(port))
-    head = "POST /api/v1/datasets/upload HTTP/1.1\r\n" + "".join(f"{k}: {v}\r\n" for k, v in
-                                                                  {"Host": f"{host}:{port}", **headers}.items())
+    head = "POST /api/v1/datasets/upload HTTP/1.1\r\n" + "".join(
+        f"{k}: {v}\r\n" for k, v in {"Host": f"{host}:{port}", **headers}.items()
+    )
     writer.write((head + "\r\n").encode())
     await writer.drain()
     head_bytes = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout=10)
@@ -81,20 +93,34 @@ async def test_upload_refusals(server: RunningServer, small_limit: int) -> None:
     limit = small_limit
     async with httpx.AsyncClient(base_url=server.url, timeout=60) as c:
         auth = {"Authorization": f"Bearer {ADMIN_KEY}"}
-        r = await c.post("/api/v1/datasets/upload", data={"name": "x"},
-                         files={"file": ("x.csv", io.BytesIO(b"a\n1\n"), "text/csv")})
+        r = await c.post(
+            "/api/v1/datasets/upload", data={"name": "x"}, files={"file": ("x.csv", io.BytesIO(b"a\n1\n"), "text/csv")}
+        )
         assert r.status_code == 401
-        r = await c.post("/api/v1/datasets/upload", data={"name": "x"}, headers={"Authorization": f"Bearer {READ_KEY}"},
-                         files={"file": ("x.csv", io.BytesIO(b"a\n1\n"), "text/csv")})
+        r = await c.post(
+            "/api/v1/datasets/upload",
+            data={"name": "x"},
+            headers={"Authorization": f"Bearer {READ_KEY}"},
+            files={"file": ("x.csv", io.BytesIO(b"a\n1\n"), "text/csv")},
+        )
         assert r.status_code == 403
-        r = await c.post("/api/v1/datasets/upload", data={"name": "bad name"}, headers=auth,
-                         files={"file": ("x.csv", io.BytesIO(b"a\n1\n"), "text/csv")})
+        r = await c.post(
+            "/api/v1/datasets/upload",
+            data={"name": "bad name"},
+            headers=auth,
+            files={"file": ("x.csv", io.BytesIO(b"a\n1\n"), "text/csv")},
+        )
         assert r.status_code == 400 and r.json()["error"]["code"] == 4001
-        r = await c.post("/api/v1/datasets/upload", data={"name": "exe"}, headers=auth,
-                         files={"file": ("x.exe", io.BytesIO(b"MZ"), "application/octet-stream")})
+        r = await c.post(
+            "/api/v1/datasets/upload",
+            data={"name": "exe"},
+            headers=auth,
+            files={"file": ("x.exe", io.BytesIO(b"MZ"), "application/octet-stream")},
+        )
         assert r.status_code == 400
-        status, payload = await raw_post_status(server.url, {
-            **auth, "Content-Type": "multipart/form-data; boundary=B", "Content-Length": str(limit * 4)})
+        status, payload = await raw_post_status(
+            server.url, {**auth, "Content-Type": "multipart/form-data; boundary=B", "Content-Length": str(limit * 4)}
+        )
         assert status == 413 and json.loads(payload)["error"]["code"] == 4130
 
         # No Content-Length (chunked): the limit is enforced while streaming, and nothing is kept.
@@ -109,8 +135,11 @@ async def test_upload_refusals(server: RunningServer, small_limit: int) -> None:
                 sent += len(chunk)
             yield b"\r\n--" + boundary + b"--\r\n"
 
-        r = await c.post("/api/v1/datasets/upload", headers={**auth, "Content-Type":
-                         "multipart/form-data; boundary=BOUNDARY"}, content=body())
+        r = await c.post(
+            "/api/v1/datasets/upload",
+            headers={**auth, "Content-Type": "multipart/form-data; boundary=BOUNDARY"},
+            content=body(),
+        )
         assert r.status_code == 413, r.text
         assert r.json()["error"]["code"] == 4130
     root = Path(server.settings.data_dir) / "datasets" / "uploads"

@@ -108,8 +108,14 @@ async def test_large_call_is_split_into_max_batch(local: LocalOnnxEmbedder) -> N
 @pytest.mark.asyncio
 async def test_order_preserved_for_mixed_lengths(local: LocalOnnxEmbedder) -> None:
     texts = [
-        "a long sentence " * 40, "short", "", "medium length sentence about databases",
-        "北京", "x " * 300, "def f(x):\n    return x * 2", "tiny",
+        "a long sentence " * 40,
+        "short",
+        "",
+        "medium length sentence about databases",
+        "北京",
+        "x " * 300,
+        "def f(x):\n    return x * 2",
+        "tiny",
     ]
     batched = await local.embed(texts)
     for text, vector in zip(texts, batched, strict=True):
@@ -126,9 +132,7 @@ async def test_empty_and_invalid_input(local: LocalOnnxEmbedder) -> None:
 
 
 @pytest.mark.asyncio
-async def test_failed_batch_fails_only_its_callers(
-    local: LocalOnnxEmbedder, monkeypatch: pytest.MonkeyPatch
-) -> None:
+async def test_failed_batch_fails_only_its_callers(local: LocalOnnxEmbedder, monkeypatch: pytest.MonkeyPatch) -> None:
     real_infer = local._infer
 
     def infer(worker: int, texts: list[str]) -> Any:
@@ -286,8 +290,11 @@ async def test_http_errors_raise_unavailable(fake_api: str, refused_url: str, ki
             return OpenAIEmbedder(base_url=base + "/v1", model="m", dimension=dimension, timeout=5)
         return OllamaEmbedder(base_url=base, model="m", dimension=dimension, timeout=5)
 
-    cases = [(make(fake_api + "/fail"), "HTTP 500"), (make(refused_url), "ConnectError"),
-             (make(fake_api, dimension=8), r"expected \(1, 8\)")]
+    cases = [
+        (make(fake_api + "/fail"), "HTTP 500"),
+        (make(refused_url), "ConnectError"),
+        (make(fake_api, dimension=8), r"expected \(1, 8\)"),
+    ]
     for embedder, message in cases:
         try:
             with pytest.raises(EmbeddingUnavailable, match=message):

@@ -85,16 +85,38 @@ class _Load:
         while not self.stop:
             i += 1
             key = f"{w}-{i}"
-            await self._call("memory", key, "/api/v1/memory/push",
-                             {"text": f"outage memory {key} about rivers and stones", "project_id": "outage"})
-            await self._call("graph", key, "/api/v1/graph/entities", {"project": "outage", "entities": [
-                {"name": f"e{key}-{j}", "observations": [f"o1 {key}", f"o2 {key}"]} for j in range(3)]})
-            await self._call("finding", key, "/api/v1/analysis/store", {"analysis_id": "outage", "project": "outage",
-                                                                          "findings": [{"finding": f"f{key}-{j}"}
-                                                                                       for j in range(3)]})
+            await self._call(
+                "memory",
+                key,
+                "/api/v1/memory/push",
+                {"text": f"outage memory {key} about rivers and stones", "project_id": "outage"},
+            )
+            await self._call(
+                "graph",
+                key,
+                "/api/v1/graph/entities",
+                {
+                    "project": "outage",
+                    "entities": [{"name": f"e{key}-{j}", "observations": [f"o1 {key}", f"o2 {key}"]} for j in range(3)],
+                },
+            )
+            await self._call(
+                "finding",
+                key,
+                "/api/v1/analysis/store",
+                {
+                    "analysis_id": "outage",
+                    "project": "outage",
+                    "findings": [{"finding": f"f{key}-{j}"} for j in range(3)],
+                },
+            )
             if self.ingest:
-                await self._call("ingest", key, "/api/v1/analysis/ingest", {
-                    "analysis_id": f"ing-{key}", "project": "outage", "model": "book", "per_page": 20})
+                await self._call(
+                    "ingest",
+                    key,
+                    "/api/v1/analysis/ingest",
+                    {"analysis_id": f"ing-{key}", "project": "outage", "model": "book", "per_page": 20},
+                )
 
 
 async def test_outage_under_write_load_leaves_nothing_half_written(bookshelf: Upstream) -> None:
@@ -104,8 +126,7 @@ async def test_outage_under_write_load_leaves_nothing_half_written(bookshelf: Up
     srv, thread, _ = start_server(settings)
     base = f"http://127.0.0.1:{settings.port}"
     try:
-        async with httpx.AsyncClient(base_url=base, headers={"Authorization": f"Bearer {ADMIN_KEY}"},
-                                     timeout=60) as c:
+        async with httpx.AsyncClient(base_url=base, headers={"Authorization": f"Bearer {ADMIN_KEY}"}, timeout=60) as c:
             load = _Load(c, ingest=True)
             workers = [asyncio.create_task(load.worker(w)) for w in range(6)]
             await asyncio.sleep(2.0)
@@ -137,45 +158,64 @@ async def test_outage_under_write_load_leaves_nothing_half_written(bookshelf: Up
 
 async def _assert_whole(conn: asyncpg.Connection, load: _Load) -> None:
     """Every write is all there or not there at all, and every acknowledged write is there."""
-    memories = {r["content"].split()[2]: r["n"] for r in await conn.fetch(
-        "SELECT m.content, count(e.memory_id) AS n FROM memories m "
-        "LEFT JOIN memory_embeddings e ON e.memory_id = m.id WHERE m.content LIKE 'outage memory %' "
-        "GROUP BY m.id, m.content")}
+    memories = {
+        r["content"].split()[2]: r["n"]
+        for r in await conn.fetch(
+            "SELECT m.content, count(e.memory_id) AS n FROM memories m "
+            "LEFT JOIN memory_embeddings e ON e.memory_id = m.id WHERE m.content LIKE 'outage memory %' "
+            "GROUP BY m.id, m.content"
+        )
+    }
     assert set(memories.values()) <= {1}, "a memory without its embedding"
     assert load.ok["memory"] <= set(memories)
     batches: dict[str, list[int]] = {}
-    for r in await conn.fetch("SELECT e.name, count(o.id) AS n FROM graph_entities e "
-                              "LEFT JOIN graph_observations o ON o.entity_id = e.id GROUP BY e.id, e.name"):
+    for r in await conn.fetch(
+        "SELECT e.name, count(o.id) AS n FROM graph_entities e "
+        "LEFT JOIN graph_observations o ON o.entity_id = e.id GROUP BY e.id, e.name"
+    ):
         batches.setdefault(r["name"][1:].rsplit("-", 1)[0], []).append(r["n"])
     assert all(counts == [2, 2, 2] for counts in batches.values()), batches
     assert load.ok["graph"] <= set(batches)
     findings: dict[str, list[int]] = {}
-    for r in await conn.fetch("SELECT f.finding, count(e.owner_id) AS n FROM analysis_findings f "
-                              "LEFT JOIN analysis_finding_embeddings e ON e.owner_id = f.id "
-                              "WHERE f.analysis_id = 'outage' GROUP BY f.id, f.finding"):
+    for r in await conn.fetch(
+        "SELECT f.finding, count(e.owner_id) AS n FROM analysis_findings f "
+        "LEFT JOIN analysis_finding_embeddings e ON e.owner_id = f.id "
+        "WHERE f.analysis_id = 'outage' GROUP BY f.id, f.finding"
+    ):
         findings.setdefault(r["finding"][1:].rsplit("-", 1)[0], []).append(r["n"])
     assert all(counts == [1, 1, 1] for counts in findings.values()), findings
     assert load.ok["finding"] <= set(findings)
-    pages = {r["analysis_id"][4:]: r["n"] for r in await conn.fetch(
-        "SELECT analysis_id, count(*) AS n FROM analysis_records WHERE analysis_id LIKE 'ing-%' GROUP BY 1")}
+    pages = {
+        r["analysis_id"][4:]: r["n"]
+        for r in await conn.fetch(
+            "SELECT analysis_id, count(*) AS n FROM analysis_records WHERE analysis_id LIKE 'ing-%' GROUP BY 1"
+        )
+    }
     assert set(pages.values()) <= {20}, pages
     assert load.ok["ingest"] <= set(pages)
 
 
 async def test_embedder_outage_is_5030_and_writes_nothing(pg: PgCluster) -> None:
-    settings = server_settings(pg.handle.url(pg.new_database()), embedding_provider="openai",
-                               embedding_base_url=f"http://127.0.0.1:{free_port()}/v1",  # nothing listens
-                               embedding_model="text-embedding-3-small", embedding_dimension=384,
-                               embedding_timeout=2.0)
+    settings = server_settings(
+        pg.handle.url(pg.new_database()),
+        embedding_provider="openai",
+        embedding_base_url=f"http://127.0.0.1:{free_port()}/v1",  # nothing listens
+        embedding_model="text-embedding-3-small",
+        embedding_dimension=384,
+        embedding_timeout=2.0,
+    )
     srv, thread, _ = start_server(settings)
     try:
-        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{settings.port}", timeout=30,
-                                     headers={"Authorization": f"Bearer {ADMIN_KEY}"}) as c:
+        async with httpx.AsyncClient(
+            base_url=f"http://127.0.0.1:{settings.port}", timeout=30, headers={"Authorization": f"Bearer {ADMIN_KEY}"}
+        ) as c:
             ready = await c.get("/readyz")
             assert ready.status_code == 503 and ready.json()["checks"]["embedder"] is False
-            for path, body in [("/api/v1/memory/push", {"text": "a memory that cannot be embedded"}),
-                               ("/api/v1/graph/entities", {"entities": [{"name": "n", "observations": ["o"]}]}),
-                               ("/api/v1/analysis/store", {"analysis_id": "a", "findings": [{"finding": "f"}]})]:
+            for path, body in [
+                ("/api/v1/memory/push", {"text": "a memory that cannot be embedded"}),
+                ("/api/v1/graph/entities", {"entities": [{"name": "n", "observations": ["o"]}]}),
+                ("/api/v1/analysis/store", {"analysis_id": "a", "findings": [{"finding": "f"}]}),
+            ]:
                 r = await c.post(path, json=body)
                 assert r.status_code == 503 and r.json()["error"]["code"] == 5030, (path, r.text)
             # A thought is kept without its vector (the seed's behaviour); backfill adds it later.
@@ -188,7 +228,8 @@ async def test_embedder_outage_is_5030_and_writes_nothing(pg: PgCluster) -> None
             counts = await conn.fetchrow(
                 "SELECT (SELECT count(*) FROM memories) AS memories, (SELECT count(*) FROM memory_embeddings) AS v, "
                 "(SELECT count(*) FROM graph_entities) AS entities, "
-                "(SELECT count(*) FROM analysis_findings) AS findings")
+                "(SELECT count(*) FROM analysis_findings) AS findings"
+            )
             assert dict(counts) == {"memories": 1, "v": 0, "entities": 0, "findings": 0}  # only the thought
         finally:
             await conn.close()

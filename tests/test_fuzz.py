@@ -29,9 +29,15 @@ def test_rest_api_survives_generated_requests(server: RunningServer) -> None:
     assert len(operations) >= 4
     failures: list[str] = []
     for operation in operations:
+
         @given(case=operation.as_strategy())
-        @settings(max_examples=EXAMPLES, deadline=None, database=None, derandomize=True,
-                  suppress_health_check=list(HealthCheck))
+        @settings(
+            max_examples=EXAMPLES,
+            deadline=None,
+            database=None,
+            derandomize=True,
+            suppress_health_check=list(HealthCheck),
+        )
         def check(case: Any) -> None:
             case.call_and_validate(base_url=server.url, headers=headers, checks=checks)
 
@@ -44,13 +50,16 @@ def test_rest_api_survives_generated_requests(server: RunningServer) -> None:
 
 def _examples(input_schema: dict[str, Any]) -> list[dict[str, Any]]:
     """Argument sets drawn from the tool's schema, plus arbitrary (mostly invalid) objects."""
-    strategy = st.one_of(from_json_schema(input_schema), st.dictionaries(
-        st.text(max_size=8), st.one_of(st.integers(), st.text(max_size=20), st.none()), max_size=3))
+    strategy = st.one_of(
+        from_json_schema(input_schema),
+        st.dictionaries(st.text(max_size=8), st.one_of(st.integers(), st.text(max_size=20), st.none()), max_size=3),
+    )
     examples: list[dict[str, Any]] = []
 
     @given(strategy)
-    @settings(max_examples=EXAMPLES, deadline=None, database=None, derandomize=True,
-                  suppress_health_check=list(HealthCheck))
+    @settings(
+        max_examples=EXAMPLES, deadline=None, database=None, derandomize=True, suppress_health_check=list(HealthCheck)
+    )
     def collect(args: dict[str, Any]) -> None:
         examples.append(args)
 

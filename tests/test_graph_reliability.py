@@ -25,44 +25,62 @@ async def _mcp_writer(url: str, c: int) -> None:
 async def _rest_writer(url: str, headers: dict[str, str], c: int) -> None:
     paths = {"create_entities": "/entities", "add_observations": "/observations", "create_relations": "/relations"}
     async with httpx.AsyncClient(base_url=url, headers=headers, timeout=60) as client:
+
         async def post(tool: str, args: dict[str, Any]) -> dict[str, Any]:
             r = await client.post(API + paths[tool], json=args)
             assert r.status_code == 200, r.text
             return r.json()  # type: ignore[no-any-return]
+
         await _write(post, c)
 
 
 async def _write(do: Any, c: int) -> None:
-    mine = [{"name": f"c{c}-e{i}", "entityType": "item", "observations": [f"client {c} item {i}"]}
-            for i in range(PER_CLIENT)]
-    await do("create_entities", {"entities": [{"name": "Hub", "entityType": "hub", "observations": ["shared"]},
-                                              *mine]})
+    mine = [
+        {"name": f"c{c}-e{i}", "entityType": "item", "observations": [f"client {c} item {i}"]}
+        for i in range(PER_CLIENT)
+    ]
+    await do("create_entities", {"entities": [{"name": "Hub", "entityType": "hub", "observations": ["shared"]}, *mine]})
     for i in range(PER_CLIENT):
-        await do("add_observations", {"observations": [
-            {"entityName": "Hub", "contents": [f"from client {c} step {i}", "everyone says this"]},
-            {"entityName": f"c{c}-e{i}", "contents": [f"extra {c}/{i}"]}]})
-        await do("create_relations", {"relations": [
-            {"from": "Hub", "to": "Hub", "relationType": "is itself"},
-            {"from": f"c{c}-e{i}", "to": "Hub", "relationType": "part of"},
-            {"from": "Hub", "to": f"c{c}-e{i}", "relationType": "contains"}]})
+        await do(
+            "add_observations",
+            {
+                "observations": [
+                    {"entityName": "Hub", "contents": [f"from client {c} step {i}", "everyone says this"]},
+                    {"entityName": f"c{c}-e{i}", "contents": [f"extra {c}/{i}"]},
+                ]
+            },
+        )
+        await do(
+            "create_relations",
+            {
+                "relations": [
+                    {"from": "Hub", "to": "Hub", "relationType": "is itself"},
+                    {"from": f"c{c}-e{i}", "to": "Hub", "relationType": "part of"},
+                    {"from": "Hub", "to": f"c{c}-e{i}", "relationType": "contains"},
+                ]
+            },
+        )
 
 
-async def test_concurrent_writers_lose_nothing(server: RunningServer, rest: httpx.AsyncClient,
-                                               pg: PgCluster) -> None:
+async def test_concurrent_writers_lose_nothing(server: RunningServer, rest: httpx.AsyncClient, pg: PgCluster) -> None:
     headers = dict(rest.headers)
     jobs = [_mcp_writer(server.url, c) if c % 2 else _rest_writer(server.url, headers, c) for c in range(CLIENTS)]
     await asyncio.gather(*jobs)
     conn = await asyncpg.connect(pg.handle.libpq_uri(pg.database))
     try:
         assert await conn.fetchval("SELECT count(*) FROM graph_entities") == 1 + CLIENTS * PER_CLIENT
-        hub_obs = await conn.fetch("SELECT content FROM graph_observations o JOIN graph_entities g "
-                                   "ON g.id = o.entity_id WHERE g.name = 'Hub'")
+        hub_obs = await conn.fetch(
+            "SELECT content FROM graph_observations o JOIN graph_entities g ON g.id = o.entity_id WHERE g.name = 'Hub'"
+        )
         texts = [r["content"] for r in hub_obs]
-        assert sorted(texts) == sorted({"shared", "everyone says this",
-                                        *[f"from client {c} step {i}" for c in range(CLIENTS)
-                                          for i in range(PER_CLIENT)]})
-        assert await conn.fetchval("SELECT count(*) FROM graph_observations") == (
-            len(texts) + CLIENTS * PER_CLIENT * 2)
+        assert sorted(texts) == sorted(
+            {
+                "shared",
+                "everyone says this",
+                *[f"from client {c} step {i}" for c in range(CLIENTS) for i in range(PER_CLIENT)],
+            }
+        )
+        assert await conn.fetchval("SELECT count(*) FROM graph_observations") == (len(texts) + CLIENTS * PER_CLIENT * 2)
         assert await conn.fetchval("SELECT count(*) FROM graph_relations") == CLIENTS * PER_CLIENT * 2 + 1
         # the hub's embedding snapshot saw every observation (writers queue on the entity row)
         obs_text = await conn.fetchval("SELECT obs_text FROM graph_entities WHERE name = 'Hub'")
@@ -76,35 +94,49 @@ async def test_delete_leaves_no_orphans(server: RunningServer, pg: PgCluster) ->
     async with mcp_client(server.url) as mcp:
         await seed(mcp)
         await call(mcp, "search_semantic", {"query": "Babbage engine", "treatment": "limbic"})
-        await call(mcp, "add_reflection", {"target_type": "entity", "target_name": "Charles Babbage",
-                                           "content": "Never finished the engine"})
+        await call(
+            mcp,
+            "add_reflection",
+            {"target_type": "entity", "target_name": "Charles Babbage", "content": "Never finished the engine"},
+        )
         await call(mcp, "delete_entities", {"entityNames": ["Charles Babbage"]})
     conn = await asyncpg.connect(pg.handle.libpq_uri(pg.database))
     try:
         assert await conn.fetchval("SELECT count(*) FROM graph_entities") == 3
-        for table, cols in [("graph_observations", ["entity_id"]), ("graph_embeddings", ["owner_id"]),
-                            ("graph_relations", ["from_entity", "to_entity"]),
-                            ("graph_entity_access", ["entity_id"]), ("graph_access_log", ["entity_id"]),
-                            ("graph_cooccurrences", ["entity_a_id", "entity_b_id"]),
-                            ("graph_search_results", ["entity_id"])]:
+        for table, cols in [
+            ("graph_observations", ["entity_id"]),
+            ("graph_embeddings", ["owner_id"]),
+            ("graph_relations", ["from_entity", "to_entity"]),
+            ("graph_entity_access", ["entity_id"]),
+            ("graph_access_log", ["entity_id"]),
+            ("graph_cooccurrences", ["entity_a_id", "entity_b_id"]),
+            ("graph_search_results", ["entity_id"]),
+        ]:
             for col in cols:
                 orphans = await conn.fetchval(
                     f"SELECT count(*) FROM {table} t WHERE t.{col} IS NOT NULL AND NOT EXISTS "
-                    f"(SELECT 1 FROM graph_entities g WHERE g.id = t.{col})")
+                    f"(SELECT 1 FROM graph_entities g WHERE g.id = t.{col})"
+                )
                 assert orphans == 0, (table, col)
         assert await conn.fetchval("SELECT count(*) FROM graph_relations") == 0
         assert await conn.fetchval("SELECT count(*) FROM graph_embeddings") == 3
         # the search log keeps the name of the deleted entity, without a dangling id
-        assert await conn.fetchval("SELECT count(*) FROM graph_search_results WHERE entity_name = "
-                                   "'Charles Babbage' AND entity_id IS NULL") == 1
+        assert (
+            await conn.fetchval(
+                "SELECT count(*) FROM graph_search_results WHERE entity_name = 'Charles Babbage' AND entity_id IS NULL"
+            )
+            == 1
+        )
     finally:
         await conn.close()
 
 
 async def test_read_graph_is_paginated_and_bounded(server: RunningServer, rest: httpx.AsyncClient) -> None:
     long_obs = [f"observation number {k} describes a fairly long detail about the subject at hand" for k in range(12)]
-    ents = [{"name": f"node-{i:03d}", "entityType": "even" if i % 2 == 0 else "odd", "observations": long_obs}
-            for i in range(60)]
+    ents = [
+        {"name": f"node-{i:03d}", "entityType": "even" if i % 2 == 0 else "odd", "observations": long_obs}
+        for i in range(60)
+    ]
     assert (await rest.post(f"{API}/entities", json={"entities": ents})).status_code == 200
     rels = [{"from": f"node-{i:03d}", "to": f"node-{(i + 1) % 60:03d}", "relationType": "next"} for i in range(60)]
     assert (await rest.post(f"{API}/relations", json={"relations": rels})).status_code == 200
@@ -155,15 +187,22 @@ async def test_import_export_round_trip(server: RunningServer, tmp_path: Path) -
     assert [json.loads(x) for x in exported] == [
         {"type": "entity", "name": "Zoë", "entityType": "person", "observations": ["Likes café", "Plays chess"]},
         {"type": "entity", "name": "Chess", "entityType": "game", "observations": []},
-        {"type": "relation", "from": "Zoë", "to": "Chess", "relationType": "plays"}]
+        {"type": "relation", "from": "Zoë", "to": "Chess", "relationType": "plays"},
+    ]
     again = await asyncio.to_thread(run_import, settings, url, str(src), "imp")
     assert again["entities_created"] == 0 and again["observations_added"] == 0
     copy = tmp_path / "copy.jsonl"
     copy.write_text("\n".join(exported) + "\n", encoding="utf-8")
     async with mcp_client(server.url) as mcp:
         await seed(mcp, project="src")
-        await call(mcp, "add_observations", {"project": "src", "observations": [
-            {"entityName": "Sourdough", "contents": ["Ünïcode \"quoted\" text\nwith a newline"]}]})
+        await call(
+            mcp,
+            "add_observations",
+            {
+                "project": "src",
+                "observations": [{"entityName": "Sourdough", "contents": ['Ünïcode "quoted" text\nwith a newline']}],
+            },
+        )
     full = await asyncio.to_thread(run_export, settings, url, "src")
     (tmp_path / "src.jsonl").write_text("\n".join(full) + "\n", encoding="utf-8")
     await asyncio.to_thread(run_import, settings, url, str(tmp_path / "src.jsonl"), "dst")

@@ -12,20 +12,35 @@ import pytest
 from tests.conftest import PgCluster, RunningServer, error_of, mcp_client
 from tests.test_graph import API, PEOPLE, call, seed
 
-COMPONENTS = {"limbic_score", "relevance", "cosine_sim", "text_score", "importance", "temporal", "cooc_boost",
-              "rank", "baseline_rank", "access_count"}
+COMPONENTS = {
+    "limbic_score",
+    "relevance",
+    "cosine_sim",
+    "text_score",
+    "importance",
+    "temporal",
+    "cooc_boost",
+    "rank",
+    "baseline_rank",
+    "access_count",
+}
 
 
 def test_worked_example_of_docs() -> None:
     from app.graph import scoring
     from app.graph.config import GraphSettings
 
-    cands = [scoring.Candidate(1, "Charles Babbage", "person", "activo", 0.62, 0.10, 5, 15.0),
-             scoring.Candidate(2, "Difference Engine", "machine", "activo", 0.70, 0.05, 0, 2.0),
-             scoring.Candidate(3, "Ada Lovelace", "person", "activo", 0.55, 0.0, 2, 1.0)]
+    cands = [
+        scoring.Candidate(1, "Charles Babbage", "person", "activo", 0.62, 0.10, 5, 15.0),
+        scoring.Candidate(2, "Difference Engine", "machine", "activo", 0.70, 0.05, 0, 2.0),
+        scoring.Candidate(3, "Ada Lovelace", "person", "activo", 0.55, 0.0, 2, 1.0),
+    ]
     out = {c.name: c for c in scoring.score(cands, [(1, 3, 3)], GraphSettings())}
     assert [round(out[n].limbic_score, 4) for n in ("Charles Babbage", "Difference Engine", "Ada Lovelace")] == [
-        0.7286, 0.7045, 0.6286]
+        0.7286,
+        0.7045,
+        0.6286,
+    ]
     assert [out[n].baseline_rank for n in ("Difference Engine", "Charles Babbage", "Ada Lovelace")] == [1, 2, 3]
     assert round(out["Charles Babbage"].cooc_boost, 4) == 0.4512
     assert math.isclose(scoring.ndcg([2], 10), 1 / math.log2(3)) and scoring.reciprocal_rank([3, 2]) == 0.5
@@ -38,8 +53,11 @@ async def db(pg: PgCluster) -> asyncpg.Connection:
 async def test_search_semantic_logs_and_counts(server: RunningServer, pg: PgCluster) -> None:
     async with mcp_client(server.url) as mcp:
         await seed(mcp)
-        res = await call(mcp, "search_semantic", {"query": "who designed the early mechanical computer",
-                                                  "treatment": "limbic", "limit": 3})
+        res = await call(
+            mcp,
+            "search_semantic",
+            {"query": "who designed the early mechanical computer", "treatment": "limbic", "limit": 3},
+        )
         assert res["treatment"] == "limbic" and res["engine"] == "hybrid" and res["event_id"] > 0
         names = [h["name"] for h in res["results"]]
         assert len(names) == 3 and "Sourdough" not in names
@@ -48,8 +66,11 @@ async def test_search_semantic_logs_and_counts(server: RunningServer, pg: PgClus
             assert COMPONENTS <= set(h)
             assert h["importance"] == 0 and h["access_count"] == 0 and h["cooc_boost"] == 0
             assert math.isclose(h["relevance"], h["cosine_sim"] + 0.25 * h["text_score"], abs_tol=1e-5)
-        again = await call(mcp, "search_semantic", {"query": "who designed the early mechanical computer",
-                                                    "treatment": "baseline", "limit": 3})
+        again = await call(
+            mcp,
+            "search_semantic",
+            {"query": "who designed the early mechanical computer", "treatment": "baseline", "limit": 3},
+        )
         assert again["treatment"] == "baseline"
         assert [h["rank"] for h in again["results"]] == [h["baseline_rank"] for h in again["results"]]
         first = again["results"][0]
@@ -57,12 +78,15 @@ async def test_search_semantic_logs_and_counts(server: RunningServer, pg: PgClus
         assert first["cooc_boost"] > 0
     conn = await db(pg)
     try:
-        events = await conn.fetch("SELECT treatment, k_limit, num_results, engine_used FROM graph_search_events "
-                                  "ORDER BY event_id")
+        events = await conn.fetch(
+            "SELECT treatment, k_limit, num_results, engine_used FROM graph_search_events ORDER BY event_id"
+        )
         assert [(e["treatment"], e["num_results"]) for e in events] == [(1, 3), (0, 3)]
-        rows = await conn.fetch("SELECT rank, baseline_rank, limbic_score, cosine_sim, importance, temporal, "
-                                "cooc_boost, text_score FROM graph_search_results WHERE event_id = $1 ORDER BY rank",
-                                res["event_id"])
+        rows = await conn.fetch(
+            "SELECT rank, baseline_rank, limbic_score, cosine_sim, importance, temporal, "
+            "cooc_boost, text_score FROM graph_search_results WHERE event_id = $1 ORDER BY rank",
+            res["event_id"],
+        )
         assert len(rows) == 3 and all(r["baseline_rank"] is not None and r["limbic_score"] is not None for r in rows)
         assert math.isclose(rows[0]["limbic_score"], res["results"][0]["limbic_score"], abs_tol=1e-6)
         counts = await conn.fetch("SELECT access_count FROM graph_entity_access")
@@ -75,18 +99,22 @@ async def test_search_semantic_logs_and_counts(server: RunningServer, pg: PgClus
         await conn.close()
 
 
-async def test_limbic_reranks_and_quality_report(server: RunningServer, rest: httpx.AsyncClient,
-                                                 pg: PgCluster) -> None:
-    ents = [{"name": f"Report {c}", "entityType": "doc", "observations": ["quarterly revenue summary for the board"]}
-            for c in ("A", "B")]
+async def test_limbic_reranks_and_quality_report(server: RunningServer, rest: httpx.AsyncClient, pg: PgCluster) -> None:
+    ents = [
+        {"name": f"Report {c}", "entityType": "doc", "observations": ["quarterly revenue summary for the board"]}
+        for c in ("A", "B")
+    ]
     assert (await rest.post(f"{API}/entities", json={"entities": ents})).status_code == 200
     q = {"query": "quarterly revenue summary", "limit": 2}
     base = (await rest.post(f"{API}/search/semantic", json={**q, "treatment": "baseline"})).json()
     second = base["results"][1]["name"]
     conn = await db(pg)
     try:
-        await conn.execute("UPDATE graph_entity_access SET access_count = 200 FROM graph_entities g "
-                           "WHERE g.id = entity_id AND g.name = $1", second)
+        await conn.execute(
+            "UPDATE graph_entity_access SET access_count = 200 FROM graph_entities g "
+            "WHERE g.id = entity_id AND g.name = $1",
+            second,
+        )
     finally:
         await conn.close()
     limbic = (await rest.post(f"{API}/search/semantic", json={**q, "treatment": "limbic"})).json()
@@ -109,8 +137,9 @@ async def test_limbic_reranks_and_quality_report(server: RunningServer, rest: ht
     assert r.status_code == 400 and r.json()["error"]["details"]["errors"][0]["field"] == "k"
 
 
-async def test_ab_ratio_assignment(server: RunningServer, rest: httpx.AsyncClient,
-                                   monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_ab_ratio_assignment(
+    server: RunningServer, rest: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from app.graph.config import get_graph_settings
 
     await rest.post(f"{API}/entities", json={"entities": PEOPLE})
@@ -125,8 +154,11 @@ async def test_ab_ratio_assignment(server: RunningServer, rest: httpx.AsyncClien
 async def _vector_head(pg: PgCluster, name: str) -> list[float]:
     conn = await db(pg)
     try:
-        text = await conn.fetchval("SELECT e.embedding::text FROM graph_embeddings e JOIN graph_entities g "
-                                   "ON g.id = e.owner_id WHERE g.name = $1", name)
+        text = await conn.fetchval(
+            "SELECT e.embedding::text FROM graph_embeddings e JOIN graph_entities g "
+            "ON g.id = e.owner_id WHERE g.name = $1",
+            name,
+        )
     finally:
         await conn.close()
     return [float(x) for x in text.strip("[]").split(",")[:8]]
@@ -141,42 +173,81 @@ async def _expect_embedding(mcp: Any, pg: PgCluster, name: str, snapshot: str) -
 async def test_lifecycle_history_and_embedding_snapshots(server: RunningServer, pg: PgCluster) -> None:
     async with mcp_client(server.url) as mcp:
         await seed(mcp)
-        await _expect_embedding(mcp, pg, "Ada Lovelace", "Ada Lovelace (person): Wrote the first published "
-                                "algorithm for a machine | Worked with Charles Babbage")
-        sup = await call(mcp, "supersede_observation", {"entity_name": "Ada Lovelace",
-                                                        "old_content": "Worked with Charles Babbage",
-                                                        "new_content": "Corresponded with Charles Babbage",
-                                                        "kind": "milestone"})
+        await _expect_embedding(
+            mcp,
+            pg,
+            "Ada Lovelace",
+            "Ada Lovelace (person): Wrote the first published algorithm for a machine | Worked with Charles Babbage",
+        )
+        sup = await call(
+            mcp,
+            "supersede_observation",
+            {
+                "entity_name": "Ada Lovelace",
+                "old_content": "Worked with Charles Babbage",
+                "new_content": "Corresponded with Charles Babbage",
+                "kind": "milestone",
+            },
+        )
         assert sup["superseded"]["superseded_at"] is not None
         assert sup["current"]["supersedes"] == sup["superseded"]["id"]
         assert sup["current"]["kind"] == "milestone"
-        await _expect_embedding(mcp, pg, "Ada Lovelace", "Ada Lovelace (person): Wrote the first published "
-                                "algorithm for a machine | Corresponded with Charles Babbage")
-        err = error_of(await mcp.call_tool("supersede_observation", {
-            "entity_name": "Ada Lovelace", "observation_id": sup["superseded"]["id"], "new_content": "x"}))
+        await _expect_embedding(
+            mcp,
+            pg,
+            "Ada Lovelace",
+            "Ada Lovelace (person): Wrote the first published "
+            "algorithm for a machine | Corresponded with Charles Babbage",
+        )
+        err = error_of(
+            await mcp.call_tool(
+                "supersede_observation",
+                {"entity_name": "Ada Lovelace", "observation_id": sup["superseded"]["id"], "new_content": "x"},
+            )
+        )
         assert err["code"] == 4090
-        err = error_of(await mcp.call_tool("supersede_observation", {"entity_name": "Ada Lovelace",
-                                                                     "new_content": "x"}))
+        err = error_of(
+            await mcp.call_tool("supersede_observation", {"entity_name": "Ada Lovelace", "new_content": "x"})
+        )
         assert err["code"] == 4001
-        err = error_of(await mcp.call_tool("supersede_observation", {"entity_name": "Nobody", "old_content": "a",
-                                                                     "new_content": "x"}))
+        err = error_of(
+            await mcp.call_tool(
+                "supersede_observation", {"entity_name": "Nobody", "old_content": "a", "new_content": "x"}
+            )
+        )
         assert err["code"] == 4002
         opened = await call(mcp, "open_nodes", {"names": ["Ada Lovelace"]})
-        assert opened["entities"][0]["observations"] == ["Wrote the first published algorithm for a machine",
-                                                         "Corresponded with Charles Babbage"]
-        ended = await call(mcp, "end_relation", {"from": "Ada Lovelace", "to": "Charles Babbage",
-                                                 "relationType": "worked with"})
+        assert opened["entities"][0]["observations"] == [
+            "Wrote the first published algorithm for a machine",
+            "Corresponded with Charles Babbage",
+        ]
+        ended = await call(
+            mcp, "end_relation", {"from": "Ada Lovelace", "to": "Charles Babbage", "relationType": "worked with"}
+        )
         assert ended["relation"]["active"] is False and ended["relation"]["ended_at"]
-        assert error_of(await mcp.call_tool("end_relation", {"from": "Ada Lovelace", "to": "Sourdough",
-                                                             "relationType": "x"}))["code"] == 4002
+        assert (
+            error_of(
+                await mcp.call_tool("end_relation", {"from": "Ada Lovelace", "to": "Sourdough", "relationType": "x"})
+            )["code"]
+            == 4002
+        )
         graph = await call(mcp, "read_graph", {})
-        assert graph["relations"] == [{"from": "Charles Babbage", "to": "Analytical Engine",
-                                       "relationType": "designed"}] and graph["total_relations"] == 1
+        assert (
+            graph["relations"] == [{"from": "Charles Babbage", "to": "Analytical Engine", "relationType": "designed"}]
+            and graph["total_relations"] == 1
+        )
         status = await call(mcp, "set_entity_status", {"entity_name": "Ada Lovelace", "status": "archivado"})
         assert status == {"name": "Ada Lovelace", "status": "archivado", "previous_status": "activo"}
-        refl = await call(mcp, "add_reflection", {"target_type": "entity", "target_name": "Ada Lovelace",
-                                                  "content": "Her notes anticipated general-purpose computing",
-                                                  "mood": "admiring"})
+        refl = await call(
+            mcp,
+            "add_reflection",
+            {
+                "target_type": "entity",
+                "target_name": "Ada Lovelace",
+                "content": "Her notes anticipated general-purpose computing",
+                "mood": "admiring",
+            },
+        )
         assert refl["author"] == "sofia" and refl["target_name"] == "Ada Lovelace"
         await call(mcp, "add_reflection", {"content": "Baking bread is a patient craft", "author": "ops"})
         err = error_of(await mcp.call_tool("add_reflection", {"target_type": "entity", "content": "x"}))
@@ -190,8 +261,11 @@ async def test_lifecycle_history_and_embedding_snapshots(server: RunningServer, 
         assert found["results"][0]["id"] == refl["id"] and found["results"][0]["cosine_sim"] > 0
         only_ops = await call(mcp, "search_reflections", {"query": "computing", "author": "ops"})
         assert [r["author"] for r in only_ops["results"]] == ["ops"]
-        revived = await call(mcp, "create_relations", {"relations": [
-            {"from": "Ada Lovelace", "to": "Charles Babbage", "relationType": "worked with"}]})
+        revived = await call(
+            mcp,
+            "create_relations",
+            {"relations": [{"from": "Ada Lovelace", "to": "Charles Babbage", "relationType": "worked with"}]},
+        )
         assert len(revived["relations"]) == 1
         stats = await call(mcp, "graph_stats", {})
         assert stats["entities"] == 4 and stats["relations"] == 2 and stats["ended_relations"] == 0
@@ -201,11 +275,23 @@ async def test_lifecycle_history_and_embedding_snapshots(server: RunningServer, 
 
 
 async def test_duplicates_and_consolidate(server: RunningServer, rest: httpx.AsyncClient, pg: PgCluster) -> None:
-    await rest.post(f"{API}/entities", json={"entities": [
-        {"name": "Server", "entityType": "system", "observations": [
-            "The API server listens on port 8080", "The API server listens on port 8080.",
-            "Backups run nightly at two in the morning"]},
-        {"name": "Other", "entityType": "system", "observations": ["The API server listens on port 8080"]}]})
+    await rest.post(
+        f"{API}/entities",
+        json={
+            "entities": [
+                {
+                    "name": "Server",
+                    "entityType": "system",
+                    "observations": [
+                        "The API server listens on port 8080",
+                        "The API server listens on port 8080.",
+                        "Backups run nightly at two in the morning",
+                    ],
+                },
+                {"name": "Other", "entityType": "system", "observations": ["The API server listens on port 8080"]},
+            ]
+        },
+    )
     dup = (await rest.post(f"{API}/observations/duplicates", json={})).json()
     assert dup["flagged"] == 1, dup
     assert len(dup["pairs"]) == 1 and dup["scanned_observations"] == 4
@@ -213,8 +299,10 @@ async def test_duplicates_and_consolidate(server: RunningServer, rest: httpx.Asy
     assert pair["entity_name"] == "Server" and pair["duplicate"]["content"].endswith("8080.")
     conn = await db(pg)
     try:
-        await conn.execute("INSERT INTO graph_entity_access (entity_id, access_count, last_access) "
-                           "SELECT id, 10, now() - interval '100 days' FROM graph_entities WHERE name = 'Other'")
+        await conn.execute(
+            "INSERT INTO graph_entity_access (entity_id, access_count, last_access) "
+            "SELECT id, 10, now() - interval '100 days' FROM graph_entities WHERE name = 'Other'"
+        )
         dry = (await rest.post(f"{API}/consolidate", json={})).json()
         assert dry["dry_run"] is True and dry["merged_count"] == 1 and dry["decayed_entities"] == 1
         assert await conn.fetchval("SELECT count(*) FROM graph_observations WHERE superseded_at IS NOT NULL") == 0
@@ -224,7 +312,9 @@ async def test_duplicates_and_consolidate(server: RunningServer, rest: httpx.Asy
     finally:
         await conn.close()
     opened = (await rest.post(f"{API}/nodes/open", json={"names": ["Server"]})).json()
-    assert opened["entities"][0]["observations"] == ["The API server listens on port 8080",
-                                                     "Backups run nightly at two in the morning"]
+    assert opened["entities"][0]["observations"] == [
+        "The API server listens on port 8080",
+        "Backups run nightly at two in the morning",
+    ]
     again = (await rest.post(f"{API}/consolidate", json={"dry_run": False})).json()
     assert again["merged_count"] == 0

@@ -43,8 +43,14 @@ SQLI = [
 SECRET = "top-secret-canary-line"
 # Relative to the datasets root (the secret file sits one level up). All but the URL leave the root and
 # are refused; the URL is not a URL to the server but a (missing) relative name inside the root.
-ESCAPES = [("../secret.csv", 4030), ("../../../../etc/passwd", 4030), ("/etc/passwd", 4030),
-           ("sub/../../secret.csv", 4030), ("penguins.csv/../../secret.csv", 4030), ("file:///etc/passwd", 4002)]
+ESCAPES = [
+    ("../secret.csv", 4030),
+    ("../../../../etc/passwd", 4030),
+    ("/etc/passwd", 4030),
+    ("sub/../../secret.csv", 4030),
+    ("penguins.csv/../../secret.csv", 4030),
+    ("file:///etc/passwd", 4002),
+]
 OK = 0
 AID = "inj"
 
@@ -68,36 +74,60 @@ def _sqli_cases(p: str) -> list[Case]:
         # memory (Rusty dialect)
         Case("memory project", "push", {"text": "hello", "project_id": p}, 4001),
         Case("memory collection", "push", {"text": "hello", "collection": p}, 4001),
-        Case("memory text/tags/source", "push",
-             {"text": f"note {p}", "tags": [p], "source_uri": p, "memory_type": "episodic"}, OK),
+        Case(
+            "memory text/tags/source",
+            "push",
+            {"text": f"note {p}", "tags": [p], "source_uri": p, "memory_type": "episodic"},
+            OK,
+        ),
         Case("memory hybrid search", "search", {"query_text": p, "tags": [p]}, OK),
         Case("memory lexical search", "search", {"query_text": p, "mode": "lexical"}, OK),
         Case("memory semantic search", "search", {"query_text": p, "mode": "semantic"}, OK),
         Case("memory search collection", "search", {"query_text": "x", "collection": p}, 4001),
         Case("memory time window", "search", {"query_text": "x", "time_range": {"start": p}}, 4001),
-        Case("memory summarize tags", "summarize",
-             {"tags": [p], "time_range": {"start": "2020-01-01T00:00:00Z", "end": "2099-01-01T00:00:00Z"}}, OK),
+        Case(
+            "memory summarize tags",
+            "summarize",
+            {"tags": [p], "time_range": {"start": "2020-01-01T00:00:00Z", "end": "2099-01-01T00:00:00Z"}},
+            OK,
+        ),
         Case("collection name", "new-collection", {"name": p}, 4001),
         # memory (thoughts dialect)
         Case("thought project", "capture_thought", {"content": "hello", "project": p}, 4001),
-        Case("thought content/metadata", "capture_thought",
-             {"content": f"thought {p}", "metadata": {"type": p, "topics": [p], "people": [p], p: p}}, OK),
+        Case(
+            "thought content/metadata",
+            "capture_thought",
+            {"content": f"thought {p}", "metadata": {"type": p, "topics": [p], "people": [p], p: p}},
+            OK,
+        ),
         Case("thought filters", "list_thoughts", {"type": p, "topic": p, "person": p}, OK),
         Case("thought search", "search_thoughts", {"query": p}, OK),
         Case("thought lexical search", "search_thoughts", {"query": p, "mode": "lexical"}, OK),
         Case("thought recall", "recall_context", {"query": p}, OK),
         # graph
         Case("graph project", "create_entities", {"project": p, "entities": [{"name": "a"}]}, 4001),
-        Case("graph entity text", "create_entities",
-             {"entities": [{"name": p, "entityType": p, "observations": [p], "status": p[:32]}]}, OK),
-        Case("graph relation type", "create_relations",
-             {"relations": [{"from": p, "to": "plain", "relationType": p}]}, OK),
+        Case(
+            "graph entity text",
+            "create_entities",
+            {"entities": [{"name": p, "entityType": p, "observations": [p], "status": p[:32]}]},
+            OK,
+        ),
+        Case(
+            "graph relation type",
+            "create_relations",
+            {"relations": [{"from": p, "to": "plain", "relationType": p}]},
+            OK,
+        ),
         Case("graph search_nodes", "search_nodes", {"query": p}, OK),
         Case("graph read filter", "read_graph", {"entity_type": p}, OK),
         Case("graph open", "open_nodes", {"names": [p, f"{p} (missing)"]}, OK),
         Case("graph semantic", "search_semantic", {"query": p, "entity_type": p}, OK),
-        Case("graph reflection", "add_reflection",
-             {"target_type": "entity", "target_name": p, "author": p, "mood": p[:64], "content": p}, OK),
+        Case(
+            "graph reflection",
+            "add_reflection",
+            {"target_type": "entity", "target_name": p, "author": p, "mood": p[:64], "content": p},
+            OK,
+        ),
         Case("graph reflection search", "search_reflections", {"query": p, "author": p}, OK),
         Case("graph history", "get_entity_history", {"entity_name": p}, OK),
         Case("graph delete missing", "delete_entities", {"entityNames": [f"{p} (missing)"]}, OK),
@@ -106,44 +136,99 @@ def _sqli_cases(p: str) -> list[Case]:
         Case("analysis project", "analysis_query", {"analysis_id": AID, "project": p, "mode": "describe"}, 4001),
         Case("analysis model", "analysis_ingest", {"analysis_id": AID, "model": p}, 4001),
         Case("analysis ingest fields", "analysis_ingest", {"analysis_id": AID, "model": "book", "fields": [p]}, 4001),
-        Case("analysis upstream filter value", "analysis_ingest",
-             {"analysis_id": "inj2", "model": "book", "filters": {"genre": p}}, OK),
+        Case(
+            "analysis upstream filter value",
+            "analysis_ingest",
+            {"analysis_id": "inj2", "model": "book", "filters": {"genre": p}},
+            OK,
+        ),
         Case("analysis group_by", "analysis_query", {"analysis_id": AID, "mode": "aggregate", "group_by": p}, 4001),
         Case("analysis where field", "analysis_query", {"analysis_id": AID, "mode": "filter", "where": {p: 1}}, 4001),
-        Case("analysis where operator", "analysis_query",
-             {"analysis_id": AID, "mode": "filter", "where": {"rating": {f"${p}": 1}}}, 4001),
-        Case("analysis where range value", "analysis_query",
-             {"analysis_id": AID, "mode": "filter", "where": {"updated_at": {"$gt": p}}}, 4001),
-        Case("analysis where value", "analysis_query",
-             {"analysis_id": AID, "mode": "filter", "where": {"genre": p, "title": [p]}}, OK),
+        Case(
+            "analysis where operator",
+            "analysis_query",
+            {"analysis_id": AID, "mode": "filter", "where": {"rating": {f"${p}": 1}}},
+            4001,
+        ),
+        Case(
+            "analysis where range value",
+            "analysis_query",
+            {"analysis_id": AID, "mode": "filter", "where": {"updated_at": {"$gt": p}}},
+            4001,
+        ),
+        Case(
+            "analysis where value",
+            "analysis_query",
+            {"analysis_id": AID, "mode": "filter", "where": {"genre": p, "title": [p]}},
+            OK,
+        ),
         Case("analysis stratify_by", "analysis_query", {"analysis_id": AID, "mode": "sample", "stratify_by": p}, 4001),
-        Case("analysis proximity field", "analysis_query",
-             {"analysis_id": AID, "mode": "sample", "proximity": {**sample_prox, "field": p}}, 4001),
-        Case("analysis proximity origin", "analysis_query",
-             {"analysis_id": AID, "mode": "sample", "proximity": {**sample_prox, "origin": p[:40]}}, 4001),
-        Case("analysis window", "analysis_query",
-             {"analysis_id": AID, "mode": "sample", "proximity": {**sample_prox, "window": f"1 day{p}"[:40]}}, 4001),
-        Case("analysis bucket", "analysis_query",
-             {"analysis_id": AID, "mode": "sample", "proximity": {**sample_prox, "bucket": f"7 days{p}"[:40]}}, 4001),
-        Case("analysis category", "analysis_query",
-             {"analysis_id": AID, "mode": "semantic", "query": "x", "category": p}, 4001),
+        Case(
+            "analysis proximity field",
+            "analysis_query",
+            {"analysis_id": AID, "mode": "sample", "proximity": {**sample_prox, "field": p}},
+            4001,
+        ),
+        Case(
+            "analysis proximity origin",
+            "analysis_query",
+            {"analysis_id": AID, "mode": "sample", "proximity": {**sample_prox, "origin": p[:40]}},
+            4001,
+        ),
+        Case(
+            "analysis window",
+            "analysis_query",
+            {"analysis_id": AID, "mode": "sample", "proximity": {**sample_prox, "window": f"1 day{p}"[:40]}},
+            4001,
+        ),
+        Case(
+            "analysis bucket",
+            "analysis_query",
+            {"analysis_id": AID, "mode": "sample", "proximity": {**sample_prox, "bucket": f"7 days{p}"[:40]}},
+            4001,
+        ),
+        Case(
+            "analysis category",
+            "analysis_query",
+            {"analysis_id": AID, "mode": "semantic", "query": "x", "category": p},
+            4001,
+        ),
         Case("analysis semantic text", "analysis_query", {"analysis_id": AID, "mode": "semantic", "query": p}, OK),
-        Case("analysis finding text", "analysis_store",
-             {"analysis_id": AID, "findings": [{"finding": p, "metadata": {p: p}}]}, OK),
-        Case("analysis act where field", "analysis_act",
-             {"analysis_id": AID, "model": "book", "where": {p: 1}, "action": "delete"}, 4001),
-        Case("analysis act where value", "analysis_act",
-             {"analysis_id": AID, "model": "book", "where": {"genre": p}, "action": "delete"}, OK),
+        Case(
+            "analysis finding text",
+            "analysis_store",
+            {"analysis_id": AID, "findings": [{"finding": p, "metadata": {p: p}}]},
+            OK,
+        ),
+        Case(
+            "analysis act where field",
+            "analysis_act",
+            {"analysis_id": AID, "model": "book", "where": {p: 1}, "action": "delete"},
+            4001,
+        ),
+        Case(
+            "analysis act where value",
+            "analysis_act",
+            {"analysis_id": AID, "model": "book", "where": {"genre": p}, "action": "delete"},
+            OK,
+        ),
         Case("analysis clear id", "analysis_clear", {"analysis_id": p}, 4001),
         # datasets (names that stay inside the root but do not exist)
         Case("dataset path", "profile_dataset", {"file_path": p}, 4002),
         Case("dataset query files", "execute_query", {"query_type": "sql", "query": "SELECT 1", "files": [p]}, 4002),
-        Case("dataset cache label", "execute_query",
-             {"query_type": "sql", "query": "SELECT count(*) AS n FROM data", "files": ["penguins.csv"],
-              "cache_key": p}, OK),
+        Case(
+            "dataset cache label",
+            "execute_query",
+            {"query_type": "sql", "query": "SELECT count(*) AS n FROM data", "files": ["penguins.csv"], "cache_key": p},
+            OK,
+        ),
         Case("dataset sample columns", "stream_sample", {"file_path": "penguins.csv", "columns": [p]}, 4003),
-        Case("dataset stratify column", "stream_sample",
-             {"file_path": "penguins.csv", "strategy": "stratified", "stratify_column": p}, 4003),
+        Case(
+            "dataset stratify column",
+            "stream_sample",
+            {"file_path": "penguins.csv", "strategy": "stratified", "stratify_column": p},
+            4003,
+        ),
         Case("dataset cache pattern", "cache_invalidate", {"pattern": p}, OK),
         Case("dataset name", "register_dataset", {"name": p, "path": "penguins.csv"}, 4001),
         Case("dataset register path", "register_dataset", {"name": "inj", "path": p}, 4002),
@@ -154,12 +239,20 @@ def _sqli_cases(p: str) -> list[Case]:
 def _escape_cases(path: str, code: int) -> list[Case]:
     return [
         Case("profile outside root", "profile_dataset", {"file_path": path}, code),
-        Case("query file outside root", "execute_query",
-             {"query_type": "sql", "query": "SELECT * FROM data", "files": [path]}, code),
+        Case(
+            "query file outside root",
+            "execute_query",
+            {"query_type": "sql", "query": "SELECT * FROM data", "files": [path]},
+            code,
+        ),
         Case("sample outside root", "stream_sample", {"file_path": path}, code),
         Case("register outside root", "register_dataset", {"name": "escape", "path": path, "replace": True}, code),
-        Case("sql reads outside root", "execute_query",
-             {"query_type": "sql", "query": f"SELECT * FROM read_csv_auto('{path}')", "files": []}, 4030),
+        Case(
+            "sql reads outside root",
+            "execute_query",
+            {"query_type": "sql", "query": f"SELECT * FROM read_csv_auto('{path}')", "files": []},
+            4030,
+        ),
     ]
 
 
@@ -168,8 +261,10 @@ def _export_cases(query_id: str, p: str) -> list[Case]:
     return [
         Case("export filename", "export_result", {**base, "filename": p}, 4001),
         Case("export partition column", "export_result", {**base, "partition_by": p}, 4001),
-        *[Case("export destination outside root", "export_result", {**base, "destination": e}, 4030)
-          for e in ("..", "../..", "/tmp", "/etc", "exports/../../x")],
+        *[
+            Case("export destination outside root", "export_result", {**base, "destination": e}, 4030)
+            for e in ("..", "../..", "/tmp", "/etc", "exports/../../x")
+        ],
     ]
 
 
@@ -204,8 +299,10 @@ class Transports:
         for transport in (self.via_mcp, self.via_rest):
             got, body = await transport(case.tool, case.args)
             if got != case.expect or SECRET in body or "root:x:0:0" in body:
-                wrong.append(f"{transport.__name__} {case.label} ({case.tool} {case.args!r}): expected "
-                             f"{case.expect}, got {got}: {body[:300]}")
+                wrong.append(
+                    f"{transport.__name__} {case.label} ({case.tool} {case.args!r}): expected "
+                    f"{case.expect}, got {got}: {body[:300]}"
+                )
         return wrong
 
 
@@ -215,8 +312,9 @@ async def _tables(conn: asyncpg.Connection) -> set[str]:
 
 async def _files(root: Path) -> set[Path]:
     """Files under the data dir, except the server's own work area (stored results, cache)."""
-    return set(await asyncio.to_thread(
-        lambda: [p for p in root.rglob("*") if p.is_file() and "datasets-work" not in p.parts]))
+    return set(
+        await asyncio.to_thread(lambda: [p for p in root.rglob("*") if p.is_file() and "datasets-work" not in p.parts])
+    )
 
 
 @pytest.fixture
@@ -228,19 +326,22 @@ def dataset_root(server: RunningServer) -> Path:
 
 
 async def test_injection_attempts_are_refused_or_taken_as_data(
-        server: RunningServer, rest: httpx.AsyncClient, pg: PgCluster, bookshelf: Upstream,
-        dataset_root: Path) -> None:
+    server: RunningServer, rest: httpx.AsyncClient, pg: PgCluster, bookshelf: Upstream, dataset_root: Path
+) -> None:
     conn = await asyncpg.connect(pg.handle.libpq_uri(pg.database))
     try:
         await conn.execute(f"CREATE TABLE {CANARY} (id int PRIMARY KEY)")
         await conn.execute(f"INSERT INTO {CANARY} VALUES (1)")
         before = await _tables(conn)
         files_before = await _files(dataset_root.parent)
-        assert (await rest.post("/api/v1/analysis/ingest",
-                                json={"analysis_id": AID, "model": "book", "per_page": 50})).status_code == 200
+        assert (
+            await rest.post("/api/v1/analysis/ingest", json={"analysis_id": AID, "model": "book", "per_page": 50})
+        ).status_code == 200
         assert (await rest.post("/api/v1/graph/entities", json={"entities": [{"name": "plain"}]})).status_code == 200
-        stored = await rest.post("/api/v1/datasets/query", json={
-            "query_type": "sql", "query": "SELECT species, island FROM data", "files": ["penguins.csv"]})
+        stored = await rest.post(
+            "/api/v1/datasets/query",
+            json={"query_type": "sql", "query": "SELECT species, island FROM data", "files": ["penguins.csv"]},
+        )
         query_id = stored.json()["query_id"]
         async with mcp_client(server.url) as mcp:
             calls = Transports(mcp, rest)
@@ -272,9 +373,16 @@ async def test_text_taken_as_data_round_trips_exactly(server: RunningServer, res
     # Wildcards in a tag or a search are characters, not patterns.
     assert (await ok("/memory/search", {"query_text": "note", "tags": ["%"], "mode": "lexical"}))["results"] == []
 
-    await ok("/graph/entities", {"entities": [{"name": "alpha", "observations": ["first"]},
-                                              {"name": "beta", "observations": ["second"]},
-                                              {"name": hostile, "entityType": hostile, "observations": [hostile]}]})
+    await ok(
+        "/graph/entities",
+        {
+            "entities": [
+                {"name": "alpha", "observations": ["first"]},
+                {"name": "beta", "observations": ["second"]},
+                {"name": hostile, "entityType": hostile, "observations": [hostile]},
+            ]
+        },
+    )
     for pattern in ("%", "%%", "a_p", "b%a"):  # as wildcards they would match alpha and beta
         found = await ok("/graph/nodes/search", {"query": pattern}, method="GET")
         assert found["entities"] == [], (pattern, found)
@@ -288,4 +396,3 @@ async def test_text_taken_as_data_round_trips_exactly(server: RunningServer, res
     assert [t["id"] for t in listed["thoughts"]] == [captured["thought"]["id"]]
     assert listed["thoughts"][0]["metadata"]["topics"] == [hostile]
     assert (await ok("/thoughts", {"topic": "%"}, method="GET"))["thoughts"] == []
-

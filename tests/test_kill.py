@@ -108,8 +108,9 @@ class SlowUpstream:
                 self.in_flight -= 1
 
         self.port = free_port()
-        config = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_config=None, log_level="warning",
-                                timeout_graceful_shutdown=1)
+        config = uvicorn.Config(
+            app, host="127.0.0.1", port=self.port, log_config=None, log_level="warning", timeout_graceful_shutdown=1
+        )
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, name="slow-upstream", daemon=True)
 
@@ -133,14 +134,21 @@ class ServerProcess:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = data_dir / f"server-{self.port}.log"
-        env = {**os.environ, "CAIRN_DATA_DIR": str(data_dir), "CAIRN_DATABASE_URL": "",
-               "CAIRN_API_KEYS": f"{ADMIN_KEY}:admin", "CAIRN_PORT": str(self.port), "CAIRN_LOG_LEVEL": "WARNING",
-               "CAIRN_TEST_BOOKSHELF_TOKEN": TOKEN}
+        env = {
+            **os.environ,
+            "CAIRN_DATA_DIR": str(data_dir),
+            "CAIRN_DATABASE_URL": "",
+            "CAIRN_API_KEYS": f"{ADMIN_KEY}:admin",
+            "CAIRN_PORT": str(self.port),
+            "CAIRN_LOG_LEVEL": "WARNING",
+            "CAIRN_TEST_BOOKSHELF_TOKEN": TOKEN,
+        }
         if registry is not None:
             env["CAIRN_ANALYSIS_UPSTREAMS"] = str(registry)
         with self.log.open("wb") as out:
-            self.proc = subprocess.Popen([sys.executable, "-m", "app", "serve"], cwd=ROOT, env=env,
-                                         stdout=out, stderr=subprocess.STDOUT)
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "app", "serve"], cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT
+            )
 
     async def ready(self) -> None:
         deadline = time.monotonic() + 90
@@ -151,8 +159,9 @@ class ServerProcess:
                         return
                 except httpx.HTTPError:
                     pass
-                assert self.proc.poll() is None and time.monotonic() < deadline, \
+                assert self.proc.poll() is None and time.monotonic() < deadline, (
                     f"server did not start:\n{self.log.read_text()[-3000:]}"
+                )
                 await asyncio.sleep(0.1)
 
     def kill(self) -> None:
@@ -167,16 +176,24 @@ async def _session_facts(data_dir: Path) -> dict[str, Any]:
         rec = await conn.fetchrow(
             "SELECT count(*) AS n, count(DISTINCT record_id) AS ids, "
             "coalesce(array_agg(DISTINCT record_id::int ORDER BY record_id::int), '{}') AS id_list "
-            "FROM analysis_records WHERE analysis_id = $1 AND model = 'book'", AID)
+            "FROM analysis_records WHERE analysis_id = $1 AND model = 'book'",
+            AID,
+        )
         summaries = await conn.fetch(
             "SELECT (metadata->>'page')::int AS page FROM analysis_findings "
-            "WHERE analysis_id = $1 AND category = 'page_summary' ORDER BY 1", AID)
-        states = await conn.fetch(
-            "SELECT pages_done, complete FROM analysis_ingest_state WHERE analysis_id = $1", AID)
+            "WHERE analysis_id = $1 AND category = 'page_summary' ORDER BY 1",
+            AID,
+        )
+        states = await conn.fetch("SELECT pages_done, complete FROM analysis_ingest_state WHERE analysis_id = $1", AID)
     finally:
         await conn.close()
-    return {"records": rec["n"], "distinct": rec["ids"], "ids": list(rec["id_list"]),
-            "summary_pages": [r["page"] for r in summaries], "states": [tuple(r) for r in states]}
+    return {
+        "records": rec["n"],
+        "distinct": rec["ids"],
+        "ids": list(rec["id_list"]),
+        "summary_pages": [r["page"] for r in summaries],
+        "states": [tuple(r) for r in states],
+    }
 
 
 async def test_sigkill_mid_ingest_rolls_back_the_call_and_resume_completes(data_dir: Path) -> None:
@@ -195,7 +212,8 @@ async def test_sigkill_mid_ingest_rolls_back_the_call_and_resume_completes(data_
                 upstream.delay = 0.3
                 upstream.served.clear()
                 slow = asyncio.create_task(
-                    c.post("/api/v1/analysis/ingest", json={**body, "ingest_all": True, "resume": True}))
+                    c.post("/api/v1/analysis/ingest", json={**body, "ingest_all": True, "resume": True})
+                )
                 deadline = time.monotonic() + 30
                 while len(upstream.served) < 3:
                     assert not slow.done() and time.monotonic() < deadline, "the slow ingest did not progress"
@@ -219,8 +237,13 @@ async def test_sigkill_mid_ingest_rolls_back_the_call_and_resume_completes(data_
         try:
             await second.ready()
             facts = await _session_facts(data_dir)
-            assert facts == {"records": PER_PAGE, "distinct": PER_PAGE, "ids": list(range(1, PER_PAGE + 1)),
-                             "summary_pages": [1], "states": [(1, False)]}
+            assert facts == {
+                "records": PER_PAGE,
+                "distinct": PER_PAGE,
+                "ids": list(range(1, PER_PAGE + 1)),
+                "summary_pages": [1],
+                "states": [(1, False)],
+            }
             async with httpx.AsyncClient(base_url=second.url, headers=auth, timeout=120) as c:
                 outs: list[dict[str, Any]] = []
                 while not outs or not outs[-1]["complete"]:
@@ -234,8 +257,13 @@ async def test_sigkill_mid_ingest_rolls_back_the_call_and_resume_completes(data_
             # The pages whose results died with the killed call are fetched again, each exactly once.
             assert upstream.served == list(range(2, PAGES + 1))
             facts = await _session_facts(data_dir)
-            assert facts == {"records": N_BOOKS, "distinct": N_BOOKS, "ids": list(range(1, N_BOOKS + 1)),
-                             "summary_pages": list(range(1, PAGES + 1)), "states": [(PAGES, True)]}
+            assert facts == {
+                "records": N_BOOKS,
+                "distinct": N_BOOKS,
+                "ids": list(range(1, N_BOOKS + 1)),
+                "summary_pages": list(range(1, PAGES + 1)),
+                "states": [(PAGES, True)],
+            }
         finally:
             second.kill()
 
@@ -244,8 +272,10 @@ THOUGHTS = 448
 BATCH = 4
 CONCURRENCY = 4
 ROUND = BATCH * CONCURRENCY  # the CLI commits batch_size * CAIRN_BACKFILL_CONCURRENCY memories per transaction
-WORDS = ("harbor lantern copper orchard meridian signal winter glass river ember atlas hollow tide "
-         "crown machine paper salt wolf echo garden").split()
+WORDS = (
+    "harbor lantern copper orchard meridian signal winter glass river ember atlas hollow tide "
+    "crown machine paper salt wolf echo garden"
+).split()
 
 
 def _thought(i: int) -> str:
@@ -257,19 +287,25 @@ async def _seed_thoughts(conn: asyncpg.Connection) -> None:
     project, coll = uuid.uuid4(), uuid.uuid4()
     async with conn.transaction():
         await conn.execute("INSERT INTO projects (id, name) VALUES ($1, 'kill-backfill')", project)
-        await conn.execute("INSERT INTO memory_collections (id, name, model, vector_size) "
-                           "VALUES ($1, 'kill-backfill', $2, 384)", coll, MODEL)
+        await conn.execute(
+            "INSERT INTO memory_collections (id, name, model, vector_size) VALUES ($1, 'kill-backfill', $2, 384)",
+            coll,
+            MODEL,
+        )
         await conn.executemany(
             "INSERT INTO memories (id, project_id, collection_id, kind, memory_type, content, content_hash) "
             "VALUES ($1, $2, $3, 'thought', 'episodic', $4, md5($4))",
-            [(uuid.uuid4(), project, coll, _thought(i)) for i in range(THOUGHTS)])
+            [(uuid.uuid4(), project, coll, _thought(i)) for i in range(THOUGHTS)],
+        )
 
 
 async def _vector_facts(conn: asyncpg.Connection) -> dict[str, Any]:
     row = await conn.fetchrow(
         "SELECT count(*) AS n, count(DISTINCT memory_id) AS memories, "
         "count(*) FILTER (WHERE dim = 384 AND vector_dims(embedding) = 384 "
-        "AND abs(vector_norm(embedding) - 1) < 1e-3) AS whole FROM memory_embeddings WHERE model = $1", MODEL)
+        "AND abs(vector_norm(embedding) - 1) < 1e-3) AS whole FROM memory_embeddings WHERE model = $1",
+        MODEL,
+    )
     return dict(row)
 
 
@@ -278,13 +314,21 @@ async def _oldest_first_prefix(conn: asyncpg.Connection, n: int) -> bool:
     got = await conn.fetchval(
         "SELECT bool_and((rn <= $2) = has) FROM (SELECT row_number() OVER (ORDER BY m.created_at, m.id) AS rn, "
         "EXISTS (SELECT 1 FROM memory_embeddings e WHERE e.memory_id = m.id AND e.model = $1) AS has "
-        "FROM memories m JOIN projects p ON p.id = m.project_id WHERE p.name = 'kill-backfill') t", MODEL, n)
+        "FROM memories m JOIN projects p ON p.id = m.project_id WHERE p.name = 'kill-backfill') t",
+        MODEL,
+        n,
+    )
     return bool(got)
 
 
 def _backfill_cmd(data_dir: Path) -> dict[str, Any]:
-    env = {**os.environ, "CAIRN_DATA_DIR": str(data_dir), "CAIRN_DATABASE_URL": "", "CAIRN_LOG_LEVEL": "WARNING",
-           "CAIRN_BACKFILL_CONCURRENCY": str(CONCURRENCY)}
+    env = {
+        **os.environ,
+        "CAIRN_DATA_DIR": str(data_dir),
+        "CAIRN_DATABASE_URL": "",
+        "CAIRN_LOG_LEVEL": "WARNING",
+        "CAIRN_BACKFILL_CONCURRENCY": str(CONCURRENCY),
+    }
     args = [sys.executable, "-m", "app", "backfill", "--project", "kill-backfill", "--batch-size", str(BATCH)]
     return {"args": args, "cwd": ROOT, "text": True, "env": env}
 
@@ -300,8 +344,11 @@ async def test_sigkill_mid_backfill_keeps_whole_batches_and_rerun_completes(data
         try:
             await conn.execute("DELETE FROM projects WHERE name = 'kill-backfill'")
             await _seed_thoughts(conn)
-            proc = subprocess.Popen(stdout=subprocess.PIPE, stderr=subprocess.PIPE,  # noqa: ASYNC220
-                                    **_backfill_cmd(data_dir))
+            proc = subprocess.Popen(  # noqa: ASYNC220
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                **_backfill_cmd(data_dir),
+            )
             try:
                 deadline = time.monotonic() + 90
                 while (await _vector_facts(conn))["n"] < 2 * ROUND:
@@ -321,8 +368,9 @@ async def test_sigkill_mid_backfill_keeps_whole_batches_and_rerun_completes(data
             assert killed["n"] % ROUND == 0 and killed["memories"] == killed["whole"] == killed["n"], killed
             assert await _oldest_first_prefix(conn, killed["n"])
 
-            done = await asyncio.to_thread(lambda: subprocess.run(capture_output=True, timeout=120,
-                                                                  **_backfill_cmd(data_dir)))
+            done = await asyncio.to_thread(
+                lambda: subprocess.run(capture_output=True, timeout=120, **_backfill_cmd(data_dir))
+            )
             assert done.returncode == 0, done.stderr
             out = json.loads(done.stdout.strip().splitlines()[-1])
             assert out["embedded"] == THOUGHTS - killed["n"] and out["failed"] == 0 and out["model"] == MODEL

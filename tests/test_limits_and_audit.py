@@ -22,8 +22,9 @@ from tests.conftest import (
 
 
 async def test_rate_limit_answers_429_with_retry_after_on_both_transports(pg: PgCluster) -> None:
-    settings = server_settings(pg.handle.url(pg.new_database()), rate_limit_per_second=0.5, rate_limit_burst=3,
-                               features=[])
+    settings = server_settings(
+        pg.handle.url(pg.new_database()), rate_limit_per_second=0.5, rate_limit_burst=3, features=[]
+    )
     srv, thread, _ = start_server(settings)
     base = f"http://127.0.0.1:{settings.port}"
     try:
@@ -59,8 +60,9 @@ async def test_audit_log_records_writes_and_failures(server: RunningServer, rest
     assert WRITE_KEY not in str(page)
     only_mcp = (await rest.get("/api/v1/audit", params={"operation": "create_project", "limit": 1})).json()
     assert len(only_mcp["entries"]) == 1 and only_mcp["next_before_id"] == only_mcp["entries"][0]["id"]
-    older = (await rest.get("/api/v1/audit", params={"operation": "create_project",
-                                                     "before_id": only_mcp["next_before_id"]})).json()
+    older = (
+        await rest.get("/api/v1/audit", params={"operation": "create_project", "before_id": only_mcp["next_before_id"]})
+    ).json()
     assert [e["transport"] for e in older["entries"]] == ["rest"]
     denied = await rest.get("/api/v1/audit", headers=writer)
     assert denied.status_code == 403
@@ -68,13 +70,16 @@ async def test_audit_log_records_writes_and_failures(server: RunningServer, rest
 
 async def test_long_jobs_are_limited_per_key(server: RunningServer, rest: httpx.AsyncClient) -> None:
     limit = server.settings.max_long_jobs_per_key
-    slow = [asyncio.create_task(rest.post("/api/v1/testing/progress", json={"steps": 1, "delay_ms": 800}))
-            for _ in range(limit)]
+    slow = [
+        asyncio.create_task(rest.post("/api/v1/testing/progress", json={"steps": 1, "delay_ms": 800}))
+        for _ in range(limit)
+    ]
     await asyncio.sleep(0.3)
     refused = await rest.post("/api/v1/testing/progress", json={"steps": 1, "delay_ms": 0})
     assert refused.status_code == 429 and "long operation" in refused.json()["error"]["message"]
-    other_key = await rest.post("/api/v1/testing/progress", json={"steps": 1, "delay_ms": 0},
-                                headers={"Authorization": f"Bearer {WRITE_KEY}"})
+    other_key = await rest.post(
+        "/api/v1/testing/progress", json={"steps": 1, "delay_ms": 0}, headers={"Authorization": f"Bearer {WRITE_KEY}"}
+    )
     assert other_key.status_code == 200
     assert [r.status_code for r in await asyncio.gather(*slow)] == [200] * limit
     again = await rest.post("/api/v1/testing/progress", json={"steps": 1, "delay_ms": 0})

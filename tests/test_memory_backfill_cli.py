@@ -52,12 +52,12 @@ async def test_cli_backfill(server: RunningServer, rest: httpx.AsyncClient, pg: 
     await _drop_vectors(pg)
     env = {**os.environ, "CAIRN_DATABASE_URL": pg.url, "CAIRN_LOG_LEVEL": "WARNING"}
     cmd = [sys.executable, "-m", "app", "backfill", "--project", "cli", "--batch-size", "2"]
-    dry = await asyncio.to_thread(subprocess.run, [*cmd, "--dry-run"], env=env, cwd=ROOT, capture_output=True,
-                                  text=True, timeout=120)
+    dry = await asyncio.to_thread(
+        subprocess.run, [*cmd, "--dry-run"], env=env, cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
     assert dry.returncode == 0, dry.stderr
     assert json.loads(dry.stdout.strip().splitlines()[-1])["scanned"] == len(NOTES)
-    done = await asyncio.to_thread(subprocess.run, cmd, env=env, cwd=ROOT, capture_output=True, text=True,
-                                   timeout=120)
+    done = await asyncio.to_thread(subprocess.run, cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     out = json.loads(done.stdout.strip().splitlines()[-1])
     assert out["embedded"] == len(NOTES) and out["failed"] == 0 and out["model"] == "all-MiniLM-L6-v2"
@@ -72,8 +72,13 @@ async def test_background_runner(server: RunningServer, rest: httpx.AsyncClient,
     settings = Settings(database_url=pg.url)
     db = Database(pg.url, settings)
     embedder = LocalOnnxEmbedder()
-    cfg = MemorySettings(backfill_enabled=True, backfill_run_on_startup=True, backfill_interval="0.2s",
-                         backfill_batch_size=2, backfill_max_per_run=3)
+    cfg = MemorySettings(
+        backfill_enabled=True,
+        backfill_run_on_startup=True,
+        backfill_interval="0.2s",
+        backfill_batch_size=2,
+        backfill_max_per_run=3,
+    )
     runner = BackfillRunner(db, embedder, cfg)
     try:
         runner.start()
@@ -93,8 +98,9 @@ async def test_background_runner(server: RunningServer, rest: httpx.AsyncClient,
     assert disabled._task is None
 
 
-async def test_abstractive_summary_through_openai_compatible_chat(server: RunningServer, rest: httpx.AsyncClient,
-                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_abstractive_summary_through_openai_compatible_chat(
+    server: RunningServer, rest: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
     await seed_notes(rest, project="abs")
     now = datetime.now(UTC)
     window = {"start": (now - timedelta(hours=1)).isoformat(), "end": (now + timedelta(hours=1)).isoformat()}
@@ -108,15 +114,20 @@ async def test_abstractive_summary_through_openai_compatible_chat(server: Runnin
             assert auto["strategy"] == "abstractive" and auto["provider"] == "openai" and auto["model"] == "tiny-chat"
             assert auto["summary"] == "Abstract summary by tiny-chat."
             assert "database migration timed out" in fake.prompts[-1]
-            thoughts = await api(rest, "/thoughts/summarize", {"project": "abs", "strategy": "abstractive",
-                                                               "model": "other-chat"})
+            thoughts = await api(
+                rest, "/thoughts/summarize", {"project": "abs", "strategy": "abstractive", "model": "other-chat"}
+            )
             assert thoughts["summary"] == "Abstract summary by other-chat."
             monkeypatch.setenv("CAIRN_SUMMARY_BASE_URL", "http://127.0.0.1:9/v1")  # nothing listens there
             get_memory_settings.cache_clear()
             fallback = await api(rest, "/memory/summarize", {"project": "abs", "time_range": window})
             assert fallback["strategy"] == "extractive"  # auto falls back when the provider fails
-            err = await api(rest, "/memory/summarize", {"project": "abs", "time_range": window,
-                                                        "strategy": "abstractive"}, status=502)
+            err = await api(
+                rest,
+                "/memory/summarize",
+                {"project": "abs", "time_range": window, "strategy": "abstractive"},
+                status=502,
+            )
             assert err["error"]["code"] == 5020
         finally:
             monkeypatch.undo()

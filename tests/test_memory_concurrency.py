@@ -25,15 +25,21 @@ async def test_fifty_concurrent_clients(server: RunningServer, rest: httpx.Async
     for i in range(10):  # the same texts again, racing the originals
         jobs.append(("rest" if i % 2 else "mcp", "push", {"text": text_of(i), "project": "conc", "tags": ["rain"]}))
     for i in range(10):
-        jobs.append(("rest" if i % 2 else "mcp", "search", {"query_text": f"rain on ridge {i % 5}",
-                                                            "project": "conc", "limit": 5}))
+        jobs.append(
+            (
+                "rest" if i % 2 else "mcp",
+                "search",
+                {"query_text": f"rain on ridge {i % 5}", "project": "conc", "limit": 5},
+            )
+        )
     assert len(jobs) == 50
     start = asyncio.Event()
 
     async def run(transport: str, tool: str, args: dict[str, Any]) -> dict[str, Any]:
         if transport == "rest":
-            async with httpx.AsyncClient(base_url=server.url, timeout=120,
-                                         headers={"Authorization": f"Bearer {ADMIN_KEY}"}) as client:
+            async with httpx.AsyncClient(
+                base_url=server.url, timeout=120, headers={"Authorization": f"Bearer {ADMIN_KEY}"}
+            ) as client:
                 await start.wait()
                 r = await client.post(f"/api/v1/memory/{tool}", json=args)
                 assert r.status_code == 200, r.text

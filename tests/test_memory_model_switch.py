@@ -13,30 +13,38 @@ from tests.memory_fake_embedder import FakeEmbeddingServer
 from tests.test_memory_rusty import NOTES, api
 
 
-async def test_model_switch_fallback_then_backfill(server: RunningServer, rest: httpx.AsyncClient,
-                                                   pg: PgCluster) -> None:
+async def test_model_switch_fallback_then_backfill(
+    server: RunningServer, rest: httpx.AsyncClient, pg: PgCluster
+) -> None:
     for text, tags in NOTES:
         await api(rest, "/memory/push", {"text": text, "project": "sw", "type": "episodic", "tags": tags})
-    await api(rest, "/thoughts", {"content": "Remember to renew the TLS certificate of the staging cluster.",
-                                  "project": "sw"})
+    await api(
+        rest, "/thoughts", {"content": "Remember to renew the TLS certificate of the staging cluster.", "project": "sw"}
+    )
     with FakeEmbeddingServer("minilm-http") as fake:
-        settings = server_settings(pg.url, embedding_provider="openai", embedding_base_url=fake.base_url,
-                                   embedding_model="minilm-http", embedding_dimension=384)
+        settings = server_settings(
+            pg.url,
+            embedding_provider="openai",
+            embedding_base_url=fake.base_url,
+            embedding_model="minilm-http",
+            embedding_dimension=384,
+        )
         srv, thread, _app = start_server(settings)
         url = f"http://127.0.0.1:{settings.port}"
         try:
-            async with httpx.AsyncClient(base_url=url, timeout=60,
-                                         headers={"Authorization": f"Bearer {ADMIN_KEY}"}) as other:
+            async with httpx.AsyncClient(
+                base_url=url, timeout=60, headers={"Authorization": f"Bearer {ADMIN_KEY}"}
+            ) as other:
                 # no vectors of the new model: every query-based tool falls back to full text
-                body = await api(other, "/memory/search", {"query_text": "database migration timeout",
-                                                           "project": "sw"})
+                body = await api(other, "/memory/search", {"query_text": "database migration timeout", "project": "sw"})
                 assert body["model"] == "minilm-http" and body["retrieval_mode"] == "lexical_fallback"
                 assert body["results"] and all(set(r["signals"]) == {"lexical"} for r in body["results"])
                 stats = await api(other, "/thoughts/stats", {"project": "sw"}, method="GET")
                 assert stats["model"] == "minilm-http" and stats["missing_embeddings"] == 6
                 # a capture whose embedding fails is stored anyway, without a vector
-                failed = await api(other, "/thoughts", {"content": "FAIL-EMBED this one cannot be embedded",
-                                                        "project": "sw"})
+                failed = await api(
+                    other, "/thoughts", {"content": "FAIL-EMBED this one cannot be embedded", "project": "sw"}
+                )
                 assert failed["embedded"] is False
                 async with mcp_client(url) as mcp:
                     res = await mcp.call_tool("backfill_embeddings", {"project": "sw", "batch_size": 4})
@@ -45,19 +53,20 @@ async def test_model_switch_fallback_then_backfill(server: RunningServer, rest: 
                 assert report["model"] == "minilm-http" and report["scanned"] == 7
                 assert report["embedded"] == 6 and report["failed"] == 1
                 assert report["failures"][0]["id"] == failed["thought"]["id"]
-                body = await api(other, "/memory/search", {"query_text": "database migration timeout",
-                                                           "project": "sw"})
+                body = await api(other, "/memory/search", {"query_text": "database migration timeout", "project": "sw"})
                 assert body["retrieval_mode"] == "hybrid"
                 assert any("semantic" in r["signals"] for r in body["results"])
-                sem = await api(other, "/thoughts/search", {"query": "certificate renewal", "project": "sw",
-                                                            "mode": "semantic"})
+                sem = await api(
+                    other, "/thoughts/search", {"query": "certificate renewal", "project": "sw", "mode": "semantic"}
+                )
                 assert sem["retrieval_mode"] == "semantic" and "TLS" in sem["results"][0]["content"]
                 assert (await api(other, "/thoughts/stats", {"project": "sw"}, method="GET"))["missing_embeddings"] == 1
         finally:
             stop_server(srv, thread)
     # the first server still searches with its own model's vectors, side by side with the new ones
-    body = await api(rest, "/memory/search", {"query_text": "database migration timeout", "project": "sw",
-                                              "mode": "semantic"})
+    body = await api(
+        rest, "/memory/search", {"query_text": "database migration timeout", "project": "sw", "mode": "semantic"}
+    )
     assert body["model"] == "all-MiniLM-L6-v2" and body["retrieval_mode"] == "semantic"
     conn = await asyncpg.connect(pg.handle.libpq_uri(pg.database))
     try:

@@ -26,10 +26,12 @@ NOTES = [
 ]
 
 
-async def api(rest: httpx.AsyncClient, path: str, body: dict[str, Any] | None = None, *,
-              status: int = 200, method: str = "POST") -> dict[str, Any]:
-    r = await rest.request(method, f"/api/v1{path}", json=body if method != "GET" else None,
-                           params=body if method == "GET" else None)
+async def api(
+    rest: httpx.AsyncClient, path: str, body: dict[str, Any] | None = None, *, status: int = 200, method: str = "POST"
+) -> dict[str, Any]:
+    r = await rest.request(
+        method, f"/api/v1{path}", json=body if method != "GET" else None, params=body if method == "GET" else None
+    )
     assert r.status_code == status, r.text
     return r.json()  # type: ignore[no-any-return]
 
@@ -41,15 +43,17 @@ async def seed_notes(rest: httpx.AsyncClient, project: str = "ops") -> None:
 
 
 async def test_push_search_over_both_transports(server: RunningServer, rest: httpx.AsyncClient) -> None:
-    out = await api(rest, "/memory/push", {"text": DOC, "project_id": "docs", "tags": "guide",
-                                           "source_uri": "file:///guide.md"})
+    out = await api(
+        rest, "/memory/push", {"text": DOC, "project_id": "docs", "tags": "guide", "source_uri": "file:///guide.md"}
+    )
     assert out["status"] == "ok" and out["collection"] == "cairn-memory"
     assert out["chunksIndexed"] == out["inserted"] >= 1 and out["updated"] == 0 and out["skippedDuplicates"] == 0
     assert out["chunkSize"] == 200
     await seed_notes(rest)
     async with mcp_client(server.url) as mcp:
-        res = await mcp.call_tool("search", {"query_text": "why did the database migration fail?",
-                                             "project": "ops", "k": 3})
+        res = await mcp.call_tool(
+            "search", {"query_text": "why did the database migration fail?", "project": "ops", "k": 3}
+        )
         assert not res.is_error, res
         body = res.structured_content
         assert body is not None
@@ -63,12 +67,16 @@ async def test_push_search_over_both_transports(server: RunningServer, rest: htt
         assert set(top["signals"]) <= {"semantic", "lexical"} and top["signals"]
         assert f"[{ids[0]}]" in body["context"]
         # memory_type filter applies inside the search: the semantic 'guide' document is not episodic
-        res = await mcp.call_tool("search", {"query_text": "chunks tokens", "project_id": "docs",
-                                             "memory_type": "episodic"})
+        res = await mcp.call_tool(
+            "search", {"query_text": "chunks tokens", "project_id": "docs", "memory_type": "episodic"}
+        )
         assert res.structured_content is not None and res.structured_content["results"] == []
     # tag filter (contains-any) and lexical mode through REST
-    body = await api(rest, "/memory/search", {"query_text": "migration", "project": "ops", "tags": ["ops"],
-                                              "mode": "lexical", "limit": 10})
+    body = await api(
+        rest,
+        "/memory/search",
+        {"query_text": "migration", "project": "ops", "tags": ["ops"], "mode": "lexical", "limit": 10},
+    )
     assert body["retrieval_mode"] == "lexical"
     texts = [r["text"] for r in body["results"]]
     assert len(texts) == 2 and all("migration" in t for t in texts)
@@ -76,12 +84,16 @@ async def test_push_search_over_both_transports(server: RunningServer, rest: htt
     # web-search syntax is honoured as written: a quoted phrase, an excluded word
     body = await api(rest, "/memory/search", {"query_text": '"statement timeout"', "project": "ops", "mode": "lexical"})
     assert [r["text"] for r in body["results"]] == [NOTES[1][0]]
-    body = await api(rest, "/memory/search", {"query_text": "migration -succeeded", "project": "ops",
-                                              "mode": "lexical"})
+    body = await api(
+        rest, "/memory/search", {"query_text": "migration -succeeded", "project": "ops", "mode": "lexical"}
+    )
     assert [r["text"] for r in body["results"]] == [NOTES[0][0]]
     # semantic mode: scores are cosine similarities above the threshold
-    body = await api(rest, "/memory/search", {"query_text": "marine animal biology facts", "project": "ops",
-                                              "mode": "semantic", "score_threshold": 0.2})
+    body = await api(
+        rest,
+        "/memory/search",
+        {"query_text": "marine animal biology facts", "project": "ops", "mode": "semantic", "score_threshold": 0.2},
+    )
     assert body["results"] and "Octopuses" in body["results"][0]["text"]
     assert all(r["score"] >= 0.2 for r in body["results"])
 
@@ -92,11 +104,23 @@ async def test_filtered_search_still_returns_limit(server: RunningServer, rest: 
     for i in range(6):
         await api(rest, "/memory/push", {"text": filler + f" Batch {i}.", "project": "noise"})
     for i in range(8):
-        await api(rest, "/memory/push", {"text": f"Kept note {i}: the weather was sunny and warm.",
-                                         "project": "target", "tags": ["keep"]})
-    body = await api(rest, "/memory/search", {"query_text": "weather clouds rain", "project": "target",
-                                              "tags": "keep", "limit": 8, "mode": "semantic",
-                                              "score_threshold": 0.0})
+        await api(
+            rest,
+            "/memory/push",
+            {"text": f"Kept note {i}: the weather was sunny and warm.", "project": "target", "tags": ["keep"]},
+        )
+    body = await api(
+        rest,
+        "/memory/search",
+        {
+            "query_text": "weather clouds rain",
+            "project": "target",
+            "tags": "keep",
+            "limit": 8,
+            "mode": "semantic",
+            "score_threshold": 0.0,
+        },
+    )
     assert len(body["results"]) == 8
     assert all(r["project_id"] == "target" for r in body["results"])
 
@@ -145,8 +169,9 @@ async def test_summarize_extractive_and_rerun_updates(server: RunningServer, res
     now = datetime.now(UTC)
     window = {"start": (now - timedelta(hours=1)).isoformat(), "end": (now + timedelta(hours=1)).isoformat()}
     async with mcp_client(server.url) as mcp:
-        res = await mcp.call_tool("summarize", {"project_id": "ops", "time_range": window, "tags": ["deploy"],
-                                                "max_words": 30})
+        res = await mcp.call_tool(
+            "summarize", {"project_id": "ops", "time_range": window, "tags": ["deploy"], "max_words": 30}
+        )
         assert not res.is_error, res
         body = res.structured_content
         assert body is not None
@@ -154,31 +179,36 @@ async def test_summarize_extractive_and_rerun_updates(server: RunningServer, res
     assert len(body["source_memory_ids"]) == 3
     assert 0 < len(body["summary"].split()) <= 30 + 1
     assert body["used_filters"]["memory_type"] == "episodic"
-    again = await api(rest, "/memory/summarize", {"project": "ops", "time_range": window, "tags": "deploy",
-                                                  "max_words": 30})
+    again = await api(
+        rest, "/memory/summarize", {"project": "ops", "time_range": window, "tags": "deploy", "max_words": 30}
+    )
     assert again["upserted_memory_id"] == body["upserted_memory_id"]
     stored = await api(rest, f"/thoughts/{body['upserted_memory_id']}", method="GET")
     assert stored["thought"]["memory_type"] == "semantic" and stored["thought"]["kind"] == "summary"
     assert stored["thought"]["metadata"]["source_memory_ids"] == body["source_memory_ids"]
     # both bounds are required; an empty window is 'not found'
-    err = await api(rest, "/memory/summarize", {"project": "ops", "time_range": {"start": window["start"]}},
-                    status=400)
+    err = await api(rest, "/memory/summarize", {"project": "ops", "time_range": {"start": window["start"]}}, status=400)
     assert err["error"]["code"] == 4001
     past = {"start": "2001-01-01T00:00:00Z", "end": "2001-01-02T00:00:00Z"}
     err = await api(rest, "/memory/summarize", {"project": "ops", "time_range": past}, status=404)
     assert err["error"]["code"] == 4002
-    err = await api(rest, "/memory/summarize", {"project": "ops", "time_range": window, "strategy": "abstractive"},
-                    status=400)
+    err = await api(
+        rest, "/memory/summarize", {"project": "ops", "time_range": window, "strategy": "abstractive"}, status=400
+    )
     assert "provider" in err["error"]["message"]
     # A caller cannot point the server at a provider the operator did not configure.
-    err = await api(rest, "/memory/summarize", {"project": "ops", "time_range": window, "provider": "openai"},
-                    status=400)
+    err = await api(
+        rest, "/memory/summarize", {"project": "ops", "time_range": window, "provider": "openai"}, status=400
+    )
     assert "not configured" in err["error"]["message"] and err["error"]["code"] == 4001
 
 
 async def test_collections_metrics_resources(server: RunningServer, rest: httpx.AsyncClient) -> None:
     assert (await api(rest, "/memory/metrics", {}, method="GET")) == {
-        "documentsIndexed": 0, "chunksIndexed": 0, "lastChunkSize": None}
+        "documentsIndexed": 0,
+        "chunksIndexed": 0,
+        "lastChunkSize": None,
+    }
     created = await api(rest, "/memory/collections", {"name": "notes-2"})
     assert created["status"] == "ok" and created["vectorSize"] == 384 and created["created"]
     resized = await api(rest, "/memory/collections", {"name": "notes-2", "vector_size": 768})
@@ -186,8 +216,11 @@ async def test_collections_metrics_resources(server: RunningServer, rest: httpx.
     err = await api(rest, "/memory/push", {"text": "x y z", "collection": "notes-2"}, status=400)
     assert err["error"]["code"] == 4003
     await api(rest, "/memory/collections", {"name": "notes-2", "vector_size": 384})
-    await api(rest, "/memory/push", {"text": "alpha beta gamma", "collection": "notes-2", "project": "repo-a",
-                                     "tags": ["alpha", "beta"]})
+    await api(
+        rest,
+        "/memory/push",
+        {"text": "alpha beta gamma", "collection": "notes-2", "project": "repo-a", "tags": ["alpha", "beta"]},
+    )
     await api(rest, "/memory/push", {"text": "delta", "project": "repo-b"})
     cols = await api(rest, "/memory/collections", {}, method="GET")
     assert cols == {"collections": ["cairn-memory", "notes-2"]}
@@ -222,8 +255,11 @@ async def test_bad_input(server: RunningServer, rest: httpx.AsyncClient) -> None
         ("/memory/search", {"query_text": "x", "score_threshold": 1.5}, "score_threshold"),
         ("/memory/search", {"query_text": "x", "memory_type": "dream"}, "memory_type"),
         ("/memory/search", {"query_text": "x", "unknown": 1}, "unknown"),
-        ("/memory/search", {"query_text": "x", "time_range": {"start": "2025-02-01T00:00:00Z",
-                                                              "end": "2025-01-01T00:00:00Z"}}, "time_range"),
+        (
+            "/memory/search",
+            {"query_text": "x", "time_range": {"start": "2025-02-01T00:00:00Z", "end": "2025-01-01T00:00:00Z"}},
+            "time_range",
+        ),
         ("/memory/search", {"query_text": "x", "time_range": {"start": "yesterday"}}, "time_range.start"),
         ("/memory/push", {"text": ""}, "text"),
         ("/memory/push", {"text": "x", "project_id": "bad name!"}, "project_id"),

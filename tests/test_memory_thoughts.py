@@ -12,14 +12,22 @@ from tests.conftest import BOUND_PROJECT, PROJECT_KEY, PgCluster, RunningServer,
 from tests.test_memory_rusty import api
 
 THOUGHTS: list[tuple[str, dict[str, Any]]] = [
-    ("Alice suggested caching the embedding model in the container image to speed up cold starts.",
-     {"type": "idea", "topics": ["deploy", "performance"], "people": ["Alice"]}),
-    ("Bob will rotate the API keys on Friday.",
-     {"type": "task", "topics": ["security"], "people": ["Bob"], "action_items": ["rotate keys"]}),
-    ("Cold starts take twelve seconds because the model is downloaded at boot.",
-     {"type": "observation", "topics": ["performance"]}),
-    ("The quarterly planning meeting moved to Thursday afternoon.",
-     {"type": "observation", "topics": ["planning"], "people": ["Carol"]}),
+    (
+        "Alice suggested caching the embedding model in the container image to speed up cold starts.",
+        {"type": "idea", "topics": ["deploy", "performance"], "people": ["Alice"]},
+    ),
+    (
+        "Bob will rotate the API keys on Friday.",
+        {"type": "task", "topics": ["security"], "people": ["Bob"], "action_items": ["rotate keys"]},
+    ),
+    (
+        "Cold starts take twelve seconds because the model is downloaded at boot.",
+        {"type": "observation", "topics": ["performance"]},
+    ),
+    (
+        "The quarterly planning meeting moved to Thursday afternoon.",
+        {"type": "observation", "topics": ["planning"], "people": ["Carol"]},
+    ),
 ]
 
 
@@ -45,7 +53,7 @@ async def test_thought_lifecycle(server: RunningServer, rest: httpx.AsyncClient)
         assert [t["id"] for t in listed["thoughts"]] == [ids[3]]
         listed = (await mcp.call_tool("list_thoughts", {"type": "observation", "days": 1})).structured_content
         assert listed["total"] == 2
-        upd = (await mcp.call_tool("update_thought", {"id": ids[1], "content": "Bob rotated the API keys."}))
+        upd = await mcp.call_tool("update_thought", {"id": ids[1], "content": "Bob rotated the API keys."})
         assert upd.structured_content["re_embedded"] is True
         arch = (await mcp.call_tool("archive_thought", {"id": ids[3]})).structured_content
         assert arch["thought"]["archived"] is True
@@ -57,8 +65,9 @@ async def test_thought_lifecycle(server: RunningServer, rest: httpx.AsyncClient)
     assert page["total"] == 4
     restored = await api(rest, f"/thoughts/{ids[3]}/archive", {"archived": False})
     assert restored["thought"]["archived"] is False
-    patched = await api(rest, f"/thoughts/{ids[0]}", {"metadata": {"type": "decision", "topics": ["deploy"]}},
-                        method="PATCH")
+    patched = await api(
+        rest, f"/thoughts/{ids[0]}", {"metadata": {"type": "decision", "topics": ["deploy"]}}, method="PATCH"
+    )
     assert patched["thought"]["metadata"]["type"] == "decision" and patched["re_embedded"] is False
     gone = await api(rest, f"/thoughts/{ids[2]}", method="DELETE")
     assert gone == {"id": ids[2], "deleted": True}
@@ -75,14 +84,18 @@ async def test_thought_lifecycle(server: RunningServer, rest: httpx.AsyncClient)
 async def test_search_recall_context_related_stats(server: RunningServer, rest: httpx.AsyncClient) -> None:
     async with mcp_client(server.url) as mcp:
         ids = await capture_all(mcp)
-        res = (await mcp.call_tool("search_thoughts", {"query": "why are cold starts slow?", "project": "amcs",
-                                                       "limit": 2})).structured_content
+        res = (
+            await mcp.call_tool(
+                "search_thoughts", {"query": "why are cold starts slow?", "project": "amcs", "limit": 2}
+            )
+        ).structured_content
         assert res["retrieval_mode"] == "hybrid" and res["model"] == "all-MiniLM-L6-v2"
         assert {r["id"] for r in res["results"]} == {ids[0], ids[2]}
         recall = (await mcp.call_tool("recall_context", {"query": "key rotation", "limit": 2})).structured_content
         assert recall["items"][0]["id"] == ids[1] and f"[{ids[1]}]" in recall["context"]
-        ctx = (await mcp.call_tool("get_project_context", {"project": "amcs", "query": "cold start speed",
-                                                           "limit": 1})).structured_content
+        ctx = (
+            await mcp.call_tool("get_project_context", {"project": "amcs", "query": "cold start speed", "limit": 1})
+        ).structured_content
         assert ctx["recent"][0]["id"] == ids[3] and ctx["total_thoughts"] == 4
         assert ctx["relevant"] and ctx["relevant"][0]["id"] != ids[3] and ctx["retrieval_mode"] == "hybrid"
         rel = (await mcp.call_tool("related_thoughts", {"id": ids[2], "limit": 2})).structured_content
@@ -92,11 +105,19 @@ async def test_search_recall_context_related_stats(server: RunningServer, rest: 
         assert stats["total"] == 4 and stats["missing_embeddings"] == 0
         assert {"value": "observation", "count": 2} in stats["by_type"]
         assert stats["top_topics"][0] == {"value": "performance", "count": 2}
-        summ = (await mcp.call_tool("summarize_thoughts", {"project": "amcs", "query": "cold start performance",
-                                                           "limit": 2, "max_words": 40})).structured_content
+        summ = (
+            await mcp.call_tool(
+                "summarize_thoughts",
+                {"project": "amcs", "query": "cold start performance", "limit": 2, "max_words": 40},
+            )
+        ).structured_content
         assert summ["strategy"] == "extractive" and set(summ["source_memory_ids"]) == {ids[0], ids[2]}
-        again = (await mcp.call_tool("summarize_thoughts", {"project": "amcs", "query": "cold start performance",
-                                                            "limit": 2, "max_words": 40})).structured_content
+        again = (
+            await mcp.call_tool(
+                "summarize_thoughts",
+                {"project": "amcs", "query": "cold start performance", "limit": 2, "max_words": 40},
+            )
+        ).structured_content
         assert again["upserted_memory_id"] == summ["upserted_memory_id"]
     err = await api(rest, "/thoughts/project-context", {"project": "missing-proj"}, status=404)
     assert err["error"]["code"] == 4002
@@ -127,15 +148,22 @@ async def test_lexical_fallback_and_backfill(server: RunningServer, rest: httpx.
     body = await api(rest, "/memory/search", {"query_text": "cold starts", "project": "fb", "mode": "semantic"})
     assert body["retrieval_mode"] == "lexical_fallback" and body["results"]
     dry = await api(rest, "/thoughts/backfill", {"project": "fb", "dry_run": True})
-    assert dry == {"model": "all-MiniLM-L6-v2", "scanned": 4, "embedded": 0, "skipped": 0, "failed": 0,
-                   "dry_run": True, "failures": [], "sample_ids": ids}
+    assert dry == {
+        "model": "all-MiniLM-L6-v2",
+        "scanned": 4,
+        "embedded": 0,
+        "skipped": 0,
+        "failed": 0,
+        "dry_run": True,
+        "failures": [],
+        "sample_ids": ids,
+    }
     async with mcp_client(server.url) as mcp:
         call = await mcp.call_tool("backfill_embeddings", {"project": "fb", "limit": 3, "batch_size": 2})
         first = call.structured_content
         assert first is not None
         assert first["scanned"] == 3 and first["embedded"] == 3 and first["failed"] == 0
-        assert set(first) == {"model", "scanned", "embedded", "skipped", "failed", "dry_run", "failures",
-                              "sample_ids"}
+        assert set(first) == {"model", "scanned", "embedded", "skipped", "failed", "dry_run", "failures", "sample_ids"}
     rest_run = await api(rest, "/thoughts/backfill", {"project": "fb"})
     assert rest_run["scanned"] == 1 and rest_run["embedded"] == 1
     assert (await api(rest, "/thoughts/backfill", {}))["scanned"] == 0

@@ -19,8 +19,13 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def _spawn(port: int, env: dict[str, str]) -> subprocess.Popen[bytes]:
     full = {**os.environ, "CAIRN_LOG_LEVEL": "WARNING", **env}
-    return subprocess.Popen([sys.executable, "-m", "app", "serve", "--port", str(port)], cwd=ROOT, env=full,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    return subprocess.Popen(
+        [sys.executable, "-m", "app", "serve", "--port", str(port)],
+        cwd=ROOT,
+        env=full,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
 
 
 def _wait_ready(port: int, proc: subprocess.Popen[bytes], timeout: float = 90) -> None:
@@ -60,8 +65,7 @@ def test_two_replicas_serve_consistent_data(pg: PgCluster) -> None:
             writer, reader = (a, b) if i % 2 == 0 else (b, a)
             r = httpx.post(f"{writer}/projects", json={"name": f"replica-{i}"}, headers=auth, timeout=30)
             assert r.status_code == 200, r.text
-            names = [p["name"] for p in httpx.get(f"{reader}/projects", headers=auth, timeout=30)
-                     .json()["projects"]]
+            names = [p["name"] for p in httpx.get(f"{reader}/projects", headers=auth, timeout=30).json()["projects"]]
             assert f"replica-{i}" in names
         assert httpx.get(f"{a}/projects", headers=auth).json() == httpx.get(f"{b}/projects", headers=auth).json()
     finally:
@@ -86,8 +90,9 @@ def test_embedded_database_keeps_data_across_restarts() -> None:
     proc = _spawn(port, env)
     try:
         _wait_ready(port, proc)
-        names = [p["name"] for p in httpx.get(f"http://127.0.0.1:{port}/api/v1/projects", timeout=30)
-                 .json()["projects"]]
+        names = [
+            p["name"] for p in httpx.get(f"http://127.0.0.1:{port}/api/v1/projects", timeout=30).json()["projects"]
+        ]
         assert names == ["persisted"]
     finally:
         _stop(proc)
@@ -95,8 +100,14 @@ def test_embedded_database_keeps_data_across_restarts() -> None:
 
 def test_refuses_non_loopback_without_keys(pg: PgCluster) -> None:
     env = {**os.environ, "CAIRN_DATABASE_URL": pg.url, "CAIRN_API_KEYS": "", "CAIRN_HOST": "0.0.0.0"}
-    out = subprocess.run([sys.executable, "-m", "app", "serve", "--port", str(free_port())], cwd=ROOT, env=env,
-                         capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-m", "app", "serve", "--port", str(free_port())],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode != 0
     assert "without API keys" in out.stderr
 
@@ -104,8 +115,15 @@ def test_refuses_non_loopback_without_keys(pg: PgCluster) -> None:
 def test_cli_keys_create_list_revoke(server: RunningServer, pg: PgCluster) -> None:
     env = {**os.environ, "CAIRN_DATABASE_URL": pg.url}
     cli = [sys.executable, "-m", "app", "keys"]
-    out = subprocess.run([*cli, "create", "--scopes", "read", "--name", "ci"], cwd=ROOT, env=env,
-                         capture_output=True, text=True, timeout=120, check=True)
+    out = subprocess.run(
+        [*cli, "create", "--scopes", "read", "--name", "ci"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
     key = out.stdout.strip().splitlines()[-1]
     assert key.startswith("cairn_")
     url = f"{server.url}/api/v1/projects"

@@ -21,10 +21,21 @@ ROOT = Path(__file__).resolve().parents[1]
 async def test_sigterm_finishes_in_flight_calls_and_stops_postgres() -> None:
     data_dir = tempfile.mkdtemp(prefix="cairn-shutdown-")
     port = free_port()
-    env = {**os.environ, "CAIRN_DATA_DIR": data_dir, "CAIRN_DATABASE_URL": "", "CAIRN_API_KEYS": "",
-           "CAIRN_PORT": str(port), "CAIRN_LOG_LEVEL": "WARNING"}
-    proc = subprocess.Popen([sys.executable, "-m", "tests.instrumentation"], cwd=ROOT, env=env,  # noqa: ASYNC220
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    env = {
+        **os.environ,
+        "CAIRN_DATA_DIR": data_dir,
+        "CAIRN_DATABASE_URL": "",
+        "CAIRN_API_KEYS": "",
+        "CAIRN_PORT": str(port),
+        "CAIRN_LOG_LEVEL": "WARNING",
+    }
+    proc = subprocess.Popen(  # noqa: ASYNC220
+        [sys.executable, "-m", "tests.instrumentation"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     base = f"http://127.0.0.1:{port}"
     try:
         async with httpx.AsyncClient(base_url=base, timeout=60) as c:

@@ -4,6 +4,7 @@ Revision ID: analysis_0001
 Revises:
 Create Date: 2026-11-22
 """
+
 from collections.abc import Sequence
 
 import sqlalchemy as sa
@@ -17,8 +18,9 @@ depends_on: str | Sequence[str] | None = "core_0001"
 
 
 def _project_fk(table: str) -> sa.ForeignKeyConstraint:
-    return sa.ForeignKeyConstraint(["project_id"], ["projects.id"], ondelete="CASCADE",
-                                   name=f"fk_{table}_project_id_projects")
+    return sa.ForeignKeyConstraint(
+        ["project_id"], ["projects.id"], ondelete="CASCADE", name=f"fk_{table}_project_id_projects"
+    )
 
 
 def upgrade() -> None:
@@ -36,8 +38,10 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("id", name="pk_analysis_records"),
         _project_fk("analysis_records"),
     )
-    op.execute("CREATE UNIQUE INDEX uq_analysis_records_identity ON analysis_records "
-               "(project_id, analysis_id, model, record_id) WHERE record_id IS NOT NULL")
+    op.execute(
+        "CREATE UNIQUE INDEX uq_analysis_records_identity ON analysis_records "
+        "(project_id, analysis_id, model, record_id) WHERE record_id IS NOT NULL"
+    )
     op.execute("CREATE INDEX ix_analysis_records_session ON analysis_records (project_id, analysis_id, model, id)")
     op.execute("CREATE INDEX ix_analysis_records_expires ON analysis_records (expires_at)")
 
@@ -57,17 +61,21 @@ def upgrade() -> None:
         _project_fk("analysis_findings"),
     )
     op.execute("CREATE INDEX ix_analysis_findings_session ON analysis_findings (project_id, analysis_id, category)")
-    op.execute("CREATE INDEX ix_analysis_findings_expires ON analysis_findings (expires_at) "
-               "WHERE expires_at IS NOT NULL")
+    op.execute(
+        "CREATE INDEX ix_analysis_findings_expires ON analysis_findings (expires_at) WHERE expires_at IS NOT NULL"
+    )
 
     op.execute(
         "CREATE TABLE analysis_finding_embeddings ("
         " owner_id bigint NOT NULL REFERENCES analysis_findings(id) ON DELETE CASCADE,"
         " model varchar(200) NOT NULL, dim integer NOT NULL, embedding vector NOT NULL,"
         " created_at timestamptz NOT NULL DEFAULT now(),"
-        " CONSTRAINT pk_analysis_finding_embeddings PRIMARY KEY (owner_id, model))")
-    op.execute("CREATE INDEX ix_analysis_finding_embeddings_hnsw ON analysis_finding_embeddings "
-               "USING hnsw ((embedding::vector(384)) vector_cosine_ops) WHERE model = 'all-MiniLM-L6-v2'")
+        " CONSTRAINT pk_analysis_finding_embeddings PRIMARY KEY (owner_id, model))"
+    )
+    op.execute(
+        "CREATE INDEX ix_analysis_finding_embeddings_hnsw ON analysis_finding_embeddings "
+        "USING hnsw ((embedding::vector(384)) vector_cosine_ops) WHERE model = 'all-MiniLM-L6-v2'"
+    )
 
     op.create_table(
         "analysis_ingest_state",

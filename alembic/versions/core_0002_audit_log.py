@@ -4,6 +4,7 @@ Revision ID: core_0002
 Revises: core_0001
 Create Date: 2026-11-22
 """
+
 from collections.abc import Sequence
 
 import sqlalchemy as sa

@@ -4,6 +4,7 @@ Revision ID: datasets_0001
 Revises:
 Create Date: 2026-11-22
 """
+
 from collections.abc import Sequence
 
 import sqlalchemy as sa

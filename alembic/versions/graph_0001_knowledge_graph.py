@@ -4,6 +4,7 @@ Revision ID: graph_0001
 Revises:
 Create Date: 2026-11-22
 """
+
 from collections.abc import Sequence
 
 from alembic import op
@@ -172,9 +173,20 @@ CREATE INDEX ix_graph_reflection_embeddings_hnsw ON graph_reflection_embeddings
     USING hnsw ((embedding::vector(384)) vector_cosine_ops) WHERE model = '{MODEL}';
 """
 
-TABLES = ["graph_reflection_embeddings", "graph_embeddings", "graph_implicit_feedback", "graph_search_results",
-          "graph_search_events", "graph_cooccurrences", "graph_access_log", "graph_entity_access",
-          "graph_reflections", "graph_relations", "graph_observations", "graph_entities"]
+TABLES = [
+    "graph_reflection_embeddings",
+    "graph_embeddings",
+    "graph_implicit_feedback",
+    "graph_search_results",
+    "graph_search_events",
+    "graph_cooccurrences",
+    "graph_access_log",
+    "graph_entity_access",
+    "graph_reflections",
+    "graph_relations",
+    "graph_observations",
+    "graph_entities",
+]
 
 
 def upgrade() -> None:

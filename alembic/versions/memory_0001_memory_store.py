@@ -4,6 +4,7 @@ Revision ID: memory_0001
 Revises:
 Create Date: 2026-11-22
 """
+
 from collections.abc import Sequence
 
 import sqlalchemy as sa
@@ -50,26 +51,49 @@ def upgrade() -> None:
         sa.Column("archived", sa.Boolean(), nullable=False, server_default=sa.false()),
         sa.Column("created_at", sa.DateTime(timezone=True), server_default=NOW, nullable=False),
         sa.Column("updated_at", sa.DateTime(timezone=True), server_default=NOW, nullable=False),
-        sa.Column("tsv", postgresql.TSVECTOR(),
-                  sa.Computed("to_tsvector('simple'::regconfig, content)", persisted=True), nullable=False),
+        sa.Column(
+            "tsv",
+            postgresql.TSVECTOR(),
+            sa.Computed("to_tsvector('simple'::regconfig, content)", persisted=True),
+            nullable=False,
+        ),
         sa.PrimaryKeyConstraint("id", name="pk_memories"),
-        sa.ForeignKeyConstraint(["project_id"], ["projects.id"], ondelete="CASCADE",
-                                name="fk_memories_project_id_projects"),
-        sa.ForeignKeyConstraint(["collection_id"], ["memory_collections.id"], ondelete="CASCADE",
-                                name="fk_memories_collection_id_memory_collections"),
+        sa.ForeignKeyConstraint(
+            ["project_id"], ["projects.id"], ondelete="CASCADE", name="fk_memories_project_id_projects"
+        ),
+        sa.ForeignKeyConstraint(
+            ["collection_id"],
+            ["memory_collections.id"],
+            ondelete="CASCADE",
+            name="fk_memories_collection_id_memory_collections",
+        ),
         sa.CheckConstraint("memory_type IN ('episodic', 'semantic', 'procedural')", name="ck_memories_memory_type"),
         sa.CheckConstraint("kind IN ('chunk', 'thought', 'summary')", name="ck_memories_kind"),
     )
     op.create_index("ix_memories_scope", "memories", ["project_id", "collection_id", "created_at"])
     op.create_index("ix_memories_hash", "memories", ["project_id", "collection_id", "content_hash"])
-    op.create_index("ix_memories_source", "memories", ["project_id", "collection_id", "source_uri"],
-                    postgresql_where=sa.text("source_uri IS NOT NULL"))
-    op.create_index("ix_memories_summary_key", "memories", ["project_id", "collection_id", "summary_key"],
-                    unique=True, postgresql_where=sa.text("summary_key IS NOT NULL"))
+    op.create_index(
+        "ix_memories_source",
+        "memories",
+        ["project_id", "collection_id", "source_uri"],
+        postgresql_where=sa.text("source_uri IS NOT NULL"),
+    )
+    op.create_index(
+        "ix_memories_summary_key",
+        "memories",
+        ["project_id", "collection_id", "summary_key"],
+        unique=True,
+        postgresql_where=sa.text("summary_key IS NOT NULL"),
+    )
     op.create_index("ix_memories_tags", "memories", ["tags"], postgresql_using="gin")
     op.create_index("ix_memories_tsv", "memories", ["tsv"], postgresql_using="gin")
-    op.create_index("ix_memories_metadata", "memories", ["metadata"], postgresql_using="gin",
-                    postgresql_ops={"metadata": "jsonb_path_ops"})
+    op.create_index(
+        "ix_memories_metadata",
+        "memories",
+        ["metadata"],
+        postgresql_using="gin",
+        postgresql_ops={"metadata": "jsonb_path_ops"},
+    )
     op.create_table(
         "memory_embeddings",
         sa.Column("memory_id", UUID, nullable=False),
@@ -78,8 +102,9 @@ def upgrade() -> None:
         sa.Column("embedding", sa.Text(), nullable=False),  # retyped to an untyped vector below
         sa.Column("created_at", sa.DateTime(timezone=True), server_default=NOW, nullable=False),
         sa.PrimaryKeyConstraint("memory_id", "model", name="pk_memory_embeddings"),
-        sa.ForeignKeyConstraint(["memory_id"], ["memories.id"], ondelete="CASCADE",
-                                name="fk_memory_embeddings_memory_id_memories"),
+        sa.ForeignKeyConstraint(
+            ["memory_id"], ["memories.id"], ondelete="CASCADE", name="fk_memory_embeddings_memory_id_memories"
+        ),
     )
     op.execute("ALTER TABLE memory_embeddings ALTER COLUMN embedding TYPE vector USING embedding::vector")
     op.execute("CREATE INDEX ix_memory_embeddings_model ON memory_embeddings (model)")

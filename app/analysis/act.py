@@ -58,26 +58,37 @@ async def act(ctx: CallContext, args: ActIn) -> ActOut:
             field_name(name, f"attributes.{name}")
             allowed = rm.cfg.writable_attributes
             if allowed is not None and name not in allowed:
-                raise InvalidInput(f"attributes.{name}: not writable (writable: {', '.join(allowed)})",
-                                   details={"field": f"attributes.{name}"})
+                raise InvalidInput(
+                    f"attributes.{name}: not writable (writable: {', '.join(allowed)})",
+                    details={"field": f"attributes.{name}"},
+                )
         attributes = dict(args.attributes)
     w = parse_where(args.where)
     repo = AnalysisRepository(ctx.session)
     pid = await project_for_read(ctx, repo, args.project, args.analysis_id)
     await repo.evict_expired()
     if await repo.count_records(pid, args.analysis_id, args.model) == 0:
-        raise NotFound(f"No '{args.model}' records in analysis '{args.analysis_id}': nothing to act on",
-                       suggestions=[f"Run analysis_ingest(model='{args.model}') in this session first"])
+        raise NotFound(
+            f"No '{args.model}' records in analysis '{args.analysis_id}': nothing to act on",
+            suggestions=[f"Run analysis_ingest(model='{args.model}') in this session first"],
+        )
     if args.dry_run:
         info = await repo.dry_run(pid, args.analysis_id, args.model, w)
         rows = [{**data, "ingestedAt": _iso(at)} for _, data, at in info["first"][:SAMPLE_ROWS]]
         sample, _ = bounded_rows(rows)
-        return with_tokens(ActOut(
-            analysis_id=args.analysis_id, model=args.model, dry_run=True, matched_count=info["count"],
-            sample_ids=[rid for rid, _, _ in info["first"][:SAMPLE_IDS]], sample_data=sample,
-            ingestedAtRange=IngestedRange(earliest=_iso(info["earliest"]), latest=_iso(info["latest"])),
-            message=f"Dry run: {args.action} would apply to {info['count']} {args.model} record(s); "
-                    "nothing was sent upstream."))
+        return with_tokens(
+            ActOut(
+                analysis_id=args.analysis_id,
+                model=args.model,
+                dry_run=True,
+                matched_count=info["count"],
+                sample_ids=[rid for rid, _, _ in info["first"][:SAMPLE_IDS]],
+                sample_data=sample,
+                ingestedAtRange=IngestedRange(earliest=_iso(info["earliest"]), latest=_iso(info["latest"])),
+                message=f"Dry run: {args.action} would apply to {info['count']} {args.model} record(s); "
+                "nothing was sent upstream.",
+            )
+        )
     matched = await repo.matched_ids(pid, args.analysis_id, args.model, w)
     outcomes = await _run(ctx, rm, action_cfg, args, attributes, matched)
     done_ids = [o.record_id for o in outcomes if o.ok]
@@ -87,17 +98,34 @@ async def act(ctx: CallContext, args: ActIn) -> ActOut:
         await repo.delete_records(pid, args.analysis_id, args.model, done_ids)
     failed = [o for o in outcomes if not o.ok]
     skipped = sum(1 for o in failed if o.status_code is None and o.message.startswith("not attempted"))
-    summary = ActSummary(total=len(outcomes), succeeded=len(done_ids), failed=len(failed),
-                         already_done=sum(1 for o in outcomes if o.already), not_attempted=skipped,
-                         action=args.action)
-    errors = [ActError(record_id=o.record_id, status_code=o.status_code, message=o.message[:200])
-              for o in failed[:SAMPLE_ERRORS]]
-    msg = (f"{args.action}: {summary.succeeded} of {summary.total} succeeded"
-           f" ({summary.already_done} already in the requested state), {summary.failed} failed.")
+    summary = ActSummary(
+        total=len(outcomes),
+        succeeded=len(done_ids),
+        failed=len(failed),
+        already_done=sum(1 for o in outcomes if o.already),
+        not_attempted=skipped,
+        action=args.action,
+    )
+    errors = [
+        ActError(record_id=o.record_id, status_code=o.status_code, message=o.message[:200])
+        for o in failed[:SAMPLE_ERRORS]
+    ]
+    msg = (
+        f"{args.action}: {summary.succeeded} of {summary.total} succeeded"
+        f" ({summary.already_done} already in the requested state), {summary.failed} failed."
+    )
     if skipped:
         msg += f" {skipped} were not attempted because a whole batch failed; retry later."
-    return with_tokens(ActOut(analysis_id=args.analysis_id, model=args.model, dry_run=False, summary=summary,
-                              sample_errors=errors, message=msg + " Per-record outcomes are in the server log."))
+    return with_tokens(
+        ActOut(
+            analysis_id=args.analysis_id,
+            model=args.model,
+            dry_run=False,
+            summary=summary,
+            sample_errors=errors,
+            message=msg + " Per-record outcomes are in the server log.",
+        )
+    )
 
 
 def _error_text(response: Any) -> str:
@@ -112,8 +140,14 @@ def _error_text(response: Any) -> str:
     return str(body)[:200]
 
 
-async def _run(ctx: CallContext, rm: Any, action_cfg: Any, args: ActIn, attributes: dict[str, Any],
-               matched: list[tuple[str, dict[str, Any]]]) -> list[Outcome]:
+async def _run(
+    ctx: CallContext,
+    rm: Any,
+    action_cfg: Any,
+    args: ActIn,
+    attributes: dict[str, Any],
+    matched: list[tuple[str, dict[str, Any]]],
+) -> list[Outcome]:
     sem = asyncio.Semaphore(CONCURRENCY)
     outcomes: list[Outcome] = []
     total = len(matched)
@@ -122,15 +156,18 @@ async def _run(ctx: CallContext, rm: Any, action_cfg: Any, args: ActIn, attribut
         body = {action_cfg.body_key: attributes} if action_cfg.body_key else attributes
 
     async with UpstreamClient(rm.upstream_name, rm.upstream, user_id=args.user_id) as client:
+
         async def one(record_id: str, data: dict[str, Any]) -> Outcome:
             path = action_cfg.path.replace("{id}", quote(record_id, safe=""))
             async with sem:
                 try:
-                    response = await client.request(action_cfg.method, path, json_body=body,
-                                                    retries=min(2, rm.upstream.max_retries))
+                    response = await client.request(
+                        action_cfg.method, path, json_body=body, retries=min(2, rm.upstream.max_retries)
+                    )
                 except UpstreamFailure as exc:
-                    outcome = Outcome(record_id, ok=False, status_code=exc.status_code, message=exc.message,
-                                      transient=True)
+                    outcome = Outcome(
+                        record_id, ok=False, status_code=exc.status_code, message=exc.message, transient=True
+                    )
                 else:
                     code = response.status_code
                     if 200 <= code < 300:
@@ -140,23 +177,42 @@ async def _run(ctx: CallContext, rm: Any, action_cfg: Any, args: ActIn, attribut
                         outcome = Outcome(record_id, ok=True, already=True, status_code=code)
                     else:
                         outcome = Outcome(record_id, ok=False, status_code=code, message=_error_text(response))
-            log.info("analysis_act record", extra={
-                "analysis_id": args.analysis_id, "model": args.model, "record_id": record_id, "action": args.action,
-                "outcome": "already" if outcome.already else ("ok" if outcome.ok else "failed"),
-                "status_code": outcome.status_code})
+            log.info(
+                "analysis_act record",
+                extra={
+                    "analysis_id": args.analysis_id,
+                    "model": args.model,
+                    "record_id": record_id,
+                    "action": args.action,
+                    "outcome": "already" if outcome.already else ("ok" if outcome.ok else "failed"),
+                    "status_code": outcome.status_code,
+                },
+            )
             outcomes.append(outcome)
             await ctx.progress(len(outcomes), total, f"{args.action} {len(outcomes)}/{total}")
             return outcome
 
         for start in range(0, total, BATCH):
-            batch = matched[start:start + BATCH]
+            batch = matched[start : start + BATCH]
             results = await asyncio.gather(*(one(rid, data) for rid, data in batch))
             if all(not o.ok and o.transient for o in results) and start + BATCH < total:
-                for rid, _ in matched[start + BATCH:]:
-                    outcomes.append(Outcome(rid, ok=False, message="not attempted: the previous batch failed "
-                                                                  "entirely (upstream unavailable)"))
-                    log.info("analysis_act record", extra={"analysis_id": args.analysis_id, "model": args.model,
-                                                           "record_id": rid, "action": args.action,
-                                                           "outcome": "not_attempted"})
+                for rid, _ in matched[start + BATCH :]:
+                    outcomes.append(
+                        Outcome(
+                            rid,
+                            ok=False,
+                            message="not attempted: the previous batch failed entirely (upstream unavailable)",
+                        )
+                    )
+                    log.info(
+                        "analysis_act record",
+                        extra={
+                            "analysis_id": args.analysis_id,
+                            "model": args.model,
+                            "record_id": rid,
+                            "action": args.action,
+                            "outcome": "not_attempted",
+                        },
+                    )
                 break
     return outcomes

@@ -28,13 +28,22 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
-GENRES = [("sci-fi", 28), ("fantasy", 22), ("mystery", 18), ("literary", 14), ("history", 8),
-          ("biography", 6), ("poetry", 4)]
+GENRES = [
+    ("sci-fi", 28),
+    ("fantasy", 22),
+    ("mystery", 18),
+    ("literary", 14),
+    ("history", 8),
+    ("biography", 6),
+    ("poetry", 4),
+]
 STATUSES = ("completed", "reading", "unread")
 DEVICES = [("e-reader", 50), ("paper", 35), ("phone", 15)]
-_WORDS = ("shadow star river glass winter iron silent garden lost empire clock ember harbor north "
-          "paper crown salt machine orchard lantern wolf echo tide atlas copper dream hollow signal "
-          "meridian ash").split()
+_WORDS = (
+    "shadow star river glass winter iron silent garden lost empire clock ember harbor north "
+    "paper crown salt machine orchard lantern wolf echo tide atlas copper dream hollow signal "
+    "meridian ash"
+).split()
 _FIRST = "Ada Ben Clara Dmitri Elena Farid Grace Hiro Ines Jonas Kira Liam Mara Nils Olga Pedro Quinn Rosa".split()
 _LAST = "Abe Brandt Costa Dahl Eze Falk Grimm Holm Ivanova Jansen Kato Lind Moreau Novak Ortiz Price".split()
 EPOCH = datetime(2026, 5, 1, tzinfo=UTC)
@@ -78,11 +87,14 @@ def generate(n_books: int = 5000, seed: int = 7) -> Library:
     lib = Library()
     n_authors = max(10, n_books // 25)
     for aid in range(1, n_authors + 1):
-        lib.authors[aid] = {"id": aid, "name": f"{rng.choice(_FIRST)} {rng.choice(_LAST)}",
-                            "born_year": rng.randint(1930, 1995)}
+        lib.authors[aid] = {
+            "id": aid,
+            "name": f"{rng.choice(_FIRST)} {rng.choice(_LAST)}",
+            "born_year": rng.randint(1930, 1995),
+        }
     session_id = 0
     author_ids = list(lib.authors)
-    author_weights = [1 / (i ** 0.9) for i in author_ids]  # a few prolific authors, a long tail
+    author_weights = [1 / (i**0.9) for i in author_ids]  # a few prolific authors, a long tail
     for bid in range(1, n_books + 1):
         genre = _pick(rng, GENRES)
         weights = [50, 36, 14] if genre == "sci-fi" else [60, 23, 17]
@@ -96,11 +108,18 @@ def generate(n_books: int = 5000, seed: int = 7) -> Library:
         updated = added + (EPOCH - added) * (rng.random() ** 2)
         author_id = rng.choices(author_ids, weights=author_weights)[0]
         book = {
-            "id": bid, "title": f"The {rng.choice(_WORDS).title()} of {rng.choice(_WORDS).title()}",
-            "author": lib.authors[author_id]["name"], "author_id": author_id, "genre": genre,
-            "status": status, "rating": rating, "pages": max(60, int(rng.lognormvariate(5.7, 0.4))),
-            "published_year": 2025 - int(abs(rng.gauss(0, 18))), "added_at": _iso(added),
-            "updated_at": _iso(updated), "finished_at": _iso(updated) if status == "completed" else None,
+            "id": bid,
+            "title": f"The {rng.choice(_WORDS).title()} of {rng.choice(_WORDS).title()}",
+            "author": lib.authors[author_id]["name"],
+            "author_id": author_id,
+            "genre": genre,
+            "status": status,
+            "rating": rating,
+            "pages": max(60, int(rng.lognormvariate(5.7, 0.4))),
+            "published_year": 2025 - int(abs(rng.gauss(0, 18))),
+            "added_at": _iso(added),
+            "updated_at": _iso(updated),
+            "finished_at": _iso(updated) if status == "completed" else None,
             "locked": rng.random() < 0.02,
         }
         lib.books[bid] = book
@@ -109,9 +128,16 @@ def generate(n_books: int = 5000, seed: int = 7) -> Library:
             for _ in range(rng.randint(1, 6)):
                 session_id += 1
                 start = added + timedelta(days=rng.randint(0, 120), hours=rng.randint(0, 23))
-                sessions.append({"id": session_id, "book_id": bid, "started_at": _iso(start),
-                                 "duration_minutes": max(5, int(rng.gauss(45, 25))),
-                                 "pages_read": max(1, int(rng.gauss(30, 15))), "device": _pick(rng, DEVICES)})
+                sessions.append(
+                    {
+                        "id": session_id,
+                        "book_id": bid,
+                        "started_at": _iso(start),
+                        "duration_minutes": max(5, int(rng.gauss(45, 25))),
+                        "pages_read": max(1, int(rng.gauss(30, 15))),
+                        "device": _pick(rng, DEVICES),
+                    }
+                )
         lib.sessions[bid] = sessions
     return lib
 
@@ -127,8 +153,13 @@ def _page_params(request: Request) -> tuple[int, int]:
 
 def _envelope(rows: list[dict[str, Any]], page: int, per_page: int) -> dict[str, Any]:
     start = (page - 1) * per_page
-    return {"data": rows[start:start + per_page], "page": page, "per_page": per_page, "total": len(rows),
-            "total_pages": math.ceil(len(rows) / per_page)}
+    return {
+        "data": rows[start : start + per_page],
+        "page": page,
+        "per_page": per_page,
+        "total": len(rows),
+        "total_pages": math.ceil(len(rows) / per_page),
+    }
 
 
 def create_demo_app(n_books: int = 5000, *, seed: int = 7, token: str | None = None) -> FastAPI:
@@ -246,9 +277,10 @@ def create_demo_app(n_books: int = 5000, *, seed: int = 7, token: str | None = N
         counts: dict[int, int] = {}
         for b in lib().books.values():
             counts[b["author_id"]] = counts.get(b["author_id"], 0) + 1
-        rows = [{**a, "stats": {"books": counts.get(a["id"], 0)},
-                 "_links": {"self": {"href": f"/api/authors/{a['id']}"}}}
-                for a in list(lib().authors.values())[offset:offset + limit]]
+        rows = [
+            {**a, "stats": {"books": counts.get(a["id"], 0)}, "_links": {"self": {"href": f"/api/authors/{a['id']}"}}}
+            for a in list(lib().authors.values())[offset : offset + limit]
+        ]
         body: dict[str, Any] = {"total": len(lib().authors), "_links": {}}
         if rows:
             body["_embedded"] = {"authors": rows}
@@ -271,7 +303,7 @@ def create_demo_app(n_books: int = 5000, *, seed: int = 7, token: str | None = N
         cursor = int(request.query_params.get("cursor", 0) or 0)
         limit = min(100, max(1, int(request.query_params.get("limit", 25))))
         every = [s for rows in lib().sessions.values() for s in rows]
-        chunk = every[cursor:cursor + limit]
+        chunk = every[cursor : cursor + limit]
         nxt = str(cursor + limit) if cursor + limit < len(every) else None
         return {"items": chunk, "next_cursor": nxt}
 

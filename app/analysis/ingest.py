@@ -46,12 +46,18 @@ def upstream_params(cfg: ModelCfg, filters: dict[str, Any] | None) -> dict[str, 
     for name, value in (filters or {}).items():
         if name not in cfg.filters:
             allowed = ", ".join(sorted(cfg.filters)) or "(none)"
-            raise InvalidInput(f"Unknown filter '{name}' for this model", details={"field": f"filters.{name}"},
-                               suggestions=[f"Filters of this model: {allowed}"])
+            raise InvalidInput(
+                f"Unknown filter '{name}' for this model",
+                details={"field": f"filters.{name}"},
+                suggestions=[f"Filters of this model: {allowed}"],
+            )
         if value is None:
             continue
-        conv = [str(v).lower() if isinstance(v, bool) else v for v in value] if isinstance(value, list) else (
-            str(value).lower() if isinstance(value, bool) else value)
+        conv = (
+            [str(v).lower() if isinstance(v, bool) else v for v in value]
+            if isinstance(value, list)
+            else (str(value).lower() if isinstance(value, bool) else value)
+        )
         params[cfg.filters[name]] = conv
     return params
 
@@ -88,20 +94,35 @@ async def ingest(ctx: CallContext, args: IngestIn) -> IngestOut:
     return with_tokens(await _nested(ctx, repo, pid, args, fields, registry))
 
 
-async def _store_summaries(ctx: CallContext, repo: AnalysisRepository, pid: uuid.UUID, aid: str, model: str,
-                           summaries: list[tuple[int, int, str]]) -> None:
+async def _store_summaries(
+    ctx: CallContext,
+    repo: AnalysisRepository,
+    pid: uuid.UUID,
+    aid: str,
+    model: str,
+    summaries: list[tuple[int, int, str]],
+) -> None:
     if not summaries:
         return
     await repo.delete_page_summaries(pid, aid, model, [p for p, _, _ in summaries])
     vectors = await ctx.embedder.embed([t for _, _, t in summaries])
-    items = [{"category": "page_summary", "finding": t, "source_model": model,
-              "metadata": {"model": model, "page": p, "records": n}} for p, n, t in summaries]
-    await repo.insert_findings(pid, aid, items, False, get_analysis_settings().finding_ttl_seconds,
-                               ctx.embedder.model, vectors)
+    items = [
+        {
+            "category": "page_summary",
+            "finding": t,
+            "source_model": model,
+            "metadata": {"model": model, "page": p, "records": n},
+        }
+        for p, n, t in summaries
+    ]
+    await repo.insert_findings(
+        pid, aid, items, False, get_analysis_settings().finding_ttl_seconds, ctx.embedder.model, vectors
+    )
 
 
-async def _top_level(ctx: CallContext, repo: AnalysisRepository, pid: uuid.UUID, args: IngestIn,
-                     fields: list[str] | None, registry: Any) -> IngestOut:
+async def _top_level(
+    ctx: CallContext, repo: AnalysisRepository, pid: uuid.UUID, args: IngestIn, fields: list[str] | None, registry: Any
+) -> IngestOut:
     settings = get_analysis_settings()
     retention = settings.records_retention_days * 86400
     assert args.model is not None
@@ -114,10 +135,19 @@ async def _top_level(ctx: CallContext, repo: AnalysisRepository, pid: uuid.UUID,
     state = await repo.get_state(pid, args.analysis_id, key) if args.resume else None
     if state is not None and state["complete"]:
         held = await repo.count_records(pid, args.analysis_id, args.model)
-        return IngestOut(analysis_id=args.analysis_id, model=args.model, mode="top_level", stored=0, pages=0,
-                         fields_per_record=0, session_records=held, total_available=state["total_available"],
-                         complete=True, page_summaries=0,
-                         message=f"Nothing to resume: this ingest already completed ({held} record(s) held).")
+        return IngestOut(
+            analysis_id=args.analysis_id,
+            model=args.model,
+            mode="top_level",
+            stored=0,
+            pages=0,
+            fields_per_record=0,
+            session_records=held,
+            total_available=state["total_available"],
+            complete=True,
+            page_summaries=0,
+            message=f"Nothing to resume: this ingest already completed ({held} record(s) held).",
+        )
     if state is not None:
         token, pages_done, total = state["next_token"], state["pages_done"], state["total_available"]
     elif args.ingest_all and args.page == 1:
@@ -134,8 +164,7 @@ async def _top_level(ctx: CallContext, repo: AnalysisRepository, pid: uuid.UUID,
                 page = await fetch_page(client, cfg.list_path, pag, cfg.items_path, token, per_page, params)
             except UpstreamFailure as exc:
                 if pages == 0:
-                    raise UpstreamFailure(f"{exc.message}; nothing was stored by this call",
-                                          exc.status_code) from None
+                    raise UpstreamFailure(f"{exc.message}; nothing was stored by this call", exc.status_code) from None
                 error = exc.message
                 log.warning("ingest stopped early", extra={"model": args.model, "page": pages_done + 1})
                 break
@@ -146,37 +175,65 @@ async def _top_level(ctx: CallContext, repo: AnalysisRepository, pid: uuid.UUID,
             stored += await repo.upsert_records(pid, args.analysis_id, args.model, pages_done, keyed, retention)
             if keyed:
                 width = max(width, max(len(d) for _, d in keyed))
-                summaries.append((pages_done, len(keyed), summarize(args.model, f"page {pages_done}",
-                                                                    [d for _, d in keyed], cfg.id_field)))
+                summaries.append(
+                    (
+                        pages_done,
+                        len(keyed),
+                        summarize(args.model, f"page {pages_done}", [d for _, d in keyed], cfg.id_field),
+                    )
+                )
             total = page.total if page.total is not None else total
             token = page.next_token
             expected = -(-total // per_page) if total else None
-            await ctx.progress(pages, min(limit, expected) if expected else None,
-                               f"page {pages_done}: {len(keyed)} record(s)")
+            await ctx.progress(
+                pages, min(limit, expected) if expected else None, f"page {pages_done}: {len(keyed)} record(s)"
+            )
             if token is None:
                 complete = True
                 break
-    await repo.save_state(pid, args.analysis_id, key, args.model, {"filters": args.filters, "per_page": per_page},
-                          token, pages_done, complete, total, retention)
+    await repo.save_state(
+        pid,
+        args.analysis_id,
+        key,
+        args.model,
+        {"filters": args.filters, "per_page": per_page},
+        token,
+        pages_done,
+        complete,
+        total,
+        retention,
+    )
     await _store_summaries(ctx, repo, pid, args.analysis_id, args.model, summaries)
     held = await repo.count_records(pid, args.analysis_id, args.model)
     capped = args.ingest_all and not complete and error is None
-    msg = (f"Stored {stored} record(s) ({width} fields per record) across {pages} page(s). "
-           f"Analysis: {args.analysis_id}")
+    msg = f"Stored {stored} record(s) ({width} fields per record) across {pages} page(s). Analysis: {args.analysis_id}"
     if capped:
         msg += f" (capped at {MAX_INGEST_PAGES} pages; call again with resume: true to continue)"
     elif error:
         msg += f". Stopped early: {error}. Stored pages are kept; retry with resume: true"
     elif not complete:
         msg += f". More pages remain (next page {pages_done + 1})"
-    return IngestOut(analysis_id=args.analysis_id, model=args.model, mode="top_level", stored=stored, pages=pages,
-                     fields_per_record=width, session_records=held, total_available=total, complete=complete,
-                     capped=capped, next_page=None if complete else pages_done + 1, page_summaries=len(summaries),
-                     error=error, message=msg)
+    return IngestOut(
+        analysis_id=args.analysis_id,
+        model=args.model,
+        mode="top_level",
+        stored=stored,
+        pages=pages,
+        fields_per_record=width,
+        session_records=held,
+        total_available=total,
+        complete=complete,
+        capped=capped,
+        next_page=None if complete else pages_done + 1,
+        page_summaries=len(summaries),
+        error=error,
+        message=msg,
+    )
 
 
-async def _fetch_children(client: UpstreamClient, child: ChildCfg, parent_id: str, per_page: int,
-                          params: dict[str, Any]) -> list[dict[str, Any]]:
+async def _fetch_children(
+    client: UpstreamClient, child: ChildCfg, parent_id: str, per_page: int, params: dict[str, Any]
+) -> list[dict[str, Any]]:
     path = child.path.replace("{parent_id}", quote(parent_id, safe=""))
     token = first_token(child.pagination)
     rows: list[dict[str, Any]] = []
@@ -189,8 +246,9 @@ async def _fetch_children(client: UpstreamClient, child: ChildCfg, parent_id: st
     return rows
 
 
-async def _nested(ctx: CallContext, repo: AnalysisRepository, pid: uuid.UUID, args: IngestIn,
-                  fields: list[str] | None, registry: Any) -> IngestOut:
+async def _nested(
+    ctx: CallContext, repo: AnalysisRepository, pid: uuid.UUID, args: IngestIn, fields: list[str] | None, registry: Any
+) -> IngestOut:
     settings = get_analysis_settings()
     retention = settings.records_retention_days * 86400
     assert args.parent_model is not None and args.child_resource is not None
@@ -198,15 +256,19 @@ async def _nested(ctx: CallContext, repo: AnalysisRepository, pid: uuid.UUID, ar
     child = parent.cfg.children.get(args.child_resource)
     if child is None:
         known = ", ".join(sorted(parent.cfg.children)) or "(none)"
-        raise NotFound(f"Model '{args.parent_model}' has no child resource '{args.child_resource}'",
-                       suggestions=[f"Child resources of {args.parent_model}: {known}"])
+        raise NotFound(
+            f"Model '{args.parent_model}' has no child resource '{args.child_resource}'",
+            suggestions=[f"Child resources of {args.parent_model}: {known}"],
+        )
     if args.filters:
         raise InvalidInput("filters are not supported in nested mode", details={"field": "filters"})
     model = child.model or args.child_resource
     parent_key = child.parent_key or f"{args.parent_model}_id"
     if await repo.count_records(pid, args.analysis_id, args.parent_model) == 0:
-        raise NotFound(f"No '{args.parent_model}' records in analysis '{args.analysis_id}'",
-                       suggestions=[f"Ingest the parents first: analysis_ingest(model='{args.parent_model}')"])
+        raise NotFound(
+            f"No '{args.parent_model}' records in analysis '{args.analysis_id}'",
+            suggestions=[f"Ingest the parents first: analysis_ingest(model='{args.parent_model}')"],
+        )
     per_page = min(args.per_page, child.pagination.max_per_page)
     key = state_key(mode="nested", parent=args.parent_model, child=args.child_resource)
     state = await repo.get_state(pid, args.analysis_id, key) if args.resume else None
@@ -217,12 +279,14 @@ async def _nested(ctx: CallContext, repo: AnalysisRepository, pid: uuid.UUID, ar
     done = 0
 
     async with UpstreamClient(parent.upstream_name, parent.upstream, user_id=args.user_id) as client:
+
         async def one(parent_id: str) -> list[dict[str, Any]] | UpstreamFailure:
             nonlocal done
             async with sem:
                 try:
                     result: list[dict[str, Any]] | UpstreamFailure = await _fetch_children(
-                        client, child, parent_id, per_page, {})
+                        client, child, parent_id, per_page, {}
+                    )
                 except UpstreamFailure as exc:
                     result = exc
             done += 1
@@ -249,8 +313,18 @@ async def _nested(ctx: CallContext, repo: AnalysisRepository, pid: uuid.UUID, ar
     complete = remaining == 0 and error is None
     if processed or complete:
         batches_done += 1
-    await repo.save_state(pid, args.analysis_id, key, model, {"parent": args.parent_model},
-                          cursor, batches_done, complete, None, retention)
+    await repo.save_state(
+        pid,
+        args.analysis_id,
+        key,
+        model,
+        {"parent": args.parent_model},
+        cursor,
+        batches_done,
+        complete,
+        None,
+        retention,
+    )
     summaries = []
     if keyed:
         label = f"batch {batches_done} ({len(parents)} {args.parent_model} parents)"
@@ -258,13 +332,27 @@ async def _nested(ctx: CallContext, repo: AnalysisRepository, pid: uuid.UUID, ar
     await _store_summaries(ctx, repo, pid, args.analysis_id, model, summaries)
     held = await repo.count_records(pid, args.analysis_id, model)
     width = max((len(d) for _, d in keyed), default=0)
-    msg = (f"Stored {stored} {model} record(s) ({width} fields per record) for {len(parents)} "
-           f"{args.parent_model} parent(s). Analysis: {args.analysis_id}")
+    msg = (
+        f"Stored {stored} {model} record(s) ({width} fields per record) for {len(parents)} "
+        f"{args.parent_model} parent(s). Analysis: {args.analysis_id}"
+    )
     if error:
         msg += f". Stopped at a failure: {error}; resume: true retries from there"
     elif remaining:
         msg += f". {remaining} parent(s) remain: call again with resume: true"
-    return IngestOut(analysis_id=args.analysis_id, model=model, mode="nested", stored=stored, pages=len(parents),
-                     fields_per_record=width, session_records=held, complete=complete,
-                     capped=remaining > 0 and error is None, parents_processed=processed,
-                     parents_remaining=remaining, page_summaries=len(summaries), error=error, message=msg)
+    return IngestOut(
+        analysis_id=args.analysis_id,
+        model=model,
+        mode="nested",
+        stored=stored,
+        pages=len(parents),
+        fields_per_record=width,
+        session_records=held,
+        complete=complete,
+        capped=remaining > 0 and error is None,
+        parents_processed=processed,
+        parents_remaining=remaining,
+        page_summaries=len(summaries),
+        error=error,
+        message=msg,
+    )

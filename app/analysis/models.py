@@ -52,8 +52,9 @@ class AnalysisFindingEmbedding(Base):
 
     __tablename__ = "analysis_finding_embeddings"
 
-    owner_id: Mapped[int] = mapped_column(BigInteger, ForeignKey("analysis_findings.id", ondelete="CASCADE"),
-                                          primary_key=True)
+    owner_id: Mapped[int] = mapped_column(
+        BigInteger, ForeignKey("analysis_findings.id", ondelete="CASCADE"), primary_key=True
+    )
     model: Mapped[str] = mapped_column(String(200), primary_key=True)
     dim: Mapped[int] = mapped_column(Integer)
     embedding: Mapped[list[float]] = mapped_column(Vector())
@@ -65,8 +66,9 @@ class AnalysisIngestState(Base):
 
     __tablename__ = "analysis_ingest_state"
 
-    project_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), ForeignKey("projects.id", ondelete="CASCADE"),
-                                                  primary_key=True)
+    project_id: Mapped[uuid.UUID] = mapped_column(
+        UUID(as_uuid=True), ForeignKey("projects.id", ondelete="CASCADE"), primary_key=True
+    )
     analysis_id: Mapped[str] = mapped_column(String(128), primary_key=True)
     state_key: Mapped[str] = mapped_column(String(64), primary_key=True)
     model: Mapped[str] = mapped_column(String(64))

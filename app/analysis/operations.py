@@ -24,8 +24,14 @@ from app.core.registry import OperationSet
 ops = OperationSet("analysis")
 
 
-@ops.operation(name="analysis_ingest", input=IngestIn, output=IngestOut, path="/analysis/ingest",
-               long_running=True, title="Ingest upstream records into an analysis session")
+@ops.operation(
+    name="analysis_ingest",
+    input=IngestIn,
+    output=IngestOut,
+    path="/analysis/ingest",
+    long_running=True,
+    title="Ingest upstream records into an analysis session",
+)
 async def analysis_ingest(ctx: CallContext, args: IngestIn) -> IngestOut:
     """Download records of a configured upstream model into the analysis session's offline storage; only
     a status summary comes back, never the rows.
@@ -41,8 +47,9 @@ async def analysis_ingest(ctx: CallContext, args: IngestIn) -> IngestOut:
     return await ingest_service.ingest(ctx, args)
 
 
-@ops.operation(name="analysis_store", input=StoreIn, output=StoreOut, path="/analysis/store",
-               title="Store analysis findings")
+@ops.operation(
+    name="analysis_store", input=StoreIn, output=StoreOut, path="/analysis/store", title="Store analysis findings"
+)
 async def analysis_store(ctx: CallContext, args: StoreIn) -> StoreOut:
     """Store up to 25 of your own findings (patterns, anomalies, conclusions) for an analysis session as
     semantic embeddings, with an optional `category` (a grouping key such as quality_issue) and JSON
@@ -51,8 +58,14 @@ async def analysis_store(ctx: CallContext, args: StoreIn) -> StoreOut:
     return await service.store(ctx, args)
 
 
-@ops.operation(name="analysis_query", input=QueryIn, output=QueryOut, path="/analysis/query", read_only=True,
-               title="Query an analysis session")
+@ops.operation(
+    name="analysis_query",
+    input=QueryIn,
+    output=QueryOut,
+    path="/analysis/query",
+    read_only=True,
+    title="Query an analysis session",
+)
 async def analysis_query(ctx: CallContext, args: QueryIn) -> QueryOut:
     """Query an analysis session without pulling the whole data set into context. Modes:
     `describe` (fields, types, values and query examples), `semantic` (`query`; findings and page
@@ -66,8 +79,15 @@ async def analysis_query(ctx: CallContext, args: QueryIn) -> QueryOut:
     return await query_service.query(ctx, args)
 
 
-@ops.operation(name="analysis_act", input=ActIn, output=ActOut, path="/analysis/act", destructive=True,
-               long_running=True, title="Update or delete matching records upstream")
+@ops.operation(
+    name="analysis_act",
+    input=ActIn,
+    output=ActOut,
+    path="/analysis/act",
+    destructive=True,
+    long_running=True,
+    title="Update or delete matching records upstream",
+)
 async def analysis_act(ctx: CallContext, args: ActIn) -> ActOut:
     """Apply `action` "update" (with `attributes`) or "delete" upstream to every ingested record of `model`
     matching `where` (same vocabulary as filter mode; omit for all). Ids are resolved server-side and never
@@ -78,8 +98,15 @@ async def analysis_act(ctx: CallContext, args: ActIn) -> ActOut:
     return await act_service.act(ctx, args)
 
 
-@ops.operation(name="analysis_clear", input=ClearIn, output=ClearOut, path="/analysis/clear", destructive=True,
-               idempotent=True, title="Delete an analysis session")
+@ops.operation(
+    name="analysis_clear",
+    input=ClearIn,
+    output=ClearOut,
+    path="/analysis/clear",
+    destructive=True,
+    idempotent=True,
+    title="Delete an analysis session",
+)
 async def analysis_clear(ctx: CallContext, args: ClearIn) -> ClearOut:
     """Delete an analysis session: its ingested records and all its findings (persistent ones too), and
     report the counts. Call it once the synthesis is done."""

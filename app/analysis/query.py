@@ -42,26 +42,38 @@ async def query(ctx: CallContext, args: QueryIn) -> QueryOut:
 async def _model(repo: AnalysisRepository, pid: uuid.UUID, args: QueryIn) -> str:
     models = dict(await repo.session_models(pid, args.analysis_id))
     if not models:
-        raise NotFound(f"No ingested records in analysis '{args.analysis_id}' (never ingested, cleared or expired)",
-                       suggestions=["Run analysis_ingest (resume: true rebuilds an expired session)"])
+        raise NotFound(
+            f"No ingested records in analysis '{args.analysis_id}' (never ingested, cleared or expired)",
+            suggestions=["Run analysis_ingest (resume: true rebuilds an expired session)"],
+        )
     if args.model is not None:
         if args.model not in models:
-            raise NotFound(f"Analysis '{args.analysis_id}' holds no '{args.model}' records",
-                           suggestions=[f"Models in this session: {', '.join(models)}"])
+            raise NotFound(
+                f"Analysis '{args.analysis_id}' holds no '{args.model}' records",
+                suggestions=[f"Models in this session: {', '.join(models)}"],
+            )
         return args.model
     if len(models) > 1:
-        raise InvalidInput(f"Analysis '{args.analysis_id}' holds several models; say which with model",
-                           suggestions=[f"Models in this session: {', '.join(models)}"], details={"field": "model"})
+        raise InvalidInput(
+            f"Analysis '{args.analysis_id}' holds several models; say which with model",
+            suggestions=[f"Models in this session: {', '.join(models)}"],
+            details={"field": "model"},
+        )
     return next(iter(models))
 
 
 def _check_mode_args(args: QueryIn, allowed: set[str]) -> None:
-    used = {"query": args.query, "category": args.category, "group_by": args.group_by, "where": args.where,
-            "stratify_by": args.stratify_by, "proximity": args.proximity}
+    used = {
+        "query": args.query,
+        "category": args.category,
+        "group_by": args.group_by,
+        "where": args.where,
+        "stratify_by": args.stratify_by,
+        "proximity": args.proximity,
+    }
     stray = [name for name, value in used.items() if value is not None and name not in allowed]
     if stray:
-        raise InvalidInput(f"mode '{args.mode}' does not use {', '.join(stray)}",
-                           details={"field": stray[0]})
+        raise InvalidInput(f"mode '{args.mode}' does not use {', '.join(stray)}", details={"field": stray[0]})
 
 
 async def _semantic(ctx: CallContext, repo: AnalysisRepository, pid: uuid.UUID, args: QueryIn) -> QueryOut:
@@ -69,8 +81,10 @@ async def _semantic(ctx: CallContext, repo: AnalysisRepository, pid: uuid.UUID, 
     if not args.query:
         raise InvalidInput("semantic mode needs query", details={"field": "query"})
     if await repo.count_findings(pid, args.analysis_id) == 0 and not await repo.session_models(pid, args.analysis_id):
-        raise NotFound(f"No analysis session '{args.analysis_id}' (nothing ingested or stored)",
-                       suggestions=["Run analysis_ingest or analysis_store first"])
+        raise NotFound(
+            f"No analysis session '{args.analysis_id}' (nothing ingested or stored)",
+            suggestions=["Run analysis_ingest or analysis_store first"],
+        )
     vector = await ctx.embedder.embed_one(args.query)
     hits = await repo.semantic(pid, args.analysis_id, vector, ctx.embedder.model, args.top_k, args.category)
     kept = [h for h in hits if h[4] >= args.threshold]
@@ -79,16 +93,33 @@ async def _semantic(ctx: CallContext, repo: AnalysisRepository, pid: uuid.UUID, 
         meta = None if category == "page_summary" or not metadata else metadata
         if meta is not None and len(compact_json(meta)) > 400:
             meta = {"truncated": compact_json(meta)[:400]}
-        findings.append(FindingHit(id=fid, category=category, score=round(score, 3), metadata=meta,
-                                   finding=text if len(text) <= FINDING_CHARS else text[:FINDING_CHARS] + "…"))
+        findings.append(
+            FindingHit(
+                id=fid,
+                category=category,
+                score=round(score, 3),
+                metadata=meta,
+                finding=text if len(text) <= FINDING_CHARS else text[:FINDING_CHARS] + "…",
+            )
+        )
     scope = f" in category '{args.category}'" if args.category else ""
-    return QueryOut(analysis_id=args.analysis_id, mode="semantic", total=len(findings), findings=findings,
-                    message=f"{len(findings)} finding(s){scope} with similarity >= {args.threshold:g} "
-                            f"(of {len(hits)} nearest).")
+    return QueryOut(
+        analysis_id=args.analysis_id,
+        mode="semantic",
+        total=len(findings),
+        findings=findings,
+        message=f"{len(findings)} finding(s){scope} with similarity >= {args.threshold:g} (of {len(hits)} nearest).",
+    )
 
 
-_TYPE_NAMES = {"number": "number", "string": "string", "boolean": "boolean", "array": "array",
-               "object": "object", "null": "null"}
+_TYPE_NAMES = {
+    "number": "number",
+    "string": "string",
+    "boolean": "boolean",
+    "array": "array",
+    "object": "object",
+    "null": "null",
+}
 
 
 async def _describe(repo: AnalysisRepository, pid: uuid.UUID, args: QueryIn) -> QueryOut:
@@ -98,8 +129,10 @@ async def _describe(repo: AnalysisRepository, pid: uuid.UUID, args: QueryIn) -> 
         models = [(m, n) for m, n in models if m == args.model]
     if not models:
         scope = f" for model '{args.model}'" if args.model else ""
-        raise NotFound(f"No ingested records in analysis '{args.analysis_id}'{scope} (never ingested, cleared or "
-                       "expired)", suggestions=["Run analysis_ingest (resume: true rebuilds an expired session)"])
+        raise NotFound(
+            f"No ingested records in analysis '{args.analysis_id}'{scope} (never ingested, cleared or expired)",
+            suggestions=["Run analysis_ingest (resume: true rebuilds an expired session)"],
+        )
     try:
         registry = load_registry()
     except (InvalidInput, SchemaError):
@@ -110,13 +143,19 @@ async def _describe(repo: AnalysisRepository, pid: uuid.UUID, args: QueryIn) -> 
         attrs: dict[str, AttributeCfg] = registry.attributes_of(model) if registry else {}
         blocks.append(await _describe_model(repo, pid, args.analysis_id, model, count, attrs))
     text = "\n\n".join(blocks) + f"\n\nFindings stored: {findings} (semantic mode searches them)."
-    return QueryOut(analysis_id=args.analysis_id, mode="describe", model=args.model, text=text,
-                    total=sum(n for _, n in models),
-                    message=f"{len(models)} model(s): " + ", ".join(f"{m} ({n})" for m, n in models))
+    return QueryOut(
+        analysis_id=args.analysis_id,
+        mode="describe",
+        model=args.model,
+        text=text,
+        total=sum(n for _, n in models),
+        message=f"{len(models)} model(s): " + ", ".join(f"{m} ({n})" for m, n in models),
+    )
 
 
-async def _describe_model(repo: AnalysisRepository, pid: uuid.UUID, aid: str, model: str, count: int,
-                          attrs: dict[str, AttributeCfg]) -> str:
+async def _describe_model(
+    repo: AnalysisRepository, pid: uuid.UUID, aid: str, model: str, count: int, attrs: dict[str, AttributeCfg]
+) -> str:
     observed = await repo.observed_fields(pid, aid, model)
     sampled = min(count, 500)
     fields: dict[str, tuple[str, int]] = {}
@@ -165,10 +204,12 @@ async def _describe_model(repo: AnalysisRepository, pid: uuid.UUID, aid: str, mo
     strat = {"stratify_by": low_card} if low_card else {}
     examples.append("sample: " + json.dumps({"sample_size": 9, **strat}))
     if dates:
-        examples.append(f'sample: {{"proximity": {{"field": "{dates}", "origin": "2026-01-01", '
-                        '"window": "30 days", "bucket": "1 week"}}')
+        examples.append(
+            f'sample: {{"proximity": {{"field": "{dates}", "origin": "2026-01-01", '
+            '"window": "30 days", "bucket": "1 week"}}'
+        )
     lines.append("Examples: " + " | ".join(examples))
-    lines.append("where: exact values match; {\"$gt\"|\"$gte\"|\"$lt\"|\"$lte\": number or ISO date} compare.")
+    lines.append('where: exact values match; {"$gt"|"$gte"|"$lt"|"$lte": number or ISO date} compare.')
     return "\n".join(lines)
 
 
@@ -187,16 +228,25 @@ async def _aggregate(repo: AnalysisRepository, pid: uuid.UUID, args: QueryIn, mo
     total, distinct, groups = await repo.aggregate(pid, args.analysis_id, model, field, w, limit)
     out = [GroupOut(value=v, count=c, percent=round(100.0 * c / total, 1) if total else 0.0) for v, c in groups]
     more = f", top {len(out)} of {distinct} shown" if distinct > len(out) else ""
-    return QueryOut(analysis_id=args.analysis_id, mode="aggregate", model=model, total=total, groups=out,
-                    truncated=distinct > len(out),
-                    message=f'Distribution of "{field}" ({total} total, {distinct} distinct{more}).')
+    return QueryOut(
+        analysis_id=args.analysis_id,
+        mode="aggregate",
+        model=model,
+        total=total,
+        groups=out,
+        truncated=distinct > len(out),
+        message=f'Distribution of "{field}" ({total} total, {distinct} distinct{more}).',
+    )
 
 
 async def _filter(repo: AnalysisRepository, pid: uuid.UUID, args: QueryIn, model: str) -> QueryOut:
     _check_mode_args(args, {"where"})
     if not args.where:
-        raise InvalidInput("filter mode needs where", details={"field": "where"},
-                           suggestions=['e.g. {"status": "completed", "rating": {"$lt": 2}}'])
+        raise InvalidInput(
+            "filter mode needs where",
+            details={"field": "where"},
+            suggestions=['e.g. {"status": "completed", "rating": {"$lt": 2}}'],
+        )
     w = parse_where(args.where)
     limit = min(args.limit or FILTER_DEFAULT, FILTER_CAP)
     total, rows = await repo.filter(pid, args.analysis_id, model, w, limit, args.offset)
@@ -206,8 +256,15 @@ async def _filter(repo: AnalysisRepository, pid: uuid.UUID, args: QueryIn, model
     msg = f"{total} matching record(s); showing {len(kept)}"
     if more:
         msg += f" (next offset {shown_to})"
-    return QueryOut(analysis_id=args.analysis_id, mode="filter", model=model, total=total, rows=kept,
-                    truncated=cut or more, message=msg + ".")
+    return QueryOut(
+        analysis_id=args.analysis_id,
+        mode="filter",
+        model=model,
+        total=total,
+        rows=kept,
+        truncated=cut or more,
+        message=msg + ".",
+    )
 
 
 async def _sample(repo: AnalysisRepository, pid: uuid.UUID, args: QueryIn, model: str) -> QueryOut:
@@ -217,12 +274,22 @@ async def _sample(repo: AnalysisRepository, pid: uuid.UUID, args: QueryIn, model
     prox: dict[str, Any] | None = None
     if args.proximity is not None:
         p = args.proximity
-        prox = {"field": field_name(p.field, "proximity.field"), "origin": parse_date(p.origin, "proximity.origin"),
-                "window": interval(p.window, "proximity.window")}
+        prox = {
+            "field": field_name(p.field, "proximity.field"),
+            "origin": parse_date(p.origin, "proximity.origin"),
+            "window": interval(p.window, "proximity.window"),
+        }
         if p.bucket is not None:
             prox["bucket"] = bucket_interval(interval(p.bucket, "proximity.bucket"))
     candidates, strata, rows = await repo.sample(pid, args.analysis_id, model, w, args.sample_size, stratify, prox)
     kept, cut = bounded_rows(rows)
     spread = f" across {strata} strata" if (stratify or (prox and prox.get("bucket"))) else ""
-    return QueryOut(analysis_id=args.analysis_id, mode="sample", model=model, total=candidates, rows=kept,
-                    truncated=cut, message=f"Sampled {len(kept)} of {candidates} candidate record(s){spread}.")
+    return QueryOut(
+        analysis_id=args.analysis_id,
+        mode="sample",
+        model=model,
+        total=candidates,
+        rows=kept,
+        truncated=cut,
+        message=f"Sampled {len(kept)} of {candidates} candidate record(s){spread}.",
+    )

@@ -206,8 +206,9 @@ class Registry:
         found = self.models.get(name)
         if found is None:
             known = ", ".join(sorted(self.models)) or "(none)"
-            raise NotFound(f"Unknown model '{name}': not in the upstream registry",
-                           suggestions=[f"Configured models: {known}"])
+            raise NotFound(
+                f"Unknown model '{name}': not in the upstream registry", suggestions=[f"Configured models: {known}"]
+            )
         return found
 
     def child_model_name(self, parent: str, child: str) -> str | None:
@@ -250,8 +251,10 @@ def load_registry(path: Path | None = None) -> Registry:
     call, and parsed again only when its content changed."""
     path = path or get_analysis_settings().upstreams
     if path is None:
-        raise InvalidInput("No upstream registry is configured",
-                           suggestions=["Set CAIRN_ANALYSIS_UPSTREAMS to a registry YAML file (docs/analysis.md)"])
+        raise InvalidInput(
+            "No upstream registry is configured",
+            suggestions=["Set CAIRN_ANALYSIS_UPSTREAMS to a registry YAML file (docs/analysis.md)"],
+        )
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError):

@@ -33,8 +33,10 @@ def text_expr(field: str) -> str:
 def num_expr(field: str) -> str:
     """The field as numeric, NULL when it is not a number (or a numeric string)."""
     f = _key(field)
-    return (f"(CASE WHEN jsonb_typeof(data->'{f}') = 'number' OR (data->>'{f}') ~ '^-?[0-9]+(\\.[0-9]+)?$' "
-            f"THEN (data->>'{f}')::numeric END)")
+    return (
+        f"(CASE WHEN jsonb_typeof(data->'{f}') = 'number' OR (data->>'{f}') ~ '^-?[0-9]+(\\.[0-9]+)?$' "
+        f"THEN (data->>'{f}')::numeric END)"
+    )
 
 
 def ts_expr(field: str) -> str:
@@ -101,19 +103,29 @@ class AnalysisRepository:
     async def evict_expired(self, batch: int = 5000) -> dict[str, int]:
         """Delete expired records, ephemeral findings and ingest states (bounded per call)."""
         counts = {}
-        for table, cond in (("analysis_records", "expires_at <= now()"),
-                            ("analysis_findings", "expires_at IS NOT NULL AND expires_at <= now()"),
-                            ("analysis_ingest_state", "expires_at <= now()")):
+        for table, cond in (
+            ("analysis_records", "expires_at <= now()"),
+            ("analysis_findings", "expires_at IS NOT NULL AND expires_at <= now()"),
+            ("analysis_ingest_state", "expires_at <= now()"),
+        ):
             key = "ctid"
-            result = await self.session.execute(text(
-                f"DELETE FROM {table} WHERE {key} IN (SELECT {key} FROM {table} WHERE {cond} LIMIT :n)"),
-                {"n": batch})
+            result = await self.session.execute(
+                text(f"DELETE FROM {table} WHERE {key} IN (SELECT {key} FROM {table} WHERE {cond} LIMIT :n)"),
+                {"n": batch},
+            )
             counts[table] = int(result.rowcount or 0)  # type: ignore[attr-defined]
         return counts
 
     # -- records ----------------------------------------------------------------------------
-    async def upsert_records(self, pid: uuid.UUID, aid: str, model: str, page: int | None,
-                             rows: list[tuple[str | None, dict[str, Any]]], retention_seconds: float) -> int:
+    async def upsert_records(
+        self,
+        pid: uuid.UUID,
+        aid: str,
+        model: str,
+        page: int | None,
+        rows: list[tuple[str | None, dict[str, Any]]],
+        retention_seconds: float,
+    ) -> int:
         """Insert rows; a row whose (model, record_id) exists in the session replaces it."""
         keyed: dict[str, dict[str, Any]] = {}
         unkeyed: list[dict[str, Any]] = []
@@ -124,22 +136,30 @@ class AnalysisRepository:
                 keyed[rid] = data  # the last copy of a duplicate id wins
         params = {"pid": pid, "aid": aid, "model": model, "page": page, "ttl": f"{retention_seconds} seconds"}
         if keyed:
-            await self.session.execute(text(
-                "INSERT INTO analysis_records (project_id, analysis_id, model, record_id, page, data, expires_at) "
-                "SELECT CAST(:pid AS uuid), CAST(:aid AS text), CAST(:model AS text), r.rid, CAST(:page AS integer), "
-                "r.d::jsonb, now() + CAST(:ttl AS text)::interval "
-                "FROM unnest(CAST(:rids AS text[]), CAST(:datas AS text[])) AS r(rid, d) "
-                "ON CONFLICT (project_id, analysis_id, model, record_id) WHERE record_id IS NOT NULL "
-                "DO UPDATE SET data = EXCLUDED.data, page = EXCLUDED.page, ingested_at = now(), "
-                "expires_at = EXCLUDED.expires_at"),
-                {**params, "rids": list(keyed), "datas": [_json(d) for d in keyed.values()]})
+            await self.session.execute(
+                text(
+                    "INSERT INTO analysis_records (project_id, analysis_id, model, record_id, page, data, expires_at) "
+                    "SELECT CAST(:pid AS uuid), CAST(:aid AS text), CAST(:model AS text), r.rid, "
+                    "CAST(:page AS integer), "
+                    "r.d::jsonb, now() + CAST(:ttl AS text)::interval "
+                    "FROM unnest(CAST(:rids AS text[]), CAST(:datas AS text[])) AS r(rid, d) "
+                    "ON CONFLICT (project_id, analysis_id, model, record_id) WHERE record_id IS NOT NULL "
+                    "DO UPDATE SET data = EXCLUDED.data, page = EXCLUDED.page, ingested_at = now(), "
+                    "expires_at = EXCLUDED.expires_at"
+                ),
+                {**params, "rids": list(keyed), "datas": [_json(d) for d in keyed.values()]},
+            )
         if unkeyed:
-            await self.session.execute(text(
-                "INSERT INTO analysis_records (project_id, analysis_id, model, record_id, page, data, expires_at) "
-                "SELECT CAST(:pid AS uuid), CAST(:aid AS text), CAST(:model AS text), NULL, CAST(:page AS integer), "
-                "r.d::jsonb, now() + CAST(:ttl AS text)::interval "
-                "FROM unnest(CAST(:datas AS text[])) AS r(d)"),
-                {**params, "datas": [_json(d) for d in unkeyed]})
+            await self.session.execute(
+                text(
+                    "INSERT INTO analysis_records (project_id, analysis_id, model, record_id, page, data, expires_at) "
+                    "SELECT CAST(:pid AS uuid), CAST(:aid AS text), CAST(:model AS text), NULL, "
+                    "CAST(:page AS integer), "
+                    "r.d::jsonb, now() + CAST(:ttl AS text)::interval "
+                    "FROM unnest(CAST(:datas AS text[])) AS r(d)"
+                ),
+                {**params, "datas": [_json(d) for d in unkeyed]},
+            )
         return len(keyed) + len(unkeyed)
 
     async def count_records(self, pid: uuid.UUID, aid: str, model: str, w: Where | None = None) -> int:
@@ -150,18 +170,22 @@ class AnalysisRepository:
 
     async def session_models(self, pid: uuid.UUID, aid: str) -> list[tuple[str, int]]:
         """Models held by the session with their live record counts."""
-        rows = await self._rows("SELECT model, count(*) FROM analysis_records WHERE project_id = :pid "
-                                "AND analysis_id = :aid AND expires_at > now() GROUP BY model ORDER BY min(id)",
-                                {"pid": pid, "aid": aid})
+        rows = await self._rows(
+            "SELECT model, count(*) FROM analysis_records WHERE project_id = :pid "
+            "AND analysis_id = :aid AND expires_at > now() GROUP BY model ORDER BY min(id)",
+            {"pid": pid, "aid": aid},
+        )
         return [(r[0], int(r[1])) for r in rows]
 
-    async def observed_fields(self, pid: uuid.UUID, aid: str, model: str,
-                              sample: int = 500) -> list[tuple[str, str, int]]:
+    async def observed_fields(
+        self, pid: uuid.UUID, aid: str, model: str, sample: int = 500
+    ) -> list[tuple[str, str, int]]:
         """(field, JSON type, rows having it) over the first `sample` records."""
         rows = await self._rows(
             f"SELECT e.key, jsonb_typeof(e.value), count(*) FROM (SELECT data FROM analysis_records WHERE {SCOPE} "
             "ORDER BY id LIMIT :n) s, jsonb_each(s.data) e GROUP BY 1, 2 ORDER BY 1, 3 DESC",
-            {"pid": pid, "aid": aid, "model": model, "n": sample})
+            {"pid": pid, "aid": aid, "model": model, "n": sample},
+        )
         return [(r[0], r[1], int(r[2])) for r in rows]
 
     async def top_values(self, pid: uuid.UUID, aid: str, model: str, field: str, n: int) -> tuple[int, list[str]]:
@@ -171,36 +195,51 @@ class AnalysisRepository:
         rows = await self._rows(
             f"SELECT v, count(*) OVER () AS distinct_n FROM (SELECT {expr} AS v, count(*) AS c FROM "
             f"(SELECT data FROM analysis_records WHERE {SCOPE} ORDER BY id LIMIT 2000) s "
-            f"WHERE {expr} IS NOT NULL GROUP BY 1) g ORDER BY c DESC, v LIMIT :n", params)
+            f"WHERE {expr} IS NOT NULL GROUP BY 1) g ORDER BY c DESC, v LIMIT :n",
+            params,
+        )
         return (int(rows[0][1]) if rows else 0), [r[0] for r in rows]
 
-    async def aggregate(self, pid: uuid.UUID, aid: str, model: str, field: str, w: Where,
-                        limit: int) -> tuple[int, int, list[tuple[Any, int]]]:
+    async def aggregate(
+        self, pid: uuid.UUID, aid: str, model: str, field: str, w: Where, limit: int
+    ) -> tuple[int, int, list[tuple[Any, int]]]:
         """(matching total, distinct values, [(value, count)] by count desc)."""
         params: dict[str, Any] = {"pid": pid, "aid": aid, "model": model, "lim": limit}
         cond = where_sql(w, params)
         rows = await self._rows(
             f"SELECT v, c, total, groups FROM (SELECT data->'{_key(field)}' AS v, count(*) AS c, "
             f"sum(count(*)) OVER () AS total, count(*) OVER () AS groups FROM analysis_records "
-            f"WHERE {SCOPE} AND {cond} GROUP BY 1) g ORDER BY c DESC, v::text LIMIT :lim", params)
+            f"WHERE {SCOPE} AND {cond} GROUP BY 1) g ORDER BY c DESC, v::text LIMIT :lim",
+            params,
+        )
         if not rows:
             return 0, 0, []
         return int(rows[0][2]), int(rows[0][3]), [(r[0], int(r[1])) for r in rows]
 
-    async def filter(self, pid: uuid.UUID, aid: str, model: str, w: Where, limit: int,
-                     offset: int) -> tuple[int, list[dict[str, Any]]]:
+    async def filter(
+        self, pid: uuid.UUID, aid: str, model: str, w: Where, limit: int, offset: int
+    ) -> tuple[int, list[dict[str, Any]]]:
         """(matching total, rows in ingest order)."""
         params: dict[str, Any] = {"pid": pid, "aid": aid, "model": model, "lim": limit, "off": offset}
         cond = where_sql(w, params)
         # The page walks the session index in id order and stops early; the count scans separately
         # without carrying the documents along.
         rows = await self._rows(
-            f"SELECT data FROM analysis_records WHERE {SCOPE} AND {cond} ORDER BY id LIMIT :lim OFFSET :off", params)
+            f"SELECT data FROM analysis_records WHERE {SCOPE} AND {cond} ORDER BY id LIMIT :lim OFFSET :off", params
+        )
         total = await self._scalar(f"SELECT count(*) FROM analysis_records WHERE {SCOPE} AND {cond}", params)
         return int(total), [r[0] for r in rows]
 
-    async def sample(self, pid: uuid.UUID, aid: str, model: str, w: Where, size: int, stratify_by: str | None,
-                     proximity: dict[str, Any] | None) -> tuple[int, int, list[dict[str, Any]]]:
+    async def sample(
+        self,
+        pid: uuid.UUID,
+        aid: str,
+        model: str,
+        w: Where,
+        size: int,
+        stratify_by: str | None,
+        proximity: dict[str, Any] | None,
+    ) -> tuple[int, int, list[dict[str, Any]]]:
         """(candidates, strata, rows): ROW_NUMBER() per stratum with a budget of CEIL(size / strata)."""
         params: dict[str, Any] = {"pid": pid, "aid": aid, "model": model, "size": size}
         conds = [where_sql(w, params)]
@@ -210,12 +249,15 @@ class AnalysisRepository:
         if proximity:
             ts = ts_expr(proximity["field"])
             params.update(origin=proximity["origin"], win=proximity["window"])
-            conds.append(f"{ts} BETWEEN CAST(:origin AS timestamptz) - CAST(CAST(:win AS text) AS interval) "
-                         "AND CAST(:origin AS timestamptz) + CAST(CAST(:win AS text) AS interval)")
+            conds.append(
+                f"{ts} BETWEEN CAST(:origin AS timestamptz) - CAST(CAST(:win AS text) AS interval) "
+                "AND CAST(:origin AS timestamptz) + CAST(CAST(:win AS text) AS interval)"
+            )
             if proximity.get("bucket"):
                 params["bucket"] = proximity["bucket"]
-                keys.append(f"date_bin(CAST(CAST(:bucket AS text) AS interval), {ts}, "
-                            "CAST(:origin AS timestamptz))::text")
+                keys.append(
+                    f"date_bin(CAST(CAST(:bucket AS text) AS interval), {ts}, CAST(:origin AS timestamptz))::text"
+                )
         key = " || '|' || ".join(keys) if keys else "''"
         rows = await self._rows(
             f"WITH filtered AS MATERIALIZED (SELECT id, {key} AS stratum FROM analysis_records "
@@ -225,7 +267,9 @@ class AnalysisRepository:
             "picked AS (SELECT r.id, r.rn FROM ranked r CROSS JOIN counts c "
             "WHERE r.rn <= CEIL(CAST(:size AS numeric) / GREATEST(c.strata, 1)) ORDER BY r.rn, random() LIMIT :size) "
             "SELECT a.data, c.n, c.strata FROM picked p JOIN analysis_records a ON a.id = p.id CROSS JOIN counts c "
-            "ORDER BY p.rn", params)
+            "ORDER BY p.rn",
+            params,
+        )
         if not rows:
             return 0, 0, []
         return int(rows[0][1]), int(rows[0][2]), [r[0] for r in rows]
@@ -234,41 +278,68 @@ class AnalysisRepository:
         """(record_id, data) of every matching record that has an id, in ingest order."""
         params: dict[str, Any] = {"pid": pid, "aid": aid, "model": model}
         cond = where_sql(w, params)
-        rows = await self._rows(f"SELECT record_id, data FROM analysis_records WHERE {SCOPE} AND {cond} "
-                                "AND record_id IS NOT NULL ORDER BY id", params)
+        rows = await self._rows(
+            f"SELECT record_id, data FROM analysis_records WHERE {SCOPE} AND {cond} "
+            "AND record_id IS NOT NULL ORDER BY id",
+            params,
+        )
         return [(r[0], r[1]) for r in rows]
 
     async def dry_run(self, pid: uuid.UUID, aid: str, model: str, w: Where) -> dict[str, Any]:
         """Scope of an act: count, first ids, first rows with their ingest time, ingest time range."""
         params: dict[str, Any] = {"pid": pid, "aid": aid, "model": model}
         cond = where_sql(w, params)
-        stats = (await self._rows(f"SELECT count(*), min(ingested_at), max(ingested_at) FROM analysis_records "
-                                  f"WHERE {SCOPE} AND {cond} AND record_id IS NOT NULL", params))[0]
-        first = await self._rows(f"SELECT record_id, data, ingested_at FROM analysis_records WHERE {SCOPE} "
-                                 f"AND {cond} AND record_id IS NOT NULL ORDER BY id LIMIT 10", params)
-        return {"count": int(stats[0]), "earliest": stats[1], "latest": stats[2],
-                "first": [(r[0], r[1], r[2]) for r in first]}
+        stats = (
+            await self._rows(
+                f"SELECT count(*), min(ingested_at), max(ingested_at) FROM analysis_records "
+                f"WHERE {SCOPE} AND {cond} AND record_id IS NOT NULL",
+                params,
+            )
+        )[0]
+        first = await self._rows(
+            f"SELECT record_id, data, ingested_at FROM analysis_records WHERE {SCOPE} "
+            f"AND {cond} AND record_id IS NOT NULL ORDER BY id LIMIT 10",
+            params,
+        )
+        return {
+            "count": int(stats[0]),
+            "earliest": stats[1],
+            "latest": stats[2],
+            "first": [(r[0], r[1], r[2]) for r in first],
+        }
 
-    async def apply_update(self, pid: uuid.UUID, aid: str, model: str, record_ids: list[str],
-                           attributes: dict[str, Any]) -> None:
+    async def apply_update(
+        self, pid: uuid.UUID, aid: str, model: str, record_ids: list[str], attributes: dict[str, Any]
+    ) -> None:
         """Merge `attributes` into the snapshot of records the upstream accepted."""
-        await self.session.execute(text(
-            "UPDATE analysis_records SET data = data || CAST(:attrs AS jsonb) WHERE project_id = :pid "
-            "AND analysis_id = :aid AND model = :model AND record_id = ANY(CAST(:ids AS text[]))"),
-            {"pid": pid, "aid": aid, "model": model, "ids": record_ids, "attrs": json.dumps(attributes)})
+        await self.session.execute(
+            text(
+                "UPDATE analysis_records SET data = data || CAST(:attrs AS jsonb) WHERE project_id = :pid "
+                "AND analysis_id = :aid AND model = :model AND record_id = ANY(CAST(:ids AS text[]))"
+            ),
+            {"pid": pid, "aid": aid, "model": model, "ids": record_ids, "attrs": json.dumps(attributes)},
+        )
 
     async def delete_records(self, pid: uuid.UUID, aid: str, model: str, record_ids: list[str]) -> None:
         """Drop records deleted upstream from the snapshot."""
-        await self.session.execute(text(
-            "DELETE FROM analysis_records WHERE project_id = :pid AND analysis_id = :aid AND model = :model "
-            "AND record_id = ANY(CAST(:ids AS text[]))"), {"pid": pid, "aid": aid, "model": model, "ids": record_ids})
+        await self.session.execute(
+            text(
+                "DELETE FROM analysis_records WHERE project_id = :pid AND analysis_id = :aid AND model = :model "
+                "AND record_id = ANY(CAST(:ids AS text[]))"
+            ),
+            {"pid": pid, "aid": aid, "model": model, "ids": record_ids},
+        )
 
-    async def parents_after(self, pid: uuid.UUID, aid: str, model: str, after: int,
-                            limit: int) -> tuple[list[tuple[int, str]], int]:
+    async def parents_after(
+        self, pid: uuid.UUID, aid: str, model: str, after: int, limit: int
+    ) -> tuple[list[tuple[int, str]], int]:
         """The next `limit` parent records (row id, record id) after row `after`, and how many follow."""
         params = {"pid": pid, "aid": aid, "model": model, "after": after, "lim": limit}
-        rows = await self._rows(f"SELECT id, record_id, count(*) OVER () FROM analysis_records WHERE {SCOPE} "
-                                "AND record_id IS NOT NULL AND id > :after ORDER BY id LIMIT :lim", params)
+        rows = await self._rows(
+            f"SELECT id, record_id, count(*) OVER () FROM analysis_records WHERE {SCOPE} "
+            "AND record_id IS NOT NULL AND id > :after ORDER BY id LIMIT :lim",
+            params,
+        )
         remaining = int(rows[0][2]) if rows else 0
         return [(int(r[0]), r[1]) for r in rows], remaining
 
@@ -278,31 +349,61 @@ class AnalysisRepository:
         rows = await self._rows(
             "SELECT next_token, pages_done, complete, total_available FROM analysis_ingest_state "
             "WHERE project_id = :pid AND analysis_id = :aid AND state_key = :key AND expires_at > now()",
-            {"pid": pid, "aid": aid, "key": key})
+            {"pid": pid, "aid": aid, "key": key},
+        )
         if not rows:
             return None
         r = rows[0]
         return {"next_token": r[0], "pages_done": int(r[1]), "complete": bool(r[2]), "total_available": r[3]}
 
-    async def save_state(self, pid: uuid.UUID, aid: str, key: str, model: str, params: dict[str, Any],
-                         next_token: Any, pages_done: int, complete: bool, total: int | None,
-                         retention_seconds: float) -> None:
+    async def save_state(
+        self,
+        pid: uuid.UUID,
+        aid: str,
+        key: str,
+        model: str,
+        params: dict[str, Any],
+        next_token: Any,
+        pages_done: int,
+        complete: bool,
+        total: int | None,
+        retention_seconds: float,
+    ) -> None:
         """Record where an ingest stopped."""
-        await self.session.execute(text(
-            "INSERT INTO analysis_ingest_state (project_id, analysis_id, state_key, model, params, next_token, "
-            "pages_done, complete, total_available, updated_at, expires_at) VALUES (:pid, :aid, :key, :model, "
-            "CAST(:params AS jsonb), CAST(:token AS jsonb), :pages, :complete, :total, now(), "
-            "now() + CAST(:ttl AS text)::interval) ON CONFLICT (project_id, analysis_id, state_key) DO UPDATE SET "
-            "next_token = EXCLUDED.next_token, pages_done = EXCLUDED.pages_done, complete = EXCLUDED.complete, "
-            "total_available = EXCLUDED.total_available, updated_at = now(), expires_at = EXCLUDED.expires_at"),
-            {"pid": pid, "aid": aid, "key": key, "model": model, "params": json.dumps(params),
-             "token": json.dumps(next_token), "pages": pages_done, "complete": complete, "total": total,
-             "ttl": f"{retention_seconds} seconds"})
+        await self.session.execute(
+            text(
+                "INSERT INTO analysis_ingest_state (project_id, analysis_id, state_key, model, params, next_token, "
+                "pages_done, complete, total_available, updated_at, expires_at) VALUES (:pid, :aid, :key, :model, "
+                "CAST(:params AS jsonb), CAST(:token AS jsonb), :pages, :complete, :total, now(), "
+                "now() + CAST(:ttl AS text)::interval) ON CONFLICT (project_id, analysis_id, state_key) DO UPDATE SET "
+                "next_token = EXCLUDED.next_token, pages_done = EXCLUDED.pages_done, complete = EXCLUDED.complete, "
+                "total_available = EXCLUDED.total_available, updated_at = now(), expires_at = EXCLUDED.expires_at"
+            ),
+            {
+                "pid": pid,
+                "aid": aid,
+                "key": key,
+                "model": model,
+                "params": json.dumps(params),
+                "token": json.dumps(next_token),
+                "pages": pages_done,
+                "complete": complete,
+                "total": total,
+                "ttl": f"{retention_seconds} seconds",
+            },
+        )
 
     # -- findings ---------------------------------------------------------------------------
-    async def insert_findings(self, pid: uuid.UUID, aid: str, items: list[dict[str, Any]], persistent: bool,
-                              ttl_seconds: float, model: str,
-                              vectors: list[list[float]]) -> tuple[list[int], datetime | None]:
+    async def insert_findings(
+        self,
+        pid: uuid.UUID,
+        aid: str,
+        items: list[dict[str, Any]],
+        persistent: bool,
+        ttl_seconds: float,
+        model: str,
+        vectors: list[list[float]],
+    ) -> tuple[list[int], datetime | None]:
         """Store findings and their vectors; returns ids and the expiry (None when persistent)."""
         rows = await self._rows(
             "INSERT INTO analysis_findings (project_id, analysis_id, category, finding, metadata, source_model, "
@@ -311,32 +412,50 @@ class AnalysisRepository:
             "ELSE now() + CAST(:ttl AS text)::interval END "
             "FROM unnest(CAST(:cats AS text[]), CAST(:texts AS text[]), CAST(:metas AS text[]), "
             "CAST(:sources AS text[])) WITH ORDINALITY AS f(c, t, m, s, o) ORDER BY f.o RETURNING id, expires_at",
-            {"pid": pid, "aid": aid, "persistent": persistent, "ttl": f"{ttl_seconds} seconds",
-             "cats": [i["category"] for i in items], "texts": [_no_nul(i["finding"]) for i in items],
-             "metas": [_json(i.get("metadata") or {}) for i in items],
-             "sources": [i.get("source_model") or "" for i in items]})
+            {
+                "pid": pid,
+                "aid": aid,
+                "persistent": persistent,
+                "ttl": f"{ttl_seconds} seconds",
+                "cats": [i["category"] for i in items],
+                "texts": [_no_nul(i["finding"]) for i in items],
+                "metas": [_json(i.get("metadata") or {}) for i in items],
+                "sources": [i.get("source_model") or "" for i in items],
+            },
+        )
         ids = [int(r[0]) for r in rows]
         ids.sort()  # identity values follow insertion order
         if vectors:
-            await self.session.execute(text(
-                "INSERT INTO analysis_finding_embeddings (owner_id, model, dim, embedding) "
-                "SELECT o, CAST(:model AS text), CAST(:dim AS integer), CAST(v AS vector) "
-                "FROM unnest(CAST(:owners AS bigint[]), "
-                "CAST(:vecs AS text[])) AS x(o, v)"),
-                {"model": model, "dim": len(vectors[0]), "owners": ids,
-                 "vecs": ["[" + ",".join(f"{x:.7g}" for x in v) + "]" for v in vectors]})
+            await self.session.execute(
+                text(
+                    "INSERT INTO analysis_finding_embeddings (owner_id, model, dim, embedding) "
+                    "SELECT o, CAST(:model AS text), CAST(:dim AS integer), CAST(v AS vector) "
+                    "FROM unnest(CAST(:owners AS bigint[]), "
+                    "CAST(:vecs AS text[])) AS x(o, v)"
+                ),
+                {
+                    "model": model,
+                    "dim": len(vectors[0]),
+                    "owners": ids,
+                    "vecs": ["[" + ",".join(f"{x:.7g}" for x in v) + "]" for v in vectors],
+                },
+            )
         return ids, (rows[0][1] if rows else None)
 
     async def delete_page_summaries(self, pid: uuid.UUID, aid: str, model: str, pages: list[int]) -> None:
         """Drop earlier summaries of pages that are being re-ingested."""
-        await self.session.execute(text(
-            "DELETE FROM analysis_findings WHERE project_id = :pid AND analysis_id = :aid "
-            "AND category = 'page_summary' AND source_model = :model "
-            "AND (metadata->>'page') = ANY(CAST(:pages AS text[]))"),
-            {"pid": pid, "aid": aid, "model": model, "pages": [str(p) for p in pages]})
+        await self.session.execute(
+            text(
+                "DELETE FROM analysis_findings WHERE project_id = :pid AND analysis_id = :aid "
+                "AND category = 'page_summary' AND source_model = :model "
+                "AND (metadata->>'page') = ANY(CAST(:pages AS text[]))"
+            ),
+            {"pid": pid, "aid": aid, "model": model, "pages": [str(p) for p in pages]},
+        )
 
-    async def semantic(self, pid: uuid.UUID, aid: str, vector: list[float], model: str, top_k: int,
-                       category: str | None) -> list[tuple[int, str, str, dict[str, Any], float]]:
+    async def semantic(
+        self, pid: uuid.UUID, aid: str, vector: list[float], model: str, top_k: int, category: str | None
+    ) -> list[tuple[int, str, str, dict[str, Any], float]]:
         """Nearest live findings of the session by cosine distance."""
         dim = len(vector)
         await self.session.execute(text("SET LOCAL hnsw.iterative_scan = relaxed_order"))
@@ -348,26 +467,41 @@ class AnalysisRepository:
             f"WHERE e.model = :model AND e.dim = :dim AND f.project_id = :pid AND f.analysis_id = :aid {cat} "
             "AND (f.expires_at IS NULL OR f.expires_at > now()) "
             f"ORDER BY {dist} LIMIT :k",
-            {"q": "[" + ",".join(f"{x:.7g}" for x in vector) + "]", "model": model, "dim": dim, "pid": pid,
-             "aid": aid, "cat": category, "k": top_k})
+            {
+                "q": "[" + ",".join(f"{x:.7g}" for x in vector) + "]",
+                "model": model,
+                "dim": dim,
+                "pid": pid,
+                "aid": aid,
+                "cat": category,
+                "k": top_k,
+            },
+        )
         hits = [(int(r[0]), r[1], r[2], r[3], float(r[4])) for r in rows]
         hits.sort(key=lambda h: -h[4])  # relaxed order: restore the exact ranking
         return hits
 
     async def count_findings(self, pid: uuid.UUID, aid: str) -> int:
         """Live findings of the session."""
-        return int(await self._scalar(
-            "SELECT count(*) FROM analysis_findings WHERE project_id = :pid AND analysis_id = :aid "
-            "AND (expires_at IS NULL OR expires_at > now())", {"pid": pid, "aid": aid}))
+        return int(
+            await self._scalar(
+                "SELECT count(*) FROM analysis_findings WHERE project_id = :pid AND analysis_id = :aid "
+                "AND (expires_at IS NULL OR expires_at > now())",
+                {"pid": pid, "aid": aid},
+            )
+        )
 
     # -- teardown ---------------------------------------------------------------------------
     async def clear(self, pid: uuid.UUID, aid: str) -> tuple[int, int]:
         """Delete the session's records, findings (with vectors) and ingest state."""
         params = {"pid": pid, "aid": aid}
-        rec = await self.session.execute(text(
-            "DELETE FROM analysis_records WHERE project_id = :pid AND analysis_id = :aid"), params)
-        fnd = await self.session.execute(text(
-            "DELETE FROM analysis_findings WHERE project_id = :pid AND analysis_id = :aid"), params)
-        await self.session.execute(text(
-            "DELETE FROM analysis_ingest_state WHERE project_id = :pid AND analysis_id = :aid"), params)
+        rec = await self.session.execute(
+            text("DELETE FROM analysis_records WHERE project_id = :pid AND analysis_id = :aid"), params
+        )
+        fnd = await self.session.execute(
+            text("DELETE FROM analysis_findings WHERE project_id = :pid AND analysis_id = :aid"), params
+        )
+        await self.session.execute(
+            text("DELETE FROM analysis_ingest_state WHERE project_id = :pid AND analysis_id = :aid"), params
+        )
         return int(rec.rowcount or 0), int(fnd.rowcount or 0)  # type: ignore[attr-defined]

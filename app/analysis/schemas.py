@@ -17,28 +17,34 @@ Scalar = str | int | float | bool | None
 
 class _Session(StrictModel):
     analysis_id: str = Field(pattern=ANALYSIS_ID, description="Session key shared by every analysis tool")
-    project: str | None = Field(default=None, pattern=PROJECT_NAME,
-                                description="Project scope (default: the key's project or 'default')")
+    project: str | None = Field(
+        default=None, pattern=PROJECT_NAME, description="Project scope (default: the key's project or 'default')"
+    )
 
 
 class IngestIn(_Session):
     """Arguments of analysis_ingest."""
 
     model: str | None = Field(default=None, pattern=MODEL_NAME, description="Top-level mode: the model to list")
-    parent_model: str | None = Field(default=None, pattern=MODEL_NAME,
-                                     description="Nested mode: a model already ingested in this session")
-    child_resource: str | None = Field(default=None, pattern=MODEL_NAME,
-                                       description="Nested mode: the child resource to fetch for each parent")
+    parent_model: str | None = Field(
+        default=None, pattern=MODEL_NAME, description="Nested mode: a model already ingested in this session"
+    )
+    child_resource: str | None = Field(
+        default=None, pattern=MODEL_NAME, description="Nested mode: the child resource to fetch for each parent"
+    )
     filters: dict[str, Scalar | list[Scalar]] | None = Field(
-        default=None, description="Upstream filters (names declared for the model in the registry)")
+        default=None, description="Upstream filters (names declared for the model in the registry)"
+    )
     page: int = Field(default=1, ge=1, le=100_000, description="Page to fetch when not ingesting all")
     per_page: int = Field(default=50, ge=1, le=200, description="Records per upstream page (capped by the upstream)")
-    fields: list[str] | None = Field(default=None, min_length=1, max_length=100,
-                                     description="Keep only these fields ({assoc}_id keys are kept too)")
+    fields: list[str] | None = Field(
+        default=None, min_length=1, max_length=100, description="Keep only these fields ({assoc}_id keys are kept too)"
+    )
     ingest_all: bool = Field(default=False, description="Follow pagination, up to 50 pages per call")
     resume: bool = Field(default=False, description="Continue where the previous identical ingest stopped")
-    user_id: str | None = Field(default=None, min_length=1, max_length=200,
-                                description="Impersonate this upstream user (admin scope only)")
+    user_id: str | None = Field(
+        default=None, min_length=1, max_length=200, description="Impersonate this upstream user (admin scope only)"
+    )
 
     @model_validator(mode="after")
     def _one_mode(self) -> IngestIn:
@@ -112,16 +118,18 @@ class QueryIn(_Session):
     """Arguments of analysis_query."""
 
     mode: Literal["describe", "semantic", "aggregate", "filter", "sample"]
-    model: str | None = Field(default=None, pattern=MODEL_NAME,
-                              description="Model to query when the session holds several")
+    model: str | None = Field(
+        default=None, pattern=MODEL_NAME, description="Model to query when the session holds several"
+    )
     query: str | None = Field(default=None, min_length=1, max_length=2000, description="semantic: the text")
     top_k: int = Field(default=50, ge=1, le=100, description="semantic: most results")
     threshold: float = Field(default=0.5, ge=0.0, le=1.0, description="semantic: minimum cosine similarity")
     category: str | None = Field(default=None, pattern=CATEGORY, description="semantic: only this category")
     group_by: str | None = Field(default=None, max_length=64, description="aggregate: the field")
     where: dict[str, Any] | None = Field(default=None, description="filter/sample/aggregate: conditions")
-    limit: int | None = Field(default=None, ge=1, le=200, description="filter: rows (default 20, cap 200); "
-                              "aggregate: groups (default 50)")
+    limit: int | None = Field(
+        default=None, ge=1, le=200, description="filter: rows (default 20, cap 200); aggregate: groups (default 50)"
+    )
     offset: int = Field(default=0, ge=0, le=1_000_000, description="filter: rows to skip")
     sample_size: int = Field(default=5, ge=1, le=50, description="sample: rows (cap 50)")
     stratify_by: str | None = Field(default=None, max_length=64, description="sample: spread over this field")
@@ -170,8 +178,9 @@ class ActIn(_Session):
     action: Literal["update", "delete"]
     attributes: dict[str, Any] | None = Field(default=None, description="update: applied to every match")
     dry_run: bool = Field(default=False, description="Report the scope without calling the upstream")
-    user_id: str | None = Field(default=None, min_length=1, max_length=200,
-                                description="Impersonate this upstream user (admin scope only)")
+    user_id: str | None = Field(
+        default=None, min_length=1, max_length=200, description="Impersonate this upstream user (admin scope only)"
+    )
 
 
 class ActSummary(BaseModel):

@@ -69,8 +69,9 @@ def bounded_rows(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], bool
 def check_impersonation(ctx: CallContext, user_id: str | None) -> None:
     """Impersonating an upstream user is an administrator's act."""
     if user_id is not None and not ctx.principal.has_scope("admin"):
-        raise Forbidden("user_id impersonation needs the 'admin' scope",
-                        suggestions=["Omit user_id, or use an admin key"])
+        raise Forbidden(
+            "user_id impersonation needs the 'admin' scope", suggestions=["Omit user_id, or use an admin key"]
+        )
 
 
 async def project_for_write(ctx: CallContext, repo: AnalysisRepository, requested: str | None) -> uuid.UUID:
@@ -78,8 +79,9 @@ async def project_for_write(ctx: CallContext, repo: AnalysisRepository, requeste
     return await repo.ensure_project(ctx.project(requested))
 
 
-async def project_for_read(ctx: CallContext, repo: AnalysisRepository, requested: str | None,
-                           analysis_id: str) -> uuid.UUID:
+async def project_for_read(
+    ctx: CallContext, repo: AnalysisRepository, requested: str | None, analysis_id: str
+) -> uuid.UUID:
     """The effective project's id; a missing project means the session does not exist."""
     pid = await repo.project_id(ctx.project(requested))
     if pid is None:
@@ -92,21 +94,29 @@ async def store(ctx: CallContext, args: StoreIn) -> StoreOut:
     settings = get_analysis_settings()
     for i, item in enumerate(args.findings):
         if item.metadata is not None and len(compact_json(item.metadata)) > MAX_METADATA_CHARS:
-            raise InvalidInput(f"findings.{i}.metadata: larger than {MAX_METADATA_CHARS} characters as JSON",
-                               details={"field": f"findings.{i}.metadata"})
+            raise InvalidInput(
+                f"findings.{i}.metadata: larger than {MAX_METADATA_CHARS} characters as JSON",
+                details={"field": f"findings.{i}.metadata"},
+            )
     repo = AnalysisRepository(ctx.session)
     pid = await project_for_write(ctx, repo, args.project)
     await repo.evict_expired()
     vectors = await ctx.embedder.embed([f.finding for f in args.findings])
     items = [{"category": f.category, "finding": f.finding, "metadata": f.metadata} for f in args.findings]
-    ids, expires = await repo.insert_findings(pid, args.analysis_id, items, args.persistent,
-                                              settings.finding_ttl_seconds, ctx.embedder.model, vectors)
+    ids, expires = await repo.insert_findings(
+        pid, args.analysis_id, items, args.persistent, settings.finding_ttl_seconds, ctx.embedder.model, vectors
+    )
     life = "kept until analysis_clear" if args.persistent else f"expire at {expires:%Y-%m-%dT%H:%M:%SZ}"
-    return with_tokens(StoreOut(
-        analysis_id=args.analysis_id, stored=len(ids), ids=ids, persistent=args.persistent,
-        expires_at=None if expires is None else expires.isoformat(),
-        message=f"Stored {len(ids)} finding(s) for analysis '{args.analysis_id}' ({life}).",
-    ))
+    return with_tokens(
+        StoreOut(
+            analysis_id=args.analysis_id,
+            stored=len(ids),
+            ids=ids,
+            persistent=args.persistent,
+            expires_at=None if expires is None else expires.isoformat(),
+            message=f"Stored {len(ids)} finding(s) for analysis '{args.analysis_id}' ({life}).",
+        )
+    )
 
 
 async def clear(ctx: CallContext, args: ClearIn) -> ClearOut:
@@ -116,8 +126,12 @@ async def clear(ctx: CallContext, args: ClearIn) -> ClearOut:
     records = findings = 0
     if pid is not None:
         records, findings = await repo.clear(pid, args.analysis_id)
-    return with_tokens(ClearOut(
-        analysis_id=args.analysis_id, records_deleted=records, findings_deleted=findings,
-        message=f"Cleared {records} ingested record(s) and {findings} finding(s) for analysis "
-                f"'{args.analysis_id}'.",
-    ))
+    return with_tokens(
+        ClearOut(
+            analysis_id=args.analysis_id,
+            records_deleted=records,
+            findings_deleted=findings,
+            message=f"Cleared {records} ingested record(s) and {findings} finding(s) for analysis "
+            f"'{args.analysis_id}'.",
+        )
+    )

@@ -43,8 +43,10 @@ def summarize(model: str, label: str, rows: list[dict[str, Any]], id_field: str 
             if key.endswith("_id"):
                 continue
             nums = [float(v) for v in present]
-            parts.append(f"{key} {_fmt(min(nums))}-{_fmt(max(nums))} avg {_fmt(statistics.fmean(nums))} "
-                         f"median {_fmt(statistics.median(nums))}{note}")
+            parts.append(
+                f"{key} {_fmt(min(nums))}-{_fmt(max(nums))} avg {_fmt(statistics.fmean(nums))} "
+                f"median {_fmt(statistics.median(nums))}{note}"
+            )
         elif all(isinstance(v, str) and _DATE.match(v) for v in present):
             dates = sorted(v[:10] for v in present)
             parts.append(f"{key} {dates[0]}..{dates[-1]}{note}")

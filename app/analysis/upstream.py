@@ -56,12 +56,18 @@ class UpstreamClient:
             headers[cfg.auth.header] = cfg.auth.header_value()
         if user_id is not None:
             if not cfg.impersonation_header:
-                raise InvalidInput(f"Upstream '{name}' does not support user_id impersonation",
-                                   suggestions=["Omit user_id or configure impersonation_header"])
+                raise InvalidInput(
+                    f"Upstream '{name}' does not support user_id impersonation",
+                    suggestions=["Omit user_id or configure impersonation_header"],
+                )
             headers[cfg.impersonation_header] = user_id
         self.client = httpx.AsyncClient(
-            base_url=cfg.base_url + "/", headers=headers, timeout=httpx.Timeout(cfg.timeout_seconds),
-            limits=httpx.Limits(max_connections=10, max_keepalive_connections=10), follow_redirects=False)
+            base_url=cfg.base_url + "/",
+            headers=headers,
+            timeout=httpx.Timeout(cfg.timeout_seconds),
+            limits=httpx.Limits(max_connections=10, max_keepalive_connections=10),
+            follow_redirects=False,
+        )
 
     async def __aenter__(self) -> UpstreamClient:
         return self
@@ -78,8 +84,15 @@ class UpstreamClient:
             return path
         return urljoin(self.cfg.base_url + "/", path.lstrip("/"))
 
-    async def request(self, method: str, path: str, *, params: dict[str, Any] | None = None,
-                      json_body: Any = None, retries: int | None = None) -> httpx.Response:
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: dict[str, Any] | None = None,
+        json_body: Any = None,
+        retries: int | None = None,
+    ) -> httpx.Response:
         """Send with retries on 429/5xx and transport errors, honouring Retry-After.
 
         Returns the final response (which may be a 4xx); raises UpstreamFailure when every attempt
@@ -106,29 +119,35 @@ class UpstreamClient:
                 if hinted is not None and hinted > self.cfg.max_retry_after_seconds:
                     raise UpstreamFailure(
                         f"Upstream '{self.name}' asked to retry after {hinted:g}s (over the "
-                        f"{self.cfg.max_retry_after_seconds:g}s limit)", status)
+                        f"{self.cfg.max_retry_after_seconds:g}s limit)",
+                        status,
+                    )
                 delay = hinted if hinted is not None else self._backoff(attempt)
             if attempt + 1 < attempts:
                 log.info("upstream retry", extra={"upstream": self.name, "attempt": attempt + 1, "why": last})
                 await asyncio.sleep(delay)
-        raise UpstreamFailure(f"Upstream '{self.name}' {last} ({method} {_short(url)}, {attempts} attempt(s))",
-                              status)
+        raise UpstreamFailure(f"Upstream '{self.name}' {last} ({method} {_short(url)}, {attempts} attempt(s))", status)
 
     def _backoff(self, attempt: int) -> float:
-        base: float = self.cfg.backoff_seconds * (2 ** attempt)
+        base: float = self.cfg.backoff_seconds * (2**attempt)
         return base + random.uniform(0, base / 2)
 
     async def get_json(self, path: str, params: dict[str, Any] | None = None) -> tuple[Any, httpx.Response]:
         """GET and decode JSON; non-2xx and malformed bodies become UpstreamFailure."""
         response = await self.request("GET", path, params=params)
         if response.status_code >= 400:
-            raise UpstreamFailure(f"Upstream '{self.name}' answered HTTP {response.status_code} for "
-                                  f"GET {_short(str(response.request.url))}", response.status_code)
+            raise UpstreamFailure(
+                f"Upstream '{self.name}' answered HTTP {response.status_code} for "
+                f"GET {_short(str(response.request.url))}",
+                response.status_code,
+            )
         try:
             return response.json(), response
         except (json.JSONDecodeError, UnicodeDecodeError):
-            raise UpstreamFailure(f"Upstream '{self.name}' returned malformed JSON for "
-                                  f"GET {_short(str(response.request.url))}", response.status_code) from None
+            raise UpstreamFailure(
+                f"Upstream '{self.name}' returned malformed JSON for GET {_short(str(response.request.url))}",
+                response.status_code,
+            ) from None
 
 
 def _short(url: str) -> str:
@@ -188,13 +207,22 @@ def token_for_page(p: PaginationCfg, page: int, per_page: int) -> Any:
     if p.style == "offset":
         return (page - 1) * per_page
     if page != 1:
-        raise InvalidInput(f"page: {p.style} pagination cannot jump to page {page}",
-                           suggestions=["Use ingest_all, or resume: true to continue where the last call stopped"])
+        raise InvalidInput(
+            f"page: {p.style} pagination cannot jump to page {page}",
+            suggestions=["Use ingest_all, or resume: true to continue where the last call stopped"],
+        )
     return None
 
 
-async def fetch_page(client: UpstreamClient, path: str, p: PaginationCfg, items_path: str | None, token: Any,
-                     per_page: int, params: dict[str, Any]) -> Page:
+async def fetch_page(
+    client: UpstreamClient,
+    path: str,
+    p: PaginationCfg,
+    items_path: str | None,
+    token: Any,
+    per_page: int,
+    params: dict[str, Any],
+) -> Page:
     """Fetch the page at `token` and work out the next token (None at the end)."""
     query = dict(params)
     target = path
@@ -216,8 +244,7 @@ async def fetch_page(client: UpstreamClient, path: str, p: PaginationCfg, items_
     if items is None and isinstance(body, dict) and items_path and "_embedded" in items_path:
         items = []  # HAL omits _embedded on an empty page
     if not isinstance(items, list):
-        raise UpstreamFailure(f"Upstream '{client.name}' response has no item list at "
-                              f"'{items_path or '(body)'}'")
+        raise UpstreamFailure(f"Upstream '{client.name}' response has no item list at '{items_path or '(body)'}'")
     rows = [r for r in items if isinstance(r, dict)]
     total_raw = dig(body, p.total_path) if p.total_path and isinstance(body, dict) else None
     total = int(total_raw) if isinstance(total_raw, int | float) and not isinstance(total_raw, bool) else None

@@ -86,8 +86,9 @@ class KeyStore:
         """The principal for `token`, or None when it is unknown or revoked."""
         for key in self.static:
             if hmac.compare_digest(key.token.encode(), token.encode()):
-                return Principal(key_id=f"static:{hash_key(token)[:8]}", name="static",
-                                 scopes=key.scopes, project=key.project)
+                return Principal(
+                    key_id=f"static:{hash_key(token)[:8]}", name="static", scopes=key.scopes, project=key.project
+                )
         digest = hash_key(token)
         now = time.monotonic()
         cached = self._cache.get(digest)
@@ -98,8 +99,9 @@ class KeyStore:
             row = await repo.by_hash(digest)
             principal = None
             if row is not None:
-                principal = Principal(key_id=str(row.id), name=row.name, scopes=frozenset(row.scopes),
-                                      project=row.project)
+                principal = Principal(
+                    key_id=str(row.id), name=row.name, scopes=frozenset(row.scopes), project=row.project
+                )
                 await repo.touch(row.id)
         if len(self._cache) > 10_000:
             self._cache.clear()
@@ -112,7 +114,10 @@ async def create_key(db: Database, *, scopes: list[str], project: str | None, na
     token = new_key()
     async with db.transaction() as session:
         row = await ApiKeyRepository(session).add(
-            name=name, prefix=token[:12], key_hash=hash_key(token), scopes=parse_scopes(scopes),
+            name=name,
+            prefix=token[:12],
+            key_hash=hash_key(token),
+            scopes=parse_scopes(scopes),
             project=project,
         )
         return str(row.id), token
@@ -131,7 +136,9 @@ class CairnTokenVerifier(TokenVerifier):
             return None
         implied = [s for s in SCOPES if principal.has_scope(s)]  # admin implies write implies read
         return AccessToken(
-            token=token, client_id=principal.key_id or "anonymous", scopes=implied,
+            token=token,
+            client_id=principal.key_id or "anonymous",
+            scopes=implied,
             claims={"project": principal.project, "name": principal.name},
         )
 
@@ -139,8 +146,12 @@ class CairnTokenVerifier(TokenVerifier):
 def principal_from_access_token(token: AccessToken) -> Principal:
     """Rebuild the principal from the claims `CairnTokenVerifier` put into the token."""
     claims = token.claims or {}
-    return Principal(key_id=token.client_id, name=str(claims.get("name") or ""),
-                     scopes=frozenset(token.scopes), project=claims.get("project"))
+    return Principal(
+        key_id=token.client_id,
+        name=str(claims.get("name") or ""),
+        scopes=frozenset(token.scopes),
+        project=claims.get("project"),
+    )
 
 
 def request_id() -> str:

@@ -100,9 +100,11 @@ class CallContext:
             return bound or default
         if not _PROJECT_NAME.fullmatch(requested):
             # Every family resolves projects here, so one check covers the names of all of them.
-            raise InvalidInput(f"Invalid project name {requested[:80]!r}: letters, digits, '_', '-', '.' "
-                               "(at most 128, starting with a letter or digit)",
-                               details={"field": "project"})
+            raise InvalidInput(
+                f"Invalid project name {requested[:80]!r}: letters, digits, '_', '-', '.' "
+                "(at most 128, starting with a letter or digit)",
+                details={"field": "project"},
+            )
         if bound is not None and requested != bound:
             raise Forbidden(
                 f"This API key is bound to project '{bound}' and cannot use project '{requested}'",

@@ -84,8 +84,14 @@ class Database:
         await self.engine.dispose()
 
 
-_CONNECTION_ERRORS = {"ConnectionDoesNotExistError", "CannotConnectNowError", "ConnectionFailureError",
-                      "AdminShutdownError", "CrashShutdownError", "InterfaceError"}
+_CONNECTION_ERRORS = {
+    "ConnectionDoesNotExistError",
+    "CannotConnectNowError",
+    "ConnectionFailureError",
+    "AdminShutdownError",
+    "CrashShutdownError",
+    "InterfaceError",
+}
 
 
 def _driver_errors(exc: DBAPIError) -> tuple[Any, ...]:
@@ -111,8 +117,9 @@ def is_connection_error(exc: BaseException) -> bool:
             return True
         # A refused or dropped connection can arrive wrapped as a plain DBAPIError (e.g. "the database
         # system is shutting down" while connecting); its driver error says what it is.
-        if sqlstate(exc).startswith(("08", "57P")) or \
-                any(type(candidate).__name__ in _CONNECTION_ERRORS for candidate in _driver_errors(exc)):
+        if sqlstate(exc).startswith(("08", "57P")) or any(
+            type(candidate).__name__ in _CONNECTION_ERRORS for candidate in _driver_errors(exc)
+        ):
             return True
     if isinstance(exc, (ConnectionError, OSError)):
         return True

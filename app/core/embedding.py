@@ -27,24 +27,41 @@ from prometheus_client import Counter, Gauge, Histogram
 from app.core.tokens import load_tokenizer
 
 __all__ = [
-    "LOCAL_DIMENSION", "LOCAL_MODEL_NAME", "EmbeddingProvider", "EmbeddingUnavailable",
-    "LocalOnnxEmbedder", "OllamaEmbedder", "OpenAIEmbedder", "build_embedder",
+    "LOCAL_DIMENSION",
+    "LOCAL_MODEL_NAME",
+    "EmbeddingProvider",
+    "EmbeddingUnavailable",
+    "LocalOnnxEmbedder",
+    "OllamaEmbedder",
+    "OpenAIEmbedder",
+    "build_embedder",
 ]
 
 LOCAL_MODEL_NAME = "all-MiniLM-L6-v2"
 LOCAL_DIMENSION = 384
 REMOTE_BATCH = 128
 
-BATCH_SIZE = Histogram("cairn_embedding_batch_size", "Texts per embedding batch (ONNX run or HTTP request)",
-                       buckets=(1, 2, 4, 8, 16, 32, 64, 128))
+BATCH_SIZE = Histogram(
+    "cairn_embedding_batch_size",
+    "Texts per embedding batch (ONNX run or HTTP request)",
+    buckets=(1, 2, 4, 8, 16, 32, 64, 128),
+)
 QUEUE_DEPTH = Gauge("cairn_embedding_queue_depth", "Texts waiting for the local embedding batcher")
 TEXTS_TOTAL = Counter("cairn_embedding_texts_total", "Texts embedded")
-BATCH_SECONDS = Histogram("cairn_embedding_batch_seconds", "Wall time of one embedding batch",
-                          buckets=(0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0))
+BATCH_SECONDS = Histogram(
+    "cairn_embedding_batch_seconds",
+    "Wall time of one embedding batch",
+    buckets=(0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0),
+)
 
 _KNOWN_DIMENSIONS = {
-    "text-embedding-3-small": 1536, "text-embedding-3-large": 3072, "text-embedding-ada-002": 1536,
-    "nomic-embed-text": 768, "mxbai-embed-large": 1024, "all-minilm": 384, "bge-m3": 1024,
+    "text-embedding-3-small": 1536,
+    "text-embedding-3-large": 3072,
+    "text-embedding-ada-002": 1536,
+    "nomic-embed-text": 768,
+    "mxbai-embed-large": 1024,
+    "all-minilm": 384,
+    "bge-m3": 1024,
     LOCAL_MODEL_NAME.lower(): LOCAL_DIMENSION,
 }
 
@@ -133,9 +150,15 @@ class LocalOnnxEmbedder(EmbeddingProvider):
     provider = "local"
 
     def __init__(
-        self, *, model_path: str | None = None, tokenizer_path: str | None = None,
-        workers: int = 1, intra_op_threads: int | None = None, max_batch: int = 32,
-        max_wait_ms: float = 5.0, max_length: int = 256,
+        self,
+        *,
+        model_path: str | None = None,
+        tokenizer_path: str | None = None,
+        workers: int = 1,
+        intra_op_threads: int | None = None,
+        max_batch: int = 32,
+        max_wait_ms: float = 5.0,
+        max_length: int = 256,
     ) -> None:
         if workers < 1 or max_batch < 1 or max_length < 2 or max_wait_ms < 0:
             raise ValueError("workers and max_batch must be >= 1, max_length >= 2, max_wait_ms >= 0")
@@ -322,8 +345,14 @@ class _HttpEmbedder(EmbeddingProvider):
     path = ""
 
     def __init__(
-        self, *, base_url: str, model: str, dimension: int | None, timeout: float,
-        headers: dict[str, str] | None = None, check_ttl: float = 30.0,
+        self,
+        *,
+        base_url: str,
+        model: str,
+        dimension: int | None,
+        timeout: float,
+        headers: dict[str, str] | None = None,
+        check_ttl: float = 30.0,
     ) -> None:
         known = _KNOWN_DIMENSIONS.get(model.split(":")[0].lower())
         if dimension is None and known is None:
@@ -410,8 +439,13 @@ class OpenAIEmbedder(_HttpEmbedder):
     provider, path = "openai", "/embeddings"
 
     def __init__(
-        self, *, base_url: str = "https://api.openai.com/v1", api_key: str | None = None,
-        model: str = "text-embedding-3-small", dimension: int | None = None, timeout: float = 30.0,
+        self,
+        *,
+        base_url: str = "https://api.openai.com/v1",
+        api_key: str | None = None,
+        model: str = "text-embedding-3-small",
+        dimension: int | None = None,
+        timeout: float = 30.0,
     ) -> None:
         auth = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         super().__init__(base_url=base_url, model=model, dimension=dimension, timeout=timeout, headers=auth)
@@ -434,8 +468,12 @@ class OllamaEmbedder(_HttpEmbedder):
     provider, path = "ollama", "/api/embed"
 
     def __init__(
-        self, *, base_url: str = "http://127.0.0.1:11434", model: str = "nomic-embed-text",
-        dimension: int | None = None, timeout: float = 30.0,
+        self,
+        *,
+        base_url: str = "http://127.0.0.1:11434",
+        model: str = "nomic-embed-text",
+        dimension: int | None = None,
+        timeout: float = 30.0,
     ) -> None:
         super().__init__(base_url=base_url, model=model, dimension=dimension, timeout=timeout)
 
@@ -447,10 +485,19 @@ class OllamaEmbedder(_HttpEmbedder):
 
 
 def build_embedder(
-    provider: str, *, model: str | None = None, dimension: int | None = None,
-    base_url: str | None = None, api_key: str | None = None, model_path: str | None = None,
-    tokenizer_path: str | None = None, workers: int = 1, max_batch: int = 32,
-    max_wait_ms: float = 5.0, max_length: int = 256, timeout: float = 30.0,
+    provider: str,
+    *,
+    model: str | None = None,
+    dimension: int | None = None,
+    base_url: str | None = None,
+    api_key: str | None = None,
+    model_path: str | None = None,
+    tokenizer_path: str | None = None,
+    workers: int = 1,
+    max_batch: int = 32,
+    max_wait_ms: float = 5.0,
+    max_length: int = 256,
+    timeout: float = 30.0,
 ) -> EmbeddingProvider:
     """Make the configured provider: ``"local"``, ``"openai"`` or ``"ollama"``.
 
@@ -465,12 +512,27 @@ def build_embedder(
             raise ValueError(f"the local provider serves {LOCAL_MODEL_NAME} only, not {model!r}")
         if dimension is not None and dimension != LOCAL_DIMENSION:
             raise ValueError(f"{LOCAL_MODEL_NAME} makes {LOCAL_DIMENSION}-d vectors, not {dimension}")
-        return LocalOnnxEmbedder(model_path=model_path, tokenizer_path=tokenizer_path, workers=workers,
-                                 max_batch=max_batch, max_wait_ms=max_wait_ms, max_length=max_length)
+        return LocalOnnxEmbedder(
+            model_path=model_path,
+            tokenizer_path=tokenizer_path,
+            workers=workers,
+            max_batch=max_batch,
+            max_wait_ms=max_wait_ms,
+            max_length=max_length,
+        )
     if name == "openai":
-        return OpenAIEmbedder(base_url=base_url or "https://api.openai.com/v1", api_key=api_key,
-                              model=model or "text-embedding-3-small", dimension=dimension, timeout=timeout)
+        return OpenAIEmbedder(
+            base_url=base_url or "https://api.openai.com/v1",
+            api_key=api_key,
+            model=model or "text-embedding-3-small",
+            dimension=dimension,
+            timeout=timeout,
+        )
     if name == "ollama":
-        return OllamaEmbedder(base_url=base_url or "http://127.0.0.1:11434",
-                              model=model or "nomic-embed-text", dimension=dimension, timeout=timeout)
+        return OllamaEmbedder(
+            base_url=base_url or "http://127.0.0.1:11434",
+            model=model or "nomic-embed-text",
+            dimension=dimension,
+            timeout=timeout,
+        )
     raise ValueError(f"unknown embedding provider {provider!r} (expected local, openai or ollama)")

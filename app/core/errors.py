@@ -162,8 +162,22 @@ class InternalError(CairnError):
 
 
 ERROR_CLASSES: tuple[type[CairnError], ...] = (
-    InvalidInput, NotFound, SchemaError, QueryError, Unauthenticated, Forbidden, Conflict, TooLarge,
-    RateLimited, EngineError, MemoryLimit, Timeout, CacheError, UpstreamError, Unavailable, InternalError,
+    InvalidInput,
+    NotFound,
+    SchemaError,
+    QueryError,
+    Unauthenticated,
+    Forbidden,
+    Conflict,
+    TooLarge,
+    RateLimited,
+    EngineError,
+    MemoryLimit,
+    Timeout,
+    CacheError,
+    UpstreamError,
+    Unavailable,
+    InternalError,
 )
 
 

@@ -48,8 +48,10 @@ def validate_args(model: type[BaseModel], raw: Any) -> BaseModel:
     except ValidationError as exc:
         raise validation_error(exc.errors(include_url=False)) from None
     except (TypeError, ValueError) as exc:  # a constraint applied to a value of the wrong kind (e.g. None)
-        raise InvalidInput(f"Invalid arguments: {str(exc)[:300]}",
-                           suggestions=["Check the operation's input schema (tools/list or /openapi.json)"]) from None
+        raise InvalidInput(
+            f"Invalid arguments: {str(exc)[:300]}",
+            suggestions=["Check the operation's input schema (tools/list or /openapi.json)"],
+        ) from None
 
 
 def _from_sqlstate(exc: DBAPIError) -> CairnError | None:
@@ -58,11 +60,14 @@ def _from_sqlstate(exc: DBAPIError) -> CairnError | None:
     if state == "57014":
         return Timeout("The statement exceeded its time limit and was cancelled; no change was made")
     if state.startswith("22"):
-        return InvalidInput("A value is outside what the database accepts (too large, malformed or out of "
-                            "range); no change was made")
+        return InvalidInput(
+            "A value is outside what the database accepts (too large, malformed or out of range); no change was made"
+        )
     if state.startswith("23"):
-        return Conflict("The change conflicts with existing data (a concurrent or duplicate write); "
-                        "no change was made", suggestions=["Retry the call"])
+        return Conflict(
+            "The change conflicts with existing data (a concurrent or duplicate write); no change was made",
+            suggestions=["Retry the call"],
+        )
     if state.startswith("53"):
         return MemoryLimit("The database ran out of resources for this request; no change was made")
     return None
@@ -88,8 +93,9 @@ def translate(exc: BaseException, name: str) -> CairnError:
         return Timeout("The operation exceeded its time limit")
     log.exception("unexpected error in %s", name)
     rid = request_id_var.get()
-    return InternalError(f"Unexpected server error (request id {rid}); nothing was changed",
-                         details={"request_id": rid})
+    return InternalError(
+        f"Unexpected server error (request id {rid}); nothing was changed", details={"request_id": rid}
+    )
 
 
 async def run_operation(
@@ -118,11 +124,19 @@ async def run_operation(
             slot = True
         args = validate_args(op.input_model, raw_args)
         if not principal.has_scope(op.scope):
-            raise Forbidden(f"Operation '{op.name}' needs the '{op.scope}' scope",
-                            suggestions=[f"Use a key created with --scopes {op.scope}"])
+            raise Forbidden(
+                f"Operation '{op.name}' needs the '{op.scope}' scope",
+                suggestions=[f"Use a key created with --scopes {op.scope}"],
+            )
         async with app.db.transaction() as session:
-            ctx = CallContext(session=session, principal=principal, app=app, request_id=request_id,
-                              transport=transport, progress_fn=progress)
+            ctx = CallContext(
+                session=session,
+                principal=principal,
+                app=app,
+                request_id=request_id,
+                transport=transport,
+                progress_fn=progress,
+            )
             result = await op.handler(ctx, args)
             if not isinstance(result, op.output_model):
                 result = op.output_model.model_validate(result)
@@ -136,8 +150,10 @@ async def run_operation(
         err = translate(exc, op.name)
         outcome = "error"
         ERRORS.labels(str(err.code), transport).inc()
-        log.info("call failed", extra={"operation": op.name, "transport": transport, "code": err.code,
-                                       "key_id": principal.key_id})
+        log.info(
+            "call failed",
+            extra={"operation": op.name, "transport": transport, "code": err.code, "key_id": principal.key_id},
+        )
         if audited and args is not None and not isinstance(err, Unavailable):
             await _audit_failure(app, audit_entry(op, transport, principal, args, None, err))
         raise err from None
@@ -147,16 +163,30 @@ async def run_operation(
         elapsed = time.perf_counter() - started
         CALLS.labels(op.name, transport, outcome).inc()
         LATENCY.labels(op.name, transport).observe(elapsed)
-        log.info("call", extra={"operation": op.name, "transport": transport, "outcome": outcome,
-                                "ms": round(elapsed * 1000, 2), "key_id": principal.key_id})
+        log.info(
+            "call",
+            extra={
+                "operation": op.name,
+                "transport": transport,
+                "outcome": outcome,
+                "ms": round(elapsed * 1000, 2),
+                "key_id": principal.key_id,
+            },
+        )
         request_id_var.reset(token)
 
 
 _COUNT_FIELDS = 12
 
 
-def audit_entry(op: Operation, transport: str, principal: Principal, args: BaseModel,
-                result: BaseModel | None, err: CairnError | None) -> AuditEntry:
+def audit_entry(
+    op: Operation,
+    transport: str,
+    principal: Principal,
+    args: BaseModel,
+    result: BaseModel | None,
+    err: CairnError | None,
+) -> AuditEntry:
     """The audit row for one call: integer/boolean fields of the result become its counts."""
     project = getattr(args, "project_id", None) or getattr(args, "project", None) or principal.project
     counts: dict[str, Any] = {}
@@ -164,10 +194,17 @@ def audit_entry(op: Operation, transport: str, principal: Principal, args: BaseM
         for name, value in result:
             if isinstance(value, bool | int) and len(counts) < _COUNT_FIELDS:
                 counts[name] = value
-    return AuditEntry(key_id=principal.key_id, key_name=principal.name, operation=op.name, transport=transport,
-                      project=str(project)[:128] if isinstance(project, str) else None,
-                      outcome="ok" if err is None else "error", error_code=err.code if err else None,
-                      counts=counts, request_id=request_id_var.get())
+    return AuditEntry(
+        key_id=principal.key_id,
+        key_name=principal.name,
+        operation=op.name,
+        transport=transport,
+        project=str(project)[:128] if isinstance(project, str) else None,
+        outcome="ok" if err is None else "error",
+        error_code=err.code if err else None,
+        counts=counts,
+        request_id=request_id_var.get(),
+    )
 
 
 async def _audit_failure(app: AppState, entry: AuditEntry) -> None:
@@ -180,7 +217,12 @@ async def _audit_failure(app: AppState, entry: AuditEntry) -> None:
 
 
 async def read_resource(
-    app: AppState, res: ResourceDef, params: dict[str, str], principal: Principal, *, transport: str,
+    app: AppState,
+    res: ResourceDef,
+    params: dict[str, str],
+    principal: Principal,
+    *,
+    transport: str,
     request_id: str,
 ) -> BaseModel:
     """Read one resource inside a read transaction."""
@@ -192,8 +234,7 @@ async def read_resource(
         if not principal.has_scope(res.scope):
             raise Forbidden(f"Resource '{res.uri}' needs the '{res.scope}' scope")
         async with app.db.transaction() as session:
-            ctx = CallContext(session=session, principal=principal, app=app, request_id=request_id,
-                              transport=transport)
+            ctx = CallContext(session=session, principal=principal, app=app, request_id=request_id, transport=transport)
             result = await res.handler(ctx, **params)
         return result
     except BaseException as exc:

@@ -107,8 +107,15 @@ class OperationTool(Tool):
 
         try:
             principal = current_principal(state)
-            result = await run_operation(state, op, arguments, principal, transport="mcp",
-                                         request_id=request_id_var.get() or request_id(), progress=progress)
+            result = await run_operation(
+                state,
+                op,
+                arguments,
+                principal,
+                transport="mcp",
+                request_id=request_id_var.get() or request_id(),
+                progress=progress,
+            )
         except CairnError as err:
             return error_result(err)
         data = result.model_dump(mode="json", by_alias=True)
@@ -154,8 +161,9 @@ class OperationResource(Resource):
 async def _read(state: AppState, res: ResourceDef, params: dict[str, str]) -> str:
     try:
         principal = current_principal(state)
-        result = await read_resource(state, res, params, principal, transport="mcp",
-                                     request_id=request_id_var.get() or request_id())
+        result = await read_resource(
+            state, res, params, principal, transport="mcp", request_id=request_id_var.get() or request_id()
+        )
     except CairnError as err:
         raise ResourceError(_dumps(err.body())) from None
     return _dumps(result.model_dump(mode="json", by_alias=True))
@@ -183,8 +191,10 @@ class CairnMCPServer(MCPServer[Any]):
         if self._tool_manager.get_tool(name) is None:
             served = [t.name for t in self._tool_manager.list_tools()]
             close = difflib.get_close_matches(name, served, n=3)
-            err = NotFound(f"Unknown tool: {name[:100]}",
-                           suggestions=[f"Did you mean {', '.join(close)}?"] if close else ["See tools/list"])
+            err = NotFound(
+                f"Unknown tool: {name[:100]}",
+                suggestions=[f"Did you mean {', '.join(close)}?"] if close else ["See tools/list"],
+            )
             return error_result(err)
         return await super().call_tool(name, arguments, context)
 
@@ -196,9 +206,12 @@ def build_mcp(state: AppState, store: KeyStore | None) -> MCPServer[Any]:
     verifier = None
     if store is not None:
         resource_url = settings.resource_url()
-        auth = AuthSettings(issuer_url=AnyHttpUrl(settings.public_url or f"http://{settings.host}:{settings.port}"),
-                            resource_server_url=AnyHttpUrl(resource_url), required_scopes=["read"],
-                            validate_token_resource=False)
+        auth = AuthSettings(
+            issuer_url=AnyHttpUrl(settings.public_url or f"http://{settings.host}:{settings.port}"),
+            resource_server_url=AnyHttpUrl(resource_url),
+            required_scopes=["read"],
+            validate_token_resource=False,
+        )
         verifier = CairnTokenVerifier(store)
     server: MCPServer[Any] = CairnMCPServer(
         name="cairn",
@@ -212,9 +225,18 @@ def build_mcp(state: AppState, store: KeyStore | None) -> MCPServer[Any]:
     )
     for res in state.registry.resources:
         if res.is_template:
-            server.resource(res.uri, name=res.name, description=res.description,
-                            mime_type="application/json")(_template_function(state, res))
+            server.resource(res.uri, name=res.name, description=res.description, mime_type="application/json")(
+                _template_function(state, res)
+            )
         else:
-            server.add_resource(OperationResource(uri=res.uri, name=res.name, description=res.description,
-                                                  mime_type="application/json", definition=res, state=state))
+            server.add_resource(
+                OperationResource(
+                    uri=res.uri,
+                    name=res.name,
+                    description=res.description,
+                    mime_type="application/json",
+                    definition=res,
+                    state=state,
+                )
+            )
     return server

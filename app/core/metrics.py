@@ -6,7 +6,9 @@ from prometheus_client import CONTENT_TYPE_LATEST, Counter, Gauge, Histogram, ge
 
 CALLS = Counter("cairn_calls_total", "Operation calls", ["operation", "transport", "outcome"])
 LATENCY = Histogram(
-    "cairn_call_seconds", "Operation latency", ["operation", "transport"],
+    "cairn_call_seconds",
+    "Operation latency",
+    ["operation", "transport"],
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
 )
 ERRORS = Counter("cairn_errors_total", "Errors by code", ["code", "transport"])

@@ -32,8 +32,7 @@ def _embedding_info(ctx: CallContext) -> EmbeddingInfo:
     return EmbeddingInfo(provider=e.provider, model=e.model, dimension=e.dimension, loaded=e.loaded())
 
 
-@ops.operation(name="create_project", input=CreateProjectIn, output=CreateProjectOut, path="/projects",
-               idempotent=True)
+@ops.operation(name="create_project", input=CreateProjectIn, output=CreateProjectOut, path="/projects", idempotent=True)
 async def create_project(ctx: CallContext, args: CreateProjectIn) -> CreateProjectOut:
     """Create a project (a named scope for memories, graphs and findings); returns the existing one
     when the name is taken."""
@@ -41,8 +40,9 @@ async def create_project(ctx: CallContext, args: CreateProjectIn) -> CreateProje
     return CreateProjectOut(project=project, created=created)
 
 
-@ops.operation(name="list_projects", input=ListProjectsIn, output=ListProjectsOut, path="/projects",
-               method="GET", read_only=True)
+@ops.operation(
+    name="list_projects", input=ListProjectsIn, output=ListProjectsOut, path="/projects", method="GET", read_only=True
+)
 async def list_projects(ctx: CallContext, args: ListProjectsIn) -> ListProjectsOut:
     """List projects by name, paginated (a project-bound key sees only its project)."""
     projects, total = await service.list_projects(ctx, args.limit, args.offset)
@@ -57,14 +57,20 @@ async def embed(ctx: CallContext, args: EmbedIn) -> EmbedOut:
     return EmbedOut.model_validate(await service.embed_summary(ctx, args.text))
 
 
-@ops.operation(name="audit_log", input=AuditLogIn, output=AuditLogOut, path="/audit", method="GET",
-               read_only=True, scope="admin")
+@ops.operation(
+    name="audit_log", input=AuditLogIn, output=AuditLogOut, path="/audit", method="GET", read_only=True, scope="admin"
+)
 async def audit_log(ctx: CallContext, args: AuditLogIn) -> AuditLogOut:
     """Admin: read the audit log of write-scope and destructive calls (who — key id, never the key —,
     what, which project, counts, when), newest first, paginated with `before_id`."""
     rows = await AuditRepository(ctx.session).page(
-        key_id=args.key_id, operation=args.operation, project=args.project, since=args.since,
-        before_id=args.before_id, limit=args.limit)
+        key_id=args.key_id,
+        operation=args.operation,
+        project=args.project,
+        since=args.since,
+        before_id=args.before_id,
+        limit=args.limit,
+    )
     entries = [AuditEntryOut.model_validate(r, from_attributes=True) for r in rows]
     nxt = entries[-1].id if len(entries) == args.limit else None
     return AuditLogOut(entries=entries, next_before_id=nxt)
@@ -76,9 +82,12 @@ async def health(ctx: CallContext) -> HealthOut:
     reachable = await ctx.app.db.ping()
     at_head = ctx.app.extras.get("migrations_at_head")
     return HealthOut(
-        status="ok" if reachable else "degraded", version=__version__, embedding=_embedding_info(ctx),
-        database=DatabaseInfo(reachable=reachable, embedded=ctx.app.extras.get("embedded_pg") is not None,
-                              migrations_at_head=at_head),
+        status="ok" if reachable else "degraded",
+        version=__version__,
+        embedding=_embedding_info(ctx),
+        database=DatabaseInfo(
+            reachable=reachable, embedded=ctx.app.extras.get("embedded_pg") is not None, migrations_at_head=at_head
+        ),
         features=ctx.settings.features,
     )
 
@@ -88,7 +97,11 @@ async def settings(ctx: CallContext) -> SettingsOut:
     """Effective search defaults, enabled features and the embedding configuration."""
     s = ctx.settings
     return SettingsOut(
-        search=SearchDefaults(default_limit=s.search_default_limit, max_limit=s.search_max_limit,
-                              default_score_threshold=s.search_default_score_threshold),
-        features=s.features, embedding=_embedding_info(ctx),
+        search=SearchDefaults(
+            default_limit=s.search_default_limit,
+            max_limit=s.search_max_limit,
+            default_score_threshold=s.search_default_score_threshold,
+        ),
+        features=s.features,
+        embedding=_embedding_info(ctx),
     )

@@ -58,9 +58,11 @@ class EmbeddedPostgres:
     def psql(self, database: str, sql: str) -> str:
         """Run one SQL statement through the bundled psql and return its unaligned output."""
         result = subprocess.run(
-            [str(self.bin("psql")), "-X", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-c", sql,
-             self.libpq_uri(database)],
-            check=True, capture_output=True, text=True, timeout=60,
+            [str(self.bin("psql")), "-X", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-c", sql, self.libpq_uri(database)],
+            check=True,
+            capture_output=True,
+            text=True,
+            timeout=60,
         )
         return result.stdout
 

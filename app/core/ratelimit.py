@@ -50,7 +50,8 @@ class RateLimiter:
         wait = max(1, math.ceil((1.0 - bucket.tokens) / self.rate))
         raise RateLimited(
             f"Rate limit exceeded for this API key ({self.rate:g} calls/s, burst {self.burst})",
-            suggestions=[f"Retry after {wait} s"], details={"retry_after": wait},
+            suggestions=[f"Retry after {wait} s"],
+            details={"retry_after": wait},
             headers={"Retry-After": str(wait)},
         )
 
@@ -70,7 +71,8 @@ class JobSlots:
             raise RateLimited(
                 f"This API key already runs {self.limit} long operation(s); '{operation}' must wait",
                 suggestions=["Wait for the running operation to finish, then retry"],
-                details={"retry_after": 5}, headers={"Retry-After": "5"},
+                details={"retry_after": 5},
+                headers={"Retry-After": "5"},
             )
         self._running[key] = self._running.get(key, 0) + 1
 

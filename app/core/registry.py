@@ -139,12 +139,23 @@ class OperationSet:
         effective_scope: Scope = scope or ("read" if read_only else "write")
 
         def decorate(handler: Handler) -> Handler:
-            self.operations.append(Operation(
-                name=name, feature=self.feature, handler=handler, input_model=input, output_model=output,
-                method=method, path=path, scope=effective_scope, read_only=read_only,
-                destructive=destructive, idempotent=idempotent or read_only, title=title,
-                long_running=long_running,
-            ))
+            self.operations.append(
+                Operation(
+                    name=name,
+                    feature=self.feature,
+                    handler=handler,
+                    input_model=input,
+                    output_model=output,
+                    method=method,
+                    path=path,
+                    scope=effective_scope,
+                    read_only=read_only,
+                    destructive=destructive,
+                    idempotent=idempotent or read_only,
+                    title=title,
+                    long_running=long_running,
+                )
+            )
             return handler
 
         return decorate
@@ -155,8 +166,17 @@ class OperationSet:
         """Declare `handler(ctx, **params)` as a resource (template when `uri` has `{params}`)."""
 
         def decorate(handler: ResourceHandler) -> ResourceHandler:
-            self.resources.append(ResourceDef(uri=uri, name=name, feature=self.feature, handler=handler,
-                                              output_model=output, path=path, scope=scope))
+            self.resources.append(
+                ResourceDef(
+                    uri=uri,
+                    name=name,
+                    feature=self.feature,
+                    handler=handler,
+                    output_model=output,
+                    path=path,
+                    scope=scope,
+                )
+            )
             return handler
 
         return decorate

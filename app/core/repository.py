@@ -62,11 +62,9 @@ class ApiKeyRepository:
     def __init__(self, session: AsyncSession) -> None:
         self.session = session
 
-    async def add(self, *, name: str, prefix: str, key_hash: str, scopes: list[str],
-                  project: str | None) -> ApiKey:
+    async def add(self, *, name: str, prefix: str, key_hash: str, scopes: list[str], project: str | None) -> ApiKey:
         """Store a new key's hash."""
-        key = ApiKey(id=uuid.uuid4(), name=name, prefix=prefix, key_hash=key_hash, scopes=scopes,
-                     project=project)
+        key = ApiKey(id=uuid.uuid4(), name=name, prefix=prefix, key_hash=key_hash, scopes=scopes, project=project)
         self.session.add(key)
         await self.session.flush()
         return key
@@ -113,8 +111,7 @@ class EmbeddingModelRepository:
     async def register(self, name: str, provider: str, dimension: int) -> None:
         """Record the active model (idempotent)."""
         stmt = insert(EmbeddingModel).values(name=name, provider=provider, dimension=dimension)
-        stmt = stmt.on_conflict_do_update(index_elements=[EmbeddingModel.name],
-                                          set_={"last_active_at": func.now()})
+        stmt = stmt.on_conflict_do_update(index_elements=[EmbeddingModel.name], set_={"last_active_at": func.now()})
         await self.session.execute(stmt)
 
     async def list(self) -> list[EmbeddingModel]:
@@ -134,8 +131,16 @@ class AuditRepository:
         self.session.add(entry)
         await self.session.flush()
 
-    async def page(self, *, key_id: str | None, operation: str | None, project: str | None,
-                   since: datetime | None, before_id: int | None, limit: int) -> list[AuditEntry]:
+    async def page(
+        self,
+        *,
+        key_id: str | None,
+        operation: str | None,
+        project: str | None,
+        since: datetime | None,
+        before_id: int | None,
+        limit: int,
+    ) -> list[AuditEntry]:
         """Newest entries first, filtered; `before_id` pages backwards."""
         stmt = select(AuditEntry).order_by(AuditEntry.id.desc()).limit(limit)
         if key_id is not None:

@@ -33,13 +33,16 @@ async def authenticate(request: Request) -> Principal:
     if store is None:
         return OPEN_PRINCIPAL
     if not header.lower().startswith("bearer ") or not header[7:].strip():
-        raise Unauthenticated("A bearer API key is required",
-                              suggestions=["Send 'Authorization: Bearer <key>'", "Create one: cairn keys create"],
-                              headers={"WWW-Authenticate": _www_authenticate(state, None)})
+        raise Unauthenticated(
+            "A bearer API key is required",
+            suggestions=["Send 'Authorization: Bearer <key>'", "Create one: cairn keys create"],
+            headers={"WWW-Authenticate": _www_authenticate(state, None)},
+        )
     principal = await store.verify(header[7:].strip())
     if principal is None:
-        raise Unauthenticated("The API key is unknown or revoked",
-                              headers={"WWW-Authenticate": _www_authenticate(state, "invalid_token")})
+        raise Unauthenticated(
+            "The API key is unknown or revoked", headers={"WWW-Authenticate": _www_authenticate(state, "invalid_token")}
+        )
     return principal
 
 
@@ -56,8 +59,7 @@ def _query_args(op: Operation, request: Request) -> dict[str, Any]:
     args: dict[str, Any] = {}
     for key in request.query_params:
         prop = schema.get(key, {})
-        is_list = prop.get("type") == "array" or any(
-            alt.get("type") == "array" for alt in prop.get("anyOf", []))
+        is_list = prop.get("type") == "array" or any(alt.get("type") == "array" for alt in prop.get("anyOf", []))
         args[key] = request.query_params.getlist(key) if is_list else request.query_params[key]
     return args
 
@@ -81,8 +83,7 @@ def _operation_endpoint(op: Operation) -> Any:
                 if name in args and args[name] != request.path_params[name]:
                     raise InvalidInput(f"'{name}' in the body differs from the path")
                 args[name] = request.path_params[name]
-        result = await run_operation(state, op, args, principal, transport="rest",
-                                     request_id=request.state.request_id)
+        result = await run_operation(state, op, args, principal, transport="rest", request_id=request.state.request_id)
         return JSONResponse(result.model_dump(mode="json", by_alias=True))
 
     endpoint.__name__ = op.name.replace("-", "_")
@@ -95,8 +96,9 @@ def _resource_endpoint(res: ResourceDef) -> Any:
         state: AppState = request.app.state.cairn
         principal = await authenticate(request)
         params = {p: request.path_params[p] for p in res.params}
-        result = await read_resource(state, res, params, principal, transport="rest",
-                                     request_id=request.state.request_id)
+        result = await read_resource(
+            state, res, params, principal, transport="rest", request_id=request.state.request_id
+        )
         return JSONResponse(result.model_dump(mode="json", by_alias=True))
 
     endpoint.__name__ = "resource_" + res.name.replace("-", "_")
@@ -108,15 +110,26 @@ def build_router(state: AppState) -> APIRouter:
     router = APIRouter(prefix=API_PREFIX)
     for op in state.registry.operations:
         router.add_api_route(
-            op.path, _operation_endpoint(op), methods=[op.method], name=op.name, operation_id=op.name,
-            summary=op.summary, description=op.description, tags=[op.feature],
+            op.path,
+            _operation_endpoint(op),
+            methods=[op.method],
+            name=op.name,
+            operation_id=op.name,
+            summary=op.summary,
+            description=op.description,
+            tags=[op.feature],
             openapi_extra={"x-cairn-operation": op.name, "x-cairn-scope": op.scope},
         )
     for res in state.registry.resources:
         router.add_api_route(
-            res.path, _resource_endpoint(res), methods=["GET"], name=f"resource:{res.uri}",
-            operation_id=f"resource_{res.name}", summary=res.description.splitlines()[0],
-            description=res.description, tags=[res.feature],
+            res.path,
+            _resource_endpoint(res),
+            methods=["GET"],
+            name=f"resource:{res.uri}",
+            operation_id=f"resource_{res.name}",
+            summary=res.description.splitlines()[0],
+            description=res.description,
+            tags=[res.feature],
             openapi_extra={"x-cairn-resource": res.uri},
         )
     return router
@@ -130,8 +143,12 @@ def _hoist(schema: dict[str, Any], components: dict[str, Any]) -> dict[str, Any]
 
     def rewrite(node: Any) -> Any:
         if isinstance(node, dict):
-            return {k: (v.replace("#/$defs/", "#/components/schemas/") if k == "$ref" and isinstance(v, str)
-                        else rewrite(v)) for k, v in node.items()}
+            return {
+                k: (
+                    v.replace("#/$defs/", "#/components/schemas/") if k == "$ref" and isinstance(v, str) else rewrite(v)
+                )
+                for k, v in node.items()
+            }
         if isinstance(node, list):
             return [rewrite(v) for v in node]
         return node
@@ -151,16 +168,29 @@ def install_openapi(app: FastAPI, state: AppState) -> None:
     def openapi() -> dict[str, Any]:
         if app.openapi_schema:
             return app.openapi_schema
-        doc = get_openapi(title="Cairn", version=__version__, routes=app.routes,
-                          description="Mirror REST API of the Cairn MCP server.")
+        doc = get_openapi(
+            title="Cairn",
+            version=__version__,
+            routes=app.routes,
+            description="Mirror REST API of the Cairn MCP server.",
+        )
         components = doc.setdefault("components", {}).setdefault("schemas", {})
         error_schema = _hoist(ErrorBody.model_json_schema(), components)
-        errors = {str(code): {"description": desc, "content": _json_content(error_schema)} for code, desc in
-                  (("400", "Invalid input"), ("401", "Missing or invalid key"), ("403", "Scope or project"),
-                   ("404", "Not found"), ("413", "Too large"), ("500", "Server error"),
-                   ("503", "Unavailable"))}
+        errors = {
+            str(code): {"description": desc, "content": _json_content(error_schema)}
+            for code, desc in (
+                ("400", "Invalid input"),
+                ("401", "Missing or invalid key"),
+                ("403", "Scope or project"),
+                ("404", "Not found"),
+                ("413", "Too large"),
+                ("500", "Server error"),
+                ("503", "Unavailable"),
+            )
+        }
         doc.setdefault("components", {})["securitySchemes"] = {
-            "bearer": {"type": "http", "scheme": "bearer", "description": "Cairn API key"}}
+            "bearer": {"type": "http", "scheme": "bearer", "description": "Cairn API key"}
+        }
         by_name = {op.name: op for op in state.registry.operations}
         by_uri = {res.uri: res for res in state.registry.resources}
         for item in doc.get("paths", {}).values():
@@ -174,22 +204,28 @@ def install_openapi(app: FastAPI, state: AppState) -> None:
                         props = in_schema.get("properties", {})
                         required = set(in_schema.get("required", []))
                         entry["parameters"] = [
-                            {"name": n, "in": "path" if n in op.path_params() else "query",
-                             "required": n in required or n in op.path_params(), "schema": s}
-                            for n, s in props.items()]
+                            {
+                                "name": n,
+                                "in": "path" if n in op.path_params() else "query",
+                                "required": n in required or n in op.path_params(),
+                                "schema": s,
+                            }
+                            for n, s in props.items()
+                        ]
                     else:
-                        entry["parameters"] = [{"name": n, "in": "path", "required": True,
-                                                "schema": {"type": "string"}} for n in op.path_params()]
-                        entry["requestBody"] = {"required": bool(in_schema.get("required")),
-                                                "content": _json_content(in_schema)}
+                        entry["parameters"] = [
+                            {"name": n, "in": "path", "required": True, "schema": {"type": "string"}}
+                            for n in op.path_params()
+                        ]
+                        entry["requestBody"] = {
+                            "required": bool(in_schema.get("required")),
+                            "content": _json_content(in_schema),
+                        }
                     out = _hoist(op.output_schema(), components)
-                    entry["responses"] = {"200": {"description": "Success", "content": _json_content(out)},
-                                          **errors}
+                    entry["responses"] = {"200": {"description": "Success", "content": _json_content(out)}, **errors}
                 elif res is not None:
-                    out = _hoist(res.output_model.model_json_schema(mode="serialization", by_alias=True),
-                                 components)
-                    entry["responses"] = {"200": {"description": "Success", "content": _json_content(out)},
-                                          **errors}
+                    out = _hoist(res.output_model.model_json_schema(mode="serialization", by_alias=True), components)
+                    entry["responses"] = {"200": {"description": "Success", "content": _json_content(out)}, **errors}
         app.openapi_schema = doc
         return doc
 

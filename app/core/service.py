@@ -40,7 +40,11 @@ async def embed_summary(ctx: CallContext, text: str) -> dict[str, object]:
     norm = sum(v * v for v in vector) ** 0.5
     tokens = count_tokens(text)
     return {
-        "model": ctx.embedder.model, "provider": ctx.embedder.provider, "dimension": len(vector),
-        "norm": round(norm, 6), "head": [round(v, 5) for v in vector[:8]], "tokens": tokens,
+        "model": ctx.embedder.model,
+        "provider": ctx.embedder.provider,
+        "dimension": len(vector),
+        "norm": round(norm, 6),
+        "head": [round(v, 5) for v in vector[:8]],
+        "tokens": tokens,
         "truncated": tokens + 2 > ctx.settings.embedding_max_length,
     }

@@ -90,8 +90,12 @@ def shrink_summary(summary: dict[str, Any], fits: Callable[[dict[str, Any]], boo
         names = names[: max(0, len(names) // 2 if len(names) > 4 else len(names) - 1)]
 
 
-def fit_rows(envelope: Callable[[list[Any], dict[str, Any] | None, str], dict[str, Any]], rows: list[Any],
-             budget: int, summarize_rest: Callable[[int], dict[str, Any]]) -> tuple[dict[str, Any], int, str]:
+def fit_rows(
+    envelope: Callable[[list[Any], dict[str, Any] | None, str], dict[str, Any]],
+    rows: list[Any],
+    budget: int,
+    summarize_rest: Callable[[int], dict[str, Any]],
+) -> tuple[dict[str, Any], int, str]:
     """Build the largest response within `budget` tokens following the ladder above.
 
     `envelope(rows, summary, degradation)` builds a full response. Returns (payload, rows_kept, level).

@@ -144,8 +144,9 @@ class Cache:
             key = str(entry.get("key", ""))
             label = str(entry.get("label") or "")
             hit = False
-            if pattern is not None and (fnmatch.fnmatchcase(key, pattern)
-                                        or (label and fnmatch.fnmatchcase(label, pattern))):
+            if pattern is not None and (
+                fnmatch.fnmatchcase(key, pattern) or (label and fnmatch.fnmatchcase(label, pattern))
+            ):
                 hit = True
             if wanted and any(f[0] in wanted for f in entry.get("files", [])):
                 hit = True

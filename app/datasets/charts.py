@@ -26,28 +26,73 @@ VEGA_MAX_ROWS = 100
 W, H = 640, 400
 PAD_L, PAD_R, PAD_T, PAD_B = 60, 20, 20, 50
 PALETTE = [(31, 119, 180), (255, 127, 14), (44, 160, 44), (214, 39, 40), (148, 103, 189)]
-_NUMERIC = ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT", "UINTEGER", "UBIGINT",
-            "FLOAT", "DOUBLE", "REAL")
+_NUMERIC = (
+    "TINYINT",
+    "SMALLINT",
+    "INTEGER",
+    "BIGINT",
+    "HUGEINT",
+    "UTINYINT",
+    "USMALLINT",
+    "UINTEGER",
+    "UBIGINT",
+    "FLOAT",
+    "DOUBLE",
+    "REAL",
+)
 
 # 3x5 glyphs, rows top to bottom, '#' = ink.
 _FONT_SRC = {
-    "0": "### # # # # # # ###", "1": " #  ##   #   #  ###", "2": "###   # ### #   ###", "3": "###   # ###   # ###",
-    "4": "# # # # ###   #   #", "5": "### #   ###   # ###", "6": "### #   ### # # ###", "7": "###   #   #   #   #",
-    "8": "### # # ### # # ###", "9": "### # # ###   # ###", ".": "             #    ", "-": "      ###         ",
-    "A": " #  # # ### # # # #", "B": "##  # # ##  # # ## ", "C": " ## #   #   #    ##", "D": "##  # # # # # # ## ",
-    "E": "### #   ##  #   ###", "F": "### #   ##  #   #  ", "G": " ## #   # # # #  ##", "H": "# # # # ### # # # #",
-    "I": "###  #   #   #  ###", "J": "  #   #   # # #  # ", "K": "# # # # ##  # # # #", "L": "#   #   #   #   ###",
-    "M": "# # ### ### # # # #", "N": "##  # # # # # # # #", "O": " #  # # # # # #  # ", "P": "##  # # ##  #   #  ",
-    "Q": " #  # # # # ##   ##", "R": "##  # # ##  # # # #", "S": " ## #    #    # ## ", "T": "###  #   #   #   # ",
-    "U": "# # # # # # # # ###", "V": "# # # # # # # #  # ", "W": "# # # # ### ### # #", "X": "# # # #  #  # # # #",
-    "Y": "# # # #  #   #   # ", "Z": "###   #  #  #   ###", "_": "                ###", " ": "                   ",
-    "%": "# #   #  #  #   # #", ",": "             #  #  ", "+": "     #  ###  #     ", "/": "  #   #  #  #   #  ",
+    "0": "### # # # # # # ###",
+    "1": " #  ##   #   #  ###",
+    "2": "###   # ### #   ###",
+    "3": "###   # ###   # ###",
+    "4": "# # # # ###   #   #",
+    "5": "### #   ###   # ###",
+    "6": "### #   ### # # ###",
+    "7": "###   #   #   #   #",
+    "8": "### # # ### # # ###",
+    "9": "### # # ###   # ###",
+    ".": "             #    ",
+    "-": "      ###         ",
+    "A": " #  # # ### # # # #",
+    "B": "##  # # ##  # # ## ",
+    "C": " ## #   #   #    ##",
+    "D": "##  # # # # # # ## ",
+    "E": "### #   ##  #   ###",
+    "F": "### #   ##  #   #  ",
+    "G": " ## #   # # # #  ##",
+    "H": "# # # # ### # # # #",
+    "I": "###  #   #   #  ###",
+    "J": "  #   #   # # #  # ",
+    "K": "# # # # ##  # # # #",
+    "L": "#   #   #   #   ###",
+    "M": "# # ### ### # # # #",
+    "N": "##  # # # # # # # #",
+    "O": " #  # # # # # #  # ",
+    "P": "##  # # ##  #   #  ",
+    "Q": " #  # # # # ##   ##",
+    "R": "##  # # ##  # # # #",
+    "S": " ## #    #    # ## ",
+    "T": "###  #   #   #   # ",
+    "U": "# # # # # # # # ###",
+    "V": "# # # # # # # #  # ",
+    "W": "# # # # ### ### # #",
+    "X": "# # # #  #  # # # #",
+    "Y": "# # # #  #   #   # ",
+    "Z": "###   #  #  #   ###",
+    "_": "                ###",
+    " ": "                   ",
+    "%": "# #   #  #  #   # #",
+    ",": "             #  #  ",
+    "+": "     #  ###  #     ",
+    "/": "  #   #  #  #   #  ",
 }
 
 
 def _glyph(ch: str) -> np.ndarray:
     src = _FONT_SRC.get(ch, _FONT_SRC[" "]).ljust(19)
-    rows = [src[i * 4: i * 4 + 3] for i in range(5)]
+    rows = [src[i * 4 : i * 4 + 3] for i in range(5)]
     return np.array([[c == "#" for c in r.ljust(3)] for r in rows], dtype=bool)
 
 
@@ -61,7 +106,7 @@ class Canvas:
     def rect(self, x0: float, y0: float, x1: float, y1: float, color: tuple[int, int, int]) -> None:
         xa, xb = sorted((round(x0), round(x1)))
         ya, yb = sorted((round(y0), round(y1)))
-        self.px[max(0, ya):min(self.h, yb + 1), max(0, xa):min(self.w, xb + 1)] = color
+        self.px[max(0, ya) : min(self.h, yb + 1), max(0, xa) : min(self.w, xb + 1)] = color
 
     def line(self, x0: float, y0: float, x1: float, y1: float, color: tuple[int, int, int]) -> None:
         n = int(max(abs(x1 - x0), abs(y1 - y0))) + 1
@@ -70,8 +115,15 @@ class Canvas:
         ok = (xs >= 0) & (xs < self.w) & (ys >= 0) & (ys < self.h)
         self.px[ys[ok], xs[ok]] = color
 
-    def text(self, x: float, y: float, s: str, scale: int = 2, color: tuple[int, int, int] = (40, 40, 40),
-             anchor: str = "left") -> None:
+    def text(
+        self,
+        x: float,
+        y: float,
+        s: str,
+        scale: int = 2,
+        color: tuple[int, int, int] = (40, 40, 40),
+        anchor: str = "left",
+    ) -> None:
         s = s.upper()
         width = len(s) * 4 * scale
         x0 = int(x - (width if anchor == "right" else width / 2 if anchor == "center" else 0))
@@ -89,8 +141,9 @@ class Canvas:
             return struct.pack(">I", len(data)) + tag + data + struct.pack(">I", zlib.crc32(tag + data) & 0xFFFFFFFF)
 
         header = struct.pack(">IIBBBBB", self.w, self.h, 8, 2, 0, 0, 0)
-        return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(raw, 9)) + \
-            chunk(b"IEND", b"")
+        return (
+            b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(raw, 9)) + chunk(b"IEND", b"")
+        )
 
 
 def _fmt(v: float) -> str:
@@ -183,8 +236,9 @@ def draw(kind: str, columns: list[str], types: list[str], rows: list[dict[str, A
         if len(numeric) < 2:
             raise InvalidInput("A scatter chart needs two numeric columns")
         xs_, ys_ = numeric[0], numeric[1]
-        pairs = [(xv, yv) for r in rows
-                 if (xv := _num(r.get(xs_))) is not None and (yv := _num(r.get(ys_))) is not None]
+        pairs = [
+            (xv, yv) for r in rows if (xv := _num(r.get(xs_))) is not None and (yv := _num(r.get(ys_))) is not None
+        ]
         if not pairs:
             raise InvalidInput("No numeric points to chart")
         ylo, yhi = _axes(c, *_range([p[1] for p in pairs], zero=False))
@@ -206,8 +260,13 @@ def draw(kind: str, columns: list[str], types: list[str], rows: list[dict[str, A
         lo, hi = _axes(c, 0.0, float(max(counts.max(), 1)))
         step = (right - left) / len(counts)
         for i, n in enumerate(counts):
-            c.rect(left + step * i + 1, bottom, left + step * (i + 1) - 1, _scale(float(n), lo, hi, bottom, top),
-                   PALETTE[0])
+            c.rect(
+                left + step * i + 1,
+                bottom,
+                left + step * (i + 1) - 1,
+                _scale(float(n), lo, hi, bottom, top),
+                PALETTE[0],
+            )
         c.text(left, bottom + 8, _fmt(float(edges[0])))
         c.text(right, bottom + 8, _fmt(float(edges[-1])), anchor="right")
         c.text((left + right) / 2, H - 18, f"DISTRIBUTION OF {col}"[:70], anchor="center")
@@ -253,21 +312,33 @@ def vega_lite(kind: str, columns: list[str], types: list[str], rows: list[dict[s
     if kind == "scatter" and len(numeric) >= 2:
         enc = {"x": {"field": numeric[0], "type": "quantitative"}, "y": {"field": numeric[1], "type": "quantitative"}}
     elif kind == "histogram" and numeric:
-        enc = {"x": {"field": numeric[0], "bin": {"maxbins": 20}, "type": "quantitative"},
-               "y": {"aggregate": "count", "type": "quantitative"}}
+        enc = {
+            "x": {"field": numeric[0], "bin": {"maxbins": 20}, "type": "quantitative"},
+            "y": {"aggregate": "count", "type": "quantitative"},
+        }
     elif kind == "heatmap" and len(other) >= 2 and numeric:
-        enc = {"x": {"field": other[0], "type": "nominal"}, "y": {"field": other[1], "type": "nominal"},
-               "color": {"field": numeric[0], "type": "quantitative"}}
+        enc = {
+            "x": {"field": other[0], "type": "nominal"},
+            "y": {"field": other[1], "type": "nominal"},
+            "color": {"field": numeric[0], "type": "quantitative"},
+        }
     else:
         y = next((n for n in numeric if n != first), numeric[0] if numeric else first)
-        enc = {"x": {"field": first, "type": "ordinal" if kind == "line" else "nominal", "sort": None},
-               "y": {"field": y, "type": "quantitative"}}
-    return {"$schema": "https://vega.github.io/schema/vega-lite/v5.json", "mark": mark, "encoding": enc,
-            "data": {"values": rows[:VEGA_MAX_ROWS]}}
+        enc = {
+            "x": {"field": first, "type": "ordinal" if kind == "line" else "nominal", "sort": None},
+            "y": {"field": y, "type": "quantitative"},
+        }
+    return {
+        "$schema": "https://vega.github.io/schema/vega-lite/v5.json",
+        "mark": mark,
+        "encoding": enc,
+        "data": {"values": rows[:VEGA_MAX_ROWS]},
+    }
 
 
-def make_chart(kind: str, columns: list[str], types: list[str], rows: list[dict[str, Any]], fmt: str,
-               max_bytes: int) -> Visualization:
+def make_chart(
+    kind: str, columns: list[str], types: list[str], rows: list[dict[str, Any]], fmt: str, max_bytes: int
+) -> Visualization:
     """The visualization object: PNG (base64, shrunk until under `max_bytes`) and/or Vega-Lite."""
     viz = Visualization(type=kind)
     if fmt in ("png", "both"):

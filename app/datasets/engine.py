@@ -148,17 +148,23 @@ def translate(exc: BaseException, known_columns: list[str] | None = None) -> Cai
     if isinstance(exc, CairnError):
         return exc
     if isinstance(exc, TimedOut):
-        return Timeout("The query exceeded its time limit and was interrupted",
-                       suggestions=["Filter or aggregate more, or query a Parquet copy of the data",
-                                    "Raise CAIRN_DATASETS_QUERY_TIMEOUT_MS if this is expected"])
+        return Timeout(
+            "The query exceeded its time limit and was interrupted",
+            suggestions=[
+                "Filter or aggregate more, or query a Parquet copy of the data",
+                "Raise CAIRN_DATASETS_QUERY_TIMEOUT_MS if this is expected",
+            ],
+        )
     msg = first_line(str(exc))
     if isinstance(exc, duckdb.PermissionException):
-        return Forbidden(f"Access refused by the sandbox: {msg}",
-                         suggestions=["Only files inside the data roots can be read"])
+        return Forbidden(
+            f"Access refused by the sandbox: {msg}", suggestions=["Only files inside the data roots can be read"]
+        )
     if isinstance(exc, duckdb.OutOfMemoryException):
-        return MemoryLimit(f"The query ran out of memory: {msg}",
-                           suggestions=["Aggregate or filter before selecting many columns",
-                                        "Raise CAIRN_DATASETS_MEMORY_LIMIT"])
+        return MemoryLimit(
+            f"The query ran out of memory: {msg}",
+            suggestions=["Aggregate or filter before selecting many columns", "Raise CAIRN_DATASETS_MEMORY_LIMIT"],
+        )
     if isinstance(exc, duckdb.InterruptException):
         return Timeout("The query was interrupted")
     if isinstance(exc, duckdb.BinderException):
@@ -169,12 +175,22 @@ def translate(exc: BaseException, known_columns: list[str] | None = None) -> Cai
             text = f"Column '{missing}' not found."
             if close:
                 text += f" Did you mean '{close[0]}'?"
-            return SchemaError(text, suggestions=["Check column names with profile_dataset",
-                                                  *([f"Known columns include: {', '.join(close)}"] if close else [])])
+            return SchemaError(
+                text,
+                suggestions=[
+                    "Check column names with profile_dataset",
+                    *([f"Known columns include: {', '.join(close)}"] if close else []),
+                ],
+            )
         return SchemaError(msg, suggestions=["Check column names and types with profile_dataset"])
     if isinstance(exc, duckdb.CatalogException):
-        return SchemaError(msg, suggestions=["Tables are the names of the `files` you pass (see views in the "
-                                             "result) or read_csv_auto('file.csv') calls"])
+        return SchemaError(
+            msg,
+            suggestions=[
+                "Tables are the names of the `files` you pass (see views in the "
+                "result) or read_csv_auto('file.csv') calls"
+            ],
+        )
     if isinstance(exc, duckdb.ParserException):
         return QueryError(f"Syntax error: {msg}", suggestions=["Check the SQL syntax (DuckDB dialect)"])
     if isinstance(exc, duckdb.IOException):
@@ -188,13 +204,15 @@ def translate(exc: BaseException, known_columns: list[str] | None = None) -> Cai
     raise exc
 
 
-def _prepare_views(sources: list[Source], result_views: dict[str, Path],
-                   sample_size: int | None = None) -> Callable[[duckdb.DuckDBPyConnection], None]:
+def _prepare_views(
+    sources: list[Source], result_views: dict[str, Path], sample_size: int | None = None
+) -> Callable[[duckdb.DuckDBPyConnection], None]:
     def prepare(con: duckdb.DuckDBPyConnection) -> None:
         for src in sources:
             con.execute(f"CREATE VIEW {ident(src.name)} AS SELECT * FROM {src.sql(sample_size)}")
         for name, path in result_views.items():
             con.execute(f"CREATE VIEW {ident(name)} AS SELECT * FROM read_parquet({lit(str(path))})")
+
     return prepare
 
 
@@ -209,22 +227,39 @@ def _slot(limit: int) -> threading.BoundedSemaphore:
         return _slots[limit]
 
 
-def run_locked(cfg: EngineConfig, sources: list[Source], fn: Callable[[duckdb.DuckDBPyConnection], T], *,
-               result_views: dict[str, Path] | None = None, sample_size: int | None = None,
-               threads: int | None = None) -> T:
+def run_locked(
+    cfg: EngineConfig,
+    sources: list[Source],
+    fn: Callable[[duckdb.DuckDBPyConnection], T],
+    *,
+    result_views: dict[str, Path] | None = None,
+    sample_size: int | None = None,
+    threads: int | None = None,
+) -> T:
     """Open a locked connection with views over `sources`, run `fn` under the watchdog. At most
     `concurrency` calls hold a connection at once; the time limit counts from when a call gets one."""
     with _slot(cfg.concurrency):
         return _run_locked(cfg, sources, fn, result_views=result_views, sample_size=sample_size, threads=threads)
 
 
-def _run_locked(cfg: EngineConfig, sources: list[Source], fn: Callable[[duckdb.DuckDBPyConnection], T], *,
-                result_views: dict[str, Path] | None, sample_size: int | None, threads: int | None) -> T:
+def _run_locked(
+    cfg: EngineConfig,
+    sources: list[Source],
+    fn: Callable[[duckdb.DuckDBPyConnection], T],
+    *,
+    result_views: dict[str, Path] | None,
+    sample_size: int | None,
+    threads: int | None,
+) -> T:
     known: list[str] = []
     try:
-        with locked_connection(cfg.allowed, memory_limit=cfg.memory_limit, threads=threads or cfg.threads,
-                               temp_dir=cfg.work / "tmp",
-                               prepare=_prepare_views(sources, result_views or {}, sample_size)) as con:
+        with locked_connection(
+            cfg.allowed,
+            memory_limit=cfg.memory_limit,
+            threads=threads or cfg.threads,
+            temp_dir=cfg.work / "tmp",
+            prepare=_prepare_views(sources, result_views or {}, sample_size),
+        ) as con:
             try:
                 value, _ = run_with_timeout(con, cfg.timeout_s, lambda: fn(con))
                 return value
@@ -252,8 +287,9 @@ class StoredResult:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def execute_to_store(cfg: EngineConfig, sql: str, sources: list[Source], result_views: dict[str, Path],
-                     dest: Path, max_rows: int) -> StoredResult:
+def execute_to_store(
+    cfg: EngineConfig, sql: str, sources: list[Source], result_views: dict[str, Path], dest: Path, max_rows: int
+) -> StoredResult:
     """Run a checked SELECT and store up to `max_rows` rows as Parquet at `dest`."""
     started = time.perf_counter()
 
@@ -269,8 +305,15 @@ def execute_to_store(cfg: EngineConfig, sql: str, sources: list[Source], result_
         if stored >= max_rows:
             total = int(con.execute(f"SELECT count(*) FROM (\n{sql}\n)").fetchone()[0])  # type: ignore[index]
         tmp.replace(dest)
-        return StoredResult(path=dest, columns=columns, types=types, rows_stored=stored, rows_total=total,
-                            elapsed_ms=0, stored_truncated=total > stored)
+        return StoredResult(
+            path=dest,
+            columns=columns,
+            types=types,
+            rows_stored=stored,
+            rows_total=total,
+            elapsed_ms=0,
+            stored_truncated=total > stored,
+        )
 
     result = run_locked(cfg, sources, work, result_views=result_views)
     result.elapsed_ms = int((time.perf_counter() - started) * 1000)
@@ -286,8 +329,9 @@ def read_rows(path: Path, offset: int, limit: int, columns: list[str] | None = N
         names = [d[0] for d in rel.description or []]
         return rows_as_dicts(names, rel.fetchall())
     except duckdb.IOException:
-        raise NotFound("The stored result is gone (expired or evicted)",
-                       suggestions=["Run the query again to get a new query_id"]) from None
+        raise NotFound(
+            "The stored result is gone (expired or evicted)", suggestions=["Run the query again to get a new query_id"]
+        ) from None
     finally:
         con.close()
 
@@ -296,8 +340,11 @@ def summarize_stored(path: Path, offset: int = 0, max_columns: int = 40) -> dict
     """A compact per-column summary of a stored result from row `offset` on."""
     con = duckdb.connect(":memory:", config={"autoload_known_extensions": False, "threads": 2})
     try:
-        src = f"SELECT * FROM read_parquet({lit(str(path))}) OFFSET {int(offset)}" if offset else \
-            f"SELECT * FROM read_parquet({lit(str(path))})"
+        src = (
+            f"SELECT * FROM read_parquet({lit(str(path))}) OFFSET {int(offset)}"
+            if offset
+            else f"SELECT * FROM read_parquet({lit(str(path))})"
+        )
         rows = con.execute(f"SUMMARIZE {src}").fetchall()
         count = int(con.execute(f"SELECT count(*) FROM ({src})").fetchone()[0])  # type: ignore[index]
     except duckdb.Error as exc:
@@ -307,16 +354,25 @@ def summarize_stored(path: Path, offset: int = 0, max_columns: int = 40) -> dict
     cols: dict[str, Any] = {}
     for r in rows[:max_columns]:
         name, ctype, cmin, cmax, approx, avg, std = r[0], r[1], r[2], r[3], r[4], r[5], r[6]
-        entry: dict[str, Any] = {"type": ctype, "min": _short(cmin), "max": _short(cmax),
-                                 "distinct": approx, "null_pct": jsonable(r[11])}
+        entry: dict[str, Any] = {
+            "type": ctype,
+            "min": _short(cmin),
+            "max": _short(cmax),
+            "distinct": approx,
+            "null_pct": jsonable(r[11]),
+        }
         if _numeric(ctype):
             entry["min"], entry["max"] = _round(cmin), _round(cmax)
         if avg is not None and _numeric(ctype):
             entry["mean"] = _round(avg)
             entry["std"] = _round(std)
         cols[name] = entry
-    return {"rows": count, "from_row": offset, "columns": cols,
-            **({"columns_omitted": len(rows) - max_columns} if len(rows) > max_columns else {})}
+    return {
+        "rows": count,
+        "from_row": offset,
+        "columns": cols,
+        **({"columns_omitted": len(rows) - max_columns} if len(rows) > max_columns else {}),
+    }
 
 
 def _short(value: Any) -> Any:
@@ -334,8 +390,21 @@ def _round(value: Any) -> Any:
     return float(f"{f:.6g}")
 
 
-_NUMERIC = ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT", "UINTEGER",
-            "UBIGINT", "UHUGEINT", "FLOAT", "DOUBLE", "REAL")
+_NUMERIC = (
+    "TINYINT",
+    "SMALLINT",
+    "INTEGER",
+    "BIGINT",
+    "HUGEINT",
+    "UTINYINT",
+    "USMALLINT",
+    "UINTEGER",
+    "UBIGINT",
+    "UHUGEINT",
+    "FLOAT",
+    "DOUBLE",
+    "REAL",
+)
 
 
 def _numeric(ctype: str) -> bool:

@@ -67,8 +67,7 @@ def export(cfg: EngineConfig, source: Path, dest_dir: Path, args: ExportIn, rows
             opts.append("HEADER true")
         if args.partition_by:
             opts.append(f"PARTITION_BY ({ident(args.partition_by)})")
-        stmt = (f"COPY (SELECT * FROM read_parquet({lit(str(source))})) TO {lit(str(target))} "
-                f"({', '.join(opts)})")
+        stmt = f"COPY (SELECT * FROM read_parquet({lit(str(source))})) TO {lit(str(target))} ({', '.join(opts)})"
 
         def work(con: duckdb.DuckDBPyConnection) -> None:
             con.execute(stmt)
@@ -82,24 +81,29 @@ def _xlsx(source: Path, target: Path, partition_by: str | None, rows: int) -> No
     import xlsxwriter
 
     if rows > XLSX_MAX_ROWS:
-        raise TooLarge(f"XLSX holds at most {XLSX_MAX_ROWS} rows per sheet; the result has {rows}",
-                       suggestions=["Export as parquet or csv", "Aggregate before exporting"])
+        raise TooLarge(
+            f"XLSX holds at most {XLSX_MAX_ROWS} rows per sheet; the result has {rows}",
+            suggestions=["Export as parquet or csv", "Aggregate before exporting"],
+        )
     con = duckdb.connect(":memory:", config={"autoload_known_extensions": False, "threads": 1})
     book = xlsxwriter.Workbook(str(target), {"constant_memory": True, "strings_to_numbers": False})
     try:
         src = f"read_parquet({lit(str(source))})"
         groups: list[object] = [None]
         if partition_by:
-            groups = [g[0] for g in con.execute(
-                f"SELECT DISTINCT {ident(partition_by)} FROM {src} ORDER BY 1 NULLS LAST").fetchall()]
+            groups = [
+                g[0]
+                for g in con.execute(
+                    f"SELECT DISTINCT {ident(partition_by)} FROM {src} ORDER BY 1 NULLS LAST"
+                ).fetchall()
+            ]
             if len(groups) > XLSX_MAX_SHEETS:
                 raise InvalidInput(f"partition_by gives {len(groups)} sheets; XLSX export allows {XLSX_MAX_SHEETS}")
         used: set[str] = set()
         for g in groups:
             where = ""
             if partition_by:
-                where = f" WHERE {ident(partition_by)} IS NULL" if g is None else \
-                    f" WHERE {ident(partition_by)} = $1"
+                where = f" WHERE {ident(partition_by)} IS NULL" if g is None else f" WHERE {ident(partition_by)} = $1"
             cur = con.execute(f"SELECT * FROM {src}{where}", [g] if partition_by and g is not None else [])
             cols = [d[0] for d in cur.description or []]
             name = _sheet_name("data" if not partition_by else f"{partition_by}={g}", used)

@@ -27,8 +27,14 @@ from app.datasets.schemas import (
 ops = OperationSet("datasets")
 
 
-@ops.operation(name="profile_dataset", input=ProfileIn, output=ProfileOut, path="/datasets/profile",
-               read_only=True, long_running=True)
+@ops.operation(
+    name="profile_dataset",
+    input=ProfileIn,
+    output=ProfileOut,
+    path="/datasets/profile",
+    read_only=True,
+    long_running=True,
+)
 async def profile_dataset(ctx: CallContext, args: ProfileIn) -> ProfileOut:
     """Profile a CSV/Parquet/JSON dataset without loading it into context: per-column type, null %,
     distinct count, sample values and (compute_stats) min/max/mean/quartiles/top categories, plus row
@@ -42,8 +48,9 @@ async def profile_dataset(ctx: CallContext, args: ProfileIn) -> ProfileOut:
     return out
 
 
-@ops.operation(name="execute_query", input=QueryIn, output=QueryOut, path="/datasets/query", read_only=True,
-               long_running=True)
+@ops.operation(
+    name="execute_query", input=QueryIn, output=QueryOut, path="/datasets/query", read_only=True, long_running=True
+)
 async def execute_query(ctx: CallContext, args: QueryIn) -> QueryOut:
     """Run a read-only analytical query over dataset files and return a bounded answer.
 
@@ -64,8 +71,14 @@ async def execute_query(ctx: CallContext, args: QueryIn) -> QueryOut:
     return out
 
 
-@ops.operation(name="get_result", input=ResultPageIn, output=ResultPageOut, path="/datasets/results/{query_id}",
-               method="GET", read_only=True)
+@ops.operation(
+    name="get_result",
+    input=ResultPageIn,
+    output=ResultPageOut,
+    path="/datasets/results/{query_id}",
+    method="GET",
+    read_only=True,
+)
 async def get_result(ctx: CallContext, args: ResultPageIn) -> ResultPageOut:
     """Page through a stored query result by query_id (offset/limit, bounded by max_tokens) without
     re-running the query."""
@@ -80,8 +93,7 @@ async def stream_sample(ctx: CallContext, args: SampleIn) -> SampleOut:
     return await service.stream_sample(ctx, args)
 
 
-@ops.operation(name="export_result", input=ExportIn, output=ExportOut, path="/datasets/export",
-               idempotent=False)
+@ops.operation(name="export_result", input=ExportIn, output=ExportOut, path="/datasets/export", idempotent=False)
 async def export_result(ctx: CallContext, args: ExportIn) -> ExportOut:
     """Write a stored query result (query_id) as parquet, csv, json or xlsx into a directory inside a
     data root, optionally partitioned by a column and compressed; returns the files created and their
@@ -89,22 +101,30 @@ async def export_result(ctx: CallContext, args: ExportIn) -> ExportOut:
     return await service.export_result(ctx, args)
 
 
-@ops.operation(name="cache_invalidate", input=InvalidateIn, output=InvalidateOut, path="/datasets/cache/invalidate",
-               destructive=True, idempotent=True)
+@ops.operation(
+    name="cache_invalidate",
+    input=InvalidateIn,
+    output=InvalidateOut,
+    path="/datasets/cache/invalidate",
+    destructive=True,
+    idempotent=True,
+)
 async def cache_invalidate(ctx: CallContext, args: InvalidateIn) -> InvalidateOut:
     """Drop cached query results and profiles by key or label pattern (wildcards) or by input file."""
     return await service.cache_invalidate(ctx, args)
 
 
-@ops.operation(name="list_datasets", input=ListDatasetsIn, output=ListDatasetsOut, path="/datasets", method="GET",
-               read_only=True)
+@ops.operation(
+    name="list_datasets", input=ListDatasetsIn, output=ListDatasetsOut, path="/datasets", method="GET", read_only=True
+)
 async def list_datasets(ctx: CallContext, args: ListDatasetsIn) -> ListDatasetsOut:
     """List registered datasets (paginated) and the data files found in the data roots (capped)."""
     return await service.list_datasets(ctx, args)
 
 
-@ops.operation(name="register_dataset", input=RegisterIn, output=RegisterOut, path="/datasets/register",
-               idempotent=True)
+@ops.operation(
+    name="register_dataset", input=RegisterIn, output=RegisterOut, path="/datasets/register", idempotent=True
+)
 async def register_dataset(ctx: CallContext, args: RegisterIn) -> RegisterOut:
     """Give a file or glob inside the data roots a name, usable as file_path and as a view in SQL.
     (Remote clients upload files with the REST route POST /api/v1/datasets/upload.)"""

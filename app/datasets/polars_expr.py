@@ -19,31 +19,77 @@ from app.datasets.sandbox import ident
 from app.datasets.sandbox import sql_string as lit
 
 MAX_CHARS = 10_000
-_SOURCES = {"scan_csv": "read_csv_auto", "read_csv": "read_csv_auto", "scan_parquet": "read_parquet",
-            "read_parquet": "read_parquet", "scan_ndjson": "read_json_auto", "read_ndjson": "read_json_auto",
-            "read_json": "read_json_auto"}
-_AGG = {"sum": "sum", "mean": "avg", "min": "min", "max": "max", "count": "count", "n_unique": "count(DISTINCT",
-        "median": "median", "std": "stddev_samp", "var": "var_samp", "first": "first", "last": "last"}
+_SOURCES = {
+    "scan_csv": "read_csv_auto",
+    "read_csv": "read_csv_auto",
+    "scan_parquet": "read_parquet",
+    "read_parquet": "read_parquet",
+    "scan_ndjson": "read_json_auto",
+    "read_ndjson": "read_json_auto",
+    "read_json": "read_json_auto",
+}
+_AGG = {
+    "sum": "sum",
+    "mean": "avg",
+    "min": "min",
+    "max": "max",
+    "count": "count",
+    "n_unique": "count(DISTINCT",
+    "median": "median",
+    "std": "stddev_samp",
+    "var": "var_samp",
+    "first": "first",
+    "last": "last",
+}
 _UNARY = {"abs": "abs", "sqrt": "sqrt", "floor": "floor", "ceil": "ceil", "log": "ln", "exp": "exp"}
 _STR_METHODS = {"to_lowercase": "lower", "to_uppercase": "upper", "len_chars": "length", "strip_chars": "trim"}
-_DT_METHODS = {"year": "year", "month": "month", "day": "day", "hour": "hour", "weekday": "isodow",
-               "quarter": "quarter"}
-_TYPES = {"Int64": "BIGINT", "Int32": "INTEGER", "Float64": "DOUBLE", "Float32": "FLOAT", "Utf8": "VARCHAR",
-          "String": "VARCHAR", "Boolean": "BOOLEAN", "Date": "DATE", "Datetime": "TIMESTAMP"}
-_BINOPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDiv: "//", ast.Mod: "%",
-           ast.Pow: "**", ast.BitAnd: "AND", ast.BitOr: "OR"}
+_DT_METHODS = {
+    "year": "year",
+    "month": "month",
+    "day": "day",
+    "hour": "hour",
+    "weekday": "isodow",
+    "quarter": "quarter",
+}
+_TYPES = {
+    "Int64": "BIGINT",
+    "Int32": "INTEGER",
+    "Float64": "DOUBLE",
+    "Float32": "FLOAT",
+    "Utf8": "VARCHAR",
+    "String": "VARCHAR",
+    "Boolean": "BOOLEAN",
+    "Date": "DATE",
+    "Datetime": "TIMESTAMP",
+}
+_BINOPS = {
+    ast.Add: "+",
+    ast.Sub: "-",
+    ast.Mult: "*",
+    ast.Div: "/",
+    ast.FloorDiv: "//",
+    ast.Mod: "%",
+    ast.Pow: "**",
+    ast.BitAnd: "AND",
+    ast.BitOr: "OR",
+}
 _CMPOPS = {ast.Eq: "=", ast.NotEq: "<>", ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">="}
-_METHODS = set(_AGG) | set(_UNARY) | {"alias", "is_null", "is_not_null", "is_in", "round", "cast", "fill_null",
-                                      "str", "dt"}
+_METHODS = (
+    set(_AGG) | set(_UNARY) | {"alias", "is_null", "is_not_null", "is_in", "round", "cast", "fill_null", "str", "dt"}
+)
 
 
 def _refuse(node: ast.AST | None, what: str) -> QueryError:
     where = f" (column {node.col_offset + 1})" if node is not None and hasattr(node, "col_offset") else ""
-    return QueryError(f"polars_expr: {what} is not allowed{where}",
-                      suggestions=["Allowed: pl.scan_csv/scan_parquet/scan_ndjson/table, filter, select, "
-                                   "with_columns, group_by().agg(), sort, limit/head, unique, drop, count; "
-                                   "pl.col, pl.lit, pl.len and common expression methods",
-                                   "Or use query_type 'sql'"])
+    return QueryError(
+        f"polars_expr: {what} is not allowed{where}",
+        suggestions=[
+            "Allowed: pl.scan_csv/scan_parquet/scan_ndjson/table, filter, select, "
+            "with_columns, group_by().agg(), sort, limit/head, unique, drop, count; "
+            "pl.col, pl.lit, pl.len and common expression methods",
+            "Or use query_type 'sql'",
+        ],
+    )
 
 
 class _Expr:
@@ -55,11 +101,16 @@ class _Expr:
 
 
 def _const(node: ast.AST) -> Any:
-    if (isinstance(node, ast.Constant) and isinstance(node.value, str | int | float | bool)) or \
-            (isinstance(node, ast.Constant) and node.value is None):
+    if (isinstance(node, ast.Constant) and isinstance(node.value, str | int | float | bool)) or (
+        isinstance(node, ast.Constant) and node.value is None
+    ):
         return node.value
-    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub) and isinstance(node.operand, ast.Constant) \
-            and isinstance(node.operand.value, int | float):
+    if (
+        isinstance(node, ast.UnaryOp)
+        and isinstance(node.op, ast.USub)
+        and isinstance(node.operand, ast.Constant)
+        and isinstance(node.operand.value, int | float)
+    ):
         return -node.operand.value
     raise _refuse(node, "a non-literal value")
 
@@ -75,8 +126,12 @@ def _sql_value(value: Any) -> str:
 
 
 def _is_pl(node: ast.AST, attr: str | None = None) -> bool:
-    return isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "pl" and \
-        (attr is None or node.attr == attr)
+    return (
+        isinstance(node, ast.Attribute)
+        and isinstance(node.value, ast.Name)
+        and node.value.id == "pl"
+        and (attr is None or node.attr == attr)
+    )
 
 
 def _expr(node: ast.AST) -> _Expr:
@@ -92,8 +147,9 @@ def _expr(node: ast.AST) -> _Expr:
         raise _refuse(node, "this unary operator")
     if isinstance(node, ast.BinOp) and type(node.op) in _BINOPS:
         left, right = _expr(node.left), _expr(node.right)
-        return _Expr(f"({left.sql} {_BINOPS[type(node.op)]} {right.sql})", left.name or right.name,
-                     left.is_agg or right.is_agg)
+        return _Expr(
+            f"({left.sql} {_BINOPS[type(node.op)]} {right.sql})", left.name or right.name, left.is_agg or right.is_agg
+        )
     if isinstance(node, ast.Compare) and len(node.ops) == 1 and type(node.ops[0]) in _CMPOPS:
         left, right = _expr(node.left), _expr(node.comparators[0])
         return _Expr(f"({left.sql} {_CMPOPS[type(node.ops[0])]} {right.sql})", left.name, left.is_agg)
@@ -253,8 +309,11 @@ def compile_expr(text: str) -> str:
         elif m == "sort":
             cols = _names(call.args)
             desc = kw.get("descending")
-            flags = [bool(_const(d)) for d in desc.elts] if isinstance(desc, ast.List) else \
-                [bool(_const(desc)) if desc is not None else False] * len(cols)
+            flags = (
+                [bool(_const(d)) for d in desc.elts]
+                if isinstance(desc, ast.List)
+                else [bool(_const(desc)) if desc is not None else False] * len(cols)
+            )
             if len(flags) != len(cols):
                 raise QueryError("polars_expr: descending must match the sort columns")
             order = ", ".join(f"{c} {'DESC' if d else 'ASC'}" for c, d in zip(cols, flags, strict=True))

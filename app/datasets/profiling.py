@@ -21,8 +21,18 @@ def semantic_type(duck_type: str, distinct: int | None, rows: int, max_categorie
         return "bool"
     if t.startswith(("DATE", "TIMESTAMP", "TIME")):
         return "datetime"
-    if t in ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT", "UINTEGER",
-             "UBIGINT", "UHUGEINT"):
+    if t in (
+        "TINYINT",
+        "SMALLINT",
+        "INTEGER",
+        "BIGINT",
+        "HUGEINT",
+        "UTINYINT",
+        "USMALLINT",
+        "UINTEGER",
+        "UBIGINT",
+        "UHUGEINT",
+    ):
         return "int64"
     if _numeric(t):
         return "float64"
@@ -35,8 +45,9 @@ def _width(sem: str, avg_len: float) -> float:
     return {"int64": 8, "float64": 8, "bool": 1, "datetime": 8, "category": 4}.get(sem, avg_len + 16)
 
 
-def profile(cfg: EngineConfig, src: Source, *, sample_size: int, compute_stats: bool,
-            max_categories: int) -> dict[str, Any]:
+def profile(
+    cfg: EngineConfig, src: Source, *, sample_size: int, compute_stats: bool, max_categories: int
+) -> dict[str, Any]:
     """Schema, statistics, quality score and recommendations of one source, streaming."""
     file_bytes = sum(p.stat().st_size for p in src.files)
 
@@ -48,12 +59,25 @@ def profile(cfg: EngineConfig, src: Source, *, sample_size: int, compute_stats: 
         stats: dict[str, dict[str, Any]] = {}
         if compute_stats:
             for r in con.execute(f"SUMMARIZE {view}").fetchall():
-                stats[r[0]] = {"min": r[2], "max": r[3], "approx_unique": r[4], "avg": r[5], "std": r[6],
-                               "q25": r[7], "q50": r[8], "q75": r[9], "count": r[10], "null_pct": r[11]}
+                stats[r[0]] = {
+                    "min": r[2],
+                    "max": r[3],
+                    "approx_unique": r[4],
+                    "avg": r[5],
+                    "std": r[6],
+                    "q25": r[7],
+                    "q50": r[8],
+                    "q75": r[9],
+                    "count": r[10],
+                    "null_pct": r[11],
+                }
             row_count = int(next(iter(stats.values()))["count"]) if stats else 0
         else:
-            parts = ["count(*)"] + [f"count({ident(n)})" for n in names] + \
-                    [f"approx_count_distinct({ident(n)})" for n in names]
+            parts = (
+                ["count(*)"]
+                + [f"count({ident(n)})" for n in names]
+                + [f"approx_count_distinct({ident(n)})" for n in names]
+            )
             one = con.execute(f"SELECT {', '.join(parts)} FROM {view}").fetchone() or ()
             row_count = int(one[0]) if one else 0
             for i, n in enumerate(names):
@@ -64,8 +88,11 @@ def profile(cfg: EngineConfig, src: Source, *, sample_size: int, compute_stats: 
         head_rows = head.fetchall()
         cats: dict[str, list[list[Any]]] = {}
         if compute_stats:
-            wanted = [n for n in names if types[n] == "VARCHAR"
-                      and 0 < int(stats.get(n, {}).get("approx_unique") or 0) <= max_categories]
+            wanted = [
+                n
+                for n in names
+                if types[n] == "VARCHAR" and 0 < int(stats.get(n, {}).get("approx_unique") or 0) <= max_categories
+            ]
             if wanted:
                 parts = [f"histogram({ident(n)})" for n in wanted]
                 hist = con.execute(f"SELECT {', '.join(parts)} FROM {view}").fetchone() or ()
@@ -83,8 +110,9 @@ def _clip(value: Any) -> Any:
     return v[:VALUE_CHARS] + "…" if isinstance(v, str) and len(v) > VALUE_CHARS else v
 
 
-def _assemble(raw: dict[str, Any], src: Source, file_bytes: int, compute_stats: bool,
-              max_categories: int) -> dict[str, Any]:
+def _assemble(
+    raw: dict[str, Any], src: Source, file_bytes: int, compute_stats: bool, max_categories: int
+) -> dict[str, Any]:
     names, types, stats, rows = raw["names"], raw["types"], raw["stats"], raw["rows"]
     columns: list[dict[str, Any]] = []
     recommendations: list[str] = []
@@ -108,8 +136,14 @@ def _assemble(raw: dict[str, Any], src: Source, file_bytes: int, compute_stats: 
                 values.append(cv)
         avg_len = sum(lens) / len(lens) if lens else 8.0
         row_width += _width(sem, avg_len)
-        col: dict[str, Any] = {"name": name, "type": sem, "null_pct": round(null_pct, 2), "unique_count": distinct,
-                               "sample_values": values, "duckdb_type": types[name]}
+        col: dict[str, Any] = {
+            "name": name,
+            "type": sem,
+            "null_pct": round(null_pct, 2),
+            "unique_count": distinct,
+            "sample_values": values,
+            "duckdb_type": types[name],
+        }
         if compute_stats:
             detail: dict[str, Any] = {}
             if sem in ("int64", "float64"):
@@ -142,8 +176,11 @@ def _assemble(raw: dict[str, Any], src: Source, file_bytes: int, compute_stats: 
     return {
         "schema": {"columns": columns},
         "statistics": {
-            "row_count": rows, "column_count": len(columns), "memory_estimate": human_bytes(rows * row_width),
-            "file_size": human_bytes(file_bytes), "quality_score": round(quality, 3),
+            "row_count": rows,
+            "column_count": len(columns),
+            "memory_estimate": human_bytes(rows * row_width),
+            "file_size": human_bytes(file_bytes),
+            "quality_score": round(quality, 3),
         },
         "recommendations": recommendations[:8],
         "format": src.fmt,
@@ -159,8 +196,16 @@ def _looks_like_date(value: Any) -> bool:
 # ---------------------------------------------------------------------------------------------- sampling
 
 
-def sample(cfg: EngineConfig, src: Source, *, strategy: str, size: int, columns: list[str] | None,
-           stratify_column: str | None, seed: int) -> dict[str, Any]:
+def sample(
+    cfg: EngineConfig,
+    src: Source,
+    *,
+    strategy: str,
+    size: int,
+    columns: list[str] | None,
+    stratify_column: str | None,
+    seed: int,
+) -> dict[str, Any]:
     """Representative rows by strategy; every strategy streams the file once or twice."""
 
     def work(con: duckdb.DuckDBPyConnection) -> dict[str, Any]:
@@ -185,8 +230,7 @@ def sample(cfg: EngineConfig, src: Source, *, strategy: str, size: int, columns:
                 step = max(1, total // size) if total else 1
                 start = seed % step
                 info["step"] = step
-                sql = (f"SELECT {proj} FROM {numbered} WHERE (__rn - 1) % {step} = {start} "
-                       f"ORDER BY __rn LIMIT {size}")
+                sql = f"SELECT {proj} FROM {numbered} WHERE (__rn - 1) % {step} = {start} ORDER BY __rn LIMIT {size}"
             else:
                 return _stratified(con, view, cols, str(stratify_column), size, seed, total)
         rel = con.execute(sql)
@@ -196,10 +240,12 @@ def sample(cfg: EngineConfig, src: Source, *, strategy: str, size: int, columns:
     return run_locked(cfg, [src], work)
 
 
-def _stratified(con: duckdb.DuckDBPyConnection, view: str, cols: list[str], strat: str, size: int, seed: int,
-                total: int) -> dict[str, Any]:
-    groups = con.execute(f"SELECT {ident(strat)} AS g, count(*) AS n FROM {view} GROUP BY 1 "
-                         f"ORDER BY n DESC, g NULLS LAST LIMIT 10001").fetchall()
+def _stratified(
+    con: duckdb.DuckDBPyConnection, view: str, cols: list[str], strat: str, size: int, seed: int, total: int
+) -> dict[str, Any]:
+    groups = con.execute(
+        f"SELECT {ident(strat)} AS g, count(*) AS n FROM {view} GROUP BY 1 ORDER BY n DESC, g NULLS LAST LIMIT 10001"
+    ).fetchall()
     groups_total = len(groups)
     chosen = groups[:size]
     # One row per group first (every group represented), then the rest proportionally.
@@ -223,12 +269,19 @@ def _stratified(con: duckdb.DuckDBPyConnection, view: str, cols: list[str], stra
     rows_out: list[dict[str, Any]] = []
     per_group = con.execute(
         f"SELECT {ident(strat)} AS g, min_by(struct_pack({packed}), hash(__rn, {seed}), {top}) AS picks "
-        f"FROM (SELECT *, row_number() OVER () AS __rn FROM {view}) GROUP BY 1").fetchall()
+        f"FROM (SELECT *, row_number() OVER () AS __rn FROM {view}) GROUP BY 1"
+    ).fetchall()
     picked = {g: p for g, p in per_group}
     for g, _ in chosen:
         for item in (picked.get(g) or [])[: alloc[g]]:
             rows_out.append({c: jsonable(item.get(c)) for c in cols})
-    return {"rows": rows_out, "total": total, "columns": cols,
-            "info": {"groups_total": groups_total if groups_total <= 10000 else None,
-                     "groups_represented": len(chosen),
-                     "allocation": {str(jsonable(g)): alloc[g] for g, _ in chosen[:50]}}}
+    return {
+        "rows": rows_out,
+        "total": total,
+        "columns": cols,
+        "info": {
+            "groups_total": groups_total if groups_total <= 10000 else None,
+            "groups_represented": len(chosen),
+            "allocation": {str(jsonable(g)): alloc[g] for g, _ in chosen[:50]},
+        },
+    }

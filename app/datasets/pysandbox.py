@@ -26,7 +26,7 @@ from pathlib import Path
 from app.core.errors import EngineError, QueryError, Timeout
 from app.datasets.engine import EngineConfig, Source
 
-CHILD = r'''
+CHILD = r"""
 import ctypes, json, os, resource, sys
 spec = json.loads(sys.stdin.read())
 cpu, mem = spec["cpu_seconds"], spec["memory_mb"] * 1024 * 1024
@@ -110,21 +110,43 @@ try:
 except BaseException as exc:
     state["armed"] = False
     print(json.dumps({"ok": False, "error": f"{type(exc).__name__}: {exc}"[:400], "isolated": isolated}))
-'''
+"""
 
 
-def run_python(cfg: EngineConfig, code: str, sources: list[Source], dest: Path, *, cpu_seconds: int,
-               memory_mb: int, max_file_bytes: int) -> bool:
+def run_python(
+    cfg: EngineConfig,
+    code: str,
+    sources: list[Source],
+    dest: Path,
+    *,
+    cpu_seconds: int,
+    memory_mb: int,
+    max_file_bytes: int,
+) -> bool:
     """Run `code` in the sandboxed child; the result lands at `dest`. Returns whether the network
     namespace isolation was in force."""
-    spec = {"code": code, "views": {s.name: s.sql() for s in sources},
-            "inputs": {s.name: s.pattern for s in sources}, "allowed": [str(p) for p in cfg.allowed],
-            "dest": str(dest), "cpu_seconds": cpu_seconds, "memory_mb": memory_mb, "max_file_bytes": max_file_bytes,
-            "duckdb_memory": f"{max(64, memory_mb // 2)}MB"}
+    spec = {
+        "code": code,
+        "views": {s.name: s.sql() for s in sources},
+        "inputs": {s.name: s.pattern for s in sources},
+        "allowed": [str(p) for p in cfg.allowed],
+        "dest": str(dest),
+        "cpu_seconds": cpu_seconds,
+        "memory_mb": memory_mb,
+        "max_file_bytes": max_file_bytes,
+        "duckdb_memory": f"{max(64, memory_mb // 2)}MB",
+    }
     try:
-        proc = subprocess.run([sys.executable, "-I", "-c", CHILD], input=json.dumps(spec), capture_output=True,
-                              text=True, timeout=cfg.timeout_s, env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"},
-                              cwd=str(cfg.work / "tmp"), check=False)
+        proc = subprocess.run(
+            [sys.executable, "-I", "-c", CHILD],
+            input=json.dumps(spec),
+            capture_output=True,
+            text=True,
+            timeout=cfg.timeout_s,
+            env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"},
+            cwd=str(cfg.work / "tmp"),
+            check=False,
+        )
     except subprocess.TimeoutExpired:
         raise Timeout("The python code exceeded its time limit and was killed") from None
     lines = [ln for ln in proc.stdout.strip().splitlines() if ln.startswith("{")]
@@ -135,9 +157,13 @@ def run_python(cfg: EngineConfig, code: str, sources: list[Source], dest: Path, 
         raise EngineError(f"The python engine failed (exit {proc.returncode}): {proc.stderr.strip()[-300:]}")
     report = json.loads(lines[-1])
     if not report["ok"]:
-        raise QueryError(f"python: {report['error']}",
-                         suggestions=["Set `result` to a DuckDB relation (con.sql(...)), a DataFrame or a list of "
-                                      "dicts; no network, subprocesses or file writes are allowed"])
+        raise QueryError(
+            f"python: {report['error']}",
+            suggestions=[
+                "Set `result` to a DuckDB relation (con.sql(...)), a DataFrame or a list of "
+                "dicts; no network, subprocesses or file writes are allowed"
+            ],
+        )
     return bool(report.get("isolated"))
 
 

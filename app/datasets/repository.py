@@ -29,16 +29,32 @@ class DatasetRepository:
         rows = await self.session.scalars(select(Dataset).where(Dataset.name.in_(names)))
         return {d.name: d for d in rows}
 
-    async def upsert(self, *, name: str, path: str, fmt: str, size_bytes: int, description: str, source: str,
-                     created_by: str | None, replace: bool) -> tuple[Dataset, bool]:
+    async def upsert(
+        self,
+        *,
+        name: str,
+        path: str,
+        fmt: str,
+        size_bytes: int,
+        description: str,
+        source: str,
+        created_by: str | None,
+        replace: bool,
+    ) -> tuple[Dataset, bool]:
         """Insert, or (when `replace`) update the dataset called `name`. Returns (row, created);
         without `replace` an existing row is returned unchanged."""
-        values = dict(name=name, path=path, format=fmt, size_bytes=size_bytes, description=description,
-                      source=source, created_by=created_by)
+        values = dict(
+            name=name,
+            path=path,
+            format=fmt,
+            size_bytes=size_bytes,
+            description=description,
+            source=source,
+            created_by=created_by,
+        )
         stmt = insert(Dataset).values(id=uuid.uuid4(), **values)
         if replace:
-            stmt = stmt.on_conflict_do_update(index_elements=[Dataset.name],
-                                              set_={**values, "updated_at": func.now()})
+            stmt = stmt.on_conflict_do_update(index_elements=[Dataset.name], set_={**values, "updated_at": func.now()})
         else:
             stmt = stmt.on_conflict_do_nothing(index_elements=[Dataset.name])
         before = await self.get(name)
@@ -46,7 +62,8 @@ class DatasetRepository:
         created = before is None
         await self.session.flush()
         ds = await self.session.scalar(
-            select(Dataset).where(Dataset.name == name).execution_options(populate_existing=True))
+            select(Dataset).where(Dataset.name == name).execution_options(populate_existing=True)
+        )
         assert ds is not None
         return ds, created
 
@@ -72,8 +89,9 @@ class QueryRepository:
 
     async def save(self, values: dict[str, Any]) -> None:
         """Record a result (no-op when the query_id exists)."""
-        await self.session.execute(insert(DatasetQuery).values(**values).on_conflict_do_nothing(
-            index_elements=[DatasetQuery.query_id]))
+        await self.session.execute(
+            insert(DatasetQuery).values(**values).on_conflict_do_nothing(index_elements=[DatasetQuery.query_id])
+        )
 
     async def get(self, query_id: str) -> DatasetQuery | None:
         """A stored result's metadata."""

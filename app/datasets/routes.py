@@ -81,9 +81,13 @@ class _Upload:
             self.size += len(chunk)
             if self.size > self.limit:
                 self.too_large = True
-                raise TooLarge(f"The upload exceeds {self.limit} bytes",
-                               suggestions=["Compress the file (.csv.gz) or convert it to Parquet",
-                                            "The limit is CAIRN_DATASETS_UPLOAD_MAX_BYTES"])
+                raise TooLarge(
+                    f"The upload exceeds {self.limit} bytes",
+                    suggestions=[
+                        "Compress the file (.csv.gz) or convert it to Parquet",
+                        "The limit is CAIRN_DATASETS_UPLOAD_MAX_BYTES",
+                    ],
+                )
             self._pending += chunk
         else:
             self._buf += chunk
@@ -95,9 +99,18 @@ class _Upload:
             self.fields[self._part] = self._buf.decode("utf-8", "replace").strip()
 
     def callbacks(self) -> dict[str, Any]:
-        return {name: getattr(self, name) for name in (
-            "on_part_begin", "on_header_field", "on_header_value", "on_header_end", "on_headers_finished",
-            "on_part_data", "on_part_end")}
+        return {
+            name: getattr(self, name)
+            for name in (
+                "on_part_begin",
+                "on_header_field",
+                "on_header_value",
+                "on_header_end",
+                "on_headers_finished",
+                "on_part_data",
+                "on_part_end",
+            )
+        }
 
     def take_pending(self) -> bytes:
         data = bytes(self._pending)
@@ -106,22 +119,31 @@ class _Upload:
 
 
 _FORM_SCHEMA = {
-    "type": "object", "required": ["name", "file"],
+    "type": "object",
+    "required": ["name", "file"],
     "properties": {
         "name": {"type": "string", "pattern": DATASET_NAME, "description": "Dataset name (also a SQL view name)"},
-        "file": {"type": "string", "format": "binary",
-                 "description": "CSV/TSV/Parquet/JSON/NDJSON, optionally .gz/.zst"},
+        "file": {
+            "type": "string",
+            "format": "binary",
+            "description": "CSV/TSV/Parquet/JSON/NDJSON, optionally .gz/.zst",
+        },
         "description": {"type": "string", "maxLength": FIELD_MAX},
         "replace": {"type": "boolean", "description": "Overwrite an existing dataset of this name"},
     },
 }
 
 
-@router.post("/datasets/upload", tags=["datasets"], summary="Upload a dataset file (multipart) and register it",
-             operation_id="upload_dataset",
-             openapi_extra={"requestBody": {"required": True,
-                                            "content": {"multipart/form-data": {"schema": _FORM_SCHEMA}}},
-                            "security": [{"bearer": []}]})
+@router.post(
+    "/datasets/upload",
+    tags=["datasets"],
+    summary="Upload a dataset file (multipart) and register it",
+    operation_id="upload_dataset",
+    openapi_extra={
+        "requestBody": {"required": True, "content": {"multipart/form-data": {"schema": _FORM_SCHEMA}}},
+        "security": [{"bearer": []}],
+    },
+)
 async def upload_dataset(request: Request) -> JSONResponse:
     """Stream a CSV/Parquet/JSON file to the first data root (`uploads/<name><ext>`) and register it
     under `name`. Form fields: `name` (letters, digits, '_'), `file`, optional `description` and
@@ -135,8 +157,9 @@ async def upload_dataset(request: Request) -> JSONResponse:
     limit = cfg.datasets_upload_max_bytes
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit + 64 * 1024:
-        raise TooLarge(f"The upload exceeds {limit} bytes",
-                       suggestions=["The limit is CAIRN_DATASETS_UPLOAD_MAX_BYTES"])
+        raise TooLarge(
+            f"The upload exceeds {limit} bytes", suggestions=["The limit is CAIRN_DATASETS_UPLOAD_MAX_BYTES"]
+        )
     ctype, params = parse_options_header(request.headers.get("content-type", ""))
     if ctype != b"multipart/form-data" or b"boundary" not in params:
         raise InvalidInput("Send multipart/form-data with a 'file' part and a 'name' field")
@@ -158,29 +181,43 @@ async def upload_dataset(request: Request) -> JSONResponse:
         await asyncio.to_thread(fh.close)
         name = upload.fields.get("name", "")
         if not _NAME.fullmatch(name):
-            raise InvalidInput("Field 'name' is required: a letter, then letters, digits or '_' (max 64)",
-                               details={"errors": [{"field": "name", "rule": "string_pattern_mismatch",
-                                                    "message": "letters, digits, '_'"}]})
+            raise InvalidInput(
+                "Field 'name' is required: a letter, then letters, digits or '_' (max 64)",
+                details={
+                    "errors": [{"field": "name", "rule": "string_pattern_mismatch", "message": "letters, digits, '_'"}]
+                },
+            )
         if upload.filename is None:
             raise InvalidInput("A 'file' part is required")
         m = _EXT.search(upload.filename)
         if not m:
-            raise InvalidInput(f"Unsupported file type: {upload.filename}",
-                               suggestions=["Upload CSV, TSV, Parquet, JSON or NDJSON (optionally .gz/.zst)"])
+            raise InvalidInput(
+                f"Unsupported file type: {upload.filename}",
+                suggestions=["Upload CSV, TSV, Parquet, JSON or NDJSON (optionally .gz/.zst)"],
+            )
         final = folder / f"{name}{m.group(0).lower()}"
         replace = upload.fields.get("replace", "").lower() in ("1", "true", "yes")
         async with state.db.transaction() as session:
             if not replace and await asyncio.to_thread(final.exists):
                 from app.core.errors import Conflict
 
-                raise Conflict(f"A dataset file named {final.name} already exists",
-                               suggestions=["Send replace=true to overwrite it"])
+                raise Conflict(
+                    f"A dataset file named {final.name} already exists",
+                    suggestions=["Send replace=true to overwrite it"],
+                )
             await asyncio.to_thread(os.replace, tmp, final)
             keep = True
             result = await service.register(
-                session, name=name, pattern=str(final), files=[final],
-                description=upload.fields.get("description", ""), source="upload", created_by=principal.key_id,
-                replace=replace, rts=roots)
+                session,
+                name=name,
+                pattern=str(final),
+                files=[final],
+                description=upload.fields.get("description", ""),
+                source="upload",
+                created_by=principal.key_id,
+                replace=replace,
+                rts=roots,
+            )
         body = result.model_dump(mode="json")
         body["bytes"] = upload.size
         return JSONResponse(body)

@@ -39,11 +39,28 @@ COMPRESSED = (".gz", ".zst")
 MAX_GLOB_FILES = 10_000
 
 # Functions a caller may not use even inside an allowed statement.
-DENIED_FUNCTIONS = frozenset({
-    "read_text", "read_blob", "query", "query_table", "getenv", "duckdb_secrets", "which_secret",
-    "load_aws_credentials", "read_xlsx", "sqlite_scan", "sqlite_attach", "postgres_scan",
-    "postgres_attach", "mysql_scan", "iceberg_scan", "delta_scan", "http_get", "http_post",
-})
+DENIED_FUNCTIONS = frozenset(
+    {
+        "read_text",
+        "read_blob",
+        "query",
+        "query_table",
+        "getenv",
+        "duckdb_secrets",
+        "which_secret",
+        "load_aws_credentials",
+        "read_xlsx",
+        "sqlite_scan",
+        "sqlite_attach",
+        "postgres_scan",
+        "postgres_attach",
+        "mysql_scan",
+        "iceberg_scan",
+        "delta_scan",
+        "http_get",
+        "http_post",
+    }
+)
 ALLOWED_STATEMENTS = ("SELECT", "EXPLAIN")
 
 
@@ -59,8 +76,10 @@ def file_format(path: str) -> str:
         return "json"
     if name.endswith((".csv", ".tsv", ".txt")):
         return "csv"
-    raise InvalidInput(f"Unsupported file type: {Path(path).name}",
-                       suggestions=["Use CSV (.csv/.tsv), Parquet (.parquet) or JSON (.json/.jsonl/.ndjson)"])
+    raise InvalidInput(
+        f"Unsupported file type: {Path(path).name}",
+        suggestions=["Use CSV (.csv/.tsv), Parquet (.parquet) or JSON (.json/.jsonl/.ndjson)"],
+    )
 
 
 def inside(path: Path, roots: list[Path]) -> bool:
@@ -69,9 +88,13 @@ def inside(path: Path, roots: list[Path]) -> bool:
 
 
 def _outside(raw: str) -> Forbidden:
-    return Forbidden(f"Path '{raw[:200]}' is outside the data roots",
-                     suggestions=["Use a path inside CAIRN_DATA_ROOTS, or a registered dataset name",
-                                  "list_datasets shows what is available"])
+    return Forbidden(
+        f"Path '{raw[:200]}' is outside the data roots",
+        suggestions=[
+            "Use a path inside CAIRN_DATA_ROOTS, or a registered dataset name",
+            "list_datasets shows what is available",
+        ],
+    )
 
 
 def resolve_path(raw: str, roots: list[Path], *, must_exist: bool = True) -> tuple[str, list[Path]]:
@@ -109,12 +132,16 @@ def resolve_path(raw: str, roots: list[Path], *, must_exist: bool = True) -> tup
             if real.is_file():
                 matches.append(real)
         if matches:
-            pattern = str(fixed.resolve() / Path(*norm.parts[_first_glob_part(norm.parts):]))
+            pattern = str(fixed.resolve() / Path(*norm.parts[_first_glob_part(norm.parts) :]))
             return pattern, sorted(matches)
     if must_exist:
-        raise NotFound(f"No dataset file matches '{raw[:200]}'",
-                       suggestions=["list_datasets shows the files and registered names",
-                                    "Relative paths are resolved inside each data root"])
+        raise NotFound(
+            f"No dataset file matches '{raw[:200]}'",
+            suggestions=[
+                "list_datasets shows the files and registered names",
+                "Relative paths are resolved inside each data root",
+            ],
+        )
     real = Path(os.path.normpath(candidates[0])).resolve()
     if not inside(real, roots):
         raise _outside(raw)
@@ -155,8 +182,10 @@ _URL = re.compile(r"^[a-z][a-z0-9+.\-]{1,15}://", re.I)
 def _literal_path(value: str, roots: list[Path]) -> str | None:
     """The absolute pattern a string literal names, None when it is not a path."""
     if _URL.match(value):
-        raise Forbidden("Remote URLs are not allowed; only files inside the data roots",
-                        suggestions=["Upload the file with POST /api/v1/datasets/upload"])
+        raise Forbidden(
+            "Remote URLs are not allowed; only files inside the data roots",
+            suggestions=["Upload the file with POST /api/v1/datasets/upload"],
+        )
     if _strong_path(value):
         return resolve_path(value, roots)[0]
     if "/" in value or "\\" in value:
@@ -181,16 +210,17 @@ def check_sql(sql: str, roots: list[Path]) -> tuple[str, list[str]]:
     try:
         statements = duckdb.extract_statements(text)
     except duckdb.Error as exc:
-        raise QueryError(f"The query does not parse: {first_line(str(exc))}",
-                         suggestions=["Check the SQL syntax (DuckDB dialect)"]) from None
+        raise QueryError(
+            f"The query does not parse: {first_line(str(exc))}", suggestions=["Check the SQL syntax (DuckDB dialect)"]
+        ) from None
     if len(statements) != 1:
-        raise Forbidden("Exactly one statement per query is allowed",
-                        suggestions=["Send statements one at a time"])
+        raise Forbidden("Exactly one statement per query is allowed", suggestions=["Send statements one at a time"])
     kind = statements[0].type.name
     if kind not in ALLOWED_STATEMENTS:
-        raise Forbidden(f"{kind} statements are not allowed: queries are read-only",
-                        suggestions=["Use SELECT / WITH / DESCRIBE / SUMMARIZE / EXPLAIN",
-                                     "Write files with export_result"])
+        raise Forbidden(
+            f"{kind} statements are not allowed: queries are read-only",
+            suggestions=["Use SELECT / WITH / DESCRIBE / SUMMARIZE / EXPLAIN", "Write files with export_result"],
+        )
     tokens = duckdb.tokenize(text)
     out: list[str] = []
     files: list[str] = []
@@ -202,8 +232,10 @@ def check_sql(sql: str, roots: list[Path]) -> tuple[str, list[str]]:
         if kind_name in ("identifier", "keyword"):
             word = piece.strip().strip('"').lower()
             if word in DENIED_FUNCTIONS and text[end:].lstrip().startswith("("):
-                raise Forbidden(f"The function {word}() is not allowed",
-                                suggestions=["Read data files with read_csv_auto / read_parquet / read_json_auto"])
+                raise Forbidden(
+                    f"The function {word}() is not allowed",
+                    suggestions=["Read data files with read_csv_auto / read_parquet / read_json_auto"],
+                )
         if kind_name != "string_const":
             continue
         body = piece.rstrip()
@@ -216,7 +248,7 @@ def check_sql(sql: str, roots: list[Path]) -> tuple[str, list[str]]:
             continue
         files.append(pattern)
         out.append(text[pos:start])
-        out.append(sql_string(pattern) + piece[len(body):])
+        out.append(sql_string(pattern) + piece[len(body) :])
         pos = end
     out.append(text[pos:])
     return "".join(out), files
@@ -230,16 +262,24 @@ def first_line(message: str) -> str:
 
 
 @contextmanager
-def locked_connection(allowed: list[Path], *, memory_limit: str, threads: int, temp_dir: Path,
-                      prepare: Callable[[duckdb.DuckDBPyConnection], None] | None = None,
-                      ) -> Iterator[duckdb.DuckDBPyConnection]:
+def locked_connection(
+    allowed: list[Path],
+    *,
+    memory_limit: str,
+    threads: int,
+    temp_dir: Path,
+    prepare: Callable[[duckdb.DuckDBPyConnection], None] | None = None,
+) -> Iterator[duckdb.DuckDBPyConnection]:
     """A fresh in-memory DuckDB, locked down. `prepare` runs before the lock (e.g. to create views)."""
-    con = duckdb.connect(":memory:", config={
-        "autoinstall_known_extensions": False,
-        "autoload_known_extensions": False,
-        "memory_limit": memory_limit,
-        "threads": max(1, threads),
-    })
+    con = duckdb.connect(
+        ":memory:",
+        config={
+            "autoinstall_known_extensions": False,
+            "autoload_known_extensions": False,
+            "memory_limit": memory_limit,
+            "threads": max(1, threads),
+        },
+    )
     try:
         dirs = ", ".join(sql_string(str(d).rstrip("/") + "/") for d in allowed)
         con.execute(f"SET allowed_directories = [{dirs}]")

@@ -10,8 +10,12 @@ from pydantic import BaseModel, Field
 from app.core.schemas import StrictModel
 
 DATASET_NAME = r"^[A-Za-z][A-Za-z0-9_]{0,63}$"
-MaxTokens = Field(default=None, ge=50, le=20_000,
-                  description="Token budget of this response (default: the server's CAIRN_DATASETS_MAX_TOKENS)")
+MaxTokens = Field(
+    default=None,
+    ge=50,
+    le=20_000,
+    description="Token budget of this response (default: the server's CAIRN_DATASETS_MAX_TOKENS)",
+)
 
 
 # ------------------------------------------------------------------------------------------------ profile
@@ -20,12 +24,16 @@ MaxTokens = Field(default=None, ge=50, le=20_000,
 class ProfileIn(StrictModel):
     """Arguments of profile_dataset."""
 
-    file_path: str = Field(min_length=1, max_length=1000,
-                           description="Dataset file, glob or registered dataset name, inside the data roots")
+    file_path: str = Field(
+        min_length=1,
+        max_length=1000,
+        description="Dataset file, glob or registered dataset name, inside the data roots",
+    )
     sample_size: int = Field(default=1000, ge=100, le=10_000, description="Rows sampled for type inference")
     compute_stats: bool = Field(default=True, description="Compute detailed statistics")
-    max_categories: int = Field(default=50, ge=1, le=500,
-                                description="Most categories reported for a categorical column")
+    max_categories: int = Field(
+        default=50, ge=1, le=500, description="Most categories reported for a categorical column"
+    )
     max_tokens: int | None = MaxTokens
 
 
@@ -83,9 +91,13 @@ class QueryIn(StrictModel):
     engine: Literal["polars", "duckdb", "pandas", "auto"] = Field(default="auto", description="Execution engine")
     query_type: Literal["sql", "polars_expr", "python"] = Field(description="Type of query expression")
     query: str = Field(min_length=1, max_length=100_000, description="Query string or expression")
-    files: list[str] = Field(max_length=50, description=(
-        "Input files, globs, registered dataset names or query_ids; each becomes a view named after the "
-        "dataset name / file stem / query_id (a single input is also the view `data`)"))
+    files: list[str] = Field(
+        max_length=50,
+        description=(
+            "Input files, globs, registered dataset names or query_ids; each becomes a view named after the "
+            "dataset name / file stem / query_id (a single input is also the view `data`)"
+        ),
+    )
     return_limit: int = Field(default=100, ge=1, le=1000, description="Maximum rows to return")
     return_format: Literal["json", "csv", "summary", "chart"] = Field(default="json")
     generate_chart: bool = Field(default=False)
@@ -93,8 +105,9 @@ class QueryIn(StrictModel):
     chart_format: Literal["png", "vega-lite", "both"] = Field(default="png")
     cache_key: str | None = Field(default=None, max_length=200, description="Label for the cached result")
     max_tokens: int | None = MaxTokens
-    timeout_ms: int | None = Field(default=None, ge=100, le=600_000,
-                                   description="Lower the server's query time limit for this call")
+    timeout_ms: int | None = Field(
+        default=None, ge=100, le=600_000, description="Lower the server's query time limit for this call"
+    )
 
 
 class QuerySummary(BaseModel):
@@ -129,8 +142,10 @@ class QueryOut(BaseModel):
 
     mcp_image_fields: ClassVar[tuple[str, ...]] = ("visualization.base64_image",)
     context_tokens_used: int
-    query_id: str = Field(description="Handle of the full result kept server-side (get_result, export_result, "
-                                      "or a table name in later queries)")
+    query_id: str = Field(
+        description="Handle of the full result kept server-side (get_result, export_result, "
+        "or a table name in later queries)"
+    )
     rows_total: int
     rows_returned: int
     truncated: bool

@@ -58,16 +58,25 @@ def config(ctx: CallContext, timeout_ms: int | None = None) -> engine.EngineConf
     """Engine limits from the settings (a call may only lower the time limit)."""
     cfg = get_dataset_settings()
     limit = cfg.datasets_query_timeout_ms if timeout_ms is None else min(timeout_ms, cfg.datasets_query_timeout_ms)
-    return engine.EngineConfig(roots=roots(ctx), work=work_dir(ctx.settings.data_dir),
-                               memory_limit=cfg.datasets_memory_limit, threads=cfg.datasets_threads,
-                               timeout_s=limit / 1000.0, concurrency=cfg.datasets_max_concurrency)
+    return engine.EngineConfig(
+        roots=roots(ctx),
+        work=work_dir(ctx.settings.data_dir),
+        memory_limit=cfg.datasets_memory_limit,
+        threads=cfg.datasets_threads,
+        timeout_s=limit / 1000.0,
+        concurrency=cfg.datasets_max_concurrency,
+    )
 
 
 def cache_of(ctx: CallContext) -> Cache:
     """The process cache of this server's work directory."""
     cfg = get_dataset_settings()
-    return get_cache(work_dir(ctx.settings.data_dir), cfg.datasets_cache_ttl_seconds, cfg.datasets_cache_max_bytes,
-                     cfg.datasets_cache_memory_entries)
+    return get_cache(
+        work_dir(ctx.settings.data_dir),
+        cfg.datasets_cache_ttl_seconds,
+        cfg.datasets_cache_max_bytes,
+        cfg.datasets_cache_memory_entries,
+    )
 
 
 def budget_of(requested: int | None) -> int:
@@ -78,8 +87,15 @@ def budget_of(requested: int | None) -> int:
 
 def dataset_out(d: Dataset) -> DatasetOut:
     """API view of a registry row."""
-    return DatasetOut(name=d.name, path=d.path, format=d.format, size_bytes=d.size_bytes, description=d.description,
-                      source=d.source, created_at=d.created_at)
+    return DatasetOut(
+        name=d.name,
+        path=d.path,
+        format=d.format,
+        size_bytes=d.size_bytes,
+        description=d.description,
+        source=d.source,
+        created_at=d.created_at,
+    )
 
 
 def _view_name(text: str, taken: set[str]) -> str:
@@ -118,17 +134,30 @@ async def profile_dataset(ctx: CallContext, args: ProfileIn) -> ProfileOut:
     """Profile one dataset (cached by file fingerprint and options)."""
     src = await resolve_source(ctx, args.file_path)
     cache = cache_of(ctx)
-    key = make_key("profile", pattern=src.pattern, files=fingerprint(src.files), sample=args.sample_size,
-                   stats=args.compute_stats, cats=args.max_categories)
+    key = make_key(
+        "profile",
+        pattern=src.pattern,
+        files=fingerprint(src.files),
+        sample=args.sample_size,
+        stats=args.compute_stats,
+        cats=args.max_categories,
+    )
     hit = await asyncio.to_thread(cache.get, key)
     if hit is not None:
         raw, cache_hit = hit["payload"], True
     else:
-        raw = await asyncio.to_thread(profiling.profile, config(ctx), src, sample_size=args.sample_size,
-                                      compute_stats=args.compute_stats, max_categories=args.max_categories)
+        raw = await asyncio.to_thread(
+            profiling.profile,
+            config(ctx),
+            src,
+            sample_size=args.sample_size,
+            compute_stats=args.compute_stats,
+            max_categories=args.max_categories,
+        )
         cache_hit = False
-        await asyncio.to_thread(cache.put, key, {"payload": raw, "files": fingerprint(src.files),
-                                                 "label": f"profile:{src.pattern}"})
+        await asyncio.to_thread(
+            cache.put, key, {"payload": raw, "files": fingerprint(src.files), "label": f"profile:{src.pattern}"}
+        )
     return _fit_profile(raw, args, src, cache_hit)
 
 
@@ -137,10 +166,17 @@ def _fit_profile(raw: dict[str, Any], args: ProfileIn, src: engine.Source, cache
     columns: list[dict[str, Any]] = [dict(c) for c in raw["schema"]["columns"]]
 
     def build(cols: list[dict[str, Any]], omitted: int, truncated: bool) -> dict[str, Any]:
-        out = ProfileOut(schema=ProfileSchema.model_validate({"columns": cols, "columns_omitted": omitted}),
-                         statistics=ProfileStatistics.model_validate(raw["statistics"]),
-                         recommendations=raw["recommendations"], context_tokens_used=0, file_path=src.pattern,
-                         format=raw["format"], files=raw["files"], cache_hit=cache_hit, truncated=truncated)
+        out = ProfileOut(
+            schema=ProfileSchema.model_validate({"columns": cols, "columns_omitted": omitted}),
+            statistics=ProfileStatistics.model_validate(raw["statistics"]),
+            recommendations=raw["recommendations"],
+            context_tokens_used=0,
+            file_path=src.pattern,
+            format=raw["format"],
+            files=raw["files"],
+            cache_hit=cache_hit,
+            truncated=truncated,
+        )
         return budget.finalize(out.model_dump(mode="json", by_alias=True))
 
     payload = build(columns, 0, False)
@@ -158,8 +194,9 @@ def _fit_profile(raw: dict[str, Any], args: ProfileIn, src: engine.Source, cache
         payload = build(columns, 0, True)
         if payload["context_tokens_used"] <= limit:
             return ProfileOut.model_validate(payload)
-    k = budget.largest_fitting(len(columns), lambda m: build(columns[:m], len(columns) - m, True)[
-        "context_tokens_used"] <= limit)
+    k = budget.largest_fitting(
+        len(columns), lambda m: build(columns[:m], len(columns) - m, True)["context_tokens_used"] <= limit
+    )
     return ProfileOut.model_validate(build(columns[:k], len(columns) - k, True))
 
 
@@ -186,8 +223,9 @@ async def execute_query(ctx: CallContext, args: QueryIn) -> QueryOut:
         taken.add(src.name)
         sources.append(src)
     if len(sources) == 1 and "data" not in taken:
-        sources.append(engine.Source(name="data", pattern=sources[0].pattern, files=sources[0].files,
-                                     fmt=sources[0].fmt))
+        sources.append(
+            engine.Source(name="data", pattern=sources[0].pattern, files=sources[0].files, fmt=sources[0].fmt)
+        )
         taken.add("data")
     if engine_used == "python":
         return await _run_python(ctx, args, sources, sorted(taken))
@@ -203,8 +241,14 @@ async def execute_query(ctx: CallContext, args: QueryIn) -> QueryOut:
         literal_files += (await asyncio.to_thread(resolve_path, pattern, rts))[1]
     all_files = [f for s in sources for f in s.files] + literal_files + list(result_views.values())
     fps = await asyncio.to_thread(fingerprint, all_files)
-    key = make_key("query", sql=normalize_sql(checked), views={s.name: s.sql() for s in sources},
-                   results=sorted(result_ids), files=fps, max_rows=cfg.datasets_result_max_rows)
+    key = make_key(
+        "query",
+        sql=normalize_sql(checked),
+        views={s.name: s.sql() for s in sources},
+        results=sorted(result_ids),
+        files=fps,
+        max_rows=cfg.datasets_result_max_rows,
+    )
     cache = cache_of(ctx)
     hit = await asyncio.to_thread(cache.get, key)
     queries = QueryRepository(ctx.session)
@@ -214,19 +258,37 @@ async def execute_query(ctx: CallContext, args: QueryIn) -> QueryOut:
         ecfg = config(ctx, args.timeout_ms)
         query_id = "q_" + uuid.uuid4().hex[:16]
         dest = ecfg.results / f"{query_id}.parquet"
-        res = await asyncio.to_thread(engine.execute_to_store, ecfg, checked, sources, result_views, dest,
-                                      cfg.datasets_result_max_rows)
-        meta = {"query_id": query_id, "result_path": str(res.path), "columns": res.columns, "types": res.types,
-                "rows_stored": res.rows_stored, "rows_total": res.rows_total, "elapsed_ms": res.elapsed_ms}
+        res = await asyncio.to_thread(
+            engine.execute_to_store, ecfg, checked, sources, result_views, dest, cfg.datasets_result_max_rows
+        )
+        meta = {
+            "query_id": query_id,
+            "result_path": str(res.path),
+            "columns": res.columns,
+            "types": res.types,
+            "rows_stored": res.rows_stored,
+            "rows_total": res.rows_total,
+            "elapsed_ms": res.elapsed_ms,
+        }
         cache_hit = False
-        await asyncio.to_thread(cache.put, key, {"meta": meta, "files": fps, "label": args.cache_key,
-                                                 "result_path": str(res.path)})
+        await asyncio.to_thread(
+            cache.put, key, {"meta": meta, "files": fps, "label": args.cache_key, "result_path": str(res.path)}
+        )
         await asyncio.to_thread(cache.sweep, cfg.datasets_result_ttl_seconds)
-    await queries.save({"query_id": meta["query_id"], "sql": checked[:100_000], "files": [f[0] for f in fps],
-                        "columns": [[c, t] for c, t in zip(meta["columns"], meta["types"], strict=False)],
-                        "rows_stored": meta["rows_stored"], "rows_total": meta["rows_total"],
-                        "result_path": meta["result_path"], "cache_key": key[:64], "label": args.cache_key,
-                        "created_by": ctx.principal.key_id})
+    await queries.save(
+        {
+            "query_id": meta["query_id"],
+            "sql": checked[:100_000],
+            "files": [f[0] for f in fps],
+            "columns": [[c, t] for c, t in zip(meta["columns"], meta["types"], strict=False)],
+            "rows_stored": meta["rows_stored"],
+            "rows_total": meta["rows_total"],
+            "result_path": meta["result_path"],
+            "cache_key": key[:64],
+            "label": args.cache_key,
+            "created_by": ctx.principal.key_id,
+        }
+    )
     return await _answer(ctx, args, meta, cache_hit, engine_used, checked, sorted(taken))
 
 
@@ -244,21 +306,44 @@ async def _run_python(ctx: CallContext, args: QueryIn, sources: list[engine.Sour
         query_id = "q_" + uuid.uuid4().hex[:16]
         dest = ecfg.results / f"{query_id}.parquet"
         started = asyncio.get_running_loop().time()
-        await asyncio.to_thread(pysandbox.run_python, ecfg, args.query, sources, dest,
-                                cpu_seconds=cfg.datasets_python_cpu_seconds, memory_mb=cfg.datasets_python_memory_mb,
-                                max_file_bytes=cfg.datasets_cache_max_bytes)
+        await asyncio.to_thread(
+            pysandbox.run_python,
+            ecfg,
+            args.query,
+            sources,
+            dest,
+            cpu_seconds=cfg.datasets_python_cpu_seconds,
+            memory_mb=cfg.datasets_python_memory_mb,
+            max_file_bytes=cfg.datasets_cache_max_bytes,
+        )
         columns, types, count = await asyncio.to_thread(pysandbox.describe_result, dest)
-        meta = {"query_id": query_id, "result_path": str(dest), "columns": columns, "types": types,
-                "rows_stored": count, "rows_total": count,
-                "elapsed_ms": int((asyncio.get_running_loop().time() - started) * 1000)}
+        meta = {
+            "query_id": query_id,
+            "result_path": str(dest),
+            "columns": columns,
+            "types": types,
+            "rows_stored": count,
+            "rows_total": count,
+            "elapsed_ms": int((asyncio.get_running_loop().time() - started) * 1000),
+        }
         cache_hit = False
-        await asyncio.to_thread(cache.put, key, {"meta": meta, "files": fps, "label": args.cache_key,
-                                                 "result_path": str(dest)})
-    await QueryRepository(ctx.session).save({
-        "query_id": meta["query_id"], "sql": "-- python\n" + args.query[:100_000], "files": [f[0] for f in fps],
-        "columns": [[c, t] for c, t in zip(meta["columns"], meta["types"], strict=False)],
-        "rows_stored": meta["rows_stored"], "rows_total": meta["rows_total"], "result_path": meta["result_path"],
-        "cache_key": key[:64], "label": args.cache_key, "created_by": ctx.principal.key_id})
+        await asyncio.to_thread(
+            cache.put, key, {"meta": meta, "files": fps, "label": args.cache_key, "result_path": str(dest)}
+        )
+    await QueryRepository(ctx.session).save(
+        {
+            "query_id": meta["query_id"],
+            "sql": "-- python\n" + args.query[:100_000],
+            "files": [f[0] for f in fps],
+            "columns": [[c, t] for c, t in zip(meta["columns"], meta["types"], strict=False)],
+            "rows_stored": meta["rows_stored"],
+            "rows_total": meta["rows_total"],
+            "result_path": meta["result_path"],
+            "cache_key": key[:64],
+            "label": args.cache_key,
+            "created_by": ctx.principal.key_id,
+        }
+    )
     return await _answer(ctx, args, meta, cache_hit, "python", "", views)
 
 
@@ -271,8 +356,11 @@ def _pick_engine(args: QueryIn, python_enabled: bool) -> str:
         if not python_enabled:
             raise InvalidInput(
                 "The python/pandas engine is disabled on this server",
-                suggestions=["Use query_type 'sql' (DuckDB) or 'polars_expr'",
-                             "An operator can enable it with CAIRN_DATASETS_PYTHON_ENABLED=true"])
+                suggestions=[
+                    "Use query_type 'sql' (DuckDB) or 'polars_expr'",
+                    "An operator can enable it with CAIRN_DATASETS_PYTHON_ENABLED=true",
+                ],
+            )
         return "python"
     if args.query_type == "polars_expr":
         if args.engine == "duckdb":
@@ -301,8 +389,9 @@ def _csv_lines(columns: list[str], rows: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
-async def _answer(ctx: CallContext, args: QueryIn, meta: dict[str, Any], cache_hit: bool, engine_used: str,
-                  sql: str, views: list[str]) -> QueryOut:
+async def _answer(
+    ctx: CallContext, args: QueryIn, meta: dict[str, Any], cache_hit: bool, engine_used: str, sql: str, views: list[str]
+) -> QueryOut:
     path = Path(meta["result_path"])
     columns: list[str] = meta["columns"]
     want = 0 if args.return_format in ("summary", "chart") else min(args.return_limit, meta["rows_stored"])
@@ -313,10 +402,20 @@ async def _answer(ctx: CallContext, args: QueryIn, meta: dict[str, Any], cache_h
 
         chart_rows = await asyncio.to_thread(engine.read_rows, path, 0, charts.MAX_POINTS)
         visualization = await asyncio.to_thread(
-            charts.make_chart, args.chart_type or "bar", columns, meta["types"], chart_rows, args.chart_format,
-            get_dataset_settings().datasets_chart_max_bytes)
-    summary = QuerySummary(rows_processed=meta["rows_total"], execution_time_ms=meta["elapsed_ms"],
-                           cache_hit=cache_hit, engine_used=engine_used)
+            charts.make_chart,
+            args.chart_type or "bar",
+            columns,
+            meta["types"],
+            chart_rows,
+            args.chart_format,
+            get_dataset_settings().datasets_chart_max_bytes,
+        )
+    summary = QuerySummary(
+        rows_processed=meta["rows_total"],
+        execution_time_ms=meta["elapsed_ms"],
+        cache_hit=cache_hit,
+        engine_used=engine_used,
+    )
     result_type = _result_type(sql, args.return_format)
     limit = budget_of(args.max_tokens)
 
@@ -325,17 +424,29 @@ async def _answer(ctx: CallContext, args: QueryIn, meta: dict[str, Any], cache_h
         shown = len(kept)
         nxt = shown if shown < meta["rows_stored"] else None
         out = QueryOut(
-            result_type=result_type, data=data, summary=summary, columns=columns, column_types=meta["types"],
-            visualization=visualization, context_tokens_used=0, query_id=meta["query_id"],
-            rows_total=meta["rows_total"], rows_returned=shown,
-            truncated=level != "none" or shown < meta["rows_total"], degradation=level,
-            rest_summary=rest, next_offset=nxt, views=views)
+            result_type=result_type,
+            data=data,
+            summary=summary,
+            columns=columns,
+            column_types=meta["types"],
+            visualization=visualization,
+            context_tokens_used=0,
+            query_id=meta["query_id"],
+            rows_total=meta["rows_total"],
+            rows_returned=shown,
+            truncated=level != "none" or shown < meta["rows_total"],
+            degradation=level,
+            rest_summary=rest,
+            next_offset=nxt,
+            views=views,
+        )
         return out.model_dump(mode="json", by_alias=True)
 
     if args.return_format == "summary" or (args.return_format == "chart" and not rows):
         whole = await asyncio.to_thread(engine.summarize_stored, path, 0)
-        trimmed = budget.shrink_summary(whole, lambda s: budget.tokens_of(
-            budget.finalize(envelope([], s, "none"))) <= limit)
+        trimmed = budget.shrink_summary(
+            whole, lambda s: budget.tokens_of(budget.finalize(envelope([], s, "none"))) <= limit
+        )
         level = "none" if trimmed is not None and "columns_omitted" not in trimmed else "summary_only"
         payload = budget.finalize(envelope([], trimmed, level))
         payload["truncated"] = level != "none"
@@ -360,10 +471,17 @@ async def get_result(ctx: CallContext, args: ResultPageIn) -> ResultPageOut:
 
     def build(k: int) -> dict[str, Any]:
         end = args.offset + k
-        out = ResultPageOut(query_id=q.query_id, columns=columns, rows=rows[:k], offset=args.offset,
-                            rows_total=q.rows_total, rows_stored=q.rows_stored,
-                            next_offset=end if end < q.rows_stored else None, truncated=k < len(rows),
-                            context_tokens_used=0)
+        out = ResultPageOut(
+            query_id=q.query_id,
+            columns=columns,
+            rows=rows[:k],
+            offset=args.offset,
+            rows_total=q.rows_total,
+            rows_stored=q.rows_stored,
+            next_offset=end if end < q.rows_stored else None,
+            truncated=k < len(rows),
+            context_tokens_used=0,
+        )
         return budget.finalize(out.model_dump(mode="json"))
 
     k = await asyncio.to_thread(budget.largest_fitting, len(rows), lambda m: build(m)["context_tokens_used"] <= limit)
@@ -376,18 +494,41 @@ async def get_result(ctx: CallContext, args: ResultPageIn) -> ResultPageOut:
 async def stream_sample(ctx: CallContext, args: SampleIn) -> SampleOut:
     """Representative rows of one dataset."""
     if args.strategy == "stratified" and not args.stratify_column:
-        raise InvalidInput("stratify_column is required for the stratified strategy",
-                           details={"errors": [{"field": "stratify_column", "rule": "required",
-                                                "message": "required when strategy is 'stratified'"}]})
+        raise InvalidInput(
+            "stratify_column is required for the stratified strategy",
+            details={
+                "errors": [
+                    {
+                        "field": "stratify_column",
+                        "rule": "required",
+                        "message": "required when strategy is 'stratified'",
+                    }
+                ]
+            },
+        )
     src = await resolve_source(ctx, args.file_path)
-    res = await asyncio.to_thread(profiling.sample, config(ctx), src, strategy=args.strategy, size=args.sample_size,
-                                  columns=args.columns, stratify_column=args.stratify_column, seed=args.seed)
+    res = await asyncio.to_thread(
+        profiling.sample,
+        config(ctx),
+        src,
+        strategy=args.strategy,
+        size=args.sample_size,
+        columns=args.columns,
+        stratify_column=args.stratify_column,
+        seed=args.seed,
+    )
     limit = budget_of(args.max_tokens)
     rows = res["rows"]
 
     def build(k: int) -> dict[str, Any]:
-        info = SamplingInfo(strategy=args.strategy, rows_sampled=k, total_rows=res["total"],
-                            columns_included=res["columns"], seed=args.seed, details=res["info"])
+        info = SamplingInfo(
+            strategy=args.strategy,
+            rows_sampled=k,
+            total_rows=res["total"],
+            columns_included=res["columns"],
+            seed=args.seed,
+            details=res["info"],
+        )
         out = SampleOut(sample=rows[:k], sampling_info=info, context_tokens_used=0, truncated=k < len(rows))
         return budget.finalize(out.model_dump(mode="json"))
 
@@ -408,15 +549,24 @@ async def export_result(ctx: CallContext, args: ExportIn) -> ExportOut:
         raise NotFound("The stored result is gone (expired or evicted)", suggestions=["Run the query again"])
     columns = [c[0] for c in q.columns]
     if args.partition_by is not None and args.partition_by not in columns:
-        raise InvalidInput(f"partition_by column '{args.partition_by}' is not in the result",
-                           suggestions=[f"Columns: {', '.join(columns[:20])}"])
+        raise InvalidInput(
+            f"partition_by column '{args.partition_by}' is not in the result",
+            suggestions=[f"Columns: {', '.join(columns[:20])}"],
+        )
     rts = roots(ctx)
     dest_dir, _ = await asyncio.to_thread(resolve_path, args.destination, rts, must_exist=False)
     files = await asyncio.to_thread(exporting.export, config(ctx), source, Path(dest_dir), args, q.rows_stored)
     total = sum(f.size_bytes for f in files)
     output = str(Path(dest_dir) / exporting.output_name(args)) if not args.partition_by else dest_dir
-    return ExportOut(exported=True, output_path=output, row_count=q.rows_stored, file_size=engine.human_bytes(total),
-                     files_created=[f.path for f in files[:100]], files=files[:100], files_total=len(files))
+    return ExportOut(
+        exported=True,
+        output_path=output,
+        row_count=q.rows_stored,
+        file_size=engine.human_bytes(total),
+        files_created=[f.path for f in files[:100]],
+        files=files[:100],
+        files_total=len(files),
+    )
 
 
 # ------------------------------------------------------------------------------------------------ cache
@@ -446,8 +596,13 @@ def _scan_files(rts: list[Path], limit: int) -> tuple[list[FileOut], bool]:
                 continue
             if len(out) >= limit:
                 return out, True
-            out.append(FileOut(path=str(path.relative_to(root)) if len(rts) == 1 else str(path),
-                               format=file_format(str(path)), size_bytes=path.stat().st_size))
+            out.append(
+                FileOut(
+                    path=str(path.relative_to(root)) if len(rts) == 1 else str(path),
+                    format=file_format(str(path)),
+                    size_bytes=path.stat().st_size,
+                )
+            )
     return out, False
 
 
@@ -457,32 +612,64 @@ async def list_datasets(ctx: CallContext, args: ListDatasetsIn) -> ListDatasetsO
     rts = roots(ctx)
     files, more = (await asyncio.to_thread(_scan_files, rts, MAX_LISTED_FILES)) if args.include_files else ([], False)
     nxt = args.offset + len(rows)
-    return ListDatasetsOut(datasets=[dataset_out(d) for d in rows], total=total,
-                           next_offset=nxt if nxt < total else None, roots=[str(r) for r in rts], files=files,
-                           files_truncated=more)
+    return ListDatasetsOut(
+        datasets=[dataset_out(d) for d in rows],
+        total=total,
+        next_offset=nxt if nxt < total else None,
+        roots=[str(r) for r in rts],
+        files=files,
+        files_truncated=more,
+    )
 
 
 async def register_dataset(ctx: CallContext, args: RegisterIn) -> RegisterOut:
     """Register a name for a file or glob inside the roots."""
     rts = roots(ctx)
     pattern, files = await asyncio.to_thread(resolve_path, args.path, rts)
-    return await register(ctx.session, name=args.name, pattern=pattern, files=files, description=args.description,
-                          source="registered", created_by=ctx.principal.key_id, replace=args.replace,
-                          rts=rts)
+    return await register(
+        ctx.session,
+        name=args.name,
+        pattern=pattern,
+        files=files,
+        description=args.description,
+        source="registered",
+        created_by=ctx.principal.key_id,
+        replace=args.replace,
+        rts=rts,
+    )
 
 
-async def register(session: Any, *, name: str, pattern: str, files: list[Path], description: str, source: str,
-                   created_by: str | None, replace: bool, rts: list[Path]) -> RegisterOut:
+async def register(
+    session: Any,
+    *,
+    name: str,
+    pattern: str,
+    files: list[Path],
+    description: str,
+    source: str,
+    created_by: str | None,
+    replace: bool,
+    rts: list[Path],
+) -> RegisterOut:
     """Insert or update a registry row (shared by the tool and the upload route)."""
     if not all(inside(f, rts) for f in files):
         raise InvalidInput("Every file must lie inside a data root")
     repo = DatasetRepository(session)
     existing = await repo.get(name)
     if existing is not None and not replace and existing.path != pattern:
-        raise Conflict(f"Dataset '{name}' already exists for another path",
-                       suggestions=["Pass replace=true to point the name at the new path"])
+        raise Conflict(
+            f"Dataset '{name}' already exists for another path",
+            suggestions=["Pass replace=true to point the name at the new path"],
+        )
     size = sum(f.stat().st_size for f in files)
-    row, created = await repo.upsert(name=name, path=pattern, fmt=file_format(str(files[0]) if files else pattern),
-                                     size_bytes=size, description=description, source=source,
-                                     created_by=created_by, replace=True)
+    row, created = await repo.upsert(
+        name=name,
+        path=pattern,
+        fmt=file_format(str(files[0]) if files else pattern),
+        size_bytes=size,
+        description=description,
+        source=source,
+        created_by=created_by,
+        replace=True,
+    )
     return RegisterOut(dataset=dataset_out(row), created=created)

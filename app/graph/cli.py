@@ -39,8 +39,7 @@ async def _in_context(settings: Settings, url: str, work: Any) -> Any:
     try:
         async with db.transaction() as session:
             state = AppState(settings=settings, db=db, embedder=embedder, registry=Registry())
-            ctx = CallContext(session=session, principal=OPEN_PRINCIPAL, app=state, request_id="cli",
-                              transport="cli")
+            ctx = CallContext(session=session, principal=OPEN_PRINCIPAL, app=state, request_id="cli", transport="cli")
             return await work(ctx)
     finally:
         await embedder.close()

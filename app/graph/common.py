@@ -42,14 +42,15 @@ async def reembed(ctx: CallContext, repo: GraphRepository, entity_ids: list[int]
     if not snapshots:
         return
     vectors = await embed(ctx, [s for _, s in snapshots])
-    await repo.upsert_embeddings([(i, v) for (i, _), v in zip(snapshots, vectors, strict=True)],
-                                 ctx.embedder.model)
+    await repo.upsert_embeddings([(i, v) for (i, _), v in zip(snapshots, vectors, strict=True)], ctx.embedder.model)
 
 
 def not_found(name: str) -> NotFound:
     """The error for a missing entity (the reference server's wording)."""
-    return NotFound(f"Entity with name {name} not found",
-                    suggestions=["Create it with create_entities, or check the name with search_nodes"])
+    return NotFound(
+        f"Entity with name {name} not found",
+        suggestions=["Create it with create_entities, or check the name with search_nodes"],
+    )
 
 
 def require(rows: list[EntityRow], names: list[str]) -> dict[str, EntityRow]:

@@ -13,10 +13,12 @@ class GraphSettings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="CAIRN_GRAPH_", extra="ignore")
 
-    ab_limbic_ratio: float = Field(default=0.5, ge=0.0, le=1.0,
-                                   description="Share of search_semantic calls served with limbic re-ranking")
-    feedback_window_seconds: int = Field(default=900, ge=1,
-                                         description="A result re-opened within this window counts as relevant")
+    ab_limbic_ratio: float = Field(
+        default=0.5, ge=0.0, le=1.0, description="Share of search_semantic calls served with limbic re-ranking"
+    )
+    feedback_window_seconds: int = Field(
+        default=900, ge=1, description="A result re-opened within this window counts as relevant"
+    )
     text_weight: float = Field(default=0.25, ge=0.0, description="Weight of the full-text score in relevance")
     importance_weight: float = Field(default=0.3, ge=0.0)
     importance_scale: float = Field(default=10.0, gt=0.0, description="Accesses that give importance 1-1/e")

@@ -85,8 +85,9 @@ class GraphEntityAccess(Base):
 
     __tablename__ = "graph_entity_access"
 
-    entity_id: Mapped[int] = mapped_column(BigInteger, ForeignKey("graph_entities.id", ondelete="CASCADE"),
-                                           primary_key=True)
+    entity_id: Mapped[int] = mapped_column(
+        BigInteger, ForeignKey("graph_entities.id", ondelete="CASCADE"), primary_key=True
+    )
     access_count: Mapped[int] = mapped_column(Integer, server_default="1")
     last_access: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
 
@@ -96,8 +97,9 @@ class GraphAccessLog(Base):
 
     __tablename__ = "graph_access_log"
 
-    entity_id: Mapped[int] = mapped_column(BigInteger, ForeignKey("graph_entities.id", ondelete="CASCADE"),
-                                           primary_key=True)
+    entity_id: Mapped[int] = mapped_column(
+        BigInteger, ForeignKey("graph_entities.id", ondelete="CASCADE"), primary_key=True
+    )
     access_date: Mapped[date] = mapped_column(Date, primary_key=True)
     access_count: Mapped[int] = mapped_column(Integer, server_default="1")
 
@@ -107,10 +109,12 @@ class GraphCooccurrence(Base):
 
     __tablename__ = "graph_cooccurrences"
 
-    entity_a_id: Mapped[int] = mapped_column(BigInteger, ForeignKey("graph_entities.id", ondelete="CASCADE"),
-                                             primary_key=True)
-    entity_b_id: Mapped[int] = mapped_column(BigInteger, ForeignKey("graph_entities.id", ondelete="CASCADE"),
-                                             primary_key=True)
+    entity_a_id: Mapped[int] = mapped_column(
+        BigInteger, ForeignKey("graph_entities.id", ondelete="CASCADE"), primary_key=True
+    )
+    entity_b_id: Mapped[int] = mapped_column(
+        BigInteger, ForeignKey("graph_entities.id", ondelete="CASCADE"), primary_key=True
+    )
     co_count: Mapped[int] = mapped_column(Integer, server_default="1")
     last_co: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
 

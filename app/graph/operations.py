@@ -49,8 +49,13 @@ from app.graph.schemas import (
 ops = OperationSet("graph")
 
 
-@ops.operation(name="create_entities", input=CreateEntitiesIn, output=CreateEntitiesOut, path="/graph/entities",
-               title="Create Entities")
+@ops.operation(
+    name="create_entities",
+    input=CreateEntitiesIn,
+    output=CreateEntitiesOut,
+    path="/graph/entities",
+    title="Create Entities",
+)
 async def create_entities(ctx: CallContext, args: CreateEntitiesIn) -> CreateEntitiesOut:
     """Create multiple new entities in the knowledge graph.
 
@@ -59,8 +64,13 @@ async def create_entities(ctx: CallContext, args: CreateEntitiesIn) -> CreateEnt
     return await service.create_entities(ctx, args)
 
 
-@ops.operation(name="create_relations", input=CreateRelationsIn, output=CreateRelationsOut,
-               path="/graph/relations", title="Create Relations")
+@ops.operation(
+    name="create_relations",
+    input=CreateRelationsIn,
+    output=CreateRelationsOut,
+    path="/graph/relations",
+    title="Create Relations",
+)
 async def create_relations(ctx: CallContext, args: CreateRelationsIn) -> CreateRelationsOut:
     """Create multiple new relations between entities in the knowledge graph. Relations should be in
     active voice.
@@ -70,8 +80,13 @@ async def create_relations(ctx: CallContext, args: CreateRelationsIn) -> CreateR
     return await service.create_relations(ctx, args)
 
 
-@ops.operation(name="add_observations", input=AddObservationsIn, output=AddObservationsOut,
-               path="/graph/observations", title="Add Observations")
+@ops.operation(
+    name="add_observations",
+    input=AddObservationsIn,
+    output=AddObservationsOut,
+    path="/graph/observations",
+    title="Add Observations",
+)
 async def add_observations(ctx: CallContext, args: AddObservationsIn) -> AddObservationsOut:
     """Add new observations to existing entities in the knowledge graph.
 
@@ -80,8 +95,15 @@ async def add_observations(ctx: CallContext, args: AddObservationsIn) -> AddObse
     return await service.add_observations(ctx, args)
 
 
-@ops.operation(name="delete_entities", input=DeleteEntitiesIn, output=SuccessOut, path="/graph/entities/delete",
-               destructive=True, idempotent=True, title="Delete Entities")
+@ops.operation(
+    name="delete_entities",
+    input=DeleteEntitiesIn,
+    output=SuccessOut,
+    path="/graph/entities/delete",
+    destructive=True,
+    idempotent=True,
+    title="Delete Entities",
+)
 async def delete_entities(ctx: CallContext, args: DeleteEntitiesIn) -> SuccessOut:
     """Delete multiple entities and their associated relations from the knowledge graph.
 
@@ -89,8 +111,15 @@ async def delete_entities(ctx: CallContext, args: DeleteEntitiesIn) -> SuccessOu
     return await service.delete_entities(ctx, args)
 
 
-@ops.operation(name="delete_observations", input=DeleteObservationsIn, output=SuccessOut,
-               path="/graph/observations/delete", destructive=True, idempotent=True, title="Delete Observations")
+@ops.operation(
+    name="delete_observations",
+    input=DeleteObservationsIn,
+    output=SuccessOut,
+    path="/graph/observations/delete",
+    destructive=True,
+    idempotent=True,
+    title="Delete Observations",
+)
 async def delete_observations(ctx: CallContext, args: DeleteObservationsIn) -> SuccessOut:
     """Delete specific observations from entities in the knowledge graph.
 
@@ -98,15 +127,29 @@ async def delete_observations(ctx: CallContext, args: DeleteObservationsIn) -> S
     return await service.delete_observations(ctx, args)
 
 
-@ops.operation(name="delete_relations", input=DeleteRelationsIn, output=SuccessOut,
-               path="/graph/relations/delete", destructive=True, idempotent=True, title="Delete Relations")
+@ops.operation(
+    name="delete_relations",
+    input=DeleteRelationsIn,
+    output=SuccessOut,
+    path="/graph/relations/delete",
+    destructive=True,
+    idempotent=True,
+    title="Delete Relations",
+)
 async def delete_relations(ctx: CallContext, args: DeleteRelationsIn) -> SuccessOut:
     """Delete multiple relations from the knowledge graph (use end_relation to keep history)."""
     return await service.delete_relations(ctx, args)
 
 
-@ops.operation(name="read_graph", input=ReadGraphIn, output=ReadGraphOut, path="/graph", method="GET",
-               read_only=True, title="Read Graph")
+@ops.operation(
+    name="read_graph",
+    input=ReadGraphIn,
+    output=ReadGraphOut,
+    path="/graph",
+    method="GET",
+    read_only=True,
+    title="Read Graph",
+)
 async def read_graph(ctx: CallContext, args: ReadGraphIn) -> ReadGraphOut:
     """Read the knowledge graph one bounded page at a time, or as a summary.
 
@@ -116,8 +159,15 @@ async def read_graph(ctx: CallContext, args: ReadGraphIn) -> ReadGraphOut:
     return await service.read_graph(ctx, args)
 
 
-@ops.operation(name="search_nodes", input=SearchNodesIn, output=GraphOut, path="/graph/nodes/search",
-               method="GET", read_only=True, title="Search Nodes")
+@ops.operation(
+    name="search_nodes",
+    input=SearchNodesIn,
+    output=GraphOut,
+    path="/graph/nodes/search",
+    method="GET",
+    read_only=True,
+    title="Search Nodes",
+)
 async def search_nodes(ctx: CallContext, args: SearchNodesIn) -> GraphOut:
     """Search for nodes in the knowledge graph based on a query.
 
@@ -126,8 +176,9 @@ async def search_nodes(ctx: CallContext, args: SearchNodesIn) -> GraphOut:
     return await service.search_nodes(ctx, args)
 
 
-@ops.operation(name="open_nodes", input=OpenNodesIn, output=GraphOut, path="/graph/nodes/open", read_only=True,
-               title="Open Nodes")
+@ops.operation(
+    name="open_nodes", input=OpenNodesIn, output=GraphOut, path="/graph/nodes/open", read_only=True, title="Open Nodes"
+)
 async def open_nodes(ctx: CallContext, args: OpenNodesIn) -> GraphOut:
     """Open specific nodes in the knowledge graph by their names.
 
@@ -136,8 +187,14 @@ async def open_nodes(ctx: CallContext, args: OpenNodesIn) -> GraphOut:
     return await service.open_nodes(ctx, args)
 
 
-@ops.operation(name="search_semantic", input=SearchSemanticIn, output=SearchSemanticOut,
-               path="/graph/search/semantic", scope="read", title="Semantic Search")
+@ops.operation(
+    name="search_semantic",
+    input=SearchSemanticIn,
+    output=SearchSemanticOut,
+    path="/graph/search/semantic",
+    scope="read",
+    title="Semantic Search",
+)
 async def search_semantic(ctx: CallContext, args: SearchSemanticIn) -> SearchSemanticOut:
     """Search entities by meaning: vector + full-text candidates re-ranked by the limbic score.
 
@@ -147,76 +204,138 @@ async def search_semantic(ctx: CallContext, args: SearchSemanticIn) -> SearchSem
     return await service_search.search_semantic(ctx, args)
 
 
-@ops.operation(name="supersede_observation", input=SupersedeObservationIn, output=SupersedeObservationOut,
-               path="/graph/observations/supersede", title="Supersede Observation")
+@ops.operation(
+    name="supersede_observation",
+    input=SupersedeObservationIn,
+    output=SupersedeObservationOut,
+    path="/graph/observations/supersede",
+    title="Supersede Observation",
+)
 async def supersede_observation(ctx: CallContext, args: SupersedeObservationIn) -> SupersedeObservationOut:
     """Replace an observation (by id or exact text) with a new one; the old one stays in the history."""
     return await service.supersede_observation(ctx, args)
 
 
-@ops.operation(name="end_relation", input=RelationRefIn, output=EndRelationOut, path="/graph/relations/end",
-               idempotent=True, title="End Relation")
+@ops.operation(
+    name="end_relation",
+    input=RelationRefIn,
+    output=EndRelationOut,
+    path="/graph/relations/end",
+    idempotent=True,
+    title="End Relation",
+)
 async def end_relation(ctx: CallContext, args: RelationRefIn) -> EndRelationOut:
     """Mark a relation {from, to, relationType} as ended; it leaves the graph but stays in the history."""
     return await service.end_relation(ctx, args)
 
 
-@ops.operation(name="set_entity_status", input=SetEntityStatusIn, output=SetEntityStatusOut,
-               path="/graph/entities/status", idempotent=True, title="Set Entity Status")
+@ops.operation(
+    name="set_entity_status",
+    input=SetEntityStatusIn,
+    output=SetEntityStatusOut,
+    path="/graph/entities/status",
+    idempotent=True,
+    title="Set Entity Status",
+)
 async def set_entity_status(ctx: CallContext, args: SetEntityStatusIn) -> SetEntityStatusOut:
     """Set an entity's lifecycle status (for example activo or archivado)."""
     return await service.set_entity_status(ctx, args)
 
 
-@ops.operation(name="get_entity_history", input=EntityHistoryIn, output=EntityHistoryOut,
-               path="/graph/entities/history", method="GET", read_only=True, title="Entity History")
+@ops.operation(
+    name="get_entity_history",
+    input=EntityHistoryIn,
+    output=EntityHistoryOut,
+    path="/graph/entities/history",
+    method="GET",
+    read_only=True,
+    title="Entity History",
+)
 async def get_entity_history(ctx: CallContext, args: EntityHistoryIn) -> EntityHistoryOut:
     """An entity's full history: observations including superseded ones, relations including ended
     ones, and its latest reflections."""
     return await service.get_entity_history(ctx, args)
 
 
-@ops.operation(name="add_reflection", input=AddReflectionIn, output=ReflectionOut, path="/graph/reflections",
-               title="Add Reflection")
+@ops.operation(
+    name="add_reflection",
+    input=AddReflectionIn,
+    output=ReflectionOut,
+    path="/graph/reflections",
+    title="Add Reflection",
+)
 async def add_reflection(ctx: CallContext, args: AddReflectionIn) -> ReflectionOut:
     """Record a narrative reflection about an entity, a session or the whole graph."""
     return await service_search.add_reflection(ctx, args)
 
 
-@ops.operation(name="search_reflections", input=SearchReflectionsIn, output=SearchReflectionsOut,
-               path="/graph/reflections/search", read_only=True, title="Search Reflections")
+@ops.operation(
+    name="search_reflections",
+    input=SearchReflectionsIn,
+    output=SearchReflectionsOut,
+    path="/graph/reflections/search",
+    read_only=True,
+    title="Search Reflections",
+)
 async def search_reflections(ctx: CallContext, args: SearchReflectionsIn) -> SearchReflectionsOut:
     """Search reflections by meaning and words (vector + full-text)."""
     return await service_search.search_reflections(ctx, args)
 
 
-@ops.operation(name="find_duplicate_observations", input=FindDuplicatesIn, output=FindDuplicatesOut,
-               path="/graph/observations/duplicates", idempotent=True, long_running=True,
-               title="Find Duplicate Observations")
+@ops.operation(
+    name="find_duplicate_observations",
+    input=FindDuplicatesIn,
+    output=FindDuplicatesOut,
+    path="/graph/observations/duplicates",
+    idempotent=True,
+    long_running=True,
+    title="Find Duplicate Observations",
+)
 async def find_duplicate_observations(ctx: CallContext, args: FindDuplicatesIn) -> FindDuplicatesOut:
     """Find near-duplicate observations of the same entity by embedding similarity and set their
     similarity flag (consolidate merges flagged ones)."""
     return await service_search.find_duplicate_observations(ctx, args)
 
 
-@ops.operation(name="consolidate", input=ConsolidateIn, output=ConsolidateOut, path="/graph/consolidate",
-               destructive=True, long_running=True, title="Consolidate")
+@ops.operation(
+    name="consolidate",
+    input=ConsolidateIn,
+    output=ConsolidateOut,
+    path="/graph/consolidate",
+    destructive=True,
+    long_running=True,
+    title="Consolidate",
+)
 async def consolidate(ctx: CallContext, args: ConsolidateIn) -> ConsolidateOut:
     """Merge flagged duplicate observations and decay stale access counts. dry_run (default true)
     only reports what would change."""
     return await service_search.consolidate(ctx, args)
 
 
-@ops.operation(name="search_quality_report", input=QualityReportIn, output=QualityReportOut,
-               path="/graph/search/quality", method="GET", read_only=True, title="Search Quality Report")
+@ops.operation(
+    name="search_quality_report",
+    input=QualityReportIn,
+    output=QualityReportOut,
+    path="/graph/search/quality",
+    method="GET",
+    read_only=True,
+    title="Search Quality Report",
+)
 async def search_quality_report(ctx: CallContext, args: QualityReportIn) -> QualityReportOut:
     """NDCG@k and MRR per A/B treatment, from implicit feedback (a result opened again soon after the
     search counts as relevant)."""
     return await service_search.search_quality_report(ctx, args)
 
 
-@ops.operation(name="graph_stats", input=ProjectIn, output=GraphStatsOut, path="/graph/stats", method="GET",
-               read_only=True, title="Graph Stats")
+@ops.operation(
+    name="graph_stats",
+    input=ProjectIn,
+    output=GraphStatsOut,
+    path="/graph/stats",
+    method="GET",
+    read_only=True,
+    title="Graph Stats",
+)
 async def graph_stats(ctx: CallContext, args: ProjectIn) -> GraphStatsOut:
     """Counts of entities, observations, relations, reflections, searches and embeddings."""
     return await service_search.graph_stats(ctx, args)

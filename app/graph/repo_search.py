@@ -32,8 +32,9 @@ class SearchRepository:
         await self.session.execute(text("SET LOCAL hnsw.iterative_scan = relaxed_order"))
         await self.session.execute(text(f"SET LOCAL hnsw.ef_search = {max(40, min(int(ef), 1000))}"))
 
-    async def vector_candidates(self, project_id: uuid.UUID, qvec: Sequence[float], model: str, n: int,
-                                entity_type: str | None) -> list[tuple[int, float]]:
+    async def vector_candidates(
+        self, project_id: uuid.UUID, qvec: Sequence[float], model: str, n: int, entity_type: str | None
+    ) -> list[tuple[int, float]]:
         """Nearest entities by cosine distance: (id, cosine similarity)."""
         await self._iterative_scan(n)
         dim = len(qvec)
@@ -43,11 +44,17 @@ class SearchRepository:
                 JOIN graph_entities g ON g.id = e.owner_id
                 WHERE e.model = :model AND g.project_id = :pid{type_cond}
                 ORDER BY {_dist(dim)} LIMIT :n""",
-            q=vector_literal(qvec), model=model, pid=project_id, t=entity_type, n=n)
+            q=vector_literal(qvec),
+            model=model,
+            pid=project_id,
+            t=entity_type,
+            n=n,
+        )
         return [(int(i), float(c)) for i, c in rows]
 
-    async def text_candidates(self, project_id: uuid.UUID, words: list[str], n: int,
-                              entity_type: str | None) -> list[tuple[int, float]]:
+    async def text_candidates(
+        self, project_id: uuid.UUID, words: list[str], n: int, entity_type: str | None
+    ) -> list[tuple[int, float]]:
         """Entities matching any query word in the full-text index: (id, ts_rank_cd in [0, 1))."""
         if not words:
             return []
@@ -57,11 +64,15 @@ class SearchRepository:
                      hits AS (SELECT id, tsv FROM graph_entities, q
                               WHERE project_id = :pid AND tsv @@ q.q{type_cond} LIMIT :scan)
                 SELECT id, ts_rank_cd(tsv, q.q, 32) FROM hits, q ORDER BY 2 DESC, id LIMIT :n""",
-            w=words, pid=project_id, t=entity_type, n=n, scan=TEXT_SCAN_CAP)
+            w=words,
+            pid=project_id,
+            t=entity_type,
+            n=n,
+            scan=TEXT_SCAN_CAP,
+        )
         return [(int(i), float(s)) for i, s in rows]
 
-    async def score_inputs(self, ids: Sequence[int], qvec: Sequence[float], model: str,
-                           words: list[str]) -> list[Any]:
+    async def score_inputs(self, ids: Sequence[int], qvec: Sequence[float], model: str, words: list[str]) -> list[Any]:
         """Per candidate: id, name, type, status, cosine, text score, access count, days since last access."""
         dim = len(qvec)
         return await self._rows(
@@ -76,14 +87,19 @@ class SearchRepository:
                 LEFT JOIN graph_embeddings e ON e.owner_id = g.id AND e.model = :model
                 LEFT JOIN graph_entity_access a ON a.entity_id = g.id
                 WHERE g.id = ANY(CAST(:ids AS bigint[]))""",
-            q=vector_literal(qvec), model=model, w=words, ids=list(ids))
+            q=vector_literal(qvec),
+            model=model,
+            w=words,
+            ids=list(ids),
+        )
 
     async def cooccurrences(self, ids: Sequence[int]) -> list[tuple[int, int, int]]:
         """Co-occurrence counts among the given entities."""
         rows = await self._rows(
             """SELECT entity_a_id, entity_b_id, co_count FROM graph_cooccurrences
                WHERE entity_a_id = ANY(CAST(:ids AS bigint[])) AND entity_b_id = ANY(CAST(:ids AS bigint[]))""",
-            ids=list(ids))
+            ids=list(ids),
+        )
         return [(int(a), int(b), int(c)) for a, b, c in rows]
 
     async def record_access(self, ids: Sequence[int], pairs: Sequence[tuple[int, int]]) -> None:
@@ -91,50 +107,94 @@ class SearchRepository:
         if not ids:
             return
         ordered = sorted(set(ids))
-        await self.session.execute(text(
-            """INSERT INTO graph_entity_access (entity_id, access_count, last_access)
+        await self.session.execute(
+            text(
+                """INSERT INTO graph_entity_access (entity_id, access_count, last_access)
                SELECT i, 1, now() FROM unnest(CAST(:ids AS bigint[])) AS u(i) ORDER BY i
                ON CONFLICT (entity_id) DO UPDATE SET access_count = graph_entity_access.access_count + 1,
-                                                    last_access = now()"""), {"ids": ordered})
-        await self.session.execute(text(
-            """INSERT INTO graph_access_log (entity_id, access_date, access_count)
+                                                    last_access = now()"""
+            ),
+            {"ids": ordered},
+        )
+        await self.session.execute(
+            text(
+                """INSERT INTO graph_access_log (entity_id, access_date, access_count)
                SELECT i, CURRENT_DATE, 1 FROM unnest(CAST(:ids AS bigint[])) AS u(i) ORDER BY i
-               ON CONFLICT (entity_id, access_date) DO UPDATE SET access_count = graph_access_log.access_count + 1"""),
-            {"ids": ordered})
+               ON CONFLICT (entity_id, access_date) DO UPDATE SET access_count = graph_access_log.access_count + 1"""
+            ),
+            {"ids": ordered},
+        )
         if pairs:
             canon = sorted({(min(a, b), max(a, b)) for a, b in pairs if a != b})
-            await self.session.execute(text(
-                """INSERT INTO graph_cooccurrences (entity_a_id, entity_b_id, co_count, last_co)
+            await self.session.execute(
+                text(
+                    """INSERT INTO graph_cooccurrences (entity_a_id, entity_b_id, co_count, last_co)
                    SELECT a, b, 1, now() FROM unnest(CAST(:a AS bigint[]), CAST(:b AS bigint[])) AS u(a, b)
                    ORDER BY a, b
                    ON CONFLICT (entity_a_id, entity_b_id) DO UPDATE
-                       SET co_count = graph_cooccurrences.co_count + 1, last_co = now()"""),
-                {"a": [p[0] for p in canon], "b": [p[1] for p in canon]})
+                       SET co_count = graph_cooccurrences.co_count + 1, last_co = now()"""
+                ),
+                {"a": [p[0] for p in canon], "b": [p[1] for p in canon]},
+            )
 
-    async def log_event(self, project_id: uuid.UUID, query: str, query_hash: str, treatment: int, k: int,
-                        num_results: int, duration_ms: float, engine: str) -> int:
+    async def log_event(
+        self,
+        project_id: uuid.UUID,
+        query: str,
+        query_hash: str,
+        treatment: int,
+        k: int,
+        num_results: int,
+        duration_ms: float,
+        engine: str,
+    ) -> int:
         """Insert a search event; returns its id."""
-        event_id = await self.session.scalar(text(
-            """INSERT INTO graph_search_events (project_id, query_text, query_hash, treatment, k_limit, num_results,
+        event_id = await self.session.scalar(
+            text(
+                """INSERT INTO graph_search_events (project_id, query_text, query_hash, treatment, k_limit, num_results,
                                                 duration_ms, engine_used)
-               VALUES (:pid, :q, :h, :t, :k, :n, :d, :e) RETURNING event_id"""),
-            {"pid": project_id, "q": query, "h": query_hash, "t": treatment, "k": k, "n": num_results,
-             "d": duration_ms, "e": engine})
+               VALUES (:pid, :q, :h, :t, :k, :n, :d, :e) RETURNING event_id"""
+            ),
+            {
+                "pid": project_id,
+                "q": query,
+                "h": query_hash,
+                "t": treatment,
+                "k": k,
+                "n": num_results,
+                "d": duration_ms,
+                "e": engine,
+            },
+        )
         return int(event_id or 0)
 
     async def log_results(self, event_id: int, rows: list[dict[str, Any]]) -> None:
         """Insert the ranked results of an event with every score component and the baseline rank."""
         if not rows:
             return
-        cols = ["entity_id", "entity_name", "rank", "limbic_score", "cosine_sim", "text_score", "importance",
-                "temporal", "cooc_boost", "baseline_rank"]
-        await self.session.execute(text(
-            f"""INSERT INTO graph_search_results (event_id, {', '.join(cols)})
-                VALUES (:event_id, {', '.join(':' + c for c in cols)})"""),
-            [{"event_id": event_id, **{c: r[c] for c in cols}} for r in rows])
+        cols = [
+            "entity_id",
+            "entity_name",
+            "rank",
+            "limbic_score",
+            "cosine_sim",
+            "text_score",
+            "importance",
+            "temporal",
+            "cooc_boost",
+            "baseline_rank",
+        ]
+        await self.session.execute(
+            text(
+                f"""INSERT INTO graph_search_results (event_id, {", ".join(cols)})
+                VALUES (:event_id, {", ".join(":" + c for c in cols)})"""
+            ),
+            [{"event_id": event_id, **{c: r[c] for c in cols}} for r in rows],
+        )
 
-    async def record_feedback(self, project_id: uuid.UUID, ids: Sequence[int], window_seconds: int,
-                              session_id: str | None) -> int:
+    async def record_feedback(
+        self, project_id: uuid.UUID, ids: Sequence[int], window_seconds: int, session_id: str | None
+    ) -> int:
         """Mark entities re-opened within the window after a search that returned them as relevant."""
         if not ids:
             return 0
@@ -148,7 +208,11 @@ class SearchRepository:
                  AND ev.timestamp >= clock_timestamp() - make_interval(secs => :w)
                ORDER BY r.event_id, r.entity_name
                ON CONFLICT (event_id, entity_name) DO NOTHING RETURNING feedback_id""",
-            pid=project_id, ids=list(ids), w=float(window_seconds), sid=session_id)
+            pid=project_id,
+            ids=list(ids),
+            w=float(window_seconds),
+            sid=session_id,
+        )
         return len(rows)
 
     async def quality_rows(self, project_id: uuid.UUID, days: int, max_events: int = 5000) -> list[Any]:
@@ -162,19 +226,28 @@ class SearchRepository:
                FROM ev LEFT JOIN graph_search_results r ON r.event_id = ev.event_id
                LEFT JOIN graph_implicit_feedback f ON f.event_id = r.event_id AND f.entity_name = r.entity_name
                                                    AND f.re_accessed = 1
-               ORDER BY ev.event_id, r.rank""", pid=project_id, d=days, m=max_events)
+               ORDER BY ev.event_id, r.rank""",
+            pid=project_id,
+            d=days,
+            m=max_events,
+        )
 
     # ---- maintenance ------------------------------------------------------------------------
 
-    async def current_observations_for_scan(self, project_id: uuid.UUID, entity_id: int | None,
-                                            limit: int) -> list[Any]:
+    async def current_observations_for_scan(
+        self, project_id: uuid.UUID, entity_id: int | None, limit: int
+    ) -> list[Any]:
         """(id, entity_id, entity name, content) of current observations, grouped by entity."""
         cond = " AND g.id = :eid" if entity_id is not None else ""
         return await self._rows(
             f"""SELECT o.id, o.entity_id, g.name, o.content FROM graph_observations o
                 JOIN graph_entities g ON g.id = o.entity_id
                 WHERE g.project_id = :pid AND o.superseded_at IS NULL{cond}
-                ORDER BY o.entity_id, o.id LIMIT :n""", pid=project_id, eid=entity_id, n=limit)
+                ORDER BY o.entity_id, o.id LIMIT :n""",
+            pid=project_id,
+            eid=entity_id,
+            n=limit,
+        )
 
     async def flag_duplicates(self, pairs: Sequence[tuple[int, int]]) -> int:
         """Set the similarity flag on (duplicate id, kept id) pairs; returns newly flagged rows."""
@@ -184,7 +257,10 @@ class SearchRepository:
             """UPDATE graph_observations o SET similarity_flag = 1, duplicate_of = u.k
                FROM unnest(CAST(:d AS bigint[]), CAST(:k AS bigint[])) AS u(d, k)
                WHERE o.id = u.d AND (o.similarity_flag = 0 OR o.duplicate_of IS DISTINCT FROM u.k)
-               RETURNING o.id""", d=[p[0] for p in pairs], k=[p[1] for p in pairs])
+               RETURNING o.id""",
+            d=[p[0] for p in pairs],
+            k=[p[1] for p in pairs],
+        )
         return len(rows)
 
     async def flagged_duplicates(self, project_id: uuid.UUID) -> list[Any]:
@@ -194,40 +270,66 @@ class SearchRepository:
                JOIN graph_entities g ON g.id = o.entity_id
                JOIN graph_observations k ON k.id = o.duplicate_of AND k.superseded_at IS NULL
                WHERE g.project_id = :pid AND o.similarity_flag = 1 AND o.superseded_at IS NULL
-               ORDER BY o.entity_id, o.id""", pid=project_id)
+               ORDER BY o.entity_id, o.id""",
+            pid=project_id,
+        )
 
     async def stale_access(self, project_id: uuid.UUID, days: int, factor: float, apply: bool) -> int:
         """Entities whose last access is older than `days` and still counted (decayed when `apply`)."""
         where = """a.entity_id = g.id AND g.project_id = :pid AND a.access_count > 0
                    AND a.last_access < now() - make_interval(days => :d)"""
         if not apply:
-            return int(await self.session.scalar(text(
-                f"SELECT count(*) FROM graph_entity_access a, graph_entities g WHERE {where}"),
-                {"pid": project_id, "d": days}) or 0)
+            return int(
+                await self.session.scalar(
+                    text(f"SELECT count(*) FROM graph_entity_access a, graph_entities g WHERE {where}"),
+                    {"pid": project_id, "d": days},
+                )
+                or 0
+            )
         rows = await self._rows(
             f"""UPDATE graph_entity_access a
                 SET access_count = floor(a.access_count * CAST(:f AS double precision))::int
-                FROM graph_entities g WHERE {where} RETURNING a.entity_id""", pid=project_id, d=days, f=factor)
+                FROM graph_entities g WHERE {where} RETURNING a.entity_id""",
+            pid=project_id,
+            d=days,
+            f=factor,
+        )
         return len(rows)
 
     # ---- reflections ------------------------------------------------------------------------
 
-    async def insert_reflection(self, project_id: uuid.UUID, target_type: str, target_id: int | None,
-                                author: str, content: str, mood: str | None) -> Any:
+    async def insert_reflection(
+        self,
+        project_id: uuid.UUID,
+        target_type: str,
+        target_id: int | None,
+        author: str,
+        content: str,
+        mood: str | None,
+    ) -> Any:
         """Insert a reflection; returns id and created_at."""
         rows = await self._rows(
             """INSERT INTO graph_reflections (project_id, target_type, target_id, author, content, mood)
                VALUES (:pid, :tt, :tid, :a, :c, :m) RETURNING id, created_at""",
-            pid=project_id, tt=target_type, tid=target_id, a=author, c=content, m=mood)
+            pid=project_id,
+            tt=target_type,
+            tid=target_id,
+            a=author,
+            c=content,
+            m=mood,
+        )
         return rows[0]
 
     async def upsert_reflection_embedding(self, owner: int, vec: Sequence[float], model: str) -> None:
         """Store a reflection's vector for `model`."""
-        await self.session.execute(text(
-            """INSERT INTO graph_reflection_embeddings (owner_id, model, dim, embedding)
+        await self.session.execute(
+            text(
+                """INSERT INTO graph_reflection_embeddings (owner_id, model, dim, embedding)
                VALUES (:o, :m, :d, CAST(:v AS vector))
-               ON CONFLICT (owner_id, model) DO UPDATE SET embedding = EXCLUDED.embedding"""),
-            {"o": owner, "m": model, "d": len(vec), "v": vector_literal(vec)})
+               ON CONFLICT (owner_id, model) DO UPDATE SET embedding = EXCLUDED.embedding"""
+            ),
+            {"o": owner, "m": model, "d": len(vec), "v": vector_literal(vec)},
+        )
 
     async def reflections_for(self, project_id: uuid.UUID, entity_id: int, limit: int) -> list[Any]:
         """Reflections about one entity, newest first."""
@@ -235,17 +337,35 @@ class SearchRepository:
             """SELECT r.id, r.target_type, r.target_id, g.name, r.author, r.content, r.mood, r.created_at
                FROM graph_reflections r LEFT JOIN graph_entities g ON g.id = r.target_id
                WHERE r.project_id = :pid AND r.target_type = 'entity' AND r.target_id = :e
-               ORDER BY r.id DESC LIMIT :n""", pid=project_id, e=entity_id, n=limit)
+               ORDER BY r.id DESC LIMIT :n""",
+            pid=project_id,
+            e=entity_id,
+            n=limit,
+        )
 
-    async def search_reflections(self, project_id: uuid.UUID, qvec: Sequence[float], model: str,
-                                 words: list[str], n: int, target_type: str | None,
-                                 author: str | None) -> list[Any]:
+    async def search_reflections(
+        self,
+        project_id: uuid.UUID,
+        qvec: Sequence[float],
+        model: str,
+        words: list[str],
+        n: int,
+        target_type: str | None,
+        author: str | None,
+    ) -> list[Any]:
         """Hybrid candidates (vector or text) with cosine and text scores."""
         dim = len(qvec)
         await self._iterative_scan(n)
         filters = "".join([" AND r.target_type = :tt" if target_type else "", " AND r.author = :au" if author else ""])
-        params = {"q": vector_literal(qvec), "m": model, "pid": project_id, "n": n, "tt": target_type,
-                  "au": author, "w": words}
+        params = {
+            "q": vector_literal(qvec),
+            "m": model,
+            "pid": project_id,
+            "n": n,
+            "tt": target_type,
+            "au": author,
+            "w": words,
+        }
         return await self._rows(
             f"""WITH vec AS (
                     SELECT e.owner_id AS id FROM graph_reflection_embeddings e
@@ -264,4 +384,6 @@ class SearchRepository:
                          to_tsquery('simple', array_to_string(CAST(:w AS text[]), ' | ')), 32) END AS ts
                 FROM cand JOIN graph_reflections r ON r.id = cand.id
                 LEFT JOIN graph_reflection_embeddings e ON e.owner_id = r.id AND e.model = :m
-                LEFT JOIN graph_entities g ON g.id = r.target_id AND r.target_type = 'entity'""", **params)
+                LEFT JOIN graph_entities g ON g.id = r.target_id AND r.target_type = 'entity'""",
+            **params,
+        )

@@ -52,11 +52,14 @@ class GraphRepository:
         order, so they queue instead of deadlocking, and ids still follow the caller's order."""
         if not rows:
             return []
-        await self.session.execute(text(
-            """SELECT pg_advisory_xact_lock(:cls, k) FROM (
+        await self.session.execute(
+            text(
+                """SELECT pg_advisory_xact_lock(:cls, k) FROM (
                    SELECT DISTINCT hashtext(CAST(:pid AS text) || '/' || n) AS k
-                   FROM unnest(CAST(:names AS text[])) AS u(n) ORDER BY k) s"""),
-            {"cls": ADVISORY_CLASS, "pid": str(project_id), "names": [r[0] for r in rows]})
+                   FROM unnest(CAST(:names AS text[])) AS u(n) ORDER BY k) s"""
+            ),
+            {"cls": ADVISORY_CLASS, "pid": str(project_id), "names": [r[0] for r in rows]},
+        )
         result = await self._rows(
             """INSERT INTO graph_entities (project_id, name, entity_type, status)
                SELECT :pid, n, t, s FROM unnest(CAST(:names AS text[]), CAST(:types AS text[]),
@@ -64,15 +67,21 @@ class GraphRepository:
                ORDER BY i
                ON CONFLICT (project_id, name) DO NOTHING
                RETURNING id, name, entity_type, status""",
-            pid=project_id, names=[r[0] for r in rows], types=[r[1] for r in rows], statuses=[r[2] for r in rows])
+            pid=project_id,
+            names=[r[0] for r in rows],
+            types=[r[1] for r in rows],
+            statuses=[r[2] for r in rows],
+        )
         return [EntityRow(*r) for r in result]
 
     async def get_entities(self, project_id: uuid.UUID, names: Sequence[str], *, lock: bool = False) -> list[EntityRow]:
         """Entities by name (locked in id order when `lock`, so concurrent writers queue up)."""
         if not names:
             return []
-        sql = ("SELECT id, name, entity_type, status FROM graph_entities "
-               "WHERE project_id = :pid AND name = ANY(CAST(:names AS text[])) ORDER BY id")
+        sql = (
+            "SELECT id, name, entity_type, status FROM graph_entities "
+            "WHERE project_id = :pid AND name = ANY(CAST(:names AS text[])) ORDER BY id"
+        )
         if lock:
             sql += " FOR UPDATE"
         return [EntityRow(*r) for r in await self._rows(sql, pid=project_id, names=list(set(names)))]
@@ -80,31 +89,39 @@ class GraphRepository:
     async def lock_ids(self, ids: Sequence[int]) -> None:
         """Lock entity rows in id order."""
         if ids:
-            await self._rows("SELECT id FROM graph_entities WHERE id = ANY(CAST(:ids AS bigint[])) "
-                             "ORDER BY id FOR UPDATE", ids=sorted(set(ids)))
+            await self._rows(
+                "SELECT id FROM graph_entities WHERE id = ANY(CAST(:ids AS bigint[])) ORDER BY id FOR UPDATE",
+                ids=sorted(set(ids)),
+            )
 
     async def delete_entities(self, project_id: uuid.UUID, names: Sequence[str]) -> list[str]:
         """Delete entities; observations, relations, embeddings and counters go with them (cascade)."""
         rows = await self._rows(
             "DELETE FROM graph_entities WHERE project_id = :pid AND name = ANY(CAST(:names AS text[])) RETURNING name",
-            pid=project_id, names=list(names))
+            pid=project_id,
+            names=list(names),
+        )
         return [r[0] for r in rows]
 
     async def set_status(self, entity_id: int, status: str) -> None:
         """Change an entity's status."""
-        await self.session.execute(text("UPDATE graph_entities SET status = :s, updated_at = now() WHERE id = :id"),
-                                   {"s": status, "id": entity_id})
+        await self.session.execute(
+            text("UPDATE graph_entities SET status = :s, updated_at = now() WHERE id = :id"),
+            {"s": status, "id": entity_id},
+        )
 
     async def entity_info(self, entity_id: int) -> Any:
         """name, entity_type, status, created_at, updated_at of one entity."""
-        rows = await self._rows("SELECT name, entity_type, status, created_at, updated_at FROM graph_entities "
-                                "WHERE id = :id", id=entity_id)
+        rows = await self._rows(
+            "SELECT name, entity_type, status, created_at, updated_at FROM graph_entities WHERE id = :id", id=entity_id
+        )
         return rows[0]
 
     # ---- observations -----------------------------------------------------------------------
 
-    async def insert_observations(self, pairs: Sequence[tuple[int, str]], kind: str,
-                                  supersedes: int | None = None) -> list[tuple[int, int, str]]:
+    async def insert_observations(
+        self, pairs: Sequence[tuple[int, str]], kind: str, supersedes: int | None = None
+    ) -> list[tuple[int, int, str]]:
         """Add current observations (entity id, text); a text the entity already holds is skipped.
         Returns (id, entity id, content) of the rows added."""
         if not pairs:
@@ -116,44 +133,63 @@ class GraphRepository:
                ORDER BY i
                ON CONFLICT (entity_id, md5(content)) WHERE superseded_at IS NULL DO NOTHING
                RETURNING id, entity_id, content""",
-            e=[p[0] for p in pairs], c=[p[1] for p in pairs], kind=kind, sup=supersedes)
+            e=[p[0] for p in pairs],
+            c=[p[1] for p in pairs],
+            kind=kind,
+            sup=supersedes,
+        )
         return [(int(r[0]), int(r[1]), str(r[2])) for r in rows]
 
     async def delete_observations(self, entity_id: int, contents: Sequence[str]) -> int:
         """Delete the entity's observations with these texts; returns how many rows went."""
-        rows = await self._rows("DELETE FROM graph_observations WHERE entity_id = :eid AND "
-                                "content = ANY(CAST(:c AS text[])) AND superseded_at IS NULL RETURNING id",
-                                eid=entity_id, c=list(contents))
+        rows = await self._rows(
+            "DELETE FROM graph_observations WHERE entity_id = :eid AND "
+            "content = ANY(CAST(:c AS text[])) AND superseded_at IS NULL RETURNING id",
+            eid=entity_id,
+            c=list(contents),
+        )
         return len(rows)
 
     async def observation(self, entity_id: int, *, obs_id: int | None, content: str | None) -> Any:
         """One current observation by id or exact text (None when absent)."""
         if obs_id is not None:
-            rows = await self._rows("SELECT * FROM graph_observations WHERE entity_id = :eid AND id = :id",
-                                    eid=entity_id, id=obs_id)
+            rows = await self._rows(
+                "SELECT * FROM graph_observations WHERE entity_id = :eid AND id = :id", eid=entity_id, id=obs_id
+            )
         else:
-            rows = await self._rows("SELECT * FROM graph_observations WHERE entity_id = :eid AND content = :c "
-                                    "AND superseded_at IS NULL ORDER BY id LIMIT 1", eid=entity_id, c=content)
+            rows = await self._rows(
+                "SELECT * FROM graph_observations WHERE entity_id = :eid AND content = :c "
+                "AND superseded_at IS NULL ORDER BY id LIMIT 1",
+                eid=entity_id,
+                c=content,
+            )
         return rows[0] if rows else None
 
     async def mark_superseded(self, obs_ids: Sequence[int]) -> None:
         """Mark observations as superseded now."""
-        await self.session.execute(text("UPDATE graph_observations SET superseded_at = now() "
-                                        "WHERE id = ANY(CAST(:ids AS bigint[])) AND superseded_at IS NULL"),
-                                   {"ids": list(obs_ids)})
+        await self.session.execute(
+            text(
+                "UPDATE graph_observations SET superseded_at = now() "
+                "WHERE id = ANY(CAST(:ids AS bigint[])) AND superseded_at IS NULL"
+            ),
+            {"ids": list(obs_ids)},
+        )
 
     async def observation_rows(self, ids: Sequence[int]) -> list[Any]:
         """Full observation rows by id."""
-        return await self._rows("SELECT * FROM graph_observations WHERE id = ANY(CAST(:ids AS bigint[])) ORDER BY id",
-                                ids=list(ids))
+        return await self._rows(
+            "SELECT * FROM graph_observations WHERE id = ANY(CAST(:ids AS bigint[])) ORDER BY id", ids=list(ids)
+        )
 
     async def history(self, entity_id: int, limit: int) -> list[Any]:
         """Observations of an entity, superseded ones included, oldest first."""
-        return await self._rows("SELECT * FROM graph_observations WHERE entity_id = :eid ORDER BY id LIMIT :n",
-                                eid=entity_id, n=limit)
+        return await self._rows(
+            "SELECT * FROM graph_observations WHERE entity_id = :eid ORDER BY id LIMIT :n", eid=entity_id, n=limit
+        )
 
-    async def current_observations(self, entity_ids: Sequence[int],
-                                   per_entity: int) -> dict[int, tuple[list[str], int]]:
+    async def current_observations(
+        self, entity_ids: Sequence[int], per_entity: int
+    ) -> dict[int, tuple[list[str], int]]:
         """Up to `per_entity` current observation texts per entity (oldest first) and the full count."""
         out: dict[int, tuple[list[str], int]] = {int(i): ([], 0) for i in entity_ids}
         if not entity_ids:
@@ -164,7 +200,9 @@ class GraphRepository:
                  FROM graph_observations WHERE entity_id = ANY(CAST(:ids AS bigint[])) AND superseded_at IS NULL
                  WINDOW w AS (PARTITION BY entity_id ORDER BY id)) s
                WHERE rn <= :k OR :k = 0 ORDER BY entity_id, id""",
-            ids=list(entity_ids), k=per_entity)
+            ids=list(entity_ids),
+            k=per_entity,
+        )
         for eid, content, n in rows:
             texts, _ = out[int(eid)]
             if per_entity > 0:
@@ -181,27 +219,37 @@ class GraphRepository:
                    SELECT string_agg(o.content, ' | ' ORDER BY o.id) FROM graph_observations o
                    WHERE o.entity_id = g.id AND o.superseded_at IS NULL), '')
                WHERE g.id = ANY(CAST(:ids AS bigint[]))
-               RETURNING g.id, g.name, g.entity_type, g.obs_text""", ids=sorted(set(entity_ids)))
+               RETURNING g.id, g.name, g.entity_type, g.obs_text""",
+            ids=sorted(set(entity_ids)),
+        )
         return [(int(r[0]), snapshot_text(r[1], r[2], r[3])) for r in rows]
 
     async def upsert_embeddings(self, items: Sequence[tuple[int, Sequence[float]]], model: str) -> None:
         """Store one vector per entity for `model`, replacing the previous one."""
         if not items:
             return
-        await self.session.execute(text(
-            """INSERT INTO graph_embeddings (owner_id, model, dim, embedding)
+        await self.session.execute(
+            text(
+                """INSERT INTO graph_embeddings (owner_id, model, dim, embedding)
                SELECT o, :model, :dim, CAST(v AS vector) FROM unnest(CAST(:owners AS bigint[]),
                                                                      CAST(:vecs AS text[])) AS u(o, v)
                ORDER BY o
                ON CONFLICT (owner_id, model) DO UPDATE SET embedding = EXCLUDED.embedding, dim = EXCLUDED.dim,
-                                                          created_at = now()"""),
-            {"model": model, "dim": len(items[0][1]), "owners": [i for i, _ in items],
-             "vecs": [vector_literal(v) for _, v in items]})
+                                                          created_at = now()"""
+            ),
+            {
+                "model": model,
+                "dim": len(items[0][1]),
+                "owners": [i for i, _ in items],
+                "vecs": [vector_literal(v) for _, v in items],
+            },
+        )
 
     # ---- relations --------------------------------------------------------------------------
 
-    async def insert_relations(self, project_id: uuid.UUID,
-                               rows: list[tuple[int, int, str, str | None]]) -> list[tuple[int, int, str]]:
+    async def insert_relations(
+        self, project_id: uuid.UUID, rows: list[tuple[int, int, str, str | None]]
+    ) -> list[tuple[int, int, str]]:
         """Insert relations (ended ones are revived); returns the (from, to, type) that were new or revived."""
         if not rows:
             return []
@@ -216,8 +264,12 @@ class GraphRepository:
                        context = COALESCE(EXCLUDED.context, graph_relations.context)
                    WHERE graph_relations.active = false
                RETURNING from_entity, to_entity, relation_type""",
-            pid=project_id, f=[r[0] for r in rows], t=[r[1] for r in rows], r=[r[2] for r in rows],
-            c=[r[3] for r in rows])
+            pid=project_id,
+            f=[r[0] for r in rows],
+            t=[r[1] for r in rows],
+            r=[r[2] for r in rows],
+            c=[r[3] for r in rows],
+        )
         return [(int(a), int(b), str(c)) for a, b, c in result]
 
     async def delete_relations(self, rows: list[tuple[int, int, str]]) -> int:
@@ -228,7 +280,10 @@ class GraphRepository:
             """DELETE FROM graph_relations g USING unnest(CAST(:f AS bigint[]), CAST(:t AS bigint[]),
                                                           CAST(:r AS text[])) AS u(f, t, r)
                WHERE g.from_entity = u.f AND g.to_entity = u.t AND g.relation_type = u.r RETURNING g.id""",
-            f=[r[0] for r in rows], t=[r[1] for r in rows], r=[r[2] for r in rows])
+            f=[r[0] for r in rows],
+            t=[r[1] for r in rows],
+            r=[r[2] for r in rows],
+        )
         return len(result)
 
     async def end_relation(self, from_id: int, to_id: int, rel_type: str) -> Any:
@@ -236,12 +291,22 @@ class GraphRepository:
         rows = await self._rows(
             """UPDATE graph_relations SET active = false, ended_at = COALESCE(ended_at, now())
                WHERE from_entity = :f AND to_entity = :t AND relation_type = :r
-               RETURNING context, active, ended_at, created_at""", f=from_id, t=to_id, r=rel_type)
+               RETURNING context, active, ended_at, created_at""",
+            f=from_id,
+            t=to_id,
+            r=rel_type,
+        )
         return rows[0] if rows else None
 
-    async def relations_touching(self, entity_ids: Sequence[int], *, only_from: bool = False,
-                                 include_ended: bool = False, limit: int = 1000,
-                                 per_from: int | None = None) -> list[Any]:
+    async def relations_touching(
+        self,
+        entity_ids: Sequence[int],
+        *,
+        only_from: bool = False,
+        include_ended: bool = False,
+        limit: int = 1000,
+        per_from: int | None = None,
+    ) -> list[Any]:
         """Relations from (or to) the entities: rows of from, to, type, context, active, ended_at, created_at.
         `per_from` keeps at most that many (+1, to detect a cut) relations per source entity."""
         if not entity_ids:
@@ -257,60 +322,99 @@ class GraphRepository:
                     FROM graph_relations r JOIN graph_entities f ON f.id = r.from_entity
                     JOIN graph_entities t ON t.id = r.to_entity WHERE {cond}) s
                 {per} ORDER BY from_entity, id LIMIT :n""",
-            ids=list(entity_ids), n=limit, per=(per_from or 0) + 1)
+            ids=list(entity_ids),
+            n=limit,
+            per=(per_from or 0) + 1,
+        )
 
     # ---- listings ---------------------------------------------------------------------------
 
-    async def page(self, project_id: uuid.UUID, offset: int, limit: int,
-                   entity_type: str | None) -> tuple[list[EntityRow], int]:
+    async def page(
+        self, project_id: uuid.UUID, offset: int, limit: int, entity_type: str | None
+    ) -> tuple[list[EntityRow], int]:
         """Entities in creation order, with the total count."""
         cond = "project_id = :pid" + (" AND entity_type = :t" if entity_type else "")
-        rows = await self._rows(f"SELECT id, name, entity_type, status FROM graph_entities WHERE {cond} "
-                                "ORDER BY id OFFSET :o LIMIT :n", pid=project_id, t=entity_type, o=offset, n=limit)
-        total = await self.session.scalar(text(f"SELECT count(*) FROM graph_entities WHERE {cond}"),
-                                          {"pid": project_id, "t": entity_type})
+        rows = await self._rows(
+            f"SELECT id, name, entity_type, status FROM graph_entities WHERE {cond} ORDER BY id OFFSET :o LIMIT :n",
+            pid=project_id,
+            t=entity_type,
+            o=offset,
+            n=limit,
+        )
+        total = await self.session.scalar(
+            text(f"SELECT count(*) FROM graph_entities WHERE {cond}"), {"pid": project_id, "t": entity_type}
+        )
         return [EntityRow(*r) for r in rows], int(total or 0)
 
-    async def substring_search(self, project_id: uuid.UUID, query: str, offset: int,
-                               limit: int) -> tuple[list[EntityRow], int]:
+    async def substring_search(
+        self, project_id: uuid.UUID, query: str, offset: int, limit: int
+    ) -> tuple[list[EntityRow], int]:
         """Entities whose name, type or current observations contain `query` (case-insensitive)."""
         pattern = like_pattern(query)
         rows = await self._rows(
             """SELECT id, name, entity_type, status, count(*) OVER () FROM graph_entities
                WHERE project_id = :pid AND search_text LIKE :p ORDER BY id OFFSET :o LIMIT :n""",
-            pid=project_id, p=pattern, o=offset, n=limit)
+            pid=project_id,
+            p=pattern,
+            o=offset,
+            n=limit,
+        )
         if rows:
             total = int(rows[0][4])
         else:
-            total = int(await self.session.scalar(text(
-                "SELECT count(*) FROM graph_entities WHERE project_id = :pid AND search_text LIKE :p"),
-                {"pid": project_id, "p": pattern}) or 0)
+            total = int(
+                await self.session.scalar(
+                    text("SELECT count(*) FROM graph_entities WHERE project_id = :pid AND search_text LIKE :p"),
+                    {"pid": project_id, "p": pattern},
+                )
+                or 0
+            )
         return [EntityRow(*r[:4]) for r in rows], total
 
     async def count_relations(self, project_id: uuid.UUID, entity_type: str | None = None) -> int:
         """Active relations of the project (from entities of `entity_type` when given)."""
         if entity_type:
-            return int(await self.session.scalar(text(
-                "SELECT count(*) FROM graph_relations r JOIN graph_entities f ON f.id = r.from_entity "
-                "WHERE r.project_id = :pid AND r.active AND f.entity_type = :t"), {"pid": project_id, "t": entity_type})
-                or 0)
-        return int(await self.session.scalar(text(
-            "SELECT count(*) FROM graph_relations WHERE project_id = :pid AND active"), {"pid": project_id}) or 0)
+            return int(
+                await self.session.scalar(
+                    text(
+                        "SELECT count(*) FROM graph_relations r JOIN graph_entities f ON f.id = r.from_entity "
+                        "WHERE r.project_id = :pid AND r.active AND f.entity_type = :t"
+                    ),
+                    {"pid": project_id, "t": entity_type},
+                )
+                or 0
+            )
+        return int(
+            await self.session.scalar(
+                text("SELECT count(*) FROM graph_relations WHERE project_id = :pid AND active"), {"pid": project_id}
+            )
+            or 0
+        )
 
     async def summary(self, project_id: uuid.UUID, top: int = 10) -> dict[str, Any]:
         """Counts by type, status, and the most accessed/largest entities."""
-        by_type = await self._rows("SELECT entity_type, count(*) FROM graph_entities WHERE project_id = :pid "
-                                   "GROUP BY 1 ORDER BY 2 DESC, 1 LIMIT 20", pid=project_id)
-        by_status = await self._rows("SELECT status, count(*) FROM graph_entities WHERE project_id = :pid "
-                                     "GROUP BY 1 ORDER BY 2 DESC, 1 LIMIT 20", pid=project_id)
+        by_type = await self._rows(
+            "SELECT entity_type, count(*) FROM graph_entities WHERE project_id = :pid "
+            "GROUP BY 1 ORDER BY 2 DESC, 1 LIMIT 20",
+            pid=project_id,
+        )
+        by_status = await self._rows(
+            "SELECT status, count(*) FROM graph_entities WHERE project_id = :pid "
+            "GROUP BY 1 ORDER BY 2 DESC, 1 LIMIT 20",
+            pid=project_id,
+        )
         tops = await self._rows(
             """SELECT g.name, g.entity_type, COALESCE(a.access_count, 0) AS ac,
                       (SELECT count(*) FROM graph_observations o WHERE o.entity_id = g.id
                        AND o.superseded_at IS NULL) AS oc
                FROM graph_entities g LEFT JOIN graph_entity_access a ON a.entity_id = g.id
-               WHERE g.project_id = :pid ORDER BY ac DESC, oc DESC, g.id LIMIT :n""", pid=project_id, n=top)
-        counts = (await self._rows(
-            """SELECT (SELECT count(*) FROM graph_entities WHERE project_id = :pid),
+               WHERE g.project_id = :pid ORDER BY ac DESC, oc DESC, g.id LIMIT :n""",
+            pid=project_id,
+            n=top,
+        )
+        counts = (
+            await self._rows(
+                """SELECT (SELECT count(*) FROM graph_entities WHERE project_id = :pid),
                       (SELECT count(*) FROM graph_observations o JOIN graph_entities g ON g.id = o.entity_id
                        WHERE g.project_id = :pid AND o.superseded_at IS NULL),
                       (SELECT count(*) FROM graph_observations o JOIN graph_entities g ON g.id = o.entity_id
@@ -322,9 +426,21 @@ class GraphRepository:
                       (SELECT count(*) FROM graph_reflections WHERE project_id = :pid),
                       (SELECT count(*) FROM graph_search_events WHERE project_id = :pid),
                       (SELECT count(*) FROM graph_implicit_feedback f JOIN graph_search_events e
-                       ON e.event_id = f.event_id WHERE e.project_id = :pid)""", pid=project_id))[0]
-        keys = ["entities", "observations", "superseded_observations", "flagged_observations", "relations",
-                "ended_relations", "reflections", "search_events", "feedback"]
+                       ON e.event_id = f.event_id WHERE e.project_id = :pid)""",
+                pid=project_id,
+            )
+        )[0]
+        keys = [
+            "entities",
+            "observations",
+            "superseded_observations",
+            "flagged_observations",
+            "relations",
+            "ended_relations",
+            "reflections",
+            "search_events",
+            "feedback",
+        ]
         return {
             **{k: int(v) for k, v in zip(keys, counts, strict=True)},
             "by_type": [(str(t), int(c)) for t, c in by_type],
@@ -334,14 +450,26 @@ class GraphRepository:
 
     async def embedded_count(self, project_id: uuid.UUID, model: str) -> int:
         """Entities of the project with a vector for `model`."""
-        return int(await self.session.scalar(text(
-            "SELECT count(*) FROM graph_embeddings e JOIN graph_entities g ON g.id = e.owner_id "
-            "WHERE g.project_id = :pid AND e.model = :m"), {"pid": project_id, "m": model}) or 0)
+        return int(
+            await self.session.scalar(
+                text(
+                    "SELECT count(*) FROM graph_embeddings e JOIN graph_entities g ON g.id = e.owner_id "
+                    "WHERE g.project_id = :pid AND e.model = :m"
+                ),
+                {"pid": project_id, "m": model},
+            )
+            or 0
+        )
 
     async def export_rows(self, project_id: uuid.UUID, after_id: int, limit: int) -> list[EntityRow]:
         """Entities after `after_id` in id order (for streaming exports)."""
-        rows = await self._rows("SELECT id, name, entity_type, status FROM graph_entities WHERE project_id = :pid "
-                                "AND id > :a ORDER BY id LIMIT :n", pid=project_id, a=after_id, n=limit)
+        rows = await self._rows(
+            "SELECT id, name, entity_type, status FROM graph_entities WHERE project_id = :pid "
+            "AND id > :a ORDER BY id LIMIT :n",
+            pid=project_id,
+            a=after_id,
+            n=limit,
+        )
         return [EntityRow(*r) for r in rows]
 
 

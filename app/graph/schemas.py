@@ -18,11 +18,13 @@ MAX_NAME_CHARS = 512
 
 Name = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=MAX_NAME_CHARS)]
 TypeName = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=128)]
-ObservationText = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1,
-                                                   max_length=MAX_OBSERVATION_CHARS)]
+ObservationText = Annotated[
+    str, StringConstraints(strip_whitespace=True, min_length=1, max_length=MAX_OBSERVATION_CHARS)
+]
 Status = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=32)]
-ProjectField = Field(default=None, pattern=PROJECT_NAME,
-                     description="Project (default: the key's project or 'default')")
+ProjectField = Field(
+    default=None, pattern=PROJECT_NAME, description="Project (default: the key's project or 'default')"
+)
 
 
 class ProjectIn(StrictModel):
@@ -32,6 +34,7 @@ class ProjectIn(StrictModel):
 
 
 # ---- reference-compatible shapes -------------------------------------------------------------
+
 
 class EntityIn(StrictModel):
     """An entity to create."""
@@ -185,8 +188,10 @@ class GraphSummary(BaseModel):
 class ReadGraphIn(ProjectIn):
     """Arguments of read_graph."""
 
-    mode: Literal["page", "summary"] = Field(default="page", description="page: entities and relations; "
-                                             "summary: counts by type and the most important entities")
+    mode: Literal["page", "summary"] = Field(
+        default="page",
+        description="page: entities and relations; summary: counts by type and the most important entities",
+    )
     offset: int = Field(default=0, ge=0, description="Entities to skip (from next_offset)")
     limit: int = Field(default=50, ge=1, le=200, description="Entities per page at most")
     token_budget: int = Field(default=4000, ge=200, le=20000, description="Approximate token cap of the page")
@@ -210,8 +215,11 @@ class ReadGraphOut(BaseModel):
 class SearchNodesIn(ProjectIn):
     """Arguments of search_nodes."""
 
-    query: str = Field(min_length=1, max_length=2048,
-                       description="Text matched (case-insensitively) against names, types and observations")
+    query: str = Field(
+        min_length=1,
+        max_length=2048,
+        description="Text matched (case-insensitively) against names, types and observations",
+    )
     limit: int = Field(default=20, ge=1, le=100)
     offset: int = Field(default=0, ge=0)
     token_budget: int = Field(default=4000, ge=200, le=20000)
@@ -239,13 +247,15 @@ class OpenNodesIn(ProjectIn):
 
 # ---- extended tools ------------------------------------------------------------------------------
 
+
 class SearchSemanticIn(ProjectIn):
     """Arguments of search_semantic."""
 
     query: str = Field(min_length=1, max_length=2048)
     limit: int = Field(default=10, ge=1, le=50)
     treatment: Literal["auto", "limbic", "baseline"] = Field(
-        default="auto", description="auto: assigned by the configured A/B ratio")
+        default="auto", description="auto: assigned by the configured A/B ratio"
+    )
     entity_type: str | None = Field(default=None, max_length=128)
     include_observations: int = Field(default=3, ge=0, le=20, description="Observations shown per result")
 

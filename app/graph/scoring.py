@@ -60,8 +60,12 @@ def cooc_boost(co_count: int, s: GraphSettings) -> float:
 
 def limbic(rel: float, imp: float, tmp: float, cooc: float, s: GraphSettings) -> float:
     """The limbic score: relevance modulated by importance, recency and co-occurrence."""
-    return (rel * (1 + s.importance_weight * imp) * ((1 - s.temporal_weight) + s.temporal_weight * tmp)
-            * (1 + s.cooc_weight * cooc))
+    return (
+        rel
+        * (1 + s.importance_weight * imp)
+        * ((1 - s.temporal_weight) + s.temporal_weight * tmp)
+        * (1 + s.cooc_weight * cooc)
+    )
 
 
 def score(cands: list[Candidate], cooc: Sequence[tuple[int, int, int]], s: GraphSettings) -> list[Candidate]:

@@ -56,16 +56,30 @@ def _rel(row: Any) -> RelationOut:
 
 
 def _rel_detail(row: Any) -> RelationDetail:
-    return RelationDetail(from_entity=row[0], to_entity=row[1], relationType=row[2], context=row[3],
-                          active=bool(row[4]), ended_at=row[5], created_at=row[6])
+    return RelationDetail(
+        from_entity=row[0],
+        to_entity=row[1],
+        relationType=row[2],
+        context=row[3],
+        active=bool(row[4]),
+        ended_at=row[5],
+        created_at=row[6],
+    )
 
 
 def obs_out(row: Any) -> ObservationOut:
     """API shape of an observation row."""
     m = row._mapping
-    return ObservationOut(id=m["id"], content=m["content"], kind=m["kind"], supersedes=m["supersedes"],
-                          superseded_at=m["superseded_at"], similarity_flag=m["similarity_flag"],
-                          duplicate_of=m["duplicate_of"], created_at=m["created_at"])
+    return ObservationOut(
+        id=m["id"],
+        content=m["content"],
+        kind=m["kind"],
+        supersedes=m["supersedes"],
+        superseded_at=m["superseded_at"],
+        similarity_flag=m["similarity_flag"],
+        duplicate_of=m["duplicate_of"],
+        created_at=m["created_at"],
+    )
 
 
 def _unique(items: list[str]) -> list[str]:
@@ -74,6 +88,7 @@ def _unique(items: list[str]) -> list[str]:
 
 
 # ---- the nine reference tools -------------------------------------------------------------------
+
 
 async def create_entities(ctx: CallContext, args: CreateEntitiesIn) -> CreateEntitiesOut:
     """Create new entities with their observations; existing names are skipped and listed."""
@@ -88,8 +103,11 @@ async def create_entities(ctx: CallContext, args: CreateEntitiesIn) -> CreateEnt
     pairs = [(by_name[n].id, o) for n, e in first.items() if n in by_name for o in _unique(e.observations)]
     await repo.insert_observations(pairs, "generic")
     await reembed(ctx, repo, [r.id for r in created])
-    out = [EntityOut(name=n, entityType=e.entityType, observations=_unique(e.observations))
-           for n, e in first.items() if n in by_name]
+    out = [
+        EntityOut(name=n, entityType=e.entityType, observations=_unique(e.observations))
+        for n, e in first.items()
+        if n in by_name
+    ]
     skipped = [e.name for e in args.entities if e.name not in by_name or first[e.name] is not e]
     return CreateEntitiesOut(entities=out, skipped=skipped)
 
@@ -122,8 +140,9 @@ async def add_observations(ctx: CallContext, args: AddObservationsIn) -> AddObse
     ents = require(await repo.get_entities(pid, names, lock=True), names)
     added: dict[tuple[int, str], bool] = {}
     for kind in _unique([o.kind for o in args.observations]):
-        pairs = _unique_pairs([(ents[o.entityName].id, c) for o in args.observations if o.kind == kind
-                               for c in o.contents])
+        pairs = _unique_pairs(
+            [(ents[o.entityName].id, c) for o in args.observations if o.kind == kind for c in o.contents]
+        )
         for _, eid, content in await repo.insert_observations(pairs, kind):
             added[(eid, content)] = True
     results = []
@@ -155,8 +174,11 @@ async def delete_entities(ctx: CallContext, args: DeleteEntitiesIn) -> SuccessOu
     names = _unique(args.entityNames)
     deleted = await GraphRepository(ctx.session).delete_entities(pid, names) if pid else []
     missing = [n for n in names if n not in set(deleted)]
-    message = ("Entities deleted successfully" if not missing else
-               f"Deleted {len(deleted)} of {len(names)} entities. Not found: {', '.join(missing[:50])}")
+    message = (
+        "Entities deleted successfully"
+        if not missing
+        else f"Deleted {len(deleted)} of {len(names)} entities. Not found: {', '.join(missing[:50])}"
+    )
     return SuccessOut(success=True, message=message)
 
 
@@ -182,7 +204,8 @@ async def delete_observations(ctx: CallContext, args: DeleteObservationsIn) -> S
         message = "Observations deleted successfully"
     else:
         message = f"Deleted {count} of {requested} observations." + (
-            f" Entities not found: {', '.join(_unique(missing)[:50])}" if missing else "")
+            f" Entities not found: {', '.join(_unique(missing)[:50])}" if missing else ""
+        )
     return SuccessOut(success=True, message=message)
 
 
@@ -192,11 +215,17 @@ async def delete_relations(ctx: CallContext, args: DeleteRelationsIn) -> Success
     repo = GraphRepository(ctx.session)
     names = _unique([n for r in args.relations for n in (r.from_entity, r.to_entity)])
     ents = {r.name: r for r in await repo.get_entities(pid, names)} if pid else {}
-    keys = [(ents[r.from_entity].id, ents[r.to_entity].id, r.relationType) for r in args.relations
-            if r.from_entity in ents and r.to_entity in ents]
+    keys = [
+        (ents[r.from_entity].id, ents[r.to_entity].id, r.relationType)
+        for r in args.relations
+        if r.from_entity in ents and r.to_entity in ents
+    ]
     count = await repo.delete_relations(list(dict.fromkeys(keys)))
-    message = ("Relations deleted successfully" if count == len(args.relations) else
-               f"Deleted {count} of {len(args.relations)} relations. The rest matched nothing.")
+    message = (
+        "Relations deleted successfully"
+        if count == len(args.relations)
+        else f"Deleted {count} of {len(args.relations)} relations. The rest matched nothing."
+    )
     return SuccessOut(success=True, message=message)
 
 
@@ -214,23 +243,39 @@ async def read_graph(ctx: CallContext, args: ReadGraphIn) -> ReadGraphOut:
     """One token-bounded page of entities with their outgoing relations, or a summary."""
     pid = await project_id(ctx, args.project, create=False)
     if pid is None:
-        return ReadGraphOut(total_entities=0, total_relations=0,
-                            summary=GraphSummary(entity_count=0, observation_count=0, relation_count=0,
-                                                 by_type=[], top_entities=[]) if args.mode == "summary" else None)
+        return ReadGraphOut(
+            total_entities=0,
+            total_relations=0,
+            summary=GraphSummary(entity_count=0, observation_count=0, relation_count=0, by_type=[], top_entities=[])
+            if args.mode == "summary"
+            else None,
+        )
     repo = GraphRepository(ctx.session)
     if args.mode == "summary":
         s = await repo.summary(pid)
         summary = GraphSummary(
-            entity_count=s["entities"], observation_count=s["observations"], relation_count=s["relations"],
+            entity_count=s["entities"],
+            observation_count=s["observations"],
+            relation_count=s["relations"],
             by_type=[TypeCount(entityType=t, count=c) for t, c in s["by_type"]],
-            top_entities=[ImportantEntity(name=n, entityType=t, access_count=a, observations=o)
-                          for n, t, a, o in s["top"]])
-        return ReadGraphOut(total_entities=s["entities"], total_relations=s["relations"], summary=summary,
-                            tokens=tokens_of(summary.model_dump()))
+            top_entities=[
+                ImportantEntity(name=n, entityType=t, access_count=a, observations=o) for n, t, a, o in s["top"]
+            ],
+        )
+        return ReadGraphOut(
+            total_entities=s["entities"],
+            total_relations=s["relations"],
+            summary=summary,
+            tokens=tokens_of(summary.model_dump()),
+        )
     rows, total = await repo.page(pid, args.offset, args.limit, args.entity_type)
     entities, cut = await _fill(repo, rows, args.max_observations)
-    rels = await repo.relations_touching([r.id for r in rows], only_from=True, per_from=RELATIONS_PER_ENTITY,
-                                         limit=(RELATIONS_PER_ENTITY + 1) * max(len(rows), 1))
+    rels = await repo.relations_touching(
+        [r.id for r in rows],
+        only_from=True,
+        per_from=RELATIONS_PER_ENTITY,
+        limit=(RELATIONS_PER_ENTITY + 1) * max(len(rows), 1),
+    )
     by_from: dict[str, list[RelationOut]] = {}
     for row in rels:
         by_from.setdefault(row[0], []).append(_rel(row))
@@ -251,8 +296,15 @@ async def read_graph(ctx: CallContext, args: ReadGraphIn) -> ReadGraphOut:
         used += cost
     nxt = args.offset + len(page_e)
     total_rel = await repo.count_relations(pid, args.entity_type)
-    return ReadGraphOut(entities=page_e, relations=page_r, total_entities=total, total_relations=total_rel,
-                        next_offset=nxt if nxt < total else None, truncated=cut, tokens=used)
+    return ReadGraphOut(
+        entities=page_e,
+        relations=page_r,
+        total_entities=total,
+        total_relations=total_rel,
+        next_offset=nxt if nxt < total else None,
+        truncated=cut,
+        tokens=used,
+    )
 
 
 def _shrink(ent: EntityOut, rels: list[RelationOut], budget: int) -> tuple[EntityOut, list[RelationOut], int, bool]:
@@ -329,15 +381,18 @@ async def open_nodes(ctx: CallContext, args: OpenNodesIn) -> GraphOut:
     out = await _graph(repo, rows, args.max_observations, None)
     out.total = len(rows)
     out.not_found = [n for n in names if n not in found]
-    await SearchRepository(ctx.session).record_feedback(pid, [r.id for r in rows],
-                                                        get_graph_settings().feedback_window_seconds, args.session_id)
+    await SearchRepository(ctx.session).record_feedback(
+        pid, [r.id for r in rows], get_graph_settings().feedback_window_seconds, args.session_id
+    )
     return out
 
 
 # ---- lifecycle tools ---------------------------------------------------------------------------
 
-async def _entity(ctx: CallContext, project: str | None, name: str, *, lock: bool = False,
-                  create: bool = False) -> tuple[uuid.UUID, GraphRepository, EntityRow]:
+
+async def _entity(
+    ctx: CallContext, project: str | None, name: str, *, lock: bool = False, create: bool = False
+) -> tuple[uuid.UUID, GraphRepository, EntityRow]:
     pid = await project_id(ctx, project, create=create)
     if pid is None:
         raise not_found(name)
@@ -351,22 +406,35 @@ async def _entity(ctx: CallContext, project: str | None, name: str, *, lock: boo
 async def supersede_observation(ctx: CallContext, args: SupersedeObservationIn) -> SupersedeObservationOut:
     """Replace a current observation with a new one, keeping the old one as history."""
     if (args.observation_id is None) == (args.old_content is None):
-        raise InvalidInput("Give exactly one of observation_id or old_content",
-                           details={"errors": [{"field": "observation_id", "rule": "one_of",
-                                                "message": "exactly one of observation_id / old_content"}]})
+        raise InvalidInput(
+            "Give exactly one of observation_id or old_content",
+            details={
+                "errors": [
+                    {
+                        "field": "observation_id",
+                        "rule": "one_of",
+                        "message": "exactly one of observation_id / old_content",
+                    }
+                ]
+            },
+        )
     _, repo, ent = await _entity(ctx, args.project, args.entity_name, lock=True, create=True)
     old = await repo.observation(ent.id, obs_id=args.observation_id, content=args.old_content)
     if old is None:
-        raise NotFound(f"Observation not found on entity {ent.name}",
-                       suggestions=["List observation ids with get_entity_history"])
+        raise NotFound(
+            f"Observation not found on entity {ent.name}", suggestions=["List observation ids with get_entity_history"]
+        )
     if old._mapping["superseded_at"] is not None:
         raise Conflict(f"Observation {old._mapping['id']} was already superseded")
     await repo.mark_superseded([old._mapping["id"]])
-    added = await repo.insert_observations([(ent.id, args.new_content)], args.kind or old._mapping["kind"],
-                                           supersedes=old._mapping["id"])
+    added = await repo.insert_observations(
+        [(ent.id, args.new_content)], args.kind or old._mapping["kind"], supersedes=old._mapping["id"]
+    )
     if not added:
-        raise Conflict(f"Entity {ent.name} already holds an observation with this text",
-                       suggestions=["Delete the old observation instead"])
+        raise Conflict(
+            f"Entity {ent.name} already holds an observation with this text",
+            suggestions=["Delete the old observation instead"],
+        )
     await reembed(ctx, repo, [ent.id])
     rows = await repo.observation_rows([old._mapping["id"], added[0][0]])
     return SupersedeObservationOut(entity_name=ent.name, superseded=obs_out(rows[0]), current=obs_out(rows[1]))
@@ -381,9 +449,17 @@ async def end_relation(ctx: CallContext, args: RelationRefIn) -> EndRelationOut:
     row = await repo.end_relation(ents[args.from_entity].id, ents[args.to_entity].id, args.relationType)
     if row is None:
         raise NotFound(f"Relation {args.from_entity} -[{args.relationType}]-> {args.to_entity} not found")
-    return EndRelationOut(relation=RelationDetail(
-        from_entity=args.from_entity, to_entity=args.to_entity, relationType=args.relationType,
-        context=row[0], active=bool(row[1]), ended_at=row[2], created_at=row[3]))
+    return EndRelationOut(
+        relation=RelationDetail(
+            from_entity=args.from_entity,
+            to_entity=args.to_entity,
+            relationType=args.relationType,
+            context=row[0],
+            active=bool(row[1]),
+            ended_at=row[2],
+            created_at=row[3],
+        )
+    )
 
 
 async def set_entity_status(ctx: CallContext, args: SetEntityStatusIn) -> SetEntityStatusOut:
@@ -407,10 +483,19 @@ async def get_entity_history(ctx: CallContext, args: EntityHistoryIn) -> EntityH
         observations=[obs_out(r) for r in obs[: args.limit]],
         relations=[_rel_detail(r) for r in rels[: args.limit]],
         reflections=[reflection_out(r) for r in refl],
-        truncated=len(obs) > args.limit or len(rels) > args.limit)
+        truncated=len(obs) > args.limit or len(rels) > args.limit,
+    )
 
 
 def reflection_out(r: Any) -> ReflectionOut:
     """API shape of a reflection row (id, type, target id, target name, author, content, mood, created)."""
-    return ReflectionOut(id=r[0], target_type=r[1], target_id=r[2], target_name=r[3], author=r[4], content=r[5],
-                         mood=r[6], created_at=r[7])
+    return ReflectionOut(
+        id=r[0],
+        target_type=r[1],
+        target_id=r[2],
+        target_name=r[3],
+        author=r[4],
+        content=r[5],
+        mood=r[6],
+        created_at=r[7],
+    )

@@ -61,8 +61,13 @@ async def search_semantic(ctx: CallContext, args: SearchSemanticIn) -> SearchSem
     pid = await project_id(ctx, args.project, create=False)
     treatment = _treatment(args.treatment, s.ab_limbic_ratio)
     if pid is None:
-        return SearchSemanticOut(results=[], event_id=0, treatment="limbic" if treatment == LIMBIC else "baseline",
-                                 engine="none", duration_ms=0.0)
+        return SearchSemanticOut(
+            results=[],
+            event_id=0,
+            treatment="limbic" if treatment == LIMBIC else "baseline",
+            engine="none",
+            duration_ms=0.0,
+        )
     repo = SearchRepository(ctx.session)
     treatment = _treatment(args.treatment, s.ab_limbic_ratio)
     qvec = (await embed(ctx, [args.query]))[0]
@@ -73,35 +78,81 @@ async def search_semantic(ctx: CallContext, args: SearchSemanticIn) -> SearchSem
     txt = await repo.text_candidates(pid, words, n, args.entity_type)
     engine = "hybrid" if vec and txt else "vector" if vec else "text" if txt else "none"
     ids = list(dict.fromkeys([i for i, _ in vec] + [i for i, _ in txt]))
-    cands = [scoring.Candidate(id=int(r[0]), name=r[1], entity_type=r[2], status=r[3], cosine_sim=float(r[4]),
-                               text_score=float(r[5]), access_count=int(r[6]), days_since_access=float(r[7]))
-             for r in (await repo.score_inputs(ids, qvec, model, words) if ids else [])]
+    cands = [
+        scoring.Candidate(
+            id=int(r[0]),
+            name=r[1],
+            entity_type=r[2],
+            status=r[3],
+            cosine_sim=float(r[4]),
+            text_score=float(r[5]),
+            access_count=int(r[6]),
+            days_since_access=float(r[7]),
+        )
+        for r in (await repo.score_inputs(ids, qvec, model, words) if ids else [])
+    ]
     baseline = scoring.score(cands, await repo.cooccurrences(ids) if ids else [], s)
-    served = (sorted(baseline, key=lambda c: (-c.limbic_score, c.baseline_rank)) if treatment == LIMBIC
-              else baseline)[: args.limit]
+    served = (sorted(baseline, key=lambda c: (-c.limbic_score, c.baseline_rank)) if treatment == LIMBIC else baseline)[
+        : args.limit
+    ]
     obs = await GraphRepository(ctx.session).current_observations([c.id for c in served], args.include_observations)
     duration = (time.perf_counter() - started) * 1000
-    event_id = await repo.log_event(pid, args.query, hashlib.sha256(args.query.encode()).hexdigest()[:32],
-                                    treatment, args.limit, len(served), duration, engine)
+    event_id = await repo.log_event(
+        pid,
+        args.query,
+        hashlib.sha256(args.query.encode()).hexdigest()[:32],
+        treatment,
+        args.limit,
+        len(served),
+        duration,
+        engine,
+    )
     hits, logged = [], []
     for rank, c in enumerate(served, 1):
-        comp = {"limbic_score": round(c.limbic_score, 6), "relevance": round(c.relevance, 6),
-                "cosine_sim": round(c.cosine_sim, 6), "text_score": round(c.text_score, 6),
-                "importance": round(c.importance, 6), "temporal": round(c.temporal, 6),
-                "cooc_boost": round(c.cooc_boost, 6)}
-        hits.append(SemanticHit(name=c.name, entityType=c.entity_type, status=c.status, observations=obs[c.id][0],
-                                rank=rank, baseline_rank=c.baseline_rank, access_count=c.access_count, **comp))
-        logged.append({"entity_id": c.id, "entity_name": c.name, "rank": rank, "baseline_rank": c.baseline_rank,
-                       **{k: v for k, v in comp.items() if k != "relevance"}})
+        comp = {
+            "limbic_score": round(c.limbic_score, 6),
+            "relevance": round(c.relevance, 6),
+            "cosine_sim": round(c.cosine_sim, 6),
+            "text_score": round(c.text_score, 6),
+            "importance": round(c.importance, 6),
+            "temporal": round(c.temporal, 6),
+            "cooc_boost": round(c.cooc_boost, 6),
+        }
+        hits.append(
+            SemanticHit(
+                name=c.name,
+                entityType=c.entity_type,
+                status=c.status,
+                observations=obs[c.id][0],
+                rank=rank,
+                baseline_rank=c.baseline_rank,
+                access_count=c.access_count,
+                **comp,
+            )
+        )
+        logged.append(
+            {
+                "entity_id": c.id,
+                "entity_name": c.name,
+                "rank": rank,
+                "baseline_rank": c.baseline_rank,
+                **{k: v for k, v in comp.items() if k != "relevance"},
+            }
+        )
     await repo.log_results(event_id, logged)
     top = [c.id for c in served[: s.cooc_top]]
-    await repo.record_access([c.id for c in served],
-                             [(a, b) for i, a in enumerate(top) for b in top[i + 1:]])
-    return SearchSemanticOut(results=hits, event_id=event_id, treatment="limbic" if treatment == LIMBIC else "baseline",
-                             engine=engine, duration_ms=round(duration, 3))
+    await repo.record_access([c.id for c in served], [(a, b) for i, a in enumerate(top) for b in top[i + 1 :]])
+    return SearchSemanticOut(
+        results=hits,
+        event_id=event_id,
+        treatment="limbic" if treatment == LIMBIC else "baseline",
+        engine=engine,
+        duration_ms=round(duration, 3),
+    )
 
 
 # ---- reflections ---------------------------------------------------------------------------------
+
 
 async def add_reflection(ctx: CallContext, args: AddReflectionIn) -> ReflectionOut:
     """Store a reflection (about an entity, a session or the graph) with its embedding."""
@@ -110,9 +161,14 @@ async def add_reflection(ctx: CallContext, args: AddReflectionIn) -> ReflectionO
     target_id = None
     if args.target_type == "entity":
         if not args.target_name:
-            raise InvalidInput("target_name is required when target_type is 'entity'",
-                               details={"errors": [{"field": "target_name", "rule": "missing",
-                                                    "message": "required for target_type entity"}]})
+            raise InvalidInput(
+                "target_name is required when target_type is 'entity'",
+                details={
+                    "errors": [
+                        {"field": "target_name", "rule": "missing", "message": "required for target_type entity"}
+                    ]
+                },
+            )
         rows = await GraphRepository(ctx.session).get_entities(pid, [args.target_name])
         if not rows:
             raise not_found(args.target_name)
@@ -120,9 +176,16 @@ async def add_reflection(ctx: CallContext, args: AddReflectionIn) -> ReflectionO
     repo = SearchRepository(ctx.session)
     row = await repo.insert_reflection(pid, args.target_type, target_id, args.author, args.content, args.mood)
     await repo.upsert_reflection_embedding(int(row[0]), (await embed(ctx, [args.content]))[0], ctx.embedder.model)
-    return ReflectionOut(id=row[0], target_type=args.target_type, target_id=target_id,
-                         target_name=args.target_name if target_id else None, author=args.author,
-                         content=args.content, mood=args.mood, created_at=row[1])
+    return ReflectionOut(
+        id=row[0],
+        target_type=args.target_type,
+        target_id=target_id,
+        target_name=args.target_name if target_id else None,
+        author=args.author,
+        content=args.content,
+        mood=args.mood,
+        created_at=row[1],
+    )
 
 
 async def search_reflections(ctx: CallContext, args: SearchReflectionsIn) -> SearchReflectionsOut:
@@ -133,19 +196,32 @@ async def search_reflections(ctx: CallContext, args: SearchReflectionsIn) -> Sea
         return SearchReflectionsOut(results=[])
     qvec = (await embed(ctx, [args.query]))[0]
     rows = await SearchRepository(ctx.session).search_reflections(
-        pid, qvec, ctx.embedder.model, query_words(args.query), args.limit * s.candidate_multiplier,
-        args.target_type, args.author)
+        pid,
+        qvec,
+        ctx.embedder.model,
+        query_words(args.query),
+        args.limit * s.candidate_multiplier,
+        args.target_type,
+        args.author,
+    )
     hits = []
     for r in rows:
         cos, ts = float(r[8]), float(r[9])
         base = reflection_out(r)
-        hits.append(ReflectionHit(**base.model_dump(), score=round(cos + s.text_weight * ts, 6),
-                                  cosine_sim=round(cos, 6), text_score=round(ts, 6)))
+        hits.append(
+            ReflectionHit(
+                **base.model_dump(),
+                score=round(cos + s.text_weight * ts, 6),
+                cosine_sim=round(cos, 6),
+                text_score=round(ts, 6),
+            )
+        )
     hits.sort(key=lambda h: (-h.score, h.id))
     return SearchReflectionsOut(results=hits[: args.limit])
 
 
 # ---- maintenance -----------------------------------------------------------------------------------
+
 
 async def find_duplicate_observations(ctx: CallContext, args: FindDuplicatesIn) -> FindDuplicatesOut:
     """Near-duplicate current observations of the same entity by embedding; flags the later one."""
@@ -169,7 +245,7 @@ async def find_duplicate_observations(ctx: CallContext, args: FindDuplicatesIn) 
     vectors: dict[int, list[float]] = {}
     step = 256
     for i in range(0, len(todo), step):
-        chunk = todo[i:i + step]
+        chunk = todo[i : i + step]
         for r, v in zip(chunk, await embed(ctx, [r[3] for r in chunk]), strict=True):
             vectors[int(r[0])] = v
         await ctx.progress(min(i + step, len(todo)), len(todo), "embedding observations")
@@ -187,20 +263,30 @@ async def find_duplicate_observations(ctx: CallContext, args: FindDuplicatesIn) 
                 taken.add(j)
                 flags.append((int(g[j][0]), int(g[best][0])))
                 kept = ObservationBrief(id=g[best][0], content=g[best][3])
-                pairs.append(DuplicatePair(entity_name=g[j][2], kept=kept,
-                                           duplicate=ObservationBrief(id=g[j][0], content=g[j][3]),
-                                           similarity=round(float(sims[j, best]), 6)))
+                pairs.append(
+                    DuplicatePair(
+                        entity_name=g[j][2],
+                        kept=kept,
+                        duplicate=ObservationBrief(id=g[j][0], content=g[j][3]),
+                        similarity=round(float(sims[j, best]), 6),
+                    )
+                )
     flagged = await repo.flag_duplicates(flags)
-    return FindDuplicatesOut(pairs=pairs[: args.limit], flagged=flagged, scanned_observations=len(scan),
-                             truncated=truncated or len(pairs) > args.limit)
+    return FindDuplicatesOut(
+        pairs=pairs[: args.limit],
+        flagged=flagged,
+        scanned_observations=len(scan),
+        truncated=truncated or len(pairs) > args.limit,
+    )
 
 
 async def consolidate(ctx: CallContext, args: ConsolidateIn) -> ConsolidateOut:
     """Merge flagged duplicates into the observation they repeat and decay stale access counts."""
     pid = await project_id(ctx, args.project, create=False)
     if pid is None:
-        return ConsolidateOut(dry_run=args.dry_run, merged=[], merged_count=0, decayed_entities=0,
-                              reembedded_entities=0)
+        return ConsolidateOut(
+            dry_run=args.dry_run, merged=[], merged_count=0, decayed_entities=0, reembedded_entities=0
+        )
     repo = SearchRepository(ctx.session)
     merged: list[MergedObservation] = []
     removed: set[int] = set()
@@ -219,11 +305,17 @@ async def consolidate(ctx: CallContext, args: ConsolidateIn) -> ConsolidateOut:
     await ctx.progress(2, 3, "duplicates merged")
     decayed = await repo.stale_access(pid, args.decay_after_days, args.decay_factor, apply=not args.dry_run)
     await ctx.progress(3, 3, "access counts decayed")
-    return ConsolidateOut(dry_run=args.dry_run, merged=merged[:200], merged_count=len(merged),
-                          decayed_entities=decayed, reembedded_entities=0 if args.dry_run else len(entities))
+    return ConsolidateOut(
+        dry_run=args.dry_run,
+        merged=merged[:200],
+        merged_count=len(merged),
+        decayed_entities=decayed,
+        reembedded_entities=0 if args.dry_run else len(entities),
+    )
 
 
 # ---- reporting ---------------------------------------------------------------------------------------
+
 
 async def search_quality_report(ctx: CallContext, args: QualityReportIn) -> QualityReportOut:
     """NDCG@k and MRR per treatment from implicit feedback (served order and baseline order)."""
@@ -244,14 +336,18 @@ async def search_quality_report(ctx: CallContext, args: QualityReportIn) -> Qual
         def mean(vals: list[float]) -> float | None:
             return round(sum(vals) / len(vals), 6) if vals else None
 
-        out.append(TreatmentQuality(
-            treatment=label, events=len(evs), events_with_feedback=len(fb),  # type: ignore[arg-type]
-            ndcg_at_k=mean([scoring.ndcg(e["served"], args.k) for e in fb]),
-            mrr=mean([scoring.reciprocal_rank(e["served"]) for e in fb]),
-            ndcg_at_k_baseline_order=mean([scoring.ndcg(e["base"], args.k) for e in fb]),
-            mrr_baseline_order=mean([scoring.reciprocal_rank(e["base"]) for e in fb])))
-    return QualityReportOut(k=args.k, days=args.days, feedback_window_seconds=s.feedback_window_seconds,
-                            treatments=out)
+        out.append(
+            TreatmentQuality(
+                treatment=label,
+                events=len(evs),
+                events_with_feedback=len(fb),  # type: ignore[arg-type]
+                ndcg_at_k=mean([scoring.ndcg(e["served"], args.k) for e in fb]),
+                mrr=mean([scoring.reciprocal_rank(e["served"]) for e in fb]),
+                ndcg_at_k_baseline_order=mean([scoring.ndcg(e["base"], args.k) for e in fb]),
+                mrr_baseline_order=mean([scoring.reciprocal_rank(e["base"]) for e in fb]),
+            )
+        )
+    return QualityReportOut(k=args.k, days=args.days, feedback_window_seconds=s.feedback_window_seconds, treatments=out)
 
 
 async def graph_stats(ctx: CallContext, args: ProjectIn) -> GraphStatsOut:
@@ -259,19 +355,37 @@ async def graph_stats(ctx: CallContext, args: ProjectIn) -> GraphStatsOut:
     pid = await project_id(ctx, args.project, create=False)
     model = ctx.embedder.model
     if pid is None:
-        return GraphStatsOut(entities=0, observations=0, superseded_observations=0, flagged_observations=0,
-                             relations=0, ended_relations=0, reflections=0, entities_with_embedding=0,
-                             search_events=0, feedback=0, by_type=[], by_status=[], top_entities=[],
-                             embedding_model=model)
+        return GraphStatsOut(
+            entities=0,
+            observations=0,
+            superseded_observations=0,
+            flagged_observations=0,
+            relations=0,
+            ended_relations=0,
+            reflections=0,
+            entities_with_embedding=0,
+            search_events=0,
+            feedback=0,
+            by_type=[],
+            by_status=[],
+            top_entities=[],
+            embedding_model=model,
+        )
     repo = GraphRepository(ctx.session)
     s = await repo.summary(pid)
     return GraphStatsOut(
-        entities=s["entities"], observations=s["observations"], superseded_observations=s["superseded_observations"],
-        flagged_observations=s["flagged_observations"], relations=s["relations"],
-        ended_relations=s["ended_relations"], reflections=s["reflections"],
-        entities_with_embedding=await repo.embedded_count(pid, model), search_events=s["search_events"],
-        feedback=s["feedback"], by_type=[TypeCount(entityType=t, count=c) for t, c in s["by_type"]],
+        entities=s["entities"],
+        observations=s["observations"],
+        superseded_observations=s["superseded_observations"],
+        flagged_observations=s["flagged_observations"],
+        relations=s["relations"],
+        ended_relations=s["ended_relations"],
+        reflections=s["reflections"],
+        entities_with_embedding=await repo.embedded_count(pid, model),
+        search_events=s["search_events"],
+        feedback=s["feedback"],
+        by_type=[TypeCount(entityType=t, count=c) for t, c in s["by_type"]],
         by_status=[TypeCount(entityType=t, count=c) for t, c in s["by_status"]],
-        top_entities=[ImportantEntity(name=n, entityType=t, access_count=a, observations=o)
-                      for n, t, a, o in s["top"]],
-        embedding_model=model)
+        top_entities=[ImportantEntity(name=n, entityType=t, access_count=a, observations=o) for n, t, a, o in s["top"]],
+        embedding_model=model,
+    )

@@ -72,20 +72,26 @@ def parse(lines: Iterable[str], report: ImportReport) -> tuple[list[EntityIn], l
     return list(entities.values()), relations
 
 
-async def import_graph(ctx: CallContext, lines: Iterable[str], project: str | None,
-                       progress: Callable[[int], None] | None = None) -> ImportReport:
+async def import_graph(
+    ctx: CallContext, lines: Iterable[str], project: str | None, progress: Callable[[int], None] | None = None
+) -> ImportReport:
     """Load a JSONL memory file into a project in the caller's transaction (all or nothing).
     Existing entities get the file's new observations; relations to unknown entities are skipped."""
     report = ImportReport()
     entities, relations = parse(lines, report)
     for i in range(0, len(entities), BATCH):
-        chunk = entities[i:i + BATCH]
+        chunk = entities[i : i + BATCH]
         out = await service.create_entities(ctx, CreateEntitiesIn(project=project, entities=chunk))
         report.entities_created += len(out.entities)
         merge = [e for e in chunk if e.name in set(out.skipped) and e.observations]
         if merge:
-            added = await service.add_observations(ctx, AddObservationsIn(project=project, observations=[
-                ObservationAddIn(entityName=e.name, contents=e.observations) for e in merge]))
+            added = await service.add_observations(
+                ctx,
+                AddObservationsIn(
+                    project=project,
+                    observations=[ObservationAddIn(entityName=e.name, contents=e.observations) for e in merge],
+                ),
+            )
             report.entities_merged += len(merge)
             report.observations_added += sum(len(r.addedObservations) for r in added.results)
         report.observations_added += sum(len(e.observations) for e in out.entities)
@@ -95,7 +101,7 @@ async def import_graph(ctx: CallContext, lines: Iterable[str], project: str | No
     assert pid is not None
     repo = GraphRepository(ctx.session)
     for i in range(0, len(relations), BATCH * 5):
-        rchunk = relations[i:i + BATCH * 5]
+        rchunk = relations[i : i + BATCH * 5]
         names = list({n for r in rchunk for n in (r.from_entity, r.to_entity)})
         known = {r.name for r in await repo.get_entities(pid, names)}
         valid = [r for r in rchunk if r.from_entity in known and r.to_entity in known]
@@ -125,9 +131,16 @@ async def export_graph(ctx: CallContext, project: str | None) -> Iterator[str]:
         after = rows[-1].id
         obs = await repo.current_observations([r.id for r in rows], 1_000_000)
         for r in rows:
-            entity_lines.append(json.dumps({"type": "entity", "name": r.name, "entityType": r.entity_type,
-                                            "observations": obs[r.id][0]}, ensure_ascii=False))
+            entity_lines.append(
+                json.dumps(
+                    {"type": "entity", "name": r.name, "entityType": r.entity_type, "observations": obs[r.id][0]},
+                    ensure_ascii=False,
+                )
+            )
         for rel in await repo.relations_touching([r.id for r in rows], only_from=True, limit=10_000_000):
-            relation_lines.append(json.dumps({"type": "relation", "from": rel[0], "to": rel[1],
-                                              "relationType": rel[2]}, ensure_ascii=False))
+            relation_lines.append(
+                json.dumps(
+                    {"type": "relation", "from": rel[0], "to": rel[1], "relationType": rel[2]}, ensure_ascii=False
+                )
+            )
     return iter(entity_lines + relation_lines)

@@ -52,13 +52,21 @@ class BackfillReport:
 
     def public(self) -> dict[str, Any]:
         """The seed's output shape."""
-        return {"model": self.model, "scanned": self.scanned, "embedded": self.embedded, "skipped": self.skipped,
-                "failed": self.failed, "dry_run": self.dry_run, "failures": self.failures,
-                "sample_ids": self.sample_ids}
+        return {
+            "model": self.model,
+            "scanned": self.scanned,
+            "embedded": self.embedded,
+            "skipped": self.skipped,
+            "failed": self.failed,
+            "dry_run": self.dry_run,
+            "failures": self.failures,
+            "sample_ids": self.sample_ids,
+        }
 
 
-async def _embed_batch(embedder: EmbeddingProvider, rows: list[dict[str, Any]],
-                       report: BackfillReport) -> list[tuple[uuid.UUID, list[float]]]:
+async def _embed_batch(
+    embedder: EmbeddingProvider, rows: list[dict[str, Any]], report: BackfillReport
+) -> list[tuple[uuid.UUID, list[float]]]:
     texts = [r["content"] for r in rows]
     try:
         vectors = await embedder.embed(texts)
@@ -77,14 +85,16 @@ async def _embed_batch(embedder: EmbeddingProvider, rows: list[dict[str, Any]],
         return out
 
 
-async def _limited(semaphore: asyncio.Semaphore, embedder: EmbeddingProvider, rows: list[dict[str, Any]],
-                   report: BackfillReport) -> list[tuple[uuid.UUID, list[float]]]:
+async def _limited(
+    semaphore: asyncio.Semaphore, embedder: EmbeddingProvider, rows: list[dict[str, Any]], report: BackfillReport
+) -> list[tuple[uuid.UUID, list[float]]]:
     async with semaphore:
         return await _embed_batch(embedder, rows, report)
 
 
-async def _write(session: AsyncSession, model: str, items: list[tuple[uuid.UUID, list[float]]],
-                 report: BackfillReport) -> None:
+async def _write(
+    session: AsyncSession, model: str, items: list[tuple[uuid.UUID, list[float]]], report: BackfillReport
+) -> None:
     repo = MemoryRepository(session)
     try:
         async with session.begin_nested():
@@ -103,9 +113,18 @@ async def _write(session: AsyncSession, model: str, items: list[tuple[uuid.UUID,
 
 
 async def backfill(
-    session: AsyncSession, embedder: EmbeddingProvider, *, project_id: uuid.UUID | None, limit: int,
-    batch_size: int, include_archived: bool = False, older_than_days: int = 0, dry_run: bool = False,
-    concurrency: int = 4, progress: Progress | None = None, after: tuple[datetime, uuid.UUID] | None = None,
+    session: AsyncSession,
+    embedder: EmbeddingProvider,
+    *,
+    project_id: uuid.UUID | None,
+    limit: int,
+    batch_size: int,
+    include_archived: bool = False,
+    older_than_days: int = 0,
+    dry_run: bool = False,
+    concurrency: int = 4,
+    progress: Progress | None = None,
+    after: tuple[datetime, uuid.UUID] | None = None,
 ) -> BackfillReport:
     """Embed up to `limit` memories lacking a vector of the active model, oldest first."""
     model = embedder.model
@@ -116,8 +135,9 @@ async def backfill(
     cursor = after
     semaphore = asyncio.Semaphore(concurrency)
     while report.scanned < limit:
-        rows = await repo.missing_embeddings(model, project_id, include_archived, older_than_days,
-                                             min(page, limit - report.scanned), after=cursor)
+        rows = await repo.missing_embeddings(
+            model, project_id, include_archived, older_than_days, min(page, limit - report.scanned), after=cursor
+        )
         if not rows:
             break
         report.scanned += len(rows)
@@ -127,14 +147,22 @@ async def backfill(
             continue
         todo = [r for r in rows if r["content"] and r["content"].strip()]
         report.skipped += len(rows) - len(todo)
-        batches = [todo[i: i + batch_size] for i in range(0, len(todo), batch_size)]
+        batches = [todo[i : i + batch_size] for i in range(0, len(todo), batch_size)]
         for items in await asyncio.gather(*(_limited(semaphore, embedder, b, report) for b in batches)):
             if items:
                 await _write(session, model, items, report)
         if progress is not None:
             await progress(report.scanned, limit)
     report.cursor = cursor
-    log.info("backfill", extra={"model": model, "project": str(project_id) if project_id else None,
-                                "scanned": report.scanned, "embedded": report.embedded, "failed": report.failed,
-                                "ms": round((time.perf_counter() - started) * 1000, 1)})
+    log.info(
+        "backfill",
+        extra={
+            "model": model,
+            "project": str(project_id) if project_id else None,
+            "scanned": report.scanned,
+            "embedded": report.embedded,
+            "failed": report.failed,
+            "ms": round((time.perf_counter() - started) * 1000, 1),
+        },
+    )
     return report

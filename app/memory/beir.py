@@ -48,6 +48,7 @@ def _lines(path: Path) -> Iterator[dict[str, Any]]:
 
 def load(directory: Path, split: str) -> Dataset:
     """Read corpus.jsonl[.gz], queries.jsonl[.gz] and qrels/<split>.tsv."""
+
     def find(stem: str) -> Path:
         for candidate in (directory / f"{stem}.jsonl", directory / f"{stem}.jsonl.gz"):
             if candidate.is_file():
@@ -72,7 +73,7 @@ def ndcg_at(ranked: list[str], relevant: dict[str, int], k: int = 10) -> float:
     """nDCG@k with the graded relevance of the qrels."""
     dcg = sum((2 ** relevant.get(d, 0) - 1) / math.log2(i + 2) for i, d in enumerate(ranked[:k]))
     ideal = sorted((r for r in relevant.values() if r > 0), reverse=True)[:k]
-    idcg = sum((2 ** r - 1) / math.log2(i + 2) for i, r in enumerate(ideal))
+    idcg = sum((2**r - 1) / math.log2(i + 2) for i, r in enumerate(ideal))
     return dcg / idcg if idcg > 0 else 0.0
 
 
@@ -87,8 +88,9 @@ def collection_name(dataset: str) -> str:
     return "beir-" + re.sub(r"[^A-Za-z0-9_.\-]", "-", dataset)[:100]
 
 
-async def index(db: Database, embedder: EmbeddingProvider, data: Dataset, *, fresh: bool,
-                batch: int = 64, progress: Any = None) -> tuple[uuid.UUID, uuid.UUID, float]:
+async def index(
+    db: Database, embedder: EmbeddingProvider, data: Dataset, *, fresh: bool, batch: int = 64, progress: Any = None
+) -> tuple[uuid.UUID, uuid.UUID, float]:
     """Index the corpus (one memory per document) unless an identical index exists; returns the project
     and collection ids and the seconds spent indexing."""
     name = collection_name(data.name)
@@ -112,12 +114,25 @@ async def index(db: Database, embedder: EmbeddingProvider, data: Dataset, *, fre
         async with db.transaction() as session:
             await session.execute(text("DELETE FROM memories WHERE collection_id = :c"), {"c": coll_id})
             rows: list[dict[str, Any]] = [
-                {"id": uuid.uuid4(), "project_id": project_id, "collection_id": coll_id, "kind": "chunk",
-                 "memory_type": "semantic", "content": body, "content_hash": str(i), "tags": [],
-                 "metadata": "{}", "source_uri": f"beir:{doc_id}", "document_id": None, "chunk_index": 0,
-                 "summary_key": None} for i, (doc_id, body) in enumerate(docs)]
+                {
+                    "id": uuid.uuid4(),
+                    "project_id": project_id,
+                    "collection_id": coll_id,
+                    "kind": "chunk",
+                    "memory_type": "semantic",
+                    "content": body,
+                    "content_hash": str(i),
+                    "tags": [],
+                    "metadata": "{}",
+                    "source_uri": f"beir:{doc_id}",
+                    "document_id": None,
+                    "chunk_index": 0,
+                    "summary_key": None,
+                }
+                for i, (doc_id, body) in enumerate(docs)
+            ]
             for start in range(0, len(rows), 1000):
-                await MemoryRepository(session).insert_memories(rows[start: start + 1000])
+                await MemoryRepository(session).insert_memories(rows[start : start + 1000])
     while True:
         async with db.transaction() as session:
             repo = MemoryRepository(session)
@@ -125,7 +140,7 @@ async def index(db: Database, embedder: EmbeddingProvider, data: Dataset, *, fre
             if not todo:
                 break
             for start in range(0, len(todo), batch):
-                part = todo[start: start + batch]
+                part = todo[start : start + batch]
                 vectors = await embedder.embed([r["content"] for r in part])
                 await repo.upsert_embeddings(embedder.model, list(zip([r["id"] for r in part], vectors, strict=True)))
                 if progress is not None:
@@ -133,13 +148,21 @@ async def index(db: Database, embedder: EmbeddingProvider, data: Dataset, *, fre
     return project_id, coll_id, time.perf_counter() - started
 
 
-async def evaluate(db: Database, embedder: EmbeddingProvider, settings: MemorySettings, data: Dataset,
-                   project_id: uuid.UUID, coll_id: uuid.UUID, modes: tuple[str, ...] = MODES,
-                   max_queries: int | None = None) -> dict[str, dict[str, float]]:
+async def evaluate(
+    db: Database,
+    embedder: EmbeddingProvider,
+    settings: MemorySettings,
+    data: Dataset,
+    project_id: uuid.UUID,
+    coll_id: uuid.UUID,
+    modes: tuple[str, ...] = MODES,
+    max_queries: int | None = None,
+) -> dict[str, dict[str, float]]:
     """Run every judged query in each mode; nDCG@10, R@100 and latency percentiles per mode."""
     async with db.transaction() as session:
-        rows = (await session.execute(text("SELECT id, source_uri FROM memories WHERE collection_id = :c"),
-                                      {"c": coll_id})).all()
+        rows = (
+            await session.execute(text("SELECT id, source_uri FROM memories WHERE collection_id = :c"), {"c": coll_id})
+        ).all()
     doc_of = {r[0]: str(r[1]).removeprefix("beir:") for r in rows}
     query_ids = sorted(data.qrels)[: max_queries or None]
     scope = Scope(project_id=project_id, collection_id=coll_id)
@@ -149,8 +172,16 @@ async def evaluate(db: Database, embedder: EmbeddingProvider, settings: MemorySe
         for qid in query_ids:
             started = time.perf_counter()
             async with db.transaction() as session:
-                found = await retrieve(MemoryRepository(session), embedder, settings, scope, data.queries[qid],
-                                       mode=mode, limit=100, threshold=0.0)
+                found = await retrieve(
+                    MemoryRepository(session),
+                    embedder,
+                    settings,
+                    scope,
+                    data.queries[qid],
+                    mode=mode,
+                    limit=100,
+                    threshold=0.0,
+                )
             latencies.append((time.perf_counter() - started) * 1000)
             ranked = [doc_of.get(h.id, "") for h in found.hits]
             ndcgs.append(ndcg_at(ranked, data.qrels[qid]))
@@ -168,9 +199,15 @@ async def evaluate(db: Database, embedder: EmbeddingProvider, settings: MemorySe
 
 def markdown(dataset: str, split: str, report: dict[str, dict[str, float]], model: str, docs: int) -> str:
     """The report as a markdown table."""
-    lines = [f"BEIR {dataset} ({split} split, {docs} documents, model {model})", "",
-             "| mode | nDCG@10 | R@100 | p50 ms | p95 ms | queries |", "| --- | --- | --- | --- | --- | --- |"]
+    lines = [
+        f"BEIR {dataset} ({split} split, {docs} documents, model {model})",
+        "",
+        "| mode | nDCG@10 | R@100 | p50 ms | p95 ms | queries |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
     for mode, m in report.items():
-        lines.append(f"| {mode} | {m['ndcg@10']:.3f} | {m['recall@100']:.3f} | {m['p50_ms']} | {m['p95_ms']} | "
-                     f"{int(m['queries'])} |")
+        lines.append(
+            f"| {mode} | {m['ndcg@10']:.3f} | {m['recall@100']:.3f} | {m['p50_ms']} | {m['p95_ms']} | "
+            f"{int(m['queries'])} |"
+        )
     return "\n".join(lines)

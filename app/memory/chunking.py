@@ -21,10 +21,10 @@ class Chunk:
 
 def _boundary_score(text: str, spans: list[tuple[int, int]], i: int) -> int:
     """How good a cut is just before token ``i``: 2 paragraph break, 1 sentence end, 0 other."""
-    gap = text[spans[i - 1][1]: spans[i][0]]
+    gap = text[spans[i - 1][1] : spans[i][0]]
     if "\n\n" in gap or re.search(r"\n\s*\n", gap):
         return 2
-    piece = text[spans[i - 1][0]: spans[i - 1][1]]
+    piece = text[spans[i - 1][0] : spans[i - 1][1]]
     if gap and (_SENTENCE_END.search(piece) or "\n" in gap):
         return 1
     return 0
@@ -82,7 +82,7 @@ def chunk_text(text: str, size: int, overlap: int) -> list[Chunk]:
         end = min(start + size, n)
         if end < n:
             end = _best_cut(text, spans, start, end, size)
-        piece = text[spans[start][0]: spans[end - 1][1]].strip()
+        piece = text[spans[start][0] : spans[end - 1][1]].strip()
         if piece:
             chunks.append(Chunk(len(chunks), piece, end - start))
         if end >= n:

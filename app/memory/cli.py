@@ -38,8 +38,9 @@ def cmd_backfill(args: argparse.Namespace) -> int:
                         print(f"no project named {args.project!r}", file=sys.stderr)
                         return 2
                     project_id = project.id
-                missing = await MemoryRepository(session).count_missing(embedder.model, project_id,
-                                                                        args.include_archived)
+                missing = await MemoryRepository(session).count_missing(
+                    embedder.model, project_id, args.include_archived
+                )
             total = min(missing, args.limit) if args.limit else missing
             bar = ProgressBar(total, f"backfill {embedder.model}")
             totals = {"scanned": 0, "embedded": 0, "skipped": 0, "failed": 0}
@@ -49,10 +50,18 @@ def cmd_backfill(args: argparse.Namespace) -> int:
                 while totals["scanned"] < total:
                     step = min(args.batch_size * cfg.backfill_concurrency, total - totals["scanned"])
                     async with db.transaction() as session:  # commit each round: an interrupt keeps the work done
-                        report = await backfill(session, embedder, project_id=project_id, limit=step,
-                                                batch_size=args.batch_size, include_archived=args.include_archived,
-                                                older_than_days=args.older_than_days, dry_run=args.dry_run,
-                                                concurrency=cfg.backfill_concurrency, after=cursor)
+                        report = await backfill(
+                            session,
+                            embedder,
+                            project_id=project_id,
+                            limit=step,
+                            batch_size=args.batch_size,
+                            include_archived=args.include_archived,
+                            older_than_days=args.older_than_days,
+                            dry_run=args.dry_run,
+                            concurrency=cfg.backfill_concurrency,
+                            after=cursor,
+                        )
                     if report.scanned == 0:
                         break
                     cursor = report.cursor
@@ -90,8 +99,9 @@ def cmd_eval_beir(args: argparse.Namespace) -> int:
             bar = ProgressBar(len(data.corpus), f"indexing {data.name}")
             project_id, coll_id, seconds = await beir.index(db, embedder, data, fresh=args.fresh, progress=bar.advance)
             bar.close()
-            report = await beir.evaluate(db, embedder, get_memory_settings(), data, project_id, coll_id, modes,
-                                         args.max_queries)
+            report = await beir.evaluate(
+                db, embedder, get_memory_settings(), data, project_id, coll_id, modes, args.max_queries
+            )
             if args.drop:
                 from sqlalchemy import text
 
@@ -104,8 +114,17 @@ def cmd_eval_beir(args: argparse.Namespace) -> int:
     with database(settings) as url:
         out = _with_db(settings, url, run)
     if args.json:
-        print(json.dumps({"dataset": data.name, "split": args.split, "model": embedder.model,
-                          "documents": len(data.corpus), **out}))
+        print(
+            json.dumps(
+                {
+                    "dataset": data.name,
+                    "split": args.split,
+                    "model": embedder.model,
+                    "documents": len(data.corpus),
+                    **out,
+                }
+            )
+        )
     else:
         print(beir.markdown(data.name, args.split, out["report"], embedder.model, len(data.corpus)))
         if out["index_seconds"]:
@@ -122,13 +141,19 @@ def register(sub: Any) -> None:
     bf.add_argument("--include-archived", action="store_true")
     bf.add_argument("--older-than-days", type=int, default=0)
     bf.add_argument("--dry-run", action="store_true")
-    bf.add_argument("--watch", action="store_true",
-                    help="run the periodic backfill runner (CAIRN_BACKFILL_* settings) until interrupted")
+    bf.add_argument(
+        "--watch",
+        action="store_true",
+        help="run the periodic backfill runner (CAIRN_BACKFILL_* settings) until interrupted",
+    )
     bf.set_defaults(fn=cmd_backfill)
     ev = sub.add_parser("eval", help="evaluate retrieval quality")
     ev_sub = ev.add_subparsers(dest="eval_cmd", required=True)
-    b = ev_sub.add_parser("beir", help="index a BEIR dataset (corpus.jsonl[.gz], queries.jsonl, qrels/*.tsv) and "
-                          "report nDCG@10 and R@100 per search mode")
+    b = ev_sub.add_parser(
+        "beir",
+        help="index a BEIR dataset (corpus.jsonl[.gz], queries.jsonl, qrels/*.tsv) and "
+        "report nDCG@10 and R@100 per search mode",
+    )
     b.add_argument("dir")
     b.add_argument("--split", default="test")
     b.add_argument("--modes", default="hybrid,semantic,lexical")

@@ -60,14 +60,18 @@ async def collection_for_write(ctx: CallContext, name: str | None) -> MemoryColl
     """The named (or default) collection, created for the active model when missing; its vector size must
     match the active model."""
     repo = MemoryRepository(ctx.session)
-    coll, _ = await repo.ensure_collection(name or settings().memory_default_collection, ctx.embedder.model,
-                                           ctx.embedder.dimension)
+    coll, _ = await repo.ensure_collection(
+        name or settings().memory_default_collection, ctx.embedder.model, ctx.embedder.dimension
+    )
     if coll.vector_size != ctx.embedder.dimension:
         raise SchemaError(
             f"Collection '{coll.name}' holds {coll.vector_size}-d vectors but the active model "
             f"{ctx.embedder.model} makes {ctx.embedder.dimension}-d ones",
-            suggestions=[f"Resize it with new-collection(name='{coll.name}', vector_size={ctx.embedder.dimension})",
-                         "Or push into another collection"])
+            suggestions=[
+                f"Resize it with new-collection(name='{coll.name}', vector_size={ctx.embedder.dimension})",
+                "Or push into another collection",
+            ],
+        )
     return coll
 
 

@@ -35,8 +35,9 @@ class MemorySettings(BaseSettings):
     memory_max_chunks: int = Field(default=5000, ge=1, description="Most chunks one push may produce")
 
     # Search
-    memory_rrf_k: int = Field(default=10, ge=1, le=1000,
-                              description="Reciprocal rank fusion constant (tuned on SciFact's train split)")
+    memory_rrf_k: int = Field(
+        default=10, ge=1, le=1000, description="Reciprocal rank fusion constant (tuned on SciFact's train split)"
+    )
     memory_candidates: int = Field(default=50, ge=10, le=1000, description="Candidates per signal before fusion")
     memory_ef_search: int = Field(default=100, ge=10, le=1000, description="HNSW ef_search of vector scans")
     memory_context_chars: int = Field(default=4000, ge=200, le=50_000, description="Cap of a context block")

@@ -75,8 +75,7 @@ async def push(ctx: CallContext, args: PushIn) -> PushOut:
     return await service.push(ctx, args)
 
 
-@ops.operation(name="summarize", input=SummarizeIn, output=SummarizeOut, path="/memory/summarize",
-               idempotent=True)
+@ops.operation(name="summarize", input=SummarizeIn, output=SummarizeOut, path="/memory/summarize", idempotent=True)
 async def summarize(ctx: CallContext, args: SummarizeIn) -> SummarizeOut:
     """Consolidate the memories of a time window (memory_type default episodic; time_range start and end
     both required) into one semantic summary memory with provenance (source_memory_ids). strategy:
@@ -86,23 +85,24 @@ async def summarize(ctx: CallContext, args: SummarizeIn) -> SummarizeOut:
     return await service.summarize(ctx, args)
 
 
-@ops.operation(name="get-collections", input=Empty, output=CollectionsOut, path="/memory/collections",
-               method="GET", read_only=True)
+@ops.operation(
+    name="get-collections", input=Empty, output=CollectionsOut, path="/memory/collections", method="GET", read_only=True
+)
 async def get_collections(ctx: CallContext, args: Empty) -> CollectionsOut:
     """List the memory collections known to the server."""
     return await service.get_collections(ctx)
 
 
-@ops.operation(name="new-collection", input=NewCollectionIn, output=NewCollectionOut, path="/memory/collections",
-               idempotent=True)
+@ops.operation(
+    name="new-collection", input=NewCollectionIn, output=NewCollectionOut, path="/memory/collections", idempotent=True
+)
 async def new_collection(ctx: CallContext, args: NewCollectionIn) -> NewCollectionOut:
     """Ensure a collection exists with the desired vector size (default: the active embedding dimension);
     an existing collection with another size is resized."""
     return await service.new_collection(ctx, args)
 
 
-@ops.operation(name="metrics", input=Empty, output=MetricsOut, path="/memory/metrics", method="GET",
-               read_only=True)
+@ops.operation(name="metrics", input=Empty, output=MetricsOut, path="/memory/metrics", method="GET", read_only=True)
 async def metrics(ctx: CallContext, args: Empty) -> MetricsOut:
     """Ingestion counters: documents and chunks indexed, and the last chunk size (null before the first push)."""
     return await service.metrics(ctx)
@@ -126,8 +126,9 @@ async def usage(ctx: CallContext) -> UsageOut:
     return UsageOut.model_validate(service.USAGE)
 
 
-@ops.resource(uri="mcp://{project_id}/tags", name="project-tags", output=ProjectTagsOut,
-              path="/memory/projects/{project_id}/tags")
+@ops.resource(
+    uri="mcp://{project_id}/tags", name="project-tags", output=ProjectTagsOut, path="/memory/projects/{project_id}/tags"
+)
 async def project_tags(ctx: CallContext, project_id: str) -> ProjectTagsOut:
     """Distinct tags used in one project."""
     return ProjectTagsOut(project_id=project_id, tags=await service.project_tags(ctx, project_id))
@@ -144,91 +145,141 @@ async def capture_thought(ctx: CallContext, args: CaptureThoughtIn) -> CaptureTh
     return await thoughts.capture(ctx, args)
 
 
-@ops.operation(name="list_thoughts", input=ListThoughtsIn, output=ListThoughtsOut, path="/thoughts",
-               method="GET", read_only=True)
+@ops.operation(
+    name="list_thoughts", input=ListThoughtsIn, output=ListThoughtsOut, path="/thoughts", method="GET", read_only=True
+)
 async def list_thoughts(ctx: CallContext, args: ListThoughtsIn) -> ListThoughtsOut:
     """List thoughts newest first, filtered by project, type, topic, person, days and archived state; paginated."""
     return await thoughts.list_thoughts(ctx, args)
 
 
-@ops.operation(name="search_thoughts", input=SearchThoughtsIn, output=SearchThoughtsOut, path="/thoughts/search",
-               read_only=True)
+@ops.operation(
+    name="search_thoughts", input=SearchThoughtsIn, output=SearchThoughtsOut, path="/thoughts/search", read_only=True
+)
 async def search_thoughts(ctx: CallContext, args: SearchThoughtsIn) -> SearchThoughtsOut:
     """Search thoughts by meaning and words (hybrid by default). When the active embedding model has no
     vectors in scope the search falls back to full text and reports retrieval_mode=lexical_fallback."""
     return await thoughts.search(ctx, args)
 
 
-@ops.operation(name="recall_context", input=RecallContextIn, output=RecallContextOut, path="/thoughts/recall",
-               read_only=True)
+@ops.operation(
+    name="recall_context", input=RecallContextIn, output=RecallContextOut, path="/thoughts/recall", read_only=True
+)
 async def recall_context(ctx: CallContext, args: RecallContextIn) -> RecallContextOut:
     """A compact context block for a query: the most relevant thoughts, each cited as [id], within max_chars."""
     return await thoughts.recall(ctx, args)
 
 
-@ops.operation(name="get_project_context", input=ProjectContextIn, output=ProjectContextOut,
-               path="/thoughts/project-context", read_only=True)
+@ops.operation(
+    name="get_project_context",
+    input=ProjectContextIn,
+    output=ProjectContextOut,
+    path="/thoughts/project-context",
+    read_only=True,
+)
 async def get_project_context(ctx: CallContext, args: ProjectContextIn) -> ProjectContextOut:
     """The recent thoughts of one project plus, when a query is given, the most relevant other ones, as one
     cited context block."""
     return await thoughts.project_context(ctx, args)
 
 
-@ops.operation(name="summarize_thoughts", input=SummarizeThoughtsIn, output=SummarizeThoughtsOut,
-               path="/thoughts/summarize", idempotent=True)
+@ops.operation(
+    name="summarize_thoughts",
+    input=SummarizeThoughtsIn,
+    output=SummarizeThoughtsOut,
+    path="/thoughts/summarize",
+    idempotent=True,
+)
 async def summarize_thoughts(ctx: CallContext, args: SummarizeThoughtsIn) -> SummarizeThoughtsOut:
     """Summarise the thoughts relevant to a query (or the most recent ones, optionally within days); the
     summary is stored as a semantic memory citing its sources, and re-running updates it."""
     return await thoughts.summarize(ctx, args)
 
 
-@ops.operation(name="thought_stats", input=ThoughtStatsIn, output=ThoughtStatsOut, path="/thoughts/stats",
-               method="GET", read_only=True)
+@ops.operation(
+    name="thought_stats",
+    input=ThoughtStatsIn,
+    output=ThoughtStatsOut,
+    path="/thoughts/stats",
+    method="GET",
+    read_only=True,
+)
 async def thought_stats(ctx: CallContext, args: ThoughtStatsIn) -> ThoughtStatsOut:
     """Counts of thoughts: total, archived, by type and memory type, top topics and people, and how many
     lack a vector of the active model (missing_embeddings)."""
     return await thoughts.stats(ctx, args)
 
 
-@ops.operation(name="backfill_embeddings", input=BackfillIn, output=BackfillOut, path="/thoughts/backfill",
-               idempotent=True, long_running=True)
+@ops.operation(
+    name="backfill_embeddings",
+    input=BackfillIn,
+    output=BackfillOut,
+    path="/thoughts/backfill",
+    idempotent=True,
+    long_running=True,
+)
 async def backfill_embeddings(ctx: CallContext, args: BackfillIn) -> BackfillOut:
     """Generate missing embeddings for stored thoughts using the active embedding model: oldest first,
     in batches, failures reported per item without aborting; dry_run only counts and samples ids."""
     return await thoughts.backfill_embeddings(ctx, args)
 
 
-@ops.operation(name="get_thought", input=ThoughtIdIn, output=ThoughtResultOut, path="/thoughts/{id}",
-               method="GET", read_only=True)
+@ops.operation(
+    name="get_thought", input=ThoughtIdIn, output=ThoughtResultOut, path="/thoughts/{id}", method="GET", read_only=True
+)
 async def get_thought(ctx: CallContext, args: ThoughtIdIn) -> ThoughtResultOut:
     """One thought by id, with its metadata and whether it has a vector of the active model."""
     return await thoughts.get(ctx, args.id)
 
 
-@ops.operation(name="related_thoughts", input=RelatedThoughtsIn, output=RelatedThoughtsOut,
-               path="/thoughts/{id}/related", method="GET", read_only=True)
+@ops.operation(
+    name="related_thoughts",
+    input=RelatedThoughtsIn,
+    output=RelatedThoughtsOut,
+    path="/thoughts/{id}/related",
+    method="GET",
+    read_only=True,
+)
 async def related_thoughts(ctx: CallContext, args: RelatedThoughtsIn) -> RelatedThoughtsOut:
     """Semantic neighbours of one thought in its project (by its stored vector); full-text neighbours when
     it has no vector of the active model (retrieval_mode=lexical_fallback)."""
     return await thoughts.related(ctx, args)
 
 
-@ops.operation(name="update_thought", input=UpdateThoughtIn, output=UpdateThoughtOut, path="/thoughts/{id}",
-               method="PATCH", idempotent=True)
+@ops.operation(
+    name="update_thought",
+    input=UpdateThoughtIn,
+    output=UpdateThoughtOut,
+    path="/thoughts/{id}",
+    method="PATCH",
+    idempotent=True,
+)
 async def update_thought(ctx: CallContext, args: UpdateThoughtIn) -> UpdateThoughtOut:
     """Change a thought's content (re-embedded), metadata (replaced) or project."""
     return await thoughts.update(ctx, args)
 
 
-@ops.operation(name="archive_thought", input=ArchiveThoughtIn, output=ThoughtResultOut,
-               path="/thoughts/{id}/archive", idempotent=True)
+@ops.operation(
+    name="archive_thought",
+    input=ArchiveThoughtIn,
+    output=ThoughtResultOut,
+    path="/thoughts/{id}/archive",
+    idempotent=True,
+)
 async def archive_thought(ctx: CallContext, args: ArchiveThoughtIn) -> ThoughtResultOut:
     """Archive a thought (hidden from listings and searches unless asked) or restore it with archived=false."""
     return await thoughts.archive(ctx, args)
 
 
-@ops.operation(name="delete_thought", input=ThoughtIdIn, output=DeleteThoughtOut, path="/thoughts/{id}",
-               method="DELETE", destructive=True, idempotent=True)
+@ops.operation(
+    name="delete_thought",
+    input=ThoughtIdIn,
+    output=DeleteThoughtOut,
+    path="/thoughts/{id}",
+    method="DELETE",
+    destructive=True,
+    idempotent=True,
+)
 async def delete_thought(ctx: CallContext, args: ThoughtIdIn) -> DeleteThoughtOut:
     """Delete a thought and its vectors permanently."""
     return await thoughts.delete(ctx, args.id)

@@ -126,16 +126,20 @@ class MemoryRepository:
         created = await self._rows(
             "INSERT INTO memory_collections (id, name, model, vector_size) VALUES (:id, :name, :model, :size) "
             "ON CONFLICT (name) DO NOTHING RETURNING id",
-            {"id": uuid.uuid4(), "name": name, "model": model, "size": size})
+            {"id": uuid.uuid4(), "name": name, "model": model, "size": size},
+        )
         row = await self.get_collection(name)
         assert row is not None
         return row, bool(created)
 
     async def resize_collection(self, collection_id: uuid.UUID, model: str, size: int) -> None:
         """Change a collection's vector size (and the model it is meant for)."""
-        await self.session.execute(text(
-            "UPDATE memory_collections SET vector_size = :size, model = :model, updated_at = now() WHERE id = :id"),
-            {"size": size, "model": model, "id": collection_id})
+        await self.session.execute(
+            text(
+                "UPDATE memory_collections SET vector_size = :size, model = :model, updated_at = now() WHERE id = :id"
+            ),
+            {"size": size, "model": model, "id": collection_id},
+        )
 
     async def collection_names(self) -> list[str]:
         """Every collection name, sorted."""
@@ -145,71 +149,98 @@ class MemoryRepository:
 
     async def lock_scope(self, project_id: uuid.UUID, collection_id: uuid.UUID) -> None:
         """Serialise pushes into one project and collection until the transaction ends (dedupe stays exact)."""
-        await self.session.execute(text("SELECT pg_advisory_xact_lock(hashtextextended(:k, 7311))"),
-                                   {"k": f"memory:{project_id}:{collection_id}"})
+        await self.session.execute(
+            text("SELECT pg_advisory_xact_lock(hashtextextended(:k, 7311))"),
+            {"k": f"memory:{project_id}:{collection_id}"},
+        )
 
-    async def existing_hashes(self, project_id: uuid.UUID, collection_id: uuid.UUID,
-                              hashes: Iterable[str]) -> set[str]:
+    async def existing_hashes(self, project_id: uuid.UUID, collection_id: uuid.UUID, hashes: Iterable[str]) -> set[str]:
         """Which of `hashes` some memory of the project and collection already has."""
         rows = await self._rows(
             "SELECT DISTINCT content_hash FROM memories WHERE project_id = :p AND collection_id = :c "
             "AND content_hash = ANY(CAST(:h AS text[]))",
-            {"p": project_id, "c": collection_id, "h": list(set(hashes))})
+            {"p": project_id, "c": collection_id, "h": list(set(hashes))},
+        )
         return {r["content_hash"] for r in rows}
 
-    async def chunks_of_source(self, project_id: uuid.UUID, collection_id: uuid.UUID,
-                               source_uri: str) -> list[dict[str, Any]]:
+    async def chunks_of_source(
+        self, project_id: uuid.UUID, collection_id: uuid.UUID, source_uri: str
+    ) -> list[dict[str, Any]]:
         """The chunks previously pushed from `source_uri`, by chunk index."""
         return await self._rows(
             "SELECT id, chunk_index, content_hash, document_id FROM memories WHERE project_id = :p "
             "AND collection_id = :c AND source_uri = :s AND kind = 'chunk' ORDER BY chunk_index, created_at",
-            {"p": project_id, "c": collection_id, "s": source_uri})
+            {"p": project_id, "c": collection_id, "s": source_uri},
+        )
 
     async def insert_memories(self, rows: list[dict[str, Any]]) -> None:
         """Insert memories (dicts with every column the statement names)."""
         if not rows:
             return
-        await self.session.execute(text(
-            "INSERT INTO memories (id, project_id, collection_id, kind, memory_type, content, content_hash, tags, "
-            "metadata, source_uri, document_id, chunk_index, summary_key) VALUES (:id, :project_id, "
-            ":collection_id, :kind, :memory_type, :content, :content_hash, CAST(:tags AS text[]), "
-            "CAST(:metadata AS jsonb), :source_uri, :document_id, :chunk_index, :summary_key)"), rows)
+        await self.session.execute(
+            text(
+                "INSERT INTO memories (id, project_id, collection_id, kind, memory_type, content, content_hash, tags, "
+                "metadata, source_uri, document_id, chunk_index, summary_key) VALUES (:id, :project_id, "
+                ":collection_id, :kind, :memory_type, :content, :content_hash, CAST(:tags AS text[]), "
+                "CAST(:metadata AS jsonb), :source_uri, :document_id, :chunk_index, :summary_key)"
+            ),
+            rows,
+        )
 
-    async def replace_chunk(self, memory_id: uuid.UUID, content: str, content_hash: str, memory_type: str,
-                            tags: list[str], document_id: uuid.UUID) -> None:
+    async def replace_chunk(
+        self,
+        memory_id: uuid.UUID,
+        content: str,
+        content_hash: str,
+        memory_type: str,
+        tags: list[str],
+        document_id: uuid.UUID,
+    ) -> None:
         """Give an existing chunk new text (its old vectors are dropped: they described the old text)."""
-        await self.session.execute(text(
-            "UPDATE memories SET content = :content, content_hash = :h, memory_type = :t, "
-            "tags = CAST(:tags AS text[]), document_id = :d, archived = false, updated_at = now() WHERE id = :id"),
-            {"content": content, "h": content_hash, "t": memory_type, "tags": tags, "d": document_id, "id": memory_id})
+        await self.session.execute(
+            text(
+                "UPDATE memories SET content = :content, content_hash = :h, memory_type = :t, "
+                "tags = CAST(:tags AS text[]), document_id = :d, archived = false, updated_at = now() WHERE id = :id"
+            ),
+            {"content": content, "h": content_hash, "t": memory_type, "tags": tags, "d": document_id, "id": memory_id},
+        )
         await self.session.execute(text("DELETE FROM memory_embeddings WHERE memory_id = :id"), {"id": memory_id})
 
-    async def retag_chunks(self, ids: list[uuid.UUID], memory_type: str, tags: list[str],
-                           document_id: uuid.UUID) -> None:
+    async def retag_chunks(
+        self, ids: list[uuid.UUID], memory_type: str, tags: list[str], document_id: uuid.UUID
+    ) -> None:
         """Unchanged chunks of a re-pushed source take the new type, tags and document id."""
         if ids:
-            await self.session.execute(text(
-                "UPDATE memories SET memory_type = :t, tags = CAST(:tags AS text[]), document_id = :d "
-                "WHERE id = ANY(CAST(:ids AS uuid[]))"), {"t": memory_type, "tags": tags, "d": document_id, "ids": ids})
+            await self.session.execute(
+                text(
+                    "UPDATE memories SET memory_type = :t, tags = CAST(:tags AS text[]), document_id = :d "
+                    "WHERE id = ANY(CAST(:ids AS uuid[]))"
+                ),
+                {"t": memory_type, "tags": tags, "d": document_id, "ids": ids},
+            )
 
     async def delete_memories(self, ids: list[uuid.UUID]) -> int:
         """Delete memories (their vectors go with them)."""
         if not ids:
             return 0
-        result = await self.session.execute(text("DELETE FROM memories WHERE id = ANY(CAST(:ids AS uuid[]))"),
-                                            {"ids": ids})
+        result = await self.session.execute(
+            text("DELETE FROM memories WHERE id = ANY(CAST(:ids AS uuid[]))"), {"ids": ids}
+        )
         return int(result.rowcount or 0)  # type: ignore[attr-defined]
 
     async def upsert_embeddings(self, model: str, items: Sequence[tuple[uuid.UUID, Sequence[float]]]) -> None:
         """Store vectors of `model`, replacing an existing vector of the same memory and model."""
         if not items:
             return
-        await self.session.execute(text(
-            "INSERT INTO memory_embeddings (memory_id, model, dim, embedding) "
-            "SELECT :id, :model, :dim, CAST(:vec AS vector) WHERE EXISTS (SELECT 1 FROM memories WHERE id = :id) "
-            "ON CONFLICT (memory_id, model) DO UPDATE SET embedding = EXCLUDED.embedding, dim = EXCLUDED.dim, "
-            "created_at = now()"),
-            [{"id": mid, "model": model, "dim": len(vec), "vec": vector_text(vec)} for mid, vec in items])
+        await self.session.execute(
+            text(
+                "INSERT INTO memory_embeddings (memory_id, model, dim, embedding) "
+                "SELECT :id, :model, :dim, CAST(:vec AS vector) WHERE EXISTS (SELECT 1 FROM memories WHERE id = :id) "
+                "ON CONFLICT (memory_id, model) DO UPDATE SET embedding = EXCLUDED.embedding, dim = EXCLUDED.dim, "
+                "created_at = now()"
+            ),
+            [{"id": mid, "model": model, "dim": len(vec), "vec": vector_text(vec)} for mid, vec in items],
+        )
 
     async def upsert_summary(self, row: dict[str, Any]) -> uuid.UUID:
         """Insert a summary memory, or update the one with the same summary key; returns its id."""
@@ -219,23 +250,29 @@ class MemoryRepository:
             ":content_hash, CAST(:tags AS text[]), CAST(:metadata AS jsonb), :summary_key) "
             "ON CONFLICT (project_id, collection_id, summary_key) WHERE summary_key IS NOT NULL DO UPDATE SET "
             "content = EXCLUDED.content, content_hash = EXCLUDED.content_hash, tags = EXCLUDED.tags, "
-            "metadata = EXCLUDED.metadata, archived = false, updated_at = now() RETURNING id", row)
+            "metadata = EXCLUDED.metadata, archived = false, updated_at = now() RETURNING id",
+            row,
+        )
         return uuid.UUID(str(result[0]["id"]))
 
     async def bump_ingest(self, documents: int, chunks: int, chunk_size: int) -> None:
         """Add to the ingestion counters."""
-        await self.session.execute(text(
-            "INSERT INTO memory_ingest_stats (id, documents_indexed, chunks_indexed, last_chunk_size) "
-            "VALUES (1, :d, :c, :s) ON CONFLICT (id) DO UPDATE SET "
-            "documents_indexed = memory_ingest_stats.documents_indexed + EXCLUDED.documents_indexed, "
-            "chunks_indexed = memory_ingest_stats.chunks_indexed + EXCLUDED.chunks_indexed, "
-            "last_chunk_size = EXCLUDED.last_chunk_size, updated_at = now()"),
-            {"d": documents, "c": chunks, "s": chunk_size})
+        await self.session.execute(
+            text(
+                "INSERT INTO memory_ingest_stats (id, documents_indexed, chunks_indexed, last_chunk_size) "
+                "VALUES (1, :d, :c, :s) ON CONFLICT (id) DO UPDATE SET "
+                "documents_indexed = memory_ingest_stats.documents_indexed + EXCLUDED.documents_indexed, "
+                "chunks_indexed = memory_ingest_stats.chunks_indexed + EXCLUDED.chunks_indexed, "
+                "last_chunk_size = EXCLUDED.last_chunk_size, updated_at = now()"
+            ),
+            {"d": documents, "c": chunks, "s": chunk_size},
+        )
 
     async def ingest_stats(self) -> dict[str, Any]:
         """The ingestion counters (zeros before the first push)."""
-        rows = await self._rows("SELECT documents_indexed, chunks_indexed, last_chunk_size FROM memory_ingest_stats "
-                                "WHERE id = 1")
+        rows = await self._rows(
+            "SELECT documents_indexed, chunks_indexed, last_chunk_size FROM memory_ingest_stats WHERE id = 1"
+        )
         return rows[0] if rows else {"documents_indexed": 0, "chunks_indexed": 0, "last_chunk_size": None}
 
     # Reading memories --------------------------------------------------------------------------
@@ -247,11 +284,13 @@ class MemoryRepository:
         rows = await self._rows(
             f"SELECT {MEMORY_COLUMNS}, EXISTS (SELECT 1 FROM memory_embeddings e WHERE e.memory_id = m.id "
             f"AND e.model = :model) AS has_embedding FROM {MEMORY_FROM} WHERE m.id = ANY(CAST(:ids AS uuid[]))",
-            {"ids": list(ids), "model": model})
+            {"ids": list(ids), "model": model},
+        )
         return {r["id"]: r for r in rows}
 
-    async def list_memories(self, scope: Scope, model: str, limit: int, offset: int = 0,
-                   oldest_first: bool = False) -> list[dict[str, Any]]:
+    async def list_memories(
+        self, scope: Scope, model: str, limit: int, offset: int = 0, oldest_first: bool = False
+    ) -> list[dict[str, Any]]:
         """Memories in scope, newest first (or oldest first)."""
         where, params = scope.where()
         order = "ASC" if oldest_first else "DESC"
@@ -259,7 +298,8 @@ class MemoryRepository:
             f"SELECT {MEMORY_COLUMNS}, EXISTS (SELECT 1 FROM memory_embeddings e WHERE e.memory_id = m.id "
             f"AND e.model = :model) AS has_embedding FROM {MEMORY_FROM} WHERE {where} "
             f"ORDER BY m.created_at {order}, m.id LIMIT :limit OFFSET :offset",
-            {**params, "model": model, "limit": limit, "offset": offset})
+            {**params, "model": model, "limit": limit, "offset": offset},
+        )
 
     async def count(self, scope: Scope) -> int:
         """Number of memories in scope."""
@@ -275,8 +315,9 @@ class MemoryRepository:
             cast = "CAST(:metadata AS jsonb)" if column == "metadata" else f":{column}"
             sets.append(f"{column} = {cast}")
             params[column] = value
-        await self.session.execute(text(f"UPDATE memories SET {', '.join(sets)}, updated_at = now() WHERE id = :id"),
-                                   params)
+        await self.session.execute(
+            text(f"UPDATE memories SET {', '.join(sets)}, updated_at = now() WHERE id = :id"), params
+        )
 
     async def drop_vectors(self, memory_id: uuid.UUID) -> None:
         """Forget every vector of a memory whose text changed."""
@@ -284,16 +325,17 @@ class MemoryRepository:
 
     async def vector_of(self, memory_id: uuid.UUID, model: str) -> list[float] | None:
         """The stored vector of one memory under `model`."""
-        rows = await self._rows("SELECT embedding::text AS v FROM memory_embeddings WHERE memory_id = :id "
-                                "AND model = :model", {"id": memory_id, "model": model})
+        rows = await self._rows(
+            "SELECT embedding::text AS v FROM memory_embeddings WHERE memory_id = :id AND model = :model",
+            {"id": memory_id, "model": model},
+        )
         if not rows:
             return None
         return [float(x) for x in rows[0]["v"].strip("[]").split(",")]
 
     async def project_names(self, only: str | None = None) -> list[str]:
         """Distinct project names that hold memories."""
-        sql = ("SELECT DISTINCT p.name FROM projects p WHERE EXISTS (SELECT 1 FROM memories m "
-               "WHERE m.project_id = p.id)")
+        sql = "SELECT DISTINCT p.name FROM projects p WHERE EXISTS (SELECT 1 FROM memories m WHERE m.project_id = p.id)"
         params: dict[str, Any] = {}
         if only is not None:
             sql += " AND p.name = :only"
@@ -302,8 +344,10 @@ class MemoryRepository:
 
     async def project_tags(self, project_id: uuid.UUID, cap: int = 1000) -> list[str]:
         """Distinct tags used in one project."""
-        rows = await self._rows("SELECT DISTINCT t FROM memories m, unnest(m.tags) AS t WHERE m.project_id = :p "
-                                "ORDER BY t LIMIT :cap", {"p": project_id, "cap": cap})
+        rows = await self._rows(
+            "SELECT DISTINCT t FROM memories m, unnest(m.tags) AS t WHERE m.project_id = :p ORDER BY t LIMIT :cap",
+            {"p": project_id, "cap": cap},
+        )
         return [r["t"] for r in rows]
 
     async def counts_by(self, scope: Scope, expression: str, limit: int = 20) -> list[tuple[str, int]]:
@@ -311,7 +355,9 @@ class MemoryRepository:
         where, params = scope.where()
         rows = await self._rows(
             f"SELECT v, count(*) AS n FROM memories m, LATERAL ({expression}) AS x(v) WHERE {where} AND v IS NOT NULL "
-            f"GROUP BY v ORDER BY n DESC, v LIMIT :lim", {**params, "lim": limit})
+            f"GROUP BY v ORDER BY n DESC, v LIMIT :lim",
+            {**params, "lim": limit},
+        )
         return [(str(r["v"]), int(r["n"])) for r in rows]
 
     # Search ------------------------------------------------------------------------------------
@@ -321,11 +367,14 @@ class MemoryRepository:
         where, params = scope.where()
         rows = await self._rows(
             f"SELECT EXISTS (SELECT 1 FROM memory_embeddings e JOIN memories m ON m.id = e.memory_id "
-            f"WHERE e.model = {sql_literal(model)} AND {where}) AS ok", params)
+            f"WHERE e.model = {sql_literal(model)} AND {where}) AS ok",
+            params,
+        )
         return bool(rows[0]["ok"])
 
-    async def semantic(self, scope: Scope, model: str, vector: Sequence[float], k: int,
-                       ef_search: int, exact: bool = False) -> list[tuple[uuid.UUID, float]]:
+    async def semantic(
+        self, scope: Scope, model: str, vector: Sequence[float], k: int, ef_search: int, exact: bool = False
+    ) -> list[tuple[uuid.UUID, float]]:
         """The `k` memories in scope nearest to `vector` (cosine), filters applied inside the scan.
 
         Uses the partial HNSW index of the model when it has one, with pgvector's iterative index
@@ -341,26 +390,31 @@ class MemoryRepository:
         rows = await self._rows(
             f"SELECT e.memory_id AS id, {expr} AS distance FROM memory_embeddings e "
             f"JOIN memories m ON m.id = e.memory_id WHERE e.model = {sql_literal(model)} AND e.dim = {dim} "
-            f"AND {where} ORDER BY {expr} LIMIT :k", {**params, "q": vector_text(vector), "k": k})
+            f"AND {where} ORDER BY {expr} LIMIT :k",
+            {**params, "q": vector_text(vector), "k": k},
+        )
         if exact:
             await self.session.execute(text("SET LOCAL enable_indexscan = on"))
         hits = [(r["id"], 1.0 - float(r["distance"])) for r in rows]
         hits.sort(key=lambda h: -h[1])  # relaxed order: re-sort
         return hits
 
-    async def lexical(self, scope: Scope, query: str, k: int, websearch: bool,
-                      normalization: int) -> list[tuple[uuid.UUID, float]]:
+    async def lexical(
+        self, scope: Scope, query: str, k: int, websearch: bool, normalization: int
+    ) -> list[tuple[uuid.UUID, float]]:
         """The `k` memories in scope best ranked by full text (ts_rank_cd over the `simple` config)."""
         where, params = scope.where()
         fn = "websearch_to_tsquery" if websearch else "to_tsquery"
         rows = await self._rows(
             f"SELECT m.id, ts_rank_cd(m.tsv, q, {int(normalization)}) AS rank FROM memories m, "
             f"{fn}('simple', :tsq) AS q WHERE m.tsv @@ q AND {where} ORDER BY rank DESC, m.created_at DESC LIMIT :k",
-            {**params, "tsq": query, "k": k})
+            {**params, "tsq": query, "k": k},
+        )
         return [(r["id"], float(r["rank"])) for r in rows]
 
-    async def lexical_bm25(self, scope: Scope, groups: list[tuple[list[str], float]], k: int, k1: float = 1.2,
-                           b: float = 0.75) -> list[tuple[uuid.UUID, float]]:
+    async def lexical_bm25(
+        self, scope: Scope, groups: list[tuple[list[str], float]], k: int, k1: float = 1.2, b: float = 0.75
+    ) -> list[tuple[uuid.UUID, float]]:
         """BM25 over the `simple` tsvector. Each group is a query word with its variants (e.g. singular and
         plural) and one idf; term frequency comes from the lexeme positions, document length is the number
         of distinct lexemes (averaged over the matching memories)."""
@@ -380,8 +434,17 @@ class MemoryRepository:
             f"JOIN q ON u.lexeme = q.term GROUP BY c.id, c.dl, q.grp) "
             f"SELECT tf.id, sum(tf.idf * (tf.tf * (:k1 + 1)) / (tf.tf + :k1 * (1 - :b + :b * tf.dl / s.avgdl))) "
             f"AS score FROM tf CROSS JOIN s GROUP BY tf.id ORDER BY score DESC, tf.id LIMIT :k",
-            {**params, "terms": [t for t, _, _ in lexemes], "grps": [g for _, g, _ in lexemes],
-             "idfs": [i for _, _, i in lexemes], "tsq": tsq, "k": k, "k1": k1, "b": b})
+            {
+                **params,
+                "terms": [t for t, _, _ in lexemes],
+                "grps": [g for _, g, _ in lexemes],
+                "idfs": [i for _, _, i in lexemes],
+                "tsq": tsq,
+                "k": k,
+                "k1": k1,
+                "b": b,
+            },
+        )
         return [(r["id"], float(r["score"])) for r in rows]
 
     async def group_frequencies(self, scope: Scope, groups: list[list[str]]) -> list[int]:
@@ -393,14 +456,21 @@ class MemoryRepository:
         rows = await self._rows(
             f"SELECT i, (SELECT count(*) FROM memories m WHERE m.tsv @@ to_tsquery('simple', x) AND {where}) AS n "
             f"FROM unnest(CAST(:queries AS text[])) WITH ORDINALITY AS u(x, i) ORDER BY i",
-            {**params, "queries": queries})
+            {**params, "queries": queries},
+        )
         return [int(r["n"]) for r in rows]
 
     # Backfill ----------------------------------------------------------------------------------
 
-    async def missing_embeddings(self, model: str, project_id: uuid.UUID | None, include_archived: bool,
-                                 older_than_days: int, limit: int,
-                                 after: tuple[datetime, uuid.UUID] | None = None) -> list[dict[str, Any]]:
+    async def missing_embeddings(
+        self,
+        model: str,
+        project_id: uuid.UUID | None,
+        include_archived: bool,
+        older_than_days: int,
+        limit: int,
+        after: tuple[datetime, uuid.UUID] | None = None,
+    ) -> list[dict[str, Any]]:
         """Memories without a vector of `model`, oldest first (keyset paging with `after`)."""
         conds = ["e.memory_id IS NULL"]
         params: dict[str, Any] = {"model": model, "limit": limit}
@@ -417,8 +487,11 @@ class MemoryRepository:
             params["after_t"], params["after_id"] = after
         return await self._rows(
             "SELECT m.id, m.content, m.created_at FROM memories m LEFT JOIN memory_embeddings e "
-            "ON e.memory_id = m.id AND e.model = :model WHERE " + " AND ".join(conds) +
-            " ORDER BY m.created_at, m.id LIMIT :limit", params)
+            "ON e.memory_id = m.id AND e.model = :model WHERE "
+            + " AND ".join(conds)
+            + " ORDER BY m.created_at, m.id LIMIT :limit",
+            params,
+        )
 
     async def count_missing(self, model: str, project_id: uuid.UUID | None, include_archived: bool = False) -> int:
         """Number of memories without a vector of `model`."""

@@ -28,9 +28,15 @@ class BackfillRunner:
         s = self.settings
         try:
             async with self.db.transaction() as session:
-                report = await backfill(session, self.embedder, project_id=None, limit=s.backfill_max_per_run,
-                                        batch_size=s.backfill_batch_size, include_archived=s.backfill_include_archived,
-                                        concurrency=s.backfill_concurrency)
+                report = await backfill(
+                    session,
+                    self.embedder,
+                    project_id=None,
+                    limit=s.backfill_max_per_run,
+                    batch_size=s.backfill_batch_size,
+                    include_archived=s.backfill_include_archived,
+                    concurrency=s.backfill_concurrency,
+                )
         except asyncio.CancelledError:
             raise
         except Exception:
@@ -38,8 +44,15 @@ class BackfillRunner:
             return None
         finally:
             self.runs += 1
-        log.info("background backfill", extra={"model": report.model, "scanned": report.scanned,
-                                               "embedded": report.embedded, "failed": report.failed})
+        log.info(
+            "background backfill",
+            extra={
+                "model": report.model,
+                "scanned": report.scanned,
+                "embedded": report.embedded,
+                "failed": report.failed,
+            },
+        )
         return report
 
     async def run_forever(self) -> None:

@@ -46,8 +46,10 @@ Tags = Annotated[
 ]
 
 ProjectName = Annotated[str | None, Field(default=None, pattern=PROJECT_NAME)]
-CollectionName = Annotated[str | None, Field(default=None, pattern=COLLECTION_NAME,
-                                             description="Collection override (default collection when omitted)")]
+CollectionName = Annotated[
+    str | None,
+    Field(default=None, pattern=COLLECTION_NAME, description="Collection override (default collection when omitted)"),
+]
 
 
 def utc(value: datetime | None) -> datetime | None:
@@ -89,8 +91,9 @@ def move_aliases(data: Any, aliases: dict[str, str]) -> Any:
 class _ProjectTypeAliases(StrictModel):
     """`project` and `type` aliases (seed 001)."""
 
-    project_id: str | None = Field(default=None, pattern=PROJECT_NAME,
-                                   description="Project label (default 'default'); alias: project")
+    project_id: str | None = Field(
+        default=None, pattern=PROJECT_NAME, description="Project label (default 'default'); alias: project"
+    )
     project: str | None = Field(default=None, description="Alias of project_id")
     memory_type: MemoryType | None = Field(default=None, description="episodic | semantic | procedural; alias: type")
     type: str | None = Field(default=None, description="Alias of memory_type")
@@ -102,11 +105,13 @@ class SearchIn(_ProjectTypeAliases):
     query_text: str = Field(min_length=1, max_length=512, description="Text to search for (<= 512 chars)")
     tags: Tags
     time_range: TimeRange | None = Field(default=None, description="{start?, end?}; start <= end")
-    limit: int | None = Field(default=None, ge=1, description="1..SEARCH_MAX_LIMIT (default SEARCH_DEFAULT_LIMIT); "
-                              "alias: k")
+    limit: int | None = Field(
+        default=None, ge=1, description="1..SEARCH_MAX_LIMIT (default SEARCH_DEFAULT_LIMIT); alias: k"
+    )
     k: int | None = Field(default=None, description="Alias of limit")
-    score_threshold: float | None = Field(default=None, ge=0.0, le=1.0,
-                                          description="0..1 minimum cosine similarity of semantic matches")
+    score_threshold: float | None = Field(
+        default=None, ge=0.0, le=1.0, description="0..1 minimum cosine similarity of semantic matches"
+    )
     collection: CollectionName
     mode: SearchMode = Field(default="hybrid", description="hybrid (vector + full-text, fused) | semantic | lexical")
 
@@ -160,8 +165,11 @@ class PushIn(_ProjectTypeAliases):
     text: str = Field(min_length=1, description="Document contents to index")
     collection: CollectionName
     tags: Tags
-    source_uri: str | None = Field(default=None, max_length=2048, description="File path or URL (provenance); "
-                                   "pushing the same source_uri again updates its chunks")
+    source_uri: str | None = Field(
+        default=None,
+        max_length=2048,
+        description="File path or URL (provenance); pushing the same source_uri again updates its chunks",
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -192,8 +200,10 @@ class SummarizeIn(_ProjectTypeAliases):
     limit: int = Field(default=50, ge=1, description="Most memories read (capped by SEARCH_MAX_LIMIT); alias: k")
     k: int | None = Field(default=None, description="Alias of limit")
     strategy: Strategy = "auto"
-    provider: Provider | None = Field(default=None, description="Abstractive provider; must be the one the server "
-                                      "is configured with (default: that one)")
+    provider: Provider | None = Field(
+        default=None,
+        description="Abstractive provider; must be the one the server is configured with (default: that one)",
+    )
     model: str | None = Field(default=None, max_length=200, description="Provider model when abstractive")
     max_words: int | None = Field(default=None, gt=0, le=5000, description="Default SUMMARIZATION_MAX_WORDS")
     collection: CollectionName
@@ -232,8 +242,9 @@ class NewCollectionIn(StrictModel):
     """Arguments of new-collection."""
 
     name: str = Field(pattern=COLLECTION_NAME, description="Collection name")
-    vector_size: int | None = Field(default=None, ge=1, le=16000, description="Vector dimension "
-                                    "(default: the active embedding dimension)")
+    vector_size: int | None = Field(
+        default=None, ge=1, le=16000, description="Vector dimension (default: the active embedding dimension)"
+    )
 
 
 class NewCollectionOut(BaseModel):

@@ -25,12 +25,14 @@ from app.memory.repository import MemoryRepository, Scope
 log = logging.getLogger("cairn.memory")
 
 # Function words carry no topic; dropping them keeps the OR query from matching everything.
-STOPWORDS = frozenset("""
+STOPWORDS = frozenset(
+    """
 a an and are as at be been being but by can could did do does for from had has have having he her hers him his
 how i if in into is it its itself just me more most my no nor not of off on once only or other our ours out over
 own same she should so some such than that the their theirs them then there these they this those through to too
 under until up very was we were what when where which while who whom why will with would you your yours also
-""".split())
+""".split()
+)
 
 _WEBSEARCH_SYNTAX = re.compile(r'"|(?:^|\s)-\w|\sor\s', re.IGNORECASE)
 _WORD = re.compile(r"\w+", re.UNICODE)
@@ -148,8 +150,17 @@ def fuse(lists: dict[str, list[tuple[uuid.UUID, float]]], k: int) -> list[Hit]:
 
 
 async def retrieve(
-    repo: MemoryRepository, embedder: EmbeddingProvider, settings: MemorySettings, scope: Scope, query: str, *,
-    mode: str, limit: int, threshold: float, vector: Sequence[float] | None = None, exact: bool = False,
+    repo: MemoryRepository,
+    embedder: EmbeddingProvider,
+    settings: MemorySettings,
+    scope: Scope,
+    query: str,
+    *,
+    mode: str,
+    limit: int,
+    threshold: float,
+    vector: Sequence[float] | None = None,
+    exact: bool = False,
 ) -> Retrieval:
     """Search `scope` for `query` in `mode`, returning at most `limit` hits.
 
@@ -173,14 +184,24 @@ async def retrieve(
                 sem = await repo.semantic(scope, model, qvec, depth, settings.memory_ef_search, exact=exact)
                 sem = [(mid, s) for mid, s in sem if s >= threshold]
     if used == "semantic":
-        return Retrieval([Hit(mid, round(s, 6), {"semantic": {"rank": i, "score": round(s, 6)}})
-                          for i, (mid, s) in enumerate(sem[:limit], start=1)], used)
+        return Retrieval(
+            [
+                Hit(mid, round(s, 6), {"semantic": {"rank": i, "score": round(s, 6)}})
+                for i, (mid, s) in enumerate(sem[:limit], start=1)
+            ],
+            used,
+        )
     depth = limit if used != "hybrid" else max(limit, settings.memory_candidates)
     lex = await lexical_hits(repo, scope, query, depth)
     if used == "hybrid":
         return Retrieval(fuse({"semantic": sem, "lexical": lex}, settings.memory_rrf_k)[:limit], used)
-    return Retrieval([Hit(mid, round(s, 6), {"lexical": {"rank": i, "score": round(s, 6)}})
-                      for i, (mid, s) in enumerate(lex[:limit], start=1)], used)
+    return Retrieval(
+        [
+            Hit(mid, round(s, 6), {"lexical": {"rank": i, "score": round(s, 6)}})
+            for i, (mid, s) in enumerate(lex[:limit], start=1)
+        ],
+        used,
+    )
 
 
 def clip(text: str, cap: int) -> tuple[str, bool]:
@@ -191,8 +212,9 @@ def clip(text: str, cap: int) -> tuple[str, bool]:
     return text[: cut if cut > cap // 2 else cap - 1].rstrip() + "…", True
 
 
-def build_context(items: list[tuple[str, str, datetime | None]], max_chars: int,
-                  per_item: int = 600) -> tuple[str, bool]:
+def build_context(
+    items: list[tuple[str, str, datetime | None]], max_chars: int, per_item: int = 600
+) -> tuple[str, bool]:
     """A prompt-ready block: one `[id] text` paragraph per item, within `max_chars`."""
     parts: list[str] = []
     used = 0

@@ -34,8 +34,10 @@ from app.memory.summarize import summarize as make_summary
 
 
 def _bad(field: str, message: str, rule: str = "value_error") -> InvalidInput:
-    return InvalidInput(f"Invalid arguments: {field}: {message}",
-                        details={"errors": [{"field": field, "rule": rule, "message": message}]})
+    return InvalidInput(
+        f"Invalid arguments: {field}: {message}",
+        details={"errors": [{"field": field, "rule": rule, "message": message}]},
+    )
 
 
 def _time_filter(tr: TimeRange | None) -> dict[str, str] | None:
@@ -53,8 +55,10 @@ async def push(ctx: CallContext, args: PushIn) -> PushOut:
     """Chunk by tokens, skip known chunks, embed the rest, write; a known source_uri is updated in place."""
     cfg = common.settings()
     if len(args.text) > cfg.memory_max_content_chars:
-        raise TooLarge(f"text has {len(args.text)} characters; the limit is {cfg.memory_max_content_chars}",
-                       suggestions=["Split the document and push the parts with the same tags"])
+        raise TooLarge(
+            f"text has {len(args.text)} characters; the limit is {cfg.memory_max_content_chars}",
+            suggestions=["Split the document and push the parts with the same tags"],
+        )
     project = await common.project_for_write(ctx, args.project_id)
     coll = await common.collection_for_write(ctx, args.collection)
     memory_type = args.memory_type or "semantic"
@@ -101,8 +105,9 @@ async def push(ctx: CallContext, args: PushIn) -> PushOut:
     reusable.sort(key=lambda r: r["chunk_index"] if r["chunk_index"] is not None else 0)
     missing = [h for _, h in writes if h not in vectors]
     if missing:  # rare: known at first look, gone by now
-        vectors.update(zip(missing, await common.embed(ctx, [chunks[hashes.index(h)].text for h in missing]),
-                           strict=True))
+        vectors.update(
+            zip(missing, await common.embed(ctx, [chunks[hashes.index(h)].text for h in missing]), strict=True)
+        )
     inserted, updated, new_rows, embeddings = 0, 0, [], []
     for pos, h in writes:
         chunk = chunks[pos]
@@ -113,11 +118,23 @@ async def push(ctx: CallContext, args: PushIn) -> PushOut:
             updated += 1
         else:
             target = uuid.uuid4()
-            new_rows.append({
-                "id": target, "project_id": project.id, "collection_id": coll.id, "kind": "chunk",
-                "memory_type": memory_type, "content": chunk.text, "content_hash": h, "tags": tags,
-                "metadata": json.dumps({"tokens": chunk.tokens}), "source_uri": args.source_uri,
-                "document_id": document_id, "chunk_index": pos, "summary_key": None})
+            new_rows.append(
+                {
+                    "id": target,
+                    "project_id": project.id,
+                    "collection_id": coll.id,
+                    "kind": "chunk",
+                    "memory_type": memory_type,
+                    "content": chunk.text,
+                    "content_hash": h,
+                    "tags": tags,
+                    "metadata": json.dumps({"tokens": chunk.tokens}),
+                    "source_uri": args.source_uri,
+                    "document_id": document_id,
+                    "chunk_index": pos,
+                    "summary_key": None,
+                }
+            )
             inserted += 1
         embeddings.append((target, vectors[h]))
     await repo.insert_memories(new_rows)
@@ -128,9 +145,17 @@ async def push(ctx: CallContext, args: PushIn) -> PushOut:
     await repo.upsert_embeddings(ctx.embedder.model, embeddings)
     indexed = inserted + updated
     await repo.bump_ingest(1 if indexed else 0, indexed, cfg.memory_chunk_tokens)
-    return PushOut(collection=coll.name, chunksIndexed=indexed, chunkSize=cfg.memory_chunk_tokens,
-                   inserted=inserted, updated=updated, skippedDuplicates=skipped, removed=removed,
-                   document_id=str(document_id), project_id=project.name)
+    return PushOut(
+        collection=coll.name,
+        chunksIndexed=indexed,
+        chunkSize=cfg.memory_chunk_tokens,
+        inserted=inserted,
+        updated=updated,
+        skippedDuplicates=skipped,
+        removed=removed,
+        document_id=str(document_id),
+        project_id=project.name,
+    )
 
 
 def _limit(requested: int | None, default: int, cap: int, field: str = "limit") -> int:
@@ -156,17 +181,33 @@ async def search(ctx: CallContext, args: SearchIn) -> SearchOut:
         used["tags"] = args.tags
     if (tf := _time_filter(args.time_range)) is not None:
         used["time_range"] = tf
-    out = SearchOut(results=[], context=None, collection=coll_name, limit=limit, score_threshold=threshold,
-                    scoreThreshold=threshold, used_filters=used, mode=args.mode, retrieval_mode=args.mode,
-                    model=ctx.embedder.model)
+    out = SearchOut(
+        results=[],
+        context=None,
+        collection=coll_name,
+        limit=limit,
+        score_threshold=threshold,
+        scoreThreshold=threshold,
+        used_filters=used,
+        mode=args.mode,
+        retrieval_mode=args.mode,
+        model=ctx.embedder.model,
+    )
     if project is None or coll is None:
         return out
     tr = args.time_range or TimeRange()
-    scope = Scope(project_id=project.id, collection_id=coll.id, memory_type=args.memory_type, tags=args.tags,
-                  start=tr.start, end=tr.end)
+    scope = Scope(
+        project_id=project.id,
+        collection_id=coll.id,
+        memory_type=args.memory_type,
+        tags=args.tags,
+        start=tr.start,
+        end=tr.end,
+    )
     repo = MemoryRepository(ctx.session)
-    found = await retrieve(repo, ctx.embedder, cfg, scope, args.query_text, mode=args.mode, limit=limit,
-                           threshold=threshold)
+    found = await retrieve(
+        repo, ctx.embedder, cfg, scope, args.query_text, mode=args.mode, limit=limit, threshold=threshold
+    )
     rows = await repo.fetch([h.id for h in found.hits], ctx.embedder.model)
     results: list[SearchHit] = []
     for hit in found.hits:
@@ -174,13 +215,25 @@ async def search(ctx: CallContext, args: SearchIn) -> SearchOut:
         if row is None:
             continue
         body, cut = clip(row["content"], cfg.memory_result_chars)
-        results.append(SearchHit(
-            id=str(hit.id), score=hit.score, text=body, truncated=cut, project_id=row["project"],
-            memory_type=row["memory_type"], tags=row["tags"], timestamp=row["created_at"],
-            source_uri=row["source_uri"], collection=row["collection"],
-            signals={k: Signal(rank=int(v["rank"]), score=v["score"]) for k, v in hit.signals.items()}))
-    context, _ = build_context([(r.id, rows[uuid.UUID(r.id)]["content"], row_time(rows[uuid.UUID(r.id)]))
-                                for r in results], cfg.memory_context_chars)
+        results.append(
+            SearchHit(
+                id=str(hit.id),
+                score=hit.score,
+                text=body,
+                truncated=cut,
+                project_id=row["project"],
+                memory_type=row["memory_type"],
+                tags=row["tags"],
+                timestamp=row["created_at"],
+                source_uri=row["source_uri"],
+                collection=row["collection"],
+                signals={k: Signal(rank=int(v["rank"]), score=v["score"]) for k, v in hit.signals.items()},
+            )
+        )
+    context, _ = build_context(
+        [(r.id, rows[uuid.UUID(r.id)]["content"], row_time(rows[uuid.UUID(r.id)])) for r in results],
+        cfg.memory_context_chars,
+    )
     out.results, out.context, out.retrieval_mode = results, context or None, found.retrieval_mode  # type: ignore[assignment]
     return out
 
@@ -194,42 +247,97 @@ async def summarize(ctx: CallContext, args: SummarizeIn) -> SummarizeOut:
     memory_type = args.memory_type or "episodic"
     name, project = await common.project_for_read(ctx, args.project_id)
     coll = await common.collection_for_read(ctx, args.collection)
-    used: dict[str, Any] = {"project_id": name, "memory_type": memory_type,
-                            "collection": coll.name if coll else cfg.memory_default_collection,
-                            "time_range": _time_filter(args.time_range), "limit": limit}
+    used: dict[str, Any] = {
+        "project_id": name,
+        "memory_type": memory_type,
+        "collection": coll.name if coll else cfg.memory_default_collection,
+        "time_range": _time_filter(args.time_range),
+        "limit": limit,
+    }
     if args.tags:
         used["tags"] = args.tags
     if project is None or coll is None:
         raise NotFound(f"No memories in project '{name}' to summarise", suggestions=["push memories first"])
     repo = MemoryRepository(ctx.session)
-    scope = Scope(project_id=project.id, collection_id=coll.id, memory_type=memory_type, tags=args.tags,
-                  start=args.time_range.start, end=args.time_range.end, kinds=["chunk", "thought"])
+    scope = Scope(
+        project_id=project.id,
+        collection_id=coll.id,
+        memory_type=memory_type,
+        tags=args.tags,
+        start=args.time_range.start,
+        end=args.time_range.end,
+        kinds=["chunk", "thought"],
+    )
     rows = list(reversed(await repo.list_memories(scope, ctx.embedder.model, limit)))  # newest N, told in time order
     if not rows:
-        raise NotFound("No memories match the filters and time range",
-                       suggestions=["Widen time_range, drop tags, or check memory_type (default episodic)"])
-    result = await make_summary(ctx.embedder, cfg, [r["content"] for r in rows], strategy=args.strategy,
-                                provider=args.provider, model=args.model, max_words=max_words)
+        raise NotFound(
+            "No memories match the filters and time range",
+            suggestions=["Widen time_range, drop tags, or check memory_type (default episodic)"],
+        )
+    result = await make_summary(
+        ctx.embedder,
+        cfg,
+        [r["content"] for r in rows],
+        strategy=args.strategy,
+        provider=args.provider,
+        model=args.model,
+        max_words=max_words,
+    )
     source_ids = [str(r["id"]) for r in rows]
     key = common.key_of("summarize", memory_type, sorted(args.tags or []), used["time_range"], limit)
-    summary_id = await store_summary(ctx, repo, project.id, coll.id, key, result.text, source_ids, args.tags or [],
-                                     {"strategy": result.strategy, "provider": result.provider,
-                                      "model": result.model, "time_range": used["time_range"],
-                                      "summarized_type": memory_type})
-    return SummarizeOut(summary=result.text, source_memory_ids=source_ids, upserted_memory_id=str(summary_id),
-                        strategy=result.strategy,  # type: ignore[arg-type]
-                        provider=result.provider, model=result.model, used_filters=used)
+    summary_id = await store_summary(
+        ctx,
+        repo,
+        project.id,
+        coll.id,
+        key,
+        result.text,
+        source_ids,
+        args.tags or [],
+        {
+            "strategy": result.strategy,
+            "provider": result.provider,
+            "model": result.model,
+            "time_range": used["time_range"],
+            "summarized_type": memory_type,
+        },
+    )
+    return SummarizeOut(
+        summary=result.text,
+        source_memory_ids=source_ids,
+        upserted_memory_id=str(summary_id),
+        strategy=result.strategy,  # type: ignore[arg-type]
+        provider=result.provider,
+        model=result.model,
+        used_filters=used,
+    )
 
 
-async def store_summary(ctx: CallContext, repo: MemoryRepository, project_id: uuid.UUID,
-                        collection_id: uuid.UUID, key: str, text: str, source_ids: list[str], tags: list[str],
-                        extra: dict[str, Any]) -> uuid.UUID:
+async def store_summary(
+    ctx: CallContext,
+    repo: MemoryRepository,
+    project_id: uuid.UUID,
+    collection_id: uuid.UUID,
+    key: str,
+    text: str,
+    source_ids: list[str],
+    tags: list[str],
+    extra: dict[str, Any],
+) -> uuid.UUID:
     """Upsert the summary memory for `key` and (best effort) its vector."""
     body = text or "(empty summary)"
-    summary_id = await repo.upsert_summary({
-        "id": uuid.uuid4(), "project_id": project_id, "collection_id": collection_id, "content": body,
-        "content_hash": common.content_hash(body), "tags": sorted(set(tags)), "summary_key": key,
-        "metadata": json.dumps({"source_memory_ids": source_ids, **extra})})
+    summary_id = await repo.upsert_summary(
+        {
+            "id": uuid.uuid4(),
+            "project_id": project_id,
+            "collection_id": collection_id,
+            "content": body,
+            "content_hash": common.content_hash(body),
+            "tags": sorted(set(tags)),
+            "summary_key": key,
+            "metadata": json.dumps({"source_memory_ids": source_ids, **extra}),
+        }
+    )
     await repo.drop_vectors(summary_id)
     try:
         vector = await ctx.embedder.embed_one(body)
@@ -261,8 +369,11 @@ async def new_collection(ctx: CallContext, args: NewCollectionIn) -> NewCollecti
 async def metrics(ctx: CallContext) -> MetricsOut:
     """Ingestion counters."""
     row = await MemoryRepository(ctx.session).ingest_stats()
-    return MetricsOut(documentsIndexed=int(row["documents_indexed"]), chunksIndexed=int(row["chunks_indexed"]),
-                      lastChunkSize=row["last_chunk_size"])
+    return MetricsOut(
+        documentsIndexed=int(row["documents_indexed"]),
+        chunksIndexed=int(row["chunks_indexed"]),
+        lastChunkSize=row["last_chunk_size"],
+    )
 
 
 def memory_types() -> dict[str, Any]:
@@ -293,13 +404,19 @@ USAGE: dict[str, Any] = {
         "Use summarize to consolidate episodic → semantic summaries.",
     ],
     "flows": [
-        {"name": "Ingest & Retrieve", "steps": [
-            "push({ text, project_id?, memory_type?, tags? })",
-            "search({ query_text, project_id?, memory_type?, tags?, time_range? })",
-        ]},
-        {"name": "Summarize", "steps": [
-            "search episodic within time_range",
-            "summarize({ project_id, time_range, tags?, limit?, max_words? })",
-        ]},
+        {
+            "name": "Ingest & Retrieve",
+            "steps": [
+                "push({ text, project_id?, memory_type?, tags? })",
+                "search({ query_text, project_id?, memory_type?, tags?, time_range? })",
+            ],
+        },
+        {
+            "name": "Summarize",
+            "steps": [
+                "search episodic within time_range",
+                "summarize({ project_id, time_range, tags?, limit?, max_words? })",
+            ],
+        },
     ],
 }

@@ -103,12 +103,15 @@ def _prompt(texts: list[str], max_words: int) -> str:
             break
         notes.append(line)
         used += len(line)
-    return (f"Write a faithful summary of these notes in at most {max_words} words. Keep names, numbers and "
-            "decisions; add nothing that is not in the notes. Answer with the summary only.\n\n" + "\n".join(notes))
+    return (
+        f"Write a faithful summary of these notes in at most {max_words} words. Keep names, numbers and "
+        "decisions; add nothing that is not in the notes. Answer with the summary only.\n\n" + "\n".join(notes)
+    )
 
 
-async def abstractive(provider: str, base_url: str, model: str, api_key: str | None, texts: list[str],
-                      max_words: int, timeout: float) -> str:
+async def abstractive(
+    provider: str, base_url: str, model: str, api_key: str | None, texts: list[str], max_words: int, timeout: float
+) -> str:
     """Ask a chat model for the summary; failures raise UpstreamError (5020)."""
     messages = [{"role": "user", "content": _prompt(texts, max_words)}]
     base = base_url.rstrip("/")
@@ -136,30 +139,47 @@ async def abstractive(provider: str, base_url: str, model: str, api_key: str | N
     return text if len(words) <= max_words else " ".join(words[:max_words]) + " …"
 
 
-async def summarize(embedder: EmbeddingProvider, settings: MemorySettings, texts: list[str], *, strategy: str,
-                    provider: str | None, model: str | None, max_words: int) -> SummaryResult:
+async def summarize(
+    embedder: EmbeddingProvider,
+    settings: MemorySettings,
+    texts: list[str],
+    *,
+    strategy: str,
+    provider: str | None,
+    model: str | None,
+    max_words: int,
+) -> SummaryResult:
     """Summarise `texts` with the requested strategy (`auto` = abstractive when configured, else extractive)."""
     configured = settings.summary_provider if settings.summary_provider != "none" else None
     if provider is not None and provider != configured:
         # Callers pick among what the operator set up; they cannot make the server call other endpoints.
-        raise InvalidInput(f"Summary provider '{provider}' is not configured on this server"
-                           + (f" (configured: '{configured}')" if configured else " (none is configured)"),
-                           suggestions=["Omit provider to use the configured one, or use strategy 'extractive'"],
-                           details={"errors": [{"field": "provider", "rule": "not_configured",
-                                                "message": "provider not configured"}]})
+        raise InvalidInput(
+            f"Summary provider '{provider}' is not configured on this server"
+            + (f" (configured: '{configured}')" if configured else " (none is configured)"),
+            suggestions=["Omit provider to use the configured one, or use strategy 'extractive'"],
+            details={"errors": [{"field": "provider", "rule": "not_configured", "message": "provider not configured"}]},
+        )
     chosen = configured
     chosen_model = model or settings.summary_model
     if strategy == "abstractive" and (chosen is None or not chosen_model):
-        raise InvalidInput("strategy 'abstractive' needs a summary provider and model",
-                           suggestions=["Set CAIRN_SUMMARY_PROVIDER and CAIRN_SUMMARY_MODEL, or pass provider and "
-                                        "model", "Or use strategy 'extractive'"],
-                           details={"errors": [{"field": "strategy", "rule": "provider_required",
-                                                "message": "no summary provider configured"}]})
+        raise InvalidInput(
+            "strategy 'abstractive' needs a summary provider and model",
+            suggestions=[
+                "Set CAIRN_SUMMARY_PROVIDER and CAIRN_SUMMARY_MODEL, or pass provider and model",
+                "Or use strategy 'extractive'",
+            ],
+            details={
+                "errors": [
+                    {"field": "strategy", "rule": "provider_required", "message": "no summary provider configured"}
+                ]
+            },
+        )
     if strategy in ("auto", "abstractive") and chosen is not None and chosen_model:
         base = settings.summary_base_url or DEFAULT_URLS[chosen]
         try:
-            text = await abstractive(chosen, base, chosen_model, settings.summary_api_key, texts, max_words,
-                                     settings.summary_timeout)
+            text = await abstractive(
+                chosen, base, chosen_model, settings.summary_api_key, texts, max_words, settings.summary_timeout
+            )
             return SummaryResult(text, "abstractive", chosen, chosen_model)
         except UpstreamError:
             if strategy == "abstractive":

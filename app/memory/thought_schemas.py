@@ -12,8 +12,9 @@ from app.core.schemas import PROJECT_NAME, StrictModel
 from app.memory.schemas import Provider, RetrievalMode, SearchMode, Signal, Strategy, move_aliases
 
 Label = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=200)]
-ProjectRef = Annotated[str | None, Field(default=None, pattern=PROJECT_NAME,
-                                         description="Project name (default 'default')")]
+ProjectRef = Annotated[
+    str | None, Field(default=None, pattern=PROJECT_NAME, description="Project name (default 'default')")
+]
 
 
 class ThoughtMetadata(BaseModel):
@@ -24,8 +25,9 @@ class ThoughtMetadata(BaseModel):
     type: Label | None = Field(default=None, description="e.g. observation, task, idea, reference, person_note")
     topics: list[Label] = Field(default_factory=list, max_length=50)
     people: list[Label] = Field(default_factory=list, max_length=50)
-    action_items: list[Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=1000)]] = \
-        Field(default_factory=list, max_length=50)
+    action_items: list[Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=1000)]] = Field(
+        default_factory=list, max_length=50
+    )
     source: Label | None = None
 
 
@@ -136,8 +138,9 @@ class SearchThoughtsIn(StrictModel):
     query: str = Field(min_length=1, max_length=2000)
     project: ProjectRef
     limit: int = Field(default=10, ge=1, le=50)
-    threshold: float | None = Field(default=None, ge=0.0, le=1.0,
-                                    description="Minimum cosine similarity of semantic matches")
+    threshold: float | None = Field(
+        default=None, ge=0.0, le=1.0, description="Minimum cosine similarity of semantic matches"
+    )
     mode: SearchMode = "hybrid"
     include_archived: bool = False
 
@@ -213,8 +216,12 @@ class SummarizeThoughtsIn(StrictModel):
     """Arguments of summarize_thoughts."""
 
     project: ProjectRef
-    query: str | None = Field(default=None, min_length=1, max_length=2000,
-                              description="Summarise the thoughts relevant to this (else the most recent)")
+    query: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=2000,
+        description="Summarise the thoughts relevant to this (else the most recent)",
+    )
     days: int | None = Field(default=None, ge=1, le=36500)
     limit: int = Field(default=20, ge=1, le=100)
     strategy: Strategy = "auto"

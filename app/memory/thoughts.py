@@ -53,10 +53,19 @@ MAX_METADATA_BYTES = 16_384
 
 def thought_out(row: dict[str, Any]) -> ThoughtOut:
     """API shape of a memory row."""
-    return ThoughtOut(id=str(row["id"]), content=row["content"], project=row["project"], metadata=row["metadata"],
-                      memory_type=row["memory_type"], kind=row["kind"], tags=row["tags"], archived=row["archived"],
-                      has_embedding=bool(row.get("has_embedding")), created_at=row["created_at"],
-                      updated_at=row["updated_at"])
+    return ThoughtOut(
+        id=str(row["id"]),
+        content=row["content"],
+        project=row["project"],
+        metadata=row["metadata"],
+        memory_type=row["memory_type"],
+        kind=row["kind"],
+        tags=row["tags"],
+        archived=row["archived"],
+        has_embedding=bool(row.get("has_embedding")),
+        created_at=row["created_at"],
+        updated_at=row["updated_at"],
+    )
 
 
 def _metadata_json(metadata: ThoughtMetadata | None) -> str:
@@ -70,8 +79,10 @@ def _metadata_json(metadata: ThoughtMetadata | None) -> str:
 def _check_size(content: str) -> None:
     cap = common.settings().memory_max_thought_chars
     if len(content) > cap:
-        raise TooLarge(f"content has {len(content)} characters; the limit for one thought is {cap}",
-                       suggestions=["Use push for long documents: it chunks them"])
+        raise TooLarge(
+            f"content has {len(content)} characters; the limit for one thought is {cap}",
+            suggestions=["Use push for long documents: it chunks them"],
+        )
 
 
 async def _vector_or_none(ctx: CallContext, text: str) -> list[float] | None:
@@ -85,8 +96,9 @@ async def _row(ctx: CallContext, memory_id: uuid.UUID) -> dict[str, Any]:
     row = (await MemoryRepository(ctx.session).fetch([memory_id], ctx.embedder.model)).get(memory_id)
     bound = ctx.bound_project
     if row is None or (bound is not None and row["project"] != bound):
-        raise NotFound(f"No thought with id {memory_id}", suggestions=["Find ids with list_thoughts or "
-                                                                        "search_thoughts"])
+        raise NotFound(
+            f"No thought with id {memory_id}", suggestions=["Find ids with list_thoughts or search_thoughts"]
+        )
     return row
 
 
@@ -97,16 +109,31 @@ async def capture(ctx: CallContext, args: CaptureThoughtIn) -> CaptureThoughtOut
     coll = await common.collection_for_write(ctx, None)
     repo = MemoryRepository(ctx.session)
     mid = uuid.uuid4()
-    await repo.insert_memories([{
-        "id": mid, "project_id": project.id, "collection_id": coll.id, "kind": "thought", "memory_type": "episodic",
-        "content": args.content, "content_hash": common.content_hash(args.content), "tags": [],
-        "metadata": _metadata_json(args.metadata), "source_uri": None, "document_id": None, "chunk_index": None,
-        "summary_key": None}])
+    await repo.insert_memories(
+        [
+            {
+                "id": mid,
+                "project_id": project.id,
+                "collection_id": coll.id,
+                "kind": "thought",
+                "memory_type": "episodic",
+                "content": args.content,
+                "content_hash": common.content_hash(args.content),
+                "tags": [],
+                "metadata": _metadata_json(args.metadata),
+                "source_uri": None,
+                "document_id": None,
+                "chunk_index": None,
+                "summary_key": None,
+            }
+        ]
+    )
     vector = await _vector_or_none(ctx, args.content)
     if vector is not None:
         await repo.upsert_embeddings(ctx.embedder.model, [(mid, vector)])
-    return CaptureThoughtOut(thought=thought_out(await _row(ctx, mid)), embedded=vector is not None,
-                             model=ctx.embedder.model)
+    return CaptureThoughtOut(
+        thought=thought_out(await _row(ctx, mid)), embedded=vector is not None, model=ctx.embedder.model
+    )
 
 
 async def get(ctx: CallContext, memory_id: uuid.UUID) -> ThoughtResultOut:
@@ -119,14 +146,21 @@ async def list_thoughts(ctx: CallContext, args: ListThoughtsIn) -> ListThoughtsO
     exists, project_id = await common.project_filter(ctx, args.project)
     if not exists:
         return ListThoughtsOut(thoughts=[], total=0)
-    scope = Scope(project_id=project_id, thought_type=args.type, topic=args.topic, person=args.person,
-                  days=args.days, include_archived=args.include_archived)
+    scope = Scope(
+        project_id=project_id,
+        thought_type=args.type,
+        topic=args.topic,
+        person=args.person,
+        days=args.days,
+        include_archived=args.include_archived,
+    )
     repo = MemoryRepository(ctx.session)
     rows = await repo.list_memories(scope, ctx.embedder.model, args.limit, args.offset)
     total = await repo.count(scope)
     nxt = args.offset + len(rows)
-    return ListThoughtsOut(thoughts=[thought_out(r) for r in rows], total=total,
-                           next_offset=nxt if nxt < total else None)
+    return ListThoughtsOut(
+        thoughts=[thought_out(r) for r in rows], total=total, next_offset=nxt if nxt < total else None
+    )
 
 
 async def update(ctx: CallContext, args: UpdateThoughtIn) -> UpdateThoughtOut:
@@ -175,22 +209,38 @@ def _hits(found: Retrieval, rows: dict[uuid.UUID, dict[str, Any]], cap: int) -> 
         if row is None:
             continue
         body, cut = clip(row["content"], cap)
-        out.append(ThoughtHit(id=str(hit.id), content=body, truncated=cut, similarity=hit.score,
-                              project=row["project"], metadata=row["metadata"], created_at=row["created_at"],
-                              signals={k: Signal(rank=int(v["rank"]), score=v["score"])
-                                       for k, v in hit.signals.items()}))
+        out.append(
+            ThoughtHit(
+                id=str(hit.id),
+                content=body,
+                truncated=cut,
+                similarity=hit.score,
+                project=row["project"],
+                metadata=row["metadata"],
+                created_at=row["created_at"],
+                signals={k: Signal(rank=int(v["rank"]), score=v["score"]) for k, v in hit.signals.items()},
+            )
+        )
     return out
 
 
-async def _search(ctx: CallContext, project: str | None, query: str, *, limit: int, threshold: float | None,
-                  mode: str = "hybrid", include_archived: bool = False, exclude: uuid.UUID | None = None,
-                  kinds: list[str] | None = None, days: int | None = None,
-                  ) -> tuple[Retrieval, dict[uuid.UUID, dict[str, Any]]]:
+async def _search(
+    ctx: CallContext,
+    project: str | None,
+    query: str,
+    *,
+    limit: int,
+    threshold: float | None,
+    mode: str = "hybrid",
+    include_archived: bool = False,
+    exclude: uuid.UUID | None = None,
+    kinds: list[str] | None = None,
+    days: int | None = None,
+) -> tuple[Retrieval, dict[uuid.UUID, dict[str, Any]]]:
     exists, project_id = await common.project_filter(ctx, project)
     if not exists:
         return Retrieval([], mode), {}
-    scope = Scope(project_id=project_id, include_archived=include_archived, exclude_id=exclude, kinds=kinds,
-                  days=days)
+    scope = Scope(project_id=project_id, include_archived=include_archived, exclude_id=exclude, kinds=kinds, days=days)
     repo = MemoryRepository(ctx.session)
     thr = ctx.settings.search_default_score_threshold if threshold is None else threshold
     found = await retrieve(repo, ctx.embedder, common.settings(), scope, query, mode=mode, limit=limit, threshold=thr)
@@ -199,26 +249,36 @@ async def _search(ctx: CallContext, project: str | None, query: str, *, limit: i
 
 async def search(ctx: CallContext, args: SearchThoughtsIn) -> SearchThoughtsOut:
     """Hybrid/semantic/lexical search of thoughts with lexical fallback."""
-    found, rows = await _search(ctx, args.project, args.query, limit=args.limit, threshold=args.threshold,
-                                mode=args.mode, include_archived=args.include_archived)
-    return SearchThoughtsOut(results=_hits(found, rows, common.settings().memory_result_chars),
-                             retrieval_mode=found.retrieval_mode,  # type: ignore[arg-type]
-                             model=ctx.embedder.model)
+    found, rows = await _search(
+        ctx,
+        args.project,
+        args.query,
+        limit=args.limit,
+        threshold=args.threshold,
+        mode=args.mode,
+        include_archived=args.include_archived,
+    )
+    return SearchThoughtsOut(
+        results=_hits(found, rows, common.settings().memory_result_chars),
+        retrieval_mode=found.retrieval_mode,  # type: ignore[arg-type]
+        model=ctx.embedder.model,
+    )
 
 
 def _cited(found: Retrieval, rows: dict[uuid.UUID, dict[str, Any]]) -> list[CitedItem]:
-    return [CitedItem(id=str(h.id), score=h.score, created_at=rows[h.id]["created_at"])
-            for h in found.hits if h.id in rows]
+    return [
+        CitedItem(id=str(h.id), score=h.score, created_at=rows[h.id]["created_at"]) for h in found.hits if h.id in rows
+    ]
 
 
 async def recall(ctx: CallContext, args: RecallContextIn) -> RecallContextOut:
     """A compact cited context block for a query."""
     found, rows = await _search(ctx, args.project, args.query, limit=args.limit, threshold=None)
     items = _cited(found, rows)
-    context, truncated = build_context([(i.id, rows[uuid.UUID(i.id)]["content"], i.created_at) for i in items],
-                                       args.max_chars)
-    return RecallContextOut(context=context, items=items, truncated=truncated,
-                            retrieval_mode=found.retrieval_mode)  # type: ignore[arg-type]
+    context, truncated = build_context(
+        [(i.id, rows[uuid.UUID(i.id)]["content"], i.created_at) for i in items], args.max_chars
+    )
+    return RecallContextOut(context=context, items=items, truncated=truncated, retrieval_mode=found.retrieval_mode)  # type: ignore[arg-type]
 
 
 async def project_context(ctx: CallContext, args: ProjectContextIn) -> ProjectContextOut:
@@ -245,9 +305,14 @@ async def project_context(ctx: CallContext, args: ProjectContextIn) -> ProjectCo
     if relevant:
         rel_block, _ = build_context([(i.id, texts[i.id], i.created_at) for i in relevant], args.max_chars - half)
         parts.append(f"Relevant to the query:\n{rel_block}")
-    return ProjectContextOut(project=args.project, recent=recent, relevant=relevant,
-                             context="\n\n".join(p for p in parts if p), retrieval_mode=mode,  # type: ignore[arg-type]
-                             total_thoughts=await repo.count(scope))
+    return ProjectContextOut(
+        project=args.project,
+        recent=recent,
+        relevant=relevant,
+        context="\n\n".join(p for p in parts if p),
+        retrieval_mode=mode,  # type: ignore[arg-type]
+        total_thoughts=await repo.count(scope),
+    )
 
 
 async def summarize(ctx: CallContext, args: SummarizeThoughtsIn) -> SummarizeThoughtsOut:
@@ -257,30 +322,65 @@ async def summarize(ctx: CallContext, args: SummarizeThoughtsIn) -> SummarizeTho
     mode = None
     kinds = ["thought", "chunk"]
     if args.query:
-        found, rows = await _search(ctx, args.project, args.query, limit=args.limit, threshold=None, kinds=kinds,
-                                    days=args.days)
+        found, rows = await _search(
+            ctx, args.project, args.query, limit=args.limit, threshold=None, kinds=kinds, days=args.days
+        )
         mode = found.retrieval_mode
         picked = [rows[h.id] for h in found.hits if h.id in rows]
     else:
         exists, project_id = await common.project_filter(ctx, args.project)
-        picked = [] if not exists else list(reversed(await repo.list_memories(
-            Scope(project_id=project_id, kinds=kinds, days=args.days), ctx.embedder.model, args.limit)))
+        picked = (
+            []
+            if not exists
+            else list(
+                reversed(
+                    await repo.list_memories(
+                        Scope(project_id=project_id, kinds=kinds, days=args.days), ctx.embedder.model, args.limit
+                    )
+                )
+            )
+        )
     if not picked:
         raise NotFound("No thoughts match", suggestions=["Drop the query or widen days"])
-    result = await make_summary(ctx.embedder, cfg, [r["content"] for r in picked], strategy=args.strategy,
-                                provider=args.provider, model=args.model,
-                                max_words=args.max_words or cfg.summarization_max_words)
+    result = await make_summary(
+        ctx.embedder,
+        cfg,
+        [r["content"] for r in picked],
+        strategy=args.strategy,
+        provider=args.provider,
+        model=args.model,
+        max_words=args.max_words or cfg.summarization_max_words,
+    )
     project = await common.project_for_write(ctx, args.project)
     coll = await common.collection_for_write(ctx, None)
     source_ids = [str(r["id"]) for r in picked]
     key = common.key_of("summarize_thoughts", args.project, args.query, args.days, args.limit)
-    summary_id = await store_summary(ctx, repo, project.id, coll.id, key, result.text, source_ids, [],
-                                     {"strategy": result.strategy, "provider": result.provider,
-                                      "model": result.model, "query": args.query, "days": args.days})
-    return SummarizeThoughtsOut(summary=result.text, source_memory_ids=source_ids,
-                                upserted_memory_id=str(summary_id), strategy=result.strategy,
-                                provider=result.provider, model=result.model,
-                                retrieval_mode=mode)  # type: ignore[arg-type]
+    summary_id = await store_summary(
+        ctx,
+        repo,
+        project.id,
+        coll.id,
+        key,
+        result.text,
+        source_ids,
+        [],
+        {
+            "strategy": result.strategy,
+            "provider": result.provider,
+            "model": result.model,
+            "query": args.query,
+            "days": args.days,
+        },
+    )
+    return SummarizeThoughtsOut(
+        summary=result.text,
+        source_memory_ids=source_ids,
+        upserted_memory_id=str(summary_id),
+        strategy=result.strategy,
+        provider=result.provider,
+        model=result.model,
+        retrieval_mode=mode,
+    )  # type: ignore[arg-type]
 
 
 async def related(ctx: CallContext, args: RelatedThoughtsIn) -> RelatedThoughtsOut:
@@ -292,15 +392,16 @@ async def related(ctx: CallContext, args: RelatedThoughtsIn) -> RelatedThoughtsO
     query = " ".join(row["content"].split()[:64])
     cfg = common.settings()
     if vector is not None:
-        found = await retrieve(repo, ctx.embedder, cfg, scope, query, mode="semantic", limit=args.limit,
-                               threshold=0.0, vector=vector)
+        found = await retrieve(
+            repo, ctx.embedder, cfg, scope, query, mode="semantic", limit=args.limit, threshold=0.0, vector=vector
+        )
     else:
-        found = await retrieve(repo, ctx.embedder, cfg, scope, query, mode="lexical", limit=args.limit,
-                               threshold=0.0)
+        found = await retrieve(repo, ctx.embedder, cfg, scope, query, mode="lexical", limit=args.limit, threshold=0.0)
         found.retrieval_mode = "lexical_fallback"
     rows = await repo.fetch([h.id for h in found.hits], ctx.embedder.model)
-    return RelatedThoughtsOut(id=str(args.id), results=_hits(found, rows, cfg.memory_result_chars),
-                              retrieval_mode=found.retrieval_mode)  # type: ignore[arg-type]
+    return RelatedThoughtsOut(
+        id=str(args.id), results=_hits(found, rows, cfg.memory_result_chars), retrieval_mode=found.retrieval_mode
+    )  # type: ignore[arg-type]
 
 
 def _counts(pairs: list[tuple[str, int]]) -> list[CountItem]:
@@ -312,24 +413,39 @@ async def stats(ctx: CallContext, args: ThoughtStatsIn) -> ThoughtStatsOut:
     exists, project_id = await common.project_filter(ctx, args.project)
     model = ctx.embedder.model
     if not exists:
-        return ThoughtStatsOut(total=0, active=0, archived=0, by_type=[], by_memory_type=[], top_topics=[],
-                               top_people=[], missing_embeddings=0, model=model)
+        return ThoughtStatsOut(
+            total=0,
+            active=0,
+            archived=0,
+            by_type=[],
+            by_memory_type=[],
+            top_topics=[],
+            top_people=[],
+            missing_embeddings=0,
+            model=model,
+        )
     repo = MemoryRepository(ctx.session)
     everything = Scope(project_id=project_id, include_archived=True)
     active = Scope(project_id=project_id)
     total, live = await repo.count(everything), await repo.count(active)
 
     def elements(key: str) -> str:
-        return (f"SELECT jsonb_array_elements_text(CASE WHEN jsonb_typeof(m.metadata->'{key}') = 'array' "
-                f"THEN m.metadata->'{key}' ELSE '[]'::jsonb END)")
+        return (
+            f"SELECT jsonb_array_elements_text(CASE WHEN jsonb_typeof(m.metadata->'{key}') = 'array' "
+            f"THEN m.metadata->'{key}' ELSE '[]'::jsonb END)"
+        )
 
     return ThoughtStatsOut(
-        total=total, active=live, archived=total - live,
+        total=total,
+        active=live,
+        archived=total - live,
         by_type=_counts(await repo.counts_by(active, "SELECT m.metadata->>'type'")),
         by_memory_type=_counts(await repo.counts_by(active, "SELECT m.memory_type")),
         top_topics=_counts(await repo.counts_by(active, elements("topics"))),
         top_people=_counts(await repo.counts_by(active, elements("people"))),
-        missing_embeddings=await repo.count_missing(model, project_id), model=model)
+        missing_embeddings=await repo.count_missing(model, project_id),
+        model=model,
+    )
 
 
 async def resolve_project_ref(ctx: CallContext, ref: str | None) -> uuid.UUID | None:
@@ -359,8 +475,16 @@ async def backfill_embeddings(ctx: CallContext, args: BackfillIn) -> BackfillOut
     async def progress(done: int, total: int) -> None:
         await ctx.progress(done, total, f"{done} scanned")
 
-    report = await backfill(ctx.session, ctx.embedder, project_id=project_id, limit=args.limit,
-                            batch_size=args.batch_size, include_archived=args.include_archived,
-                            older_than_days=args.older_than_days, dry_run=args.dry_run,
-                            concurrency=common.settings().backfill_concurrency, progress=progress)
+    report = await backfill(
+        ctx.session,
+        ctx.embedder,
+        project_id=project_id,
+        limit=args.limit,
+        batch_size=args.batch_size,
+        include_archived=args.include_archived,
+        older_than_days=args.older_than_days,
+        dry_run=args.dry_run,
+        concurrency=common.settings().backfill_concurrency,
+        progress=progress,
+    )
     return BackfillOut.model_validate(report.public())
