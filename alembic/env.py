@@ -10,6 +10,9 @@ from sqlalchemy import pool, text
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import create_async_engine
 
+from app.core.db import Base
+from app.features import FEATURES  # noqa: F401  (imports every feature's models into Base.metadata)
+
 config = context.config
 MIGRATION_LOCK = 7_401_339_113
 
@@ -26,7 +29,9 @@ def _url() -> str:
 
 
 def _run(connection: Connection) -> None:
-    context.configure(connection=connection, target_metadata=None, transaction_per_migration=False)
+    # The models are the schema: tests/test_migrations_and_features.py proves Alembic's comparison of the
+    # upgraded database with this metadata finds no difference.
+    context.configure(connection=connection, target_metadata=Base.metadata, transaction_per_migration=False)
     connection.execute(text("SELECT pg_advisory_lock(:k)"), {"k": MIGRATION_LOCK})
     try:
         with context.begin_transaction():

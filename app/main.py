@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -20,38 +18,21 @@ from app.core.auth import KeyStore, parse_static_keys
 from app.core.config import Settings, get_settings
 from app.core.context import AppState
 from app.core.db import Database
-from app.core.embedding import EmbeddingProvider, build_embedder
 from app.core.errors import CairnError, NotFound, TooLarge
-from app.core.features import build_registry, feature_lifecycles, feature_routers
+from app.core.feature import build_registry, build_settings
 from app.core.logs import configure_logging, request_id_var
 from app.core.mcp_adapter import build_mcp
+from app.core.operations import ops as core_ops
 from app.core.pgembedded import EmbeddedPostgres, start_embedded
 from app.core.ratelimit import JobSlots, RateLimiter
 from app.core.registry import OperationSet
 from app.core.repository import EmbeddingModelRepository
 from app.core.rest_adapter import build_router, install_openapi, new_request_id
+from app.core.runtime import make_embedder, run_blocking
+from app.features import enabled
 
 log = logging.getLogger("cairn")
 T = TypeVar("T")
-
-
-def run_blocking(fn: Callable[[], Awaitable[T]]) -> T:
-    """Run a coroutine to completion on a private event loop in a worker thread (safe whether or not
-    the caller already runs a loop)."""
-    box: dict[str, Any] = {}
-
-    def target() -> None:
-        try:
-            box["value"] = asyncio.run(fn())  # type: ignore[arg-type]
-        except BaseException as exc:
-            box["error"] = exc
-
-    thread = threading.Thread(target=target, name="cairn-bootstrap")
-    thread.start()
-    thread.join()
-    if "error" in box:
-        raise box["error"]
-    return box["value"]  # type: ignore[no-any-return]
 
 
 @dataclass
@@ -63,7 +44,7 @@ class Bootstrap:
     open_mode: bool
 
 
-def bootstrap(settings: Settings) -> Bootstrap:
+def bootstrap(settings: Settings, features: list[str]) -> Bootstrap:
     """Start the embedded database if needed, migrate the enabled features, decide the auth mode."""
     pg = None
     url = settings.database_url
@@ -71,7 +52,7 @@ def bootstrap(settings: Settings) -> Bootstrap:
         pg = start_embedded(settings.data_dir)
         url = pg.url()
     if settings.migrate_on_start:
-        migrations.upgrade(url, settings.features)
+        migrations.upgrade(url, features)
     static = parse_static_keys(settings.api_keys)
 
     async def any_keys() -> bool:
@@ -94,33 +75,16 @@ def bootstrap(settings: Settings) -> Bootstrap:
     return Bootstrap(url=url, pg=pg, open_mode=open_mode)
 
 
-def make_embedder(settings: Settings) -> EmbeddingProvider:
-    """The configured embedding provider (the local model loads lazily)."""
-    return build_embedder(
-        settings.embedding_provider,
-        model=settings.embedding_model,
-        dimension=settings.embedding_dimension,
-        base_url=settings.embedding_base_url,
-        api_key=settings.embedding_api_key,
-        model_path=settings.embedding_model_path,
-        tokenizer_path=settings.embedding_tokenizer_path,
-        workers=settings.embedding_workers,
-        max_batch=settings.embedding_max_batch,
-        max_wait_ms=settings.embedding_max_wait_ms,
-        max_length=settings.embedding_max_length,
-        timeout=settings.embedding_timeout,
-    )
-
-
 class BodyLimitMiddleware:
     """Answers 413 with the error body when a request body exceeds the configured size."""
 
-    def __init__(self, app: Any, limit: int) -> None:
+    def __init__(self, app: Any, limit: int, exempt: tuple[str, ...] = ()) -> None:
         self.app = app
         self.limit = limit
+        self.exempt = exempt
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] != "http" or scope["path"].startswith("/api/v1/datasets/upload"):
+        if scope["type"] != "http" or scope["path"].startswith(self.exempt):
             await self.app(scope, receive, send)
             return
         declared = dict(scope.get("headers") or []).get(b"content-length")
@@ -165,16 +129,26 @@ def create_app(settings: Settings | None = None, extra: list[OperationSet] | Non
     `extra` adds operation sets beyond the enabled features (the test suite's instrumentation)."""
     settings = settings or get_settings()
     configure_logging(settings.log_level)
-    boot = bootstrap(settings)
+    features = enabled(settings.features)
+    names = [f.name for f in features]
+    boot = bootstrap(settings, names)
     db = Database(boot.url, settings)
-    registry = build_registry(settings.features)
+    registry = build_registry(core_ops, features)
     for opset in extra or []:
         registry.add(opset)
+    feature_settings = build_settings(features)
+    public_settings: dict[str, Any] = {}
+    for feature in features:
+        if feature.public_settings is not None and feature.settings is not None:
+            public_settings.update(feature.public_settings(feature_settings[feature.settings]))
     state = AppState(
         settings=settings,
         db=db,
         embedder=make_embedder(settings),
         registry=registry,
+        features=names,
+        feature_settings=feature_settings,
+        public_settings=public_settings,
         open_mode=boot.open_mode,
         extras={"embedded_pg": boot.pg},
         limiter=RateLimiter(settings.rate_limit_per_second, settings.rate_limit_burst),
@@ -202,16 +176,16 @@ def create_app(settings: Settings | None = None, extra: list[OperationSet] | Non
             await EmbeddingModelRepository(session).register(
                 state.embedder.model, state.embedder.provider, state.embedder.dimension
             )
-        state.extras["migrations_at_head"] = await migrations.at_head(boot.url, settings.features)
-        hooks = feature_lifecycles(settings.features)
-        for hook in hooks:
-            await hook.startup(state)
+        state.extras["migrations_at_head"] = await migrations.at_head(boot.url, names)
+        for feature in features:
+            if feature.startup is not None:
+                await feature.startup(state)
         log.info(
             "cairn ready",
             extra={
                 "host": settings.host,
                 "port": settings.port,
-                "features": settings.features,
+                "features": names,
                 "open_mode": boot.open_mode,
             },
         )
@@ -219,8 +193,9 @@ def create_app(settings: Settings | None = None, extra: list[OperationSet] | Non
             async with mcp.session_manager.run():
                 yield
         finally:
-            for hook in reversed(hooks):
-                await hook.shutdown(state)
+            for feature in reversed(features):
+                if feature.shutdown is not None:
+                    await feature.shutdown(state)
             await state.embedder.close()
             await db.dispose()
             if boot.pg is not None:
@@ -263,7 +238,7 @@ def create_app(settings: Settings | None = None, extra: list[OperationSet] | Non
     async def readyz() -> JSONResponse:
         checks: dict[str, Any] = {"database": await db.ping()}
         try:
-            checks["migrations"] = await migrations.at_head(boot.url, settings.features)
+            checks["migrations"] = await migrations.at_head(boot.url, names)
         except Exception:
             checks["migrations"] = False
         try:
@@ -283,8 +258,9 @@ def create_app(settings: Settings | None = None, extra: list[OperationSet] | Non
         return PlainTextResponse(body, media_type=ctype)
 
     app.include_router(build_router(state))
-    for router in feature_routers(settings.features):
-        app.include_router(router)
+    for feature in features:
+        for router in feature.routers:
+            app.include_router(router)
 
     @app.api_route("/api/v1/{rest:path}", methods=["GET", "POST", "PUT", "PATCH", "DELETE"], include_in_schema=False)
     async def unknown_route(rest: str) -> Response:
@@ -301,6 +277,7 @@ def create_app(settings: Settings | None = None, extra: list[OperationSet] | Non
             )
 
     install_openapi(app, state)
-    app.add_middleware(BodyLimitMiddleware, limit=settings.max_body_bytes)
+    exempt = tuple(prefix for feature in features for prefix in feature.own_body_limit)
+    app.add_middleware(BodyLimitMiddleware, limit=settings.max_body_bytes, exempt=exempt)
     app.mount("/", mcp_app)
     return app

@@ -38,9 +38,11 @@ from app.core.config import Settings
 from app.core.context import AppState, Principal
 from app.core.db import Database
 from app.core.executor import run_operation
-from app.core.features import build_registry
+from app.core.feature import build_registry
+from app.core.operations import ops as core_ops
 from app.core.pgembedded import start_embedded
-from app.main import make_embedder
+from app.core.runtime import make_embedder
+from app.features import enabled
 
 ROOT = Path(__file__).resolve().parent.parent
 PRINCIPAL = Principal(key_id=None, name="bench", scopes=frozenset({"admin"}))
@@ -237,7 +239,12 @@ def run(quick: bool = False) -> str:
                 db = Database(url, settings)
                 embedder = make_embedder(settings)
                 await embedder.start()
-                state = AppState(settings=settings, db=db, embedder=embedder, registry=build_registry(["analysis"]))
+                state = AppState(
+                    settings=settings,
+                    db=db,
+                    embedder=embedder,
+                    registry=build_registry(core_ops, enabled(["analysis"])),
+                )
                 try:
                     _registry(root / "small.yaml", small.port)
                     os.environ["CAIRN_ANALYSIS_UPSTREAMS"] = str(root / "small.yaml")

@@ -10,9 +10,9 @@ import pytest
 
 from app.analysis.lifecycle import sweep_expired
 from app.core.db import Database
-from tests import analysis_helpers
-from tests.analysis_helpers import TOKEN, Upstream, expected_books, structured
-from tests.conftest import (
+from tests.support import analysis as analysis_helpers
+from tests.support.analysis import TOKEN, Upstream, expected_books, structured
+from tests.support.server import (
     ADMIN_KEY,
     BOUND_PROJECT,
     PROJECT_KEY,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncpg
 import httpx
 
-from tests.conftest import ADMIN_KEY, PgCluster, server_settings, start_server, stop_server
+from tests.support.server import ADMIN_KEY, PgCluster, server_settings, start_server, stop_server
 
 
 async def _count(dsn: str) -> int:

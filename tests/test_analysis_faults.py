@@ -8,9 +8,9 @@ from typing import Any
 import httpx
 
 from app.analysis.demo_upstream import generate
-from tests import analysis_helpers
-from tests.analysis_helpers import N_BOOKS, Upstream, structured
-from tests.conftest import READ_KEY, RunningServer, error_of, mcp_client
+from tests.support import analysis as analysis_helpers
+from tests.support.analysis import N_BOOKS, Upstream, structured
+from tests.support.server import READ_KEY, RunningServer, error_of, mcp_client
 
 upstream = analysis_helpers.upstream
 bookshelf = analysis_helpers.bookshelf

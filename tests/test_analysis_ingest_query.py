@@ -7,9 +7,9 @@ from typing import Any
 
 import httpx
 
-from tests import analysis_helpers
-from tests.analysis_helpers import N_BOOKS, Upstream, expected_books, structured
-from tests.conftest import RunningServer, mcp_client
+from tests.support import analysis as analysis_helpers
+from tests.support.analysis import N_BOOKS, Upstream, expected_books, structured
+from tests.support.server import RunningServer, mcp_client
 
 upstream = analysis_helpers.upstream
 bookshelf = analysis_helpers.bookshelf

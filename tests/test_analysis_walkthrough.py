@@ -13,8 +13,8 @@ import uvicorn
 
 from app.analysis.demo_upstream import create_demo_app
 from app.analysis.walkthrough import markdown_table, run_walkthrough
-from tests.analysis_helpers import write_registry
-from tests.conftest import RunningServer, free_port, mcp_client
+from tests.support.analysis import write_registry
+from tests.support.server import RunningServer, free_port, mcp_client
 
 
 @pytest.fixture

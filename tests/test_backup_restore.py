@@ -10,7 +10,7 @@ from pathlib import Path
 
 import httpx
 
-from tests.conftest import ADMIN_KEY, PgCluster, mcp_client, server_settings, start_server, stop_server
+from tests.support.server import ADMIN_KEY, PgCluster, mcp_client, server_settings, start_server, stop_server
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 import yaml
 
-from tests.conftest import PgCluster, free_port
+from tests.support.server import PgCluster, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 ENTRYPOINT = ROOT / "docker" / "entrypoint.sh"
@@ -179,10 +179,11 @@ def _settings_classes() -> list[type[Any]]:
 
     from pydantic_settings import BaseSettings
 
-    from app.core.config import ALL_FEATURES, Settings
+    from app.core.config import Settings
+    from app.features import FEATURES
 
     found: list[type[Any]] = [Settings]
-    for feature in ALL_FEATURES:
+    for feature in (f.name for f in FEATURES):
         if not (ROOT / "app" / feature / "config.py").exists():
             continue
         module = importlib.import_module(f"app.{feature}.config")

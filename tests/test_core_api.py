@@ -8,7 +8,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import (
+from tests.support.server import (
     ADMIN_KEY,
     BOUND_PROJECT,
     PROJECT_KEY,

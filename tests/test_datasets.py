@@ -17,7 +17,7 @@ import pytest
 
 from app.core.tokens import count_tokens
 from app.datasets.config import get_dataset_settings
-from tests.conftest import READ_KEY, RunningServer, error_of, mcp_client
+from tests.support.server import READ_KEY, RunningServer, error_of, mcp_client
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 CATEGORIES = ["books", "games", "garden", "music", "toys"]

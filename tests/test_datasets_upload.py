@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from app.datasets.config import get_dataset_settings
-from tests.conftest import ADMIN_KEY, READ_KEY, RunningServer, mcp_client
+from tests.support.server import ADMIN_KEY, READ_KEY, RunningServer, mcp_client
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 

@@ -12,9 +12,9 @@ import asyncpg
 import httpx
 
 from app.core.pgembedded import start_embedded
-from tests import analysis_helpers
-from tests.analysis_helpers import Upstream
-from tests.conftest import ADMIN_KEY, PgCluster, free_port, mcp_client, server_settings, start_server, stop_server
+from tests.support import analysis as analysis_helpers
+from tests.support.analysis import Upstream
+from tests.support.server import ADMIN_KEY, PgCluster, free_port, mcp_client, server_settings, start_server, stop_server
 
 upstream = analysis_helpers.upstream
 bookshelf = analysis_helpers.bookshelf

@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import negative_data_rejection, response_schema_conformance
 
-from tests.conftest import ADMIN_KEY, RunningServer, mcp_client
-from tests.schema_strategy import from_json_schema
+from tests.support.schema_strategy import from_json_schema
+from tests.support.server import ADMIN_KEY, RunningServer, mcp_client
 
 EXAMPLES = 25
 KNOWN_CODES = {4001, 4002, 4003, 4004, 4010, 4030, 4090, 4130, 4290, 5001, 5002, 5003, 5004, 5020, 5030}

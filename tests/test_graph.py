@@ -7,7 +7,7 @@ from typing import Any
 
 import httpx
 
-from tests.conftest import READ_KEY, RunningServer, error_of, mcp_client
+from tests.support.server import READ_KEY, RunningServer, error_of, mcp_client
 
 API = "/api/v1/graph"
 

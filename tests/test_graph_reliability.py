@@ -10,7 +10,7 @@ from typing import Any
 import asyncpg
 import httpx
 
-from tests.conftest import PgCluster, RunningServer, mcp_client
+from tests.support.server import PgCluster, RunningServer, mcp_client
 from tests.test_graph import API, PEOPLE, call, seed
 
 CLIENTS = 8
@@ -178,7 +178,9 @@ async def test_import_export_round_trip(server: RunningServer, tmp_path: Path) -
     ]
     src = tmp_path / "memory.jsonl"
     src.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    settings, url = server.settings, server.settings.database_url
+    from app.core.runtime import Runtime
+
+    settings, url = Runtime(server.settings, ["graph"]), server.settings.database_url
     assert url
     report = await asyncio.to_thread(run_import, settings, url, str(src), "imp")
     assert report["entities_created"] == 2 and report["relations_created"] == 1

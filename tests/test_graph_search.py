@@ -9,7 +9,7 @@ import asyncpg
 import httpx
 import pytest
 
-from tests.conftest import PgCluster, RunningServer, error_of, mcp_client
+from tests.support.server import PgCluster, RunningServer, error_of, mcp_client
 from tests.test_graph import API, PEOPLE, call, seed
 
 COMPONENTS = {

@@ -20,11 +20,12 @@ import asyncpg
 import httpx
 import pytest
 
-from app.core.config import ALL_FEATURES
-from app.core.features import build_registry
-from tests import analysis_helpers
-from tests.analysis_helpers import Upstream
-from tests.conftest import PgCluster, RunningServer, mcp_client
+from app.core.feature import build_registry
+from app.core.operations import ops as core_ops
+from app.features import FEATURES
+from tests.support import analysis as analysis_helpers
+from tests.support.analysis import Upstream
+from tests.support.server import PgCluster, RunningServer, mcp_client
 from tests.test_datasets import penguins_csv, root_of
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
@@ -273,7 +274,7 @@ class Transports:
 
     def __init__(self, mcp: Any, rest: httpx.AsyncClient) -> None:
         self.mcp, self.rest = mcp, rest
-        self.routes = {op.name: (op.method, op.path) for op in build_registry(list(ALL_FEATURES)).operations}
+        self.routes = {op.name: (op.method, op.path) for op in build_registry(core_ops, FEATURES).operations}
 
     async def via_mcp(self, tool: str, args: dict[str, Any]) -> tuple[int, str]:
         result = await self.mcp.call_tool(tool, args)

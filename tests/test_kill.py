@@ -30,9 +30,9 @@ import uvicorn
 from fastapi import Request, Response
 
 from app.analysis.demo_upstream import create_demo_app
-from app.core.config import ALL_FEATURES
-from tests.analysis_helpers import N_BOOKS, TOKEN, write_registry
-from tests.conftest import ADMIN_KEY, free_port
+from app.features import FEATURES
+from tests.support.analysis import N_BOOKS, TOKEN, write_registry
+from tests.support.server import ADMIN_KEY, free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL = "all-MiniLM-L6-v2"
@@ -339,7 +339,7 @@ async def test_sigkill_mid_backfill_keeps_whole_batches_and_rerun_completes(data
 
     handle = await asyncio.to_thread(start_embedded, data_dir)
     try:
-        await asyncio.to_thread(migrations.upgrade, handle.url(), list(ALL_FEATURES))
+        await asyncio.to_thread(migrations.upgrade, handle.url(), [f.name for f in FEATURES])
         conn = await asyncpg.connect(handle.libpq_uri())
         try:
             await conn.execute("DELETE FROM projects WHERE name = 'kill-backfill'")

@@ -7,7 +7,7 @@ import asyncio
 import httpx
 
 from app.core.auth import hash_key
-from tests.conftest import (
+from tests.support.server import (
     ADMIN_KEY,
     READ_KEY,
     WRITE_KEY,

@@ -21,8 +21,8 @@ from app.core.db import Database
 from app.core.embedding import LocalOnnxEmbedder
 from app.memory.config import MemorySettings, get_memory_settings
 from app.memory.runner import BackfillRunner
-from tests.conftest import PgCluster, RunningServer
-from tests.memory_fake_embedder import FakeEmbeddingServer
+from tests.support.fake_embedder import FakeEmbeddingServer
+from tests.support.server import PgCluster, RunningServer
 from tests.test_memory_rusty import NOTES, api, seed_notes
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -8,7 +8,7 @@ from typing import Any
 
 import httpx
 
-from tests.conftest import ADMIN_KEY, RunningServer, mcp_client
+from tests.support.server import ADMIN_KEY, RunningServer, mcp_client
 from tests.test_memory_rusty import api
 
 UNIQUE = 30

@@ -8,8 +8,16 @@ from __future__ import annotations
 import asyncpg
 import httpx
 
-from tests.conftest import ADMIN_KEY, PgCluster, RunningServer, mcp_client, server_settings, start_server, stop_server
-from tests.memory_fake_embedder import FakeEmbeddingServer
+from tests.support.fake_embedder import FakeEmbeddingServer
+from tests.support.server import (
+    ADMIN_KEY,
+    PgCluster,
+    RunningServer,
+    mcp_client,
+    server_settings,
+    start_server,
+    stop_server,
+)
 from tests.test_memory_rusty import NOTES, api
 
 

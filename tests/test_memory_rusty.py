@@ -9,7 +9,7 @@ from typing import Any
 
 import httpx
 
-from tests.conftest import BOUND_PROJECT, PROJECT_KEY, RunningServer, error_of, mcp_client
+from tests.support.server import BOUND_PROJECT, PROJECT_KEY, RunningServer, error_of, mcp_client
 
 DOC = """Cairn keeps long-term memory for agents in PostgreSQL with pgvector.
 

@@ -8,7 +8,7 @@ from typing import Any
 import asyncpg
 import httpx
 
-from tests.conftest import BOUND_PROJECT, PROJECT_KEY, PgCluster, RunningServer, error_of, mcp_client
+from tests.support.server import BOUND_PROJECT, PROJECT_KEY, PgCluster, RunningServer, error_of, mcp_client
 from tests.test_memory_rusty import api
 
 THOUGHTS: list[tuple[str, dict[str, Any]]] = [

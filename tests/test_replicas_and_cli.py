@@ -12,7 +12,7 @@ from pathlib import Path
 
 import httpx
 
-from tests.conftest import ADMIN_KEY, STATIC_KEYS, PgCluster, RunningServer, free_port
+from tests.support.server import ADMIN_KEY, STATIC_KEYS, PgCluster, RunningServer, free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import httpx
 
-from tests.conftest import free_port
+from tests.support.server import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -30,7 +30,7 @@ async def test_sigterm_finishes_in_flight_calls_and_stops_postgres() -> None:
         "CAIRN_LOG_LEVEL": "WARNING",
     }
     proc = subprocess.Popen(  # noqa: ASYNC220
-        [sys.executable, "-m", "tests.instrumentation"],
+        [sys.executable, "-m", "tests.support.instrumentation"],
         cwd=ROOT,
         env=env,
         stdout=subprocess.DEVNULL,

@@ -1,1 +1,17 @@
 """Analysis sessions: ingest upstream data, store findings, query, act, clear (seed 000)."""
+
+from __future__ import annotations
+
+from app.analysis import cli, lifecycle
+from app.analysis.config import AnalysisSettings
+from app.analysis.operations import ops
+from app.core.feature import Feature
+
+FEATURE = Feature(
+    name="analysis",
+    operations=ops,
+    settings=AnalysisSettings,
+    startup=lifecycle.startup,
+    shutdown=lifecycle.shutdown,
+    cli=cli.register,
+)

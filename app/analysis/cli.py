@@ -5,12 +5,14 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from app.analysis.config import DEMO_REGISTRY
+from app.analysis.demo_upstream import serve
+from app.analysis.lifecycle import sweep_expired
+from app.core.runtime import Runtime
+
 
 def cmd_demo_upstream(args: argparse.Namespace) -> int:
     """Serve the bookshelf demo API in the foreground."""
-    from app.analysis.config import DEMO_REGISTRY
-    from app.analysis.demo_upstream import serve
-
     print(f"bookshelf demo upstream on http://{args.host}:{args.port}/api ({args.books} books)")
     print(f"registry for it: CAIRN_ANALYSIS_UPSTREAMS={DEMO_REGISTRY}")
     serve(args.host, args.port, args.books, args.token)
@@ -19,13 +21,8 @@ def cmd_demo_upstream(args: argparse.Namespace) -> int:
 
 def cmd_sweep(args: argparse.Namespace) -> int:
     """Delete expired analysis records and findings now."""
-    from app.analysis.lifecycle import sweep_expired
-    from app.cli import _with_db, database
-    from app.core.config import get_settings
-
-    settings = get_settings()
-    with database(settings) as url:
-        counts = _with_db(settings, url, sweep_expired)
+    rt: Runtime = args.runtime
+    counts = rt.run(sweep_expired)
     print(", ".join(f"{table}: {n} deleted" for table, n in counts.items()))
     return 0
 

@@ -2,7 +2,7 @@
 
 Expired rows are also evicted on access by every analysis tool; these functions clean up sessions
 nobody touches any more. The server calls `startup` (a sweep at boot, then the optional background
-sweeper) and `shutdown` through the feature lifecycle hooks of `app.core.features`.
+sweeper) and `shutdown` as the feature's lifespan hooks (`FEATURE` in `app/analysis/__init__.py`).
 """
 
 from __future__ import annotations

@@ -11,8 +11,6 @@ import platformdirs
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-ALL_FEATURES: tuple[str, ...] = ("memory", "graph", "analysis", "datasets")
-
 
 def _split_list(value: object) -> object:
     """Accept comma-separated strings for list settings (env vars are flat)."""
@@ -43,8 +41,8 @@ class Settings(BaseSettings):
     db_statement_timeout_ms: int = 30_000
     migrate_on_start: bool = True
 
-    # Features
-    features: Annotated[list[str], NoDecode] = Field(default_factory=lambda: list(ALL_FEATURES))
+    # Features: names of the enabled families, or "all" (the entry checks the names)
+    features: Annotated[list[str], NoDecode] = Field(default_factory=lambda: ["all"])
 
     # Auth
     api_keys: Annotated[list[str], NoDecode] = Field(default_factory=list)
@@ -70,11 +68,6 @@ class Settings(BaseSettings):
     embedding_max_length: int = 256
     embedding_timeout: float = 30.0
 
-    # Search defaults (seed 001)
-    search_default_limit: int = 5
-    search_max_limit: int = 50
-    search_default_score_threshold: float = 0.25
-
     # MCP
     mcp_json_response: bool = False
 
@@ -85,16 +78,6 @@ class Settings(BaseSettings):
     @classmethod
     def _lists(cls, value: object) -> object:
         return _split_list(value)
-
-    @field_validator("features")
-    @classmethod
-    def _known_features(cls, value: list[str]) -> list[str]:
-        if value == ["all"]:
-            return list(ALL_FEATURES)
-        unknown = sorted(set(value) - set(ALL_FEATURES))
-        if unknown:
-            raise ValueError(f"unknown features {unknown}; known: {list(ALL_FEATURES)}")
-        return [f for f in ALL_FEATURES if f in value]
 
     def is_loopback(self) -> bool:
         """True when the server binds only to a loopback address."""

@@ -6,11 +6,12 @@ import logging
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
+from pydantic_settings import BaseSettings
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.core.errors import Forbidden, InvalidInput
+from app.core.errors import Forbidden, invalid_field
 from app.core.schemas import PROJECT_NAME
 
 if TYPE_CHECKING:
@@ -21,6 +22,7 @@ if TYPE_CHECKING:
     from app.core.registry import Registry
 
 log = logging.getLogger("cairn.call")
+S = TypeVar("S", bound=BaseSettings)
 
 ProgressFn = Callable[[float, float | None, str | None], Awaitable[None]]
 
@@ -54,10 +56,23 @@ class AppState:
     db: Database
     embedder: EmbeddingProvider
     registry: Registry
+    features: list[str] = field(default_factory=list)
+    feature_settings: dict[type[BaseSettings], BaseSettings] = field(default_factory=dict)
+    public_settings: dict[str, Any] = field(default_factory=dict)
     open_mode: bool = False
     limiter: RateLimiter | None = None
     jobs: JobSlots | None = None
     extras: dict[str, Any] = field(default_factory=dict)
+
+
+def feature_settings_of(store: dict[type[BaseSettings], BaseSettings], cls: type[S]) -> S:
+    """The settings object of class `cls` in `store` (read from the environment and kept there on
+    first use when the feature's descriptor did not provide it)."""
+    found = store.get(cls)
+    if found is None:
+        found = store[cls] = cls()
+    assert isinstance(found, cls)
+    return found
 
 
 async def _no_progress(done: float, total: float | None, message: str | None) -> None:
@@ -86,6 +101,10 @@ class CallContext:
         """The active embedding provider."""
         return self.app.embedder
 
+    def feature_settings(self, cls: type[S]) -> S:
+        """The settings of a feature, read once when the server (or CLI command) started."""
+        return feature_settings_of(self.app.feature_settings, cls)
+
     async def progress(self, done: float, total: float | None = None, message: str | None = None) -> None:
         """Report progress of long work (MCP progress notifications; ignored over REST)."""
         try:
@@ -100,10 +119,11 @@ class CallContext:
             return bound or default
         if not _PROJECT_NAME.fullmatch(requested):
             # Every family resolves projects here, so one check covers the names of all of them.
-            raise InvalidInput(
+            raise invalid_field(
+                "project",
                 f"Invalid project name {requested[:80]!r}: letters, digits, '_', '-', '.' "
                 "(at most 128, starting with a letter or digit)",
-                details={"field": "project"},
+                rule="string_pattern_mismatch",
             )
         if bound is not None and requested != bound:
             raise Forbidden(

@@ -161,24 +161,16 @@ class InternalError(CairnError):
     code, category, status = 5000, "Internal Error", 500
 
 
-ERROR_CLASSES: tuple[type[CairnError], ...] = (
-    InvalidInput,
-    NotFound,
-    SchemaError,
-    QueryError,
-    Unauthenticated,
-    Forbidden,
-    Conflict,
-    TooLarge,
-    RateLimited,
-    EngineError,
-    MemoryLimit,
-    Timeout,
-    CacheError,
-    UpstreamError,
-    Unavailable,
-    InternalError,
-)
+def invalid_field(
+    field: str, message: str, *, rule: str = "invalid", suggestions: list[str] | None = None
+) -> InvalidInput:
+    """The InvalidInput for one bad argument, in the one detail shape every 4001 uses:
+    `details.errors = [{"field", "rule", "message"}]` (`field` is a dotted path, e.g. `filters.year`)."""
+    return InvalidInput(
+        message,
+        suggestions=suggestions,
+        details={"errors": [{"field": field, "rule": rule, "message": message}]},
+    )
 
 
 def validation_error(errors: Sequence[Any]) -> InvalidInput:

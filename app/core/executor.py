@@ -98,6 +98,16 @@ def translate(exc: BaseException, name: str) -> CairnError:
     )
 
 
+def check_scope(op: Operation, principal: Principal) -> None:
+    """Refuse (4030) a caller whose key lacks the operation's scope. The executor checks it on every
+    call; a feature route that must read a large body first may call it before reading."""
+    if not principal.has_scope(op.scope):
+        raise Forbidden(
+            f"Operation '{op.name}' needs the '{op.scope}' scope",
+            suggestions=[f"Use a key created with --scopes {op.scope}"],
+        )
+
+
 async def run_operation(
     app: AppState,
     op: Operation,
@@ -123,11 +133,7 @@ async def run_operation(
             app.jobs.acquire(key, op.name)
             slot = True
         args = validate_args(op.input_model, raw_args)
-        if not principal.has_scope(op.scope):
-            raise Forbidden(
-                f"Operation '{op.name}' needs the '{op.scope}' scope",
-                suggestions=[f"Use a key created with --scopes {op.scope}"],
-            )
+        check_scope(op, principal)
         async with app.db.transaction() as session:
             ctx = CallContext(
                 session=session,

@@ -8,10 +8,8 @@ results whose text is the shared error body.
 
 from __future__ import annotations
 
-import copy
 import difflib
 import inspect
-import json
 from typing import Any
 
 from mcp.server.auth.middleware.auth_context import get_access_token
@@ -26,6 +24,7 @@ from pydantic import AnyHttpUrl, Field
 
 from app import __version__
 from app.core.auth import CairnTokenVerifier, KeyStore, principal_from_access_token, request_id
+from app.core.budget import dumps, image_fields, sent_text
 from app.core.context import OPEN_PRINCIPAL, AppState, Principal
 from app.core.errors import CairnError, NotFound, Unauthenticated
 from app.core.executor import read_resource, run_operation
@@ -44,13 +43,9 @@ How to use it economically:
 Resources mcp://health and mcp://settings show the embedding model and the effective defaults."""
 
 
-def _dumps(data: Any) -> str:
-    return json.dumps(data, ensure_ascii=False, separators=(",", ":"), default=str)
-
-
 def error_result(err: CairnError) -> CallToolResult:
     """An error as MCP sees it: an `isError` result whose text is the shared error body."""
-    return CallToolResult(content=[TextContent(type="text", text=_dumps(err.body()))], is_error=True)
+    return CallToolResult(content=[TextContent(type="text", text=dumps(err.body()))], is_error=True)
 
 
 def current_principal(state: AppState) -> Principal:
@@ -61,25 +56,6 @@ def current_principal(state: AppState) -> Principal:
     if state.open_mode:
         return OPEN_PRINCIPAL
     raise Unauthenticated("A bearer API key is required")
-
-
-def split_images(data: dict[str, Any], fields: tuple[str, ...]) -> tuple[dict[str, Any], list[ImageContent]]:
-    """Move base64 images named by dotted `fields` (e.g. `visualization.base64_image`) out of the text
-    block into MCP image content; the mime type comes from a sibling `mime_type` (default PNG). The
-    structured content keeps them, as the output schema says."""
-    if not fields:
-        return data, []
-    text = copy.deepcopy(data)
-    images = []
-    for path in fields:
-        *parents, leaf = path.split(".")
-        node: Any = text
-        for part in parents:
-            node = node.get(part) if isinstance(node, dict) else None
-        if isinstance(node, dict) and isinstance(node.get(leaf), str) and node[leaf]:
-            images.append(ImageContent(type="image", data=node[leaf], mime_type=node.get("mime_type") or "image/png"))
-            node[leaf] = f"<sent as image content #{len(images)}>"
-    return text, images
 
 
 async def _placeholder() -> None:
@@ -119,8 +95,11 @@ class OperationTool(Tool):
         except CairnError as err:
             return error_result(err)
         data = result.model_dump(mode="json", by_alias=True)
-        text, images = split_images(data, getattr(type(result), "mcp_image_fields", ()))
-        content: list[Any] = [TextContent(type="text", text=_dumps(text)), *images]
+        text, images = sent_text(data, image_fields(type(result)))
+        content: list[Any] = [
+            TextContent(type="text", text=dumps(text)),
+            *(ImageContent(type="image", data=b64, mime_type=mime) for b64, mime in images),
+        ]
         return CallToolResult(content=content, structured_content=data)
 
 
@@ -165,8 +144,8 @@ async def _read(state: AppState, res: ResourceDef, params: dict[str, str]) -> st
             state, res, params, principal, transport="mcp", request_id=request_id_var.get() or request_id()
         )
     except CairnError as err:
-        raise ResourceError(_dumps(err.body())) from None
-    return _dumps(result.model_dump(mode="json", by_alias=True))
+        raise ResourceError(dumps(err.body())) from None
+    return dumps(result.model_dump(mode="json", by_alias=True))
 
 
 def _template_function(state: AppState, res: ResourceDef) -> Any:
@@ -220,7 +199,7 @@ def build_mcp(state: AppState, store: KeyStore | None) -> MCPServer[Any]:
         instructions=INSTRUCTIONS,
         auth=auth,
         token_verifier=verifier,
-        tools=[make_tool(op, state) for op in state.registry.operations],
+        tools=[make_tool(op, state) for op in state.registry.operations if op.mcp],
         log_level=settings.log_level.upper(),  # type: ignore[arg-type]
     )
     for res in state.registry.resources:

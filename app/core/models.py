@@ -6,7 +6,7 @@ import uuid
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ARRAY, BigInteger, DateTime, Identity, Integer, String, Text, func
+from sqlalchemy import ARRAY, BigInteger, DateTime, Identity, Index, Integer, String, Text, func
 from sqlalchemy.dialects.postgresql import (
     JSONB,
     UUID,
@@ -59,6 +59,7 @@ class AuditEntry(Base):
     """One write-scope or destructive call: who (key id, never the key), what, where, counts, when."""
 
     __tablename__ = "audit_log"
+    __table_args__ = (Index("ix_audit_log_at", "at"), Index("ix_audit_log_key_id_at", "key_id", "at"))
 
     id: Mapped[int] = mapped_column(BigInteger, Identity(), primary_key=True)
     at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())

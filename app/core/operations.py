@@ -20,7 +20,6 @@ from app.core.schemas import (
     HealthOut,
     ListProjectsIn,
     ListProjectsOut,
-    SearchDefaults,
     SettingsOut,
 )
 
@@ -88,20 +87,12 @@ async def health(ctx: CallContext) -> HealthOut:
         database=DatabaseInfo(
             reachable=reachable, embedded=ctx.app.extras.get("embedded_pg") is not None, migrations_at_head=at_head
         ),
-        features=ctx.settings.features,
+        features=ctx.app.features,
     )
 
 
 @ops.resource(uri="mcp://settings", name="settings", output=SettingsOut, path="/resources/settings")
 async def settings(ctx: CallContext) -> SettingsOut:
-    """Effective search defaults, enabled features and the embedding configuration."""
-    s = ctx.settings
-    return SettingsOut(
-        search=SearchDefaults(
-            default_limit=s.search_default_limit,
-            max_limit=s.search_max_limit,
-            default_score_threshold=s.search_default_score_threshold,
-        ),
-        features=s.features,
-        embedding=_embedding_info(ctx),
-    )
+    """Enabled features, the embedding configuration and the defaults each enabled feature publishes
+    (such as search limits)."""
+    return SettingsOut(features=ctx.app.features, embedding=_embedding_info(ctx), **ctx.app.public_settings)

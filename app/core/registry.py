@@ -58,6 +58,8 @@ class Operation:
     idempotent: bool
     title: str | None = None
     long_running: bool = False
+    mcp: bool = True
+    rest: bool = True
 
     @property
     def description(self) -> str:
@@ -132,8 +134,13 @@ class OperationSet:
         idempotent: bool = False,
         title: str | None = None,
         long_running: bool = False,
+        mcp: bool = True,
+        rest: bool = True,
     ) -> Callable[[Handler], Handler]:
-        """Declare `handler` as an operation of this feature."""
+        """Declare `handler` as an operation of this feature.
+
+        `mcp=False` keeps it out of tools/list; `rest=False` means the REST adapter makes no route for
+        it because a feature route (e.g. a multipart upload) calls the executor with it itself."""
         if not _NAME.fullmatch(name):
             raise ValueError(f"invalid operation name {name!r}")
         effective_scope: Scope = scope or ("read" if read_only else "write")
@@ -154,6 +161,8 @@ class OperationSet:
                     idempotent=idempotent or read_only,
                     title=title,
                     long_running=long_running,
+                    mcp=mcp,
+                    rest=rest,
                 )
             )
             return handler

@@ -1,22 +1,88 @@
-"""SQL for the core tables."""
+"""The repository base every family uses, and the SQL of the core tables.
+
+A repository owns every SQL statement of its tables. It runs them on the call's session (the
+executor's transaction: repositories never commit) and returns named rows — ORM objects, a row
+class built from the column names (`into=`), or SQLAlchemy `RowMapping`s — never positional tuples.
+"""
 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
+from typing import Any, TypeVar, overload
 
-from sqlalchemy import func, select, update
+from sqlalchemy import CursorResult, Executable, RowMapping, func, select, text, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.core.models import ApiKey, AuditEntry, EmbeddingModel, Project
 
+R = TypeVar("R")
+Statement = str | Executable
+Params = Mapping[str, Any] | Sequence[Mapping[str, Any]] | None
 
-class ProjectRepository:
-    """Projects by name."""
+
+def _statement(sql: Statement) -> Executable:
+    return text(sql) if isinstance(sql, str) else sql
+
+
+class Repository:
+    """Base of every repository: the call's session plus typed helpers over one statement.
+
+    `sql` is SQL text with `:name` parameters (bound, never formatted in) or a SQLAlchemy
+    statement. `into` builds each row from its columns by name (`into(**row)`), e.g. a dataclass
+    or NamedTuple whose fields are the selected column labels."""
 
     def __init__(self, session: AsyncSession) -> None:
         self.session = session
+
+    async def execute(self, sql: Statement, params: Params = None) -> CursorResult[Any]:
+        """Run a statement; returns the result (use `rowcount` for writes)."""
+        result: CursorResult[Any] = await self.session.execute(_statement(sql), params)  # type: ignore[assignment]
+        return result
+
+    async def rowcount(self, sql: Statement, params: Params = None) -> int:
+        """Run a write and return how many rows it touched."""
+        return int((await self.execute(sql, params)).rowcount or 0)
+
+    @overload
+    async def rows(self, sql: Statement, params: Params = None) -> list[RowMapping]: ...
+
+    @overload
+    async def rows(self, sql: Statement, params: Params = None, *, into: Callable[..., R]) -> list[R]: ...
+
+    async def rows(self, sql: Statement, params: Params = None, *, into: Callable[..., R] | None = None) -> list[Any]:
+        """Every row, by column name."""
+        found = (await self.execute(sql, params)).mappings().all()
+        if into is None:
+            return list(found)
+        return [into(**row) for row in found]
+
+    @overload
+    async def row(self, sql: Statement, params: Params = None) -> RowMapping | None: ...
+
+    @overload
+    async def row(self, sql: Statement, params: Params = None, *, into: Callable[..., R]) -> R | None: ...
+
+    async def row(self, sql: Statement, params: Params = None, *, into: Callable[..., R] | None = None) -> Any:
+        """The first row, by column name, or None."""
+        found = (await self.execute(sql, params)).mappings().first()
+        if found is None or into is None:
+            return found
+        return into(**found)
+
+    async def scalar(self, sql: Statement, params: Params = None) -> Any:
+        """The first column of the first row, or None."""
+        return (await self.execute(sql, params)).scalar()
+
+    async def scalars(self, sql: Statement, params: Params = None) -> list[Any]:
+        """The first column of every row."""
+        return list((await self.execute(sql, params)).scalars().all())
+
+
+class ProjectRepository(Repository):
+    """Projects by name."""
 
     async def list(self, *, only: str | None = None, limit: int = 100, offset: int = 0) -> list[Project]:
         """Projects ordered by name, optionally only the named one."""
@@ -56,11 +122,8 @@ class ProjectRepository:
         return existing
 
 
-class ApiKeyRepository:
+class ApiKeyRepository(Repository):
     """API keys, looked up by the hash of the presented token."""
-
-    def __init__(self, session: AsyncSession) -> None:
-        self.session = session
 
     async def add(self, *, name: str, prefix: str, key_hash: str, scopes: list[str], project: str | None) -> ApiKey:
         """Store a new key's hash."""
@@ -102,11 +165,8 @@ class ApiKeyRepository:
         await self.session.execute(update(ApiKey).where(ApiKey.id == key_id).values(last_used_at=func.now()))
 
 
-class EmbeddingModelRepository:
+class EmbeddingModelRepository(Repository):
     """Bookkeeping of the models whose vectors are stored."""
-
-    def __init__(self, session: AsyncSession) -> None:
-        self.session = session
 
     async def register(self, name: str, provider: str, dimension: int) -> None:
         """Record the active model (idempotent)."""
@@ -120,11 +180,8 @@ class EmbeddingModelRepository:
         return list((await self.session.scalars(stmt)).all())
 
 
-class AuditRepository:
+class AuditRepository(Repository):
     """The audit log of write-scope and destructive calls."""
-
-    def __init__(self, session: AsyncSession) -> None:
-        self.session = session
 
     async def add(self, entry: AuditEntry) -> None:
         """Append one entry (in the caller's transaction)."""

@@ -109,6 +109,8 @@ def build_router(state: AppState) -> APIRouter:
     """One route per operation and per resource, all under /api/v1."""
     router = APIRouter(prefix=API_PREFIX)
     for op in state.registry.operations:
+        if not op.rest:
+            continue
         router.add_api_route(
             op.path,
             _operation_endpoint(op),

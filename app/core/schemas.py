@@ -136,18 +136,12 @@ class HealthOut(BaseModel):
     features: list[str]
 
 
-class SearchDefaults(BaseModel):
-    """Effective search defaults."""
-
-    default_limit: int
-    max_limit: int
-    default_score_threshold: float
-
-
 class SettingsOut(BaseModel):
-    """The mcp://settings resource."""
+    """The mcp://settings resource: enabled features, the embedding model, and one section per
+    setting group an enabled feature publishes (e.g. memory's `search` defaults)."""
 
-    search: SearchDefaults
+    model_config = ConfigDict(extra="allow")
+
     features: list[str]
     embedding: EmbeddingInfo
 

@@ -27,6 +27,7 @@ from app.datasets.config import data_roots, get_dataset_settings
 from app.datasets.schemas import DATASET_NAME
 
 router = APIRouter(prefix="/api/v1")
+UPLOAD_PATH = "/api/v1/datasets/upload"
 FIELD_MAX = 4096
 FLUSH_BYTES = 1 << 20
 _NAME = re.compile(DATASET_NAME)

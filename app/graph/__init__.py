@@ -1,0 +1,11 @@
+"""Graph: a knowledge graph of entities, observations and relations with hybrid search and limbic
+re-ranking (seed 003), a drop-in for the reference memory server."""
+
+from __future__ import annotations
+
+from app.core.feature import Feature
+from app.graph import cli
+from app.graph.config import GraphSettings
+from app.graph.operations import ops
+
+FEATURE = Feature(name="graph", operations=ops, settings=GraphSettings, cli=cli.register)

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import sys
 from pathlib import Path
 from typing import Any
 
-from app.core.config import Settings, get_settings
+from app.core import console
+from app.core.db import Database
+from app.core.runtime import Runtime
+from app.graph.transfer import export_graph, import_graph
 
 
 def register(sub: Any) -> None:
@@ -26,77 +28,56 @@ def register(sub: Any) -> None:
     exp.set_defaults(fn=cmd_export)
 
 
-async def _in_context(settings: Settings, url: str, work: Any) -> Any:
-    """Run `work(ctx)` in one transaction with an admin context and a started embedder."""
-    from app.core.context import OPEN_PRINCIPAL, AppState, CallContext
-    from app.core.db import Database
-    from app.core.registry import Registry
-    from app.main import make_embedder
-
-    db = Database(url, settings)
-    embedder = make_embedder(settings)
-    await embedder.start()
-    try:
-        async with db.transaction() as session:
-            state = AppState(settings=settings, db=db, embedder=embedder, registry=Registry())
-            ctx = CallContext(session=session, principal=OPEN_PRINCIPAL, app=state, request_id="cli", transport="cli")
-            return await work(ctx)
-    finally:
-        await embedder.close()
-        await db.dispose()
-
-
-def run_import(settings: Settings, url: str, path: str, project: str | None) -> dict[str, Any]:
-    """Import a file into the database at `url`; returns the report."""
-    from app.cli import ProgressBar
-    from app.graph.transfer import import_graph
-
+def run_import(rt: Runtime, url: str, path: str, project: str | None) -> dict[str, Any]:
+    """Import a JSONL file (or stdin for '-') into the database at `url`; returns the report."""
     text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
     lines = text.splitlines()
-    bar = ProgressBar(len(lines), "importing")
 
-    async def work(ctx: Any) -> dict[str, Any]:
-        report = await import_graph(ctx, lines, project, progress=bar.advance)
-        return report.as_dict()
+    async def work() -> dict[str, Any]:
+        db = Database(url, rt.settings)
+        try:
+            async with rt.embedder() as embedder, rt.call_context(db, embedder) as ctx:
+                with console.progress(len(lines), "importing") as bar:
+                    report = await import_graph(ctx, lines, project, progress=bar.advance)
+            return report.as_dict()
+        finally:
+            await db.dispose()
 
-    try:
-        return asyncio.run(_in_context(settings, url, work))  # type: ignore[no-any-return]
-    finally:
-        bar.close()
+    return asyncio.run(work())
 
 
-def run_export(settings: Settings, url: str, project: str | None) -> list[str]:
+def run_export(rt: Runtime, url: str, project: str | None) -> list[str]:
     """The project's graph as JSONL lines."""
-    from app.graph.transfer import export_graph
 
-    async def work(ctx: Any) -> list[str]:
-        return list(await export_graph(ctx, project))
+    async def work() -> list[str]:
+        db = Database(url, rt.settings)
+        try:
+            async with rt.embedder() as embedder, rt.call_context(db, embedder) as ctx:
+                return list(await export_graph(ctx, project))
+        finally:
+            await db.dispose()
 
-    return asyncio.run(_in_context(settings, url, work))  # type: ignore[no-any-return]
+    return asyncio.run(work())
 
 
 def cmd_import(args: argparse.Namespace) -> int:
     """`cairn graph import FILE`."""
-    from app.cli import database
-
-    settings = get_settings()
-    with database(settings) as url:
-        report = run_import(settings, url, args.file, args.project)
-    print(json.dumps(report))
+    rt: Runtime = args.runtime
+    with rt.database_url() as url:
+        report = run_import(rt, url, args.file, args.project)
+    console.emit(report)
     return 0
 
 
 def cmd_export(args: argparse.Namespace) -> int:
     """`cairn graph export`."""
-    from app.cli import database
-
-    settings = get_settings()
-    with database(settings) as url:
-        lines = run_export(settings, url, args.project)
+    rt: Runtime = args.runtime
+    with rt.database_url() as url:
+        lines = run_export(rt, url, args.project)
     text = "".join(line + "\n" for line in lines)
     if args.output == "-":
         sys.stdout.write(text)
     else:
         Path(args.output).write_text(text, encoding="utf-8")
-        print(f"exported {len(lines)} lines to {args.output}", file=sys.stderr)
+        console.info(f"exported {len(lines)} lines to {args.output}")
     return 0

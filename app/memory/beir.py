@@ -197,6 +197,12 @@ async def evaluate(
     return report
 
 
+async def drop(db: Database, collection_id: uuid.UUID) -> None:
+    """Delete the scratch collection (its memories go with it)."""
+    async with db.transaction() as session:
+        await MemoryRepository(session).delete_collection(collection_id)
+
+
 def markdown(dataset: str, split: str, report: dict[str, dict[str, float]], model: str, docs: int) -> str:
     """The report as a markdown table."""
     lines = [

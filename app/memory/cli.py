@@ -3,30 +3,27 @@
 from __future__ import annotations
 
 import argparse
-import json
-import sys
 from pathlib import Path
 from typing import Any
+
+from app.core import console
+from app.core.db import Database
+from app.core.repository import ProjectRepository
+from app.core.runtime import Runtime
+from app.memory import beir
+from app.memory.backfill import backfill
+from app.memory.config import MemorySettings
+from app.memory.repository import MemoryRepository
+from app.memory.runner import BackfillRunner
 
 
 def cmd_backfill(args: argparse.Namespace) -> int:
     """Embed memories missing a vector of the active model, committing batch by batch."""
-    from app.cli import ProgressBar, _with_db, database
-    from app.core.config import get_settings
-    from app.core.repository import ProjectRepository
-    from app.main import make_embedder
-    from app.memory.backfill import backfill
-    from app.memory.config import get_memory_settings
-    from app.memory.repository import MemoryRepository
-    from app.memory.runner import BackfillRunner
+    rt: Runtime = args.runtime
+    cfg = rt.settings_of(MemorySettings)
 
-    settings = get_settings()
-    cfg = get_memory_settings()
-    embedder = make_embedder(settings)
-
-    async def run(db: Any) -> int:
-        await embedder.start()
-        try:
+    async def run(db: Database) -> int:
+        async with rt.embedder() as embedder:
             if args.watch:
                 await BackfillRunner(db, embedder, cfg).run_forever()
                 return 0
@@ -35,21 +32,21 @@ def cmd_backfill(args: argparse.Namespace) -> int:
                 if args.project:
                     project = await ProjectRepository(session).get(args.project)
                     if project is None:
-                        print(f"no project named {args.project!r}", file=sys.stderr)
+                        console.info(f"no project named {args.project!r}")
                         return 2
                     project_id = project.id
                 missing = await MemoryRepository(session).count_missing(
                     embedder.model, project_id, args.include_archived
                 )
             total = min(missing, args.limit) if args.limit else missing
-            bar = ProgressBar(total, f"backfill {embedder.model}")
             totals = {"scanned": 0, "embedded": 0, "skipped": 0, "failed": 0}
             failures: list[dict[str, str]] = []
             cursor = None
-            try:
+            with console.progress(total, f"backfill {embedder.model}") as bar:
                 while totals["scanned"] < total:
                     step = min(args.batch_size * cfg.backfill_concurrency, total - totals["scanned"])
-                    async with db.transaction() as session:  # commit each round: an interrupt keeps the work done
+                    # Commit each round: an interrupt keeps the work already done.
+                    async with db.transaction() as session:
                         report = await backfill(
                             session,
                             embedder,
@@ -69,64 +66,39 @@ def cmd_backfill(args: argparse.Namespace) -> int:
                         totals[key] += getattr(report, key)
                     failures.extend(report.failures[: 20 - len(failures)])
                     bar.advance(report.scanned)
-            finally:
-                bar.close()
-            print(json.dumps({"model": embedder.model, **totals, "dry_run": args.dry_run, "failures": failures}))
+            console.emit({"model": embedder.model, **totals, "dry_run": args.dry_run, "failures": failures})
             return 0 if totals["failed"] == 0 else 1
-        finally:
-            await embedder.close()
 
-    with database(settings) as url:
-        return _with_db(settings, url, run)
+    return rt.run(run)
 
 
 def cmd_eval_beir(args: argparse.Namespace) -> int:
     """Index a BEIR dataset into a scratch collection and report retrieval quality per search mode."""
-    from app.cli import ProgressBar, _with_db, database
-    from app.core.config import get_settings
-    from app.main import make_embedder
-    from app.memory import beir
-    from app.memory.config import get_memory_settings
-
+    rt: Runtime = args.runtime
     data = beir.load(Path(args.dir), args.split)
-    settings = get_settings()
-    embedder = make_embedder(settings)
     modes = tuple(m.strip() for m in args.modes.split(",") if m.strip())
+    model = ""
 
-    async def run(db: Any) -> dict[str, Any]:
-        await embedder.start()
-        try:
-            bar = ProgressBar(len(data.corpus), f"indexing {data.name}")
-            project_id, coll_id, seconds = await beir.index(db, embedder, data, fresh=args.fresh, progress=bar.advance)
-            bar.close()
+    async def run(db: Database) -> dict[str, Any]:
+        nonlocal model
+        async with rt.embedder() as embedder:
+            model = embedder.model
+            with console.progress(len(data.corpus), f"indexing {data.name}") as bar:
+                project_id, coll_id, seconds = await beir.index(
+                    db, embedder, data, fresh=args.fresh, progress=bar.advance
+                )
             report = await beir.evaluate(
-                db, embedder, get_memory_settings(), data, project_id, coll_id, modes, args.max_queries
+                db, embedder, rt.settings_of(MemorySettings), data, project_id, coll_id, modes, args.max_queries
             )
             if args.drop:
-                from sqlalchemy import text
-
-                async with db.transaction() as session:
-                    await session.execute(text("DELETE FROM memory_collections WHERE id = :id"), {"id": coll_id})
+                await beir.drop(db, coll_id)
             return {"report": report, "index_seconds": round(seconds, 1)}
-        finally:
-            await embedder.close()
 
-    with database(settings) as url:
-        out = _with_db(settings, url, run)
+    out = rt.run(run)
     if args.json:
-        print(
-            json.dumps(
-                {
-                    "dataset": data.name,
-                    "split": args.split,
-                    "model": embedder.model,
-                    "documents": len(data.corpus),
-                    **out,
-                }
-            )
-        )
+        console.emit({"dataset": data.name, "split": args.split, "model": model, "documents": len(data.corpus), **out})
     else:
-        print(beir.markdown(data.name, args.split, out["report"], embedder.model, len(data.corpus)))
+        print(beir.markdown(data.name, args.split, out["report"], model, len(data.corpus)))
         if out["index_seconds"]:
             print(f"\nindexed in {out['index_seconds']} s")
     return 0

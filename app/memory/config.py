@@ -34,6 +34,11 @@ class MemorySettings(BaseSettings):
     memory_max_thought_chars: int = Field(default=20_000, ge=100, description="Largest single thought")
     memory_max_chunks: int = Field(default=5000, ge=1, description="Most chunks one push may produce")
 
+    # Search defaults (seed 001; published in mcp://settings)
+    search_default_limit: int = Field(default=5, ge=1, le=50)
+    search_max_limit: int = Field(default=50, ge=1, le=1000)
+    search_default_score_threshold: float = Field(default=0.25, ge=0.0, le=1.0)
+
     # Search
     memory_rrf_k: int = Field(
         default=10, ge=1, le=1000, description="Reciprocal rank fusion constant (tuned on SciFact's train split)"

@@ -141,6 +141,10 @@ class MemoryRepository:
             {"size": size, "model": model, "id": collection_id},
         )
 
+    async def delete_collection(self, collection_id: uuid.UUID) -> None:
+        """Delete a collection; its memories, vectors and summaries go with it (cascade)."""
+        await self.session.execute(text("DELETE FROM memory_collections WHERE id = :id"), {"id": collection_id})
+
     async def collection_names(self) -> list[str]:
         """Every collection name, sorted."""
         return [r["name"] for r in await self._rows("SELECT name FROM memory_collections ORDER BY name")]

@@ -298,3 +298,11 @@ class ProjectTagsOut(BaseModel):
 
     project_id: str
     tags: list[str]
+
+
+class SearchDefaults(BaseModel):
+    """Effective search defaults (the `search` section of mcp://settings)."""
+
+    default_limit: int
+    max_limit: int
+    default_score_threshold: float

@@ -167,10 +167,9 @@ def _limit(requested: int | None, default: int, cap: int, field: str = "limit") 
 
 async def search(ctx: CallContext, args: SearchIn) -> SearchOut:
     """Hybrid (default), semantic or lexical search with every filter applied in SQL; a cited context block."""
-    s = ctx.settings
     cfg = common.settings()
-    limit = _limit(args.limit, s.search_default_limit, s.search_max_limit)
-    threshold = s.search_default_score_threshold if args.score_threshold is None else args.score_threshold
+    limit = _limit(args.limit, cfg.search_default_limit, cfg.search_max_limit)
+    threshold = cfg.search_default_score_threshold if args.score_threshold is None else args.score_threshold
     name, project = await common.project_for_read(ctx, args.project_id)
     coll = await common.collection_for_read(ctx, args.collection)
     coll_name = coll.name if coll is not None else cfg.memory_default_collection
@@ -240,9 +239,8 @@ async def search(ctx: CallContext, args: SearchIn) -> SearchOut:
 
 async def summarize(ctx: CallContext, args: SummarizeIn) -> SummarizeOut:
     """Consolidate a time window of memories into one semantic summary memory with provenance."""
-    s = ctx.settings
     cfg = common.settings()
-    limit = min(args.limit, s.search_max_limit)
+    limit = min(args.limit, cfg.search_max_limit)
     max_words = args.max_words or cfg.summarization_max_words
     memory_type = args.memory_type or "episodic"
     name, project = await common.project_for_read(ctx, args.project_id)

@@ -242,7 +242,7 @@ async def _search(
         return Retrieval([], mode), {}
     scope = Scope(project_id=project_id, include_archived=include_archived, exclude_id=exclude, kinds=kinds, days=days)
     repo = MemoryRepository(ctx.session)
-    thr = ctx.settings.search_default_score_threshold if threshold is None else threshold
+    thr = common.settings().search_default_score_threshold if threshold is None else threshold
     found = await retrieve(repo, ctx.embedder, common.settings(), scope, query, mode=mode, limit=limit, threshold=thr)
     return found, await repo.fetch([h.id for h in found.hits], ctx.embedder.model)
 

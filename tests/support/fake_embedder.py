@@ -12,7 +12,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from app.core.embedding import LocalOnnxEmbedder
-from tests.conftest import free_port
+from tests.support.server import free_port
 
 
 class FakeEmbeddingServer:

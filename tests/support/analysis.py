@@ -18,7 +18,7 @@ import yaml
 
 from app.analysis.config import DEMO_REGISTRY
 from app.analysis.demo_upstream import create_demo_app, generate
-from tests.conftest import free_port
+from tests.support.server import free_port
 
 N_BOOKS = 600
 TOKEN = "demo-upstream-secret"

@@ -1,0 +1,86 @@
+"""What a feature family contributes to the server, declared once in its package.
+
+Each `app/<feature>/__init__.py` exports `FEATURE = Feature(...)`; the application entry lists the
+features once (`app/features.py`) and everything else — the registry, the REST routes, the lifespan
+hooks, the `cairn` sub-commands, the feature's settings — is built from these descriptors. The core
+never names a feature.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from fastapi import APIRouter
+from pydantic import BaseModel
+from pydantic_settings import BaseSettings
+
+from app.core.registry import OperationSet, Registry
+
+if TYPE_CHECKING:
+    from app.core.context import AppState
+
+Hook = Callable[["AppState"], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class Feature:
+    """One feature family.
+
+    - `operations`: its tools/routes (an `OperationSet` named after the feature).
+    - `settings`: its `CAIRN_*` settings class; the server builds it once and handlers read it with
+      `ctx.feature_settings(TheClass)`.
+    - `public_settings`: the part of those settings shown in the `mcp://settings` resource, as
+      top-level sections (e.g. `{"search": {...}}`).
+    - `routers`: plain REST routes that are not operations (they must still call the executor);
+      `own_body_limit` lists path prefixes among them that enforce their own size limit (streamed
+      uploads), so the server's request-body cap does not apply there.
+    - `startup` / `shutdown`: lifespan hooks (sweeps, background runners), run in listing order and
+      in reverse.
+    - `cli`: `register(subparsers)` adding `cairn <command>` sub-commands.
+    """
+
+    name: str
+    operations: OperationSet
+    settings: type[BaseSettings] | None = None
+    public_settings: Callable[[Any], dict[str, BaseModel]] | None = None
+    routers: tuple[APIRouter, ...] = ()
+    own_body_limit: tuple[str, ...] = ()
+    startup: Hook | None = None
+    shutdown: Hook | None = None
+    cli: Callable[[Any], None] | None = None
+
+    def __post_init__(self) -> None:
+        if self.operations.feature != self.name:
+            raise ValueError(f"feature {self.name!r} declares operations of {self.operations.feature!r}")
+
+
+def select(available: Sequence[Feature], names: Sequence[str]) -> list[Feature]:
+    """The features named by `CAIRN_FEATURES` (`all` for every one), in their listing order.
+
+    Raises:
+        ValueError: a name that no feature has.
+    """
+    wanted = [n.strip().lower() for n in names if n.strip()]
+    known = [f.name for f in available]
+    if wanted == ["all"]:
+        return list(available)
+    unknown = sorted(set(wanted) - set(known))
+    if unknown:
+        raise ValueError(f"unknown features {unknown}; known: {known} (or 'all')")
+    return [f for f in available if f.name in wanted]
+
+
+def build_registry(core: OperationSet, features: Sequence[Feature]) -> Registry:
+    """The registry of the core operations plus every given feature's."""
+    registry = Registry()
+    registry.add(core)
+    for feature in features:
+        registry.add(feature.operations)
+    return registry
+
+
+def build_settings(features: Sequence[Feature]) -> dict[type[BaseSettings], BaseSettings]:
+    """Each feature's settings, read once from the environment."""
+    return {f.settings: f.settings() for f in features if f.settings is not None}

@@ -1,0 +1,145 @@
+"""Helpers of the end-to-end tests: the test keys, a real server on 127.0.0.1 (uvicorn in a
+thread), the real MCP client over streamable HTTP, and small polling utilities."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import uvicorn
+from mcp.client.session import ClientSession
+from mcp.client.streamable_http import streamable_http_client
+
+from app.core.config import Settings
+from app.core.pgembedded import EmbeddedPostgres
+from app.main import create_app
+
+ADMIN_KEY = "test-admin-key-0123456789"
+WRITE_KEY = "test-write-key-0123456789"
+READ_KEY = "test-read-key-01234567890"
+PROJECT_KEY = "test-proj-key-01234567890"
+BOUND_PROJECT = "bound-proj"
+STATIC_KEYS = [
+    f"{ADMIN_KEY}:admin",
+    f"{WRITE_KEY}:read+write",
+    f"{READ_KEY}:read",
+    f"{PROJECT_KEY}:read+write:{BOUND_PROJECT}",
+]
+
+
+def free_port() -> int:
+    """An unused TCP port on 127.0.0.1."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class PgCluster:
+    """The session's embedded cluster plus the throwaway database made for this run."""
+
+    handle: EmbeddedPostgres
+    database: str
+
+    @property
+    def url(self) -> str:
+        return self.handle.url(self.database)
+
+    def new_database(self) -> str:
+        """Another empty database on the same cluster (for migration and replica tests)."""
+        name = f"cairn_t_{uuid.uuid4().hex[:10]}"
+        self.handle.ensure_database(name)
+        return name
+
+
+@dataclass
+class RunningServer:
+    """A Cairn server running in this process on 127.0.0.1."""
+
+    url: str
+    settings: Settings
+    app: Any
+
+
+def start_server(settings: Settings, extra: list[Any] | None = None) -> tuple[uvicorn.Server, threading.Thread, Any]:
+    """Build the app and serve it from a background thread; returns once it accepts requests."""
+    app = create_app(settings, extra=extra)
+    config = uvicorn.Config(app, host=settings.host, port=settings.port, log_config=None, lifespan="on")
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, name=f"uvicorn-{settings.port}", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 60
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            raise RuntimeError("test server did not start")
+        time.sleep(0.05)
+    return server, thread, app
+
+
+def stop_server(server: uvicorn.Server, thread: threading.Thread) -> None:
+    """Ask uvicorn to exit and wait for it."""
+    server.should_exit = True
+    thread.join(timeout=30)
+
+
+def server_settings(db_url: str, **overrides: Any) -> Settings:
+    """Settings for a test server on a free port."""
+    values: dict[str, Any] = {
+        "database_url": db_url,
+        "host": "127.0.0.1",
+        "port": free_port(),
+        "api_keys": STATIC_KEYS,
+        "data_dir": Path(tempfile.mkdtemp(prefix="cairn-data-")),
+        "log_level": "WARNING",
+        "key_cache_seconds": 0.0,
+        "rate_limit_per_second": 10_000.0,
+        "rate_limit_burst": 10_000,
+    }
+    values.update(overrides)
+    return Settings(**values)
+
+
+@asynccontextmanager
+async def mcp_client(url: str, key: str | None = ADMIN_KEY, **session_kw: Any) -> AsyncIterator[ClientSession]:
+    """A real MCP client session over streamable HTTP."""
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    async with httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(60.0)) as http:
+        async with streamable_http_client(f"{url}/mcp", http_client=http) as (read, write):
+            async with ClientSession(read, write, **session_kw) as session:
+                await session.initialize()
+                yield session
+
+
+def error_of(result: Any) -> dict[str, Any]:
+    """The error object of an isError MCP tool result."""
+    assert result.is_error, f"expected an error result, got {result}"
+    return json.loads(result.content[0].text)["error"]  # type: ignore[no-any-return]
+
+
+def wait_for(predicate: Any, timeout: float = 30.0, interval: float = 0.1) -> None:
+    """Poll until `predicate()` is truthy."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(interval)
+    raise TimeoutError("condition not met in time")
+
+
+def run_async(coro: Any) -> Any:
+    """Run a coroutine from sync code."""
+    return asyncio.run(coro)
+
+
+ROOT = Path(__file__).resolve().parents[2]
