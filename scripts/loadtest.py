@@ -29,6 +29,7 @@ import httpx2
 import psutil
 from mcp.client.session import ClientSession
 from mcp.client.streamable_http import streamable_http_client
+from mcp_types import TextContent
 
 ROOT = Path(__file__).resolve().parents[1]
 KEY = "loadtest-key-0123456789abcdef"
@@ -181,7 +182,8 @@ async def mcp_worker(url: str, wid: int, until: float, scenarios: list[tuple[str
             try:
                 result = await session.call_tool(name, make(i, rng))
                 ok = not result.is_error
-                detail = "" if ok else str(result.content[0].text if result.content else "")
+                first = result.content[0] if result.content else None
+                detail = "" if ok else (first.text if isinstance(first, TextContent) else str(first))
             except Exception as exc:
                 ok, detail = False, repr(exc)
             stats.record(f"mcp:{name}", time.perf_counter() - started, ok, detail)

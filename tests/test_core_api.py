@@ -17,6 +17,7 @@ from tests.support.server import (
     RunningServer,
     error_of,
     mcp_client,
+    resource_text,
 )
 
 
@@ -223,8 +224,8 @@ async def test_every_tool_has_a_rest_twin_with_the_same_schemas(server: RunningS
 
 async def test_resources_match_across_transports(server: RunningServer, rest: httpx.AsyncClient) -> None:
     async with mcp_client(server.url) as mcp:
-        health = json.loads((await mcp.read_resource("mcp://health")).contents[0].text)
-        settings = json.loads((await mcp.read_resource("mcp://settings")).contents[0].text)
+        health = json.loads(resource_text(await mcp.read_resource("mcp://health")))
+        settings = json.loads(resource_text(await mcp.read_resource("mcp://settings")))
     assert health["embedding"]["model"] == "all-MiniLM-L6-v2"
     assert health["embedding"]["dimension"] == 384 and health["database"]["reachable"] is True
     rest_settings = (await rest.get("/api/v1/resources/settings")).json()

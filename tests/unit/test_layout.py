@@ -1,0 +1,96 @@
+"""The architecture rules of docs/architecture.md, checked on the source: features stand on the core
+alone, the core names no feature, every family has the one layout, SQL lives in repositories."""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+from app.features import FEATURES
+
+APP = Path(__file__).resolve().parents[2] / "app"
+FAMILIES = sorted(p.name for p in APP.iterdir() if p.is_dir() and (p / "__init__.py").exists() and p.name != "core")
+ENTRY = {"app.main", "app.cli", "app.features"}
+REQUIRED = {"__init__.py", "config.py", "models.py", "schemas.py", "repository.py", "service.py", "operations.py"}
+SPLIT = re.compile(r"^(schemas|repository|service|operations)_[a-z]+\.py$")
+
+
+def _imports(path: Path) -> Iterator[tuple[int, str]]:
+    """Every module `path` imports (absolute names), with its line."""
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield node.lineno, alias.name
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            yield node.lineno, node.module
+            for alias in node.names:  # `from app import memory` imports app.memory
+                yield node.lineno, f"{node.module}.{alias.name}"
+
+
+def _owner(module: str) -> str | None:
+    """`memory` for `app.memory.service`, `core` for `app.core.x`, None outside the package."""
+    parts = module.split(".")
+    return parts[1] if parts[0] == "app" and len(parts) > 1 else None
+
+
+def test_every_family_is_listed_once_by_the_entry() -> None:
+    assert sorted(f.name for f in FEATURES) == FAMILIES
+    assert len({f.name for f in FEATURES}) == len(FEATURES)
+
+
+def test_features_import_only_the_core_and_themselves() -> None:
+    bad = []
+    for family in FAMILIES:
+        for path in sorted((APP / family).rglob("*.py")):
+            for line, module in _imports(path):
+                owner = _owner(module)
+                if module in ENTRY or (owner in FAMILIES and owner != family):
+                    bad.append(f"{path.relative_to(APP.parent)}:{line} imports {module}")
+    assert bad == []
+
+
+def test_the_core_names_no_feature() -> None:
+    bad = []
+    for path in sorted((APP / "core").rglob("*.py")):
+        for line, module in _imports(path):
+            if module in ENTRY or _owner(module) in FAMILIES:
+                bad.append(f"{path.relative_to(APP.parent)}:{line} imports {module}")
+        text = path.read_text(encoding="utf-8")
+        bad += [f"{path.relative_to(APP.parent)} names the feature {f!r}" for f in FAMILIES if f'"{f}"' in text]
+    assert bad == []
+
+
+def test_every_family_has_the_one_layout() -> None:
+    for family in FAMILIES:
+        files = {p.name for p in (APP / family).glob("*.py")}
+        assert REQUIRED <= files, (family, sorted(REQUIRED - files))
+        odd = [f for f in files if f.startswith(("schemas", "repository", "service", "operations", "repo_"))]
+        odd = [f for f in odd if f not in REQUIRED and not SPLIT.match(f)]
+        assert odd == [], (family, odd)
+
+
+def test_sql_lives_in_repositories() -> None:
+    """Outside repository modules (and the core's database plumbing) nothing builds SQL text for
+    PostgreSQL or executes statements on a session."""
+    allowed = {"repository.py", "db.py", "migrations.py"}
+    bad = []
+    for path in sorted(APP.rglob("*.py")):
+        if path.name in allowed or path.name.startswith("repository_"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if (
+                isinstance(node, ast.ImportFrom)
+                and node.module == "sqlalchemy"
+                and any(a.name == "text" for a in node.names)
+            ):
+                bad.append(f"{path.relative_to(APP.parent)}:{node.lineno} imports sqlalchemy.text")
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "execute"
+                and "session" in ast.unparse(node.func.value)
+            ):
+                bad.append(f"{path.relative_to(APP.parent)}:{node.lineno} runs {ast.unparse(node.func)}")
+    assert bad == []
