@@ -31,9 +31,7 @@ import yaml
 from app.analysis.config import DEMO_REGISTRY
 from app.analysis.demo_upstream import generate
 from app.analysis.repository import AnalysisRepository
-from app.analysis.service import compact_json
-from app.analysis.walkthrough import markdown_table, run_walkthrough
-from app.core import migrations
+from app.core import budget, migrations
 from app.core.config import Settings
 from app.core.context import AppState, Principal
 from app.core.db import Database
@@ -43,6 +41,7 @@ from app.core.operations import ops as core_ops
 from app.core.pgembedded import start_embedded
 from app.core.runtime import make_embedder
 from app.features import enabled
+from tests.support.analysis_walkthrough import markdown_table, run_walkthrough
 
 ROOT = Path(__file__).resolve().parent.parent
 PRINCIPAL = Principal(key_id=None, name="bench", scopes=frozenset({"admin"}))
@@ -212,7 +211,7 @@ async def _bench(state: AppState, port_small: int, port_big: int, quick: bool) -
 
 async def _walkthrough(state: AppState) -> str:
     async def call(tool: str, args: dict[str, Any]) -> str:
-        return compact_json(await _call(state, tool, args))
+        return budget.dumps(await _call(state, tool, args))
 
     steps = await run_walkthrough(call)
     total = sum(r.tokens for r in steps)

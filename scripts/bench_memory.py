@@ -46,10 +46,10 @@ async def _bench(quick: bool) -> str:
     from app.core.registry import Registry
     from app.core.repository import ProjectRepository
     from app.memory import service
-    from app.memory.config import get_memory_settings
+    from app.memory.config import MemorySettings
     from app.memory.repository import MemoryRepository, Scope
     from app.memory.schemas import PushIn
-    from app.memory.search import retrieve
+    from app.memory.service_search import retrieve
 
     root = Path(tempfile.mkdtemp(prefix="cairn-bench-mem-"))
     pg = start_embedded(root)
@@ -61,7 +61,7 @@ async def _bench(quick: bool) -> str:
         db = Database(url, settings)
         embedder = LocalOnnxEmbedder()
         await embedder.start()
-        cfg = get_memory_settings()
+        cfg = MemorySettings()
         state = AppState(settings=settings, db=db, embedder=embedder, registry=Registry())
 
         # 1. push throughput through the service (chunking, dedupe, embedding, writes)

@@ -8,11 +8,11 @@ from decimal import Decimal
 import pytest
 
 from app.analysis.config import DEMO_REGISTRY
-from app.analysis.ingest import project_fields, upstream_params
 from app.analysis.registry import load_registry, parse_registry
 from app.analysis.repository import _json, where_sql
+from app.analysis.service_ingest import project_fields, upstream_params
 from app.analysis.summaries import summarize
-from app.analysis.upstream import _retry_after, dig, flatten
+from app.analysis.upstream import dig, flatten, retry_after_seconds
 from app.analysis.validation import bucket_interval, field_name, interval, parse_where
 from app.core.errors import InvalidInput, SchemaError
 
@@ -74,8 +74,8 @@ def test_flatten_projection_and_filters() -> None:
 
 
 def test_retry_after_and_nul_bytes() -> None:
-    assert _retry_after("3") == 3.0 and _retry_after(None) is None and _retry_after("soon") is None
-    assert 0 <= (_retry_after("Wed, 21 Oct 2015 07:28:00 GMT") or 0) <= 1
+    assert retry_after_seconds("3") == 3.0 and retry_after_seconds(None) is None and retry_after_seconds("soon") is None
+    assert 0 <= (retry_after_seconds("Wed, 21 Oct 2015 07:28:00 GMT") or 0) <= 1
     assert json.loads(_json({"a": "x\x00y", "b": "\\u0000"})) == {"a": "xy", "b": "\\u0000"}
 
 

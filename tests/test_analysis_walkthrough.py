@@ -12,8 +12,8 @@ import pytest
 import uvicorn
 
 from app.analysis.demo_upstream import create_demo_app
-from app.analysis.walkthrough import markdown_table, run_walkthrough
 from tests.support.analysis import write_registry
+from tests.support.analysis_walkthrough import markdown_table, run_walkthrough
 from tests.support.server import RunningServer, free_port, mcp_client
 
 

@@ -140,10 +140,11 @@ async def test_limbic_reranks_and_quality_report(server: RunningServer, rest: ht
 async def test_ab_ratio_assignment(
     server: RunningServer, rest: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from app.graph.config import get_graph_settings
+    from app.core.context import feature_settings_of
+    from app.graph.config import GraphSettings
 
     await rest.post(f"{API}/entities", json={"entities": PEOPLE})
-    settings = get_graph_settings()
+    settings = feature_settings_of(server.app.state.cairn.feature_settings, GraphSettings)
     monkeypatch.setattr(settings, "ab_limbic_ratio", 0.0)
     r = (await rest.post(f"{API}/search/semantic", json={"query": "bread"})).json()
     assert r["treatment"] == "baseline" and r["results"][0]["name"] == "Sourdough"

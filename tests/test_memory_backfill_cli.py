@@ -19,10 +19,10 @@ from pydantic import ValidationError
 from app.core.config import Settings
 from app.core.db import Database
 from app.core.embedding import LocalOnnxEmbedder
-from app.memory.config import MemorySettings, get_memory_settings
-from app.memory.runner import BackfillRunner
+from app.memory.config import MemorySettings
+from app.memory.lifecycle import BackfillRunner
 from tests.support.fake_embedder import FakeEmbeddingServer
-from tests.support.server import PgCluster, RunningServer
+from tests.support.server import PgCluster, RunningServer, overridden
 from tests.test_memory_rusty import NOTES, api, seed_notes
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -99,17 +99,15 @@ async def test_background_runner(server: RunningServer, rest: httpx.AsyncClient,
 
 
 async def test_abstractive_summary_through_openai_compatible_chat(
-    server: RunningServer, rest: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
+    server: RunningServer, rest: httpx.AsyncClient
 ) -> None:
     await seed_notes(rest, project="abs")
     now = datetime.now(UTC)
     window = {"start": (now - timedelta(hours=1)).isoformat(), "end": (now + timedelta(hours=1)).isoformat()}
     with FakeEmbeddingServer() as fake:
-        monkeypatch.setenv("CAIRN_SUMMARY_PROVIDER", "openai")
-        monkeypatch.setenv("CAIRN_SUMMARY_BASE_URL", fake.base_url)
-        monkeypatch.setenv("CAIRN_SUMMARY_MODEL", "tiny-chat")
-        get_memory_settings.cache_clear()
-        try:
+        with overridden(
+            server, MemorySettings, summary_provider="openai", summary_base_url=fake.base_url, summary_model="tiny-chat"
+        ):
             auto = await api(rest, "/memory/summarize", {"project": "abs", "time_range": window})
             assert auto["strategy"] == "abstractive" and auto["provider"] == "openai" and auto["model"] == "tiny-chat"
             assert auto["summary"] == "Abstract summary by tiny-chat."
@@ -118,8 +116,14 @@ async def test_abstractive_summary_through_openai_compatible_chat(
                 rest, "/thoughts/summarize", {"project": "abs", "strategy": "abstractive", "model": "other-chat"}
             )
             assert thoughts["summary"] == "Abstract summary by other-chat."
-            monkeypatch.setenv("CAIRN_SUMMARY_BASE_URL", "http://127.0.0.1:9/v1")  # nothing listens there
-            get_memory_settings.cache_clear()
+        # Nothing listens on port 9.
+        with overridden(
+            server,
+            MemorySettings,
+            summary_provider="openai",
+            summary_base_url="http://127.0.0.1:9/v1",
+            summary_model="tiny-chat",
+        ):
             fallback = await api(rest, "/memory/summarize", {"project": "abs", "time_range": window})
             assert fallback["strategy"] == "extractive"  # auto falls back when the provider fails
             err = await api(
@@ -129,6 +133,3 @@ async def test_abstractive_summary_through_openai_compatible_chat(
                 status=502,
             )
             assert err["error"]["code"] == 5020
-        finally:
-            monkeypatch.undo()
-            get_memory_settings.cache_clear()

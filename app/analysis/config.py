@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 PACKAGE_DIR = Path(__file__).resolve().parent
@@ -22,7 +23,7 @@ class AnalysisSettings(BaseSettings):
     records_retention_days: float = 7.0
     finding_ttl_seconds: float = 3600.0
     sweep_interval_seconds: float = 0.0
-    max_response_chars: int = 24_000
+    max_response_tokens: int = Field(default=6000, ge=200, le=100_000)
 
 
 def get_analysis_settings() -> AnalysisSettings:

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from app.analysis import act as act_service
-from app.analysis import ingest as ingest_service
-from app.analysis import query as query_service
 from app.analysis import service
+from app.analysis import service_act as act_service
+from app.analysis import service_ingest as ingest_service
+from app.analysis import service_query as query_service
 from app.analysis.schemas import (
     ActIn,
     ActOut,

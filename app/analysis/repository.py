@@ -13,10 +13,9 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.analysis.validation import FIELD, Where
-from app.core.repository import ProjectRepository
+from app.core.repository import ProjectRepository, Repository
 
 
 def _key(field: str) -> str:
@@ -77,11 +76,8 @@ def _json(data: Any) -> str:
 SCOPE = "project_id = :pid AND analysis_id = :aid AND model = :model AND expires_at > now()"
 
 
-class AnalysisRepository:
+class AnalysisRepository(Repository):
     """Records, findings and ingest state of analysis sessions."""
-
-    def __init__(self, session: AsyncSession) -> None:
-        self.session = session
 
     # -- projects ---------------------------------------------------------------------------
     async def ensure_project(self, name: str) -> uuid.UUID:
@@ -92,12 +88,6 @@ class AnalysisRepository:
         """The project's id, if it exists."""
         project = await ProjectRepository(self.session).get(name)
         return project.id if project else None
-
-    async def _rows(self, sql: str, params: dict[str, Any]) -> list[Any]:
-        return list((await self.session.execute(text(sql), params)).all())
-
-    async def _scalar(self, sql: str, params: dict[str, Any]) -> Any:
-        return (await self.session.execute(text(sql), params)).scalar()
 
     # -- lifecycle --------------------------------------------------------------------------
     async def evict_expired(self, batch: int = 5000) -> dict[str, int]:
@@ -166,39 +156,40 @@ class AnalysisRepository:
         """Live records of a model in the session (optionally matching `w`)."""
         params: dict[str, Any] = {"pid": pid, "aid": aid, "model": model}
         cond = where_sql(w, params) if w else "TRUE"
-        return int(await self._scalar(f"SELECT count(*) FROM analysis_records WHERE {SCOPE} AND {cond}", params))
+        return int(await self.scalar(f"SELECT count(*) FROM analysis_records WHERE {SCOPE} AND {cond}", params))
 
     async def session_models(self, pid: uuid.UUID, aid: str) -> list[tuple[str, int]]:
         """Models held by the session with their live record counts."""
-        rows = await self._rows(
-            "SELECT model, count(*) FROM analysis_records WHERE project_id = :pid "
+        rows = await self.rows(
+            "SELECT model, count(*) AS n FROM analysis_records WHERE project_id = :pid "
             "AND analysis_id = :aid AND expires_at > now() GROUP BY model ORDER BY min(id)",
             {"pid": pid, "aid": aid},
         )
-        return [(r[0], int(r[1])) for r in rows]
+        return [(r["model"], int(r["n"])) for r in rows]
 
     async def observed_fields(
         self, pid: uuid.UUID, aid: str, model: str, sample: int = 500
     ) -> list[tuple[str, str, int]]:
         """(field, JSON type, rows having it) over the first `sample` records."""
-        rows = await self._rows(
-            f"SELECT e.key, jsonb_typeof(e.value), count(*) FROM (SELECT data FROM analysis_records WHERE {SCOPE} "
+        rows = await self.rows(
+            f"SELECT e.key, jsonb_typeof(e.value) AS kind, count(*) AS n FROM (SELECT data FROM analysis_records "
+            f"WHERE {SCOPE} "
             "ORDER BY id LIMIT :n) s, jsonb_each(s.data) e GROUP BY 1, 2 ORDER BY 1, 3 DESC",
             {"pid": pid, "aid": aid, "model": model, "n": sample},
         )
-        return [(r[0], r[1], int(r[2])) for r in rows]
+        return [(r["key"], r["kind"], int(r["n"])) for r in rows]
 
     async def top_values(self, pid: uuid.UUID, aid: str, model: str, field: str, n: int) -> tuple[int, list[str]]:
         """Distinct count and the `n` most common values of a field (first 2000 records)."""
         params = {"pid": pid, "aid": aid, "model": model, "n": n}
         expr = text_expr(field)
-        rows = await self._rows(
+        rows = await self.rows(
             f"SELECT v, count(*) OVER () AS distinct_n FROM (SELECT {expr} AS v, count(*) AS c FROM "
             f"(SELECT data FROM analysis_records WHERE {SCOPE} ORDER BY id LIMIT 2000) s "
             f"WHERE {expr} IS NOT NULL GROUP BY 1) g ORDER BY c DESC, v LIMIT :n",
             params,
         )
-        return (int(rows[0][1]) if rows else 0), [r[0] for r in rows]
+        return (int(rows[0]["distinct_n"]) if rows else 0), [r["v"] for r in rows]
 
     async def aggregate(
         self, pid: uuid.UUID, aid: str, model: str, field: str, w: Where, limit: int
@@ -206,7 +197,7 @@ class AnalysisRepository:
         """(matching total, distinct values, [(value, count)] by count desc)."""
         params: dict[str, Any] = {"pid": pid, "aid": aid, "model": model, "lim": limit}
         cond = where_sql(w, params)
-        rows = await self._rows(
+        rows = await self.rows(
             f"SELECT v, c, total, groups FROM (SELECT data->'{_key(field)}' AS v, count(*) AS c, "
             f"sum(count(*)) OVER () AS total, count(*) OVER () AS groups FROM analysis_records "
             f"WHERE {SCOPE} AND {cond} GROUP BY 1) g ORDER BY c DESC, v::text LIMIT :lim",
@@ -214,7 +205,7 @@ class AnalysisRepository:
         )
         if not rows:
             return 0, 0, []
-        return int(rows[0][2]), int(rows[0][3]), [(r[0], int(r[1])) for r in rows]
+        return int(rows[0]["total"]), int(rows[0]["groups"]), [(r["v"], int(r["c"])) for r in rows]
 
     async def filter(
         self, pid: uuid.UUID, aid: str, model: str, w: Where, limit: int, offset: int
@@ -224,11 +215,11 @@ class AnalysisRepository:
         cond = where_sql(w, params)
         # The page walks the session index in id order and stops early; the count scans separately
         # without carrying the documents along.
-        rows = await self._rows(
+        rows = await self.rows(
             f"SELECT data FROM analysis_records WHERE {SCOPE} AND {cond} ORDER BY id LIMIT :lim OFFSET :off", params
         )
-        total = await self._scalar(f"SELECT count(*) FROM analysis_records WHERE {SCOPE} AND {cond}", params)
-        return int(total), [r[0] for r in rows]
+        total = await self.scalar(f"SELECT count(*) FROM analysis_records WHERE {SCOPE} AND {cond}", params)
+        return int(total), [r["data"] for r in rows]
 
     async def sample(
         self,
@@ -259,7 +250,7 @@ class AnalysisRepository:
                     f"date_bin(CAST(CAST(:bucket AS text) AS interval), {ts}, CAST(:origin AS timestamptz))::text"
                 )
         key = " || '|' || ".join(keys) if keys else "''"
-        rows = await self._rows(
+        rows = await self.rows(
             f"WITH filtered AS MATERIALIZED (SELECT id, {key} AS stratum FROM analysis_records "
             f"WHERE {SCOPE} AND {' AND '.join(conds)}), "
             "counts AS (SELECT count(*) AS n, count(DISTINCT stratum) AS strata FROM filtered), "
@@ -272,40 +263,40 @@ class AnalysisRepository:
         )
         if not rows:
             return 0, 0, []
-        return int(rows[0][1]), int(rows[0][2]), [r[0] for r in rows]
+        return int(rows[0]["n"]), int(rows[0]["strata"]), [r["data"] for r in rows]
 
     async def matched_ids(self, pid: uuid.UUID, aid: str, model: str, w: Where) -> list[tuple[str, dict[str, Any]]]:
         """(record_id, data) of every matching record that has an id, in ingest order."""
         params: dict[str, Any] = {"pid": pid, "aid": aid, "model": model}
         cond = where_sql(w, params)
-        rows = await self._rows(
+        rows = await self.rows(
             f"SELECT record_id, data FROM analysis_records WHERE {SCOPE} AND {cond} "
             "AND record_id IS NOT NULL ORDER BY id",
             params,
         )
-        return [(r[0], r[1]) for r in rows]
+        return [(r["record_id"], r["data"]) for r in rows]
 
     async def dry_run(self, pid: uuid.UUID, aid: str, model: str, w: Where) -> dict[str, Any]:
         """Scope of an act: count, first ids, first rows with their ingest time, ingest time range."""
         params: dict[str, Any] = {"pid": pid, "aid": aid, "model": model}
         cond = where_sql(w, params)
         stats = (
-            await self._rows(
-                f"SELECT count(*), min(ingested_at), max(ingested_at) FROM analysis_records "
+            await self.rows(
+                f"SELECT count(*) AS n, min(ingested_at) AS earliest, max(ingested_at) AS latest FROM analysis_records "
                 f"WHERE {SCOPE} AND {cond} AND record_id IS NOT NULL",
                 params,
             )
         )[0]
-        first = await self._rows(
+        first = await self.rows(
             f"SELECT record_id, data, ingested_at FROM analysis_records WHERE {SCOPE} "
             f"AND {cond} AND record_id IS NOT NULL ORDER BY id LIMIT 10",
             params,
         )
         return {
-            "count": int(stats[0]),
-            "earliest": stats[1],
-            "latest": stats[2],
-            "first": [(r[0], r[1], r[2]) for r in first],
+            "count": int(stats["n"]),
+            "earliest": stats["earliest"],
+            "latest": stats["latest"],
+            "first": [(r["record_id"], r["data"], r["ingested_at"]) for r in first],
         }
 
     async def apply_update(
@@ -335,18 +326,18 @@ class AnalysisRepository:
     ) -> tuple[list[tuple[int, str]], int]:
         """The next `limit` parent records (row id, record id) after row `after`, and how many follow."""
         params = {"pid": pid, "aid": aid, "model": model, "after": after, "lim": limit}
-        rows = await self._rows(
-            f"SELECT id, record_id, count(*) OVER () FROM analysis_records WHERE {SCOPE} "
+        rows = await self.rows(
+            f"SELECT id, record_id, count(*) OVER () AS remaining FROM analysis_records WHERE {SCOPE} "
             "AND record_id IS NOT NULL AND id > :after ORDER BY id LIMIT :lim",
             params,
         )
-        remaining = int(rows[0][2]) if rows else 0
-        return [(int(r[0]), r[1]) for r in rows], remaining
+        remaining = int(rows[0]["remaining"]) if rows else 0
+        return [(int(r["id"]), r["record_id"]) for r in rows], remaining
 
     # -- ingest state -----------------------------------------------------------------------
     async def get_state(self, pid: uuid.UUID, aid: str, key: str) -> dict[str, Any] | None:
         """The saved position of an ingest."""
-        rows = await self._rows(
+        rows = await self.rows(
             "SELECT next_token, pages_done, complete, total_available FROM analysis_ingest_state "
             "WHERE project_id = :pid AND analysis_id = :aid AND state_key = :key AND expires_at > now()",
             {"pid": pid, "aid": aid, "key": key},
@@ -354,7 +345,12 @@ class AnalysisRepository:
         if not rows:
             return None
         r = rows[0]
-        return {"next_token": r[0], "pages_done": int(r[1]), "complete": bool(r[2]), "total_available": r[3]}
+        return {
+            "next_token": r["next_token"],
+            "pages_done": int(r["pages_done"]),
+            "complete": bool(r["complete"]),
+            "total_available": r["total_available"],
+        }
 
     async def save_state(
         self,
@@ -405,7 +401,7 @@ class AnalysisRepository:
         vectors: list[list[float]],
     ) -> tuple[list[int], datetime | None]:
         """Store findings and their vectors; returns ids and the expiry (None when persistent)."""
-        rows = await self._rows(
+        rows = await self.rows(
             "INSERT INTO analysis_findings (project_id, analysis_id, category, finding, metadata, source_model, "
             "persistent, expires_at) SELECT CAST(:pid AS uuid), CAST(:aid AS text), f.c, f.t, f.m::jsonb, "
             "NULLIF(f.s, ''), CAST(:persistent AS boolean), CASE WHEN CAST(:persistent AS boolean) THEN NULL "
@@ -423,7 +419,7 @@ class AnalysisRepository:
                 "sources": [i.get("source_model") or "" for i in items],
             },
         )
-        ids = [int(r[0]) for r in rows]
+        ids = [int(r["id"]) for r in rows]
         ids.sort()  # identity values follow insertion order
         if vectors:
             await self.session.execute(
@@ -440,7 +436,7 @@ class AnalysisRepository:
                     "vecs": ["[" + ",".join(f"{x:.7g}" for x in v) + "]" for v in vectors],
                 },
             )
-        return ids, (rows[0][1] if rows else None)
+        return ids, (rows[0]["expires_at"] if rows else None)
 
     async def delete_page_summaries(self, pid: uuid.UUID, aid: str, model: str, pages: list[int]) -> None:
         """Drop earlier summaries of pages that are being re-ingested."""
@@ -461,7 +457,7 @@ class AnalysisRepository:
         await self.session.execute(text("SET LOCAL hnsw.iterative_scan = relaxed_order"))
         dist = f"(e.embedding::vector({dim})) <=> CAST(:q AS vector({dim}))"
         cat = "AND f.category = :cat" if category else ""
-        rows = await self._rows(
+        rows = await self.rows(
             f"SELECT f.id, f.category, f.finding, f.metadata, 1 - ({dist}) AS score "
             "FROM analysis_finding_embeddings e JOIN analysis_findings f ON f.id = e.owner_id "
             f"WHERE e.model = :model AND e.dim = :dim AND f.project_id = :pid AND f.analysis_id = :aid {cat} "
@@ -477,14 +473,14 @@ class AnalysisRepository:
                 "k": top_k,
             },
         )
-        hits = [(int(r[0]), r[1], r[2], r[3], float(r[4])) for r in rows]
+        hits = [(int(r["id"]), r["category"], r["finding"], r["metadata"], float(r["score"])) for r in rows]
         hits.sort(key=lambda h: -h[4])  # relaxed order: restore the exact ranking
         return hits
 
     async def count_findings(self, pid: uuid.UUID, aid: str) -> int:
         """Live findings of the session."""
         return int(
-            await self._scalar(
+            await self.scalar(
                 "SELECT count(*) FROM analysis_findings WHERE project_id = :pid AND analysis_id = :aid "
                 "AND (expires_at IS NULL OR expires_at > now())",
                 {"pid": pid, "aid": aid},

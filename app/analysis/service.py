@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import uuid
 from typing import Any, TypeVar
 
@@ -11,26 +10,18 @@ from pydantic import BaseModel
 from app.analysis.config import get_analysis_settings
 from app.analysis.repository import AnalysisRepository
 from app.analysis.schemas import ClearIn, ClearOut, StoreIn, StoreOut
+from app.core import budget
 from app.core.context import CallContext
-from app.core.errors import Forbidden, InvalidInput, NotFound
-from app.core.tokens import count_tokens
+from app.core.errors import Forbidden, NotFound, invalid_field
 
 M = TypeVar("M", bound=BaseModel)
 MAX_METADATA_CHARS = 4000
 MAX_VALUE_CHARS = 300
 
 
-def compact_json(data: Any) -> str:
-    """The JSON text the MCP transport sends (compact separators)."""
-    return json.dumps(data, ensure_ascii=False, separators=(",", ":"), default=str)
-
-
 def with_tokens(out: M) -> M:
-    """Fill `tokens`: the response's size in embedding-tokenizer tokens (its compact JSON)."""
-    data = out.model_dump(mode="json", by_alias=True)
-    data.pop("tokens", None)
-    out.tokens = count_tokens(compact_json(data))  # type: ignore[attr-defined]
-    return out
+    """Fill `tokens`: what the response costs the agent (app.core.budget, the field included)."""
+    return budget.measured(out, "tokens")
 
 
 def trim_row(row: dict[str, Any]) -> tuple[dict[str, Any], bool]:
@@ -41,27 +32,27 @@ def trim_row(row: dict[str, Any]) -> tuple[dict[str, Any], bool]:
         if isinstance(value, str) and len(value) > MAX_VALUE_CHARS:
             out[key] = value[:MAX_VALUE_CHARS] + "…"
             cut = True
-        elif isinstance(value, list | dict) and len(compact_json(value)) > MAX_VALUE_CHARS:
-            out[key] = compact_json(value)[:MAX_VALUE_CHARS] + "…"
+        elif isinstance(value, list | dict) and len(budget.dumps(value)) > MAX_VALUE_CHARS:
+            out[key] = budget.dumps(value)[:MAX_VALUE_CHARS] + "…"
             cut = True
         else:
             out[key] = value
     return out, cut
 
 
-def bounded_rows(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], bool]:
-    """Rows trimmed and cut off once the response would pass the configured character budget."""
-    budget = get_analysis_settings().max_response_chars
+def bounded_rows(rows: list[dict[str, Any]], max_tokens: int) -> tuple[list[dict[str, Any]], bool]:
+    """Rows with long values trimmed, cut off once they would pass `max_tokens` tokens of the reply
+    (app.core.budget: each row's compact JSON plus the comma between rows); at least one row is kept."""
+    trimmed = [trim_row(row) for row in rows]
+    sizes = budget.item_tokens([t for t, _ in trimmed])
     kept: list[dict[str, Any]] = []
     truncated = False
     used = 0
-    for row in rows:
-        trimmed, cut = trim_row(row)
-        size = len(compact_json(trimmed))
-        if kept and used + size > budget:
+    for (row, cut), size in zip(trimmed, sizes, strict=True):
+        if kept and used + size + 1 > max_tokens:
             return kept, True
-        kept.append(trimmed)
-        used += size
+        kept.append(row)
+        used += size + 1
         truncated = truncated or cut
     return kept, truncated
 
@@ -93,10 +84,9 @@ async def store(ctx: CallContext, args: StoreIn) -> StoreOut:
     """Embed and store findings (ephemeral for the configured TTL unless persistent)."""
     settings = get_analysis_settings()
     for i, item in enumerate(args.findings):
-        if item.metadata is not None and len(compact_json(item.metadata)) > MAX_METADATA_CHARS:
-            raise InvalidInput(
-                f"findings.{i}.metadata: larger than {MAX_METADATA_CHARS} characters as JSON",
-                details={"field": f"findings.{i}.metadata"},
+        if item.metadata is not None and len(budget.dumps(item.metadata)) > MAX_METADATA_CHARS:
+            raise invalid_field(
+                f"findings.{i}.metadata", f"findings.{i}.metadata: larger than {MAX_METADATA_CHARS} characters as JSON"
             )
     repo = AnalysisRepository(ctx.session)
     pid = await project_for_write(ctx, repo, args.project)

@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-import asyncio
 import email.utils
 import json
 import logging
 import random
-import re
 import time
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urljoin
 
 import httpx
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, stop_after_attempt
 
 from app.analysis.registry import PaginationCfg, UpstreamCfg
 from app.core.errors import InvalidInput, UpstreamError
@@ -21,7 +20,6 @@ from app.core.errors import InvalidInput, UpstreamError
 log = logging.getLogger("cairn.analysis.upstream")
 
 RETRY_STATUSES = {429, 500, 502, 503, 504}
-_LINK_NEXT = re.compile(r'<([^>]+)>\s*;[^,]*rel="?next"?', re.IGNORECASE)
 
 
 class UpstreamFailure(UpstreamError):
@@ -32,7 +30,21 @@ class UpstreamFailure(UpstreamError):
         self.status_code = status_code
 
 
-def _retry_after(value: str | None) -> float | None:
+class _Retryable(Exception):
+    """An attempt that may succeed if repeated: a 429/5xx answer or a transport error."""
+
+    def __init__(self, why: str, status: int | None = None, retry_after: float | None = None) -> None:
+        super().__init__(why)
+        self.why, self.status, self.retry_after = why, status, retry_after
+
+
+def _why(state: RetryCallState) -> str:
+    exc = state.outcome.exception() if state.outcome is not None else None
+    return exc.why if isinstance(exc, _Retryable) else repr(exc)
+
+
+def retry_after_seconds(value: str | None) -> float | None:
+    """Seconds a Retry-After header asks for (delta-seconds or an HTTP date); None when absent or unreadable."""
     if not value:
         return None
     value = value.strip()
@@ -99,37 +111,52 @@ class UpstreamClient:
         failed with a retryable status or a transport error."""
         attempts = (self.cfg.max_retries if retries is None else retries) + 1
         url = self.url(path)
-        last = "no attempt"
-        status: int | None = None
-        for attempt in range(attempts):
-            try:
-                response = await self.client.request(method, url, params=params or None, json=json_body)
-            except httpx.TimeoutException:
-                last, status = f"timed out after {self.cfg.timeout_seconds:g}s", None
-                delay = self._backoff(attempt)
-            except httpx.HTTPError as exc:
-                last, status = f"connection failed ({type(exc).__name__})", None
-                delay = self._backoff(attempt)
-            else:
-                if response.status_code not in RETRY_STATUSES:
-                    return response
-                status = response.status_code
-                last = f"answered HTTP {status}"
-                hinted = _retry_after(response.headers.get("retry-after"))
-                if hinted is not None and hinted > self.cfg.max_retry_after_seconds:
-                    raise UpstreamFailure(
-                        f"Upstream '{self.name}' asked to retry after {hinted:g}s (over the "
-                        f"{self.cfg.max_retry_after_seconds:g}s limit)",
-                        status,
-                    )
-                delay = hinted if hinted is not None else self._backoff(attempt)
-            if attempt + 1 < attempts:
-                log.info("upstream retry", extra={"upstream": self.name, "attempt": attempt + 1, "why": last})
-                await asyncio.sleep(delay)
-        raise UpstreamFailure(f"Upstream '{self.name}' {last} ({method} {_short(url)}, {attempts} attempt(s))", status)
+        retrying = AsyncRetrying(
+            stop=stop_after_attempt(attempts),
+            wait=self._wait,
+            retry=retry_if_exception_type(_Retryable),
+            before_sleep=lambda state: log.info(
+                "upstream retry",
+                extra={"upstream": self.name, "attempt": state.attempt_number, "why": _why(state)},
+            ),
+            reraise=True,
+        )
+        try:
+            async for attempt in retrying:
+                with attempt:
+                    return await self._send(method, url, params, json_body)
+        except _Retryable as exc:
+            raise UpstreamFailure(
+                f"Upstream '{self.name}' {exc.why} ({method} {_short(url)}, {attempts} attempt(s))", exc.status
+            ) from None
+        raise AssertionError("unreachable: tenacity either returns or re-raises")
 
-    def _backoff(self, attempt: int) -> float:
-        base: float = self.cfg.backoff_seconds * (2**attempt)
+    async def _send(self, method: str, url: str, params: dict[str, Any] | None, json_body: Any) -> httpx.Response:
+        """One attempt: the response, or _Retryable for 429/5xx and transport errors."""
+        try:
+            response = await self.client.request(method, url, params=params or None, json=json_body)
+        except httpx.TimeoutException:
+            raise _Retryable(f"timed out after {self.cfg.timeout_seconds:g}s") from None
+        except httpx.HTTPError as exc:
+            raise _Retryable(f"connection failed ({type(exc).__name__})") from None
+        if response.status_code not in RETRY_STATUSES:
+            return response
+        hinted = retry_after_seconds(response.headers.get("retry-after"))
+        if hinted is not None and hinted > self.cfg.max_retry_after_seconds:
+            raise UpstreamFailure(
+                f"Upstream '{self.name}' asked to retry after {hinted:g}s (over the "
+                f"{self.cfg.max_retry_after_seconds:g}s limit)",
+                response.status_code,
+            )
+        raise _Retryable(f"answered HTTP {response.status_code}", response.status_code, hinted)
+
+    def _wait(self, state: RetryCallState) -> float:
+        """Seconds before the next attempt: the upstream's Retry-After when it gave one, else
+        exponential backoff from `backoff_seconds` with up to 50% jitter."""
+        exc = state.outcome.exception() if state.outcome is not None else None
+        if isinstance(exc, _Retryable) and exc.retry_after is not None:
+            return exc.retry_after
+        base: float = self.cfg.backoff_seconds * (2 ** (state.attempt_number - 1))
         return base + random.uniform(0, base / 2)
 
     async def get_json(self, path: str, params: dict[str, Any] | None = None) -> tuple[Any, httpx.Response]:
@@ -263,6 +290,6 @@ async def fetch_page(
         if isinstance(nxt, str) and nxt.startswith(("http://", "https://", "/")):
             nxt = client.url(urljoin(str(response.request.url), nxt))
     elif p.style == "link":
-        match = _LINK_NEXT.search(response.headers.get("link", ""))
-        nxt = client.url(urljoin(str(response.request.url), match.group(1))) if match and items else None
+        link = response.links.get("next", {}).get("url")  # httpx parses the RFC 8288 Link header
+        nxt = client.url(urljoin(str(response.request.url), link)) if link and items else None
     return Page(items=rows, next_token=nxt, total=total)

@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
-from app.core.errors import InvalidInput
+from app.core.errors import InvalidInput, invalid_field
 
 FIELD = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 INTERVAL = re.compile(r"^\d+\s+(day|days|week|weeks|month|months|hour|hours|minute|minutes)$")
@@ -24,12 +24,12 @@ MAX_CONDITIONS = 20
 def field_name(value: str, where: str) -> str:
     """`value` if it is a safe field name, else a 4001 naming the argument."""
     if not isinstance(value, str) or len(value) > 64 or not FIELD.fullmatch(value):
-        raise InvalidInput(
+        raise invalid_field(
+            where,
             f"Invalid field name in {where}: {str(value)[:80]!r} (must match {FIELD.pattern})",
             suggestions=[
                 "Use a plain field name (no dots, dashes or spaces); flatten nested data at ingest time with fields"
             ],
-            details={"field": where},
         )
     return value
 
@@ -38,9 +38,8 @@ def interval(value: str, where: str) -> str:
     """A validated interval text such as '7 days'."""
     text = value.strip() if isinstance(value, str) else ""
     if not INTERVAL.fullmatch(text):
-        raise InvalidInput(
-            f"Invalid interval in {where}: {str(value)[:80]!r} (e.g. '7 days', '1 week', '6 hours')",
-            details={"field": where},
+        raise invalid_field(
+            where, f"Invalid interval in {where}: {str(value)[:80]!r} (e.g. '7 days', '1 week', '6 hours')"
         )
     return text
 
@@ -50,9 +49,7 @@ def parse_date(value: str, where: str) -> datetime:
     try:
         parsed = datetime.fromisoformat(value.strip())
     except (ValueError, AttributeError):
-        raise InvalidInput(
-            f"{where}: {str(value)[:60]!r} is not an ISO date or timestamp", details={"field": where}
-        ) from None
+        raise invalid_field(where, f"{where}: {str(value)[:60]!r} is not an ISO date or timestamp") from None
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
 
 
@@ -92,21 +89,21 @@ def parse_where(raw: dict[str, Any] | None, arg: str = "where") -> Where:
             for op, value in cond.items():
                 where = f"{arg}.{name}.{op}"
                 if op not in RANGE_OPS:
-                    raise InvalidInput(
+                    raise invalid_field(
+                        where,
                         f"Unknown operator {op!r} in {arg}.{name}",
                         suggestions=["Operators: $gt, $gte, $lt, $lte; plain values match exactly"],
-                        details={"field": where},
                     )
                 if isinstance(value, bool) or value is None:
-                    raise InvalidInput(f"{where}: range values must be numbers or ISO dates", details={"field": where})
+                    raise invalid_field(where, f"{where}: range values must be numbers or ISO dates")
                 if isinstance(value, int | float):
                     result.ranges.append(RangeCond(name, RANGE_OPS[op], "numeric", Decimal(str(value))))
                 elif isinstance(value, str):
                     result.ranges.append(RangeCond(name, RANGE_OPS[op], "timestamptz", parse_date(value, where)))
                 else:
-                    raise InvalidInput(f"{where}: range values must be numbers or ISO dates", details={"field": where})
+                    raise invalid_field(where, f"{where}: range values must be numbers or ISO dates")
         elif isinstance(cond, dict) and any(isinstance(k, str) and k.startswith("$") for k in cond):
-            raise InvalidInput(f"{arg}.{name}: do not mix operators and plain keys", details={"field": f"{arg}.{name}"})
+            raise invalid_field(f"{arg}.{name}", f"{arg}.{name}: do not mix operators and plain keys")
         else:
             result.exact[name] = cond
     return result

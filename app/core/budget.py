@@ -135,7 +135,11 @@ Envelope = Callable[[list[Any], Payload | None, str], Payload]
 
 
 def fit_rows(
-    envelope: Envelope, rows: list[Any], budget: int, summarize_rest: Callable[[int], Payload]
+    envelope: Envelope,
+    rows: list[Any],
+    budget: int,
+    summarize_rest: Callable[[int], Payload],
+    image_fields: Sequence[str] = (),
 ) -> tuple[Payload, int, str]:
     """Build the largest response within `budget` tokens following the ladder above.
 
@@ -148,21 +152,21 @@ def fit_rows(
         prefix.append(prefix[-1] + t)
 
     def best(summary: Payload | None, level: str, cap: int) -> tuple[int, Payload | None]:
-        base = tokens_of(finalize(envelope([], summary, level)))
+        base = tokens_of(finalize(envelope([], summary, level), image_fields=image_fields), image_fields)
         k = 0
         for m in range(cap, -1, -1):
             if base + prefix[m] + max(0, m - 1) + 2 <= budget:
                 k = m
                 break
         while k >= 0:
-            payload = finalize(envelope(rows[:k], summary, level))
+            payload = finalize(envelope(rows[:k], summary, level), image_fields=image_fields)
             if payload["context_tokens_used"] <= budget:
                 return k, payload
             k -= 1
         return -1, None
 
     n = len(rows)
-    full = finalize(envelope(rows, None, "none"))
+    full = finalize(envelope(rows, None, "none"), image_fields=image_fields)
     if full["context_tokens_used"] <= budget:
         return full, n, "none"
     k, payload = best(None, "fewer_rows", n)
@@ -178,7 +182,12 @@ def fit_rows(
             return payload, k2, "rows_and_summary"
         k2 = k3
     whole = summarize_rest(0)
-    trimmed = shrink_summary(whole, lambda s: tokens_of(finalize(envelope([], s, "summary_only"))) <= budget)
+    trimmed = shrink_summary(
+        whole,
+        lambda s: (
+            tokens_of(finalize(envelope([], s, "summary_only"), image_fields=image_fields), image_fields) <= budget
+        ),
+    )
     if trimmed is not None:
-        return finalize(envelope([], trimmed, "summary_only")), 0, "summary_only"
-    return finalize(envelope([], None, "minimal")), 0, "minimal"
+        return finalize(envelope([], trimmed, "summary_only"), image_fields=image_fields), 0, "summary_only"
+    return finalize(envelope([], None, "minimal"), image_fields=image_fields), 0, "minimal"

@@ -72,6 +72,10 @@ class Repository:
             return found
         return into(**found)
 
+    async def dicts(self, sql: Statement, params: Params = None) -> list[dict[str, Any]]:
+        """Every row as a plain dict keyed by column name (for rows that are reshaped afterwards)."""
+        return [dict(row) for row in (await self.execute(sql, params)).mappings().all()]
+
     async def scalar(self, sql: Statement, params: Params = None) -> Any:
         """The first column of the first row, or None."""
         return (await self.execute(sql, params)).scalar()

@@ -1,4 +1,4 @@
-"""Result cache, in memory (LRU) and on disk (one JSON file per key beside the stored results).
+"""Result cache, in memory (cachetools' LRU with a TTL) and on disk (one JSON file per key beside the stored results).
 
 A key is the SHA-256 of the normalised query (DuckDB tokens re-joined, comments dropped, keywords
 lower-cased), the inputs' view definitions, the options that change the answer, and each input file's
@@ -14,11 +14,11 @@ import json
 import os
 import threading
 import time
-from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
 import duckdb
+from cachetools import TTLCache
 
 from app.core.errors import CacheError
 
@@ -67,7 +67,8 @@ class Cache:
         self.ttl = ttl
         self.max_bytes = max_bytes
         self.memory_entries = memory_entries
-        self._mem: OrderedDict[str, dict[str, Any]] = OrderedDict()
+        # Least recently used entries go first once `memory_entries` are held; each leaves after `ttl`.
+        self._mem: TTLCache[str, dict[str, Any]] = TTLCache(maxsize=max(memory_entries, 1), ttl=ttl)
         self._lock = threading.Lock()
 
     def _file(self, key: str) -> Path:
@@ -78,15 +79,13 @@ class Cache:
         now = time.time()
         with self._lock:
             entry = self._mem.get(key)
-            if entry is not None:
-                self._mem.move_to_end(key)
         if entry is None:
             try:
                 entry = json.loads(self._file(key).read_text())
             except (OSError, ValueError):
                 return None
             with self._lock:
-                self._remember(key, entry)
+                self._mem[key] = entry
         if entry.get("expires_at", 0) < now or not self._result_ok(entry):
             self.remove([key])
             return None
@@ -95,12 +94,6 @@ class Cache:
     def _result_ok(self, entry: dict[str, Any]) -> bool:
         path = entry.get("result_path")
         return path is None or Path(path).is_file()
-
-    def _remember(self, key: str, entry: dict[str, Any]) -> None:
-        self._mem[key] = entry
-        self._mem.move_to_end(key)
-        while len(self._mem) > self.memory_entries:
-            self._mem.popitem(last=False)
 
     def put(self, key: str, entry: dict[str, Any]) -> None:
         """Store an entry (memory and disk)."""
@@ -112,7 +105,7 @@ class Cache:
         except OSError as exc:
             raise CacheError(f"Could not write the cache entry: {exc.strerror}") from None
         with self._lock:
-            self._remember(key, entry)
+            self._mem[key] = entry
 
     def entries(self) -> list[dict[str, Any]]:
         """Every entry on disk (bounded by the cache size)."""

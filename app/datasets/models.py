@@ -7,7 +7,7 @@ import uuid
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import BigInteger, DateTime, String, Text, func
+from sqlalchemy import BigInteger, DateTime, Index, String, Text, func
 from sqlalchemy.dialects.postgresql import JSONB, UUID
 from sqlalchemy.orm import Mapped, mapped_column
 
@@ -35,6 +35,7 @@ class DatasetQuery(Base):
     """A query result kept server-side under its query_id (rows live in a Parquet file)."""
 
     __tablename__ = "dataset_queries"
+    __table_args__ = (Index("ix_dataset_queries_created_at", "created_at"),)
 
     query_id: Mapped[str] = mapped_column(String(32), primary_key=True)
     sql: Mapped[str] = mapped_column(Text, nullable=False)

@@ -7,16 +7,13 @@ from typing import Any
 
 from sqlalchemy import delete, func, select
 from sqlalchemy.dialects.postgresql import insert
-from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.core.repository import Repository
 from app.datasets.models import Dataset, DatasetQuery
 
 
-class DatasetRepository:
+class DatasetRepository(Repository):
     """Named datasets."""
-
-    def __init__(self, session: AsyncSession) -> None:
-        self.session = session
 
     async def get(self, name: str) -> Dataset | None:
         """The dataset called `name`."""
@@ -81,11 +78,8 @@ class DatasetRepository:
         return row
 
 
-class QueryRepository:
+class QueryRepository(Repository):
     """Metadata of stored query results."""
-
-    def __init__(self, session: AsyncSession) -> None:
-        self.session = session
 
     async def save(self, values: dict[str, Any]) -> None:
         """Record a result (no-op when the query_id exists)."""

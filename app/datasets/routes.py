@@ -20,7 +20,7 @@ from python_multipart import MultipartParser
 from python_multipart.multipart import parse_options_header
 
 from app.core.context import AppState
-from app.core.errors import Forbidden, InvalidInput, TooLarge
+from app.core.errors import Forbidden, InvalidInput, TooLarge, invalid_field
 from app.core.rest_adapter import authenticate
 from app.datasets import service
 from app.datasets.config import data_roots, get_dataset_settings
@@ -182,11 +182,10 @@ async def upload_dataset(request: Request) -> JSONResponse:
         await asyncio.to_thread(fh.close)
         name = upload.fields.get("name", "")
         if not _NAME.fullmatch(name):
-            raise InvalidInput(
+            raise invalid_field(
+                "name",
                 "Field 'name' is required: a letter, then letters, digits or '_' (max 64)",
-                details={
-                    "errors": [{"field": "name", "rule": "string_pattern_mismatch", "message": "letters, digits, '_'"}]
-                },
+                rule="string_pattern_mismatch",
             )
         if upload.filename is None:
             raise InvalidInput("A 'file' part is required")

@@ -10,9 +10,10 @@ import uuid
 from pathlib import Path
 from typing import Any, Literal
 
+from app.core import budget
 from app.core.context import CallContext
-from app.core.errors import Conflict, InvalidInput, NotFound
-from app.datasets import budget, engine, exporting, polars_expr, profiling, pysandbox
+from app.core.errors import Conflict, InvalidInput, NotFound, invalid_field
+from app.datasets import engine, exporting, polars_expr, profiling, pysandbox
 from app.datasets.cache import Cache, fingerprint, get_cache, make_key, normalize_sql
 from app.datasets.config import data_roots, get_dataset_settings, work_dir
 from app.datasets.models import Dataset
@@ -418,6 +419,7 @@ async def _answer(
     )
     result_type = _result_type(sql, args.return_format)
     limit = budget_of(args.max_tokens)
+    images = budget.image_fields(QueryOut)  # a chart travels as MCP image content, not text
 
     def envelope(kept: list[Any], rest: dict[str, Any] | None, level: Any) -> dict[str, Any]:
         data: list[Any] = _csv_lines(columns, kept) if args.return_format == "csv" else kept
@@ -445,17 +447,18 @@ async def _answer(
     if args.return_format == "summary" or (args.return_format == "chart" and not rows):
         whole = await asyncio.to_thread(engine.summarize_stored, path, 0)
         trimmed = budget.shrink_summary(
-            whole, lambda s: budget.tokens_of(budget.finalize(envelope([], s, "none"))) <= limit
+            whole,
+            lambda s: budget.tokens_of(budget.finalize(envelope([], s, "none"), image_fields=images), images) <= limit,
         )
         level = "none" if trimmed is not None and "columns_omitted" not in trimmed else "summary_only"
-        payload = budget.finalize(envelope([], trimmed, level))
+        payload = envelope([], trimmed, level)
         payload["truncated"] = level != "none"
-        return QueryOut.model_validate(budget.finalize(payload))
+        return QueryOut.model_validate(budget.finalize(payload, image_fields=images))
 
     def rest_summary(offset: int) -> dict[str, Any]:
         return engine.summarize_stored(path, offset)
 
-    payload, _, _ = await asyncio.to_thread(budget.fit_rows, envelope, rows, limit, rest_summary)
+    payload, _, _ = await asyncio.to_thread(budget.fit_rows, envelope, rows, limit, rest_summary, images)
     return QueryOut.model_validate(payload)
 
 
@@ -494,17 +497,8 @@ async def get_result(ctx: CallContext, args: ResultPageIn) -> ResultPageOut:
 async def stream_sample(ctx: CallContext, args: SampleIn) -> SampleOut:
     """Representative rows of one dataset."""
     if args.strategy == "stratified" and not args.stratify_column:
-        raise InvalidInput(
-            "stratify_column is required for the stratified strategy",
-            details={
-                "errors": [
-                    {
-                        "field": "stratify_column",
-                        "rule": "required",
-                        "message": "required when strategy is 'stratified'",
-                    }
-                ]
-            },
+        raise invalid_field(
+            "stratify_column", "stratify_column is required for the stratified strategy", rule="required"
         )
     src = await resolve_source(ctx, args.file_path)
     res = await asyncio.to_thread(

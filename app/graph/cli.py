@@ -11,7 +11,7 @@ from typing import Any
 from app.core import console
 from app.core.db import Database
 from app.core.runtime import Runtime
-from app.graph.transfer import export_graph, import_graph
+from app.graph.service_transfer import export_graph, import_graph
 
 
 def register(sub: Any) -> None:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from functools import lru_cache
-
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -28,9 +26,3 @@ class GraphSettings(BaseSettings):
     cooc_scale: float = Field(default=5.0, gt=0.0)
     candidate_multiplier: int = Field(default=4, ge=1, le=50)
     cooc_top: int = Field(default=10, ge=2, le=50, description="Top results whose pairs count as co-occurring")
-
-
-@lru_cache(maxsize=1)
-def get_graph_settings() -> GraphSettings:
-    """The cached graph settings."""
-    return GraphSettings()

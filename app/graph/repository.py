@@ -8,7 +8,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.core.repository import Repository
 
 ADVISORY_CLASS = 0x6772  # "gr": the advisory-lock class of graph entity names
 
@@ -34,14 +35,8 @@ class EntityRow:
     status: str
 
 
-class GraphRepository:
+class GraphRepository(Repository):
     """Entities, observations, relations and their embeddings within one project."""
-
-    def __init__(self, session: AsyncSession) -> None:
-        self.session = session
-
-    async def _rows(self, sql: str, **params: Any) -> list[Any]:
-        return list((await self.session.execute(text(sql), params)).all())
 
     # ---- entities ---------------------------------------------------------------------------
 
@@ -60,19 +55,21 @@ class GraphRepository:
             ),
             {"cls": ADVISORY_CLASS, "pid": str(project_id), "names": [r[0] for r in rows]},
         )
-        result = await self._rows(
+        result = await self.rows(
             """INSERT INTO graph_entities (project_id, name, entity_type, status)
                SELECT :pid, n, t, s FROM unnest(CAST(:names AS text[]), CAST(:types AS text[]),
                                                 CAST(:statuses AS text[])) WITH ORDINALITY AS u(n, t, s, i)
                ORDER BY i
                ON CONFLICT (project_id, name) DO NOTHING
                RETURNING id, name, entity_type, status""",
-            pid=project_id,
-            names=[r[0] for r in rows],
-            types=[r[1] for r in rows],
-            statuses=[r[2] for r in rows],
+            {
+                "pid": project_id,
+                "names": [r[0] for r in rows],
+                "types": [r[1] for r in rows],
+                "statuses": [r[2] for r in rows],
+            },
         )
-        return [EntityRow(*r) for r in result]
+        return [EntityRow(**r) for r in result]
 
     async def get_entities(self, project_id: uuid.UUID, names: Sequence[str], *, lock: bool = False) -> list[EntityRow]:
         """Entities by name (locked in id order when `lock`, so concurrent writers queue up)."""
@@ -84,24 +81,23 @@ class GraphRepository:
         )
         if lock:
             sql += " FOR UPDATE"
-        return [EntityRow(*r) for r in await self._rows(sql, pid=project_id, names=list(set(names)))]
+        return [EntityRow(**r) for r in await self.rows(sql, {"pid": project_id, "names": list(set(names))})]
 
     async def lock_ids(self, ids: Sequence[int]) -> None:
         """Lock entity rows in id order."""
         if ids:
-            await self._rows(
+            await self.rows(
                 "SELECT id FROM graph_entities WHERE id = ANY(CAST(:ids AS bigint[])) ORDER BY id FOR UPDATE",
-                ids=sorted(set(ids)),
+                {"ids": sorted(set(ids))},
             )
 
     async def delete_entities(self, project_id: uuid.UUID, names: Sequence[str]) -> list[str]:
         """Delete entities; observations, relations, embeddings and counters go with them (cascade)."""
-        rows = await self._rows(
+        rows = await self.rows(
             "DELETE FROM graph_entities WHERE project_id = :pid AND name = ANY(CAST(:names AS text[])) RETURNING name",
-            pid=project_id,
-            names=list(names),
+            {"pid": project_id, "names": list(names)},
         )
-        return [r[0] for r in rows]
+        return [r["name"] for r in rows]
 
     async def set_status(self, entity_id: int, status: str) -> None:
         """Change an entity's status."""
@@ -112,8 +108,9 @@ class GraphRepository:
 
     async def entity_info(self, entity_id: int) -> Any:
         """name, entity_type, status, created_at, updated_at of one entity."""
-        rows = await self._rows(
-            "SELECT name, entity_type, status, created_at, updated_at FROM graph_entities WHERE id = :id", id=entity_id
+        rows = await self.rows(
+            "SELECT name, entity_type, status, created_at, updated_at FROM graph_entities WHERE id = :id",
+            {"id": entity_id},
         )
         return rows[0]
 
@@ -126,42 +123,37 @@ class GraphRepository:
         Returns (id, entity id, content) of the rows added."""
         if not pairs:
             return []
-        rows = await self._rows(
+        rows = await self.rows(
             """INSERT INTO graph_observations (entity_id, content, kind, supersedes)
                SELECT e, c, :kind, :sup FROM unnest(CAST(:e AS bigint[]), CAST(:c AS text[]))
                                              WITH ORDINALITY AS u(e, c, i)
                ORDER BY i
                ON CONFLICT (entity_id, md5(content)) WHERE superseded_at IS NULL DO NOTHING
                RETURNING id, entity_id, content""",
-            e=[p[0] for p in pairs],
-            c=[p[1] for p in pairs],
-            kind=kind,
-            sup=supersedes,
+            {"e": [p[0] for p in pairs], "c": [p[1] for p in pairs], "kind": kind, "sup": supersedes},
         )
-        return [(int(r[0]), int(r[1]), str(r[2])) for r in rows]
+        return [(int(r["id"]), int(r["entity_id"]), str(r["content"])) for r in rows]
 
     async def delete_observations(self, entity_id: int, contents: Sequence[str]) -> int:
         """Delete the entity's observations with these texts; returns how many rows went."""
-        rows = await self._rows(
+        rows = await self.rows(
             "DELETE FROM graph_observations WHERE entity_id = :eid AND "
             "content = ANY(CAST(:c AS text[])) AND superseded_at IS NULL RETURNING id",
-            eid=entity_id,
-            c=list(contents),
+            {"eid": entity_id, "c": list(contents)},
         )
         return len(rows)
 
     async def observation(self, entity_id: int, *, obs_id: int | None, content: str | None) -> Any:
         """One current observation by id or exact text (None when absent)."""
         if obs_id is not None:
-            rows = await self._rows(
-                "SELECT * FROM graph_observations WHERE entity_id = :eid AND id = :id", eid=entity_id, id=obs_id
+            rows = await self.rows(
+                "SELECT * FROM graph_observations WHERE entity_id = :eid AND id = :id", {"eid": entity_id, "id": obs_id}
             )
         else:
-            rows = await self._rows(
+            rows = await self.rows(
                 "SELECT * FROM graph_observations WHERE entity_id = :eid AND content = :c "
                 "AND superseded_at IS NULL ORDER BY id LIMIT 1",
-                eid=entity_id,
-                c=content,
+                {"eid": entity_id, "c": content},
             )
         return rows[0] if rows else None
 
@@ -177,14 +169,15 @@ class GraphRepository:
 
     async def observation_rows(self, ids: Sequence[int]) -> list[Any]:
         """Full observation rows by id."""
-        return await self._rows(
-            "SELECT * FROM graph_observations WHERE id = ANY(CAST(:ids AS bigint[])) ORDER BY id", ids=list(ids)
+        return await self.rows(
+            "SELECT * FROM graph_observations WHERE id = ANY(CAST(:ids AS bigint[])) ORDER BY id", {"ids": list(ids)}
         )
 
     async def history(self, entity_id: int, limit: int) -> list[Any]:
         """Observations of an entity, superseded ones included, oldest first."""
-        return await self._rows(
-            "SELECT * FROM graph_observations WHERE entity_id = :eid ORDER BY id LIMIT :n", eid=entity_id, n=limit
+        return await self.rows(
+            "SELECT * FROM graph_observations WHERE entity_id = :eid ORDER BY id LIMIT :n",
+            {"eid": entity_id, "n": limit},
         )
 
     async def current_observations(
@@ -194,35 +187,34 @@ class GraphRepository:
         out: dict[int, tuple[list[str], int]] = {int(i): ([], 0) for i in entity_ids}
         if not entity_ids:
             return out
-        rows = await self._rows(
+        rows = await self.rows(
             """SELECT entity_id, content, n FROM (
                  SELECT entity_id, content, id, row_number() OVER w AS rn, count(*) OVER (PARTITION BY entity_id) AS n
                  FROM graph_observations WHERE entity_id = ANY(CAST(:ids AS bigint[])) AND superseded_at IS NULL
                  WINDOW w AS (PARTITION BY entity_id ORDER BY id)) s
                WHERE rn <= :k OR :k = 0 ORDER BY entity_id, id""",
-            ids=list(entity_ids),
-            k=per_entity,
+            {"ids": list(entity_ids), "k": per_entity},
         )
-        for eid, content, n in rows:
-            texts, _ = out[int(eid)]
+        for r in rows:
+            texts, _ = out[int(r["entity_id"])]
             if per_entity > 0:
-                texts.append(content)
-            out[int(eid)] = (texts, int(n))
+                texts.append(r["content"])
+            out[int(r["entity_id"])] = (texts, int(r["n"]))
         return out
 
     async def refresh_text(self, entity_ids: Sequence[int]) -> list[tuple[int, str]]:
         """Rebuild the searchable observation text of entities; returns (id, embedding snapshot)."""
         if not entity_ids:
             return []
-        rows = await self._rows(
+        rows = await self.rows(
             """UPDATE graph_entities g SET updated_at = now(), obs_text = COALESCE((
                    SELECT string_agg(o.content, ' | ' ORDER BY o.id) FROM graph_observations o
                    WHERE o.entity_id = g.id AND o.superseded_at IS NULL), '')
                WHERE g.id = ANY(CAST(:ids AS bigint[]))
                RETURNING g.id, g.name, g.entity_type, g.obs_text""",
-            ids=sorted(set(entity_ids)),
+            {"ids": sorted(set(entity_ids))},
         )
-        return [(int(r[0]), snapshot_text(r[1], r[2], r[3])) for r in rows]
+        return [(int(r["id"]), snapshot_text(r["name"], r["entity_type"], r["obs_text"])) for r in rows]
 
     async def upsert_embeddings(self, items: Sequence[tuple[int, Sequence[float]]], model: str) -> None:
         """Store one vector per entity for `model`, replacing the previous one."""
@@ -254,7 +246,7 @@ class GraphRepository:
         if not rows:
             return []
         rows = sorted(rows, key=lambda r: (r[0], r[1], r[2]))
-        result = await self._rows(
+        result = await self.rows(
             """INSERT INTO graph_relations (project_id, from_entity, to_entity, relation_type, context)
                SELECT :pid, f, t, r, c FROM unnest(CAST(:f AS bigint[]), CAST(:t AS bigint[]), CAST(:r AS text[]),
                                                    CAST(:c AS text[])) AS u(f, t, r, c)
@@ -264,37 +256,35 @@ class GraphRepository:
                        context = COALESCE(EXCLUDED.context, graph_relations.context)
                    WHERE graph_relations.active = false
                RETURNING from_entity, to_entity, relation_type""",
-            pid=project_id,
-            f=[r[0] for r in rows],
-            t=[r[1] for r in rows],
-            r=[r[2] for r in rows],
-            c=[r[3] for r in rows],
+            {
+                "pid": project_id,
+                "f": [r[0] for r in rows],
+                "t": [r[1] for r in rows],
+                "r": [r[2] for r in rows],
+                "c": [r[3] for r in rows],
+            },
         )
-        return [(int(a), int(b), str(c)) for a, b, c in result]
+        return [(int(r["from_entity"]), int(r["to_entity"]), str(r["relation_type"])) for r in result]
 
     async def delete_relations(self, rows: list[tuple[int, int, str]]) -> int:
         """Delete relations by (from, to, type); returns how many went."""
         if not rows:
             return 0
-        result = await self._rows(
+        result = await self.rows(
             """DELETE FROM graph_relations g USING unnest(CAST(:f AS bigint[]), CAST(:t AS bigint[]),
                                                           CAST(:r AS text[])) AS u(f, t, r)
                WHERE g.from_entity = u.f AND g.to_entity = u.t AND g.relation_type = u.r RETURNING g.id""",
-            f=[r[0] for r in rows],
-            t=[r[1] for r in rows],
-            r=[r[2] for r in rows],
+            {"f": [r[0] for r in rows], "t": [r[1] for r in rows], "r": [r[2] for r in rows]},
         )
         return len(result)
 
     async def end_relation(self, from_id: int, to_id: int, rel_type: str) -> Any:
         """Mark a relation as ended (kept for history); None when it does not exist."""
-        rows = await self._rows(
+        rows = await self.rows(
             """UPDATE graph_relations SET active = false, ended_at = COALESCE(ended_at, now())
                WHERE from_entity = :f AND to_entity = :t AND relation_type = :r
                RETURNING context, active, ended_at, created_at""",
-            f=from_id,
-            t=to_id,
-            r=rel_type,
+            {"f": from_id, "t": to_id, "r": rel_type},
         )
         return rows[0] if rows else None
 
@@ -314,7 +304,7 @@ class GraphRepository:
         cond = "r.from_entity = ANY(:ids)" if only_from else "(r.from_entity = ANY(:ids) OR r.to_entity = ANY(:ids))"
         cond = cond.replace(":ids", "CAST(:ids AS bigint[])") + ("" if include_ended else " AND r.active")
         per = "" if per_from is None else "WHERE rn <= :per"
-        return await self._rows(
+        return await self.rows(
             f"""SELECT fname, tname, relation_type, context, active, ended_at, created_at FROM (
                     SELECT f.name AS fname, t.name AS tname, r.relation_type, r.context, r.active, r.ended_at,
                            r.created_at, r.from_entity, r.id,
@@ -322,9 +312,7 @@ class GraphRepository:
                     FROM graph_relations r JOIN graph_entities f ON f.id = r.from_entity
                     JOIN graph_entities t ON t.id = r.to_entity WHERE {cond}) s
                 {per} ORDER BY from_entity, id LIMIT :n""",
-            ids=list(entity_ids),
-            n=limit,
-            per=(per_from or 0) + 1,
+            {"ids": list(entity_ids), "n": limit, "per": (per_from or 0) + 1},
         )
 
     # ---- listings ---------------------------------------------------------------------------
@@ -334,33 +322,27 @@ class GraphRepository:
     ) -> tuple[list[EntityRow], int]:
         """Entities in creation order, with the total count."""
         cond = "project_id = :pid" + (" AND entity_type = :t" if entity_type else "")
-        rows = await self._rows(
+        rows = await self.rows(
             f"SELECT id, name, entity_type, status FROM graph_entities WHERE {cond} ORDER BY id OFFSET :o LIMIT :n",
-            pid=project_id,
-            t=entity_type,
-            o=offset,
-            n=limit,
+            {"pid": project_id, "t": entity_type, "o": offset, "n": limit},
         )
         total = await self.session.scalar(
             text(f"SELECT count(*) FROM graph_entities WHERE {cond}"), {"pid": project_id, "t": entity_type}
         )
-        return [EntityRow(*r) for r in rows], int(total or 0)
+        return [EntityRow(**r) for r in rows], int(total or 0)
 
     async def substring_search(
         self, project_id: uuid.UUID, query: str, offset: int, limit: int
     ) -> tuple[list[EntityRow], int]:
         """Entities whose name, type or current observations contain `query` (case-insensitive)."""
         pattern = like_pattern(query)
-        rows = await self._rows(
-            """SELECT id, name, entity_type, status, count(*) OVER () FROM graph_entities
+        rows = await self.rows(
+            """SELECT id, name, entity_type, status, count(*) OVER () AS total FROM graph_entities
                WHERE project_id = :pid AND search_text LIKE :p ORDER BY id OFFSET :o LIMIT :n""",
-            pid=project_id,
-            p=pattern,
-            o=offset,
-            n=limit,
+            {"pid": project_id, "p": pattern, "o": offset, "n": limit},
         )
         if rows:
-            total = int(rows[0][4])
+            total = int(rows[0]["total"])
         else:
             total = int(
                 await self.session.scalar(
@@ -369,7 +351,9 @@ class GraphRepository:
                 )
                 or 0
             )
-        return [EntityRow(*r[:4]) for r in rows], total
+        return [
+            EntityRow(id=r["id"], name=r["name"], entity_type=r["entity_type"], status=r["status"]) for r in rows
+        ], total
 
     async def count_relations(self, project_id: uuid.UUID, entity_type: str | None = None) -> int:
         """Active relations of the project (from entities of `entity_type` when given)."""
@@ -393,59 +377,48 @@ class GraphRepository:
 
     async def summary(self, project_id: uuid.UUID, top: int = 10) -> dict[str, Any]:
         """Counts by type, status, and the most accessed/largest entities."""
-        by_type = await self._rows(
-            "SELECT entity_type, count(*) FROM graph_entities WHERE project_id = :pid "
+        by_type = await self.rows(
+            "SELECT entity_type AS value, count(*) AS n FROM graph_entities WHERE project_id = :pid "
             "GROUP BY 1 ORDER BY 2 DESC, 1 LIMIT 20",
-            pid=project_id,
+            {"pid": project_id},
         )
-        by_status = await self._rows(
-            "SELECT status, count(*) FROM graph_entities WHERE project_id = :pid "
+        by_status = await self.rows(
+            "SELECT status AS value, count(*) AS n FROM graph_entities WHERE project_id = :pid "
             "GROUP BY 1 ORDER BY 2 DESC, 1 LIMIT 20",
-            pid=project_id,
+            {"pid": project_id},
         )
-        tops = await self._rows(
+        tops = await self.rows(
             """SELECT g.name, g.entity_type, COALESCE(a.access_count, 0) AS ac,
                       (SELECT count(*) FROM graph_observations o WHERE o.entity_id = g.id
                        AND o.superseded_at IS NULL) AS oc
                FROM graph_entities g LEFT JOIN graph_entity_access a ON a.entity_id = g.id
                WHERE g.project_id = :pid ORDER BY ac DESC, oc DESC, g.id LIMIT :n""",
-            pid=project_id,
-            n=top,
+            {"pid": project_id, "n": top},
         )
         counts = (
-            await self._rows(
-                """SELECT (SELECT count(*) FROM graph_entities WHERE project_id = :pid),
+            await self.rows(
+                """SELECT (SELECT count(*) FROM graph_entities WHERE project_id = :pid) AS entities,
                       (SELECT count(*) FROM graph_observations o JOIN graph_entities g ON g.id = o.entity_id
-                       WHERE g.project_id = :pid AND o.superseded_at IS NULL),
+                       WHERE g.project_id = :pid AND o.superseded_at IS NULL) AS observations,
                       (SELECT count(*) FROM graph_observations o JOIN graph_entities g ON g.id = o.entity_id
-                       WHERE g.project_id = :pid AND o.superseded_at IS NOT NULL),
+                       WHERE g.project_id = :pid AND o.superseded_at IS NOT NULL) AS superseded_observations,
                       (SELECT count(*) FROM graph_observations o JOIN graph_entities g ON g.id = o.entity_id
-                       WHERE g.project_id = :pid AND o.similarity_flag = 1 AND o.superseded_at IS NULL),
-                      (SELECT count(*) FROM graph_relations WHERE project_id = :pid AND active),
-                      (SELECT count(*) FROM graph_relations WHERE project_id = :pid AND NOT active),
-                      (SELECT count(*) FROM graph_reflections WHERE project_id = :pid),
-                      (SELECT count(*) FROM graph_search_events WHERE project_id = :pid),
+                       WHERE g.project_id = :pid AND o.similarity_flag = 1 AND o.superseded_at IS NULL)
+                       AS flagged_observations,
+                      (SELECT count(*) FROM graph_relations WHERE project_id = :pid AND active) AS relations,
+                      (SELECT count(*) FROM graph_relations WHERE project_id = :pid AND NOT active) AS ended_relations,
+                      (SELECT count(*) FROM graph_reflections WHERE project_id = :pid) AS reflections,
+                      (SELECT count(*) FROM graph_search_events WHERE project_id = :pid) AS search_events,
                       (SELECT count(*) FROM graph_implicit_feedback f JOIN graph_search_events e
-                       ON e.event_id = f.event_id WHERE e.project_id = :pid)""",
-                pid=project_id,
+                       ON e.event_id = f.event_id WHERE e.project_id = :pid) AS feedback""",
+                {"pid": project_id},
             )
         )[0]
-        keys = [
-            "entities",
-            "observations",
-            "superseded_observations",
-            "flagged_observations",
-            "relations",
-            "ended_relations",
-            "reflections",
-            "search_events",
-            "feedback",
-        ]
         return {
-            **{k: int(v) for k, v in zip(keys, counts, strict=True)},
-            "by_type": [(str(t), int(c)) for t, c in by_type],
-            "by_status": [(str(t), int(c)) for t, c in by_status],
-            "top": [(str(n), str(t), int(a), int(o)) for n, t, a, o in tops],
+            **{k: int(v) for k, v in counts.items()},
+            "by_type": [(str(r["value"]), int(r["n"])) for r in by_type],
+            "by_status": [(str(r["value"]), int(r["n"])) for r in by_status],
+            "top": [(str(r["name"]), str(r["entity_type"]), int(r["ac"]), int(r["oc"])) for r in tops],
         }
 
     async def embedded_count(self, project_id: uuid.UUID, model: str) -> int:
@@ -463,14 +436,12 @@ class GraphRepository:
 
     async def export_rows(self, project_id: uuid.UUID, after_id: int, limit: int) -> list[EntityRow]:
         """Entities after `after_id` in id order (for streaming exports)."""
-        rows = await self._rows(
+        rows = await self.rows(
             "SELECT id, name, entity_type, status FROM graph_entities WHERE project_id = :pid "
             "AND id > :a ORDER BY id LIMIT :n",
-            pid=project_id,
-            a=after_id,
-            n=limit,
+            {"pid": project_id, "a": after_id, "n": limit},
         )
-        return [EntityRow(*r) for r in rows]
+        return [EntityRow(**r) for r in rows]
 
 
 def snapshot_text(name: str, entity_type: str, obs_text: str) -> str:

@@ -5,12 +5,12 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+from app.core.budget import tokens_of
 from app.core.context import CallContext
-from app.core.errors import Conflict, InvalidInput, NotFound
-from app.graph.common import not_found, project_id, reembed, require, tokens_of
-from app.graph.config import get_graph_settings
-from app.graph.repo_search import SearchRepository
+from app.core.errors import Conflict, NotFound, invalid_field
+from app.graph.config import GraphSettings
 from app.graph.repository import EntityRow, GraphRepository
+from app.graph.repository_search import SearchRepository
 from app.graph.schemas import (
     AddedObservations,
     AddObservationsIn,
@@ -46,30 +46,31 @@ from app.graph.schemas import (
     SupersedeObservationOut,
     TypeCount,
 )
+from app.graph.service_common import not_found, project_id, reembed, require
 
 RELATIONS_PER_ENTITY = 50
 RELATIONS_CAP = 500
 
 
 def _rel(row: Any) -> RelationOut:
-    return RelationOut(from_entity=row[0], to_entity=row[1], relationType=row[2])
+    return RelationOut(from_entity=row["fname"], to_entity=row["tname"], relationType=row["relation_type"])
 
 
 def _rel_detail(row: Any) -> RelationDetail:
     return RelationDetail(
-        from_entity=row[0],
-        to_entity=row[1],
-        relationType=row[2],
-        context=row[3],
-        active=bool(row[4]),
-        ended_at=row[5],
-        created_at=row[6],
+        from_entity=row["fname"],
+        to_entity=row["tname"],
+        relationType=row["relation_type"],
+        context=row["context"],
+        active=bool(row["active"]),
+        ended_at=row["ended_at"],
+        created_at=row["created_at"],
     )
 
 
 def obs_out(row: Any) -> ObservationOut:
     """API shape of an observation row."""
-    m = row._mapping
+    m = row
     return ObservationOut(
         id=m["id"],
         content=m["content"],
@@ -278,7 +279,7 @@ async def read_graph(ctx: CallContext, args: ReadGraphIn) -> ReadGraphOut:
     )
     by_from: dict[str, list[RelationOut]] = {}
     for row in rels:
-        by_from.setdefault(row[0], []).append(_rel(row))
+        by_from.setdefault(row["fname"], []).append(_rel(row))
     page_e: list[EntityOut] = []
     page_r: list[RelationOut] = []
     used = 0
@@ -344,7 +345,7 @@ async def _graph(repo: GraphRepository, rows: list[EntityRow], max_obs: int, bud
     names = {e.name for e in out_e}
     out_r = []
     for row in rels:
-        if row[0] not in names and row[1] not in names:
+        if row["fname"] not in names and row["tname"] not in names:
             continue
         r = _rel(row)
         cost = tokens_of(r.model_dump(by_alias=True))
@@ -382,7 +383,7 @@ async def open_nodes(ctx: CallContext, args: OpenNodesIn) -> GraphOut:
     out.total = len(rows)
     out.not_found = [n for n in names if n not in found]
     await SearchRepository(ctx.session).record_feedback(
-        pid, [r.id for r in rows], get_graph_settings().feedback_window_seconds, args.session_id
+        pid, [r.id for r in rows], ctx.feature_settings(GraphSettings).feedback_window_seconds, args.session_id
     )
     return out
 
@@ -406,37 +407,24 @@ async def _entity(
 async def supersede_observation(ctx: CallContext, args: SupersedeObservationIn) -> SupersedeObservationOut:
     """Replace a current observation with a new one, keeping the old one as history."""
     if (args.observation_id is None) == (args.old_content is None):
-        raise InvalidInput(
-            "Give exactly one of observation_id or old_content",
-            details={
-                "errors": [
-                    {
-                        "field": "observation_id",
-                        "rule": "one_of",
-                        "message": "exactly one of observation_id / old_content",
-                    }
-                ]
-            },
-        )
+        raise invalid_field("observation_id", "Give exactly one of observation_id or old_content", rule="one_of")
     _, repo, ent = await _entity(ctx, args.project, args.entity_name, lock=True, create=True)
     old = await repo.observation(ent.id, obs_id=args.observation_id, content=args.old_content)
     if old is None:
         raise NotFound(
             f"Observation not found on entity {ent.name}", suggestions=["List observation ids with get_entity_history"]
         )
-    if old._mapping["superseded_at"] is not None:
-        raise Conflict(f"Observation {old._mapping['id']} was already superseded")
-    await repo.mark_superseded([old._mapping["id"]])
-    added = await repo.insert_observations(
-        [(ent.id, args.new_content)], args.kind or old._mapping["kind"], supersedes=old._mapping["id"]
-    )
+    if old["superseded_at"] is not None:
+        raise Conflict(f"Observation {old['id']} was already superseded")
+    await repo.mark_superseded([old["id"]])
+    added = await repo.insert_observations([(ent.id, args.new_content)], args.kind or old["kind"], supersedes=old["id"])
     if not added:
         raise Conflict(
             f"Entity {ent.name} already holds an observation with this text",
             suggestions=["Delete the old observation instead"],
         )
     await reembed(ctx, repo, [ent.id])
-    rows = await repo.observation_rows([old._mapping["id"], added[0][0]])
+    rows = await repo.observation_rows([old["id"], added[0][0]])
     return SupersedeObservationOut(entity_name=ent.name, superseded=obs_out(rows[0]), current=obs_out(rows[1]))
 
 
@@ -454,10 +442,10 @@ async def end_relation(ctx: CallContext, args: RelationRefIn) -> EndRelationOut:
             from_entity=args.from_entity,
             to_entity=args.to_entity,
             relationType=args.relationType,
-            context=row[0],
-            active=bool(row[1]),
-            ended_at=row[2],
-            created_at=row[3],
+            context=row["context"],
+            active=bool(row["active"]),
+            ended_at=row["ended_at"],
+            created_at=row["created_at"],
         )
     )
 
@@ -477,9 +465,17 @@ async def get_entity_history(ctx: CallContext, args: EntityHistoryIn) -> EntityH
     rels = await repo.relations_touching([ent.id], include_ended=True, limit=args.limit + 1)
     srepo = SearchRepository(ctx.session)
     refl = await srepo.reflections_for(pid, ent.id, 20)
-    await srepo.record_feedback(pid, [ent.id], get_graph_settings().feedback_window_seconds, args.session_id)
+    await srepo.record_feedback(
+        pid, [ent.id], ctx.feature_settings(GraphSettings).feedback_window_seconds, args.session_id
+    )
     return EntityHistoryOut(
-        entity=EntityInfo(name=info[0], entityType=info[1], status=info[2], created_at=info[3], updated_at=info[4]),
+        entity=EntityInfo(
+            name=info["name"],
+            entityType=info["entity_type"],
+            status=info["status"],
+            created_at=info["created_at"],
+            updated_at=info["updated_at"],
+        ),
         observations=[obs_out(r) for r in obs[: args.limit]],
         relations=[_rel_detail(r) for r in rels[: args.limit]],
         reflections=[reflection_out(r) for r in refl],
@@ -490,12 +486,12 @@ async def get_entity_history(ctx: CallContext, args: EntityHistoryIn) -> EntityH
 def reflection_out(r: Any) -> ReflectionOut:
     """API shape of a reflection row (id, type, target id, target name, author, content, mood, created)."""
     return ReflectionOut(
-        id=r[0],
-        target_type=r[1],
-        target_id=r[2],
-        target_name=r[3],
-        author=r[4],
-        content=r[5],
-        mood=r[6],
-        created_at=r[7],
+        id=r["id"],
+        target_type=r["target_type"],
+        target_id=r["target_id"],
+        target_name=r["target_name"],
+        author=r["author"],
+        content=r["content"],
+        mood=r["mood"],
+        created_at=r["created_at"],
     )

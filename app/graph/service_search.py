@@ -11,12 +11,11 @@ from typing import Any
 import numpy as np
 
 from app.core.context import CallContext
-from app.core.errors import InvalidInput
+from app.core.errors import invalid_field
 from app.graph import scoring
-from app.graph.common import embed, not_found, project_id, query_words, reembed
-from app.graph.config import get_graph_settings
-from app.graph.repo_search import SearchRepository
+from app.graph.config import GraphSettings
 from app.graph.repository import GraphRepository
+from app.graph.repository_search import SearchRepository
 from app.graph.schemas import (
     AddReflectionIn,
     ConsolidateIn,
@@ -42,6 +41,7 @@ from app.graph.schemas import (
     TypeCount,
 )
 from app.graph.service import reflection_out
+from app.graph.service_common import embed, not_found, project_id, query_words, reembed
 
 LIMBIC, BASELINE = 1, 0
 
@@ -56,7 +56,7 @@ def _treatment(requested: str, ratio: float) -> int:
 
 async def search_semantic(ctx: CallContext, args: SearchSemanticIn) -> SearchSemanticOut:
     """Hybrid candidates re-ranked by the limbic score; logged as a search event with its results."""
-    s = get_graph_settings()
+    s = ctx.feature_settings(GraphSettings)
     started = time.perf_counter()
     pid = await project_id(ctx, args.project, create=False)
     treatment = _treatment(args.treatment, s.ab_limbic_ratio)
@@ -80,14 +80,14 @@ async def search_semantic(ctx: CallContext, args: SearchSemanticIn) -> SearchSem
     ids = list(dict.fromkeys([i for i, _ in vec] + [i for i, _ in txt]))
     cands = [
         scoring.Candidate(
-            id=int(r[0]),
-            name=r[1],
-            entity_type=r[2],
-            status=r[3],
-            cosine_sim=float(r[4]),
-            text_score=float(r[5]),
-            access_count=int(r[6]),
-            days_since_access=float(r[7]),
+            id=int(r["id"]),
+            name=r["name"],
+            entity_type=r["entity_type"],
+            status=r["status"],
+            cosine_sim=float(r["cos"]),
+            text_score=float(r["ts"]),
+            access_count=int(r["access_count"]),
+            days_since_access=float(r["days_since"]),
         )
         for r in (await repo.score_inputs(ids, qvec, model, words) if ids else [])
     ]
@@ -161,36 +161,29 @@ async def add_reflection(ctx: CallContext, args: AddReflectionIn) -> ReflectionO
     target_id = None
     if args.target_type == "entity":
         if not args.target_name:
-            raise InvalidInput(
-                "target_name is required when target_type is 'entity'",
-                details={
-                    "errors": [
-                        {"field": "target_name", "rule": "missing", "message": "required for target_type entity"}
-                    ]
-                },
-            )
+            raise invalid_field("target_name", "target_name is required when target_type is 'entity'", rule="missing")
         rows = await GraphRepository(ctx.session).get_entities(pid, [args.target_name])
         if not rows:
             raise not_found(args.target_name)
         target_id = rows[0].id
     repo = SearchRepository(ctx.session)
     row = await repo.insert_reflection(pid, args.target_type, target_id, args.author, args.content, args.mood)
-    await repo.upsert_reflection_embedding(int(row[0]), (await embed(ctx, [args.content]))[0], ctx.embedder.model)
+    await repo.upsert_reflection_embedding(int(row["id"]), (await embed(ctx, [args.content]))[0], ctx.embedder.model)
     return ReflectionOut(
-        id=row[0],
+        id=row["id"],
         target_type=args.target_type,
         target_id=target_id,
         target_name=args.target_name if target_id else None,
         author=args.author,
         content=args.content,
         mood=args.mood,
-        created_at=row[1],
+        created_at=row["created_at"],
     )
 
 
 async def search_reflections(ctx: CallContext, args: SearchReflectionsIn) -> SearchReflectionsOut:
     """Hybrid (vector + full-text) search over reflections."""
-    s = get_graph_settings()
+    s = ctx.feature_settings(GraphSettings)
     pid = await project_id(ctx, args.project, create=False)
     if pid is None:
         return SearchReflectionsOut(results=[])
@@ -206,7 +199,7 @@ async def search_reflections(ctx: CallContext, args: SearchReflectionsIn) -> Sea
     )
     hits = []
     for r in rows:
-        cos, ts = float(r[8]), float(r[9])
+        cos, ts = float(r["cos"]), float(r["ts"])
         base = reflection_out(r)
         hits.append(
             ReflectionHit(
@@ -240,34 +233,34 @@ async def find_duplicate_observations(ctx: CallContext, args: FindDuplicatesIn) 
     scan = scan[: args.max_observations]
     groups: dict[int, list[Any]] = defaultdict(list)
     for r in scan:
-        groups[int(r[1])].append(r)
+        groups[int(r["entity_id"])].append(r)
     todo = [r for g in groups.values() if len(g) > 1 for r in g]
     vectors: dict[int, list[float]] = {}
     step = 256
     for i in range(0, len(todo), step):
         chunk = todo[i : i + step]
-        for r, v in zip(chunk, await embed(ctx, [r[3] for r in chunk]), strict=True):
-            vectors[int(r[0])] = v
+        for r, v in zip(chunk, await embed(ctx, [r["content"] for r in chunk]), strict=True):
+            vectors[int(r["id"])] = v
         await ctx.progress(min(i + step, len(todo)), len(todo), "embedding observations")
     pairs: list[DuplicatePair] = []
     flags: list[tuple[int, int]] = []
     for g in groups.values():
         if len(g) < 2:
             continue
-        mat = np.array([vectors[int(r[0])] for r in g], dtype=np.float32)
+        mat = np.array([vectors[int(r["id"])] for r in g], dtype=np.float32)
         sims = mat @ mat.T
         taken: set[int] = set()
         for j in range(1, len(g)):
             best = int(np.argmax(sims[j, :j]))
             if sims[j, best] >= args.threshold and best not in taken:
                 taken.add(j)
-                flags.append((int(g[j][0]), int(g[best][0])))
-                kept = ObservationBrief(id=g[best][0], content=g[best][3])
+                flags.append((int(g[j]["id"]), int(g[best]["id"])))
+                kept = ObservationBrief(id=g[best]["id"], content=g[best]["content"])
                 pairs.append(
                     DuplicatePair(
-                        entity_name=g[j][2],
+                        entity_name=g[j]["name"],
                         kept=kept,
-                        duplicate=ObservationBrief(id=g[j][0], content=g[j][3]),
+                        duplicate=ObservationBrief(id=g[j]["id"], content=g[j]["content"]),
                         similarity=round(float(sims[j, best]), 6),
                     )
                 )
@@ -290,12 +283,17 @@ async def consolidate(ctx: CallContext, args: ConsolidateIn) -> ConsolidateOut:
     repo = SearchRepository(ctx.session)
     merged: list[MergedObservation] = []
     removed: set[int] = set()
-    for oid, _eid, name, kept, content in await repo.flagged_duplicates(pid):
-        if kept in removed:
+    flagged = await repo.flagged_duplicates(pid)
+    for r in flagged:
+        if r["duplicate_of"] in removed:
             continue
-        removed.add(int(oid))
-        merged.append(MergedObservation(entity_name=name, kept_id=kept, removed_id=oid, content=content))
-    entities = sorted({int(r[1]) for r in await repo.flagged_duplicates(pid) if int(r[0]) in removed})
+        removed.add(int(r["id"]))
+        merged.append(
+            MergedObservation(
+                entity_name=r["name"], kept_id=r["duplicate_of"], removed_id=r["id"], content=r["content"]
+            )
+        )
+    entities = sorted({int(r["entity_id"]) for r in flagged if int(r["id"]) in removed})
     await ctx.progress(1, 3, "duplicates planned")
     if not args.dry_run and removed:
         grepo = GraphRepository(ctx.session)
@@ -319,15 +317,15 @@ async def consolidate(ctx: CallContext, args: ConsolidateIn) -> ConsolidateOut:
 
 async def search_quality_report(ctx: CallContext, args: QualityReportIn) -> QualityReportOut:
     """NDCG@k and MRR per treatment from implicit feedback (served order and baseline order)."""
-    s = get_graph_settings()
+    s = ctx.feature_settings(GraphSettings)
     pid = await project_id(ctx, args.project, create=False)
     rows = await SearchRepository(ctx.session).quality_rows(pid, args.days) if pid else []
     events: dict[int, dict[str, Any]] = {}
-    for event_id, treatment, rank, base_rank, relevant in rows:
-        ev = events.setdefault(int(event_id), {"t": int(treatment), "served": [], "base": []})
-        if relevant and rank is not None:
-            ev["served"].append(int(rank))
-            ev["base"].append(int(base_rank or rank))
+    for r in rows:
+        ev = events.setdefault(int(r["event_id"]), {"t": int(r["treatment"]), "served": [], "base": []})
+        if r["relevant"] and r["rank"] is not None:
+            ev["served"].append(int(r["rank"]))
+            ev["base"].append(int(r["baseline_rank"] or r["rank"]))
     out = []
     for t, label in ((LIMBIC, "limbic"), (BASELINE, "baseline")):
         evs = [e for e in events.values() if e["t"] == t]

@@ -10,11 +10,11 @@ from app.core import console
 from app.core.db import Database
 from app.core.repository import ProjectRepository
 from app.core.runtime import Runtime
-from app.memory import beir
-from app.memory.backfill import backfill
+from app.memory import service_eval as beir
 from app.memory.config import MemorySettings
+from app.memory.lifecycle import BackfillRunner
 from app.memory.repository import MemoryRepository
-from app.memory.runner import BackfillRunner
+from app.memory.service_backfill import backfill
 
 
 def cmd_backfill(args: argparse.Namespace) -> int:

@@ -2,23 +2,25 @@
 
 from __future__ import annotations
 
-import re
-from functools import lru_cache
 from typing import Literal
 
+import pytimeparse
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
-_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
-
 
 def parse_duration(value: str) -> float:
-    """Seconds in a duration such as ``"15m"``, ``"30s"``, ``"1h"`` or ``"90"`` (seconds)."""
-    match = _DURATION.match(value)
-    if not match:
-        raise ValueError(f"cannot parse duration {value!r} (use e.g. 30s, 15m, 1h)")
-    return float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+    """Seconds in a duration: a bare number of seconds (``"90"``) or what pytimeparse reads
+    (``"30s"``, ``"15m"``, ``"1h"``, ``"1h30m"``, ``"2 days"``)."""
+    text = value.strip()
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    seconds = pytimeparse.parse(text)
+    if seconds is None:
+        raise ValueError(f"cannot parse duration {value!r} (use e.g. 90, 30s, 15m, 1h)")
+    return float(seconds)
 
 
 class MemorySettings(BaseSettings):
@@ -87,9 +89,3 @@ class MemorySettings(BaseSettings):
     def interval_seconds(self) -> float | None:
         """The runner's period in seconds, or None when it only runs on start-up."""
         return parse_duration(self.backfill_interval) if self.backfill_interval else None
-
-
-@lru_cache(maxsize=1)
-def get_memory_settings() -> MemorySettings:
-    """The cached memory settings."""
-    return MemorySettings()

@@ -6,7 +6,8 @@ from __future__ import annotations
 from app.core.context import CallContext
 from app.core.registry import OperationSet
 from app.core.schemas import Empty
-from app.memory import service, thoughts
+from app.memory import service
+from app.memory import service_thoughts as thoughts
 from app.memory.schemas import (
     CollectionsOut,
     MemoryTypesOut,
@@ -23,7 +24,7 @@ from app.memory.schemas import (
     SummarizeOut,
     UsageOut,
 )
-from app.memory.thought_schemas import (
+from app.memory.schemas_thoughts import (
     ArchiveThoughtIn,
     BackfillIn,
     BackfillOut,

@@ -6,12 +6,29 @@ import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.core.repository import Repository
 from app.memory.models import MemoryCollection
+
+Facet = Literal["type", "memory_type", "topics", "people"]
+
+
+def _elements(key: str) -> str:
+    return (
+        f"SELECT jsonb_array_elements_text(CASE WHEN jsonb_typeof(m.metadata->'{key}') = 'array' "
+        f"THEN m.metadata->'{key}' ELSE '[]'::jsonb END)"
+    )
+
+
+_FACETS: dict[str, str] = {
+    "type": "SELECT m.metadata->>'type'",
+    "memory_type": "SELECT m.memory_type",
+    "topics": _elements("topics"),
+    "people": _elements("people"),
+}
 
 
 def sql_literal(value: str) -> str:
@@ -100,15 +117,8 @@ MEMORY_COLUMNS = """m.id, m.content, m.kind, m.memory_type, m.tags, m.metadata, 
 MEMORY_FROM = "memories m JOIN projects p ON p.id = m.project_id JOIN memory_collections c ON c.id = m.collection_id"
 
 
-class MemoryRepository:
+class MemoryRepository(Repository):
     """Collections, memories, embeddings and counters."""
-
-    def __init__(self, session: AsyncSession) -> None:
-        self.session = session
-
-    async def _rows(self, sql: str, params: dict[str, Any] | None = None) -> list[dict[str, Any]]:
-        result = await self.session.execute(text(sql), params or {})
-        return [dict(r) for r in result.mappings().all()]
 
     # Collections -------------------------------------------------------------------------------
 
@@ -123,7 +133,7 @@ class MemoryRepository:
         row = await self.get_collection(name)
         if row is not None:
             return row, False
-        created = await self._rows(
+        created = await self.dicts(
             "INSERT INTO memory_collections (id, name, model, vector_size) VALUES (:id, :name, :model, :size) "
             "ON CONFLICT (name) DO NOTHING RETURNING id",
             {"id": uuid.uuid4(), "name": name, "model": model, "size": size},
@@ -141,13 +151,24 @@ class MemoryRepository:
             {"size": size, "model": model, "id": collection_id},
         )
 
+    async def clear_collection(self, collection_id: uuid.UUID) -> None:
+        """Delete every memory of a collection (vectors go with them)."""
+        await self.session.execute(text("DELETE FROM memories WHERE collection_id = :c"), {"c": collection_id})
+
+    async def sources_of(self, collection_id: uuid.UUID) -> dict[uuid.UUID, str | None]:
+        """`source_uri` of every memory of a collection, by memory id."""
+        rows = await self.session.execute(
+            text("SELECT id, source_uri FROM memories WHERE collection_id = :c"), {"c": collection_id}
+        )
+        return {r.id: r.source_uri for r in rows}
+
     async def delete_collection(self, collection_id: uuid.UUID) -> None:
         """Delete a collection; its memories, vectors and summaries go with it (cascade)."""
         await self.session.execute(text("DELETE FROM memory_collections WHERE id = :id"), {"id": collection_id})
 
     async def collection_names(self) -> list[str]:
         """Every collection name, sorted."""
-        return [r["name"] for r in await self._rows("SELECT name FROM memory_collections ORDER BY name")]
+        return [r["name"] for r in await self.dicts("SELECT name FROM memory_collections ORDER BY name")]
 
     # Writing memories --------------------------------------------------------------------------
 
@@ -160,7 +181,7 @@ class MemoryRepository:
 
     async def existing_hashes(self, project_id: uuid.UUID, collection_id: uuid.UUID, hashes: Iterable[str]) -> set[str]:
         """Which of `hashes` some memory of the project and collection already has."""
-        rows = await self._rows(
+        rows = await self.dicts(
             "SELECT DISTINCT content_hash FROM memories WHERE project_id = :p AND collection_id = :c "
             "AND content_hash = ANY(CAST(:h AS text[]))",
             {"p": project_id, "c": collection_id, "h": list(set(hashes))},
@@ -171,7 +192,7 @@ class MemoryRepository:
         self, project_id: uuid.UUID, collection_id: uuid.UUID, source_uri: str
     ) -> list[dict[str, Any]]:
         """The chunks previously pushed from `source_uri`, by chunk index."""
-        return await self._rows(
+        return await self.dicts(
             "SELECT id, chunk_index, content_hash, document_id FROM memories WHERE project_id = :p "
             "AND collection_id = :c AND source_uri = :s AND kind = 'chunk' ORDER BY chunk_index, created_at",
             {"p": project_id, "c": collection_id, "s": source_uri},
@@ -248,7 +269,7 @@ class MemoryRepository:
 
     async def upsert_summary(self, row: dict[str, Any]) -> uuid.UUID:
         """Insert a summary memory, or update the one with the same summary key; returns its id."""
-        result = await self._rows(
+        result = await self.dicts(
             "INSERT INTO memories (id, project_id, collection_id, kind, memory_type, content, content_hash, tags, "
             "metadata, summary_key) VALUES (:id, :project_id, :collection_id, 'summary', 'semantic', :content, "
             ":content_hash, CAST(:tags AS text[]), CAST(:metadata AS jsonb), :summary_key) "
@@ -274,7 +295,7 @@ class MemoryRepository:
 
     async def ingest_stats(self) -> dict[str, Any]:
         """The ingestion counters (zeros before the first push)."""
-        rows = await self._rows(
+        rows = await self.dicts(
             "SELECT documents_indexed, chunks_indexed, last_chunk_size FROM memory_ingest_stats WHERE id = 1"
         )
         return rows[0] if rows else {"documents_indexed": 0, "chunks_indexed": 0, "last_chunk_size": None}
@@ -285,7 +306,7 @@ class MemoryRepository:
         """Memories by id, with project and collection names and whether `model` has a vector of them."""
         if not ids:
             return {}
-        rows = await self._rows(
+        rows = await self.dicts(
             f"SELECT {MEMORY_COLUMNS}, EXISTS (SELECT 1 FROM memory_embeddings e WHERE e.memory_id = m.id "
             f"AND e.model = :model) AS has_embedding FROM {MEMORY_FROM} WHERE m.id = ANY(CAST(:ids AS uuid[]))",
             {"ids": list(ids), "model": model},
@@ -298,7 +319,7 @@ class MemoryRepository:
         """Memories in scope, newest first (or oldest first)."""
         where, params = scope.where()
         order = "ASC" if oldest_first else "DESC"
-        return await self._rows(
+        return await self.dicts(
             f"SELECT {MEMORY_COLUMNS}, EXISTS (SELECT 1 FROM memory_embeddings e WHERE e.memory_id = m.id "
             f"AND e.model = :model) AS has_embedding FROM {MEMORY_FROM} WHERE {where} "
             f"ORDER BY m.created_at {order}, m.id LIMIT :limit OFFSET :offset",
@@ -308,7 +329,7 @@ class MemoryRepository:
     async def count(self, scope: Scope) -> int:
         """Number of memories in scope."""
         where, params = scope.where()
-        rows = await self._rows(f"SELECT count(*) AS n FROM memories m WHERE {where}", params)
+        rows = await self.dicts(f"SELECT count(*) AS n FROM memories m WHERE {where}", params)
         return int(rows[0]["n"])
 
     async def update_memory(self, memory_id: uuid.UUID, values: dict[str, Any]) -> None:
@@ -329,7 +350,7 @@ class MemoryRepository:
 
     async def vector_of(self, memory_id: uuid.UUID, model: str) -> list[float] | None:
         """The stored vector of one memory under `model`."""
-        rows = await self._rows(
+        rows = await self.dicts(
             "SELECT embedding::text AS v FROM memory_embeddings WHERE memory_id = :id AND model = :model",
             {"id": memory_id, "model": model},
         )
@@ -344,20 +365,22 @@ class MemoryRepository:
         if only is not None:
             sql += " AND p.name = :only"
             params["only"] = only
-        return [r["name"] for r in await self._rows(sql + " ORDER BY p.name LIMIT 1000", params)]
+        return [r["name"] for r in await self.dicts(sql + " ORDER BY p.name LIMIT 1000", params)]
 
     async def project_tags(self, project_id: uuid.UUID, cap: int = 1000) -> list[str]:
         """Distinct tags used in one project."""
-        rows = await self._rows(
+        rows = await self.dicts(
             "SELECT DISTINCT t FROM memories m, unnest(m.tags) AS t WHERE m.project_id = :p ORDER BY t LIMIT :cap",
             {"p": project_id, "cap": cap},
         )
         return [r["t"] for r in rows]
 
-    async def counts_by(self, scope: Scope, expression: str, limit: int = 20) -> list[tuple[str, int]]:
-        """Counts of a grouping expression over memories in scope (expression is code, never input)."""
+    async def counts_by(self, scope: Scope, facet: Facet, limit: int = 20) -> list[tuple[str, int]]:
+        """The most frequent values of one facet (a thought's `type`, the memory type, or each element
+        of the `topics` / `people` metadata lists) over memories in scope, with their counts."""
+        expression = _FACETS[facet]
         where, params = scope.where()
-        rows = await self._rows(
+        rows = await self.dicts(
             f"SELECT v, count(*) AS n FROM memories m, LATERAL ({expression}) AS x(v) WHERE {where} AND v IS NOT NULL "
             f"GROUP BY v ORDER BY n DESC, v LIMIT :lim",
             {**params, "lim": limit},
@@ -369,7 +392,7 @@ class MemoryRepository:
     async def has_vectors(self, scope: Scope, model: str) -> bool:
         """Whether any memory in scope has a vector of `model`."""
         where, params = scope.where()
-        rows = await self._rows(
+        rows = await self.dicts(
             f"SELECT EXISTS (SELECT 1 FROM memory_embeddings e JOIN memories m ON m.id = e.memory_id "
             f"WHERE e.model = {sql_literal(model)} AND {where}) AS ok",
             params,
@@ -391,7 +414,7 @@ class MemoryRepository:
             await self.session.execute(text("SET LOCAL enable_indexscan = off"))
         where, params = scope.where()
         expr = f"(e.embedding::vector({dim})) <=> CAST(:q AS vector({dim}))"
-        rows = await self._rows(
+        rows = await self.dicts(
             f"SELECT e.memory_id AS id, {expr} AS distance FROM memory_embeddings e "
             f"JOIN memories m ON m.id = e.memory_id WHERE e.model = {sql_literal(model)} AND e.dim = {dim} "
             f"AND {where} ORDER BY {expr} LIMIT :k",
@@ -409,7 +432,7 @@ class MemoryRepository:
         """The `k` memories in scope best ranked by full text (ts_rank_cd over the `simple` config)."""
         where, params = scope.where()
         fn = "websearch_to_tsquery" if websearch else "to_tsquery"
-        rows = await self._rows(
+        rows = await self.dicts(
             f"SELECT m.id, ts_rank_cd(m.tsv, q, {int(normalization)}) AS rank FROM memories m, "
             f"{fn}('simple', :tsq) AS q WHERE m.tsv @@ q AND {where} ORDER BY rank DESC, m.created_at DESC LIMIT :k",
             {**params, "tsq": query, "k": k},
@@ -427,7 +450,7 @@ class MemoryRepository:
         where, params = scope.where()
         lexemes = [(lex, g, idf) for g, (forms, idf) in enumerate(groups) for lex in forms]
         tsq = " | ".join(f"'{lex}'" for lex, _, _ in lexemes)
-        rows = await self._rows(
+        rows = await self.dicts(
             f"WITH q AS (SELECT * FROM unnest(CAST(:terms AS text[]), CAST(:grps AS int[]), "
             f"CAST(:idfs AS float8[])) AS q(term, grp, idf)), "
             f"cand AS MATERIALIZED (SELECT m.id, m.tsv, length(m.tsv)::float8 AS dl FROM memories m "
@@ -457,7 +480,7 @@ class MemoryRepository:
             return []
         where, params = scope.where()
         queries = [" | ".join(f"'{w}'" for w in forms) for forms in groups]
-        rows = await self._rows(
+        rows = await self.dicts(
             f"SELECT i, (SELECT count(*) FROM memories m WHERE m.tsv @@ to_tsquery('simple', x) AND {where}) AS n "
             f"FROM unnest(CAST(:queries AS text[])) WITH ORDINALITY AS u(x, i) ORDER BY i",
             {**params, "queries": queries},
@@ -489,7 +512,7 @@ class MemoryRepository:
         if after is not None:
             conds.append("(m.created_at, m.id) > (:after_t, :after_id)")
             params["after_t"], params["after_id"] = after
-        return await self._rows(
+        return await self.dicts(
             "SELECT m.id, m.content, m.created_at FROM memories m LEFT JOIN memory_embeddings e "
             "ON e.memory_id = m.id AND e.model = :model WHERE "
             + " AND ".join(conds)
@@ -506,5 +529,5 @@ class MemoryRepository:
             params["p"] = project_id
         if not include_archived:
             conds.append("NOT m.archived")
-        rows = await self._rows("SELECT count(*) AS n FROM memories m WHERE " + " AND ".join(conds), params)
+        rows = await self.dicts("SELECT count(*) AS n FROM memories m WHERE " + " AND ".join(conds), params)
         return int(rows[0]["n"])

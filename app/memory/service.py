@@ -9,8 +9,8 @@ from typing import Any
 
 from app.core.context import CallContext
 from app.core.embedding import EmbeddingUnavailable
-from app.core.errors import InvalidInput, NotFound, TooLarge
-from app.memory import common
+from app.core.errors import InvalidInput, NotFound, TooLarge, invalid_field
+from app.memory import service_common as common
 from app.memory.chunking import chunk_text
 from app.memory.models import MEMORY_TYPES
 from app.memory.repository import MemoryRepository, Scope
@@ -29,15 +29,12 @@ from app.memory.schemas import (
     SummarizeOut,
     TimeRange,
 )
-from app.memory.search import build_context, clip, retrieve, row_time
+from app.memory.service_search import build_context, clip, retrieve, row_time
 from app.memory.summarize import summarize as make_summary
 
 
 def _bad(field: str, message: str, rule: str = "value_error") -> InvalidInput:
-    return InvalidInput(
-        f"Invalid arguments: {field}: {message}",
-        details={"errors": [{"field": field, "rule": rule, "message": message}]},
-    )
+    return invalid_field(field, f"Invalid arguments: {field}: {message}", rule=rule)
 
 
 def _time_filter(tr: TimeRange | None) -> dict[str, str] | None:
@@ -53,7 +50,7 @@ def _time_filter(tr: TimeRange | None) -> dict[str, str] | None:
 
 async def push(ctx: CallContext, args: PushIn) -> PushOut:
     """Chunk by tokens, skip known chunks, embed the rest, write; a known source_uri is updated in place."""
-    cfg = common.settings()
+    cfg = common.settings(ctx)
     if len(args.text) > cfg.memory_max_content_chars:
         raise TooLarge(
             f"text has {len(args.text)} characters; the limit is {cfg.memory_max_content_chars}",
@@ -167,7 +164,7 @@ def _limit(requested: int | None, default: int, cap: int, field: str = "limit") 
 
 async def search(ctx: CallContext, args: SearchIn) -> SearchOut:
     """Hybrid (default), semantic or lexical search with every filter applied in SQL; a cited context block."""
-    cfg = common.settings()
+    cfg = common.settings(ctx)
     limit = _limit(args.limit, cfg.search_default_limit, cfg.search_max_limit)
     threshold = cfg.search_default_score_threshold if args.score_threshold is None else args.score_threshold
     name, project = await common.project_for_read(ctx, args.project_id)
@@ -239,7 +236,7 @@ async def search(ctx: CallContext, args: SearchIn) -> SearchOut:
 
 async def summarize(ctx: CallContext, args: SummarizeIn) -> SummarizeOut:
     """Consolidate a time window of memories into one semantic summary memory with provenance."""
-    cfg = common.settings()
+    cfg = common.settings(ctx)
     limit = min(args.limit, cfg.search_max_limit)
     max_words = args.max_words or cfg.summarization_max_words
     memory_type = args.memory_type or "episodic"
@@ -348,7 +345,7 @@ async def store_summary(
 async def get_collections(ctx: CallContext) -> CollectionsOut:
     """Collection names (the default one is always listed)."""
     names = set(await MemoryRepository(ctx.session).collection_names())
-    names.add(common.settings().memory_default_collection)
+    names.add(common.settings(ctx).memory_default_collection)
     return CollectionsOut(collections=sorted(names))
 
 

@@ -8,12 +8,16 @@ from dataclasses import dataclass
 
 import httpx
 import numpy as np
+import pysbd
 
 from app.core.embedding import EmbeddingProvider
-from app.core.errors import InvalidInput, UpstreamError
+from app.core.errors import UpstreamError, invalid_field
 from app.memory.config import MemorySettings
 
-_SPLIT = re.compile(r"(?<=[.!?])\s+(?=[\"'(\[]?[A-Z0-9])|\n\s*\n|\n(?=\s*[-*•]\s)")
+# Blank lines and list items end a sentence whatever their punctuation; within a block, pysbd finds
+# the sentence boundaries (abbreviations, decimals and initials included).
+_BLOCKS = re.compile(r"\n\s*\n|\n(?=\s*[-*•]\s)")
+_SEGMENTER = pysbd.Segmenter(language="en", clean=False)
 MAX_SENTENCES = 400
 MMR_LAMBDA = 0.7
 NEAR_DUPLICATE = 0.95
@@ -38,7 +42,7 @@ def split_sentences(texts: list[str]) -> list[str]:
     per_text = max(3, MAX_SENTENCES // max(len(texts), 1))
     for text in texts:
         count = 0
-        for piece in _SPLIT.split(text):
+        for piece in (s for block in _BLOCKS.split(text) for s in _SEGMENTER.segment(block)):
             sentence = " ".join(piece.split()).lstrip("-*• ").strip()
             if len(sentence) < 3 or sentence.lower() in seen:
                 continue
@@ -153,26 +157,24 @@ async def summarize(
     configured = settings.summary_provider if settings.summary_provider != "none" else None
     if provider is not None and provider != configured:
         # Callers pick among what the operator set up; they cannot make the server call other endpoints.
-        raise InvalidInput(
+        raise invalid_field(
+            "provider",
             f"Summary provider '{provider}' is not configured on this server"
             + (f" (configured: '{configured}')" if configured else " (none is configured)"),
+            rule="not_configured",
             suggestions=["Omit provider to use the configured one, or use strategy 'extractive'"],
-            details={"errors": [{"field": "provider", "rule": "not_configured", "message": "provider not configured"}]},
         )
     chosen = configured
     chosen_model = model or settings.summary_model
     if strategy == "abstractive" and (chosen is None or not chosen_model):
-        raise InvalidInput(
+        raise invalid_field(
+            "strategy",
             "strategy 'abstractive' needs a summary provider and model",
+            rule="provider_required",
             suggestions=[
                 "Set CAIRN_SUMMARY_PROVIDER and CAIRN_SUMMARY_MODEL, or pass provider and model",
                 "Or use strategy 'extractive'",
             ],
-            details={
-                "errors": [
-                    {"field": "strategy", "rule": "provider_required", "message": "no summary provider configured"}
-                ]
-            },
         )
     if strategy in ("auto", "abstractive") and chosen is not None and chosen_model:
         base = settings.summary_base_url or DEFAULT_URLS[chosen]

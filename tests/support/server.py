@@ -10,22 +10,25 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx2
 import uvicorn
 from mcp.client.session import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from mcp_types import TextContent, TextResourceContents
+from pydantic_settings import BaseSettings
 
 from app.core.config import Settings
+from app.core.context import feature_settings_of
 from app.core.pgembedded import EmbeddedPostgres
 from app.main import create_app
 
+S = TypeVar("S", bound=BaseSettings)
 ADMIN_KEY = "test-admin-key-0123456789"
 WRITE_KEY = "test-write-key-0123456789"
 READ_KEY = "test-read-key-01234567890"
@@ -120,6 +123,19 @@ async def mcp_client(url: str, key: str | None = ADMIN_KEY, **session_kw: Any) -
             async with ClientSession(read, write, **session_kw) as session:
                 await session.initialize()
                 yield session
+
+
+@contextmanager
+def overridden(server: RunningServer, cls: type[S], **changes: Any) -> Iterator[S]:
+    """Run the block with the running server's `cls` feature settings changed (restored after)."""
+    store = server.app.state.cairn.feature_settings
+    before = feature_settings_of(store, cls)
+    changed = before.model_copy(update=changes)
+    store[cls] = changed
+    try:
+        yield changed
+    finally:
+        store[cls] = before
 
 
 def text_of(result: Any) -> str:

@@ -13,14 +13,14 @@ from app.core.embedding import EmbeddingUnavailable
 from app.core.errors import NotFound, SchemaError, Unavailable
 from app.core.models import Project
 from app.core.repository import ProjectRepository
-from app.memory.config import MemorySettings, get_memory_settings
+from app.memory.config import MemorySettings
 from app.memory.models import MemoryCollection
 from app.memory.repository import MemoryRepository
 
 
-def settings() -> MemorySettings:
+def settings(ctx: CallContext) -> MemorySettings:
     """The memory settings."""
-    return get_memory_settings()
+    return ctx.feature_settings(MemorySettings)
 
 
 def content_hash(text: str) -> str:
@@ -61,7 +61,7 @@ async def collection_for_write(ctx: CallContext, name: str | None) -> MemoryColl
     match the active model."""
     repo = MemoryRepository(ctx.session)
     coll, _ = await repo.ensure_collection(
-        name or settings().memory_default_collection, ctx.embedder.model, ctx.embedder.dimension
+        name or settings(ctx).memory_default_collection, ctx.embedder.model, ctx.embedder.dimension
     )
     if coll.vector_size != ctx.embedder.dimension:
         raise SchemaError(
@@ -77,7 +77,7 @@ async def collection_for_write(ctx: CallContext, name: str | None) -> MemoryColl
 
 async def collection_for_read(ctx: CallContext, name: str | None) -> MemoryCollection | None:
     """The named collection (NotFound when it was named and is missing) or the default one (None if absent)."""
-    coll = await MemoryRepository(ctx.session).get_collection(name or settings().memory_default_collection)
+    coll = await MemoryRepository(ctx.session).get_collection(name or settings(ctx).memory_default_collection)
     if coll is None and name is not None:
         raise NotFound(f"No collection named '{name}'", suggestions=["List them with get-collections"])
     return coll

@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import gzip
 import json
-import math
 import re
-import statistics
 import time
 import uuid
 from collections.abc import Iterator
@@ -15,14 +13,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import text
+import ir_measures
+from ir_measures import R, nDCG
 
 from app.core.db import Database
 from app.core.embedding import EmbeddingProvider
 from app.core.repository import ProjectRepository
 from app.memory.config import MemorySettings
 from app.memory.repository import MemoryRepository, Scope
-from app.memory.search import retrieve
+from app.memory.service_search import retrieve
 
 EVAL_PROJECT = "beir-eval"
 MODES = ("hybrid", "semantic", "lexical")
@@ -69,18 +68,24 @@ def load(directory: Path, split: str) -> Dataset:
     return Dataset(name=directory.name, corpus=corpus, queries=queries, qrels=qrels)
 
 
-def ndcg_at(ranked: list[str], relevant: dict[str, int], k: int = 10) -> float:
-    """nDCG@k with the graded relevance of the qrels."""
-    dcg = sum((2 ** relevant.get(d, 0) - 1) / math.log2(i + 2) for i, d in enumerate(ranked[:k]))
-    ideal = sorted((r for r in relevant.values() if r > 0), reverse=True)[:k]
-    idcg = sum((2**r - 1) / math.log2(i + 2) for i, r in enumerate(ideal))
-    return dcg / idcg if idcg > 0 else 0.0
+MEASURES = (nDCG @ 10, R @ 100)
 
 
-def recall_at(ranked: list[str], relevant: dict[str, int], k: int = 100) -> float:
-    """Share of the relevant documents found in the top k."""
-    wanted = {d for d, r in relevant.items() if r > 0}
-    return len(wanted & set(ranked[:k])) / len(wanted) if wanted else 0.0
+def quality(rankings: dict[str, list[str]], qrels: dict[str, dict[str, int]]) -> dict[str, float]:
+    """Mean nDCG@10 and recall@100 over every query of `rankings` (ir-measures, i.e. trec_eval's
+    definitions as BEIR reports them); a query that retrieved nothing counts as 0."""
+    run: dict[str, dict[str, float]] = {}
+    for qid, ranked in rankings.items():
+        scores = run.setdefault(qid, {})
+        for i, doc in enumerate(ranked):
+            if doc and doc not in scores:
+                scores[doc] = float(len(ranked) - i)  # strictly decreasing: trec_eval ranks by score
+    per_query: dict[str, dict[str, float]] = {str(m): {} for m in MEASURES}
+    judged = {q: rel for q, rel in qrels.items() if q in rankings}
+    for metric in ir_measures.iter_calc(list(MEASURES), judged, {q: r for q, r in run.items() if r}):
+        per_query[str(metric.measure)][metric.query_id] = float(metric.value)
+    n = max(len(rankings), 1)
+    return {name: sum(values.values()) / n for name, values in per_query.items()}
 
 
 def collection_name(dataset: str) -> str:
@@ -99,7 +104,7 @@ async def index(
         repo = MemoryRepository(session)
         coll = await repo.get_collection(name)
         if coll is not None and fresh:
-            await session.execute(text("DELETE FROM memory_collections WHERE id = :id"), {"id": coll.id})
+            await repo.delete_collection(coll.id)
             coll = None
         if coll is None:
             coll, _ = await repo.ensure_collection(name, embedder.model, embedder.dimension)
@@ -112,7 +117,7 @@ async def index(
     docs = list(data.corpus.items())
     if have != len(data.corpus):
         async with db.transaction() as session:
-            await session.execute(text("DELETE FROM memories WHERE collection_id = :c"), {"c": coll_id})
+            await MemoryRepository(session).clear_collection(coll_id)
             rows: list[dict[str, Any]] = [
                 {
                     "id": uuid.uuid4(),
@@ -160,15 +165,14 @@ async def evaluate(
 ) -> dict[str, dict[str, float]]:
     """Run every judged query in each mode; nDCG@10, R@100 and latency percentiles per mode."""
     async with db.transaction() as session:
-        rows = (
-            await session.execute(text("SELECT id, source_uri FROM memories WHERE collection_id = :c"), {"c": coll_id})
-        ).all()
-    doc_of = {r[0]: str(r[1]).removeprefix("beir:") for r in rows}
+        sources = await MemoryRepository(session).sources_of(coll_id)
+    doc_of = {memory_id: str(uri).removeprefix("beir:") for memory_id, uri in sources.items()}
     query_ids = sorted(data.qrels)[: max_queries or None]
     scope = Scope(project_id=project_id, collection_id=coll_id)
     report: dict[str, dict[str, float]] = {}
     for mode in modes:
-        ndcgs, recalls, latencies = [], [], []
+        rankings: dict[str, list[str]] = {}
+        latencies: list[float] = []
         for qid in query_ids:
             started = time.perf_counter()
             async with db.transaction() as session:
@@ -183,16 +187,15 @@ async def evaluate(
                     threshold=0.0,
                 )
             latencies.append((time.perf_counter() - started) * 1000)
-            ranked = [doc_of.get(h.id, "") for h in found.hits]
-            ndcgs.append(ndcg_at(ranked, data.qrels[qid]))
-            recalls.append(recall_at(ranked, data.qrels[qid]))
+            rankings[qid] = [doc_of.get(h.id, "") for h in found.hits]
         latencies.sort()
+        scores = quality(rankings, data.qrels)
         report[mode] = {
-            "ndcg@10": round(statistics.fmean(ndcgs), 4) if ndcgs else 0.0,
-            "recall@100": round(statistics.fmean(recalls), 4) if recalls else 0.0,
+            "ndcg@10": round(scores["nDCG@10"], 4) if rankings else 0.0,
+            "recall@100": round(scores["R@100"], 4) if rankings else 0.0,
             "p50_ms": round(latencies[len(latencies) // 2], 1) if latencies else 0.0,
             "p95_ms": round(latencies[int(len(latencies) * 0.95)], 1) if latencies else 0.0,
-            "queries": len(ndcgs),
+            "queries": len(rankings),
         }
     return report
 

@@ -9,8 +9,8 @@ import logging
 
 from app.core.db import Database
 from app.core.embedding import EmbeddingProvider
-from app.memory.backfill import BackfillReport, backfill
 from app.memory.config import MemorySettings
+from app.memory.service_backfill import BackfillReport, backfill
 
 log = logging.getLogger("cairn.memory.backfill")
 

@@ -10,14 +10,10 @@ from app.core.context import CallContext
 from app.core.embedding import EmbeddingUnavailable
 from app.core.errors import NotFound, TooLarge
 from app.core.repository import ProjectRepository
-from app.memory import common
-from app.memory.backfill import backfill
+from app.memory import service_common as common
 from app.memory.repository import MemoryRepository, Scope
 from app.memory.schemas import Signal
-from app.memory.search import Retrieval, build_context, clip, retrieve
-from app.memory.service import store_summary
-from app.memory.summarize import summarize as make_summary
-from app.memory.thought_schemas import (
+from app.memory.schemas_thoughts import (
     ArchiveThoughtIn,
     BackfillIn,
     BackfillOut,
@@ -47,6 +43,10 @@ from app.memory.thought_schemas import (
     UpdateThoughtIn,
     UpdateThoughtOut,
 )
+from app.memory.service import store_summary
+from app.memory.service_backfill import backfill
+from app.memory.service_search import Retrieval, build_context, clip, retrieve
+from app.memory.summarize import summarize as make_summary
 
 MAX_METADATA_BYTES = 16_384
 
@@ -76,8 +76,8 @@ def _metadata_json(metadata: ThoughtMetadata | None) -> str:
     return text
 
 
-def _check_size(content: str) -> None:
-    cap = common.settings().memory_max_thought_chars
+def _check_size(ctx: CallContext, content: str) -> None:
+    cap = common.settings(ctx).memory_max_thought_chars
     if len(content) > cap:
         raise TooLarge(
             f"content has {len(content)} characters; the limit for one thought is {cap}",
@@ -104,7 +104,7 @@ async def _row(ctx: CallContext, memory_id: uuid.UUID) -> dict[str, Any]:
 
 async def capture(ctx: CallContext, args: CaptureThoughtIn) -> CaptureThoughtOut:
     """Store a thought and (best effort) its vector."""
-    _check_size(args.content)
+    _check_size(ctx, args.content)
     project = await common.project_for_write(ctx, args.project)
     coll = await common.collection_for_write(ctx, None)
     repo = MemoryRepository(ctx.session)
@@ -175,7 +175,7 @@ async def update(ctx: CallContext, args: UpdateThoughtIn) -> UpdateThoughtOut:
         values["project_id"] = (await common.project_for_write(ctx, args.project)).id
     changed = args.content is not None and args.content != row["content"]
     if changed and args.content is not None:
-        _check_size(args.content)
+        _check_size(ctx, args.content)
         values["content"], values["content_hash"] = args.content, common.content_hash(args.content)
     if values:
         await repo.update_memory(args.id, values)
@@ -242,8 +242,10 @@ async def _search(
         return Retrieval([], mode), {}
     scope = Scope(project_id=project_id, include_archived=include_archived, exclude_id=exclude, kinds=kinds, days=days)
     repo = MemoryRepository(ctx.session)
-    thr = common.settings().search_default_score_threshold if threshold is None else threshold
-    found = await retrieve(repo, ctx.embedder, common.settings(), scope, query, mode=mode, limit=limit, threshold=thr)
+    thr = common.settings(ctx).search_default_score_threshold if threshold is None else threshold
+    found = await retrieve(
+        repo, ctx.embedder, common.settings(ctx), scope, query, mode=mode, limit=limit, threshold=thr
+    )
     return found, await repo.fetch([h.id for h in found.hits], ctx.embedder.model)
 
 
@@ -259,7 +261,7 @@ async def search(ctx: CallContext, args: SearchThoughtsIn) -> SearchThoughtsOut:
         include_archived=args.include_archived,
     )
     return SearchThoughtsOut(
-        results=_hits(found, rows, common.settings().memory_result_chars),
+        results=_hits(found, rows, common.settings(ctx).memory_result_chars),
         retrieval_mode=found.retrieval_mode,  # type: ignore[arg-type]
         model=ctx.embedder.model,
     )
@@ -317,7 +319,7 @@ async def project_context(ctx: CallContext, args: ProjectContextIn) -> ProjectCo
 
 async def summarize(ctx: CallContext, args: SummarizeThoughtsIn) -> SummarizeThoughtsOut:
     """Summarise the thoughts relevant to a query, or the most recent ones; the summary is stored."""
-    cfg = common.settings()
+    cfg = common.settings(ctx)
     repo = MemoryRepository(ctx.session)
     mode = None
     kinds = ["thought", "chunk"]
@@ -390,7 +392,7 @@ async def related(ctx: CallContext, args: RelatedThoughtsIn) -> RelatedThoughtsO
     scope = Scope(project_id=row["project_id"], include_archived=args.include_archived, exclude_id=args.id)
     vector = await repo.vector_of(args.id, ctx.embedder.model)
     query = " ".join(row["content"].split()[:64])
-    cfg = common.settings()
+    cfg = common.settings(ctx)
     if vector is not None:
         found = await retrieve(
             repo, ctx.embedder, cfg, scope, query, mode="semantic", limit=args.limit, threshold=0.0, vector=vector
@@ -429,20 +431,14 @@ async def stats(ctx: CallContext, args: ThoughtStatsIn) -> ThoughtStatsOut:
     active = Scope(project_id=project_id)
     total, live = await repo.count(everything), await repo.count(active)
 
-    def elements(key: str) -> str:
-        return (
-            f"SELECT jsonb_array_elements_text(CASE WHEN jsonb_typeof(m.metadata->'{key}') = 'array' "
-            f"THEN m.metadata->'{key}' ELSE '[]'::jsonb END)"
-        )
-
     return ThoughtStatsOut(
         total=total,
         active=live,
         archived=total - live,
-        by_type=_counts(await repo.counts_by(active, "SELECT m.metadata->>'type'")),
-        by_memory_type=_counts(await repo.counts_by(active, "SELECT m.memory_type")),
-        top_topics=_counts(await repo.counts_by(active, elements("topics"))),
-        top_people=_counts(await repo.counts_by(active, elements("people"))),
+        by_type=_counts(await repo.counts_by(active, "type")),
+        by_memory_type=_counts(await repo.counts_by(active, "memory_type")),
+        top_topics=_counts(await repo.counts_by(active, "topics")),
+        top_people=_counts(await repo.counts_by(active, "people")),
         missing_embeddings=await repo.count_missing(model, project_id),
         model=model,
     )
@@ -484,7 +480,7 @@ async def backfill_embeddings(ctx: CallContext, args: BackfillIn) -> BackfillOut
         include_archived=args.include_archived,
         older_than_days=args.older_than_days,
         dry_run=args.dry_run,
-        concurrency=common.settings().backfill_concurrency,
+        concurrency=common.settings(ctx).backfill_concurrency,
         progress=progress,
     )
     return BackfillOut.model_validate(report.public())

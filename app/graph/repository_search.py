@@ -7,8 +7,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.core.repository import Repository
 from app.graph.repository import vector_literal
 
 TEXT_SCAN_CAP = 2000  # full-text matches ranked at most (very common words match most of a large graph)
@@ -19,14 +19,8 @@ def _dist(dim: int) -> str:
     return f"(e.embedding::vector({dim})) <=> CAST(:q AS vector({dim}))"
 
 
-class SearchRepository:
+class SearchRepository(Repository):
     """Candidates, score inputs, counters and logs of search_semantic; reflections."""
-
-    def __init__(self, session: AsyncSession) -> None:
-        self.session = session
-
-    async def _rows(self, sql: str, **params: Any) -> list[Any]:
-        return list((await self.session.execute(text(sql), params)).all())
 
     async def _iterative_scan(self, ef: int) -> None:
         await self.session.execute(text("SET LOCAL hnsw.iterative_scan = relaxed_order"))
@@ -39,18 +33,14 @@ class SearchRepository:
         await self._iterative_scan(n)
         dim = len(qvec)
         type_cond = " AND g.entity_type = :t" if entity_type else ""
-        rows = await self._rows(
+        rows = await self.rows(
             f"""SELECT e.owner_id, 1 - ({_dist(dim)}) AS cos FROM graph_embeddings e
                 JOIN graph_entities g ON g.id = e.owner_id
                 WHERE e.model = :model AND g.project_id = :pid{type_cond}
                 ORDER BY {_dist(dim)} LIMIT :n""",
-            q=vector_literal(qvec),
-            model=model,
-            pid=project_id,
-            t=entity_type,
-            n=n,
+            {"q": vector_literal(qvec), "model": model, "pid": project_id, "t": entity_type, "n": n},
         )
-        return [(int(i), float(c)) for i, c in rows]
+        return [(int(r["owner_id"]), float(r["cos"])) for r in rows]
 
     async def text_candidates(
         self, project_id: uuid.UUID, words: list[str], n: int, entity_type: str | None
@@ -59,48 +49,41 @@ class SearchRepository:
         if not words:
             return []
         type_cond = " AND entity_type = :t" if entity_type else ""
-        rows = await self._rows(
+        rows = await self.rows(
             f"""WITH q AS (SELECT to_tsquery('simple', array_to_string(CAST(:w AS text[]), ' | ')) AS q),
                      hits AS (SELECT id, tsv FROM graph_entities, q
                               WHERE project_id = :pid AND tsv @@ q.q{type_cond} LIMIT :scan)
-                SELECT id, ts_rank_cd(tsv, q.q, 32) FROM hits, q ORDER BY 2 DESC, id LIMIT :n""",
-            w=words,
-            pid=project_id,
-            t=entity_type,
-            n=n,
-            scan=TEXT_SCAN_CAP,
+                SELECT id, ts_rank_cd(tsv, q.q, 32) AS rank FROM hits, q ORDER BY 2 DESC, id LIMIT :n""",
+            {"w": words, "pid": project_id, "t": entity_type, "n": n, "scan": TEXT_SCAN_CAP},
         )
-        return [(int(i), float(s)) for i, s in rows]
+        return [(int(r["id"]), float(r["rank"])) for r in rows]
 
     async def score_inputs(self, ids: Sequence[int], qvec: Sequence[float], model: str, words: list[str]) -> list[Any]:
         """Per candidate: id, name, type, status, cosine, text score, access count, days since last access."""
         dim = len(qvec)
-        return await self._rows(
+        return await self.rows(
             f"""SELECT g.id, g.name, g.entity_type, g.status,
                        COALESCE(1 - ({_dist(dim)}), 0) AS cos,
                        CASE WHEN cardinality(CAST(:w AS text[])) = 0 THEN 0 ELSE
                          ts_rank_cd(g.tsv, to_tsquery('simple', array_to_string(CAST(:w AS text[]), ' | ')), 32)
                        END AS ts,
-                       COALESCE(a.access_count, 0),
-                       EXTRACT(EPOCH FROM (now() - COALESCE(a.last_access, g.created_at))) / 86400.0
+                       COALESCE(a.access_count, 0) AS access_count,
+                       EXTRACT(EPOCH FROM (now() - COALESCE(a.last_access, g.created_at))) / 86400.0 AS days_since
                 FROM graph_entities g
                 LEFT JOIN graph_embeddings e ON e.owner_id = g.id AND e.model = :model
                 LEFT JOIN graph_entity_access a ON a.entity_id = g.id
                 WHERE g.id = ANY(CAST(:ids AS bigint[]))""",
-            q=vector_literal(qvec),
-            model=model,
-            w=words,
-            ids=list(ids),
+            {"q": vector_literal(qvec), "model": model, "w": words, "ids": list(ids)},
         )
 
     async def cooccurrences(self, ids: Sequence[int]) -> list[tuple[int, int, int]]:
         """Co-occurrence counts among the given entities."""
-        rows = await self._rows(
+        rows = await self.rows(
             """SELECT entity_a_id, entity_b_id, co_count FROM graph_cooccurrences
                WHERE entity_a_id = ANY(CAST(:ids AS bigint[])) AND entity_b_id = ANY(CAST(:ids AS bigint[]))""",
-            ids=list(ids),
+            {"ids": list(ids)},
         )
-        return [(int(a), int(b), int(c)) for a, b, c in rows]
+        return [(int(r["entity_a_id"]), int(r["entity_b_id"]), int(r["co_count"])) for r in rows]
 
     async def record_access(self, ids: Sequence[int], pairs: Sequence[tuple[int, int]]) -> None:
         """Count one access for each entity and one co-occurrence per pair (ids in canonical order)."""
@@ -198,7 +181,7 @@ class SearchRepository:
         """Mark entities re-opened within the window after a search that returned them as relevant."""
         if not ids:
             return 0
-        rows = await self._rows(
+        rows = await self.rows(
             """INSERT INTO graph_implicit_feedback (event_id, entity_id, entity_name, re_accessed, access_delta,
                                                     session_id)
                SELECT r.event_id, r.entity_id, r.entity_name, 1,
@@ -208,16 +191,13 @@ class SearchRepository:
                  AND ev.timestamp >= clock_timestamp() - make_interval(secs => :w)
                ORDER BY r.event_id, r.entity_name
                ON CONFLICT (event_id, entity_name) DO NOTHING RETURNING feedback_id""",
-            pid=project_id,
-            ids=list(ids),
-            w=float(window_seconds),
-            sid=session_id,
+            {"pid": project_id, "ids": list(ids), "w": float(window_seconds), "sid": session_id},
         )
         return len(rows)
 
     async def quality_rows(self, project_id: uuid.UUID, days: int, max_events: int = 5000) -> list[Any]:
         """event_id, treatment, rank, baseline_rank, relevant for the results of recent events."""
-        return await self._rows(
+        return await self.rows(
             """WITH ev AS (SELECT event_id, treatment FROM graph_search_events
                            WHERE project_id = :pid AND timestamp >= now() - make_interval(days => :d)
                            ORDER BY event_id DESC LIMIT :m)
@@ -227,9 +207,7 @@ class SearchRepository:
                LEFT JOIN graph_implicit_feedback f ON f.event_id = r.event_id AND f.entity_name = r.entity_name
                                                    AND f.re_accessed = 1
                ORDER BY ev.event_id, r.rank""",
-            pid=project_id,
-            d=days,
-            m=max_events,
+            {"pid": project_id, "d": days, "m": max_events},
         )
 
     # ---- maintenance ------------------------------------------------------------------------
@@ -239,39 +217,36 @@ class SearchRepository:
     ) -> list[Any]:
         """(id, entity_id, entity name, content) of current observations, grouped by entity."""
         cond = " AND g.id = :eid" if entity_id is not None else ""
-        return await self._rows(
+        return await self.rows(
             f"""SELECT o.id, o.entity_id, g.name, o.content FROM graph_observations o
                 JOIN graph_entities g ON g.id = o.entity_id
                 WHERE g.project_id = :pid AND o.superseded_at IS NULL{cond}
                 ORDER BY o.entity_id, o.id LIMIT :n""",
-            pid=project_id,
-            eid=entity_id,
-            n=limit,
+            {"pid": project_id, "eid": entity_id, "n": limit},
         )
 
     async def flag_duplicates(self, pairs: Sequence[tuple[int, int]]) -> int:
         """Set the similarity flag on (duplicate id, kept id) pairs; returns newly flagged rows."""
         if not pairs:
             return 0
-        rows = await self._rows(
+        rows = await self.rows(
             """UPDATE graph_observations o SET similarity_flag = 1, duplicate_of = u.k
                FROM unnest(CAST(:d AS bigint[]), CAST(:k AS bigint[])) AS u(d, k)
                WHERE o.id = u.d AND (o.similarity_flag = 0 OR o.duplicate_of IS DISTINCT FROM u.k)
                RETURNING o.id""",
-            d=[p[0] for p in pairs],
-            k=[p[1] for p in pairs],
+            {"d": [p[0] for p in pairs], "k": [p[1] for p in pairs]},
         )
         return len(rows)
 
     async def flagged_duplicates(self, project_id: uuid.UUID) -> list[Any]:
         """Flagged current observations whose twin is still current: id, entity_id, name, kept id, content."""
-        return await self._rows(
+        return await self.rows(
             """SELECT o.id, o.entity_id, g.name, o.duplicate_of, o.content FROM graph_observations o
                JOIN graph_entities g ON g.id = o.entity_id
                JOIN graph_observations k ON k.id = o.duplicate_of AND k.superseded_at IS NULL
                WHERE g.project_id = :pid AND o.similarity_flag = 1 AND o.superseded_at IS NULL
                ORDER BY o.entity_id, o.id""",
-            pid=project_id,
+            {"pid": project_id},
         )
 
     async def stale_access(self, project_id: uuid.UUID, days: int, factor: float, apply: bool) -> int:
@@ -286,13 +261,11 @@ class SearchRepository:
                 )
                 or 0
             )
-        rows = await self._rows(
+        rows = await self.rows(
             f"""UPDATE graph_entity_access a
                 SET access_count = floor(a.access_count * CAST(:f AS double precision))::int
                 FROM graph_entities g WHERE {where} RETURNING a.entity_id""",
-            pid=project_id,
-            d=days,
-            f=factor,
+            {"pid": project_id, "d": days, "f": factor},
         )
         return len(rows)
 
@@ -308,15 +281,10 @@ class SearchRepository:
         mood: str | None,
     ) -> Any:
         """Insert a reflection; returns id and created_at."""
-        rows = await self._rows(
+        rows = await self.rows(
             """INSERT INTO graph_reflections (project_id, target_type, target_id, author, content, mood)
                VALUES (:pid, :tt, :tid, :a, :c, :m) RETURNING id, created_at""",
-            pid=project_id,
-            tt=target_type,
-            tid=target_id,
-            a=author,
-            c=content,
-            m=mood,
+            {"pid": project_id, "tt": target_type, "tid": target_id, "a": author, "c": content, "m": mood},
         )
         return rows[0]
 
@@ -333,14 +301,12 @@ class SearchRepository:
 
     async def reflections_for(self, project_id: uuid.UUID, entity_id: int, limit: int) -> list[Any]:
         """Reflections about one entity, newest first."""
-        return await self._rows(
-            """SELECT r.id, r.target_type, r.target_id, g.name, r.author, r.content, r.mood, r.created_at
+        return await self.rows(
+            """SELECT r.id, r.target_type, r.target_id, g.name AS target_name, r.author, r.content, r.mood, r.created_at
                FROM graph_reflections r LEFT JOIN graph_entities g ON g.id = r.target_id
                WHERE r.project_id = :pid AND r.target_type = 'entity' AND r.target_id = :e
                ORDER BY r.id DESC LIMIT :n""",
-            pid=project_id,
-            e=entity_id,
-            n=limit,
+            {"pid": project_id, "e": entity_id, "n": limit},
         )
 
     async def search_reflections(
@@ -366,7 +332,7 @@ class SearchRepository:
             "au": author,
             "w": words,
         }
-        return await self._rows(
+        return await self.rows(
             f"""WITH vec AS (
                     SELECT e.owner_id AS id FROM graph_reflection_embeddings e
                     JOIN graph_reflections r ON r.id = e.owner_id
@@ -378,12 +344,12 @@ class SearchRepository:
                     WHERE cardinality(CAST(:w AS text[])) > 0 AND r.project_id = :pid AND r.tsv @@ tq{filters}
                     ORDER BY ts_rank_cd(r.tsv, tq, 32) DESC LIMIT :n),
                 cand AS (SELECT id FROM vec UNION SELECT id FROM txt)
-                SELECT r.id, r.target_type, r.target_id, g.name, r.author, r.content, r.mood, r.created_at,
-                       COALESCE(1 - ({_dist(dim)}), 0) AS cos,
+                SELECT r.id, r.target_type, r.target_id, g.name AS target_name, r.author, r.content, r.mood,
+                       r.created_at, COALESCE(1 - ({_dist(dim)}), 0) AS cos,
                        CASE WHEN cardinality(CAST(:w AS text[])) = 0 THEN 0 ELSE ts_rank_cd(r.tsv,
                          to_tsquery('simple', array_to_string(CAST(:w AS text[]), ' | ')), 32) END AS ts
                 FROM cand JOIN graph_reflections r ON r.id = cand.id
                 LEFT JOIN graph_reflection_embeddings e ON e.owner_id = r.id AND e.model = :m
                 LEFT JOIN graph_entities g ON g.id = r.target_id AND r.target_type = 'entity'""",
-            **params,
+            params,
         )

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
+from app.analysis.config import get_analysis_settings
 from app.analysis.registry import load_registry
 from app.analysis.repository import AnalysisRepository
 from app.analysis.schemas import ActError, ActIn, ActOut, ActSummary, IngestedRange
@@ -15,7 +16,7 @@ from app.analysis.service import bounded_rows, check_impersonation, project_for_
 from app.analysis.upstream import UpstreamClient, UpstreamFailure
 from app.analysis.validation import field_name, parse_where
 from app.core.context import CallContext
-from app.core.errors import InvalidInput, NotFound
+from app.core.errors import NotFound, invalid_field
 
 log = logging.getLogger("cairn.analysis.act")
 
@@ -46,21 +47,20 @@ async def act(ctx: CallContext, args: ActIn) -> ActOut:
     registry = load_registry()
     rm = registry.model(args.model)
     if not rm.cfg.writable:
-        raise InvalidInput(f"Model '{args.model}' is not writable in the upstream registry", details={"field": "model"})
+        raise invalid_field("model", f"Model '{args.model}' is not writable in the upstream registry")
     action_cfg = rm.cfg.update if args.action == "update" else rm.cfg.delete
     if action_cfg is None:
-        raise InvalidInput(f"Model '{args.model}' has no {args.action} action configured", details={"field": "action"})
+        raise invalid_field("action", f"Model '{args.model}' has no {args.action} action configured")
     attributes: dict[str, Any] = {}
     if args.action == "update":
         if not args.attributes:
-            raise InvalidInput("action 'update' needs attributes", details={"field": "attributes"})
+            raise invalid_field("attributes", "action 'update' needs attributes")
         for name in args.attributes:
             field_name(name, f"attributes.{name}")
             allowed = rm.cfg.writable_attributes
             if allowed is not None and name not in allowed:
-                raise InvalidInput(
-                    f"attributes.{name}: not writable (writable: {', '.join(allowed)})",
-                    details={"field": f"attributes.{name}"},
+                raise invalid_field(
+                    f"attributes.{name}", f"attributes.{name}: not writable (writable: {', '.join(allowed)})"
                 )
         attributes = dict(args.attributes)
     w = parse_where(args.where)
@@ -75,7 +75,7 @@ async def act(ctx: CallContext, args: ActIn) -> ActOut:
     if args.dry_run:
         info = await repo.dry_run(pid, args.analysis_id, args.model, w)
         rows = [{**data, "ingestedAt": _iso(at)} for _, data, at in info["first"][:SAMPLE_ROWS]]
-        sample, _ = bounded_rows(rows)
+        sample, _ = bounded_rows(rows, get_analysis_settings().max_response_tokens)
         return with_tokens(
             ActOut(
                 analysis_id=args.analysis_id,

@@ -6,13 +6,15 @@ import json
 import uuid
 from typing import Any
 
+from app.analysis.config import get_analysis_settings
 from app.analysis.registry import AttributeCfg, load_registry
 from app.analysis.repository import AnalysisRepository
 from app.analysis.schemas import FindingHit, GroupOut, QueryIn, QueryOut
-from app.analysis.service import bounded_rows, compact_json, project_for_read, with_tokens
+from app.analysis.service import bounded_rows, project_for_read, with_tokens
 from app.analysis.validation import FIELD, bucket_interval, field_name, interval, parse_date, parse_where
+from app.core import budget
 from app.core.context import CallContext
-from app.core.errors import InvalidInput, NotFound, SchemaError
+from app.core.errors import InvalidInput, NotFound, SchemaError, invalid_field
 
 FILTER_DEFAULT, FILTER_CAP = 20, 200
 GROUPS_DEFAULT = 50
@@ -54,10 +56,10 @@ async def _model(repo: AnalysisRepository, pid: uuid.UUID, args: QueryIn) -> str
             )
         return args.model
     if len(models) > 1:
-        raise InvalidInput(
+        raise invalid_field(
+            "model",
             f"Analysis '{args.analysis_id}' holds several models; say which with model",
             suggestions=[f"Models in this session: {', '.join(models)}"],
-            details={"field": "model"},
         )
     return next(iter(models))
 
@@ -73,13 +75,13 @@ def _check_mode_args(args: QueryIn, allowed: set[str]) -> None:
     }
     stray = [name for name, value in used.items() if value is not None and name not in allowed]
     if stray:
-        raise InvalidInput(f"mode '{args.mode}' does not use {', '.join(stray)}", details={"field": stray[0]})
+        raise invalid_field(stray[0], f"mode '{args.mode}' does not use {', '.join(stray)}")
 
 
 async def _semantic(ctx: CallContext, repo: AnalysisRepository, pid: uuid.UUID, args: QueryIn) -> QueryOut:
     _check_mode_args(args, {"query", "category"})
     if not args.query:
-        raise InvalidInput("semantic mode needs query", details={"field": "query"})
+        raise invalid_field("query", "semantic mode needs query")
     if await repo.count_findings(pid, args.analysis_id) == 0 and not await repo.session_models(pid, args.analysis_id):
         raise NotFound(
             f"No analysis session '{args.analysis_id}' (nothing ingested or stored)",
@@ -91,8 +93,8 @@ async def _semantic(ctx: CallContext, repo: AnalysisRepository, pid: uuid.UUID, 
     findings = []
     for fid, category, text, metadata, score in kept:
         meta = None if category == "page_summary" or not metadata else metadata
-        if meta is not None and len(compact_json(meta)) > 400:
-            meta = {"truncated": compact_json(meta)[:400]}
+        if meta is not None and len(budget.dumps(meta)) > 400:
+            meta = {"truncated": budget.dumps(meta)[:400]}
         findings.append(
             FindingHit(
                 id=fid,
@@ -221,7 +223,7 @@ def _plain(name: str) -> bool:
 async def _aggregate(repo: AnalysisRepository, pid: uuid.UUID, args: QueryIn, model: str) -> QueryOut:
     _check_mode_args(args, {"group_by", "where"})
     if not args.group_by:
-        raise InvalidInput("aggregate mode needs group_by", details={"field": "group_by"})
+        raise invalid_field("group_by", "aggregate mode needs group_by")
     field = field_name(args.group_by, "group_by")
     w = parse_where(args.where)
     limit = args.limit or GROUPS_DEFAULT
@@ -242,15 +244,13 @@ async def _aggregate(repo: AnalysisRepository, pid: uuid.UUID, args: QueryIn, mo
 async def _filter(repo: AnalysisRepository, pid: uuid.UUID, args: QueryIn, model: str) -> QueryOut:
     _check_mode_args(args, {"where"})
     if not args.where:
-        raise InvalidInput(
-            "filter mode needs where",
-            details={"field": "where"},
-            suggestions=['e.g. {"status": "completed", "rating": {"$lt": 2}}'],
+        raise invalid_field(
+            "where", "filter mode needs where", suggestions=['e.g. {"status": "completed", "rating": {"$lt": 2}}']
         )
     w = parse_where(args.where)
     limit = min(args.limit or FILTER_DEFAULT, FILTER_CAP)
     total, rows = await repo.filter(pid, args.analysis_id, model, w, limit, args.offset)
-    kept, cut = bounded_rows(rows)
+    kept, cut = bounded_rows(rows, get_analysis_settings().max_response_tokens)
     shown_to = args.offset + len(kept)
     more = total > shown_to
     msg = f"{total} matching record(s); showing {len(kept)}"
@@ -282,7 +282,7 @@ async def _sample(repo: AnalysisRepository, pid: uuid.UUID, args: QueryIn, model
         if p.bucket is not None:
             prox["bucket"] = bucket_interval(interval(p.bucket, "proximity.bucket"))
     candidates, strata, rows = await repo.sample(pid, args.analysis_id, model, w, args.sample_size, stratify, prox)
-    kept, cut = bounded_rows(rows)
+    kept, cut = bounded_rows(rows, get_analysis_settings().max_response_tokens)
     spread = f" across {strata} strata" if (stratify or (prox and prox.get("bucket"))) else ""
     return QueryOut(
         analysis_id=args.analysis_id,

@@ -26,7 +26,7 @@ from app.analysis.upstream import (
 )
 from app.analysis.validation import field_name
 from app.core.context import CallContext
-from app.core.errors import InvalidInput, NotFound
+from app.core.errors import NotFound, invalid_field
 
 log = logging.getLogger("cairn.analysis.ingest")
 
@@ -46,9 +46,9 @@ def upstream_params(cfg: ModelCfg, filters: dict[str, Any] | None) -> dict[str, 
     for name, value in (filters or {}).items():
         if name not in cfg.filters:
             allowed = ", ".join(sorted(cfg.filters)) or "(none)"
-            raise InvalidInput(
+            raise invalid_field(
+                f"filters.{name}",
                 f"Unknown filter '{name}' for this model",
-                details={"field": f"filters.{name}"},
                 suggestions=[f"Filters of this model: {allowed}"],
             )
         if value is None:
@@ -261,7 +261,7 @@ async def _nested(
             suggestions=[f"Child resources of {args.parent_model}: {known}"],
         )
     if args.filters:
-        raise InvalidInput("filters are not supported in nested mode", details={"field": "filters"})
+        raise invalid_field("filters", "filters are not supported in nested mode")
     model = child.model or args.child_resource
     parent_key = child.parent_key or f"{args.parent_model}_id"
     if await repo.count_records(pid, args.analysis_id, args.parent_model) == 0:

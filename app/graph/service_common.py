@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import re
 import uuid
-from typing import Any
 
 from app.core.context import CallContext
 from app.core.embedding import EmbeddingUnavailable
 from app.core.errors import NotFound, Unavailable
 from app.core.repository import ProjectRepository
-from app.core.tokens import count_tokens
 from app.graph.repository import EntityRow, GraphRepository
 
 _WORD = re.compile(r"\w+", re.UNICODE)
@@ -60,11 +57,6 @@ def require(rows: list[EntityRow], names: list[str]) -> dict[str, EntityRow]:
         if n not in by_name:
             raise not_found(n)
     return by_name
-
-
-def tokens_of(obj: Any) -> int:
-    """Tokens of an object's compact JSON (the embedding tokenizer, plus punctuation)."""
-    return count_tokens(json.dumps(obj, ensure_ascii=False, separators=(",", ":")))
 
 
 def query_words(query: str, cap: int = 32) -> list[str]:

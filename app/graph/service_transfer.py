@@ -15,7 +15,6 @@ from pydantic import ValidationError
 
 from app.core.context import CallContext
 from app.graph import service
-from app.graph.common import project_id
 from app.graph.repository import GraphRepository
 from app.graph.schemas import (
     AddObservationsIn,
@@ -25,6 +24,7 @@ from app.graph.schemas import (
     ObservationAddIn,
     RelationIn,
 )
+from app.graph.service_common import project_id
 
 BATCH = 200
 
@@ -140,7 +140,13 @@ async def export_graph(ctx: CallContext, project: str | None) -> Iterator[str]:
         for rel in await repo.relations_touching([r.id for r in rows], only_from=True, limit=10_000_000):
             relation_lines.append(
                 json.dumps(
-                    {"type": "relation", "from": rel[0], "to": rel[1], "relationType": rel[2]}, ensure_ascii=False
+                    {
+                        "type": "relation",
+                        "from": rel["fname"],
+                        "to": rel["tname"],
+                        "relationType": rel["relation_type"],
+                    },
+                    ensure_ascii=False,
                 )
             )
     return iter(entity_lines + relation_lines)
