@@ -259,11 +259,9 @@ async def side_by_side(url: str, n: int, queries: int) -> dict[str, Any]:
     tmp = Path(tempfile.mkdtemp(prefix="cairn-bench-ref-"))
     out: dict[str, Any] = {"entities": n, "batch": 10, "queries": queries}
     try:
-        for label, opener in (
-            ("reference", lambda: reference_session(tmp / "memory.jsonl")),
-            ("cairn", lambda: cairn_session(url)),
-        ):
-            async with opener() as client:
+        for label in ("reference", "cairn"):
+            session = reference_session(tmp / "memory.jsonl") if label == "reference" else cairn_session(url)
+            async with session as client:
                 extra = {"project": "side-by-side"} if label == "cairn" else {}
                 t0 = time.perf_counter()
                 for b in batches:

@@ -237,8 +237,9 @@ async def test_act_errors(server: RunningServer, rest: httpx.AsyncClient, booksh
     assert other.status_code == 404 and "analysis_ingest" in other.json()["error"]["suggestions"][0]
     async with mcp_client(server.url, key=WRITE_KEY) as mcp:
         tools = {t.name: t for t in (await mcp.list_tools()).tools}
-        assert tools["analysis_act"].annotations.destructive_hint is True
-        assert tools["analysis_query"].annotations.read_only_hint is True
+        act, query = tools["analysis_act"].annotations, tools["analysis_query"].annotations
+        assert act is not None and act.destructive_hint is True
+        assert query is not None and query.read_only_hint is True
         err = error_of(
             await mcp.call_tool(
                 "analysis_act",

@@ -14,7 +14,7 @@ import uvicorn
 from app.analysis.demo_upstream import create_demo_app
 from tests.support.analysis import write_registry
 from tests.support.analysis_walkthrough import markdown_table, run_walkthrough
-from tests.support.server import RunningServer, free_port, mcp_client
+from tests.support.server import RunningServer, free_port, mcp_client, text_of
 
 
 @pytest.fixture
@@ -42,8 +42,8 @@ async def test_library_audit_walkthrough_token_budget(server: RunningServer, big
 
         async def call(tool: str, args: dict[str, Any]) -> str:
             result = await mcp.call_tool(tool, args)
-            assert not result.is_error, result.content[0].text
-            return result.content[0].text  # type: ignore[no-any-return,union-attr]
+            assert not result.is_error, text_of(result)
+            return text_of(result)
 
         steps = await run_walkthrough(call)
     by_step = {s.step: s.response for s in steps}

@@ -17,7 +17,7 @@ import pytest
 
 from app.core.tokens import count_tokens
 from app.datasets.config import get_dataset_settings
-from tests.support.server import READ_KEY, RunningServer, error_of, mcp_client
+from tests.support.server import READ_KEY, RunningServer, error_of, mcp_client, text_of
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 CATEGORIES = ["books", "games", "garden", "music", "toys"]
@@ -445,7 +445,7 @@ async def test_polars_expr_and_charts(server: RunningServer, rest: httpx.AsyncCl
         images = [c for c in res.content if c.type == "image"]
         assert len(images) == 1 and images[0].mime_type == "image/png"
         assert images[0].data == sc["visualization"]["base64_image"]
-        assert sc["visualization"]["base64_image"] not in res.content[0].text  # not twice in the context
+        assert sc["visualization"]["base64_image"] not in text_of(res)  # not twice in the context
         err = error_of(
             await mcp.call_tool(
                 "execute_query",

@@ -49,7 +49,8 @@ async def test_fifty_concurrent_clients(server: RunningServer, rest: httpx.Async
             res = await mcp.call_tool(tool, args)
             assert not res.is_error, res
             assert res.structured_content is not None
-            return res.structured_content
+            data: dict[str, Any] = res.structured_content
+            return data
 
     tasks = [asyncio.create_task(run(*job)) for job in jobs]
     await asyncio.sleep(0.5)  # let every client connect first

@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-from app.analysis import service
-from app.analysis import service_act as act_service
-from app.analysis import service_ingest as ingest_service
-from app.analysis import service_query as query_service
+from app.analysis import service, service_act, service_ingest, service_query
 from app.analysis.schemas import (
     ActIn,
     ActOut,
@@ -44,7 +41,7 @@ async def analysis_ingest(ctx: CallContext, args: IngestIn) -> IngestOut:
     Every page also stores a `page_summary` finding (value distributions, numeric min/max/avg/median, date
     ranges) that semantic queries find at once. Re-ingesting replaces records by id (no duplicates).
     Records are kept 7 days; call analysis_clear when done."""
-    return await ingest_service.ingest(ctx, args)
+    return await service_ingest.ingest(ctx, args)
 
 
 @ops.operation(
@@ -76,7 +73,7 @@ async def analysis_query(ctx: CallContext, args: QueryIn) -> QueryOut:
     `where`: {"status": "active"} matches exactly; {"rating": {"$gte": 2, "$lt": 4}} or
     {"updated_at": {"$gte": "2026-01-01"}} compare as number or date. Pass `model` when the session
     holds several models."""
-    return await query_service.query(ctx, args)
+    return await service_query.query(ctx, args)
 
 
 @ops.operation(
@@ -95,7 +92,7 @@ async def analysis_act(ctx: CallContext, args: ActIn) -> ActOut:
     sample_data with ingestedAt and ingestedAtRange (snapshot age) without calling the upstream: use it
     first. Live runs go in batches of 50, 5 requests at a time, and return only a summary and the first 5
     errors; already-deleted records count as done. The session's copy is updated to match."""
-    return await act_service.act(ctx, args)
+    return await service_act.act(ctx, args)
 
 
 @ops.operation(

@@ -6,7 +6,7 @@ import hashlib
 import random
 import time
 from collections import defaultdict
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -327,7 +327,8 @@ async def search_quality_report(ctx: CallContext, args: QualityReportIn) -> Qual
             ev["served"].append(int(r["rank"]))
             ev["base"].append(int(r["baseline_rank"] or r["rank"]))
     out = []
-    for t, label in ((LIMBIC, "limbic"), (BASELINE, "baseline")):
+    treatments: tuple[tuple[int, Literal["limbic", "baseline"]], ...] = ((LIMBIC, "limbic"), (BASELINE, "baseline"))
+    for t, label in treatments:
         evs = [e for e in events.values() if e["t"] == t]
         fb = [e for e in evs if e["served"]]
 
@@ -338,7 +339,7 @@ async def search_quality_report(ctx: CallContext, args: QualityReportIn) -> Qual
             TreatmentQuality(
                 treatment=label,
                 events=len(evs),
-                events_with_feedback=len(fb),  # type: ignore[arg-type]
+                events_with_feedback=len(fb),
                 ndcg_at_k=mean([scoring.ndcg(e["served"], args.k) for e in fb]),
                 mrr=mean([scoring.reciprocal_rank(e["served"]) for e in fb]),
                 ndcg_at_k_baseline_order=mean([scoring.ndcg(e["base"], args.k) for e in fb]),

@@ -10,7 +10,7 @@ from app.core import console
 from app.core.db import Database
 from app.core.repository import ProjectRepository
 from app.core.runtime import Runtime
-from app.memory import service_eval as beir
+from app.memory import service_eval
 from app.memory.config import MemorySettings
 from app.memory.lifecycle import BackfillRunner
 from app.memory.repository import MemoryRepository
@@ -75,8 +75,12 @@ def cmd_backfill(args: argparse.Namespace) -> int:
 def cmd_eval_beir(args: argparse.Namespace) -> int:
     """Index a BEIR dataset into a scratch collection and report retrieval quality per search mode."""
     rt: Runtime = args.runtime
-    data = beir.load(Path(args.dir), args.split)
-    modes = tuple(m.strip() for m in args.modes.split(",") if m.strip())
+    data = service_eval.load(Path(args.dir), args.split)
+    modes = tuple(m for m in service_eval.MODES if m in {x.strip() for x in args.modes.split(",")})
+    unknown = {x.strip() for x in args.modes.split(",") if x.strip()} - set(service_eval.MODES)
+    if unknown or not modes:
+        console.info(f"--modes takes {', '.join(service_eval.MODES)}; got {args.modes!r}")
+        return 2
     model = ""
 
     async def run(db: Database) -> dict[str, Any]:
@@ -84,21 +88,21 @@ def cmd_eval_beir(args: argparse.Namespace) -> int:
         async with rt.embedder() as embedder:
             model = embedder.model
             with console.progress(len(data.corpus), f"indexing {data.name}") as bar:
-                project_id, coll_id, seconds = await beir.index(
+                project_id, coll_id, seconds = await service_eval.index(
                     db, embedder, data, fresh=args.fresh, progress=bar.advance
                 )
-            report = await beir.evaluate(
+            report = await service_eval.evaluate(
                 db, embedder, rt.settings_of(MemorySettings), data, project_id, coll_id, modes, args.max_queries
             )
             if args.drop:
-                await beir.drop(db, coll_id)
+                await service_eval.drop(db, coll_id)
             return {"report": report, "index_seconds": round(seconds, 1)}
 
     out = rt.run(run)
     if args.json:
         console.emit({"dataset": data.name, "split": args.split, "model": model, "documents": len(data.corpus), **out})
     else:
-        print(beir.markdown(data.name, args.split, out["report"], model, len(data.corpus)))
+        print(service_eval.markdown(data.name, args.split, out["report"], model, len(data.corpus)))
         if out["index_seconds"]:
             print(f"\nindexed in {out['index_seconds']} s")
     return 0

@@ -17,7 +17,7 @@ def parse_duration(value: str) -> float:
         return float(text)
     except ValueError:
         pass
-    seconds = pytimeparse.parse(text)
+    seconds = pytimeparse.parse(text)  # type: ignore[attr-defined]
     if seconds is None:
         raise ValueError(f"cannot parse duration {value!r} (use e.g. 90, 30s, 15m, 1h)")
     return float(seconds)

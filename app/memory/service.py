@@ -230,7 +230,7 @@ async def search(ctx: CallContext, args: SearchIn) -> SearchOut:
         [(r.id, rows[uuid.UUID(r.id)]["content"], row_time(rows[uuid.UUID(r.id)])) for r in results],
         cfg.memory_context_chars,
     )
-    out.results, out.context, out.retrieval_mode = results, context or None, found.retrieval_mode  # type: ignore[assignment]
+    out.results, out.context, out.retrieval_mode = results, context or None, found.retrieval_mode
     return out
 
 

@@ -21,10 +21,11 @@ from app.core.embedding import EmbeddingProvider
 from app.core.repository import ProjectRepository
 from app.memory.config import MemorySettings
 from app.memory.repository import MemoryRepository, Scope
+from app.memory.schemas import SearchMode
 from app.memory.service_search import retrieve
 
 EVAL_PROJECT = "beir-eval"
-MODES = ("hybrid", "semantic", "lexical")
+MODES: tuple[SearchMode, ...] = ("hybrid", "semantic", "lexical")
 
 
 @dataclass
@@ -39,7 +40,7 @@ class Dataset:
 
 def _lines(path: Path) -> Iterator[dict[str, Any]]:
     opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt", encoding="utf-8") as fh:  # type: ignore[operator]
+    with opener(path, "rt", encoding="utf-8") as fh:
         for line in fh:
             if line.strip():
                 yield json.loads(line)
@@ -160,7 +161,7 @@ async def evaluate(
     data: Dataset,
     project_id: uuid.UUID,
     coll_id: uuid.UUID,
-    modes: tuple[str, ...] = MODES,
+    modes: tuple[SearchMode, ...] = MODES,
     max_queries: int | None = None,
 ) -> dict[str, dict[str, float]]:
     """Run every judged query in each mode; nDCG@10, R@100 and latency percentiles per mode."""

@@ -21,6 +21,7 @@ from typing import Any
 from app.core.embedding import EmbeddingProvider, EmbeddingUnavailable
 from app.memory.config import MemorySettings
 from app.memory.repository import MemoryRepository, Scope
+from app.memory.schemas import RetrievalMode, SearchMode
 
 log = logging.getLogger("cairn.memory")
 
@@ -58,7 +59,7 @@ class Retrieval:
     """The ranked hits and the retrieval mode actually used."""
 
     hits: list[Hit]
-    retrieval_mode: str
+    retrieval_mode: RetrievalMode
 
 
 def query_terms(query: str) -> list[str]:
@@ -156,7 +157,7 @@ async def retrieve(
     scope: Scope,
     query: str,
     *,
-    mode: str,
+    mode: SearchMode,
     limit: int,
     threshold: float,
     vector: Sequence[float] | None = None,
@@ -169,7 +170,7 @@ async def retrieve(
     """
     model = embedder.model
     sem: list[tuple[uuid.UUID, float]] = []
-    used = mode
+    used: RetrievalMode = mode
     if mode in ("hybrid", "semantic"):
         if not await repo.has_vectors(scope, model):
             used = "lexical_fallback"

@@ -12,7 +12,7 @@ from app.core.errors import NotFound, TooLarge
 from app.core.repository import ProjectRepository
 from app.memory import service_common as common
 from app.memory.repository import MemoryRepository, Scope
-from app.memory.schemas import Signal
+from app.memory.schemas import RetrievalMode, SearchMode, Signal
 from app.memory.schemas_thoughts import (
     ArchiveThoughtIn,
     BackfillIn,
@@ -231,7 +231,7 @@ async def _search(
     *,
     limit: int,
     threshold: float | None,
-    mode: str = "hybrid",
+    mode: SearchMode = "hybrid",
     include_archived: bool = False,
     exclude: uuid.UUID | None = None,
     kinds: list[str] | None = None,
@@ -262,7 +262,7 @@ async def search(ctx: CallContext, args: SearchThoughtsIn) -> SearchThoughtsOut:
     )
     return SearchThoughtsOut(
         results=_hits(found, rows, common.settings(ctx).memory_result_chars),
-        retrieval_mode=found.retrieval_mode,  # type: ignore[arg-type]
+        retrieval_mode=found.retrieval_mode,
         model=ctx.embedder.model,
     )
 
@@ -280,7 +280,7 @@ async def recall(ctx: CallContext, args: RecallContextIn) -> RecallContextOut:
     context, truncated = build_context(
         [(i.id, rows[uuid.UUID(i.id)]["content"], i.created_at) for i in items], args.max_chars
     )
-    return RecallContextOut(context=context, items=items, truncated=truncated, retrieval_mode=found.retrieval_mode)  # type: ignore[arg-type]
+    return RecallContextOut(context=context, items=items, truncated=truncated, retrieval_mode=found.retrieval_mode)
 
 
 async def project_context(ctx: CallContext, args: ProjectContextIn) -> ProjectContextOut:
@@ -295,7 +295,7 @@ async def project_context(ctx: CallContext, args: ProjectContextIn) -> ProjectCo
     recent = [CitedItem(id=str(r["id"]), score=1.0, created_at=r["created_at"]) for r in recent_rows]
     texts = {str(r["id"]): r["content"] for r in recent_rows}
     relevant: list[CitedItem] = []
-    mode = None
+    mode: RetrievalMode | None = None
     if args.query:
         found, rows = await _search(ctx, args.project, args.query, limit=args.limit * 2, threshold=None)
         mode = found.retrieval_mode
@@ -312,7 +312,7 @@ async def project_context(ctx: CallContext, args: ProjectContextIn) -> ProjectCo
         recent=recent,
         relevant=relevant,
         context="\n\n".join(p for p in parts if p),
-        retrieval_mode=mode,  # type: ignore[arg-type]
+        retrieval_mode=mode,
         total_thoughts=await repo.count(scope),
     )
 
@@ -321,7 +321,7 @@ async def summarize(ctx: CallContext, args: SummarizeThoughtsIn) -> SummarizeTho
     """Summarise the thoughts relevant to a query, or the most recent ones; the summary is stored."""
     cfg = common.settings(ctx)
     repo = MemoryRepository(ctx.session)
-    mode = None
+    mode: RetrievalMode | None = None
     kinds = ["thought", "chunk"]
     if args.query:
         found, rows = await _search(
@@ -382,7 +382,7 @@ async def summarize(ctx: CallContext, args: SummarizeThoughtsIn) -> SummarizeTho
         provider=result.provider,
         model=result.model,
         retrieval_mode=mode,
-    )  # type: ignore[arg-type]
+    )
 
 
 async def related(ctx: CallContext, args: RelatedThoughtsIn) -> RelatedThoughtsOut:
@@ -403,7 +403,7 @@ async def related(ctx: CallContext, args: RelatedThoughtsIn) -> RelatedThoughtsO
     rows = await repo.fetch([h.id for h in found.hits], ctx.embedder.model)
     return RelatedThoughtsOut(
         id=str(args.id), results=_hits(found, rows, cfg.memory_result_chars), retrieval_mode=found.retrieval_mode
-    )  # type: ignore[arg-type]
+    )
 
 
 def _counts(pairs: list[tuple[str, int]]) -> list[CountItem]:
