@@ -59,6 +59,14 @@ async def test_upload_registers_and_queries(server: RunningServer, rest: httpx.A
     )
     assert rep.status_code == 200 and rep.json()["created"] is False
     assert read_bytes(stored) == b"city,temp\nRome,15\n"
+    # The upload runs through the executor: each call has its audit row, the refused one included.
+    audit = (await rest.get("/api/v1/audit", params={"operation": "upload_dataset"})).json()["entries"]
+    assert [(e["transport"], e["outcome"], e["error_code"]) for e in audit] == [
+        ("rest", "ok", None),
+        ("rest", "error", 4090),
+        ("rest", "ok", None),
+    ]
+    assert not list(stored.parent.glob(".incoming-*"))
 
 
 @pytest.fixture

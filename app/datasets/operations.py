@@ -22,6 +22,8 @@ from app.datasets.schemas import (
     ResultPageOut,
     SampleIn,
     SampleOut,
+    UploadIn,
+    UploadOut,
 )
 
 ops = OperationSet("datasets")
@@ -129,3 +131,12 @@ async def register_dataset(ctx: CallContext, args: RegisterIn) -> RegisterOut:
     """Give a file or glob inside the data roots a name, usable as file_path and as a view in SQL.
     (Remote clients upload files with the REST route POST /api/v1/datasets/upload.)"""
     return await service.register_dataset(ctx, args)
+
+
+@ops.operation(name="upload_dataset", input=UploadIn, output=UploadOut, path="/datasets/upload", mcp=False, rest=False)
+async def upload_dataset(ctx: CallContext, args: UploadIn) -> UploadOut:
+    """Register a file the multipart upload route staged under the first data root's `uploads/`
+    folder: moved to `uploads/<name><ext>` and registered under `name`. Called by the route
+    POST /api/v1/datasets/upload through the executor (validation, scope, rate limit, transaction,
+    audit, metrics), never as an MCP tool."""
+    return await service.register_upload(ctx, args)

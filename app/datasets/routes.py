@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import re
 import uuid
 from pathlib import Path
 from typing import Any
@@ -20,7 +19,8 @@ from python_multipart import MultipartParser
 from python_multipart.multipart import parse_options_header
 
 from app.core.context import AppState
-from app.core.errors import Forbidden, InvalidInput, TooLarge, invalid_field
+from app.core.errors import InvalidInput, TooLarge, invalid_field
+from app.core.executor import check_scope, run_operation
 from app.core.rest_adapter import authenticate
 from app.datasets import service
 from app.datasets.config import data_roots, get_dataset_settings
@@ -30,8 +30,6 @@ router = APIRouter(prefix="/api/v1")
 UPLOAD_PATH = "/api/v1/datasets/upload"
 FIELD_MAX = 4096
 FLUSH_BYTES = 1 << 20
-_NAME = re.compile(DATASET_NAME)
-_EXT = re.compile(r"(\.(csv|tsv|txt|parquet|pq|json|jsonl|ndjson))(\.(gz|zst))?$", re.I)
 
 
 class _Upload:
@@ -149,13 +147,15 @@ async def upload_dataset(request: Request) -> JSONResponse:
     """Stream a CSV/Parquet/JSON file to the first data root (`uploads/<name><ext>`) and register it
     under `name`. Form fields: `name` (letters, digits, '_'), `file`, optional `description` and
     `replace` ("true" to overwrite an existing name). Needs the write scope. Answers 413 past
-    CAIRN_DATASETS_UPLOAD_MAX_BYTES without keeping anything."""
+    CAIRN_DATASETS_UPLOAD_MAX_BYTES without keeping anything. The registration is the
+    `upload_dataset` operation, run by the executor like every other call (rate limit, validation,
+    transaction, audit row, metrics)."""
     principal = await authenticate(request)
-    if not principal.has_scope("write"):
-        raise Forbidden("Uploading needs the 'write' scope", suggestions=["Use a key created with --scopes write"])
     state: AppState = request.app.state.cairn
-    cfg = get_dataset_settings()
-    limit = cfg.datasets_upload_max_bytes
+    op = state.registry.get("upload_dataset")
+    assert op is not None, "the datasets feature declares upload_dataset"
+    check_scope(op, principal)  # before reading a possibly large body
+    limit = get_dataset_settings().datasets_upload_max_bytes
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit + 64 * 1024:
         raise TooLarge(
@@ -164,14 +164,13 @@ async def upload_dataset(request: Request) -> JSONResponse:
     ctype, params = parse_options_header(request.headers.get("content-type", ""))
     if ctype != b"multipart/form-data" or b"boundary" not in params:
         raise InvalidInput("Send multipart/form-data with a 'file' part and a 'name' field")
-    roots = await asyncio.to_thread(data_roots, state.settings.data_dir)
-    folder = roots[0] / "uploads"
+    folder = service.upload_folder(await asyncio.to_thread(data_roots, state.settings.data_dir))
     await asyncio.to_thread(folder.mkdir, parents=True, exist_ok=True)
-    tmp = folder / f".incoming-{uuid.uuid4().hex}"
+    staged = f".incoming-{uuid.uuid4().hex}"
+    tmp = folder / staged
     upload = _Upload(tmp, limit)
     parser = MultipartParser(params[b"boundary"], upload.callbacks())  # type: ignore[arg-type]
     fh = await asyncio.to_thread(open, tmp, "wb")
-    keep = False
     try:
         async for chunk in request.stream():
             parser.write(chunk)
@@ -180,50 +179,21 @@ async def upload_dataset(request: Request) -> JSONResponse:
         parser.finalize()
         await asyncio.to_thread(fh.write, upload.take_pending())
         await asyncio.to_thread(fh.close)
-        name = upload.fields.get("name", "")
-        if not _NAME.fullmatch(name):
-            raise invalid_field(
-                "name",
-                "Field 'name' is required: a letter, then letters, digits or '_' (max 64)",
-                rule="string_pattern_mismatch",
-            )
         if upload.filename is None:
-            raise InvalidInput("A 'file' part is required")
-        m = _EXT.search(upload.filename)
-        if not m:
-            raise InvalidInput(
-                f"Unsupported file type: {upload.filename}",
-                suggestions=["Upload CSV, TSV, Parquet, JSON or NDJSON (optionally .gz/.zst)"],
-            )
-        final = folder / f"{name}{m.group(0).lower()}"
-        replace = upload.fields.get("replace", "").lower() in ("1", "true", "yes")
-        async with state.db.transaction() as session:
-            if not replace and await asyncio.to_thread(final.exists):
-                from app.core.errors import Conflict
-
-                raise Conflict(
-                    f"A dataset file named {final.name} already exists",
-                    suggestions=["Send replace=true to overwrite it"],
-                )
-            await asyncio.to_thread(os.replace, tmp, final)
-            keep = True
-            result = await service.register(
-                session,
-                name=name,
-                pattern=str(final),
-                files=[final],
-                description=upload.fields.get("description", ""),
-                source="upload",
-                created_by=principal.key_id,
-                replace=replace,
-                rts=roots,
-            )
-        body = result.model_dump(mode="json")
-        body["bytes"] = upload.size
-        return JSONResponse(body)
+            raise invalid_field("file", "A 'file' part is required", rule="missing")
+        args = {
+            "name": upload.fields.get("name", ""),
+            "staged": staged,
+            "filename": upload.filename,
+            "description": upload.fields.get("description", ""),
+            "replace": upload.fields.get("replace", "").lower() in ("1", "true", "yes"),
+            "bytes": upload.size,
+        }
+        result = await run_operation(state, op, args, principal, transport="rest", request_id=request.state.request_id)
+        return JSONResponse(result.model_dump(mode="json"))
     finally:
         if not fh.closed:
             await asyncio.to_thread(fh.close)
-        if not keep:
-            with contextlib.suppress(FileNotFoundError):
-                await asyncio.to_thread(tmp.unlink)
+        # Gone when the operation moved it into place; otherwise nothing of the upload is kept.
+        with contextlib.suppress(FileNotFoundError):
+            await asyncio.to_thread(tmp.unlink)

@@ -320,3 +320,23 @@ class RegisterOut(BaseModel):
 
     dataset: DatasetOut
     created: bool
+
+
+STAGED_UPLOAD = r"^\.incoming-[0-9a-f]{32}$"
+
+
+class UploadIn(StrictModel):
+    """Arguments of upload_dataset: what the multipart route read, never a client-chosen path."""
+
+    name: str = Field(pattern=DATASET_NAME, description="Dataset name (also a SQL view name)")
+    staged: str = Field(pattern=STAGED_UPLOAD, description="The staged file the route wrote under uploads/")
+    filename: str = Field(min_length=1, max_length=255, description="The uploaded file's own name (its type)")
+    description: str = Field(default="", max_length=4096)
+    replace: bool = False
+    bytes: int = Field(ge=0)
+
+
+class UploadOut(RegisterOut):
+    """Result of the upload route: the registered dataset and the bytes received."""
+
+    bytes: int

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import csv
 import io
+import os
 import re
 import uuid
 from pathlib import Path
@@ -43,6 +44,8 @@ from app.datasets.schemas import (
     SampleIn,
     SampleOut,
     SamplingInfo,
+    UploadIn,
+    UploadOut,
 )
 
 QUERY_ID = re.compile(r"\bq_[0-9a-f]{16}\b")
@@ -631,6 +634,49 @@ async def register_dataset(ctx: CallContext, args: RegisterIn) -> RegisterOut:
         replace=args.replace,
         rts=rts,
     )
+
+
+UPLOAD_TYPES = re.compile(r"(\.(csv|tsv|txt|parquet|pq|json|jsonl|ndjson))(\.(gz|zst))?$", re.I)
+
+
+def upload_folder(roots: list[Path]) -> Path:
+    """Where uploads live: `uploads/` under the first data root."""
+    return roots[0] / "uploads"
+
+
+async def register_upload(ctx: CallContext, args: UploadIn) -> UploadOut:
+    """Move a staged upload into place as `uploads/<name><ext>` and register it under `name`."""
+    roots = await asyncio.to_thread(data_roots, ctx.settings.data_dir)
+    folder = upload_folder(roots)
+    m = UPLOAD_TYPES.search(args.filename)
+    if not m:
+        raise invalid_field(
+            "filename",
+            f"Unsupported file type: {args.filename}",
+            rule="file_type",
+            suggestions=["Upload CSV, TSV, Parquet, JSON or NDJSON (optionally .gz/.zst)"],
+        )
+    staged = folder / args.staged
+    if not await asyncio.to_thread(staged.is_file):
+        raise NotFound("The staged upload is gone", suggestions=["Upload the file again"])
+    final = folder / f"{args.name}{m.group(0).lower()}"
+    if not args.replace and await asyncio.to_thread(final.exists):
+        raise Conflict(
+            f"A dataset file named {final.name} already exists", suggestions=["Send replace=true to overwrite it"]
+        )
+    await asyncio.to_thread(os.replace, staged, final)
+    result = await register(
+        ctx.session,
+        name=args.name,
+        pattern=str(final),
+        files=[final],
+        description=args.description,
+        source="upload",
+        created_by=ctx.principal.key_id,
+        replace=args.replace,
+        rts=roots,
+    )
+    return UploadOut(dataset=result.dataset, created=result.created, bytes=args.bytes)
 
 
 async def register(
