@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from app.core.context import CallContext
 from app.core.registry import OperationSet
-from app.graph import service, service_search
+from app.graph import service, service_maintenance, service_reflections, service_search, service_stats
 from app.graph.schemas import (
     AddObservationsIn,
     AddObservationsOut,
@@ -266,7 +266,7 @@ async def get_entity_history(ctx: CallContext, args: EntityHistoryIn) -> EntityH
 )
 async def add_reflection(ctx: CallContext, args: AddReflectionIn) -> ReflectionOut:
     """Record a narrative reflection about an entity, a session or the whole graph."""
-    return await service_search.add_reflection(ctx, args)
+    return await service_reflections.add_reflection(ctx, args)
 
 
 @ops.operation(
@@ -279,7 +279,7 @@ async def add_reflection(ctx: CallContext, args: AddReflectionIn) -> ReflectionO
 )
 async def search_reflections(ctx: CallContext, args: SearchReflectionsIn) -> SearchReflectionsOut:
     """Search reflections by meaning and words (vector + full-text)."""
-    return await service_search.search_reflections(ctx, args)
+    return await service_reflections.search_reflections(ctx, args)
 
 
 @ops.operation(
@@ -294,7 +294,7 @@ async def search_reflections(ctx: CallContext, args: SearchReflectionsIn) -> Sea
 async def find_duplicate_observations(ctx: CallContext, args: FindDuplicatesIn) -> FindDuplicatesOut:
     """Find near-duplicate observations of the same entity by embedding similarity and set their
     similarity flag (consolidate merges flagged ones)."""
-    return await service_search.find_duplicate_observations(ctx, args)
+    return await service_maintenance.find_duplicate_observations(ctx, args)
 
 
 @ops.operation(
@@ -309,7 +309,7 @@ async def find_duplicate_observations(ctx: CallContext, args: FindDuplicatesIn) 
 async def consolidate(ctx: CallContext, args: ConsolidateIn) -> ConsolidateOut:
     """Merge flagged duplicate observations and decay stale access counts. dry_run (default true)
     only reports what would change."""
-    return await service_search.consolidate(ctx, args)
+    return await service_maintenance.consolidate(ctx, args)
 
 
 @ops.operation(
@@ -324,7 +324,7 @@ async def consolidate(ctx: CallContext, args: ConsolidateIn) -> ConsolidateOut:
 async def search_quality_report(ctx: CallContext, args: QualityReportIn) -> QualityReportOut:
     """NDCG@k and MRR per A/B treatment, from implicit feedback (a result opened again soon after the
     search counts as relevant)."""
-    return await service_search.search_quality_report(ctx, args)
+    return await service_stats.search_quality_report(ctx, args)
 
 
 @ops.operation(
@@ -338,4 +338,4 @@ async def search_quality_report(ctx: CallContext, args: QualityReportIn) -> Qual
 )
 async def graph_stats(ctx: CallContext, args: ProjectIn) -> GraphStatsOut:
     """Counts of entities, observations, relations, reflections, searches and embeddings."""
-    return await service_search.graph_stats(ctx, args)
+    return await service_stats.graph_stats(ctx, args)

@@ -12,6 +12,7 @@ from app.core.repository import ProjectRepository
 from app.graph.repository import EntityRow, GraphRepository
 
 _WORD = re.compile(r"\w+", re.UNICODE)
+LIMBIC, BASELINE = 1, 0  # the search treatments: limbic re-ranking, or the baseline order
 
 
 async def project_id(ctx: CallContext, requested: str | None, *, create: bool) -> uuid.UUID | None:

@@ -14,12 +14,13 @@ import math
 import re
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from app.core.embedding import EmbeddingProvider, EmbeddingUnavailable
 from app.memory.config import MemorySettings
+from app.memory.fusion import Hit, fuse
 from app.memory.repository import MemoryRepository, Scope
 from app.memory.schemas import RetrievalMode, SearchMode
 
@@ -46,15 +47,6 @@ COMMON_TERM_MIN_DOCS = 50
 
 
 @dataclass
-class Hit:
-    """One retrieved memory and the signals that found it."""
-
-    id: uuid.UUID
-    score: float
-    signals: dict[str, dict[str, float]] = field(default_factory=dict)
-
-
-@dataclass
 class Retrieval:
     """The ranked hits and the retrieval mode actually used."""
 
@@ -75,13 +67,10 @@ BM25_K1 = 1.2
 BM25_B = 0.75
 
 
-VARIANTS = True
-
-
 def variants(word: str) -> list[str]:
     """The word with its singular/plural twin (the `simple` config does not stem): `vaccines` <-> `vaccine`."""
     forms = [word]
-    if not VARIANTS or len(word) < 4 or not word.isalpha():
+    if len(word) < 4 or not word.isalpha():
         return forms
     if word.endswith("ies"):
         forms.append(word[:-3] + "y")
@@ -129,25 +118,6 @@ async def lexical_hits(repo: MemoryRepository, scope: Scope, query: str, k: int)
     if not terms:
         return await repo.lexical(scope, query, k, websearch=True, normalization=TS_NORMALIZATION)
     return await bm25_hits(repo, scope, terms, k)
-
-
-LEXICAL_WEIGHT = 1.0
-
-
-def fuse(lists: dict[str, list[tuple[uuid.UUID, float]]], k: int) -> list[Hit]:
-    """Reciprocal rank fusion; the fused score is scaled to (0, 1] (1 = first in every list)."""
-    hits: dict[uuid.UUID, Hit] = {}
-    for signal, ranked in lists.items():
-        weight = LEXICAL_WEIGHT if signal == "lexical" else 1.0
-        for rank, (mid, score) in enumerate(ranked, start=1):
-            hit = hits.setdefault(mid, Hit(mid, 0.0))
-            hit.score += weight / (k + rank)
-            hit.signals[signal] = {"rank": rank, "score": round(score, 6)}
-    best = sum(LEXICAL_WEIGHT if s == "lexical" else 1.0 for s in lists) / (k + 1) if lists else 1.0
-    out = sorted(hits.values(), key=lambda h: (-h.score, min(s["rank"] for s in h.signals.values())))
-    for hit in out:
-        hit.score = round(hit.score / best, 6)
-    return out
 
 
 async def retrieve(

@@ -457,7 +457,7 @@ async def resolve_project_ref(ctx: CallContext, ref: str | None) -> uuid.UUID | 
         except ValueError:
             as_id = None
         if as_id is not None:
-            row = next((p for p in await projects.list(limit=10_000) if p.id == as_id), None)
+            row = await projects.by_id(as_id)
     if row is None:
         raise NotFound(f"No project '{ref}'", suggestions=["List projects with list_projects"])
     ctx.project(row.name)
