@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from app.core.errors import InvalidInput
+from app.datasets.engine import is_numeric
 from app.datasets.schemas import Visualization
 
 MAX_POINTS = 5000
@@ -26,20 +27,6 @@ VEGA_MAX_ROWS = 100
 W, H = 640, 400
 PAD_L, PAD_R, PAD_T, PAD_B = 60, 20, 20, 50
 PALETTE = [(31, 119, 180), (255, 127, 14), (44, 160, 44), (214, 39, 40), (148, 103, 189)]
-_NUMERIC = (
-    "TINYINT",
-    "SMALLINT",
-    "INTEGER",
-    "BIGINT",
-    "HUGEINT",
-    "UTINYINT",
-    "USMALLINT",
-    "UINTEGER",
-    "UBIGINT",
-    "FLOAT",
-    "DOUBLE",
-    "REAL",
-)
 
 # 3x5 glyphs, rows top to bottom, '#' = ink.
 _FONT_SRC = {
@@ -167,10 +154,6 @@ def _num(v: Any) -> float | None:
     return f if math.isfinite(f) else None
 
 
-def _is_numeric(t: str) -> bool:
-    return t.upper() in _NUMERIC or t.upper().startswith("DECIMAL")
-
-
 def _axes(c: Canvas, lo: float, hi: float) -> tuple[float, float]:
     x0, y0, x1, y1 = PAD_L, c.h - PAD_B, c.w - PAD_R, PAD_T
     c.line(x0, y0, x1, y0, (90, 90, 90))
@@ -199,7 +182,7 @@ def _range(values: list[float], zero: bool) -> tuple[float, float]:
 
 def draw(kind: str, columns: list[str], types: list[str], rows: list[dict[str, Any]]) -> Canvas:
     """Draw the chart; raises InvalidInput when the result has no suitable columns."""
-    numeric = [c for c, t in zip(columns, types, strict=False) if _is_numeric(t)]
+    numeric = [c for c, t in zip(columns, types, strict=False) if is_numeric(t)]
     other = [c for c in columns if c not in numeric]
     c = Canvas()
     left, right, top, bottom = PAD_L, W - PAD_R, PAD_T, H - PAD_B
@@ -304,7 +287,7 @@ def draw(kind: str, columns: list[str], types: list[str], rows: list[dict[str, A
 
 def vega_lite(kind: str, columns: list[str], types: list[str], rows: list[dict[str, Any]]) -> dict[str, Any]:
     """A Vega-Lite v5 spec with the (capped) rows inline."""
-    numeric = [c for c, t in zip(columns, types, strict=False) if _is_numeric(t)]
+    numeric = [c for c, t in zip(columns, types, strict=False) if is_numeric(t)]
     other = [c for c in columns if c not in numeric]
     first = columns[0] if columns else ""
     enc: dict[str, Any]

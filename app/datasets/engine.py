@@ -361,9 +361,9 @@ def summarize_stored(path: Path, offset: int = 0, max_columns: int = 40) -> dict
             "distinct": approx,
             "null_pct": jsonable(r[11]),
         }
-        if _numeric(ctype):
+        if is_numeric(ctype):
             entry["min"], entry["max"] = _round(cmin), _round(cmax)
-        if avg is not None and _numeric(ctype):
+        if avg is not None and is_numeric(ctype):
             entry["mean"] = _round(avg)
             entry["std"] = _round(std)
         cols[name] = entry
@@ -390,7 +390,7 @@ def _round(value: Any) -> Any:
     return float(f"{f:.6g}")
 
 
-_NUMERIC = (
+INTEGER_TYPES = (
     "TINYINT",
     "SMALLINT",
     "INTEGER",
@@ -401,11 +401,10 @@ _NUMERIC = (
     "UINTEGER",
     "UBIGINT",
     "UHUGEINT",
-    "FLOAT",
-    "DOUBLE",
-    "REAL",
 )
+NUMERIC_TYPES = (*INTEGER_TYPES, "FLOAT", "DOUBLE", "REAL")
 
 
-def _numeric(ctype: str) -> bool:
-    return ctype.upper() in _NUMERIC or ctype.upper().startswith("DECIMAL")
+def is_numeric(ctype: str) -> bool:
+    """True for DuckDB's integer, floating-point and DECIMAL types."""
+    return ctype.upper() in NUMERIC_TYPES or ctype.upper().startswith("DECIMAL")

@@ -7,7 +7,17 @@ from typing import Any
 
 import duckdb
 
-from app.datasets.engine import EngineConfig, Source, _numeric, _round, human_bytes, jsonable, rows_as_dicts, run_locked
+from app.datasets.engine import (
+    INTEGER_TYPES,
+    EngineConfig,
+    Source,
+    _round,
+    human_bytes,
+    is_numeric,
+    jsonable,
+    rows_as_dicts,
+    run_locked,
+)
 from app.datasets.sandbox import ident
 
 SAMPLE_VALUES = 3
@@ -21,20 +31,9 @@ def semantic_type(duck_type: str, distinct: int | None, rows: int, max_categorie
         return "bool"
     if t.startswith(("DATE", "TIMESTAMP", "TIME")):
         return "datetime"
-    if t in (
-        "TINYINT",
-        "SMALLINT",
-        "INTEGER",
-        "BIGINT",
-        "HUGEINT",
-        "UTINYINT",
-        "USMALLINT",
-        "UINTEGER",
-        "UBIGINT",
-        "UHUGEINT",
-    ):
+    if t in INTEGER_TYPES:
         return "int64"
-    if _numeric(t):
+    if is_numeric(t):
         return "float64"
     if t == "VARCHAR" and distinct is not None and 0 < distinct <= max_categories and rows >= 2 * distinct:
         return "category"

@@ -30,9 +30,9 @@ def test_finalize_counts_the_payload_with_its_own_count() -> None:
 
 def test_an_image_costs_its_placeholder_not_its_base64() -> None:
     png = base64.b64encode(random.Random(7).randbytes(3000)).decode()  # '+' and '/' split it into many words
-    chart = {"visualization": {"base64_image": png, "mime_type": "image/png"}, "n": 1}
+    chart: dict[str, Any] = {"visualization": {"base64_image": png, "mime_type": "image/png"}, "n": 1}
     text, images = budget.sent_text(chart, ("visualization.base64_image",))
-    assert images == [(chart["visualization"]["base64_image"], "image/png")]
+    assert images == [(png, "image/png")]
     assert text["visualization"]["base64_image"] == budget.image_placeholder(1)
     assert budget.tokens_of(chart, ("visualization.base64_image",)) == count_tokens(budget.dumps(text))
     assert budget.tokens_of(chart) > 10 * budget.tokens_of(chart, ("visualization.base64_image",))

@@ -13,7 +13,7 @@ def test_chains_compile_to_sql() -> None:
         'SELECT "a" AS "a", "b" AS "b" FROM (SELECT * FROM (SELECT * FROM "sales") WHERE ("a" > 3)) LIMIT 5'
     )
     assert compile_expr('pl.scan_csv("x.csv").group_by("k").agg(pl.col("v").sum()).sort("k")') == (
-        "SELECT * FROM (SELECT \"k\", sum(\"v\") AS \"v\" FROM (SELECT * FROM read_csv_auto('x.csv')) "
+        'SELECT * FROM (SELECT "k", sum("v") AS "v" FROM (SELECT * FROM read_csv_auto(\'x.csv\')) '
         'GROUP BY "k") ORDER BY "k" ASC'
     )
 

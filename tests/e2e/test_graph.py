@@ -2,61 +2,10 @@
 
 from __future__ import annotations
 
-import json
-from typing import Any
-
 import httpx
 
+from tests.support.graph import API, PEOPLE, call
 from tests.support.server import READ_KEY, RunningServer, error_of, mcp_client
-
-API = "/api/v1/graph"
-
-PEOPLE = [
-    {
-        "name": "Ada Lovelace",
-        "entityType": "person",
-        "observations": ["Wrote the first published algorithm for a machine", "Worked with Charles Babbage"],
-    },
-    {
-        "name": "Charles Babbage",
-        "entityType": "person",
-        "observations": ["Designed the Analytical Engine", "Mathematician from London"],
-    },
-    {
-        "name": "Analytical Engine",
-        "entityType": "machine",
-        "observations": ["A proposed mechanical general-purpose computer"],
-    },
-    {
-        "name": "Sourdough",
-        "entityType": "recipe",
-        "observations": ["Bread leavened with a wild yeast starter", "Needs a long fermentation"],
-    },
-]
-
-
-async def call(mcp: Any, tool: str, args: dict[str, Any]) -> dict[str, Any]:
-    res = await mcp.call_tool(tool, args)
-    assert not res.is_error, res.content[0].text
-    data: dict[str, Any] = res.structured_content
-    assert json.loads(res.content[0].text) == data
-    return data
-
-
-async def seed(mcp: Any, project: str | None = None) -> None:
-    extra = {"project": project} if project else {}
-    await call(mcp, "create_entities", {"entities": PEOPLE, **extra})
-    await call(
-        mcp,
-        "create_relations",
-        {
-            "relations": [
-                {"from": "Ada Lovelace", "to": "Charles Babbage", "relationType": "worked with"},
-                {"from": "Charles Babbage", "to": "Analytical Engine", "relationType": "designed"},
-            ],
-            **extra,
-        },
-    )
 
 
 async def test_reference_tools_over_mcp(server: RunningServer) -> None:

@@ -9,6 +9,7 @@ from typing import Any
 
 import httpx
 
+from tests.support.memory import NOTES, api, seed_notes
 from tests.support.server import BOUND_PROJECT, PROJECT_KEY, RunningServer, error_of, mcp_client
 
 DOC = """Cairn keeps long-term memory for agents in PostgreSQL with pgvector.
@@ -16,30 +17,6 @@ DOC = """Cairn keeps long-term memory for agents in PostgreSQL with pgvector.
 The push tool splits documents into chunks by tokenizer tokens. Each chunk is embedded and stored once.
 
 Hybrid search fuses vector similarity and full-text rank with reciprocal rank fusion."""
-
-NOTES = [
-    ("The deployment of version 2.3 failed because the database migration timed out.", ["deploy", "ops"]),
-    ("We rolled back the release and increased the statement timeout to sixty seconds.", ["deploy"]),
-    ("Lunch with the design team: they want a darker theme for the dashboard.", ["design"]),
-    ("The migration succeeded on the second attempt after the timeout change.", ["deploy", "ops"]),
-    ("Octopuses have three hearts and blue blood.", ["trivia"]),
-]
-
-
-async def api(
-    rest: httpx.AsyncClient, path: str, body: dict[str, Any] | None = None, *, status: int = 200, method: str = "POST"
-) -> dict[str, Any]:
-    r = await rest.request(
-        method, f"/api/v1{path}", json=body if method != "GET" else None, params=body if method == "GET" else None
-    )
-    assert r.status_code == status, r.text
-    return r.json()  # type: ignore[no-any-return]
-
-
-async def seed_notes(rest: httpx.AsyncClient, project: str = "ops") -> None:
-    for text, tags in NOTES:
-        out = await api(rest, "/memory/push", {"text": text, "project": project, "type": "episodic", "tags": tags})
-        assert out["inserted"] == 1
 
 
 async def test_push_search_over_both_transports(server: RunningServer, rest: httpx.AsyncClient) -> None:

@@ -9,8 +9,8 @@ import asyncpg
 import httpx
 import pytest
 
+from tests.support.graph import API, PEOPLE, call, seed
 from tests.support.server import PgCluster, RunningServer, error_of, mcp_client
-from tests.test_graph import API, PEOPLE, call, seed
 
 COMPONENTS = {
     "limbic_score",

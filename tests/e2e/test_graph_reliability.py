@@ -10,8 +10,8 @@ from typing import Any
 import asyncpg
 import httpx
 
+from tests.support.graph import API, PEOPLE, call, seed
 from tests.support.server import PgCluster, RunningServer, mcp_client
-from tests.test_graph import API, PEOPLE, call, seed
 
 CLIENTS = 8
 PER_CLIENT = 4

@@ -11,10 +11,13 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 
 from tests.support.server import ADMIN_KEY, STATIC_KEYS, PgCluster, RunningServer, free_port
 
-ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.slow  # subprocesses, restarts or generated inputs: seconds per test
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _spawn(port: int, env: dict[str, str]) -> subprocess.Popen[bytes]:

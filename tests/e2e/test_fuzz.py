@@ -8,6 +8,7 @@ import json
 from typing import Any
 
 import httpx
+import pytest
 import schemathesis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -16,6 +17,8 @@ from schemathesis.specs.openapi.checks import negative_data_rejection, response_
 
 from tests.support.schema_strategy import from_json_schema
 from tests.support.server import ADMIN_KEY, RunningServer, mcp_client, text_of
+
+pytestmark = pytest.mark.slow  # subprocesses, restarts or generated inputs: seconds per test
 
 EXAMPLES = 25
 KNOWN_CODES = {4001, 4002, 4003, 4004, 4010, 4030, 4090, 4130, 4290, 5001, 5002, 5003, 5004, 5020, 5030}

@@ -14,11 +14,14 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 import yaml
 
 from tests.support.server import PgCluster, free_port
 
-ROOT = Path(__file__).resolve().parent.parent
+pytestmark = pytest.mark.slow  # subprocesses, restarts or generated inputs: seconds per test
+
+ROOT = Path(__file__).resolve().parents[2]
 ENTRYPOINT = ROOT / "docker" / "entrypoint.sh"
 KEY = "container-test-key-0123456789"
 

@@ -9,10 +9,13 @@ import tempfile
 from pathlib import Path
 
 import httpx
+import pytest
 
 from tests.support.server import ADMIN_KEY, PgCluster, mcp_client, server_settings, start_server, stop_server
 
-ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.slow  # subprocesses, restarts or generated inputs: seconds per test
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _cli(url: str, *args: str) -> None:

@@ -10,6 +10,7 @@ from typing import Any
 
 import asyncpg
 import httpx
+import pytest
 
 from app.core.pgembedded import start_embedded
 from tests.support import analysis as analysis_helpers
@@ -24,6 +25,8 @@ from tests.support.server import (
     stop_server,
     text_of,
 )
+
+pytestmark = pytest.mark.slow  # subprocesses, restarts or generated inputs: seconds per test
 
 upstream = analysis_helpers.upstream
 bookshelf = analysis_helpers.bookshelf

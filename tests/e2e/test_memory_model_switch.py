@@ -9,6 +9,7 @@ import asyncpg
 import httpx
 
 from tests.support.fake_embedder import FakeEmbeddingServer
+from tests.support.memory import NOTES, api
 from tests.support.server import (
     ADMIN_KEY,
     PgCluster,
@@ -18,7 +19,6 @@ from tests.support.server import (
     start_server,
     stop_server,
 )
-from tests.test_memory_rusty import NOTES, api
 
 
 async def test_model_switch_fallback_then_backfill(

@@ -29,7 +29,7 @@ from app.core.embedding import (
     build_embedder,
 )
 
-REFERENCE = json.loads((Path(__file__).parent / "fixtures" / "reference_vectors.json").read_text("utf-8"))
+REFERENCE = json.loads((Path(__file__).resolve().parents[2] / "fixtures" / "reference_vectors.json").read_text("utf-8"))
 # int8 weights versus the fp32 reference. With three or more words the error averages out
 # (measured minimum 0.9991); one- and two-word texts show more of it (measured: "x" 0.9985,
 # "Hello world" 0.9990; single punctuation tokens go down to 0.9955).

@@ -8,8 +8,8 @@ from typing import Any
 
 import httpx
 
+from tests.support.memory import api
 from tests.support.server import ADMIN_KEY, RunningServer, mcp_client
-from tests.test_memory_rusty import api
 
 UNIQUE = 30
 

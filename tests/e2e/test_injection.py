@@ -25,8 +25,8 @@ from app.core.operations import ops as core_ops
 from app.features import FEATURES
 from tests.support import analysis as analysis_helpers
 from tests.support.analysis import Upstream
+from tests.support.datasets import penguins_csv, root_of
 from tests.support.server import PgCluster, RunningServer, mcp_client
-from tests.test_datasets import penguins_csv, root_of
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 upstream = analysis_helpers.upstream

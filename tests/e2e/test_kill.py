@@ -34,7 +34,9 @@ from app.features import FEATURES
 from tests.support.analysis import N_BOOKS, TOKEN, write_registry
 from tests.support.server import ADMIN_KEY, free_port
 
-ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.slow  # subprocesses, restarts or generated inputs: seconds per test
+
+ROOT = Path(__file__).resolve().parents[2]
 MODEL = "all-MiniLM-L6-v2"
 PER_PAGE = 20
 PAGES = N_BOOKS // PER_PAGE

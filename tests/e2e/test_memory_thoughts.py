@@ -8,8 +8,8 @@ from typing import Any
 import asyncpg
 import httpx
 
+from tests.support.memory import api
 from tests.support.server import BOUND_PROJECT, PROJECT_KEY, PgCluster, RunningServer, error_of, mcp_client
-from tests.test_memory_rusty import api
 
 THOUGHTS: list[tuple[str, dict[str, Any]]] = [
     (

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import base64
 import csv
-import importlib.util
 import json
 import random
 import shutil
@@ -17,26 +16,11 @@ import pytest
 
 from app.core.tokens import count_tokens
 from app.datasets.config import get_dataset_settings
+from tests.support.datasets import penguins_csv, root_of
 from tests.support.server import READ_KEY, RunningServer, error_of, mcp_client, text_of
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 CATEGORIES = ["books", "games", "garden", "music", "toys"]
-
-
-def root_of(server: RunningServer) -> Path:
-    root = Path(server.settings.data_dir) / "datasets"
-    root.mkdir(parents=True, exist_ok=True)
-    return root
-
-
-def penguins_csv() -> Path:
-    spec = importlib.util.find_spec("palmerpenguins")
-    assert spec is not None and spec.submodule_search_locations, (
-        "palmerpenguins (dev dependency, installed with --no-deps) provides the public test dataset"
-    )
-    path = Path(next(iter(spec.submodule_search_locations))) / "data" / "penguins.csv"
-    assert path.is_file()
-    return path
 
 
 @pytest.fixture

@@ -22,10 +22,10 @@ from app.core.embedding import LocalOnnxEmbedder
 from app.memory.config import MemorySettings
 from app.memory.lifecycle import BackfillRunner
 from tests.support.fake_embedder import FakeEmbeddingServer
+from tests.support.memory import NOTES, api, seed_notes
 from tests.support.server import PgCluster, RunningServer, overridden
-from tests.test_memory_rusty import NOTES, api, seed_notes
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 async def _drop_vectors(pg: PgCluster) -> None:

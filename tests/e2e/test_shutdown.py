@@ -12,10 +12,13 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 
 from tests.support.server import free_port
 
-ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.slow  # subprocesses, restarts or generated inputs: seconds per test
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 async def test_sigterm_finishes_in_flight_calls_and_stops_postgres() -> None:
