@@ -13,24 +13,25 @@ import subprocess
 import sys
 from typing import Any
 
-import uvicorn
-
 from app import __version__
-from app.core import console
-from app.core.auth import create_key, parse_scopes
+from app.core import console, migrations
 from app.core.config import Settings
 from app.core.db import Database
 from app.core.errors import CairnError
-from app.core.feature import build_settings
-from app.core.pgembedded import bin_path
-from app.core.repository import ApiKeyRepository
 from app.core.runtime import Runtime
-from app.features import FEATURES, enabled
-from app.main import create_app
+
+# Commands that need neither the server nor a feature's code. For them `cairn` does not import the
+# features (seconds of imports: DuckDB, ONNX, the MCP SDK…); the enabled features' names, all that
+# migrating needs, come from the migration branches, whose labels are the feature names.
+LIGHT_COMMANDS = ("migrate", "keys", "embed", "backup", "restore", "version")
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
     """Start the server."""
+    import uvicorn  # late: see LIGHT_COMMANDS
+
+    from app.main import create_app
+
     rt: Runtime = args.runtime
     settings = rt.settings
     overrides = {k: v for k, v in (("host", args.host), ("port", args.port)) if v}
@@ -66,6 +67,9 @@ def _key_row(r: Any) -> dict[str, Any]:
 
 def cmd_keys(args: argparse.Namespace) -> int:
     """Create, list or revoke API keys."""
+    from app.core.auth import create_key, parse_scopes  # late: see LIGHT_COMMANDS
+    from app.core.repository import ApiKeyRepository
+
     rt: Runtime = args.runtime
     if args.keys_cmd == "create":
         scopes = parse_scopes(args.scopes)
@@ -120,6 +124,12 @@ def cmd_embed(args: argparse.Namespace) -> int:
     return 0
 
 
+def _pg_tool(name: str) -> str:
+    from app.core.pgembedded import bin_path  # late: see LIGHT_COMMANDS
+
+    return str(bin_path(name))
+
+
 def _libpq(url: str) -> str:
     """A libpq URI from a SQLAlchemy URL (drops the driver suffix)."""
     return url.replace("postgresql+asyncpg://", "postgresql://", 1)
@@ -130,7 +140,7 @@ def cmd_backup(args: argparse.Namespace) -> int:
     rt: Runtime = args.runtime
     with rt.database_url(migrate=False) as url:
         subprocess.run(
-            [str(bin_path("pg_dump")), "--format=custom", "--no-owner", "--file", args.file, _libpq(url)], check=True
+            [_pg_tool("pg_dump"), "--format=custom", "--no-owner", "--file", args.file, _libpq(url)], check=True
         )
     console.info(f"backup written to {args.file}")
     return 0
@@ -142,7 +152,7 @@ def cmd_restore(args: argparse.Namespace) -> int:
     with rt.database_url(migrate=False) as url:
         subprocess.run(
             [
-                str(bin_path("pg_restore")),
+                _pg_tool("pg_restore"),
                 "--clean",
                 "--if-exists",
                 "--no-owner",
@@ -164,8 +174,9 @@ def cmd_version(args: argparse.Namespace) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser of `cairn`, with every feature's sub-commands."""
+def build_parser(with_features: bool = True) -> argparse.ArgumentParser:
+    """The argument parser of `cairn`, with every feature's sub-commands unless `with_features` is
+    false."""
     parser = argparse.ArgumentParser(prog="cairn", description="Cairn memory and analysis server")
     sub = parser.add_subparsers(dest="cmd", required=True)
     serve = sub.add_parser("serve", help="start the server")
@@ -194,22 +205,43 @@ def build_parser() -> argparse.ArgumentParser:
     restore.add_argument("file")
     restore.set_defaults(fn=cmd_restore)
     sub.add_parser("version", help="print the version").set_defaults(fn=cmd_version)
-    for feature in FEATURES:
-        if feature.cli is not None:
-            feature.cli(sub)
+    if with_features:
+        from app.features import FEATURES  # late: see LIGHT_COMMANDS
+
+        for feature in FEATURES:
+            if feature.cli is not None:
+                feature.cli(sub)
     return parser
+
+
+def runtime(settings: Settings, light: bool) -> Runtime:
+    """The enabled features for a command (checked against the features that exist)."""
+    if light:
+        known = migrations.feature_branches()
+        wanted = [n.strip().lower() for n in settings.features if n.strip()]
+        names = known if wanted == ["all"] else wanted
+        unknown = sorted(set(names) - set(known))
+        if unknown:
+            raise ValueError(f"unknown features {unknown}; known: {known} (or 'all')")
+        return Runtime(settings, [n for n in known if n in names])
+    from app.core.feature import build_settings
+    from app.features import enabled
+
+    features = enabled(settings.features)
+    return Runtime(settings, [f.name for f in features], build_settings(features))
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the console script."""
-    args = build_parser().parse_args(argv)
+    words = sys.argv[1:] if argv is None else argv
+    command = next((w for w in words if not w.startswith("-")), None)
+    light = command in LIGHT_COMMANDS
+    args = build_parser(with_features=not light).parse_args(words)
     try:
-        settings = Settings()
-        features = enabled(settings.features)
+        args.runtime = runtime(Settings(), light)
     except ValueError as err:  # pydantic's ValidationError included
         print(f"error: invalid configuration: {err}", file=sys.stderr)
         return 2
-    args.runtime = Runtime(settings, [f.name for f in features], build_settings(features))
     try:
         return int(args.fn(args) or 0)
     except CairnError as err:

@@ -33,6 +33,13 @@ def branches(features: list[str]) -> list[str]:
     return ["core", *[f for f in features if f in labels]]
 
 
+def feature_branches() -> list[str]:
+    """Every feature that has a migration branch (the branch label is the feature's name)."""
+    script = ScriptDirectory.from_config(alembic_config("postgresql+asyncpg://unused/none"))
+    labels = {label for rev in script.walk_revisions() for label in (rev.branch_labels or ())}
+    return sorted(labels - {"core"})
+
+
 def upgrade(url: str, features: list[str]) -> None:
     """Upgrade core and the enabled features to their heads (blocking; run it in a thread)."""
     cfg = alembic_config(url)

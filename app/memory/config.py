@@ -47,8 +47,10 @@ class MemorySettings(BaseSettings):
     )
     memory_candidates: int = Field(default=50, ge=10, le=1000, description="Candidates per signal before fusion")
     memory_ef_search: int = Field(default=100, ge=10, le=1000, description="HNSW ef_search of vector scans")
-    memory_context_chars: int = Field(default=4000, ge=200, le=50_000, description="Cap of a context block")
-    memory_result_chars: int = Field(default=1200, ge=100, le=20_000, description="Cap of one result's text")
+    memory_context_tokens: int = Field(
+        default=1000, ge=50, le=12_000, description="Cap of a search reply's context block, in tokens"
+    )
+    memory_result_tokens: int = Field(default=300, ge=25, le=5000, description="Cap of one result's text, in tokens")
 
     # Summaries (seed 001: SUMMARIZATION_MAX_WORDS)
     summarization_max_words: int = Field(default=200, ge=10, le=5000)

@@ -210,7 +210,7 @@ async def search(ctx: CallContext, args: SearchIn) -> SearchOut:
         row = rows.get(hit.id)
         if row is None:
             continue
-        body, cut = clip(row["content"], cfg.memory_result_chars)
+        body, cut = clip(row["content"], cfg.memory_result_tokens, "tokens")
         results.append(
             SearchHit(
                 id=str(hit.id),
@@ -228,7 +228,8 @@ async def search(ctx: CallContext, args: SearchIn) -> SearchOut:
         )
     context, _ = build_context(
         [(r.id, rows[uuid.UUID(r.id)]["content"], row_time(rows[uuid.UUID(r.id)])) for r in results],
-        cfg.memory_context_chars,
+        cfg.memory_context_tokens,
+        "tokens",
     )
     out.results, out.context, out.retrieval_mode = results, context or None, found.retrieval_mode
     return out

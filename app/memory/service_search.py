@@ -16,9 +16,10 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 from app.core.embedding import EmbeddingProvider, EmbeddingUnavailable
+from app.core.tokens import count_tokens, truncate_to_tokens
 from app.memory.config import MemorySettings
 from app.memory.fusion import Hit, fuse
 from app.memory.repository import MemoryRepository, Scope
@@ -175,35 +176,44 @@ async def retrieve(
     )
 
 
-def clip(text: str, cap: int) -> tuple[str, bool]:
-    """`text` cut to at most `cap` characters at a word boundary, with a flag."""
-    if len(text) <= cap:
+Unit = Literal["chars", "tokens"]
+
+
+def clip(text: str, cap: int, unit: Unit = "chars") -> tuple[str, bool]:
+    """`text` cut to at most `cap` characters or tokens (the embedding tokenizer's, as every budget
+    counts them) at a word boundary, with an ellipsis and a flag."""
+    size = len(text) if unit == "chars" else count_tokens(text)
+    if size <= cap:
         return text, False
-    cut = text.rfind(" ", 0, cap - 1)
-    return text[: cut if cut > cap // 2 else cap - 1].rstrip() + "…", True
+    # One unit of the cap is kept for the ellipsis.
+    head = text[: cap - 1] if unit == "chars" else truncate_to_tokens(text, cap - 1)
+    cut = head.rfind(" ")
+    return head[: cut if cut > len(head) // 2 else len(head)].rstrip() + "…", True
 
 
-def build_context(
-    items: list[tuple[str, str, datetime | None]], max_chars: int, per_item: int = 600
-) -> tuple[str, bool]:
-    """A prompt-ready block: one `[id] text` paragraph per item, within `max_chars`."""
+def build_context(items: list[tuple[str, str, datetime | None]], limit: int, unit: Unit = "chars") -> tuple[str, bool]:
+    """A prompt-ready block: one `[id] text` paragraph per item, within `limit` characters or tokens;
+    each item's text is cut to at most 600 characters (150 tokens)."""
+    per_item = 600 if unit == "chars" else 150
+    measure = len if unit == "chars" else count_tokens
     parts: list[str] = []
     used = 0
     truncated = False
     for mid, content, when in items:
         stamp = f" ({when:%Y-%m-%d})" if when is not None else ""
-        body, cut = clip(" ".join(content.split()), per_item)
+        body, cut = clip(" ".join(content.split()), per_item, unit)
         line = f"[{mid}]{stamp} {body}"
-        if used + len(line) + 2 > max_chars:
-            room = max_chars - used - 2
-            if room > 80:
-                line, _ = clip(line, room)
+        size = measure(line) + 2
+        if used + size > limit:
+            room = limit - used - 2
+            if room > (80 if unit == "chars" else 20):
+                line, _ = clip(line, room, unit)
                 parts.append(line)
             truncated = True
             break
         truncated = truncated or cut
         parts.append(line)
-        used += len(line) + 2
+        used += size
     return "\n\n".join(parts), truncated
 
 

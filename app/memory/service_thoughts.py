@@ -208,7 +208,7 @@ def _hits(found: Retrieval, rows: dict[uuid.UUID, dict[str, Any]], cap: int) -> 
         row = rows.get(hit.id)
         if row is None:
             continue
-        body, cut = clip(row["content"], cap)
+        body, cut = clip(row["content"], cap, "tokens")
         out.append(
             ThoughtHit(
                 id=str(hit.id),
@@ -261,7 +261,7 @@ async def search(ctx: CallContext, args: SearchThoughtsIn) -> SearchThoughtsOut:
         include_archived=args.include_archived,
     )
     return SearchThoughtsOut(
-        results=_hits(found, rows, common.settings(ctx).memory_result_chars),
+        results=_hits(found, rows, common.settings(ctx).memory_result_tokens),
         retrieval_mode=found.retrieval_mode,
         model=ctx.embedder.model,
     )
@@ -402,7 +402,7 @@ async def related(ctx: CallContext, args: RelatedThoughtsIn) -> RelatedThoughtsO
         found.retrieval_mode = "lexical_fallback"
     rows = await repo.fetch([h.id for h in found.hits], ctx.embedder.model)
     return RelatedThoughtsOut(
-        id=str(args.id), results=_hits(found, rows, cfg.memory_result_chars), retrieval_mode=found.retrieval_mode
+        id=str(args.id), results=_hits(found, rows, cfg.memory_result_tokens), retrieval_mode=found.retrieval_mode
     )
 
 

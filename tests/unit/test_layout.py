@@ -8,6 +8,7 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
+from app.core import migrations
 from app.features import FEATURES
 
 APP = Path(__file__).resolve().parents[2] / "app"
@@ -38,6 +39,8 @@ def _owner(module: str) -> str | None:
 def test_every_family_is_listed_once_by_the_entry() -> None:
     assert sorted(f.name for f in FEATURES) == FAMILIES
     assert len({f.name for f in FEATURES}) == len(FEATURES)
+    # `cairn`'s light commands take the feature names from the migration branches.
+    assert migrations.feature_branches() == FAMILIES
 
 
 def test_features_import_only_the_core_and_themselves() -> None:
