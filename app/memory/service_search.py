@@ -191,7 +191,9 @@ def clip(text: str, cap: int, unit: Unit = "chars") -> tuple[str, bool]:
     return head[: cut if cut > len(head) // 2 else len(head)].rstrip() + "…", True
 
 
-def build_context(items: list[tuple[str, str, datetime | None]], limit: int, unit: Unit = "chars") -> tuple[str, bool]:
+def build_context(
+    items: Sequence[tuple[str, str, datetime | None]], limit: int, unit: Unit = "chars"
+) -> tuple[str, bool]:
     """A prompt-ready block: one `[id] text` paragraph per item, within `limit` characters or tokens;
     each item's text is cut to at most 600 characters (150 tokens)."""
     per_item = 600 if unit == "chars" else 150
