@@ -18,6 +18,7 @@ from app.core import console, migrations
 from app.core.config import Settings
 from app.core.db import Database
 from app.core.errors import CairnError
+from app.core.feature import resolve
 from app.core.runtime import Runtime
 
 # Commands that need neither the server nor a feature's code. For them `cairn` does not import the
@@ -217,13 +218,7 @@ def build_parser(with_features: bool = True) -> argparse.ArgumentParser:
 def runtime(settings: Settings, light: bool) -> Runtime:
     """The enabled features for a command (checked against the features that exist)."""
     if light:
-        known = migrations.feature_branches()
-        wanted = [n.strip().lower() for n in settings.features if n.strip()]
-        names = known if wanted == ["all"] else wanted
-        unknown = sorted(set(names) - set(known))
-        if unknown:
-            raise ValueError(f"unknown features {unknown}; known: {known} (or 'all')")
-        return Runtime(settings, [n for n in known if n in names])
+        return Runtime(settings, resolve(migrations.feature_branches(), settings.features))
     from app.core.feature import build_settings
     from app.features import enabled
 

@@ -56,20 +56,25 @@ class Feature:
             raise ValueError(f"feature {self.name!r} declares operations of {self.operations.feature!r}")
 
 
-def select(available: Sequence[Feature], names: Sequence[str]) -> list[Feature]:
-    """The features named by `CAIRN_FEATURES` (`all` for every one), in their listing order.
+def resolve(known: Sequence[str], names: Sequence[str]) -> list[str]:
+    """The names of `known` that `CAIRN_FEATURES` enables (`all` for every one), in `known`'s order.
 
     Raises:
-        ValueError: a name that no feature has.
+        ValueError: a name that is not known.
     """
     wanted = [n.strip().lower() for n in names if n.strip()]
-    known = [f.name for f in available]
     if wanted == ["all"]:
-        return list(available)
+        return list(known)
     unknown = sorted(set(wanted) - set(known))
     if unknown:
-        raise ValueError(f"unknown features {unknown}; known: {known} (or 'all')")
-    return [f for f in available if f.name in wanted]
+        raise ValueError(f"unknown features {unknown}; known: {list(known)} (or 'all')")
+    return [n for n in known if n in wanted]
+
+
+def select(available: Sequence[Feature], names: Sequence[str]) -> list[Feature]:
+    """The features named by `CAIRN_FEATURES` (see `resolve`), in their listing order."""
+    chosen = set(resolve([f.name for f in available], names))
+    return [f for f in available if f.name in chosen]
 
 
 def build_registry(core: OperationSet, features: Sequence[Feature]) -> Registry:
