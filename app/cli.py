@@ -60,6 +60,7 @@ def _key_row(r: Any) -> dict[str, Any]:
         "name": r.name,
         "scopes": r.scopes,
         "project": r.project,
+        "toolsets": r.toolsets,
         "created_at": r.created_at.isoformat(),
         "last_used_at": r.last_used_at.isoformat() if r.last_used_at else None,
         "revoked": r.revoked_at is not None,
@@ -68,15 +69,19 @@ def _key_row(r: Any) -> dict[str, Any]:
 
 def cmd_keys(args: argparse.Namespace) -> int:
     """Create, list or revoke API keys."""
-    from app.core.auth import create_key, parse_scopes  # late: see LIGHT_COMMANDS
+    from app.core.auth import create_key, parse_scopes, parse_toolsets  # late: see LIGHT_COMMANDS
     from app.core.repository import ApiKeyRepository
 
     rt: Runtime = args.runtime
     if args.keys_cmd == "create":
         scopes = parse_scopes(args.scopes)
-        key_id, token = rt.run(lambda db: create_key(db, scopes=scopes, project=args.project, name=args.name or ""))
+        toolsets = parse_toolsets(args.toolsets)
+        key_id, token = rt.run(
+            lambda db: create_key(db, scopes=scopes, project=args.project, name=args.name or "", toolsets=toolsets)
+        )
         console.info(f"id: {key_id}")
         console.info(f"scopes: {','.join(scopes)}  project: {args.project or '(any)'}")
+        console.info(f"plain /mcp lists: {','.join(toolsets) if toolsets else '(the server default)'}")
         console.info("Store this key now; it is not shown again.")
         print(token)
         return 0
@@ -191,6 +196,9 @@ def build_parser(with_features: bool = True) -> argparse.ArgumentParser:
     create.add_argument("--scopes", default="read,write")
     create.add_argument("--project")
     create.add_argument("--name")
+    create.add_argument(
+        "--toolsets", help="what plain /mcp lists for this key, e.g. graph,memory (default: the server's)"
+    )
     listing = keys_sub.add_parser("list", help="list keys")
     listing.add_argument("--all", action="store_true", help="include revoked keys")
     revoke = keys_sub.add_parser("revoke", help="revoke a key by id or prefix")

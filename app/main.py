@@ -29,6 +29,7 @@ from app.core.registry import OperationSet
 from app.core.repository import EmbeddingModelRepository
 from app.core.rest_adapter import build_router, install_openapi, new_request_id
 from app.core.runtime import make_embedder, run_blocking
+from app.core.toolsets import Catalog, ToolsetRouter
 from app.features import enabled
 
 log = logging.getLogger("cairn")
@@ -155,7 +156,8 @@ def create_app(settings: Settings | None = None, extra: list[OperationSet] | Non
         jobs=JobSlots(settings.max_long_jobs_per_key),
     )
     store = None if boot.open_mode else KeyStore(db, parse_static_keys(settings.api_keys), settings.key_cache_seconds)
-    mcp = build_mcp(state, store)
+    state.catalog = Catalog(registry, settings.mcp_toolsets)
+    mcp = build_mcp(state, store, state.catalog)
     mcp_app = mcp.streamable_http_app(
         stateless_http=True,
         json_response=settings.mcp_json_response,
@@ -279,5 +281,5 @@ def create_app(settings: Settings | None = None, extra: list[OperationSet] | Non
     install_openapi(app, state)
     exempt = tuple(prefix for feature in features for prefix in feature.own_body_limit)
     app.add_middleware(BodyLimitMiddleware, limit=settings.max_body_bytes, exempt=exempt)
-    app.mount("/", mcp_app)
+    app.mount("/", ToolsetRouter(mcp_app, state.catalog, _send_error))
     return app

@@ -140,7 +140,7 @@ async def session(url: str) -> AsyncIterator[Any]:
     from mcp.client.streamable_http import streamable_http_client
 
     async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {KEY}"}, timeout=httpx2.Timeout(900.0)) as h:
-        async with streamable_http_client(f"{url}/mcp", http_client=h) as (read, write):
+        async with streamable_http_client(f"{url}/mcp/datasets", http_client=h) as (read, write):
             async with ClientSession(read, write) as client:
                 await client.initialize()
                 yield client

@@ -112,7 +112,7 @@ async def cairn_session(url: str) -> AsyncIterator[Any]:
     from mcp.client.streamable_http import streamable_http_client
 
     async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {KEY}"}, timeout=httpx2.Timeout(120.0)) as h:
-        async with streamable_http_client(f"{url}/mcp", http_client=h) as (read, write):
+        async with streamable_http_client(f"{url}/mcp/graph", http_client=h) as (read, write):
             async with ClientSession(read, write) as client:
                 await client.initialize()
                 yield client

@@ -123,7 +123,7 @@ class Server:
 async def session(url: str) -> AsyncIterator[ClientSession]:
     """A real MCP client session over streamable HTTP with the bench key."""
     async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {KEY}"}, timeout=httpx2.Timeout(60.0)) as http:
-        async with streamable_http_client(f"{url}/mcp", http_client=http) as (read, write):
+        async with streamable_http_client(f"{url}/mcp/all", http_client=http) as (read, write):
             async with ClientSession(read, write) as client:
                 await client.initialize()
                 yield client

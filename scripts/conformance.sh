@@ -5,6 +5,9 @@
 #   scripts/conformance.sh ping tools-list   # only these scenarios
 #   CONFORMANCE_URL=http://127.0.0.1:8000/mcp scripts/conformance.sh   # test a server already running
 #                                                                      # (it must run without API keys)
+#   CONFORMANCE_PATHS="/mcp /mcp/graph" scripts/conformance.sh          # only these endpoints
+#
+# Every scenario runs against plain /mcp, /mcp/all and each toolset endpoint the server lists.
 #
 # The started server binds 127.0.0.1 on a free port without API keys (open mode, loopback only: the
 # suite sends no Authorization header), with its data (embedded PostgreSQL) in a temporary directory.
@@ -116,22 +119,48 @@ PY
     say "server ready"
 fi
 
+# --- the endpoints: plain /mcp, /mcp/all and every toolset the server lists ------------------------
+BASE="${URL%/mcp}"
+if [ -n "${CONFORMANCE_PATHS:-}" ]; then
+    read -r -a ENDPOINTS <<< "$CONFORMANCE_PATHS"
+else
+    mapfile -t ENDPOINTS < <("$PYTHON" - "$BASE" <<'PY'
+import json
+import sys
+import urllib.request
+
+with urllib.request.urlopen(f"{sys.argv[1]}/api/v1/resources/toolsets", timeout=30) as answer:
+    listed = json.load(answer)["toolsets"]
+print("/mcp")
+print("/mcp/all")
+for toolset in listed:
+    print(toolset["endpoint"])
+PY
+    )
+fi
+[ "${#ENDPOINTS[@]}" -gt 0 ] || { say "no endpoints to test"; exit 1; }
+
 # --- the scenarios ----------------------------------------------------------------------------------
 RESULTS="$CACHE/conformance-results"
 rm -rf "$RESULTS" && mkdir -p "$RESULTS"
 passed=()
 failed=()
-for scenario in "${SCENARIOS[@]}"; do
-    say "scenario $scenario"
-    if "$NODE" "$PKG/dist/index.js" server --url "$URL" --scenario "$scenario" -o "$RESULTS" 2>&1; then
-        passed+=("$scenario")
-    else
-        failed+=("$scenario")
-    fi
+for endpoint in "${ENDPOINTS[@]}"; do
+    for scenario in "${SCENARIOS[@]}"; do
+        say "$endpoint: scenario $scenario"
+        out="$RESULTS/${endpoint//\//_}"
+        mkdir -p "$out"
+        if "$NODE" "$PKG/dist/index.js" server --url "$BASE$endpoint" --scenario "$scenario" -o "$out" >"$out/$scenario.log" 2>&1; then
+            passed+=("$endpoint $scenario")
+        else
+            failed+=("$endpoint $scenario")
+            tail -n 20 "$out/$scenario.log" >&2 || true
+        fi
+    done
 done
 
 echo
-echo "MCP conformance ($(installed_version)) against $URL"
+echo "MCP conformance ($(installed_version)) against $BASE, ${#ENDPOINTS[@]} endpoints"
 for s in "${passed[@]+"${passed[@]}"}"; do echo "  PASS  $s"; done
 for s in "${failed[@]+"${failed[@]}"}"; do echo "  FAIL  $s"; done
 echo "${#passed[@]} passed, ${#failed[@]} failed (details in ${RESULTS#"$ROOT"/})"

@@ -170,7 +170,7 @@ async def mcp_worker(url: str, wid: int, until: float, scenarios: list[tuple[str
     headers = {"Authorization": f"Bearer {KEY}"}
     async with (
         httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(120.0)) as http,
-        streamable_http_client(f"{url}/mcp", http_client=http) as (read, write),
+        streamable_http_client(f"{url}/mcp/all", http_client=http) as (read, write),
         ClientSession(read, write) as session,
     ):
         await session.initialize()
@@ -229,7 +229,7 @@ async def one_round(clients: int, duration: float, rest_clients: int) -> dict[st
     try:
         async with (
             httpx2.AsyncClient(headers={"Authorization": f"Bearer {KEY}"}) as http,
-            streamable_http_client(f"{url}/mcp", http_client=http) as (read, write),
+            streamable_http_client(f"{url}/mcp/all", http_client=http) as (read, write),
             ClientSession(read, write) as session,
         ):
             await session.initialize()

@@ -19,6 +19,9 @@ from app.core.context import CallContext
 from app.core.registry import OperationSet
 
 ops = OperationSet("analysis")
+ops.toolset(
+    "analysis", "Analysis sessions: ingest a paginated upstream API, query it offline, store findings, act upstream."
+)
 
 
 @ops.operation(
@@ -27,7 +30,8 @@ ops = OperationSet("analysis")
     output=IngestOut,
     path="/analysis/ingest",
     long_running=True,
-    title="Ingest upstream records into an analysis session",
+    open_world=True,
+    title="Ingest Upstream Records",
 )
 async def analysis_ingest(ctx: CallContext, args: IngestIn) -> IngestOut:
     """Download records of a configured upstream model into the analysis session's offline storage; only
@@ -44,9 +48,7 @@ async def analysis_ingest(ctx: CallContext, args: IngestIn) -> IngestOut:
     return await service_ingest.ingest(ctx, args)
 
 
-@ops.operation(
-    name="analysis_store", input=StoreIn, output=StoreOut, path="/analysis/store", title="Store analysis findings"
-)
+@ops.operation(name="analysis_store", input=StoreIn, output=StoreOut, path="/analysis/store", title="Store Findings")
 async def analysis_store(ctx: CallContext, args: StoreIn) -> StoreOut:
     """Store up to 25 of your own findings (patterns, anomalies, conclusions) for an analysis session as
     semantic embeddings, with an optional `category` (a grouping key such as quality_issue) and JSON
@@ -61,7 +63,7 @@ async def analysis_store(ctx: CallContext, args: StoreIn) -> StoreOut:
     output=QueryOut,
     path="/analysis/query",
     read_only=True,
-    title="Query an analysis session",
+    title="Query Analysis",
 )
 async def analysis_query(ctx: CallContext, args: QueryIn) -> QueryOut:
     """Query an analysis session without pulling the whole data set into context. Modes:
@@ -83,7 +85,8 @@ async def analysis_query(ctx: CallContext, args: QueryIn) -> QueryOut:
     path="/analysis/act",
     destructive=True,
     long_running=True,
-    title="Update or delete matching records upstream",
+    open_world=True,
+    title="Act Upstream",
 )
 async def analysis_act(ctx: CallContext, args: ActIn) -> ActOut:
     """Apply `action` "update" (with `attributes`) or "delete" upstream to every ingested record of `model`
@@ -102,7 +105,7 @@ async def analysis_act(ctx: CallContext, args: ActIn) -> ActOut:
     path="/analysis/clear",
     destructive=True,
     idempotent=True,
-    title="Delete an analysis session",
+    title="Clear Analysis",
 )
 async def analysis_clear(ctx: CallContext, args: ClearIn) -> ClearOut:
     """Delete an analysis session: its ingested records and all its findings (persistent ones too), and

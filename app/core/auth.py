@@ -1,13 +1,15 @@
 """Bearer API keys, shared by REST and MCP.
 
 Keys look like `cairn_<random>`; only their SHA-256 is stored. Static keys come from
-`CAIRN_API_KEYS` as `token[:scope+scope[:project]]` entries (no scopes given = admin).
+`CAIRN_API_KEYS` as `token[:scope+scope[:project[:toolset+toolset]]]` entries (no scopes given =
+admin; the toolsets are what plain /mcp lists for the key).
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import re
 import secrets
 import time
 import uuid
@@ -22,6 +24,7 @@ from app.core.repository import ApiKeyRepository
 
 SCOPES = ("read", "write", "admin")
 KEY_PREFIX = "cairn_"
+_TOOLSET_NAME = re.compile(r"[a-z][a-z0-9_]{0,31}")
 
 
 def hash_key(token: str) -> str:
@@ -44,6 +47,20 @@ def parse_scopes(raw: str | list[str]) -> list[str]:
     return [s for s in SCOPES if s in scopes]
 
 
+def parse_toolsets(raw: str | list[str] | None) -> list[str] | None:
+    """Validate a key's default toolsets (`graph,memory` or `graph+memory`; `all` and `readonly` too).
+
+    Only the form is checked: names the running server does not know are ignored when it serves."""
+    if raw is None:
+        return None
+    items = raw if isinstance(raw, list) else re.split(r"[,+]", raw)
+    names = list(dict.fromkeys(s.strip().lower() for s in items if s.strip()))
+    bad = [n for n in names if not _TOOLSET_NAME.fullmatch(n)]
+    if bad:
+        raise InvalidInput(f"invalid toolset names {bad}")
+    return names or None
+
+
 @dataclass(frozen=True)
 class StaticKey:
     """A key configured in the environment."""
@@ -51,6 +68,7 @@ class StaticKey:
     token: str
     scopes: frozenset[str]
     project: str | None
+    toolsets: tuple[str, ...] | None = None
 
 
 def parse_static_keys(entries: list[str]) -> list[StaticKey]:
@@ -58,11 +76,20 @@ def parse_static_keys(entries: list[str]) -> list[StaticKey]:
     keys = []
     for entry in entries:
         token, _, rest = entry.partition(":")
-        scopes_raw, _, project = rest.partition(":")
+        scopes_raw, _, rest = rest.partition(":")
+        project, _, toolsets_raw = rest.partition(":")
         scopes = parse_scopes(scopes_raw) if scopes_raw else ["admin"]
         if len(token) < 16:
             raise InvalidInput("static API keys must be at least 16 characters long")
-        keys.append(StaticKey(token=token, scopes=frozenset(scopes), project=project or None))
+        toolsets = parse_toolsets(toolsets_raw or None)
+        keys.append(
+            StaticKey(
+                token=token,
+                scopes=frozenset(scopes),
+                project=project or None,
+                toolsets=tuple(toolsets) if toolsets else None,
+            )
+        )
     return keys
 
 
@@ -87,7 +114,11 @@ class KeyStore:
         for key in self.static:
             if hmac.compare_digest(key.token.encode(), token.encode()):
                 return Principal(
-                    key_id=f"static:{hash_key(token)[:8]}", name="static", scopes=key.scopes, project=key.project
+                    key_id=f"static:{hash_key(token)[:8]}",
+                    name="static",
+                    scopes=key.scopes,
+                    project=key.project,
+                    toolsets=key.toolsets,
                 )
         digest = hash_key(token)
         now = time.monotonic()
@@ -100,7 +131,11 @@ class KeyStore:
             principal = None
             if row is not None:
                 principal = Principal(
-                    key_id=str(row.id), name=row.name, scopes=frozenset(row.scopes), project=row.project
+                    key_id=str(row.id),
+                    name=row.name,
+                    scopes=frozenset(row.scopes),
+                    project=row.project,
+                    toolsets=tuple(row.toolsets) if row.toolsets else None,
                 )
                 await repo.touch(row.id)
         if len(self._cache) > 10_000:
@@ -109,7 +144,9 @@ class KeyStore:
         return principal
 
 
-async def create_key(db: Database, *, scopes: list[str], project: str | None, name: str = "") -> tuple[str, str]:
+async def create_key(
+    db: Database, *, scopes: list[str], project: str | None, name: str = "", toolsets: list[str] | None = None
+) -> tuple[str, str]:
     """Create and store a key; returns (key id, the token — shown once)."""
     token = new_key()
     async with db.transaction() as session:
@@ -119,6 +156,7 @@ async def create_key(db: Database, *, scopes: list[str], project: str | None, na
             key_hash=hash_key(token),
             scopes=parse_scopes(scopes),
             project=project,
+            toolsets=parse_toolsets(toolsets),
         )
         return str(row.id), token
 
@@ -139,7 +177,7 @@ class CairnTokenVerifier(TokenVerifier):
             token=token,
             client_id=principal.key_id or "anonymous",
             scopes=implied,
-            claims={"project": principal.project, "name": principal.name},
+            claims={"project": principal.project, "name": principal.name, "toolsets": principal.toolsets},
         )
 
 
@@ -151,6 +189,7 @@ def principal_from_access_token(token: AccessToken) -> Principal:
         name=str(claims.get("name") or ""),
         scopes=frozenset(token.scopes),
         project=claims.get("project"),
+        toolsets=tuple(claims["toolsets"]) if claims.get("toolsets") else None,
     )
 
 

@@ -70,11 +70,16 @@ class Settings(BaseSettings):
 
     # MCP
     mcp_json_response: bool = False
+    # What plain /mcp lists when neither the URL nor the key chooses (toolset names, `all`, `readonly`);
+    # empty: the toolsets the features mark as default
+    mcp_toolsets: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    # Advertise output schemas on every tool (compatibility toolsets always do)
+    mcp_output_schemas: bool = False
 
     # Logging
     log_level: str = "INFO"
 
-    @field_validator("allowed_hosts", "allowed_origins", "features", "api_keys", mode="before")
+    @field_validator("allowed_hosts", "allowed_origins", "features", "api_keys", "mcp_toolsets", mode="before")
     @classmethod
     def _lists(cls, value: object) -> object:
         return _split_list(value)

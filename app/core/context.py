@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from app.core.embedding import EmbeddingProvider
     from app.core.ratelimit import JobSlots, RateLimiter
     from app.core.registry import Registry
+    from app.core.toolsets import Catalog
 
 log = logging.getLogger("cairn.call")
 S = TypeVar("S", bound=BaseSettings)
@@ -38,6 +39,8 @@ class Principal:
     name: str
     scopes: frozenset[str]
     project: str | None = None
+    # The toolsets plain /mcp lists for this key (None: the server's default)
+    toolsets: tuple[str, ...] | None = None
 
     def has_scope(self, scope: str) -> bool:
         """`admin` implies `write`, which implies `read`."""
@@ -62,6 +65,7 @@ class AppState:
     open_mode: bool = False
     limiter: RateLimiter | None = None
     jobs: JobSlots | None = None
+    catalog: Catalog | None = None
     extras: dict[str, Any] = field(default_factory=dict)
 
 

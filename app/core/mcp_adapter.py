@@ -17,19 +17,27 @@ from mcp.server.auth.settings import AuthSettings
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError
 from mcp.server.mcpserver.resources import Resource
-from mcp.server.mcpserver.tools import Tool
-from mcp.server.mcpserver.utilities.func_metadata import func_metadata
-from mcp_types import CallToolResult, ImageContent, TextContent, ToolAnnotations
+from mcp_types import (
+    CallToolResult,
+    ImageContent,
+    ListToolsResult,
+    PaginatedRequestParams,
+    TextContent,
+    ToolAnnotations,
+)
+from mcp_types import Tool as MCPTool
 from pydantic import AnyHttpUrl, Field
 
 from app import __version__
 from app.core.auth import CairnTokenVerifier, KeyStore, principal_from_access_token, request_id
 from app.core.budget import dumps, image_fields, sent_text
 from app.core.context import OPEN_PRINCIPAL, AppState, Principal
-from app.core.errors import CairnError, NotFound, Unauthenticated
+from app.core.errors import CairnError, Forbidden, NotFound, Unauthenticated
 from app.core.executor import read_resource, run_operation
+from app.core.jsonschema import lean
 from app.core.logs import request_id_var
 from app.core.registry import Operation, ResourceDef
+from app.core.toolsets import MCP_PATH, Catalog, Selection, selection_of
 
 INSTRUCTIONS = """\
 Cairn keeps large data and long-term memory out of your context window. Raw rows, documents and
@@ -40,7 +48,8 @@ How to use it economically:
 - Read summaries, counts, profiles and samples instead of raw rows; every listing is paginated and
   capped, and results cite ids you can open one at a time.
 - Long operations report progress; errors carry a code, a message and suggestions.
-Resources mcp://health and mcp://settings show the embedding model and the effective defaults."""
+Resources mcp://health and mcp://settings show the embedding model and the effective defaults.
+This endpoint lists some toolsets; mcp://toolsets names the others and their endpoints (/mcp/<name>)."""
 
 
 def error_result(err: CairnError) -> CallToolResult:
@@ -58,72 +67,61 @@ def current_principal(state: AppState) -> Principal:
     raise Unauthenticated("A bearer API key is required")
 
 
-async def _placeholder() -> None:
-    """Never called: `OperationTool.run` replaces the function-based call path."""
+def lean_input_schema(op: Operation) -> dict[str, Any]:
+    """The inputSchema clients see: the lean form of the operation's argument schema, without the
+    model's own docstring (the tool description says it)."""
+    schema = lean(op.input_schema())
+    schema.pop("description", None)
+    return schema
 
 
-class OperationTool(Tool):
-    """An MCP tool whose schemas and behaviour come from a registry `Operation`."""
-
-    operation: Any = Field(exclude=True)
-    state: Any = Field(exclude=True)
-
-    @property
-    def output_schema(self) -> dict[str, Any] | None:
-        """The operation's output model schema."""
-        return self.operation.output_schema()  # type: ignore[no-any-return]
-
-    async def run(self, arguments: dict[str, Any], context: Any, convert_result: bool = False) -> Any:
-        """Run the operation; errors become `isError` results carrying the error body."""
-        op: Operation = self.operation
-        state: AppState = self.state
-
-        async def progress(done: float, total: float | None, message: str | None) -> None:
-            await context.report_progress(done, total, message)
-
-        try:
-            principal = current_principal(state)
-            result = await run_operation(
-                state,
-                op,
-                arguments,
-                principal,
-                transport="mcp",
-                request_id=request_id_var.get() or request_id(),
-                progress=progress,
-            )
-        except CairnError as err:
-            return error_result(err)
-        data = result.model_dump(mode="json", by_alias=True)
-        text, images = sent_text(data, image_fields(type(result)))
-        content: list[Any] = [
-            TextContent(type="text", text=dumps(text)),
-            *(ImageContent(type="image", data=b64, mime_type=mime) for b64, mime in images),
-        ]
-        return CallToolResult(content=content, structured_content=data)
-
-
-def make_tool(op: Operation, state: AppState) -> OperationTool:
-    """The MCP tool for one operation."""
-    return OperationTool(
-        fn=_placeholder,
-        name=op.name,
+def listed_tool(op: Operation, output_schema: bool) -> MCPTool:
+    """The tools/list entry of one operation."""
+    return MCPTool(
+        name=op.tool,
         title=op.title,
         description=op.description,
-        parameters=op.input_schema(),
-        fn_metadata=func_metadata(_placeholder),
-        is_async=True,
-        context_kwarg=None,
+        input_schema=lean_input_schema(op),
+        output_schema=lean(op.output_schema()) if output_schema else None,
         annotations=ToolAnnotations(
-            title=op.title,
             read_only_hint=op.read_only,
             destructive_hint=op.destructive,
             idempotent_hint=op.idempotent,
-            open_world_hint=False,
+            open_world_hint=op.open_world,
         ),
-        operation=op,
-        state=state,
     )
+
+
+async def run_tool(state: AppState, op: Operation, arguments: dict[str, Any], context: Any) -> CallToolResult:
+    """Run the operation through the executor; errors become `isError` results carrying the error body.
+
+    The result goes out twice, as MCP asks: as text (the JSON the budget measured, or the operation's
+    own text shape) and as structured content."""
+
+    async def progress(done: float, total: float | None, message: str | None) -> None:
+        await context.report_progress(done, total, message)
+
+    try:
+        principal = current_principal(state)
+        result = await run_operation(
+            state,
+            op,
+            arguments,
+            principal,
+            transport="mcp",
+            request_id=request_id_var.get() or request_id(),
+            progress=progress,
+        )
+    except CairnError as err:
+        return error_result(err)
+    data = result.model_dump(mode="json", by_alias=True)
+    text, images = sent_text(data, image_fields(type(result)))
+    texts = op.text(result) if op.text is not None else [dumps(text)]
+    content: list[Any] = [
+        *(TextContent(type="text", text=t) for t in texts),
+        *(ImageContent(type="image", data=b64, mime_type=mime) for b64, mime in images),
+    ]
+    return CallToolResult(content=content, structured_content=data)
 
 
 class OperationResource(Resource):
@@ -163,22 +161,69 @@ def _template_function(state: AppState, res: ResourceDef) -> Any:
 
 
 class CairnMCPServer(MCPServer[Any]):
-    """`MCPServer` whose unknown-tool answer is the shared error body (code 4002 with close names)."""
+    """`MCPServer` whose tool list depends on the request: the toolsets chosen by the URL (see
+    `app.core.toolsets`), the caller's key and its scopes. Unknown tools and tools outside the
+    chosen toolsets answer with the shared error body (4002, naming the endpoint that lists them)."""
+
+    def __init__(self, state: AppState, catalog: Catalog, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.state = state
+        self.catalog = catalog
+        everywhere = state.settings.mcp_output_schemas
+        toolsets = state.registry.toolsets
+        self.listing = {
+            op.name: listed_tool(op, everywhere or any(toolsets[t].output_schemas for t in op.toolsets))
+            for op in state.registry.operations
+            if op.mcp
+        }
+
+    def _tool_input_schema(self, name: str) -> dict[str, Any] | None:
+        # Only used to validate `Mcp-Param-*` headers, which Cairn's tools do not declare.
+        return None
+
+    async def _handle_list_tools(self, ctx: Any, params: PaginatedRequestParams | None) -> ListToolsResult:
+        principal = current_principal(self.state)
+        ops = self.catalog.tools(selection_of(ctx.request), principal)
+        return ListToolsResult(tools=[self.listing[op.name] for op in ops])
 
     async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
-        """Call a tool; a name that is not served is an `isError` result like every other error."""
-        if self._tool_manager.get_tool(name) is None:
-            served = [t.name for t in self._tool_manager.list_tools()]
-            close = difflib.get_close_matches(name, served, n=3)
-            err = NotFound(
-                f"Unknown tool: {name[:100]}",
-                suggestions=[f"Did you mean {', '.join(close)}?"] if close else ["See tools/list"],
-            )
+        """Call a tool of the chosen toolsets through the executor."""
+        request = context.request_context.request if context is not None else None
+        selection = selection_of(request)
+        try:
+            op = self.find(selection, name, current_principal(self.state))
+        except CairnError as err:
             return error_result(err)
-        return await super().call_tool(name, arguments, context)
+        return await run_tool(self.state, op, arguments, context)
+
+    def find(self, selection: Selection, name: str, principal: Principal) -> Operation:
+        """The operation a tool name means on this endpoint (scope is left to the executor)."""
+        chosen = self.catalog.effective(selection, principal)
+        for toolset in chosen.names or ():
+            for op in self.catalog.members.get(toolset, []):
+                if op.tool != name:
+                    continue
+                if chosen.readonly and not op.read_only:
+                    raise Forbidden(
+                        f"{name} changes data and this endpoint is read-only",
+                        suggestions=[f"Connect to {Selection(chosen.names).path} to use it"],
+                    )
+                return op
+        homes = self.catalog.homes(name)
+        if homes:
+            raise NotFound(
+                f"{name[:100]} is not in the toolsets of this endpoint",
+                suggestions=[f"It is in {', '.join(homes)}: connect to {MCP_PATH}/{homes[0]}"],
+            )
+        served = sorted({op.tool for ops in self.catalog.members.values() for op in ops})
+        close = difflib.get_close_matches(name, served, n=3)
+        raise NotFound(
+            f"Unknown tool: {name[:100]}",
+            suggestions=[f"Did you mean {', '.join(close)}?"] if close else ["See tools/list"],
+        )
 
 
-def build_mcp(state: AppState, store: KeyStore | None) -> MCPServer[Any]:
+def build_mcp(state: AppState, store: KeyStore | None, catalog: Catalog) -> MCPServer[Any]:
     """The MCP server with one tool per operation and one resource per resource definition."""
     settings = state.settings
     auth = None
@@ -193,14 +238,15 @@ def build_mcp(state: AppState, store: KeyStore | None) -> MCPServer[Any]:
         )
         verifier = CairnTokenVerifier(store)
     server: MCPServer[Any] = CairnMCPServer(
+        state,
+        catalog,
         name="cairn",
         title="Cairn",
         version=__version__,
         instructions=INSTRUCTIONS,
         auth=auth,
         token_verifier=verifier,
-        tools=[make_tool(op, state) for op in state.registry.operations if op.mcp],
-        log_level=settings.log_level.upper(),  # type: ignore[arg-type]
+        log_level=settings.log_level.upper(),
     )
     for res in state.registry.resources:
         if res.is_template:

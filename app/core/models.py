@@ -38,6 +38,8 @@ class ApiKey(Base):
     key_hash: Mapped[str] = mapped_column(String(64), unique=True, nullable=False)
     scopes: Mapped[list[str]] = mapped_column(ARRAY(String(16)), nullable=False)
     project: Mapped[str | None] = mapped_column(String(128), nullable=True)
+    # What plain /mcp lists for this key (None: the server's default)
+    toolsets: Mapped[list[str] | None] = mapped_column(ARRAY(String(32)), nullable=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
     last_used_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
     revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)

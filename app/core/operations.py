@@ -21,9 +21,13 @@ from app.core.schemas import (
     ListProjectsIn,
     ListProjectsOut,
     SettingsOut,
+    ToolsetInfo,
+    ToolsetsOut,
 )
 
 ops = OperationSet("core")
+ops.toolset("projects", "Create and list projects (named scopes for memories, graphs and findings).")
+ops.toolset("admin", "Operator tools: the audit log, the embedding probe, search-quality reports.")
 
 
 def _embedding_info(ctx: CallContext) -> EmbeddingInfo:
@@ -31,7 +35,15 @@ def _embedding_info(ctx: CallContext) -> EmbeddingInfo:
     return EmbeddingInfo(provider=e.provider, model=e.model, dimension=e.dimension, loaded=e.loaded())
 
 
-@ops.operation(name="create_project", input=CreateProjectIn, output=CreateProjectOut, path="/projects", idempotent=True)
+@ops.operation(
+    name="create_project",
+    title="Create Project",
+    toolsets=("projects",),
+    input=CreateProjectIn,
+    output=CreateProjectOut,
+    path="/projects",
+    idempotent=True,
+)
 async def create_project(ctx: CallContext, args: CreateProjectIn) -> CreateProjectOut:
     """Create a project (a named scope for memories, graphs and findings); returns the existing one
     when the name is taken."""
@@ -40,7 +52,14 @@ async def create_project(ctx: CallContext, args: CreateProjectIn) -> CreateProje
 
 
 @ops.operation(
-    name="list_projects", input=ListProjectsIn, output=ListProjectsOut, path="/projects", method="GET", read_only=True
+    name="list_projects",
+    title="List Projects",
+    toolsets=("projects",),
+    input=ListProjectsIn,
+    output=ListProjectsOut,
+    path="/projects",
+    method="GET",
+    read_only=True,
 )
 async def list_projects(ctx: CallContext, args: ListProjectsIn) -> ListProjectsOut:
     """List projects by name, paginated (a project-bound key sees only its project)."""
@@ -49,7 +68,15 @@ async def list_projects(ctx: CallContext, args: ListProjectsIn) -> ListProjectsO
     return ListProjectsOut(projects=projects, total=total, next_offset=nxt if nxt < total else None)
 
 
-@ops.operation(name="embed", input=EmbedIn, output=EmbedOut, path="/embed", read_only=True)
+@ops.operation(
+    name="embed",
+    title="Embed Text (debug)",
+    toolsets=("admin",),
+    input=EmbedIn,
+    output=EmbedOut,
+    path="/embed",
+    read_only=True,
+)
 async def embed(ctx: CallContext, args: EmbedIn) -> EmbedOut:
     """Debug: embed one text with the active model and return a compact summary of the vector
     (model, dimension, norm, first components), never the whole vector."""
@@ -57,7 +84,15 @@ async def embed(ctx: CallContext, args: EmbedIn) -> EmbedOut:
 
 
 @ops.operation(
-    name="audit_log", input=AuditLogIn, output=AuditLogOut, path="/audit", method="GET", read_only=True, scope="admin"
+    name="audit_log",
+    title="Audit Log",
+    toolsets=("admin",),
+    input=AuditLogIn,
+    output=AuditLogOut,
+    path="/audit",
+    method="GET",
+    read_only=True,
+    scope="admin",
 )
 async def audit_log(ctx: CallContext, args: AuditLogIn) -> AuditLogOut:
     """Admin: read the audit log of write-scope and destructive calls (who — key id, never the key —,
@@ -96,3 +131,14 @@ async def settings(ctx: CallContext) -> SettingsOut:
     """Enabled features, the embedding configuration and the defaults each enabled feature publishes
     (such as search limits)."""
     return SettingsOut(features=ctx.app.features, embedding=_embedding_info(ctx), **ctx.app.public_settings)
+
+
+@ops.resource(uri="mcp://toolsets", name="toolsets", output=ToolsetsOut, path="/resources/toolsets")
+async def toolsets(ctx: CallContext) -> ToolsetsOut:
+    """The MCP toolsets: each one's endpoint, description and tools (REST serves every operation)."""
+    catalog = ctx.app.catalog
+    items = [ToolsetInfo.model_validate(t) for t in catalog.summary()] if catalog is not None else []
+    return ToolsetsOut(
+        toolsets=items,
+        hint="Combine toolsets as /mcp/a,b; add readonly for read-only tools; /mcp/all lists everything.",
+    )

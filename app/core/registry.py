@@ -30,8 +30,11 @@ Scope = Literal["read", "write", "admin"]
 Method = Literal["GET", "POST", "PUT", "PATCH", "DELETE"]
 Handler = Callable[["CallContext", Any], Awaitable[BaseModel]]
 ResourceHandler = Callable[..., Awaitable[BaseModel]]
+# Renders a result as the MCP text content items when a tool must match another server's text shape.
+TextRenderer = Callable[[BaseModel], list[str]]
 
 _NAME = re.compile(r"^[A-Za-z0-9_\-.]{1,64}$")
+_TOOLSET = re.compile(r"[a-z][a-z0-9_]{0,31}")
 
 
 def _doc(fn: Callable[..., Any]) -> str:
@@ -60,6 +63,15 @@ class Operation:
     long_running: bool = False
     mcp: bool = True
     rest: bool = True
+    toolsets: tuple[str, ...] = ()
+    tool_name: str | None = None
+    open_world: bool = False
+    text: TextRenderer | None = None
+
+    @property
+    def tool(self) -> str:
+        """The MCP tool name (usually the operation name; compatibility toolsets reuse other servers' names)."""
+        return self.tool_name or self.name
 
     @property
     def description(self) -> str:
@@ -112,13 +124,48 @@ class ResourceDef:
         return bool(self.params)
 
 
+@dataclass(frozen=True)
+class Toolset:
+    """A named group of tools an MCP client can choose to see (`/mcp/<toolset>`).
+
+    `includes` names tools declared elsewhere that belong here too (e.g. project tools in a dialect
+    that needs them); a toolset `exclusive_of` others reuses their tool names and cannot be combined
+    with them; `output_schemas` advertises its tools' output schemas even when the server does not
+    do so for every tool; `default` toolsets are what plain `/mcp` lists unless configured."""
+
+    name: str
+    description: str
+    includes: tuple[str, ...] = ()
+    exclusive_of: tuple[str, ...] = ()
+    output_schemas: bool = False
+    default: bool = False
+
+
 @dataclass
 class OperationSet:
-    """The operations and resources of one feature."""
+    """The operations and resources of one feature.
+
+    Operations join the toolset named after the feature unless they name their own `toolsets`."""
 
     feature: str
     operations: list[Operation] = field(default_factory=list)
     resources: list[ResourceDef] = field(default_factory=list)
+    toolsets: list[Toolset] = field(default_factory=list)
+
+    def toolset(
+        self,
+        name: str,
+        description: str,
+        *,
+        includes: tuple[str, ...] = (),
+        exclusive_of: tuple[str, ...] = (),
+        output_schemas: bool = False,
+        default: bool = False,
+    ) -> None:
+        """Declare a toolset (its name must be a plain identifier)."""
+        if not _TOOLSET.fullmatch(name) or name in ("all", "readonly"):
+            raise ValueError(f"invalid toolset name {name!r}")
+        self.toolsets.append(Toolset(name, description, includes, exclusive_of, output_schemas, default))
 
     def operation(
         self,
@@ -136,13 +183,22 @@ class OperationSet:
         long_running: bool = False,
         mcp: bool = True,
         rest: bool = True,
+        toolsets: tuple[str, ...] | None = None,
+        tool_name: str | None = None,
+        open_world: bool = False,
+        text: TextRenderer | None = None,
     ) -> Callable[[Handler], Handler]:
         """Declare `handler` as an operation of this feature.
 
         `mcp=False` keeps it out of tools/list; `rest=False` means the REST adapter makes no route for
-        it because a feature route (e.g. a multipart upload) calls the executor with it itself."""
+        it because a feature route (e.g. a multipart upload) calls the executor with it itself.
+        `toolsets` (default: the feature's own) says where MCP clients find it; `tool_name` overrides
+        its MCP name; `open_world` marks tools that reach systems outside Cairn; `text` renders the
+        MCP text content when it must differ from the JSON of the result."""
         if not _NAME.fullmatch(name):
             raise ValueError(f"invalid operation name {name!r}")
+        if mcp and not title:
+            raise ValueError(f"operation {name} needs a title: clients show it for the tool")
         effective_scope: Scope = scope or ("read" if read_only else "write")
 
         def decorate(handler: Handler) -> Handler:
@@ -163,6 +219,10 @@ class OperationSet:
                     long_running=long_running,
                     mcp=mcp,
                     rest=rest,
+                    toolsets=toolsets if toolsets is not None else (self.feature,),
+                    tool_name=tool_name,
+                    open_world=open_world,
+                    text=text,
                 )
             )
             return handler
@@ -197,9 +257,14 @@ class Registry:
 
     operations: list[Operation] = field(default_factory=list)
     resources: list[ResourceDef] = field(default_factory=list)
+    toolsets: dict[str, Toolset] = field(default_factory=dict)
 
     def add(self, opset: OperationSet) -> None:
-        """Add one feature's declarations, refusing duplicate names, URIs and routes."""
+        """Add one feature's declarations, refusing duplicate names, URIs, routes and toolsets."""
+        for ts in opset.toolsets:
+            if ts.name in self.toolsets:
+                raise ValueError(f"duplicate toolset {ts.name}")
+            self.toolsets[ts.name] = ts
         names = {op.name for op in self.operations}
         routes = {(op.method, op.path) for op in self.operations}
         for op in opset.operations:
@@ -218,3 +283,29 @@ class Registry:
     def get(self, name: str) -> Operation | None:
         """The operation called `name`, if enabled."""
         return next((op for op in self.operations if op.name == name), None)
+
+    def toolset_members(self) -> dict[str, list[Operation]]:
+        """The MCP tools of each declared toolset, in declaration order.
+
+        Raises:
+            ValueError: an operation names an undeclared toolset, or one toolset would list two
+                tools under the same name. (An included tool that is not enabled is left out: the
+                including feature may be enabled without the one that declares it.)"""
+        members: dict[str, list[Operation]] = {name: [] for name in self.toolsets}
+        for op in self.operations:
+            if not op.mcp:
+                continue
+            for name in op.toolsets:
+                if name not in members:
+                    raise ValueError(f"operation {op.name} names undeclared toolset {name!r}")
+                members[name].append(op)
+        for ts in self.toolsets.values():
+            for included in ts.includes:
+                found = self.get(included)
+                if found is not None and found not in members[ts.name]:
+                    members[ts.name].append(found)
+        for name, ops in members.items():
+            tools = [op.tool for op in ops]
+            if len(tools) != len(set(tools)):
+                raise ValueError(f"toolset {name} lists a tool name twice")
+        return members

@@ -133,9 +133,26 @@ class ProjectRepository(Repository):
 class ApiKeyRepository(Repository):
     """API keys, looked up by the hash of the presented token."""
 
-    async def add(self, *, name: str, prefix: str, key_hash: str, scopes: list[str], project: str | None) -> ApiKey:
+    async def add(
+        self,
+        *,
+        name: str,
+        prefix: str,
+        key_hash: str,
+        scopes: list[str],
+        project: str | None,
+        toolsets: list[str] | None = None,
+    ) -> ApiKey:
         """Store a new key's hash."""
-        key = ApiKey(id=uuid.uuid4(), name=name, prefix=prefix, key_hash=key_hash, scopes=scopes, project=project)
+        key = ApiKey(
+            id=uuid.uuid4(),
+            name=name,
+            prefix=prefix,
+            key_hash=key_hash,
+            scopes=scopes,
+            project=project,
+            toolsets=toolsets or None,
+        )
         self.session.add(key)
         await self.session.flush()
         return key

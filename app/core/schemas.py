@@ -146,6 +146,23 @@ class SettingsOut(BaseModel):
     embedding: EmbeddingInfo
 
 
+class ToolsetInfo(BaseModel):
+    """One toolset: where to connect and what it lists."""
+
+    name: str
+    endpoint: str
+    description: str
+    tools: list[str]
+    default: bool = Field(description="Listed by plain /mcp when neither the URL nor the key chooses")
+
+
+class ToolsetsOut(BaseModel):
+    """The mcp://toolsets resource."""
+
+    toolsets: list[ToolsetInfo]
+    hint: str
+
+
 class AuditLogIn(StrictModel):
     """Arguments of audit_log."""
 

@@ -27,10 +27,12 @@ from app.datasets.schemas import (
 )
 
 ops = OperationSet("datasets")
+ops.toolset("datasets", "Datasets: profile, query (SQL), sample, export and chart files under a token budget.")
 
 
 @ops.operation(
     name="profile_dataset",
+    title="Profile Dataset",
     input=ProfileIn,
     output=ProfileOut,
     path="/datasets/profile",
@@ -51,7 +53,13 @@ async def profile_dataset(ctx: CallContext, args: ProfileIn) -> ProfileOut:
 
 
 @ops.operation(
-    name="execute_query", input=QueryIn, output=QueryOut, path="/datasets/query", read_only=True, long_running=True
+    name="execute_query",
+    title="Query Dataset",
+    input=QueryIn,
+    output=QueryOut,
+    path="/datasets/query",
+    read_only=True,
+    long_running=True,
 )
 async def execute_query(ctx: CallContext, args: QueryIn) -> QueryOut:
     """Run a read-only analytical query over dataset files and return a bounded answer.
@@ -75,6 +83,7 @@ async def execute_query(ctx: CallContext, args: QueryIn) -> QueryOut:
 
 @ops.operation(
     name="get_result",
+    title="Get Stored Result",
     input=ResultPageIn,
     output=ResultPageOut,
     path="/datasets/results/{query_id}",
@@ -87,7 +96,14 @@ async def get_result(ctx: CallContext, args: ResultPageIn) -> ResultPageOut:
     return await service.get_result(ctx, args)
 
 
-@ops.operation(name="stream_sample", input=SampleIn, output=SampleOut, path="/datasets/sample", read_only=True)
+@ops.operation(
+    name="stream_sample",
+    title="Sample Dataset",
+    input=SampleIn,
+    output=SampleOut,
+    path="/datasets/sample",
+    read_only=True,
+)
 async def stream_sample(ctx: CallContext, args: SampleIn) -> SampleOut:
     """Draw representative rows from a dataset: head, random (seeded, reproducible), stratified (every
     group of stratify_column represented) or systematic (every k-th row); `columns` projects. Streams
@@ -95,7 +111,14 @@ async def stream_sample(ctx: CallContext, args: SampleIn) -> SampleOut:
     return await service.stream_sample(ctx, args)
 
 
-@ops.operation(name="export_result", input=ExportIn, output=ExportOut, path="/datasets/export", idempotent=False)
+@ops.operation(
+    name="export_result",
+    title="Export Result",
+    input=ExportIn,
+    output=ExportOut,
+    path="/datasets/export",
+    idempotent=False,
+)
 async def export_result(ctx: CallContext, args: ExportIn) -> ExportOut:
     """Write a stored query result (query_id) as parquet, csv, json or xlsx into a directory inside a
     data root, optionally partitioned by a column and compressed; returns the files created and their
@@ -105,6 +128,7 @@ async def export_result(ctx: CallContext, args: ExportIn) -> ExportOut:
 
 @ops.operation(
     name="cache_invalidate",
+    title="Invalidate Cache",
     input=InvalidateIn,
     output=InvalidateOut,
     path="/datasets/cache/invalidate",
@@ -117,7 +141,13 @@ async def cache_invalidate(ctx: CallContext, args: InvalidateIn) -> InvalidateOu
 
 
 @ops.operation(
-    name="list_datasets", input=ListDatasetsIn, output=ListDatasetsOut, path="/datasets", method="GET", read_only=True
+    name="list_datasets",
+    title="List Datasets",
+    input=ListDatasetsIn,
+    output=ListDatasetsOut,
+    path="/datasets",
+    method="GET",
+    read_only=True,
 )
 async def list_datasets(ctx: CallContext, args: ListDatasetsIn) -> ListDatasetsOut:
     """List registered datasets (paginated) and the data files found in the data roots (capped)."""
@@ -125,7 +155,12 @@ async def list_datasets(ctx: CallContext, args: ListDatasetsIn) -> ListDatasetsO
 
 
 @ops.operation(
-    name="register_dataset", input=RegisterIn, output=RegisterOut, path="/datasets/register", idempotent=True
+    name="register_dataset",
+    title="Register Dataset",
+    input=RegisterIn,
+    output=RegisterOut,
+    path="/datasets/register",
+    idempotent=True,
 )
 async def register_dataset(ctx: CallContext, args: RegisterIn) -> RegisterOut:
     """Give a file or glob inside the data roots a name, usable as file_path and as a view in SQL.

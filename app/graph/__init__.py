@@ -6,6 +6,6 @@ from __future__ import annotations
 from app.core.feature import Feature
 from app.graph import cli
 from app.graph.config import GraphSettings
-from app.graph.operations import ops
+from app.graph.operations_reference import ops  # the graph's operations, the reference toolset included
 
 FEATURE = Feature(name="graph", operations=ops, settings=GraphSettings, cli=cli.register)

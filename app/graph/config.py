@@ -26,3 +26,9 @@ class GraphSettings(BaseSettings):
     cooc_scale: float = Field(default=5.0, gt=0.0)
     candidate_multiplier: int = Field(default=4, ge=1, le=50)
     cooc_top: int = Field(default=10, ge=2, le=50, description="Top results whose pairs count as co-occurring")
+    reference_reply_tokens: int = Field(
+        default=20_000,
+        ge=1_000,
+        le=200_000,
+        description="Token cap of one read_graph / search_nodes reply on the reference-compatible endpoint",
+    )

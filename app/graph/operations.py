@@ -47,6 +47,7 @@ from app.graph.schemas import (
 )
 
 ops = OperationSet("graph")
+ops.toolset("graph", "Knowledge graph: entities, relations, observations, semantic search, history, reflections.")
 
 
 @ops.operation(
@@ -192,7 +193,7 @@ async def open_nodes(ctx: CallContext, args: OpenNodesIn) -> GraphOut:
     input=SearchSemanticIn,
     output=SearchSemanticOut,
     path="/graph/search/semantic",
-    scope="read",
+    read_only=True,
     title="Semantic Search",
 )
 async def search_semantic(ctx: CallContext, args: SearchSemanticIn) -> SearchSemanticOut:
@@ -320,6 +321,7 @@ async def consolidate(ctx: CallContext, args: ConsolidateIn) -> ConsolidateOut:
     method="GET",
     read_only=True,
     title="Search Quality Report",
+    toolsets=("admin",),
 )
 async def search_quality_report(ctx: CallContext, args: QualityReportIn) -> QualityReportOut:
     """NDCG@k and MRR per A/B treatment, from implicit feedback (a result opened again soon after the

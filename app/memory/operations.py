@@ -52,11 +52,23 @@ from app.memory.schemas_thoughts import (
 )
 
 ops = OperationSet("memory")
+ops.toolset(
+    "memory",
+    "Document memory: push text, search it (hybrid, semantic, lexical), summarize, collections.",
+    default=True,
+)
+ops.toolset(
+    "thoughts",
+    "Thoughts: capture, search, recall and curate short notes per project, with stats and summaries.",
+    includes=("create_project", "list_projects"),
+)
 
 # Rusty Memory dialect (seed 001) -------------------------------------------------------------------
 
 
-@ops.operation(name="search", input=SearchIn, output=SearchOut, path="/memory/search", read_only=True)
+@ops.operation(
+    name="search", title="Search Memories", input=SearchIn, output=SearchOut, path="/memory/search", read_only=True
+)
 async def search(ctx: CallContext, args: SearchIn) -> SearchOut:
     """Search indexed memories (hybrid vector + full-text by default). Keep query_text concise (<= 512 chars)
     and prefer filters for precision: project_id (alias project), memory_type (alias type), tags
@@ -67,7 +79,7 @@ async def search(ctx: CallContext, args: SearchIn) -> SearchOut:
     return await service.search(ctx, args)
 
 
-@ops.operation(name="push", input=PushIn, output=PushOut, path="/memory/push", idempotent=True)
+@ops.operation(name="push", title="Store Document", input=PushIn, output=PushOut, path="/memory/push", idempotent=True)
 async def push(ctx: CallContext, args: PushIn) -> PushOut:
     """Index a document: split it into token-sized chunks (paragraph and sentence boundaries preferred),
     embed them and store them with project_id, memory_type (default semantic), tags and source_uri.
@@ -76,7 +88,14 @@ async def push(ctx: CallContext, args: PushIn) -> PushOut:
     return await service.push(ctx, args)
 
 
-@ops.operation(name="summarize", input=SummarizeIn, output=SummarizeOut, path="/memory/summarize", idempotent=True)
+@ops.operation(
+    name="summarize",
+    title="Summarize Memories",
+    input=SummarizeIn,
+    output=SummarizeOut,
+    path="/memory/summarize",
+    idempotent=True,
+)
 async def summarize(ctx: CallContext, args: SummarizeIn) -> SummarizeOut:
     """Consolidate the memories of a time window (memory_type default episodic; time_range start and end
     both required) into one semantic summary memory with provenance (source_memory_ids). strategy:
@@ -87,7 +106,13 @@ async def summarize(ctx: CallContext, args: SummarizeIn) -> SummarizeOut:
 
 
 @ops.operation(
-    name="get-collections", input=Empty, output=CollectionsOut, path="/memory/collections", method="GET", read_only=True
+    name="get-collections",
+    title="List Collections",
+    input=Empty,
+    output=CollectionsOut,
+    path="/memory/collections",
+    method="GET",
+    read_only=True,
 )
 async def get_collections(ctx: CallContext, args: Empty) -> CollectionsOut:
     """List the memory collections known to the server."""
@@ -95,7 +120,12 @@ async def get_collections(ctx: CallContext, args: Empty) -> CollectionsOut:
 
 
 @ops.operation(
-    name="new-collection", input=NewCollectionIn, output=NewCollectionOut, path="/memory/collections", idempotent=True
+    name="new-collection",
+    title="Create Collection",
+    input=NewCollectionIn,
+    output=NewCollectionOut,
+    path="/memory/collections",
+    idempotent=True,
 )
 async def new_collection(ctx: CallContext, args: NewCollectionIn) -> NewCollectionOut:
     """Ensure a collection exists with the desired vector size (default: the active embedding dimension);
@@ -103,7 +133,15 @@ async def new_collection(ctx: CallContext, args: NewCollectionIn) -> NewCollecti
     return await service.new_collection(ctx, args)
 
 
-@ops.operation(name="metrics", input=Empty, output=MetricsOut, path="/memory/metrics", method="GET", read_only=True)
+@ops.operation(
+    name="metrics",
+    title="Memory Metrics",
+    input=Empty,
+    output=MetricsOut,
+    path="/memory/metrics",
+    method="GET",
+    read_only=True,
+)
 async def metrics(ctx: CallContext, args: Empty) -> MetricsOut:
     """Ingestion counters: documents and chunks indexed, and the last chunk size (null before the first push)."""
     return await service.metrics(ctx)
@@ -138,7 +176,14 @@ async def project_tags(ctx: CallContext, project_id: str) -> ProjectTagsOut:
 # AMCS thoughts dialect (seed 004) ------------------------------------------------------------------
 
 
-@ops.operation(name="capture_thought", input=CaptureThoughtIn, output=CaptureThoughtOut, path="/thoughts")
+@ops.operation(
+    name="capture_thought",
+    title="Capture Thought",
+    toolsets=("thoughts",),
+    input=CaptureThoughtIn,
+    output=CaptureThoughtOut,
+    path="/thoughts",
+)
 async def capture_thought(ctx: CallContext, args: CaptureThoughtIn) -> CaptureThoughtOut:
     """Capture a thought (content, optional project and metadata: type, topics, people, action_items).
     It is embedded with the active model; if embedding fails it is stored anyway (embedded=false) and
@@ -147,7 +192,14 @@ async def capture_thought(ctx: CallContext, args: CaptureThoughtIn) -> CaptureTh
 
 
 @ops.operation(
-    name="list_thoughts", input=ListThoughtsIn, output=ListThoughtsOut, path="/thoughts", method="GET", read_only=True
+    name="list_thoughts",
+    title="List Thoughts",
+    toolsets=("thoughts",),
+    input=ListThoughtsIn,
+    output=ListThoughtsOut,
+    path="/thoughts",
+    method="GET",
+    read_only=True,
 )
 async def list_thoughts(ctx: CallContext, args: ListThoughtsIn) -> ListThoughtsOut:
     """List thoughts newest first, filtered by project, type, topic, person, days and archived state; paginated."""
@@ -155,7 +207,13 @@ async def list_thoughts(ctx: CallContext, args: ListThoughtsIn) -> ListThoughtsO
 
 
 @ops.operation(
-    name="search_thoughts", input=SearchThoughtsIn, output=SearchThoughtsOut, path="/thoughts/search", read_only=True
+    name="search_thoughts",
+    title="Search Thoughts",
+    toolsets=("thoughts",),
+    input=SearchThoughtsIn,
+    output=SearchThoughtsOut,
+    path="/thoughts/search",
+    read_only=True,
 )
 async def search_thoughts(ctx: CallContext, args: SearchThoughtsIn) -> SearchThoughtsOut:
     """Search thoughts by meaning and words (hybrid by default). When the active embedding model has no
@@ -164,7 +222,13 @@ async def search_thoughts(ctx: CallContext, args: SearchThoughtsIn) -> SearchTho
 
 
 @ops.operation(
-    name="recall_context", input=RecallContextIn, output=RecallContextOut, path="/thoughts/recall", read_only=True
+    name="recall_context",
+    title="Recall Context",
+    toolsets=("thoughts",),
+    input=RecallContextIn,
+    output=RecallContextOut,
+    path="/thoughts/recall",
+    read_only=True,
 )
 async def recall_context(ctx: CallContext, args: RecallContextIn) -> RecallContextOut:
     """A compact context block for a query: the most relevant thoughts, each cited as [id], within max_chars."""
@@ -173,6 +237,8 @@ async def recall_context(ctx: CallContext, args: RecallContextIn) -> RecallConte
 
 @ops.operation(
     name="get_project_context",
+    title="Project Context",
+    toolsets=("thoughts",),
     input=ProjectContextIn,
     output=ProjectContextOut,
     path="/thoughts/project-context",
@@ -186,6 +252,8 @@ async def get_project_context(ctx: CallContext, args: ProjectContextIn) -> Proje
 
 @ops.operation(
     name="summarize_thoughts",
+    title="Summarize Thoughts",
+    toolsets=("thoughts",),
     input=SummarizeThoughtsIn,
     output=SummarizeThoughtsOut,
     path="/thoughts/summarize",
@@ -199,6 +267,8 @@ async def summarize_thoughts(ctx: CallContext, args: SummarizeThoughtsIn) -> Sum
 
 @ops.operation(
     name="thought_stats",
+    title="Thought Stats",
+    toolsets=("thoughts",),
     input=ThoughtStatsIn,
     output=ThoughtStatsOut,
     path="/thoughts/stats",
@@ -213,6 +283,8 @@ async def thought_stats(ctx: CallContext, args: ThoughtStatsIn) -> ThoughtStatsO
 
 @ops.operation(
     name="backfill_embeddings",
+    title="Backfill Embeddings",
+    toolsets=("thoughts",),
     input=BackfillIn,
     output=BackfillOut,
     path="/thoughts/backfill",
@@ -226,7 +298,14 @@ async def backfill_embeddings(ctx: CallContext, args: BackfillIn) -> BackfillOut
 
 
 @ops.operation(
-    name="get_thought", input=ThoughtIdIn, output=ThoughtResultOut, path="/thoughts/{id}", method="GET", read_only=True
+    name="get_thought",
+    title="Get Thought",
+    toolsets=("thoughts",),
+    input=ThoughtIdIn,
+    output=ThoughtResultOut,
+    path="/thoughts/{id}",
+    method="GET",
+    read_only=True,
 )
 async def get_thought(ctx: CallContext, args: ThoughtIdIn) -> ThoughtResultOut:
     """One thought by id, with its metadata and whether it has a vector of the active model."""
@@ -235,6 +314,8 @@ async def get_thought(ctx: CallContext, args: ThoughtIdIn) -> ThoughtResultOut:
 
 @ops.operation(
     name="related_thoughts",
+    title="Related Thoughts",
+    toolsets=("thoughts",),
     input=RelatedThoughtsIn,
     output=RelatedThoughtsOut,
     path="/thoughts/{id}/related",
@@ -249,6 +330,8 @@ async def related_thoughts(ctx: CallContext, args: RelatedThoughtsIn) -> Related
 
 @ops.operation(
     name="update_thought",
+    title="Update Thought",
+    toolsets=("thoughts",),
     input=UpdateThoughtIn,
     output=UpdateThoughtOut,
     path="/thoughts/{id}",
@@ -262,6 +345,8 @@ async def update_thought(ctx: CallContext, args: UpdateThoughtIn) -> UpdateThoug
 
 @ops.operation(
     name="archive_thought",
+    title="Archive Thought",
+    toolsets=("thoughts",),
     input=ArchiveThoughtIn,
     output=ThoughtResultOut,
     path="/thoughts/{id}/archive",
@@ -274,6 +359,8 @@ async def archive_thought(ctx: CallContext, args: ArchiveThoughtIn) -> ThoughtRe
 
 @ops.operation(
     name="delete_thought",
+    title="Delete Thought",
+    toolsets=("thoughts",),
     input=ThoughtIdIn,
     output=DeleteThoughtOut,
     path="/thoughts/{id}",

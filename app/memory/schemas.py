@@ -89,14 +89,11 @@ def move_aliases(data: Any, aliases: dict[str, str]) -> Any:
 
 
 class _ProjectTypeAliases(StrictModel):
-    """`project` and `type` aliases (seed 001)."""
+    """Project and memory type; the seed's aliases (`project`, `type`, `k`) are accepted by the
+    `move_aliases` validators of the subclasses but not advertised in the schema."""
 
-    project_id: str | None = Field(
-        default=None, pattern=PROJECT_NAME, description="Project label (default 'default'); alias: project"
-    )
-    project: str | None = Field(default=None, description="Alias of project_id")
-    memory_type: MemoryType | None = Field(default=None, description="episodic | semantic | procedural; alias: type")
-    type: str | None = Field(default=None, description="Alias of memory_type")
+    project_id: str | None = Field(default=None, pattern=PROJECT_NAME, description="Project label (default 'default')")
+    memory_type: MemoryType | None = None
 
 
 class SearchIn(_ProjectTypeAliases):
@@ -105,10 +102,7 @@ class SearchIn(_ProjectTypeAliases):
     query_text: str = Field(min_length=1, max_length=512, description="Text to search for (<= 512 chars)")
     tags: Tags
     time_range: TimeRange | None = Field(default=None, description="{start?, end?}; start <= end")
-    limit: int | None = Field(
-        default=None, ge=1, description="1..SEARCH_MAX_LIMIT (default SEARCH_DEFAULT_LIMIT); alias: k"
-    )
-    k: int | None = Field(default=None, description="Alias of limit")
+    limit: int | None = Field(default=None, ge=1, description="1..SEARCH_MAX_LIMIT (default SEARCH_DEFAULT_LIMIT)")
     score_threshold: float | None = Field(
         default=None, ge=0.0, le=1.0, description="0..1 minimum cosine similarity of semantic matches"
     )
@@ -197,8 +191,7 @@ class SummarizeIn(_ProjectTypeAliases):
 
     tags: Tags
     time_range: TimeRange = Field(description="{start, end}: both required")
-    limit: int = Field(default=50, ge=1, description="Most memories read (capped by SEARCH_MAX_LIMIT); alias: k")
-    k: int | None = Field(default=None, description="Alias of limit")
+    limit: int = Field(default=50, ge=1, description="Most memories read (capped by SEARCH_MAX_LIMIT)")
     strategy: Strategy = "auto"
     provider: Provider | None = Field(
         default=None,

@@ -77,8 +77,7 @@ class ListThoughtsIn(StrictModel):
     topic: Label | None = Field(default=None, description="metadata.topics contains this")
     person: Label | None = Field(default=None, description="metadata.people contains this")
     days: int | None = Field(default=None, ge=1, le=36500, description="Only thoughts of the last N days")
-    include_archived: bool = Field(default=False, description="Include archived thoughts; alias: archived")
-    archived: bool | None = Field(default=None, description="Alias of include_archived")
+    include_archived: bool = Field(default=False, description="Include archived thoughts")
     limit: int = Field(default=20, ge=1, le=100)
     offset: int = Field(default=0, ge=0)
 

@@ -23,7 +23,7 @@ async def test_reference_tools_over_mcp(server: RunningServer) -> None:
             "open_nodes",
         ]:
             assert name in tools
-        props = tools["create_relations"].input_schema["$defs"]["RelationIn"]["properties"]
+        props = tools["create_relations"].input_schema["properties"]["relations"]["items"]["properties"]
         assert {"from", "to", "relationType"} <= set(props)
         created = await call(mcp, "create_entities", {"entities": PEOPLE})
         assert [e["name"] for e in created["entities"]] == [p["name"] for p in PEOPLE]

@@ -61,7 +61,15 @@ async def test_disabled_features_create_no_tables_and_expose_no_operations(pg: P
         async with httpx.AsyncClient(base_url=base, headers={"Authorization": f"Bearer {ADMIN_KEY}"}) as c:
             doc = (await c.get("/openapi.json")).json()
         ops = {e.get("operationId") for item in doc["paths"].values() for e in item.values()}
-        assert ops == {"create_project", "list_projects", "embed", "audit_log", "resource_health", "resource_settings"}
+        assert ops == {
+            "create_project",
+            "list_projects",
+            "embed",
+            "audit_log",
+            "resource_health",
+            "resource_settings",
+            "resource_toolsets",
+        }
     finally:
         stop_server(srv, thread)
 

@@ -12,6 +12,7 @@ from app.core.repository import ProjectRepository
 from app.core.schemas import StrictModel
 
 ops = OperationSet("testing")
+ops.toolset("testing", "Test-only operations (instrumentation).")
 
 
 class BoomIn(StrictModel):
@@ -33,7 +34,7 @@ class ProgressIn(StrictModel):
     delay_ms: int = Field(default=10, ge=0, le=5000, description="Sleep before each step")
 
 
-@ops.operation(name="test_boom", input=BoomIn, output=Done, path="/testing/boom")
+@ops.operation(name="test_boom", input=BoomIn, output=Done, path="/testing/boom", title="Boom")
 async def boom(ctx: CallContext, args: BoomIn) -> Done:
     """Writes a project (when given) and then fails unexpectedly: nothing may stay written."""
     if args.project:
@@ -43,7 +44,13 @@ async def boom(ctx: CallContext, args: BoomIn) -> Done:
 
 
 @ops.operation(
-    name="test_progress", input=ProgressIn, output=Done, path="/testing/progress", read_only=True, long_running=True
+    name="test_progress",
+    title="Progress",
+    input=ProgressIn,
+    output=Done,
+    path="/testing/progress",
+    read_only=True,
+    long_running=True,
 )
 async def progress(ctx: CallContext, args: ProgressIn) -> Done:
     """Reports one progress notification per step."""

@@ -109,17 +109,20 @@ def server_settings(db_url: str, **overrides: Any) -> Settings:
         "key_cache_seconds": 0.0,
         "rate_limit_per_second": 10_000.0,
         "rate_limit_burst": 10_000,
+        "mcp_toolsets": ["all"],
     }
     values.update(overrides)
     return Settings(**values)
 
 
 @asynccontextmanager
-async def mcp_client(url: str, key: str | None = ADMIN_KEY, **session_kw: Any) -> AsyncIterator[ClientSession]:
-    """A real MCP client session over streamable HTTP."""
+async def mcp_client(
+    url: str, key: str | None = ADMIN_KEY, path: str = "/mcp", **session_kw: Any
+) -> AsyncIterator[ClientSession]:
+    """A real MCP client session over streamable HTTP (`path`: the endpoint, e.g. `/mcp/graph`)."""
     headers = {"Authorization": f"Bearer {key}"} if key else {}
     async with httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(60.0)) as http:
-        async with streamable_http_client(f"{url}/mcp", http_client=http) as (read, write):
+        async with streamable_http_client(f"{url}{path}", http_client=http) as (read, write):
             async with ClientSession(read, write, **session_kw) as session:
                 await session.initialize()
                 yield session
