@@ -24,9 +24,9 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
 
-from scripts.bench_mcp import KEY, Server  # noqa: E402
+from bench_mcp import KEY, Server  # noqa: E402
 
 REFERENCE = "@modelcontextprotocol/server-memory"
 REFERENCE_VERSION = "2026.8.31"
@@ -130,10 +130,12 @@ def run(quick: bool = False) -> str:
         )
         ours = dict(rows).get("/mcp/reference")
         if ours:
+            prompt_ratio = ours["prompt"] / reference["prompt"]
+            wire_ratio = ours["wire"] / reference["wire"]
             lines += [
                 "",
-                f"`/mcp/reference` against the reference server: prompt {ours['prompt'] / reference['prompt']:.2f}×, "
-                f"wire {ours['wire'] / reference['wire']:.2f}×.",
+                f"`/mcp/reference` against the reference server: prompt {prompt_ratio:.2f} times, "
+                f"wire {wire_ratio:.2f} times.",
             ]
     else:
         lines += ["", f"The reference server could not be listed: {error}."]

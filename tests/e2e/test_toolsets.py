@@ -11,8 +11,10 @@ from typing import Any
 import httpx
 import pytest
 from mcp import ClientSession
+from mcp_types import TextContent
 
 from app.core.jsonschema import size
+from app.graph.config import GraphSettings
 from tests.support.reference import reference_session
 from tests.support.server import (
     ADMIN_KEY,
@@ -21,6 +23,7 @@ from tests.support.server import (
     RunningServer,
     error_of,
     mcp_client,
+    overridden,
     server_settings,
     start_server,
     stop_server,
@@ -140,7 +143,7 @@ README_ENTITIES = [
 def _payload(result: Any) -> Any:
     """The first text item as JSON when it is JSON, else the text."""
     assert not result.is_error, text_of(result)
-    first = result.content[0].text
+    first = _texts(result)[0]
     try:
         return json.loads(first)
     except json.JSONDecodeError:
@@ -227,25 +230,29 @@ async def test_reference_endpoint_answers_like_the_reference_server(server: Runn
     assert wire_chars(tools) <= 1.5 * wire_chars(ref_tools), (wire_chars(tools), wire_chars(ref_tools))
 
 
-async def test_reference_read_graph_says_plainly_when_it_is_cut(server: RunningServer) -> None:
-    from app.graph.config import GraphSettings
-    from tests.support.server import overridden
+def _texts(result: Any) -> list[str]:
+    """The text items of a tool result."""
+    return [c.text for c in result.content if isinstance(c, TextContent)]
 
+
+async def test_reference_read_graph_says_plainly_when_it_is_cut(server: RunningServer) -> None:
     entities = [
         {"name": f"Entity {i:03d}", "entityType": "thing", "observations": [f"fact number {i} " * 20]}
         for i in range(60)
     ]
     async with mcp_client(server.url, path="/mcp/reference") as mcp:
         assert not (await mcp.call_tool("create_entities", {"entities": entities})).is_error
-        whole = await mcp.call_tool("read_graph", {})
-        assert len(whole.content) == 1 and len(json.loads(whole.content[0].text)["entities"]) == 60
+        whole = _texts(await mcp.call_tool("read_graph", {}))
+        assert len(whole) == 1 and len(json.loads(whole[0])["entities"]) == 60
         with overridden(server, GraphSettings, reference_reply_tokens=1_000):
             first = await mcp.call_tool("read_graph", {})
-            assert len(first.content) == 2 and first.content[1].text.startswith("TRUNCATED")
-            shown = json.loads(first.content[0].text)["entities"]
-            assert 0 < len(shown) < 60 and first.structured_content == json.loads(first.content[0].text)
-            rest = await mcp.call_tool("read_graph", {"offset": len(shown)})
-            more = json.loads(rest.content[0].text)["entities"]
+            texts = _texts(first)
+            assert len(texts) == 2 and texts[1].startswith("TRUNCATED")
+            shown = json.loads(texts[0])["entities"]
+            assert 0 < len(shown) < 60 and first.structured_content == json.loads(texts[0])
+            assert f'{{"offset": {len(shown)}}}' in texts[1]
+            rest = _texts(await mcp.call_tool("read_graph", {"offset": len(shown)}))
+            more = json.loads(rest[0])["entities"]
             assert more and more[0]["name"] == f"Entity {len(shown):03d}"
-            found = await mcp.call_tool("search_nodes", {"query": ""})
-            assert found.content[1].text.startswith("TRUNCATED")
+            found = _texts(await mcp.call_tool("search_nodes", {"query": ""}))
+            assert found[1].startswith("TRUNCATED")
