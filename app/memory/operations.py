@@ -70,12 +70,10 @@ ops.toolset(
     name="search", title="Search Memories", input=SearchIn, output=SearchOut, path="/memory/search", read_only=True
 )
 async def search(ctx: CallContext, args: SearchIn) -> SearchOut:
-    """Search indexed memories (hybrid vector + full-text by default). Keep query_text concise (<= 512 chars)
-    and prefer filters for precision: project_id (alias project), memory_type (alias type), tags
-    (contains-any; a single string is accepted), time_range {start?, end?} in RFC 3339, collection.
-    limit (alias k) is 1..SEARCH_MAX_LIMIT; score_threshold (0..1) is the minimum cosine similarity of
-    semantic matches. Returns results with scores and the signals that found them, and `context`:
-    prompt-ready text citing each memory as [id]."""
+    """Search indexed memories (hybrid vector + full-text by default). Keep query_text short and narrow
+    the search with filters (project_id, memory_type, tags, time_range, collection). Returns scored
+    results with the signals that found them, and `context`: prompt-ready text citing each memory as
+    [id]."""
     return await service.search(ctx, args)
 
 
