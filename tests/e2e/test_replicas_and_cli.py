@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.support.server import ADMIN_KEY, STATIC_KEYS, PgCluster, RunningServer, free_port
+from tests.support.server import ADMIN_KEY, STATIC_KEYS, PgCluster, RunningServer, free_port, mcp_client, run_async
 
 pytestmark = pytest.mark.slow  # subprocesses, restarts or generated inputs: seconds per test
 
@@ -119,7 +119,7 @@ def test_cli_keys_create_list_revoke(server: RunningServer, pg: PgCluster) -> No
     env = {**os.environ, "CAIRN_DATABASE_URL": pg.url}
     cli = [sys.executable, "-m", "app", "keys"]
     out = subprocess.run(
-        [*cli, "create", "--scopes", "read", "--name", "ci"],
+        [*cli, "create", "--scopes", "read", "--name", "ci", "--toolsets", "graph"],
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -132,7 +132,15 @@ def test_cli_keys_create_list_revoke(server: RunningServer, pg: PgCluster) -> No
     url = f"{server.url}/api/v1/projects"
     assert httpx.get(url, headers={"Authorization": f"Bearer {key}"}).status_code == 200
     assert httpx.post(url, json={"name": "nope"}, headers={"Authorization": f"Bearer {key}"}).status_code == 403
+
+    async def plain_mcp_tools() -> set[str]:
+        async with mcp_client(server.url, key=key) as mcp:
+            return {t.name for t in (await mcp.list_tools()).tools}
+
+    # the key's own default toolsets decide what plain /mcp lists; its read scope hides write tools
+    tools = run_async(plain_mcp_tools())
+    assert {"read_graph", "search_semantic"} <= tools and "create_entities" not in tools and "push" not in tools
     listed = subprocess.run([*cli, "list"], cwd=ROOT, env=env, capture_output=True, text=True, check=True)
-    assert key[:12] in listed.stdout and key not in listed.stdout
+    assert key[:12] in listed.stdout and key not in listed.stdout and '"toolsets": ["graph"]' in listed.stdout
     subprocess.run([*cli, "revoke", key[:12]], cwd=ROOT, env=env, capture_output=True, text=True, check=True)
     assert httpx.get(url, headers={"Authorization": f"Bearer {key}"}).status_code == 401
