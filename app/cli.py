@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import subprocess
 import sys
 from typing import Any
@@ -28,20 +29,57 @@ LIGHT_COMMANDS = ("migrate", "keys", "embed", "backup", "restore", "version")
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    """Start the server."""
+    """Start the server: one process, or `--workers N` (`CAIRN_WORKERS`) processes on one port."""
     import uvicorn  # late: see LIGHT_COMMANDS
 
     from app.main import create_app
 
     rt: Runtime = args.runtime
     settings = rt.settings
-    overrides = {k: v for k, v in (("host", args.host), ("port", args.port)) if v}
+    overrides = {k: v for k, v in (("host", args.host), ("port", args.port), ("workers", args.workers)) if v}
     if overrides:
         settings = settings.model_copy(update=overrides)
-    app = create_app(settings)
-    uvicorn.run(
-        app, host=settings.host, port=settings.port, log_config=None, timeout_graceful_shutdown=20, proxy_headers=False
+    options: dict[str, Any] = {
+        "host": settings.host,
+        "port": settings.port,
+        "log_config": None,
+        "timeout_graceful_shutdown": 20,
+        "proxy_headers": False,
+    }
+    if settings.workers > 1:
+        return _serve_workers(settings, rt.features, options)
+    uvicorn.run(create_app(settings), **options)
+    return 0
+
+
+def _serve_workers(settings: Settings, features: list[str], options: dict[str, Any]) -> int:
+    """`settings.workers` uvicorn worker processes sharing one listening socket and one database.
+
+    This process starts the embedded PostgreSQL (when no CAIRN_DATABASE_URL is set) and migrates, once;
+    each worker builds the app (`create_app`) from the environment, which names that database and
+    turns start-up migrations off. On SIGTERM/SIGINT uvicorn stops the workers (each finishing its
+    in-flight calls), then this process stops the embedded PostgreSQL."""
+    import uvicorn  # late: see LIGHT_COMMANDS
+
+    from app.core.logs import configure_logging
+    from app.main import bootstrap
+
+    configure_logging(settings.log_level)
+    boot = bootstrap(settings, features)
+    os.environ.update(
+        {
+            "CAIRN_DATABASE_URL": boot.url,
+            "CAIRN_MIGRATE_ON_START": "false",
+            "CAIRN_HOST": settings.host,
+            "CAIRN_PORT": str(settings.port),
+            "CAIRN_WORKERS": "1",
+        }
     )
+    try:
+        uvicorn.run("app.main:create_app", factory=True, workers=settings.workers, **options)
+    finally:
+        if boot.pg is not None:
+            boot.pg.stop()
     return 0
 
 
@@ -180,6 +218,13 @@ def cmd_version(args: argparse.Namespace) -> int:
     return 0
 
 
+def _positive(value: str) -> int:
+    number = int(value)
+    if number < 1:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return number
+
+
 def build_parser(with_features: bool = True) -> argparse.ArgumentParser:
     """The argument parser of `cairn`, with every feature's sub-commands unless `with_features` is
     false."""
@@ -188,6 +233,11 @@ def build_parser(with_features: bool = True) -> argparse.ArgumentParser:
     serve = sub.add_parser("serve", help="start the server")
     serve.add_argument("--host")
     serve.add_argument("--port", type=int)
+    serve.add_argument(
+        "--workers",
+        type=_positive,
+        help="server processes on this host, sharing one database (default: CAIRN_WORKERS, 1)",
+    )
     serve.set_defaults(fn=cmd_serve)
     sub.add_parser("migrate", help="upgrade the database schema").set_defaults(fn=cmd_migrate)
     keys = sub.add_parser("keys", help="manage API keys")
@@ -231,7 +281,12 @@ def runtime(settings: Settings, light: bool) -> Runtime:
     from app.features import enabled
 
     features = enabled(settings.features)
-    return Runtime(settings, [f.name for f in features], build_settings(features))
+    return Runtime(
+        settings,
+        [f.name for f in features],
+        build_settings(features),
+        [t for f in features for t in f.embedding_targets],
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+import os
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -18,6 +20,7 @@ from app.core.auth import KeyStore, parse_static_keys
 from app.core.config import Settings, get_settings
 from app.core.context import AppState
 from app.core.db import Database
+from app.core.embedding_queue import EmbeddingQueue
 from app.core.errors import CairnError, NotFound, TooLarge
 from app.core.feature import build_registry, build_settings
 from app.core.logs import configure_logging, request_id_var
@@ -74,6 +77,43 @@ def bootstrap(settings: Settings, features: list[str]) -> Bootstrap:
         open_mode = True
         log.warning("no API keys configured: serving WITHOUT authentication (loopback only)")
     return Bootstrap(url=url, pg=pg, open_mode=open_mode)
+
+
+class RequestIdMiddleware:
+    """Gives every HTTP request an id: the client's `X-Request-ID` (first 64 characters) or a new one.
+
+    The id is set in `request_id_var` (logs, the executor) and in the request state
+    (`request.state.request_id`), and sent back in the `X-Request-ID` response header. Pure ASGI: no
+    extra task or response wrapper per request, unlike Starlette's `BaseHTTPMiddleware`."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        rid = ""
+        for name, value in scope.get("headers") or ():
+            if name == b"x-request-id":
+                rid = value.decode("latin-1")[:64]
+                break
+        rid = rid or new_request_id()
+        scope.setdefault("state", {})["request_id"] = rid
+        header = (b"x-request-id", rid.encode("latin-1"))
+
+        async def send_with_id(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                headers = [h for h in message.get("headers") or () if h[0].lower() != b"x-request-id"]
+                headers.append(header)
+                message = {**message, "headers": headers}
+            await send(message)
+
+        token = request_id_var.set(rid)
+        try:
+            await self.app(scope, receive, send_with_id)
+        finally:
+            request_id_var.reset(token)
 
 
 class BodyLimitMiddleware:
@@ -155,6 +195,9 @@ def create_app(settings: Settings | None = None, extra: list[OperationSet] | Non
         limiter=RateLimiter(settings.rate_limit_per_second, settings.rate_limit_burst),
         jobs=JobSlots(settings.max_long_jobs_per_key),
     )
+    queue = state.queue = EmbeddingQueue(
+        db, state.embedder, [t for f in features for t in f.embedding_targets], settings
+    )
     store = None if boot.open_mode else KeyStore(db, parse_static_keys(settings.api_keys), settings.key_cache_seconds)
     state.catalog = Catalog(registry, settings.mcp_toolsets)
     mcp = build_mcp(state, store, state.catalog)
@@ -182,6 +225,7 @@ def create_app(settings: Settings | None = None, extra: list[OperationSet] | Non
         for feature in features:
             if feature.startup is not None:
                 await feature.startup(state)
+        queue.start()
         log.info(
             "cairn ready",
             extra={
@@ -195,6 +239,7 @@ def create_app(settings: Settings | None = None, extra: list[OperationSet] | Non
             async with mcp.session_manager.run():
                 yield
         finally:
+            await queue.stop()
             for feature in reversed(features):
                 if feature.shutdown is not None:
                     await feature.shutdown(state)
@@ -216,25 +261,15 @@ def create_app(settings: Settings | None = None, extra: list[OperationSet] | Non
     app.state.key_store = store
     app.state.mcp = mcp
 
-    @app.middleware("http")
-    async def request_ids(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
-        rid = request.headers.get("x-request-id", "")[:64] or new_request_id()
-        request.state.request_id = rid
-        token = request_id_var.set(rid)
-        try:
-            response = await call_next(request)
-        finally:
-            request_id_var.reset(token)
-        response.headers["X-Request-ID"] = rid
-        return response
+    app.add_middleware(RequestIdMiddleware)
 
     @app.exception_handler(CairnError)
     async def cairn_error(request: Request, exc: CairnError) -> JSONResponse:
         return error_response(exc)
 
     @app.get("/healthz", include_in_schema=False)
-    async def healthz() -> dict[str, str]:
-        return {"status": "ok"}
+    async def healthz() -> dict[str, str | int]:
+        return {"status": "ok", "pid": os.getpid()}  # the pid tells `--workers` processes apart
 
     @app.get("/readyz", include_in_schema=False)
     async def readyz() -> JSONResponse:
@@ -249,6 +284,11 @@ def create_app(settings: Settings | None = None, extra: list[OperationSet] | Non
         except Exception as exc:
             checks["embedder"] = False
             checks["embedder_error"] = str(exc)[:200]
+        try:
+            queued = await queue.stats()
+            checks["embedding_queue"] = {"depth": queued.depth, "oldest_seconds": queued.oldest_seconds}
+        except Exception:
+            checks["embedding_queue"] = None
         ready = bool(checks["database"] and checks["migrations"] and checks["embedder"])
         return JSONResponse(
             {"status": "ready" if ready else "not ready", "checks": checks}, status_code=200 if ready else 503
@@ -256,6 +296,8 @@ def create_app(settings: Settings | None = None, extra: list[OperationSet] | Non
 
     @app.get("/metrics", include_in_schema=False)
     async def prometheus() -> Response:
+        with contextlib.suppress(Exception):
+            await queue.stats()  # refreshes the queue gauges
         body, ctype = metrics.render(db.pool_status())
         return PlainTextResponse(body, media_type=ctype)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from app.analysis import cli, lifecycle
 from app.analysis.config import AnalysisSettings
 from app.analysis.operations import ops
+from app.analysis.service import EMBEDDING_TARGET
 from app.core.feature import Feature
 
 FEATURE = Feature(
@@ -14,4 +15,5 @@ FEATURE = Feature(
     startup=lifecycle.startup,
     shutdown=lifecycle.shutdown,
     cli=cli.register,
+    embedding_targets=(EMBEDDING_TARGET,),
 )

@@ -15,7 +15,7 @@ from typing import Any
 from sqlalchemy import text
 
 from app.analysis.validation import FIELD, Where
-from app.core.repository import ProjectRepository, Repository
+from app.core.repository import EmbeddingQueueRepository, ProjectRepository, Repository
 
 
 def _key(field: str) -> str:
@@ -73,6 +73,7 @@ def _json(data: Any) -> str:
     return json.dumps(_no_nul(data), default=str) if "\\u0000" in text else text
 
 
+FINDING_TARGET = "analysis_finding"  # the embedding queue's name for finding (and page summary) vectors
 SCOPE = "project_id = :pid AND analysis_id = :aid AND model = :model AND expires_at > now()"
 
 
@@ -397,10 +398,9 @@ class AnalysisRepository(Repository):
         items: list[dict[str, Any]],
         persistent: bool,
         ttl_seconds: float,
-        model: str,
-        vectors: list[list[float]],
     ) -> tuple[list[int], datetime | None]:
-        """Store findings and their vectors; returns ids and the expiry (None when persistent)."""
+        """Store findings (their vectors are queued by the service); returns ids and the expiry (None
+        when persistent)."""
         rows = await self.rows(
             "INSERT INTO analysis_findings (project_id, analysis_id, category, finding, metadata, source_model, "
             "persistent, expires_at) SELECT CAST(:pid AS uuid), CAST(:aid AS text), f.c, f.t, f.m::jsonb, "
@@ -421,22 +421,66 @@ class AnalysisRepository(Repository):
         )
         ids = [int(r["id"]) for r in rows]
         ids.sort()  # identity values follow insertion order
-        if vectors:
-            await self.session.execute(
-                text(
-                    "INSERT INTO analysis_finding_embeddings (owner_id, model, dim, embedding) "
-                    "SELECT o, CAST(:model AS text), CAST(:dim AS integer), CAST(v AS vector) "
-                    "FROM unnest(CAST(:owners AS bigint[]), "
-                    "CAST(:vecs AS text[])) AS x(o, v)"
-                ),
-                {
-                    "model": model,
-                    "dim": len(vectors[0]),
-                    "owners": ids,
-                    "vecs": ["[" + ",".join(f"{x:.7g}" for x in v) + "]" for v in vectors],
-                },
-            )
         return ids, (rows[0]["expires_at"] if rows else None)
+
+    async def upsert_finding_embeddings(self, model: str, items: list[tuple[int, list[float]]]) -> None:
+        """Store findings' vectors for `model`."""
+        if not items:
+            return
+        await self.execute(
+            "INSERT INTO analysis_finding_embeddings (owner_id, model, dim, embedding) "
+            "SELECT o, CAST(:model AS text), CAST(:dim AS integer), CAST(v AS vector) "
+            "FROM unnest(CAST(:owners AS bigint[]), CAST(:vecs AS text[])) AS x(o, v) "
+            "ON CONFLICT (owner_id, model) DO UPDATE SET embedding = EXCLUDED.embedding, dim = EXCLUDED.dim",
+            {
+                "model": model,
+                "dim": len(items[0][1]),
+                "owners": [o for o, _ in items],
+                "vecs": ["[" + ",".join(f"{x:.7g}" for x in v) + "]" for _, v in items],
+            },
+        )
+
+    async def finding_texts(self, ids: list[int]) -> dict[int, str]:
+        """The text of each finding that still exists."""
+        rows = await self.rows(
+            "SELECT id, finding FROM analysis_findings WHERE id = ANY(CAST(:ids AS bigint[]))", {"ids": ids}
+        )
+        return {int(r["id"]): str(r["finding"]) for r in rows}
+
+    async def findings_missing_vectors(self, model: str, limit: int) -> list[str]:
+        """Live findings with no vector of `model` that are not queued for one."""
+        return await EmbeddingQueueRepository(self.session).missing(
+            FINDING_TARGET,
+            "analysis_findings",
+            "analysis_finding_embeddings",
+            "owner_id",
+            model,
+            limit,
+            "t.expires_at IS NULL OR t.expires_at > now()",
+        )
+
+    async def text_hits(
+        self, pid: uuid.UUID, aid: str, query: str, model: str, top_k: int, category: str | None, only_pending: bool
+    ) -> list[tuple[int, str, str, dict[str, Any], float]]:
+        """Live findings matching any word of `query` by full text (rank in [0, 1)), best first; with
+        `only_pending`, only those that have no vector of `model` yet."""
+        cat = "AND f.category = :cat" if category else ""
+        pending = (
+            "AND NOT EXISTS (SELECT 1 FROM analysis_finding_embeddings e WHERE e.owner_id = f.id AND e.model = :model)"
+            if only_pending
+            else ""
+        )
+        rows = await self.rows(
+            "WITH q AS (SELECT to_tsquery('simple', array_to_string(ARRAY(SELECT quote_literal(w) FROM "
+            "regexp_split_to_table(lower(:query), '\\W+') AS w WHERE w <> ''), ' | ')) AS q) "
+            "SELECT f.id, f.category, f.finding, f.metadata, "
+            "ts_rank_cd(to_tsvector('simple', f.finding), q.q, 32) AS score "
+            "FROM analysis_findings f, q WHERE f.project_id = :pid AND f.analysis_id = :aid "
+            f"AND (f.expires_at IS NULL OR f.expires_at > now()) {cat} {pending} "
+            "AND to_tsvector('simple', f.finding) @@ q.q ORDER BY score DESC, f.id LIMIT :k",
+            {"query": query, "model": model, "pid": pid, "aid": aid, "cat": category, "k": top_k},
+        )
+        return [(int(r["id"]), r["category"], r["finding"], r["metadata"], float(r["score"])) for r in rows]
 
     async def delete_page_summaries(self, pid: uuid.UUID, aid: str, model: str, pages: list[int]) -> None:
         """Drop earlier summaries of pages that are being re-ingested."""

@@ -6,7 +6,13 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, model_validator
 
-from app.core.schemas import PROJECT_NAME, StrictModel
+from app.core.schemas import (
+    EMBEDDING_STATE_DESCRIPTION,
+    PROJECT_NAME,
+    EmbeddingState,
+    StrictModel,
+    wait_for_embedding_field,
+)
 
 ANALYSIS_ID = r"^[A-Za-z0-9][A-Za-z0-9_.:\-]{0,127}$"
 MODEL_NAME = r"^[a-zA-Z_][a-zA-Z0-9_]{0,63}$"
@@ -91,6 +97,7 @@ class StoreIn(_Session):
 
     findings: list[FindingIn] = Field(min_length=1, max_length=25)
     persistent: bool = Field(default=False, description="Keep beyond the 1-hour lifetime of ephemeral findings")
+    wait_for_embedding: bool | None = wait_for_embedding_field()
 
 
 class StoreOut(BaseModel):
@@ -102,6 +109,7 @@ class StoreOut(BaseModel):
     persistent: bool
     expires_at: str | None
     message: str
+    embedding: EmbeddingState = Field(default="done", description=EMBEDDING_STATE_DESCRIPTION)
     tokens: int = 0
 
 
@@ -152,6 +160,9 @@ class FindingHit(BaseModel):
     finding: str
     score: float
     metadata: dict[str, Any] | None = None
+    embedding: Literal["pending"] | None = Field(
+        default=None, exclude_if=lambda v: v is None, description="pending: matched by text; its vector is not made yet"
+    )
 
 
 class QueryOut(BaseModel):

@@ -6,12 +6,14 @@ import uuid
 from typing import Any, TypeVar
 
 from pydantic import BaseModel
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.analysis.config import get_analysis_settings
-from app.analysis.repository import AnalysisRepository
+from app.analysis.repository import FINDING_TARGET, AnalysisRepository
 from app.analysis.schemas import ClearIn, ClearOut, StoreIn, StoreOut
 from app.core import budget
 from app.core.context import CallContext
+from app.core.embedding_queue import EmbeddingTarget, enqueue
 from app.core.errors import Forbidden, NotFound, invalid_field
 
 M = TypeVar("M", bound=BaseModel)
@@ -81,7 +83,7 @@ async def project_for_read(
 
 
 async def store(ctx: CallContext, args: StoreIn) -> StoreOut:
-    """Embed and store findings (ephemeral for the configured TTL unless persistent)."""
+    """Store findings (ephemeral for the configured TTL unless persistent) and queue their vectors."""
     settings = get_analysis_settings()
     for i, item in enumerate(args.findings):
         if item.metadata is not None and len(budget.dumps(item.metadata)) > MAX_METADATA_CHARS:
@@ -91,11 +93,11 @@ async def store(ctx: CallContext, args: StoreIn) -> StoreOut:
     repo = AnalysisRepository(ctx.session)
     pid = await project_for_write(ctx, repo, args.project)
     await repo.evict_expired()
-    vectors = await ctx.embedder.embed([f.finding for f in args.findings])
     items = [{"category": f.category, "finding": f.finding, "metadata": f.metadata} for f in args.findings]
     ids, expires = await repo.insert_findings(
-        pid, args.analysis_id, items, args.persistent, settings.finding_ttl_seconds, ctx.embedder.model, vectors
+        pid, args.analysis_id, items, args.persistent, settings.finding_ttl_seconds
     )
+    await enqueue(ctx, FINDING_TARGET, ids)
     life = "kept until analysis_clear" if args.persistent else f"expire at {expires:%Y-%m-%dT%H:%M:%SZ}"
     return with_tokens(
         StoreOut(
@@ -125,3 +127,19 @@ async def clear(ctx: CallContext, args: ClearIn) -> ClearOut:
             f"'{args.analysis_id}'.",
         )
     )
+
+
+async def _texts(session: AsyncSession, refs: list[str]) -> dict[str, str]:
+    rows = await AnalysisRepository(session).finding_texts([int(r) for r in refs])
+    return {str(k): v for k, v in rows.items()}
+
+
+async def _store(session: AsyncSession, model: str, items: list[tuple[str, list[float]]]) -> None:
+    await AnalysisRepository(session).upsert_finding_embeddings(model, [(int(r), v) for r, v in items])
+
+
+async def _missing(session: AsyncSession, model: str, limit: int) -> list[str]:
+    return await AnalysisRepository(session).findings_missing_vectors(model, limit)
+
+
+EMBEDDING_TARGET = EmbeddingTarget(FINDING_TARGET, _texts, _store, _missing)

@@ -12,7 +12,7 @@ from urllib.parse import quote
 
 from app.analysis.config import get_analysis_settings
 from app.analysis.registry import ChildCfg, ModelCfg, load_registry
-from app.analysis.repository import AnalysisRepository
+from app.analysis.repository import FINDING_TARGET, AnalysisRepository
 from app.analysis.schemas import IngestIn, IngestOut
 from app.analysis.service import check_impersonation, project_for_write, with_tokens
 from app.analysis.summaries import summarize
@@ -26,6 +26,7 @@ from app.analysis.upstream import (
 )
 from app.analysis.validation import field_name
 from app.core.context import CallContext
+from app.core.embedding_queue import enqueue
 from app.core.errors import NotFound, invalid_field
 
 log = logging.getLogger("cairn.analysis.ingest")
@@ -105,7 +106,6 @@ async def _store_summaries(
     if not summaries:
         return
     await repo.delete_page_summaries(pid, aid, model, [p for p, _, _ in summaries])
-    vectors = await ctx.embedder.embed([t for _, _, t in summaries])
     items = [
         {
             "category": "page_summary",
@@ -115,9 +115,8 @@ async def _store_summaries(
         }
         for p, n, t in summaries
     ]
-    await repo.insert_findings(
-        pid, aid, items, False, get_analysis_settings().finding_ttl_seconds, ctx.embedder.model, vectors
-    )
+    ids, _ = await repo.insert_findings(pid, aid, items, False, get_analysis_settings().finding_ttl_seconds)
+    await enqueue(ctx, FINDING_TARGET, ids)
 
 
 async def _top_level(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import uuid
 from typing import Any
 
@@ -14,7 +15,10 @@ from app.analysis.service import bounded_rows, project_for_read, with_tokens
 from app.analysis.validation import FIELD, bucket_interval, field_name, interval, parse_date, parse_where
 from app.core import budget
 from app.core.context import CallContext
+from app.core.embedding import EmbeddingUnavailable
 from app.core.errors import InvalidInput, NotFound, SchemaError, invalid_field
+
+log = logging.getLogger("cairn.analysis")
 
 FILTER_DEFAULT, FILTER_CAP = 20, 200
 GROUPS_DEFAULT = 50
@@ -23,11 +27,13 @@ FINDING_CHARS = 600
 
 async def query(ctx: CallContext, args: QueryIn) -> QueryOut:
     """Dispatch on `mode`."""
+    # The query's vector first: no transaction is open while the model runs.
+    vector = await _query_vector(ctx, args.query) if args.mode == "semantic" and args.query else None
     repo = AnalysisRepository(ctx.session)
     pid = await project_for_read(ctx, repo, args.project, args.analysis_id)
     await repo.evict_expired()
     if args.mode == "semantic":
-        out = await _semantic(ctx, repo, pid, args)
+        out = await _semantic(ctx, repo, pid, args, vector)
     elif args.mode == "describe":
         out = await _describe(repo, pid, args)
     else:
@@ -78,7 +84,17 @@ def _check_mode_args(args: QueryIn, allowed: set[str]) -> None:
         raise invalid_field(stray[0], f"mode '{args.mode}' does not use {', '.join(stray)}")
 
 
-async def _semantic(ctx: CallContext, repo: AnalysisRepository, pid: uuid.UUID, args: QueryIn) -> QueryOut:
+async def _query_vector(ctx: CallContext, query: str) -> list[float] | None:
+    try:
+        return await ctx.embedder.embed_one(query)
+    except EmbeddingUnavailable as exc:
+        log.warning("analysis semantic query without vectors: %s", exc)
+        return None
+
+
+async def _semantic(
+    ctx: CallContext, repo: AnalysisRepository, pid: uuid.UUID, args: QueryIn, vector: list[float] | None
+) -> QueryOut:
     _check_mode_args(args, {"query", "category"})
     if not args.query:
         raise invalid_field("query", "semantic mode needs query")
@@ -87,9 +103,18 @@ async def _semantic(ctx: CallContext, repo: AnalysisRepository, pid: uuid.UUID, 
             f"No analysis session '{args.analysis_id}' (nothing ingested or stored)",
             suggestions=["Run analysis_ingest or analysis_store first"],
         )
-    vector = await ctx.embedder.embed_one(args.query)
-    hits = await repo.semantic(pid, args.analysis_id, vector, ctx.embedder.model, args.top_k, args.category)
-    kept = [h for h in hits if h[4] >= args.threshold]
+    model = ctx.embedder.model
+    if vector is not None:
+        hits = await repo.semantic(pid, args.analysis_id, vector, model, args.top_k, args.category)
+        kept = [h for h in hits if h[4] >= args.threshold]
+    else:
+        hits = kept = []
+    # Findings whose vector is not made yet (or every finding, without a query vector) by full text.
+    by_text = await repo.text_hits(
+        pid, args.analysis_id, args.query, model, args.top_k, args.category, only_pending=vector is not None
+    )
+    pending = {h[0] for h in by_text}
+    kept = (kept + [h for h in by_text if h[0] not in {k[0] for k in kept}])[: args.top_k]
     findings = []
     for fid, category, text, metadata, score in kept:
         meta = None if category == "page_summary" or not metadata else metadata
@@ -102,15 +127,17 @@ async def _semantic(ctx: CallContext, repo: AnalysisRepository, pid: uuid.UUID, 
                 score=round(score, 3),
                 metadata=meta,
                 finding=text if len(text) <= FINDING_CHARS else text[:FINDING_CHARS] + "…",
+                embedding="pending" if fid in pending and vector is not None else None,
             )
         )
     scope = f" in category '{args.category}'" if args.category else ""
+    message = f"{len(findings)} finding(s){scope} with similarity >= {args.threshold:g} (of {len(hits)} nearest)."
+    if vector is None:
+        message = f"{len(findings)} finding(s){scope} matched by full text: the embedding model is unavailable."
+    elif pending:
+        message += f" {len(pending)} matched by text: their vectors are not made yet."
     return QueryOut(
-        analysis_id=args.analysis_id,
-        mode="semantic",
-        total=len(findings),
-        findings=findings,
-        message=f"{len(findings)} finding(s){scope} with similarity >= {args.threshold:g} (of {len(hits)} nearest).",
+        analysis_id=args.analysis_id, mode="semantic", total=len(findings), findings=findings, message=message
     )
 
 

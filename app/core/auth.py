@@ -16,6 +16,7 @@ import uuid
 from dataclasses import dataclass
 
 from mcp.server.auth.provider import AccessToken, TokenVerifier
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.core.context import Principal
 from app.core.db import Database
@@ -125,19 +126,22 @@ class KeyStore:
         cached = self._cache.get(digest)
         if cached is not None and now - cached[0] < self.cache_seconds:
             return cached[1]
-        async with self.db.transaction() as session:
+
+        async def lookup(session: AsyncSession) -> Principal | None:
             repo = ApiKeyRepository(session)
             row = await repo.by_hash(digest)
-            principal = None
-            if row is not None:
-                principal = Principal(
-                    key_id=str(row.id),
-                    name=row.name,
-                    scopes=frozenset(row.scopes),
-                    project=row.project,
-                    toolsets=tuple(row.toolsets) if row.toolsets else None,
-                )
-                await repo.touch(row.id)
+            if row is None:
+                return None
+            await repo.touch(row.id)
+            return Principal(
+                key_id=str(row.id),
+                name=row.name,
+                scopes=frozenset(row.scopes),
+                project=row.project,
+                toolsets=tuple(row.toolsets) if row.toolsets else None,
+            )
+
+        principal = await self.db.run(lookup)  # once more on a fresh connection if the pooled one was dead
         if len(self._cache) > 10_000:
             self._cache.clear()
         self._cache[digest] = (now, principal)

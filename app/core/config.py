@@ -31,6 +31,8 @@ class Settings(BaseSettings):
     allowed_hosts: Annotated[list[str], NoDecode] = Field(default_factory=list)
     allowed_origins: Annotated[list[str], NoDecode] = Field(default_factory=list)
     max_body_bytes: int = 4 * 1024 * 1024
+    # Server processes of `cairn serve` on this host (uvicorn workers sharing one embedded PostgreSQL)
+    workers: int = Field(default=1, ge=1, le=64)
 
     # Storage
     database_url: str | None = None
@@ -38,6 +40,8 @@ class Settings(BaseSettings):
     db_pool_size: int = 10
     db_max_overflow: int = 10
     db_pool_timeout: float = 10.0
+    # Pooled connections older than this are replaced at checkout (there is no pre-ping); -1 = never
+    db_pool_recycle_seconds: int = Field(default=1800, ge=-1)
     db_statement_timeout_ms: int = 30_000
     migrate_on_start: bool = True
 
@@ -67,6 +71,15 @@ class Settings(BaseSettings):
     embedding_max_wait_ms: float = 5.0
     embedding_max_length: int = 256
     embedding_timeout: float = 30.0
+    # The embedding queue: writes commit their text and a queue row; workers in the server make the vectors.
+    # `sync` makes every write wait (bounded by embedding_wait_seconds) for its own vectors.
+    embedding_write_mode: Literal["async", "sync"] = "async"
+    embedding_wait_seconds: float = Field(default=10.0, gt=0, le=600)
+    embedding_queue_workers: int = Field(default=2, ge=0, le=16)
+    embedding_queue_batch: int = Field(default=64, ge=1, le=1024)
+    embedding_queue_lease_seconds: float = Field(default=60.0, gt=0)
+    embedding_queue_poll_seconds: float = Field(default=1.0, gt=0)
+    embedding_queue_retry_max_seconds: float = Field(default=30.0, gt=0)
 
     # MCP
     mcp_json_response: bool = False

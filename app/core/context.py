@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from app.core.config import Settings
     from app.core.db import Database
     from app.core.embedding import EmbeddingProvider
+    from app.core.embedding_queue import EmbeddingQueue, WaitResult
     from app.core.ratelimit import JobSlots, RateLimiter
     from app.core.registry import Registry
     from app.core.toolsets import Catalog
@@ -66,6 +67,7 @@ class AppState:
     limiter: RateLimiter | None = None
     jobs: JobSlots | None = None
     catalog: Catalog | None = None
+    queue: EmbeddingQueue | None = None
     extras: dict[str, Any] = field(default_factory=dict)
 
 
@@ -94,6 +96,13 @@ class CallContext:
     request_id: str
     transport: str
     progress_fn: ProgressFn = _no_progress
+    # Embedding-queue rows this call wrote (see app.core.embedding_queue.enqueue)
+    queued: list[int] = field(default_factory=list)
+    # Set after the commit when the call waited for them: what is still queued, what was refused
+    embedding_wait: WaitResult | None = None
+    # Run after the commit, in order, each given and returning the reply (e.g. to report what the
+    # queue made meanwhile)
+    after_commit: list[Callable[[Any], Awaitable[Any]]] = field(default_factory=list)
 
     @property
     def settings(self) -> Settings:

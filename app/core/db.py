@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import MetaData, text
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
@@ -15,6 +15,7 @@ from sqlalchemy.orm import DeclarativeBase
 from app.core.config import Settings
 
 log = logging.getLogger("cairn.db")
+T = TypeVar("T")
 
 NAMING = {
     "ix": "ix_%(column_0_label)s",
@@ -32,13 +33,17 @@ class Base(DeclarativeBase):
 
 
 def make_engine(url: str, settings: Settings) -> AsyncEngine:
-    """Create the async engine with the configured pool and a statement timeout."""
+    """Create the async engine with the configured pool and a statement timeout.
+
+    No pre-ping on checkout (it cost three round trips per call): connections are replaced after
+    `db_pool_recycle_seconds`, and a call that finds its pooled connection dead (PostgreSQL restarted)
+    is retried once on a fresh one (`Database.run`, `executor.run_operation`)."""
     return create_async_engine(
         url,
         pool_size=settings.db_pool_size,
         max_overflow=settings.db_max_overflow,
         pool_timeout=settings.db_pool_timeout,
-        pool_pre_ping=True,
+        pool_recycle=settings.db_pool_recycle_seconds,
         connect_args={
             "server_settings": {
                 "statement_timeout": str(settings.db_statement_timeout_ms),
@@ -63,11 +68,32 @@ class Database:
         async with self.sessionmaker() as session, session.begin():
             yield session
 
+    async def run(self, work: Callable[[AsyncSession], Awaitable[T]], *, retry: bool = True) -> T:
+        """`work(session)` in one transaction (see `transaction`). When it fails because its pooled
+        connection was dead before anything committed, it runs once more on a fresh connection (unless
+        `retry` is false: work with effects outside the database)."""
+        attempt = 1
+        while True:
+            committing = False
+            try:
+                async with self.transaction() as session:
+                    out = await work(session)
+                    committing = True
+                return out
+            except Exception as exc:
+                if not retry or committing or attempt > 1 or not is_dead_connection(exc):
+                    raise
+                log.warning("retrying on a fresh connection: the pooled one was dead (%s)", type(exc).__name__)
+                attempt += 1
+
     async def ping(self) -> bool:
-        """True when the database answers a trivial query."""
+        """True when the database answers a trivial query (a dead pooled connection is replaced first)."""
+
+        async def select_one(session: AsyncSession) -> None:
+            await session.execute(text("SELECT 1"))
+
         try:
-            async with self.engine.connect() as conn:
-                await conn.execute(text("SELECT 1"))
+            await self.run(select_one)
             return True
         except Exception:
             return False
@@ -106,6 +132,13 @@ def sqlstate(exc: DBAPIError) -> str:
         if code:
             return str(code)
     return "22000" if type(_driver_errors(exc)[1]).__name__ == "DataError" else ""
+
+
+def is_dead_connection(exc: BaseException) -> bool:
+    """True when `exc` says the connection a statement ran on was found dead (e.g. PostgreSQL restarted
+    since it was pooled). SQLAlchemy has then invalidated it, and the pool replaces every connection
+    older than it at checkout, so one retry gets a fresh connection."""
+    return isinstance(exc, DBAPIError) and bool(exc.connection_invalidated)
 
 
 def is_connection_error(exc: BaseException) -> bool:

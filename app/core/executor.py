@@ -13,6 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 from sqlalchemy.exc import DBAPIError
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.core.context import AppState, CallContext, Principal, ProgressFn, _no_progress
 from app.core.db import is_connection_error, sqlstate
@@ -134,7 +135,8 @@ async def run_operation(
             slot = True
         args = validate_args(op.input_model, raw_args)
         check_scope(op, principal)
-        async with app.db.transaction() as session:
+
+        async def attempt(session: AsyncSession) -> tuple[CallContext, BaseModel]:
             ctx = CallContext(
                 session=session,
                 principal=principal,
@@ -148,6 +150,13 @@ async def run_operation(
                 result = op.output_model.model_validate(result)
             if audited:
                 await AuditRepository(session).add(audit_entry(op, transport, principal, args, result, None))
+            return ctx, result
+
+        # A pooled connection found dead (PostgreSQL restarted) before the commit: once more on a fresh
+        # one, unless the call reaches outside the database or has reported progress (Database.run).
+        ctx, result = await app.db.run(attempt, retry=not op.open_world and not op.long_running)
+        if ctx.queued or ctx.after_commit:
+            result = await _after_commit(app, ctx, args, result)
         return result
     except BaseException as exc:
         if isinstance(exc, asyncio.CancelledError):
@@ -180,6 +189,29 @@ async def run_operation(
             },
         )
         request_id_var.reset(token)
+
+
+async def _after_commit(app: AppState, ctx: CallContext, args: BaseModel, result: BaseModel) -> BaseModel:
+    """After the commit: wake the embedding workers, wait for this call's vectors when asked (the
+    call's own `wait_for_embedding`, else the server's write mode), report `embedding`, run the hooks."""
+    if ctx.queued:
+        done = False
+        if app.queue is not None:
+            app.queue.wake()
+            wait = getattr(args, "wait_for_embedding", None)
+            if wait is None:
+                wait = app.settings.embedding_write_mode == "sync"
+            if wait:
+                ctx.embedding_wait = await app.queue.wait(ctx.queued, app.settings.embedding_wait_seconds)
+                done = not ctx.embedding_wait.remaining
+        if "embedding" in type(result).model_fields:
+            result = result.model_copy(update={"embedding": "done" if done else "pending"})
+    for hook in ctx.after_commit:
+        try:
+            result = await hook(result)
+        except Exception:  # the call committed: its reply must still go out
+            log.warning("an after-commit step failed", exc_info=True)
+    return result
 
 
 _COUNT_FIELDS = 12
@@ -239,10 +271,12 @@ async def read_resource(
     try:
         if not principal.has_scope(res.scope):
             raise Forbidden(f"Resource '{res.uri}' needs the '{res.scope}' scope")
-        async with app.db.transaction() as session:
+
+        async def attempt(session: AsyncSession) -> BaseModel:
             ctx = CallContext(session=session, principal=principal, app=app, request_id=request_id, transport=transport)
-            result = await res.handler(ctx, **params)
-        return result
+            return await res.handler(ctx, **params)
+
+        return await app.db.run(attempt)
     except BaseException as exc:
         if isinstance(exc, asyncio.CancelledError):
             raise

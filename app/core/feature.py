@@ -20,6 +20,7 @@ from app.core.registry import OperationSet, Registry
 
 if TYPE_CHECKING:
     from app.core.context import AppState
+    from app.core.embedding_queue import EmbeddingTarget
 
 Hook = Callable[["AppState"], Awaitable[None]]
 
@@ -39,6 +40,7 @@ class Feature:
     - `startup` / `shutdown`: lifespan hooks (sweeps, background runners), run in listing order and
       in reverse.
     - `cli`: `register(subparsers)` adding `cairn <command>` sub-commands.
+    - `embedding_targets`: the kinds of rows it keeps a vector of, served by the core embedding queue.
     """
 
     name: str
@@ -50,6 +52,7 @@ class Feature:
     startup: Hook | None = None
     shutdown: Hook | None = None
     cli: Callable[[Any], None] | None = None
+    embedding_targets: tuple[EmbeddingTarget, ...] = ()
 
     def __post_init__(self) -> None:
         if self.operations.feature != self.name:

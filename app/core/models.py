@@ -6,7 +6,7 @@ import uuid
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ARRAY, BigInteger, DateTime, Identity, Index, Integer, String, Text, func
+from sqlalchemy import ARRAY, BigInteger, DateTime, Identity, Index, Integer, String, Text, UniqueConstraint, func
 from sqlalchemy.dialects.postgresql import (
     JSONB,
     UUID,
@@ -74,3 +74,28 @@ class AuditEntry(Base):
     error_code: Mapped[int | None] = mapped_column(Integer)
     counts: Mapped[dict[str, Any]] = mapped_column(JSONB, nullable=False, default=dict)
     request_id: Mapped[str | None] = mapped_column(String(64))
+
+
+class EmbeddingJob(Base):
+    """A row of the embedding queue: the vector of `(target, ref)` under `model` is missing or stale.
+
+    Writes insert (or bump `version` of) a job in their own transaction; workers lease a batch with
+    ``FOR UPDATE SKIP LOCKED``, embed outside any transaction, then store the vectors and delete the
+    jobs whose `version` is still the one they leased (a newer write re-queues the row)."""
+
+    __tablename__ = "embedding_queue"
+    __table_args__ = (
+        UniqueConstraint("target", "ref", "model", name="uq_embedding_queue_target_ref_model"),
+        Index("ix_embedding_queue_model_not_before", "model", "not_before"),
+    )
+
+    id: Mapped[int] = mapped_column(BigInteger, Identity(), primary_key=True)
+    target: Mapped[str] = mapped_column(String(64), nullable=False)
+    ref: Mapped[str] = mapped_column(String(64), nullable=False)
+    model: Mapped[str] = mapped_column(String(200), nullable=False)
+    version: Mapped[int] = mapped_column(Integer, nullable=False, server_default="1")
+    attempts: Mapped[int] = mapped_column(Integer, nullable=False, server_default="0")
+    enqueued_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    not_before: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    leased_until: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    last_error: Mapped[str | None] = mapped_column(Text)

@@ -20,9 +20,12 @@ from app.core.schemas import (
     HealthOut,
     ListProjectsIn,
     ListProjectsOut,
+    QueueInfo,
     SettingsOut,
     ToolsetInfo,
     ToolsetsOut,
+    WaitForEmbeddingsIn,
+    WaitForEmbeddingsOut,
 )
 
 ops = OperationSet("core")
@@ -110,6 +113,32 @@ async def audit_log(ctx: CallContext, args: AuditLogIn) -> AuditLogOut:
     return AuditLogOut(entries=entries, next_before_id=nxt)
 
 
+@ops.operation(
+    name="wait_for_embeddings",
+    title="Wait For Embeddings",
+    toolsets=("admin",),
+    input=WaitForEmbeddingsIn,
+    output=WaitForEmbeddingsOut,
+    path="/embeddings/wait",
+    read_only=True,
+    long_running=True,
+)
+async def wait_for_embeddings(ctx: CallContext, args: WaitForEmbeddingsIn) -> WaitForEmbeddingsOut:
+    """Wait until the embedding queue is empty (every written row has its vector) or the timeout
+    passes, helping the workers meanwhile; for bulk loaders and benchmarks."""
+    return WaitForEmbeddingsOut.model_validate(await service.wait_for_embeddings(ctx, args.timeout_seconds))
+
+
+async def _queue_info(ctx: CallContext) -> QueueInfo | None:
+    if ctx.app.queue is None:
+        return None
+    try:
+        stats = await ctx.app.queue.stats()
+    except Exception:  # health must answer even when the database does not
+        return None
+    return QueueInfo(depth=stats.depth, oldest_seconds=stats.oldest_seconds, retrying=stats.retrying)
+
+
 @ops.resource(uri="mcp://health", name="health", output=HealthOut, path="/resources/health")
 async def health(ctx: CallContext) -> HealthOut:
     """Embedding provider, model and dimension, and database reachability."""
@@ -123,6 +152,7 @@ async def health(ctx: CallContext) -> HealthOut:
             reachable=reachable, embedded=ctx.app.extras.get("embedded_pg") is not None, migrations_at_head=at_head
         ),
         features=ctx.app.features,
+        embedding_queue=await _queue_info(ctx),
     )
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, TypeVar, overload
 
@@ -236,3 +237,141 @@ class AuditRepository(Repository):
         if before_id is not None:
             stmt = stmt.where(AuditEntry.id < before_id)
         return list((await self.session.scalars(stmt)).all())
+
+
+@dataclass(frozen=True, slots=True)
+class LeasedJob:
+    """A queue row leased by a worker: which vector to make, and the version it was leased at."""
+
+    id: int
+    target: str
+    ref: str
+    version: int
+    attempts: int
+
+
+@dataclass(frozen=True, slots=True)
+class QueueStats:
+    """The queue for one model: rows waiting, the oldest one's age, rows that failed at least once."""
+
+    depth: int
+    oldest_seconds: float | None
+    retrying: int
+    other_models: int
+
+
+class EmbeddingQueueRepository(Repository):
+    """The SQL of the embedding queue (see `app.core.models.EmbeddingJob`)."""
+
+    async def enqueue(self, target: str, refs: Sequence[str], model: str, *, bump: bool = True) -> list[int]:
+        """Queue `refs` of `target` for `model`; returns their job ids.
+
+        A ref already queued gets its version bumped (`bump`, for writes: the text changed, a worker
+        holding the old version must not store its vector) or is left as it is (backfills)."""
+        if not refs:
+            return []
+        conflict = (
+            "DO UPDATE SET version = embedding_queue.version + 1, not_before = now(), attempts = 0, last_error = NULL"
+            if bump
+            else "DO UPDATE SET version = embedding_queue.version"  # a no-op that still returns the id
+        )
+        return [
+            int(i)
+            for i in await self.scalars(
+                "INSERT INTO embedding_queue (target, ref, model) "
+                "SELECT :target, r, :model FROM unnest(CAST(:refs AS text[])) AS r "
+                f"ON CONFLICT (target, ref, model) {conflict} RETURNING id",
+                {"target": target, "refs": list(dict.fromkeys(refs)), "model": model},
+            )
+        ]
+
+    async def lease(
+        self, model: str, limit: int, lease_seconds: float, targets: Sequence[str], ids: Sequence[int] | None = None
+    ) -> list[LeasedJob]:
+        """Lease up to `limit` due jobs of `model` and `targets` (only `ids` when given) that no live
+        worker holds.
+
+        Rows locked by another transaction are skipped, and a lease that ran out (its worker died)
+        makes the row claimable again."""
+        only = "AND id = ANY(:ids)" if ids is not None else ""
+        return await self.rows(
+            "UPDATE embedding_queue q SET leased_until = now() + make_interval(secs => :lease), "
+            "attempts = q.attempts + 1 "
+            "WHERE q.id IN (SELECT id FROM embedding_queue "
+            "WHERE model = :model AND target = ANY(:targets) AND not_before <= now() "
+            f"AND (leased_until IS NULL OR leased_until < now()) {only} "
+            "ORDER BY not_before, id LIMIT :limit FOR UPDATE SKIP LOCKED) "
+            "RETURNING q.id, q.target, q.ref, q.version, q.attempts",
+            {"model": model, "limit": limit, "lease": lease_seconds, "targets": list(targets), "ids": list(ids or [])},
+            into=LeasedJob,
+        )
+
+    async def complete(self, jobs: Sequence[LeasedJob]) -> set[int]:
+        """Delete the jobs still at their leased version; returns their ids (the others were re-queued
+        by a newer write and stay, released, for the next lease)."""
+        if not jobs:
+            return set()
+        done = {
+            int(i)
+            for i in await self.scalars(
+                "DELETE FROM embedding_queue q USING unnest(CAST(:ids AS bigint[]), CAST(:versions AS int[])) "
+                "AS c(id, version) WHERE q.id = c.id AND q.version = c.version RETURNING q.id",
+                {"ids": [j.id for j in jobs], "versions": [j.version for j in jobs]},
+            )
+        }
+        stale = [j.id for j in jobs if j.id not in done]
+        if stale:
+            await self.execute("UPDATE embedding_queue SET leased_until = NULL WHERE id = ANY(:ids)", {"ids": stale})
+        return done
+
+    async def retry_later(self, jobs: Sequence[LeasedJob], error: str, max_delay_seconds: float) -> None:
+        """Release failed jobs with an exponential delay by attempt (capped), keeping the error."""
+        await self.execute(
+            "UPDATE embedding_queue SET leased_until = NULL, last_error = :error, "
+            "not_before = now() + make_interval(secs => least(:cap, 0.5 * power(2, least(attempts, 20)))) "
+            "WHERE id = ANY(:ids)",
+            {"ids": [j.id for j in jobs], "error": error[:500], "cap": max_delay_seconds},
+        )
+
+    async def missing(
+        self, target: str, rows: str, vectors: str, owner: str, model: str, limit: int, where: str = "TRUE"
+    ) -> list[str]:
+        """Ids of `rows` (a table keyed by `id`) that have no vector of `model` in `vectors` (keyed by its
+        `owner` column and `model`) and are not queued for it, lowest first.
+
+        `rows`, `vectors`, `owner` and `where` are SQL written in a repository, never a caller's value."""
+        return [
+            str(i)
+            for i in await self.scalars(
+                f"SELECT t.id FROM {rows} t WHERE ({where}) "
+                f"AND NOT EXISTS (SELECT 1 FROM {vectors} v WHERE v.{owner} = t.id AND v.model = :model) "
+                "AND NOT EXISTS (SELECT 1 FROM embedding_queue q "
+                "WHERE q.target = :target AND q.ref = t.id::text AND q.model = :model) ORDER BY t.id LIMIT :limit",
+                {"model": model, "target": target, "limit": limit},
+            )
+        ]
+
+    async def remaining(self, ids: Sequence[int]) -> list[int]:
+        """Which of `ids` are still queued."""
+        return [
+            int(i)
+            for i in await self.scalars("SELECT id FROM embedding_queue WHERE id = ANY(:ids)", {"ids": list(ids)})
+        ]
+
+    async def stats(self, model: str) -> QueueStats:
+        """Depth, oldest age and retrying rows for `model`; rows queued for other models."""
+        row = await self.row(
+            "SELECT count(*) FILTER (WHERE model = :model) AS depth, "
+            "extract(epoch FROM now() - min(enqueued_at) FILTER (WHERE model = :model)) AS oldest_seconds, "
+            "count(*) FILTER (WHERE model = :model AND last_error IS NOT NULL) AS retrying, "
+            "count(*) FILTER (WHERE model <> :model) AS other_models FROM embedding_queue",
+            {"model": model},
+        )
+        assert row is not None
+        oldest = row["oldest_seconds"]
+        return QueueStats(
+            depth=int(row["depth"]),
+            oldest_seconds=None if oldest is None else round(float(oldest), 3),
+            retrying=int(row["retrying"]),
+            other_models=int(row["other_models"]),
+        )

@@ -22,6 +22,7 @@ from app.core.config import Settings
 from app.core.context import OPEN_PRINCIPAL, AppState, CallContext, feature_settings_of
 from app.core.db import Database
 from app.core.embedding import EmbeddingProvider, build_embedder
+from app.core.embedding_queue import EmbeddingQueue, EmbeddingTarget
 from app.core.pgembedded import start_embedded
 from app.core.registry import Registry
 
@@ -77,6 +78,7 @@ class Runtime:
     settings: Settings
     features: list[str]
     feature_settings: dict[type[BaseSettings], BaseSettings] = field(default_factory=dict)
+    embedding_targets: list[EmbeddingTarget] = field(default_factory=list)
 
     def settings_of(self, cls: type[S]) -> S:
         """A feature's settings (as the server would read them)."""
@@ -122,6 +124,10 @@ class Runtime:
         finally:
             await embedder.close()
 
+    def queue(self, db: Database, embedder: EmbeddingProvider) -> EmbeddingQueue:
+        """The embedding queue of the enabled features, for a command to drain (no background workers)."""
+        return EmbeddingQueue(db, embedder, self.embedding_targets, self.settings)
+
     def app_state(self, db: Database, embedder: EmbeddingProvider) -> AppState:
         """Process state for command-line work (no registry, no limits)."""
         return AppState(
@@ -131,11 +137,16 @@ class Runtime:
             registry=Registry(),
             features=self.features,
             feature_settings=self.feature_settings,
+            queue=self.queue(db, embedder),
         )
 
     @asynccontextmanager
     async def call_context(self, db: Database, embedder: EmbeddingProvider) -> AsyncIterator[CallContext]:
-        """An admin call context inside one transaction (committed when the block succeeds)."""
+        """An admin call context inside one transaction (committed when the block succeeds); the
+        vectors it queued are made before the block returns, as a command's user expects."""
         state = self.app_state(db, embedder)
         async with db.transaction() as session:
-            yield CallContext(session=session, principal=OPEN_PRINCIPAL, app=state, request_id="cli", transport="cli")
+            ctx = CallContext(session=session, principal=OPEN_PRINCIPAL, app=state, request_id="cli", transport="cli")
+            yield ctx
+        if ctx.queued and state.queue is not None:
+            await state.queue.drain(timeout=24 * 3600)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -109,6 +109,44 @@ class EmbedOut(BaseModel):
     truncated: bool
 
 
+EmbeddingState = Literal["done", "pending"]
+EMBEDDING_STATE_DESCRIPTION = (
+    "done: this call's vectors are stored; pending: queued, made shortly (text search finds the rows meanwhile)"
+)
+
+
+def wait_for_embedding_field() -> Any:
+    """The per-call `wait_for_embedding` option of every write that makes vectors."""
+    return Field(
+        default=None,
+        description="Wait (bounded) until this call's vectors are stored before answering "
+        "(default: the server's CAIRN_EMBEDDING_WRITE_MODE)",
+    )
+
+
+class QueueInfo(BaseModel):
+    """The embedding queue of the active model."""
+
+    depth: int = Field(description="Rows waiting for a vector")
+    oldest_seconds: float | None = Field(default=None, description="Age of the oldest waiting row")
+    retrying: int = Field(default=0, description="Waiting rows whose last try failed")
+
+
+class WaitForEmbeddingsIn(StrictModel):
+    """Arguments of wait_for_embeddings."""
+
+    timeout_seconds: float = Field(default=60.0, gt=0, le=3600, description="Longest wait")
+
+
+class WaitForEmbeddingsOut(BaseModel):
+    """The queue when the wait ended."""
+
+    model: str
+    drained: bool = Field(description="True when no row waits for a vector of the active model")
+    depth: int
+    waited_ms: float
+
+
 class EmbeddingInfo(BaseModel):
     """Embedding configuration."""
 
@@ -132,6 +170,7 @@ class HealthOut(BaseModel):
     status: str
     version: str
     embedding: EmbeddingInfo
+    embedding_queue: QueueInfo | None = None
     database: DatabaseInfo
     features: list[str]
 

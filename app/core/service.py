@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import time
+
 from app.core.context import CallContext
+from app.core.errors import Unavailable
 from app.core.models import Project
 from app.core.repository import ProjectRepository
 from app.core.schemas import ProjectOut
@@ -47,4 +50,19 @@ async def embed_summary(ctx: CallContext, text: str) -> dict[str, object]:
         "head": [round(v, 5) for v in vector[:8]],
         "tokens": tokens,
         "truncated": tokens + 2 > ctx.settings.embedding_max_length,
+    }
+
+
+async def wait_for_embeddings(ctx: CallContext, timeout: float) -> dict[str, object]:
+    """Help the queue workers until no row waits for a vector of the active model, or `timeout`."""
+    started = time.perf_counter()
+    queue = ctx.app.queue
+    if queue is None:
+        raise Unavailable("This process runs no embedding queue")
+    stats = await queue.drain(timeout)
+    return {
+        "model": queue.model,
+        "drained": stats.depth == 0,
+        "depth": stats.depth,
+        "waited_ms": round((time.perf_counter() - started) * 1000, 1),
     }

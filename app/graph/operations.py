@@ -10,6 +10,7 @@ from app.graph.schemas import (
     AddObservationsIn,
     AddObservationsOut,
     AddReflectionIn,
+    AddReflectionOut,
     ConsolidateIn,
     ConsolidateOut,
     CreateEntitiesIn,
@@ -32,7 +33,6 @@ from app.graph.schemas import (
     QualityReportOut,
     ReadGraphIn,
     ReadGraphOut,
-    ReflectionOut,
     RelationRefIn,
     SearchNodesIn,
     SearchReflectionsIn,
@@ -261,11 +261,11 @@ async def get_entity_history(ctx: CallContext, args: EntityHistoryIn) -> EntityH
 @ops.operation(
     name="add_reflection",
     input=AddReflectionIn,
-    output=ReflectionOut,
+    output=AddReflectionOut,
     path="/graph/reflections",
     title="Add Reflection",
 )
-async def add_reflection(ctx: CallContext, args: AddReflectionIn) -> ReflectionOut:
+async def add_reflection(ctx: CallContext, args: AddReflectionIn) -> AddReflectionOut:
     """Record a narrative reflection about an entity, a session or the whole graph."""
     return await service_reflections.add_reflection(ctx, args)
 

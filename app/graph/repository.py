@@ -9,9 +9,11 @@ from typing import Any
 
 from sqlalchemy import text
 
-from app.core.repository import Repository
+from app.core.repository import EmbeddingQueueRepository, Repository
 
 ADVISORY_CLASS = 0x6772  # "gr": the advisory-lock class of graph entity names
+ENTITY_TARGET = "graph_entity"  # the embedding queue's name for entity vectors
+REFLECTION_TARGET = "graph_reflection"
 
 
 def vector_literal(vec: Sequence[float]) -> str:
@@ -215,6 +217,20 @@ class GraphRepository(Repository):
             {"ids": sorted(set(entity_ids))},
         )
         return [(int(r["id"]), snapshot_text(r["name"], r["entity_type"], r["obs_text"])) for r in rows]
+
+    async def entity_texts(self, entity_ids: Sequence[int]) -> dict[int, str]:
+        """The embedding snapshot of each entity that still exists (see `snapshot_text`)."""
+        rows = await self.rows(
+            "SELECT id, name, entity_type, obs_text FROM graph_entities WHERE id = ANY(CAST(:ids AS bigint[]))",
+            {"ids": list(entity_ids)},
+        )
+        return {int(r["id"]): snapshot_text(r["name"], r["entity_type"], r["obs_text"]) for r in rows}
+
+    async def entities_missing_vectors(self, model: str, limit: int) -> list[str]:
+        """Entities with no vector of `model` that are not queued for one."""
+        return await EmbeddingQueueRepository(self.session).missing(
+            ENTITY_TARGET, "graph_entities", "graph_embeddings", "owner_id", model, limit
+        )
 
     async def upsert_embeddings(self, items: Sequence[tuple[int, Sequence[float]]], model: str) -> None:
         """Store one vector per entity for `model`, replacing the previous one."""

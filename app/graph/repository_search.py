@@ -8,8 +8,8 @@ from typing import Any
 
 from sqlalchemy import text
 
-from app.core.repository import Repository
-from app.graph.repository import vector_literal
+from app.core.repository import EmbeddingQueueRepository, Repository
+from app.graph.repository import REFLECTION_TARGET, vector_literal
 
 TEXT_SCAN_CAP = 2000  # full-text matches ranked at most (very common words match most of a large graph)
 
@@ -58,12 +58,14 @@ class SearchRepository(Repository):
         )
         return [(int(r["id"]), float(r["rank"])) for r in rows]
 
-    async def score_inputs(self, ids: Sequence[int], qvec: Sequence[float], model: str, words: list[str]) -> list[Any]:
-        """Per candidate: id, name, type, status, cosine, text score, access count, days since last access."""
-        dim = len(qvec)
+    async def score_inputs(
+        self, ids: Sequence[int], qvec: Sequence[float] | None, dim: int, model: str, words: list[str]
+    ) -> list[Any]:
+        """Per candidate: id, name, type, status, cosine (0 without a query vector or an entity vector),
+        whether the entity has a vector of `model`, text score, access count, days since last access."""
         return await self.rows(
             f"""SELECT g.id, g.name, g.entity_type, g.status,
-                       COALESCE(1 - ({_dist(dim)}), 0) AS cos,
+                       COALESCE(1 - ({_dist(dim)}), 0) AS cos, e.owner_id IS NOT NULL AS has_vector,
                        CASE WHEN cardinality(CAST(:w AS text[])) = 0 THEN 0 ELSE
                          ts_rank_cd(g.tsv, to_tsquery('simple', array_to_string(CAST(:w AS text[]), ' | ')), 32)
                        END AS ts,
@@ -73,7 +75,7 @@ class SearchRepository(Repository):
                 LEFT JOIN graph_embeddings e ON e.owner_id = g.id AND e.model = :model
                 LEFT JOIN graph_entity_access a ON a.entity_id = g.id
                 WHERE g.id = ANY(CAST(:ids AS bigint[]))""",
-            {"q": vector_literal(qvec), "model": model, "w": words, "ids": list(ids)},
+            {"q": None if qvec is None else vector_literal(qvec), "model": model, "w": words, "ids": list(ids)},
         )
 
     async def cooccurrences(self, ids: Sequence[int]) -> list[tuple[int, int, int]]:
@@ -288,15 +290,35 @@ class SearchRepository(Repository):
         )
         return rows[0]
 
-    async def upsert_reflection_embedding(self, owner: int, vec: Sequence[float], model: str) -> None:
-        """Store a reflection's vector for `model`."""
-        await self.session.execute(
-            text(
-                """INSERT INTO graph_reflection_embeddings (owner_id, model, dim, embedding)
-               VALUES (:o, :m, :d, CAST(:v AS vector))
-               ON CONFLICT (owner_id, model) DO UPDATE SET embedding = EXCLUDED.embedding"""
-            ),
-            {"o": owner, "m": model, "d": len(vec), "v": vector_literal(vec)},
+    async def upsert_reflection_embeddings(self, items: Sequence[tuple[int, Sequence[float]]], model: str) -> None:
+        """Store reflections' vectors for `model`."""
+        if not items:
+            return
+        await self.execute(
+            """INSERT INTO graph_reflection_embeddings (owner_id, model, dim, embedding)
+               SELECT o, :m, :d, CAST(v AS vector)
+               FROM unnest(CAST(:owners AS bigint[]), CAST(:vecs AS text[])) AS u(o, v)
+               ORDER BY o
+               ON CONFLICT (owner_id, model) DO UPDATE SET embedding = EXCLUDED.embedding, dim = EXCLUDED.dim""",
+            {
+                "m": model,
+                "d": len(items[0][1]),
+                "owners": [o for o, _ in items],
+                "vecs": [vector_literal(v) for _, v in items],
+            },
+        )
+
+    async def reflection_texts(self, ids: Sequence[int]) -> dict[int, str]:
+        """The content of each reflection that still exists."""
+        rows = await self.rows(
+            "SELECT id, content FROM graph_reflections WHERE id = ANY(CAST(:ids AS bigint[]))", {"ids": list(ids)}
+        )
+        return {int(r["id"]): str(r["content"]) for r in rows}
+
+    async def reflections_missing_vectors(self, model: str, limit: int) -> list[str]:
+        """Reflections with no vector of `model` that are not queued for one."""
+        return await EmbeddingQueueRepository(self.session).missing(
+            REFLECTION_TARGET, "graph_reflections", "graph_reflection_embeddings", "owner_id", model, limit
         )
 
     async def reflections_for(self, project_id: uuid.UUID, entity_id: int, limit: int) -> list[Any]:
@@ -312,19 +334,20 @@ class SearchRepository(Repository):
     async def search_reflections(
         self,
         project_id: uuid.UUID,
-        qvec: Sequence[float],
+        qvec: Sequence[float] | None,
+        dim: int,
         model: str,
         words: list[str],
         n: int,
         target_type: str | None,
         author: str | None,
     ) -> list[Any]:
-        """Hybrid candidates (vector or text) with cosine and text scores."""
-        dim = len(qvec)
+        """Hybrid candidates (vector or text; text alone without a query vector) with cosine and text scores."""
         await self._iterative_scan(n)
         filters = "".join([" AND r.target_type = :tt" if target_type else "", " AND r.author = :au" if author else ""])
         params = {
-            "q": vector_literal(qvec),
+            "q": None if qvec is None else vector_literal(qvec),
+            "has_q": qvec is not None,
             "m": model,
             "pid": project_id,
             "n": n,
@@ -336,7 +359,7 @@ class SearchRepository(Repository):
             f"""WITH vec AS (
                     SELECT e.owner_id AS id FROM graph_reflection_embeddings e
                     JOIN graph_reflections r ON r.id = e.owner_id
-                    WHERE e.model = :m AND r.project_id = :pid{filters}
+                    WHERE :has_q AND e.model = :m AND r.project_id = :pid{filters}
                     ORDER BY {_dist(dim)} LIMIT :n),
                 txt AS (
                     SELECT r.id FROM graph_reflections r,

@@ -11,7 +11,13 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
-from app.core.schemas import PROJECT_NAME, StrictModel
+from app.core.schemas import (
+    EMBEDDING_STATE_DESCRIPTION,
+    PROJECT_NAME,
+    EmbeddingState,
+    StrictModel,
+    wait_for_embedding_field,
+)
 
 MAX_OBSERVATION_CHARS = 8000
 MAX_NAME_CHARS = 512
@@ -78,6 +84,7 @@ class CreateEntitiesIn(ProjectIn):
     """Arguments of create_entities."""
 
     entities: list[EntityIn] = Field(max_length=500)
+    wait_for_embedding: bool | None = wait_for_embedding_field()
 
 
 class CreateEntitiesOut(BaseModel):
@@ -85,6 +92,7 @@ class CreateEntitiesOut(BaseModel):
 
     entities: list[EntityOut]
     skipped: list[str] = Field(default_factory=list, description="Names that already existed")
+    embedding: EmbeddingState = Field(default="done", description=EMBEDDING_STATE_DESCRIPTION)
 
 
 class CreateRelationsIn(ProjectIn):
@@ -112,6 +120,7 @@ class AddObservationsIn(ProjectIn):
     """Arguments of add_observations."""
 
     observations: list[ObservationAddIn] = Field(max_length=500)
+    wait_for_embedding: bool | None = wait_for_embedding_field()
 
 
 class AddedObservations(BaseModel):
@@ -125,6 +134,7 @@ class AddObservationsOut(BaseModel):
     """Result of add_observations."""
 
     results: list[AddedObservations]
+    embedding: EmbeddingState = Field(default="done", description=EMBEDDING_STATE_DESCRIPTION)
 
 
 class DeleteEntitiesIn(ProjectIn):
@@ -144,6 +154,7 @@ class DeleteObservationsIn(ProjectIn):
     """Arguments of delete_observations."""
 
     deletions: list[ObservationDeletionIn] = Field(max_length=500)
+    wait_for_embedding: bool | None = wait_for_embedding_field()
 
 
 class DeleteRelationsIn(ProjectIn):
@@ -277,6 +288,9 @@ class SemanticHit(BaseModel):
     temporal: float
     cooc_boost: float
     access_count: int
+    embedding: Literal["pending"] | None = Field(
+        default=None, exclude_if=lambda v: v is None, description="pending: found by text; its vector is not made yet"
+    )
 
 
 class SearchSemanticOut(BaseModel):
@@ -287,6 +301,7 @@ class SearchSemanticOut(BaseModel):
     treatment: Literal["limbic", "baseline"]
     engine: str
     duration_ms: float
+    notice: str | None = Field(default=None, exclude_if=lambda v: v is None)
 
 
 class ObservationOut(BaseModel):
@@ -310,6 +325,7 @@ class SupersedeObservationIn(ProjectIn):
     old_content: str | None = Field(default=None, description="Or: exact text of the observation to replace")
     new_content: ObservationText
     kind: TypeName | None = Field(default=None, description="Kind of the new observation (default: the old one's)")
+    wait_for_embedding: bool | None = wait_for_embedding_field()
 
 
 class SupersedeObservationOut(BaseModel):
@@ -318,6 +334,7 @@ class SupersedeObservationOut(BaseModel):
     entity_name: str
     superseded: ObservationOut
     current: ObservationOut
+    embedding: EmbeddingState = Field(default="done", description=EMBEDDING_STATE_DESCRIPTION)
 
 
 class RelationRefIn(ProjectIn):
@@ -396,6 +413,12 @@ class ReflectionOut(BaseModel):
     created_at: datetime
 
 
+class AddReflectionOut(ReflectionOut):
+    """The stored reflection."""
+
+    embedding: EmbeddingState = Field(default="done", description=EMBEDDING_STATE_DESCRIPTION)
+
+
 class EntityHistoryOut(BaseModel):
     """Every observation (also superseded ones), every relation (also ended ones) and reflections."""
 
@@ -414,6 +437,7 @@ class AddReflectionIn(ProjectIn):
     author: TypeName = "sofia"
     content: ObservationText
     mood: str | None = Field(default=None, max_length=64)
+    wait_for_embedding: bool | None = wait_for_embedding_field()
 
 
 class SearchReflectionsIn(ProjectIn):
@@ -479,6 +503,7 @@ class ConsolidateIn(ProjectIn):
     dry_run: bool = Field(default=True, description="Report what would change without changing anything")
     decay_after_days: int = Field(default=30, ge=1, le=3650, description="Access counts older than this decay")
     decay_factor: float = Field(default=0.5, ge=0.0, le=1.0)
+    wait_for_embedding: bool | None = wait_for_embedding_field()
 
 
 class MergedObservation(BaseModel):
@@ -498,6 +523,7 @@ class ConsolidateOut(BaseModel):
     merged_count: int
     decayed_entities: int
     reembedded_entities: int
+    embedding: EmbeddingState = Field(default="done", description=EMBEDDING_STATE_DESCRIPTION)
 
 
 class QualityReportIn(ProjectIn):

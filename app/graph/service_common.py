@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+import logging
 import re
 import uuid
 
+from sqlalchemy.ext.asyncio import AsyncSession
+
 from app.core.context import CallContext
 from app.core.embedding import EmbeddingUnavailable
-from app.core.errors import NotFound, Unavailable
+from app.core.embedding_queue import EmbeddingTarget, enqueue
+from app.core.errors import NotFound
 from app.core.repository import ProjectRepository
-from app.graph.repository import EntityRow, GraphRepository
+from app.graph.repository import ENTITY_TARGET, REFLECTION_TARGET, EntityRow, GraphRepository
+from app.graph.repository_search import SearchRepository
+
+log = logging.getLogger("cairn.graph")
 
 _WORD = re.compile(r"\w+", re.UNICODE)
 LIMBIC, BASELINE = 1, 0  # the search treatments: limbic re-ranking, or the baseline order
@@ -25,22 +32,52 @@ async def project_id(ctx: CallContext, requested: str | None, *, create: bool) -
     return project.id if project is not None else None
 
 
-async def embed(ctx: CallContext, texts: list[str]) -> list[list[float]]:
-    """Embed texts with the active model; an unreachable model is a 5030, not an internal error."""
+async def query_vector(ctx: CallContext, text: str) -> list[float] | None:
+    """The query's vector, or None when the model is unavailable (searches then use text alone).
+
+    Call it before any SQL of the call, so that no transaction is open while the model runs."""
     try:
-        return await ctx.embedder.embed(texts)
+        return await ctx.embedder.embed_one(text)
     except EmbeddingUnavailable as exc:
-        raise Unavailable(f"The embedding model is unavailable: {exc}") from exc
+        log.warning("graph search without vectors: %s", exc)
+        return None
 
 
 async def reembed(ctx: CallContext, repo: GraphRepository, entity_ids: list[int]) -> None:
-    """Rebuild the searchable text and the embedding of entities from a full snapshot of their
-    name, type and current observations."""
+    """Rebuild the searchable text of entities from their name, type and current observations, and
+    queue their vectors (made by the embedding queue after the commit)."""
     snapshots = await repo.refresh_text(entity_ids)
-    if not snapshots:
-        return
-    vectors = await embed(ctx, [s for _, s in snapshots])
-    await repo.upsert_embeddings([(i, v) for (i, _), v in zip(snapshots, vectors, strict=True)], ctx.embedder.model)
+    await enqueue(ctx, ENTITY_TARGET, [i for i, _ in snapshots])
+
+
+async def _entity_texts(session: AsyncSession, refs: list[str]) -> dict[str, str]:
+    return {str(k): v for k, v in (await GraphRepository(session).entity_texts([int(r) for r in refs])).items()}
+
+
+async def _store_entities(session: AsyncSession, model: str, items: list[tuple[str, list[float]]]) -> None:
+    await GraphRepository(session).upsert_embeddings([(int(r), v) for r, v in items], model)
+
+
+async def _entities_missing(session: AsyncSession, model: str, limit: int) -> list[str]:
+    return await GraphRepository(session).entities_missing_vectors(model, limit)
+
+
+async def _reflection_texts(session: AsyncSession, refs: list[str]) -> dict[str, str]:
+    return {str(k): v for k, v in (await SearchRepository(session).reflection_texts([int(r) for r in refs])).items()}
+
+
+async def _store_reflections(session: AsyncSession, model: str, items: list[tuple[str, list[float]]]) -> None:
+    await SearchRepository(session).upsert_reflection_embeddings([(int(r), v) for r, v in items], model)
+
+
+async def _reflections_missing(session: AsyncSession, model: str, limit: int) -> list[str]:
+    return await SearchRepository(session).reflections_missing_vectors(model, limit)
+
+
+EMBEDDING_TARGETS = (
+    EmbeddingTarget(ENTITY_TARGET, _entity_texts, _store_entities, _entities_missing),
+    EmbeddingTarget(REFLECTION_TARGET, _reflection_texts, _store_reflections, _reflections_missing),
+)
 
 
 def not_found(name: str) -> NotFound:

@@ -8,6 +8,8 @@ from typing import Any
 import numpy as np
 
 from app.core.context import CallContext
+from app.core.embedding import EmbeddingUnavailable
+from app.core.errors import Unavailable
 from app.graph.repository import GraphRepository
 from app.graph.repository_search import SearchRepository
 from app.graph.schemas import (
@@ -19,7 +21,15 @@ from app.graph.schemas import (
     MergedObservation,
     ObservationBrief,
 )
-from app.graph.service_common import embed, not_found, project_id, reembed
+from app.graph.service_common import not_found, project_id, reembed
+
+
+async def _embed(ctx: CallContext, texts: list[str]) -> list[list[float]]:
+    # Observations have no stored vectors; the scan compares fresh ones (a read-only admin scan).
+    try:
+        return await ctx.embedder.embed(texts)
+    except EmbeddingUnavailable as exc:
+        raise Unavailable(f"The embedding model is unavailable: {exc}") from exc
 
 
 async def find_duplicate_observations(ctx: CallContext, args: FindDuplicatesIn) -> FindDuplicatesOut:
@@ -45,7 +55,7 @@ async def find_duplicate_observations(ctx: CallContext, args: FindDuplicatesIn) 
     step = 256
     for i in range(0, len(todo), step):
         chunk = todo[i : i + step]
-        for r, v in zip(chunk, await embed(ctx, [r["content"] for r in chunk]), strict=True):
+        for r, v in zip(chunk, await _embed(ctx, [r["content"] for r in chunk]), strict=True):
             vectors[int(r["id"])] = v
         await ctx.progress(min(i + step, len(todo)), len(todo), "embedding observations")
     pairs: list[DuplicatePair] = []

@@ -3,23 +3,24 @@
 from __future__ import annotations
 
 from app.core.context import CallContext
+from app.core.embedding_queue import enqueue
 from app.core.errors import invalid_field
 from app.graph.config import GraphSettings
-from app.graph.repository import GraphRepository
+from app.graph.repository import REFLECTION_TARGET, GraphRepository
 from app.graph.repository_search import SearchRepository
 from app.graph.schemas import (
     AddReflectionIn,
+    AddReflectionOut,
     ReflectionHit,
-    ReflectionOut,
     SearchReflectionsIn,
     SearchReflectionsOut,
 )
 from app.graph.service import reflection_out
-from app.graph.service_common import embed, not_found, project_id, query_words
+from app.graph.service_common import not_found, project_id, query_vector, query_words
 
 
-async def add_reflection(ctx: CallContext, args: AddReflectionIn) -> ReflectionOut:
-    """Store a reflection (about an entity, a session or the graph) with its embedding."""
+async def add_reflection(ctx: CallContext, args: AddReflectionIn) -> AddReflectionOut:
+    """Store a reflection (about an entity, a session or the graph); its vector is queued."""
     pid = await project_id(ctx, args.project, create=True)
     assert pid is not None
     target_id = None
@@ -32,8 +33,8 @@ async def add_reflection(ctx: CallContext, args: AddReflectionIn) -> ReflectionO
         target_id = rows[0].id
     repo = SearchRepository(ctx.session)
     row = await repo.insert_reflection(pid, args.target_type, target_id, args.author, args.content, args.mood)
-    await repo.upsert_reflection_embedding(int(row["id"]), (await embed(ctx, [args.content]))[0], ctx.embedder.model)
-    return ReflectionOut(
+    await enqueue(ctx, REFLECTION_TARGET, [row["id"]])
+    return AddReflectionOut(
         id=row["id"],
         target_type=args.target_type,
         target_id=target_id,
@@ -48,13 +49,14 @@ async def add_reflection(ctx: CallContext, args: AddReflectionIn) -> ReflectionO
 async def search_reflections(ctx: CallContext, args: SearchReflectionsIn) -> SearchReflectionsOut:
     """Hybrid (vector + full-text) search over reflections."""
     s = ctx.feature_settings(GraphSettings)
+    qvec = await query_vector(ctx, args.query)
     pid = await project_id(ctx, args.project, create=False)
     if pid is None:
         return SearchReflectionsOut(results=[])
-    qvec = (await embed(ctx, [args.query]))[0]
     rows = await SearchRepository(ctx.session).search_reflections(
         pid,
         qvec,
+        ctx.embedder.dimension,
         ctx.embedder.model,
         query_words(args.query),
         args.limit * s.candidate_multiplier,

@@ -16,7 +16,7 @@ from app.graph.schemas import (
     SearchSemanticOut,
     SemanticHit,
 )
-from app.graph.service_common import BASELINE, LIMBIC, embed, project_id, query_words
+from app.graph.service_common import BASELINE, LIMBIC, project_id, query_vector, query_words
 
 
 def _treatment(requested: str, ratio: float) -> int:
@@ -31,6 +31,7 @@ async def search_semantic(ctx: CallContext, args: SearchSemanticIn) -> SearchSem
     """Hybrid candidates re-ranked by the limbic score; logged as a search event with its results."""
     s = ctx.feature_settings(GraphSettings)
     started = time.perf_counter()
+    qvec = await query_vector(ctx, args.query)
     pid = await project_id(ctx, args.project, create=False)
     treatment = _treatment(args.treatment, s.ab_limbic_ratio)
     if pid is None:
@@ -43,14 +44,15 @@ async def search_semantic(ctx: CallContext, args: SearchSemanticIn) -> SearchSem
         )
     repo = SearchRepository(ctx.session)
     treatment = _treatment(args.treatment, s.ab_limbic_ratio)
-    qvec = (await embed(ctx, [args.query]))[0]
     words = query_words(args.query)
     n = args.limit * s.candidate_multiplier
     model = ctx.embedder.model
-    vec = await repo.vector_candidates(pid, qvec, model, n, args.entity_type)
+    vec = await repo.vector_candidates(pid, qvec, model, n, args.entity_type) if qvec is not None else []
     txt = await repo.text_candidates(pid, words, n, args.entity_type)
     engine = "hybrid" if vec and txt else "vector" if vec else "text" if txt else "none"
     ids = list(dict.fromkeys([i for i, _ in vec] + [i for i, _ in txt]))
+    inputs = await repo.score_inputs(ids, qvec, ctx.embedder.dimension, model, words) if ids else []
+    pending = {int(r["id"]) for r in inputs if not r["has_vector"]}
     cands = [
         scoring.Candidate(
             id=int(r["id"]),
@@ -62,7 +64,7 @@ async def search_semantic(ctx: CallContext, args: SearchSemanticIn) -> SearchSem
             access_count=int(r["access_count"]),
             days_since_access=float(r["days_since"]),
         )
-        for r in (await repo.score_inputs(ids, qvec, model, words) if ids else [])
+        for r in inputs
     ]
     baseline = scoring.score(cands, await repo.cooccurrences(ids) if ids else [], s)
     served = (sorted(baseline, key=lambda c: (-c.limbic_score, c.baseline_rank)) if treatment == LIMBIC else baseline)[
@@ -100,6 +102,7 @@ async def search_semantic(ctx: CallContext, args: SearchSemanticIn) -> SearchSem
                 rank=rank,
                 baseline_rank=c.baseline_rank,
                 access_count=c.access_count,
+                embedding="pending" if c.id in pending else None,
                 **comp,
             )
         )
@@ -121,4 +124,5 @@ async def search_semantic(ctx: CallContext, args: SearchSemanticIn) -> SearchSem
         treatment="limbic" if treatment == LIMBIC else "baseline",
         engine=engine,
         duration_ms=round(duration, 3),
+        notice=None if qvec is not None else "The embedding model is unavailable: ranked by text alone",
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -18,14 +19,21 @@ from app.memory.service_backfill import backfill
 
 
 def cmd_backfill(args: argparse.Namespace) -> int:
-    """Embed memories missing a vector of the active model, committing batch by batch."""
+    """Queue memories missing a vector of the active model, then make the vectors (drain the queue)."""
     rt: Runtime = args.runtime
     cfg = rt.settings_of(MemorySettings)
 
     async def run(db: Database) -> int:
         async with rt.embedder() as embedder:
+            queue = rt.queue(db, embedder)
             if args.watch:
-                await BackfillRunner(db, embedder, cfg).run_forever()
+                runner = BackfillRunner(db, embedder.model, cfg)
+                queue.start()
+                try:
+                    await runner.run_forever()
+                    await asyncio.Event().wait()  # the queue workers go on until interrupted
+                finally:
+                    await queue.stop()
                 return 0
             project_id = None
             async with db.transaction() as session:
@@ -39,24 +47,21 @@ def cmd_backfill(args: argparse.Namespace) -> int:
                     embedder.model, project_id, args.include_archived
                 )
             total = min(missing, args.limit) if args.limit else missing
-            totals = {"scanned": 0, "embedded": 0, "skipped": 0, "failed": 0}
-            failures: list[dict[str, str]] = []
+            totals = {"scanned": 0, "queued": 0, "skipped": 0}
             cursor = None
-            with console.progress(total, f"backfill {embedder.model}") as bar:
+            with console.progress(total, f"queue {embedder.model}") as bar:
                 while totals["scanned"] < total:
-                    step = min(args.batch_size * cfg.backfill_concurrency, total - totals["scanned"])
-                    # Commit each round: an interrupt keeps the work already done.
+                    # Commit each page: an interrupt keeps what was queued.
                     async with db.transaction() as session:
                         report = await backfill(
                             session,
-                            embedder,
+                            embedder.model,
                             project_id=project_id,
-                            limit=step,
+                            limit=min(args.batch_size, total - totals["scanned"]),
                             batch_size=args.batch_size,
                             include_archived=args.include_archived,
                             older_than_days=args.older_than_days,
                             dry_run=args.dry_run,
-                            concurrency=cfg.backfill_concurrency,
                             after=cursor,
                         )
                     if report.scanned == 0:
@@ -64,10 +69,29 @@ def cmd_backfill(args: argparse.Namespace) -> int:
                     cursor = report.cursor
                     for key in totals:
                         totals[key] += getattr(report, key)
-                    failures.extend(report.failures[: 20 - len(failures)])
                     bar.advance(report.scanned)
-            console.emit({"model": embedder.model, **totals, "dry_run": args.dry_run, "failures": failures})
-            return 0 if totals["failed"] == 0 else 1
+            left = 0
+            if not args.dry_run:
+                depth = (await queue.stats()).depth
+                with console.progress(depth, f"embed {embedder.model}") as bar:
+                    while True:
+                        before = depth
+                        stats = await queue.drain(timeout=5.0)
+                        depth = stats.depth
+                        bar.advance(max(0, before - depth))
+                        if depth == 0 or (stats.retrying and stats.retrying >= depth):
+                            break
+                left = depth
+            console.emit(
+                {
+                    "model": embedder.model,
+                    **totals,
+                    "embedded": totals["queued"] - left if not args.dry_run else 0,
+                    "waiting": left,
+                    "dry_run": args.dry_run,
+                }
+            )
+            return 0 if left == 0 else 1
 
     return rt.run(run)
 

@@ -67,7 +67,6 @@ class MemorySettings(BaseSettings):
     backfill_batch_size: int = 20
     backfill_max_per_run: int = 100
     backfill_include_archived: bool = False
-    backfill_concurrency: int = Field(default=4, ge=1, le=32)
 
     @field_validator("backfill_interval")
     @classmethod

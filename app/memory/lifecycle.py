@@ -1,5 +1,7 @@
-"""The optional background backfill runner (seed 004): on start-up and/or every `interval`, embed up to
-`max_per_run` memories missing a vector of the active model. Failures are logged, never raised."""
+"""The optional background backfill runner (seed 004), started by `cairn serve` when
+CAIRN_BACKFILL_ENABLED: on start-up (CAIRN_BACKFILL_RUN_ON_STARTUP) and every CAIRN_BACKFILL_INTERVAL,
+queue up to `max_per_run` memories missing a vector of the active model for the embedding queue's
+workers. Failures are logged, never raised."""
 
 from __future__ import annotations
 
@@ -8,7 +10,6 @@ import contextlib
 import logging
 
 from app.core.db import Database
-from app.core.embedding import EmbeddingProvider
 from app.memory.config import MemorySettings
 from app.memory.service_backfill import BackfillReport, backfill
 
@@ -18,8 +19,8 @@ log = logging.getLogger("cairn.memory.backfill")
 class BackfillRunner:
     """Periodic best-effort backfill, configured by the CAIRN_BACKFILL_* settings."""
 
-    def __init__(self, db: Database, embedder: EmbeddingProvider, settings: MemorySettings) -> None:
-        self.db, self.embedder, self.settings = db, embedder, settings
+    def __init__(self, db: Database, model: str, settings: MemorySettings) -> None:
+        self.db, self.model, self.settings = db, model, settings
         self._task: asyncio.Task[None] | None = None
         self.runs = 0
 
@@ -30,12 +31,11 @@ class BackfillRunner:
             async with self.db.transaction() as session:
                 report = await backfill(
                     session,
-                    self.embedder,
+                    self.model,
                     project_id=None,
                     limit=s.backfill_max_per_run,
                     batch_size=s.backfill_batch_size,
                     include_archived=s.backfill_include_archived,
-                    concurrency=s.backfill_concurrency,
                 )
         except asyncio.CancelledError:
             raise
@@ -49,8 +49,7 @@ class BackfillRunner:
             extra={
                 "model": report.model,
                 "scanned": report.scanned,
-                "embedded": report.embedded,
-                "failed": report.failed,
+                "queued": report.queued,
             },
         )
         return report

@@ -184,8 +184,8 @@ async def project_tags(ctx: CallContext, project_id: str) -> ProjectTagsOut:
 )
 async def capture_thought(ctx: CallContext, args: CaptureThoughtIn) -> CaptureThoughtOut:
     """Capture a thought (content, optional project and metadata: type, topics, people, action_items).
-    It is embedded with the active model; if embedding fails it is stored anyway (embedded=false) and
-    backfill_embeddings adds the vector later."""
+    Its vector is queued (embedding: pending) and made shortly; wait_for_embedding waits for it.
+    Until then text search finds it."""
     return await thoughts.capture(ctx, args)
 
 
@@ -290,8 +290,8 @@ async def thought_stats(ctx: CallContext, args: ThoughtStatsIn) -> ThoughtStatsO
     long_running=True,
 )
 async def backfill_embeddings(ctx: CallContext, args: BackfillIn) -> BackfillOut:
-    """Generate missing embeddings for stored thoughts using the active embedding model: oldest first,
-    in batches, failures reported per item without aborting; dry_run only counts and samples ids."""
+    """Queue missing embeddings of stored thoughts for the active model, oldest first; the embedding
+    queue makes them (wait_for_embedding waits); dry_run only counts and samples ids."""
     return await thoughts.backfill_embeddings(ctx, args)
 
 

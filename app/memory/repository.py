@@ -10,8 +10,10 @@ from typing import Any, Literal
 
 from sqlalchemy import text
 
-from app.core.repository import Repository
+from app.core.repository import EmbeddingQueueRepository, Repository
 from app.memory.models import MemoryCollection
+
+MEMORY_TARGET = "memory"  # the embedding queue's name for memory (chunk, thought, summary) vectors
 
 Facet = Literal["type", "memory_type", "topics", "people"]
 
@@ -252,6 +254,17 @@ class MemoryRepository(Repository):
             text("DELETE FROM memories WHERE id = ANY(CAST(:ids AS uuid[]))"), {"ids": ids}
         )
         return int(result.rowcount or 0)  # type: ignore[attr-defined]
+
+    async def contents(self, ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, str]:
+        """The text of each memory that still exists."""
+        rows = await self.rows("SELECT id, content FROM memories WHERE id = ANY(:ids)", {"ids": list(ids)})
+        return {r["id"]: str(r["content"]) for r in rows}
+
+    async def missing_vectors(self, model: str, limit: int) -> list[str]:
+        """Memories with no vector of `model` that are not queued for one."""
+        return await EmbeddingQueueRepository(self.session).missing(
+            MEMORY_TARGET, "memories", "memory_embeddings", "memory_id", model, limit
+        )
 
     async def upsert_embeddings(self, model: str, items: Sequence[tuple[uuid.UUID, Sequence[float]]]) -> None:
         """Store vectors of `model`, replacing an existing vector of the same memory and model."""

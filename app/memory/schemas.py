@@ -7,7 +7,13 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, Field, StringConstraints, WithJsonSchema, model_validator
 
-from app.core.schemas import PROJECT_NAME, StrictModel
+from app.core.schemas import (
+    EMBEDDING_STATE_DESCRIPTION,
+    PROJECT_NAME,
+    EmbeddingState,
+    StrictModel,
+    wait_for_embedding_field,
+)
 
 MemoryType = Literal["episodic", "semantic", "procedural"]
 SearchMode = Literal["hybrid", "semantic", "lexical"]
@@ -136,6 +142,9 @@ class SearchHit(BaseModel):
     source_uri: str | None = None
     collection: str
     signals: dict[str, Signal] = Field(description="Which signals found it: semantic and/or lexical")
+    embedding: Literal["pending"] | None = Field(
+        default=None, exclude_if=lambda v: v is None, description="pending: found by text; its vector is not made yet"
+    )
 
 
 class SearchOut(BaseModel):
@@ -170,6 +179,8 @@ class PushIn(_ProjectTypeAliases):
     def _aliases(cls, data: Any) -> Any:
         return move_aliases(data, {"project": "project_id", "type": "memory_type"})
 
+    wait_for_embedding: bool | None = wait_for_embedding_field()
+
 
 class PushOut(BaseModel):
     """Result of push."""
@@ -184,6 +195,7 @@ class PushOut(BaseModel):
     removed: int = Field(default=0, description="Stale chunks of the same source_uri deleted")
     document_id: str
     project_id: str
+    embedding: EmbeddingState = Field(default="done", description=EMBEDDING_STATE_DESCRIPTION)
 
 
 class SummarizeIn(_ProjectTypeAliases):
@@ -212,6 +224,8 @@ class SummarizeIn(_ProjectTypeAliases):
             raise ValueError("time_range needs both start and end")
         return self
 
+    wait_for_embedding: bool | None = wait_for_embedding_field()
+
 
 class SummarizeOut(BaseModel):
     """Result of summarize."""
@@ -223,6 +237,7 @@ class SummarizeOut(BaseModel):
     provider: str | None = None
     model: str | None = None
     used_filters: dict[str, Any]
+    embedding: EmbeddingState = Field(default="done", description=EMBEDDING_STATE_DESCRIPTION)
 
 
 class CollectionsOut(BaseModel):

@@ -8,7 +8,13 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
-from app.core.schemas import PROJECT_NAME, StrictModel
+from app.core.schemas import (
+    EMBEDDING_STATE_DESCRIPTION,
+    PROJECT_NAME,
+    EmbeddingState,
+    StrictModel,
+    wait_for_embedding_field,
+)
 from app.memory.schemas import Provider, RetrievalMode, SearchMode, Signal, Strategy, move_aliases
 
 Label = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=200)]
@@ -53,6 +59,7 @@ class CaptureThoughtIn(StrictModel):
     content: str = Field(min_length=1, description="The thought's text")
     project: ProjectRef
     metadata: ThoughtMetadata | None = None
+    wait_for_embedding: bool | None = wait_for_embedding_field()
 
 
 class CaptureThoughtOut(BaseModel):
@@ -61,6 +68,7 @@ class CaptureThoughtOut(BaseModel):
     thought: ThoughtOut
     embedded: bool = Field(description="False when the embedding failed: backfill_embeddings will add it")
     model: str
+    embedding: EmbeddingState = Field(default="done", description=EMBEDDING_STATE_DESCRIPTION)
 
 
 class ThoughtIdIn(StrictModel):
@@ -102,6 +110,7 @@ class UpdateThoughtIn(StrictModel):
     content: str | None = Field(default=None, min_length=1)
     metadata: ThoughtMetadata | None = Field(default=None, description="Replaces the metadata")
     project: ProjectRef
+    wait_for_embedding: bool | None = wait_for_embedding_field()
 
 
 class UpdateThoughtOut(BaseModel):
@@ -109,6 +118,7 @@ class UpdateThoughtOut(BaseModel):
 
     thought: ThoughtOut
     re_embedded: bool
+    embedding: EmbeddingState = Field(default="done", description=EMBEDDING_STATE_DESCRIPTION)
 
 
 class ArchiveThoughtIn(StrictModel):
@@ -227,6 +237,7 @@ class SummarizeThoughtsIn(StrictModel):
     provider: Provider | None = Field(default=None, description="Must be the configured summary provider")
     model: str | None = Field(default=None, max_length=200)
     max_words: int | None = Field(default=None, gt=0, le=5000)
+    wait_for_embedding: bool | None = wait_for_embedding_field()
 
 
 class SummarizeThoughtsOut(BaseModel):
@@ -239,6 +250,7 @@ class SummarizeThoughtsOut(BaseModel):
     provider: str | None = None
     model: str | None = None
     retrieval_mode: RetrievalMode | None = None
+    embedding: EmbeddingState = Field(default="done", description=EMBEDDING_STATE_DESCRIPTION)
 
 
 class RelatedThoughtsIn(StrictModel):
@@ -293,6 +305,7 @@ class BackfillIn(StrictModel):
     include_archived: bool = False
     older_than_days: int = Field(default=0, ge=0, le=36500)
     dry_run: bool = False
+    wait_for_embedding: bool | None = wait_for_embedding_field()
 
 
 class BackfillFailure(BaseModel):
@@ -307,9 +320,11 @@ class BackfillOut(BaseModel):
 
     model: str
     scanned: int
-    embedded: int
+    queued: int = Field(default=0, description="Rows queued for the embedding workers")
+    embedded: int = Field(description="Queued rows whose vector is stored by the time of this reply")
     skipped: int
     failed: int
     dry_run: bool
     failures: list[BackfillFailure]
     sample_ids: list[str] = Field(default_factory=list, description="Dry run: some of the ids that would be embedded")
+    embedding: EmbeddingState = Field(default="done", description=EMBEDDING_STATE_DESCRIPTION)

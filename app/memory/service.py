@@ -8,7 +8,6 @@ import uuid
 from typing import Any
 
 from app.core.context import CallContext
-from app.core.embedding import EmbeddingUnavailable
 from app.core.errors import InvalidInput, NotFound, TooLarge, invalid_field
 from app.memory import service_common as common
 from app.memory.chunking import chunk_text
@@ -49,7 +48,8 @@ def _time_filter(tr: TimeRange | None) -> dict[str, str] | None:
 
 
 async def push(ctx: CallContext, args: PushIn) -> PushOut:
-    """Chunk by tokens, skip known chunks, embed the rest, write; a known source_uri is updated in place."""
+    """Chunk by tokens, skip known chunks, write the rest and queue their vectors; a known source_uri is
+    updated in place."""
     cfg = common.settings(ctx)
     if len(args.text) > cfg.memory_max_content_chars:
         raise TooLarge(
@@ -70,11 +70,6 @@ async def push(ctx: CallContext, args: PushIn) -> PushOut:
         raise TooLarge(f"text makes {len(chunks)} chunks; the limit is {cfg.memory_max_chunks}")
     hashes = [common.content_hash(c.text) for c in chunks]
     repo = MemoryRepository(ctx.session)
-
-    # Embed what is not stored yet before taking the scope lock, so concurrent pushes overlap their model time.
-    known = await repo.existing_hashes(project.id, coll.id, hashes)
-    todo = {h: c.text for h, c in zip(hashes, chunks, strict=True) if h not in known}
-    vectors = dict(zip(todo, await common.embed(ctx, list(todo.values())), strict=True)) if todo else {}
 
     await repo.lock_scope(project.id, coll.id)
     known = await repo.existing_hashes(project.id, coll.id, hashes)
@@ -100,11 +95,6 @@ async def push(ctx: CallContext, args: PushIn) -> PushOut:
             writes.append((pos, h))
     reusable = [r for rows in old_by_hash.values() for r in rows]
     reusable.sort(key=lambda r: r["chunk_index"] if r["chunk_index"] is not None else 0)
-    missing = [h for _, h in writes if h not in vectors]
-    if missing:  # rare: known at first look, gone by now
-        vectors.update(
-            zip(missing, await common.embed(ctx, [chunks[hashes.index(h)].text for h in missing]), strict=True)
-        )
     inserted, updated, new_rows, embeddings = 0, 0, [], []
     for pos, h in writes:
         chunk = chunks[pos]
@@ -133,13 +123,13 @@ async def push(ctx: CallContext, args: PushIn) -> PushOut:
                 }
             )
             inserted += 1
-        embeddings.append((target, vectors[h]))
+        embeddings.append(target)
     await repo.insert_memories(new_rows)
     for mid, pos in kept:
         await repo.update_memory(mid, {"chunk_index": pos})
     await repo.retag_chunks([mid for mid, _ in kept], memory_type, tags, document_id)
     removed = await repo.delete_memories([r["id"] for r in reusable])
-    await repo.upsert_embeddings(ctx.embedder.model, embeddings)
+    await common.queue_vectors(ctx, embeddings)
     indexed = inserted + updated
     await repo.bump_ingest(1 if indexed else 0, indexed, cfg.memory_chunk_tokens)
     return PushOut(
@@ -167,6 +157,7 @@ async def search(ctx: CallContext, args: SearchIn) -> SearchOut:
     cfg = common.settings(ctx)
     limit = _limit(args.limit, cfg.search_default_limit, cfg.search_max_limit)
     threshold = cfg.search_default_score_threshold if args.score_threshold is None else args.score_threshold
+    qvec = await common.query_vector(ctx, args.query_text) if args.mode != "lexical" else None
     name, project = await common.project_for_read(ctx, args.project_id)
     coll = await common.collection_for_read(ctx, args.collection)
     coll_name = coll.name if coll is not None else cfg.memory_default_collection
@@ -202,7 +193,16 @@ async def search(ctx: CallContext, args: SearchIn) -> SearchOut:
     )
     repo = MemoryRepository(ctx.session)
     found = await retrieve(
-        repo, ctx.embedder, cfg, scope, args.query_text, mode=args.mode, limit=limit, threshold=threshold
+        repo,
+        ctx.embedder,
+        cfg,
+        scope,
+        args.query_text,
+        mode=args.mode,
+        limit=limit,
+        threshold=threshold,
+        vector=qvec,
+        embed_query=False,
     )
     rows = await repo.fetch([h.id for h in found.hits], ctx.embedder.model)
     results: list[SearchHit] = []
@@ -223,6 +223,7 @@ async def search(ctx: CallContext, args: SearchIn) -> SearchOut:
                 timestamp=row["created_at"],
                 source_uri=row["source_uri"],
                 collection=row["collection"],
+                embedding=None if row.get("has_embedding") else "pending",
                 signals={k: Signal(rank=int(v["rank"]), score=v["score"]) for k, v in hit.signals.items()},
             )
         )
@@ -335,11 +336,7 @@ async def store_summary(
         }
     )
     await repo.drop_vectors(summary_id)
-    try:
-        vector = await ctx.embedder.embed_one(body)
-    except EmbeddingUnavailable:
-        return summary_id  # backfill adds it later
-    await repo.upsert_embeddings(ctx.embedder.model, [(summary_id, vector)])
+    await common.queue_vectors(ctx, [summary_id])
     return summary_id
 
 

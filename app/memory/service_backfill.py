@@ -1,13 +1,13 @@
-"""Embedding backfill (seed 004): give memories that lack a vector of the active model one.
+"""Embedding backfill (seed 004): queue the memories that lack a vector of the active model.
 
-Best effort: batches are embedded with bounded concurrency, each batch is written in a savepoint
-with `ON CONFLICT (memory_id, model) DO UPDATE`, one failing item never aborts the run, and
-cancellation stops the work between batches.
+The vectors themselves are made by the core embedding queue (its workers in `cairn serve`, or
+`cairn backfill`, which drains the queue itself), so a backfill never holds a transaction open while
+a model runs. A pass scans oldest first with keyset paging and queues the rows with text; one call
+queues at most `limit` rows.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 import uuid
@@ -18,22 +18,22 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.core.embedding import EmbeddingProvider
-from app.memory.repository import MemoryRepository
+from app.core.repository import EmbeddingQueueRepository
+from app.memory.repository import MEMORY_TARGET, MemoryRepository
 
 log = logging.getLogger("cairn.memory.backfill")
 
-MAX_REPORTED_FAILURES = 20
 SAMPLE_IDS = 10
 Progress = Callable[[int, int], Awaitable[None]]
 
 
 @dataclass
 class BackfillReport:
-    """Counts of one backfill run."""
+    """Counts of one backfill pass."""
 
     model: str
     scanned: int = 0
+    queued: int = 0
     embedded: int = 0
     skipped: int = 0
     failed: int = 0
@@ -41,20 +41,14 @@ class BackfillReport:
     failures: list[dict[str, str]] = field(default_factory=list)
     sample_ids: list[str] = field(default_factory=list)
     cursor: tuple[datetime, uuid.UUID] | None = None
-
-    def fail(self, memory_id: Any, exc: BaseException | str) -> None:
-        """Count one failure (details of the first few are reported)."""
-        self.failed += 1
-        message = exc if isinstance(exc, str) else f"{type(exc).__name__}: {exc}"
-        log.warning("backfill failed for %s: %s", memory_id, message)
-        if len(self.failures) < MAX_REPORTED_FAILURES:
-            self.failures.append({"id": str(memory_id), "error": message[:200]})
+    job_ids: list[int] = field(default_factory=list)
 
     def public(self) -> dict[str, Any]:
-        """The seed's output shape."""
+        """The seed's output shape, plus how many rows were queued."""
         return {
             "model": self.model,
             "scanned": self.scanned,
+            "queued": self.queued,
             "embedded": self.embedded,
             "skipped": self.skipped,
             "failed": self.failed,
@@ -64,57 +58,9 @@ class BackfillReport:
         }
 
 
-async def _embed_batch(
-    embedder: EmbeddingProvider, rows: list[dict[str, Any]], report: BackfillReport
-) -> list[tuple[uuid.UUID, list[float]]]:
-    texts = [r["content"] for r in rows]
-    try:
-        vectors = await embedder.embed(texts)
-        return [(r["id"], v) for r, v in zip(rows, vectors, strict=True)]
-    except asyncio.CancelledError:
-        raise
-    except Exception:
-        out = []
-        for row in rows:  # isolate the failing items
-            try:
-                out.append((row["id"], (await embedder.embed([row["content"]]))[0]))
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                report.fail(row["id"], exc)
-        return out
-
-
-async def _limited(
-    semaphore: asyncio.Semaphore, embedder: EmbeddingProvider, rows: list[dict[str, Any]], report: BackfillReport
-) -> list[tuple[uuid.UUID, list[float]]]:
-    async with semaphore:
-        return await _embed_batch(embedder, rows, report)
-
-
-async def _write(
-    session: AsyncSession, model: str, items: list[tuple[uuid.UUID, list[float]]], report: BackfillReport
-) -> None:
-    repo = MemoryRepository(session)
-    try:
-        async with session.begin_nested():
-            await repo.upsert_embeddings(model, items)
-        report.embedded += len(items)
-        return
-    except Exception:
-        log.warning("backfill batch write failed; retrying item by item", exc_info=True)
-    for mid, vector in items:
-        try:
-            async with session.begin_nested():
-                await repo.upsert_embeddings(model, [(mid, vector)])
-            report.embedded += 1
-        except Exception as exc:
-            report.fail(mid, exc)
-
-
 async def backfill(
     session: AsyncSession,
-    embedder: EmbeddingProvider,
+    model: str,
     *,
     project_id: uuid.UUID | None,
     limit: int,
@@ -122,21 +68,19 @@ async def backfill(
     include_archived: bool = False,
     older_than_days: int = 0,
     dry_run: bool = False,
-    concurrency: int = 4,
     progress: Progress | None = None,
     after: tuple[datetime, uuid.UUID] | None = None,
 ) -> BackfillReport:
-    """Embed up to `limit` memories lacking a vector of the active model, oldest first."""
-    model = embedder.model
+    """Queue up to `limit` memories lacking a vector of `model`, oldest first (nothing with `dry_run`:
+    count and sample ids)."""
     repo = MemoryRepository(session)
+    queue = EmbeddingQueueRepository(session)
     report = BackfillReport(model=model, dry_run=dry_run)
     started = time.perf_counter()
-    page = max(batch_size * concurrency, batch_size)
     cursor = after
-    semaphore = asyncio.Semaphore(concurrency)
     while report.scanned < limit:
         rows = await repo.missing_embeddings(
-            model, project_id, include_archived, older_than_days, min(page, limit - report.scanned), after=cursor
+            model, project_id, include_archived, older_than_days, min(batch_size, limit - report.scanned), after=cursor
         )
         if not rows:
             break
@@ -145,12 +89,10 @@ async def backfill(
         if dry_run:
             report.sample_ids.extend(str(r["id"]) for r in rows[: SAMPLE_IDS - len(report.sample_ids)])
             continue
-        todo = [r for r in rows if r["content"] and r["content"].strip()]
+        todo = [str(r["id"]) for r in rows if r["content"] and r["content"].strip()]
         report.skipped += len(rows) - len(todo)
-        batches = [todo[i : i + batch_size] for i in range(0, len(todo), batch_size)]
-        for items in await asyncio.gather(*(_limited(semaphore, embedder, b, report) for b in batches)):
-            if items:
-                await _write(session, model, items, report)
+        report.job_ids += await queue.enqueue(MEMORY_TARGET, todo, model, bump=False)
+        report.queued += len(todo)
         if progress is not None:
             await progress(report.scanned, limit)
     report.cursor = cursor
@@ -160,8 +102,7 @@ async def backfill(
             "model": model,
             "project": str(project_id) if project_id else None,
             "scanned": report.scanned,
-            "embedded": report.embedded,
-            "failed": report.failed,
+            "queued": report.queued,
             "ms": round((time.perf_counter() - started) * 1000, 1),
         },
     )

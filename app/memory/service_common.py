@@ -4,18 +4,24 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import uuid
 from collections.abc import Sequence
 from typing import Any
 
+from sqlalchemy.ext.asyncio import AsyncSession
+
 from app.core.context import CallContext
 from app.core.embedding import EmbeddingUnavailable
-from app.core.errors import NotFound, SchemaError, Unavailable
+from app.core.embedding_queue import EmbeddingTarget, enqueue
+from app.core.errors import NotFound
 from app.core.models import Project
 from app.core.repository import ProjectRepository
 from app.memory.config import MemorySettings
 from app.memory.models import MemoryCollection
-from app.memory.repository import MemoryRepository
+from app.memory.repository import MEMORY_TARGET, MemoryRepository
+
+log = logging.getLogger("cairn.memory")
 
 
 def settings(ctx: CallContext) -> MemorySettings:
@@ -57,21 +63,12 @@ async def project_filter(ctx: CallContext, requested: str | None) -> tuple[bool,
 
 
 async def collection_for_write(ctx: CallContext, name: str | None) -> MemoryCollection:
-    """The named (or default) collection, created for the active model when missing; its vector size must
-    match the active model."""
+    """The named (or default) collection, created for the active model when missing. Its vector size
+    is a label only: vectors are stored per model, so a model switch never blocks writes."""
     repo = MemoryRepository(ctx.session)
     coll, _ = await repo.ensure_collection(
         name or settings(ctx).memory_default_collection, ctx.embedder.model, ctx.embedder.dimension
     )
-    if coll.vector_size != ctx.embedder.dimension:
-        raise SchemaError(
-            f"Collection '{coll.name}' holds {coll.vector_size}-d vectors but the active model "
-            f"{ctx.embedder.model} makes {ctx.embedder.dimension}-d ones",
-            suggestions=[
-                f"Resize it with new-collection(name='{coll.name}', vector_size={ctx.embedder.dimension})",
-                "Or push into another collection",
-            ],
-        )
     return coll
 
 
@@ -83,9 +80,33 @@ async def collection_for_read(ctx: CallContext, name: str | None) -> MemoryColle
     return coll
 
 
-async def embed(ctx: CallContext, texts: Sequence[str]) -> list[list[float]]:
-    """Embed with the active model; an unreachable embedder becomes Unavailable (5030)."""
+async def query_vector(ctx: CallContext, query: str) -> list[float] | None:
+    """The query's vector, or None when the model is unavailable (searches then use full text).
+
+    Call it before any SQL of the call, so that no transaction is open while the model runs."""
     try:
-        return await ctx.embedder.embed(list(texts))
+        return await ctx.embedder.embed_one(query)
     except EmbeddingUnavailable as exc:
-        raise Unavailable(f"The embedding model is unavailable: {exc}") from exc
+        log.warning("memory search without vectors: %s", exc)
+        return None
+
+
+async def queue_vectors(ctx: CallContext, memory_ids: Sequence[uuid.UUID]) -> None:
+    """Queue the vectors of memories (made after the commit by the embedding queue)."""
+    await enqueue(ctx, MEMORY_TARGET, list(memory_ids))
+
+
+async def _texts(session: AsyncSession, refs: list[str]) -> dict[str, str]:
+    rows = await MemoryRepository(session).contents([uuid.UUID(r) for r in refs])
+    return {str(k): v for k, v in rows.items()}
+
+
+async def _store(session: AsyncSession, model: str, items: list[tuple[str, list[float]]]) -> None:
+    await MemoryRepository(session).upsert_embeddings(model, [(uuid.UUID(r), v) for r, v in items])
+
+
+async def _missing(session: AsyncSession, model: str, limit: int) -> list[str]:
+    return await MemoryRepository(session).missing_vectors(model, limit)
+
+
+EMBEDDING_TARGET = EmbeddingTarget(MEMORY_TARGET, _texts, _store, _missing)

@@ -133,11 +133,13 @@ async def retrieve(
     threshold: float,
     vector: Sequence[float] | None = None,
     exact: bool = False,
+    embed_query: bool = True,
 ) -> Retrieval:
     """Search `scope` for `query` in `mode`, returning at most `limit` hits.
 
     `threshold` is the minimum cosine similarity of semantic matches (full-text matches are not
-    thresholded: their scores are not similarities). `vector` replaces embedding the query.
+    thresholded: their scores are not similarities). `vector` replaces embedding the query; without
+    it and with `embed_query` false (the model was unavailable) the search falls back to full text.
     """
     model = embedder.model
     sem: list[tuple[uuid.UUID, float]] = []
@@ -147,6 +149,8 @@ async def retrieve(
             used = "lexical_fallback"
         else:
             try:
+                if vector is None and not embed_query:
+                    raise EmbeddingUnavailable("the query could not be embedded")
                 qvec = list(vector) if vector is not None else await embedder.embed_one(query)
             except EmbeddingUnavailable as exc:
                 log.warning("query embedding failed, using full text: %s", exc)

@@ -7,7 +7,6 @@ import uuid
 from typing import Any
 
 from app.core.context import CallContext
-from app.core.embedding import EmbeddingUnavailable
 from app.core.errors import NotFound, TooLarge
 from app.core.repository import ProjectRepository
 from app.memory import service_common as common
@@ -15,6 +14,7 @@ from app.memory.repository import MemoryRepository, Scope
 from app.memory.schemas import RetrievalMode, SearchMode, Signal
 from app.memory.schemas_thoughts import (
     ArchiveThoughtIn,
+    BackfillFailure,
     BackfillIn,
     BackfillOut,
     CaptureThoughtIn,
@@ -85,13 +85,6 @@ def _check_size(ctx: CallContext, content: str) -> None:
         )
 
 
-async def _vector_or_none(ctx: CallContext, text: str) -> list[float] | None:
-    try:
-        return await ctx.embedder.embed_one(text)
-    except EmbeddingUnavailable:
-        return None
-
-
 async def _row(ctx: CallContext, memory_id: uuid.UUID) -> dict[str, Any]:
     row = (await MemoryRepository(ctx.session).fetch([memory_id], ctx.embedder.model)).get(memory_id)
     bound = ctx.bound_project
@@ -103,7 +96,7 @@ async def _row(ctx: CallContext, memory_id: uuid.UUID) -> dict[str, Any]:
 
 
 async def capture(ctx: CallContext, args: CaptureThoughtIn) -> CaptureThoughtOut:
-    """Store a thought and (best effort) its vector."""
+    """Store a thought and queue its vector."""
     _check_size(ctx, args.content)
     project = await common.project_for_write(ctx, args.project)
     coll = await common.collection_for_write(ctx, None)
@@ -128,11 +121,21 @@ async def capture(ctx: CallContext, args: CaptureThoughtIn) -> CaptureThoughtOut
             }
         ]
     )
-    vector = await _vector_or_none(ctx, args.content)
-    if vector is not None:
-        await repo.upsert_embeddings(ctx.embedder.model, [(mid, vector)])
-    return CaptureThoughtOut(
-        thought=thought_out(await _row(ctx, mid)), embedded=vector is not None, model=ctx.embedder.model
+    await common.queue_vectors(ctx, [mid])
+    ctx.after_commit.append(_report_embedded)
+    return CaptureThoughtOut(thought=thought_out(await _row(ctx, mid)), embedded=False, model=ctx.embedder.model)
+
+
+async def _report_embedded(out: Any) -> Any:
+    """After the commit (and the wait, if any): whether the thought's vector is stored by now."""
+    done = out.embedding == "done"
+    return out.model_copy(update={"embedded": done, "thought": out.thought.model_copy(update={"has_embedding": done})})
+
+
+async def _report_re_embedded(out: Any) -> Any:
+    done = out.embedding == "done"
+    return out.model_copy(
+        update={"re_embedded": done, "thought": out.thought.model_copy(update={"has_embedding": done})}
     )
 
 
@@ -164,11 +167,10 @@ async def list_thoughts(ctx: CallContext, args: ListThoughtsIn) -> ListThoughtsO
 
 
 async def update(ctx: CallContext, args: UpdateThoughtIn) -> UpdateThoughtOut:
-    """Change content (re-embedded), metadata or project of a thought."""
+    """Change content (its vector is queued again), metadata or project of a thought."""
     row = await _row(ctx, args.id)
     repo = MemoryRepository(ctx.session)
     values: dict[str, Any] = {}
-    re_embedded = False
     if args.metadata is not None:
         values["metadata"] = _metadata_json(args.metadata)
     if args.project is not None and args.project != row["project"]:
@@ -181,11 +183,9 @@ async def update(ctx: CallContext, args: UpdateThoughtIn) -> UpdateThoughtOut:
         await repo.update_memory(args.id, values)
     if changed and args.content is not None:
         await repo.drop_vectors(args.id)
-        vector = await _vector_or_none(ctx, args.content)
-        if vector is not None:
-            await repo.upsert_embeddings(ctx.embedder.model, [(args.id, vector)])
-            re_embedded = True
-    return UpdateThoughtOut(thought=thought_out(await _row(ctx, args.id)), re_embedded=re_embedded)
+        await common.queue_vectors(ctx, [args.id])
+        ctx.after_commit.append(_report_re_embedded)
+    return UpdateThoughtOut(thought=thought_out(await _row(ctx, args.id)), re_embedded=False)
 
 
 async def archive(ctx: CallContext, args: ArchiveThoughtIn) -> ThoughtResultOut:
@@ -237,6 +237,7 @@ async def _search(
     kinds: list[str] | None = None,
     days: int | None = None,
 ) -> tuple[Retrieval, dict[uuid.UUID, dict[str, Any]]]:
+    qvec = await common.query_vector(ctx, query) if mode != "lexical" else None
     exists, project_id = await common.project_filter(ctx, project)
     if not exists:
         return Retrieval([], mode), {}
@@ -244,7 +245,16 @@ async def _search(
     repo = MemoryRepository(ctx.session)
     thr = common.settings(ctx).search_default_score_threshold if threshold is None else threshold
     found = await retrieve(
-        repo, ctx.embedder, common.settings(ctx), scope, query, mode=mode, limit=limit, threshold=thr
+        repo,
+        ctx.embedder,
+        common.settings(ctx),
+        scope,
+        query,
+        mode=mode,
+        limit=limit,
+        threshold=thr,
+        vector=qvec,
+        embed_query=False,
     )
     return found, await repo.fetch([h.id for h in found.hits], ctx.embedder.model)
 
@@ -465,7 +475,7 @@ async def resolve_project_ref(ctx: CallContext, ref: str | None) -> uuid.UUID | 
 
 
 async def backfill_embeddings(ctx: CallContext, args: BackfillIn) -> BackfillOut:
-    """Embed memories missing a vector of the active model."""
+    """Queue memories missing a vector of the active model; the embedding queue makes the vectors."""
     project_id = await resolve_project_ref(ctx, args.project)
 
     async def progress(done: int, total: int) -> None:
@@ -473,14 +483,32 @@ async def backfill_embeddings(ctx: CallContext, args: BackfillIn) -> BackfillOut
 
     report = await backfill(
         ctx.session,
-        ctx.embedder,
+        ctx.embedder.model,
         project_id=project_id,
         limit=args.limit,
         batch_size=args.batch_size,
         include_archived=args.include_archived,
         older_than_days=args.older_than_days,
         dry_run=args.dry_run,
-        concurrency=common.settings(ctx).backfill_concurrency,
         progress=progress,
     )
+    ctx.queued.extend(report.job_ids)
+
+    async def report_embedded(out: Any) -> Any:
+        # After the commit (and the wait, if any): the queued rows whose vector is stored by now, and
+        # those the provider refused.
+        waited = ctx.embedding_wait
+        if waited is None:
+            return out
+        failures = [BackfillFailure(id=ref, error=error[:200]) for _, ref, error in waited.failed.values()]
+        return out.model_copy(
+            update={
+                "embedded": len(report.job_ids) - len(waited.remaining),
+                "failed": len(failures),
+                "failures": failures[:20],
+            }
+        )
+
+    if report.job_ids:
+        ctx.after_commit.append(report_embedded)
     return BackfillOut.model_validate(report.public())

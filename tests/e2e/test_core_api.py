@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from typing import Any
 
 import httpx
@@ -23,10 +24,16 @@ from tests.support.server import (
 
 
 async def test_health_ready_metrics(server: RunningServer, rest: httpx.AsyncClient) -> None:
-    assert (await rest.get("/healthz")).json() == {"status": "ok"}
+    assert (await rest.get("/healthz")).json() == {"status": "ok", "pid": os.getpid()}  # served in this process
     ready = await rest.get("/readyz")
     assert ready.status_code == 200, ready.text
-    assert ready.json()["checks"] == {"database": True, "migrations": True, "embedder": True}
+    checks = ready.json()["checks"]
+    assert {k: checks[k] for k in ("database", "migrations", "embedder")} == {
+        "database": True,
+        "migrations": True,
+        "embedder": True,
+    }
+    assert checks["embedding_queue"]["depth"] >= 0
     await rest.get("/api/v1/projects")
     body = (await rest.get("/metrics")).text
     assert 'cairn_calls_total{operation="list_projects",outcome="ok",transport="rest"}' in body

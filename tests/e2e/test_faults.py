@@ -12,6 +12,8 @@ import asyncpg
 import httpx
 import pytest
 
+from app.core.auth import create_key
+from app.core.db import Database
 from app.core.pgembedded import start_embedded
 from tests.support import analysis as analysis_helpers
 from tests.support.analysis import Upstream
@@ -66,6 +68,61 @@ async def test_database_outage_fails_cleanly_and_recovers() -> None:
             assert (await c.get("/readyz")).status_code == 200
             assert (await c.post("/api/v1/projects", json={"name": "after"})).status_code == 200
             names = [p["name"] for p in (await c.get("/api/v1/projects")).json()["projects"]]
+            assert names == ["after", "before"]
+    finally:
+        stop_server(srv, thread)
+        handle.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+async def test_calls_right_after_a_database_restart_succeed() -> None:
+    """The pool does not pre-ping: connections pooled before PostgreSQL restarted are dead, and the
+    first call after the restart finds its connection so. It is retried once on a fresh connection,
+    so no call fails: a stored key's lookup, REST reads and writes, a resource, MCP, readiness, and a
+    burst of concurrent calls."""
+    root = Path(tempfile.mkdtemp(prefix="cairn-restart-"))
+    handle = start_embedded(root)
+    settings = server_settings(handle.url(), db_pool_size=8, key_cache_seconds=0.0)
+    srv, thread, app = start_server(settings)
+    base = f"http://127.0.0.1:{settings.port}"
+    pool = app.state.cairn.db.engine.pool
+
+    async def restart() -> None:
+        assert pool.checkedin() >= 1  # idle pooled connections that the restart kills
+        await asyncio.to_thread(_stop_cluster, handle)
+        await asyncio.to_thread(handle.server.ensure_postgres_running)
+
+    try:
+        db = Database(handle.url(), settings)
+        try:
+            _, stored = await create_key(db, scopes=["read", "write"], project=None)
+        finally:
+            await db.dispose()
+        async with (
+            httpx.AsyncClient(base_url=base, headers={"Authorization": f"Bearer {ADMIN_KEY}"}, timeout=30) as c,
+            httpx.AsyncClient(base_url=base, headers={"Authorization": f"Bearer {stored}"}, timeout=30) as k,
+            mcp_client(base) as mcp,
+        ):
+            assert (await c.post("/api/v1/projects", json={"name": "before"})).status_code == 200
+            warm = await asyncio.gather(*(c.get("/api/v1/projects") for _ in range(16)))
+            assert {r.status_code for r in warm} == {200}
+            calls: list[tuple[httpx.AsyncClient, str, str, Any]] = [
+                (k, "GET", "/api/v1/projects", None),  # the stored key's lookup meets the dead connection first
+                (c, "POST", "/api/v1/projects", {"name": "after"}),
+                (c, "GET", "/api/v1/resources/health", None),
+                (c, "GET", "/readyz", None),
+            ]
+            for client, method, path, body in calls:
+                await restart()
+                r = await client.request(method, path, json=body)
+                assert r.status_code == 200, (path, r.text[:300])
+            await restart()
+            res = await mcp.call_tool("list_projects", {})
+            assert not res.is_error, text_of(res)
+            await restart()
+            burst = await asyncio.gather(*(c.get("/api/v1/projects") for _ in range(8)))
+            assert [r.status_code for r in burst] == [200] * 8, [r.text[:200] for r in burst]
+            names = [p["name"] for p in burst[0].json()["projects"]]
             assert names == ["after", "before"]
     finally:
         stop_server(srv, thread)

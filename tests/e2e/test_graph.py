@@ -62,7 +62,10 @@ async def test_reference_tools_over_mcp(server: RunningServer) -> None:
                 ]
             },
         )
-        assert added == {"results": [{"entityName": "Ada Lovelace", "addedObservations": ["Born in 1815"]}]}
+        assert added == {
+            "results": [{"entityName": "Ada Lovelace", "addedObservations": ["Born in 1815"]}],
+            "embedding": "done",  # the test server waits for each write's vectors
+        }
         found = await call(mcp, "search_nodes", {"query": "ENGINE"})
         assert {e["name"] for e in found["entities"]} == {"Charles Babbage", "Analytical Engine"}
         assert {"from": "Ada Lovelace", "to": "Charles Babbage", "relationType": "worked with"} in found["relations"]

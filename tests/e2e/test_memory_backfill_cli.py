@@ -60,8 +60,9 @@ async def test_cli_backfill(server: RunningServer, rest: httpx.AsyncClient, pg: 
     done = await asyncio.to_thread(subprocess.run, cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     out = json.loads(done.stdout.strip().splitlines()[-1])
-    assert out["embedded"] == len(NOTES) and out["failed"] == 0 and out["model"] == "all-MiniLM-L6-v2"
-    assert "backfill all-MiniLM-L6-v2" in done.stderr  # the progress bar's last line
+    assert out["queued"] == out["embedded"] == len(NOTES) and out["waiting"] == 0
+    assert out["model"] == "all-MiniLM-L6-v2"
+    assert "embed all-MiniLM-L6-v2" in done.stderr  # the progress bar's last line
     stats = await api(rest, "/thoughts/stats", {"project": "cli"}, method="GET")
     assert stats["missing_embeddings"] == 0
 
@@ -79,7 +80,7 @@ async def test_background_runner(server: RunningServer, rest: httpx.AsyncClient,
         backfill_batch_size=2,
         backfill_max_per_run=3,
     )
-    runner = BackfillRunner(db, embedder, cfg)
+    runner = BackfillRunner(db, embedder.model, cfg)  # it queues; the server's queue workers embed
     try:
         runner.start()
         for _ in range(100):
@@ -93,7 +94,7 @@ async def test_background_runner(server: RunningServer, rest: httpx.AsyncClient,
         await runner.stop()
         await embedder.close()
         await db.dispose()
-    disabled = BackfillRunner(db, embedder, MemorySettings())
+    disabled = BackfillRunner(db, embedder.model, MemorySettings())
     disabled.start()
     assert disabled._task is None
 

@@ -1,7 +1,8 @@
 """Switching the embedding model end to end: a second server on the same database uses another model
-(an OpenAI-compatible HTTP embedder on 127.0.0.1). Search there sees only that model's vectors, falls
-back to full text while it has none, and backfill_embeddings closes the gap; per-item failures are
-reported without aborting."""
+(an OpenAI-compatible HTTP embedder on 127.0.0.1). Writes never fail for the switch; search there sees
+only that model's vectors, falls back to full text while it has none, and backfill_embeddings (through
+the embedding queue) closes the gap; a text the provider refuses is reported without holding back the
+others. A server with queue workers makes the missing vectors by itself (the start-up sweep)."""
 
 from __future__ import annotations
 
@@ -36,6 +37,7 @@ async def test_model_switch_fallback_then_backfill(
             embedding_base_url=fake.base_url,
             embedding_model="minilm-http",
             embedding_dimension=384,
+            embedding_queue_workers=0,  # no sweep: the gap stays until backfill_embeddings closes it
         )
         srv, thread, _app = start_server(settings)
         url = f"http://127.0.0.1:{settings.port}"
@@ -53,13 +55,13 @@ async def test_model_switch_fallback_then_backfill(
                 failed = await api(
                     other, "/thoughts", {"content": "FAIL-EMBED this one cannot be embedded", "project": "sw"}
                 )
-                assert failed["embedded"] is False
+                assert failed["embedded"] is False and failed["embedding"] == "pending"
                 async with mcp_client(url) as mcp:
                     res = await mcp.call_tool("backfill_embeddings", {"project": "sw", "batch_size": 4})
                     report = res.structured_content
                 assert report is not None
-                assert report["model"] == "minilm-http" and report["scanned"] == 7
-                assert report["embedded"] == 6 and report["failed"] == 1
+                assert report["model"] == "minilm-http" and report["scanned"] == 7 and report["queued"] == 7
+                assert report["embedded"] == 6 and report["failed"] == 1 and report["embedding"] == "pending"
                 assert report["failures"][0]["id"] == failed["thought"]["id"]
                 body = await api(other, "/memory/search", {"query_text": "database migration timeout", "project": "sw"})
                 assert body["retrieval_mode"] == "hybrid"
@@ -82,3 +84,49 @@ async def test_model_switch_fallback_then_backfill(
     finally:
         await conn.close()
     assert {r["model"]: r["n"] for r in rows} == {"all-MiniLM-L6-v2": 6, "minilm-http": 6}
+
+
+async def test_a_new_model_embeds_every_family_by_itself(
+    server: RunningServer, rest: httpx.AsyncClient, pg: PgCluster
+) -> None:
+    await api(rest, "/memory/push", {"text": "The staging cluster runs PostgreSQL 18.", "project": "sweep"})
+    await api(
+        rest,
+        "/graph/entities",
+        {"project": "sweep", "entities": [{"name": "Staging", "entityType": "cluster", "observations": ["PG 18"]}]},
+    )
+    with FakeEmbeddingServer("minilm-sweep") as fake:
+        settings = server_settings(
+            pg.url,
+            embedding_provider="openai",
+            embedding_base_url=fake.base_url,
+            embedding_model="minilm-sweep",
+            embedding_dimension=384,
+        )
+        srv, thread, _app = start_server(settings)
+        url = f"http://127.0.0.1:{settings.port}"
+        try:
+            async with httpx.AsyncClient(
+                base_url=url, timeout=60, headers={"Authorization": f"Bearer {ADMIN_KEY}"}
+            ) as other:
+                drained = await api(other, "/embeddings/wait", {"timeout_seconds": 60})
+                assert drained["drained"] is True and drained["model"] == "minilm-sweep"
+                # every row of every family written under the first model has a vector of the new one
+                conn = await asyncpg.connect(pg.handle.libpq_uri(pg.database))
+                try:
+                    missing = await conn.fetchval(
+                        "SELECT (SELECT count(*) FROM memories m WHERE NOT EXISTS (SELECT 1 FROM memory_embeddings e "
+                        "WHERE e.memory_id = m.id AND e.model = 'minilm-sweep')) + (SELECT count(*) FROM "
+                        "graph_entities g WHERE NOT EXISTS (SELECT 1 FROM graph_embeddings e WHERE e.owner_id = g.id "
+                        "AND e.model = 'minilm-sweep'))"
+                    )
+                finally:
+                    await conn.close()
+                assert missing == 0
+                hits = await api(other, "/graph/search/semantic", {"project": "sweep", "query": "postgres staging"})
+                assert hits["results"][0]["name"] == "Staging" and hits["results"][0]["cosine_sim"] > 0
+                # writes go on under the new model, and say when their vectors are stored
+                pushed = await api(other, "/memory/push", {"text": "A note under the new model.", "project": "sweep"})
+                assert pushed["embedding"] == "done"
+        finally:
+            stop_server(srv, thread)

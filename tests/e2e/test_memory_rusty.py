@@ -190,8 +190,9 @@ async def test_collections_metrics_resources(server: RunningServer, rest: httpx.
     assert created["status"] == "ok" and created["vectorSize"] == 384 and created["created"]
     resized = await api(rest, "/memory/collections", {"name": "notes-2", "vector_size": 768})
     assert resized["resized"] and resized["vectorSize"] == 768
-    err = await api(rest, "/memory/push", {"text": "x y z", "collection": "notes-2"}, status=400)
-    assert err["error"]["code"] == 4003
+    # the size is a label: vectors are stored per model, so a mismatch never blocks a write
+    labelled = await api(rest, "/memory/push", {"text": "x y z", "collection": "notes-2", "project": "repo-a"})
+    assert labelled["embedding"] == "done" and labelled["inserted"] == 1
     await api(rest, "/memory/collections", {"name": "notes-2", "vector_size": 384})
     await api(
         rest,
@@ -207,7 +208,7 @@ async def test_collections_metrics_resources(server: RunningServer, rest: httpx.
         res = await mcp.call_tool("get-collections", {})
         assert res.structured_content == cols
         res = await mcp.call_tool("metrics", {})
-        assert res.structured_content is not None and res.structured_content["chunksIndexed"] == 2
+        assert res.structured_content is not None and res.structured_content["chunksIndexed"] == 3
         types = json.loads((await mcp.read_resource("mcp://memory-types")).contents[0].text)  # type: ignore[union-attr]
         assert types == {"memory_types": ["episodic", "semantic", "procedural"], "default": "semantic"}
         projects = json.loads((await mcp.read_resource("mcp://projects")).contents[0].text)  # type: ignore[union-attr]

@@ -151,19 +151,33 @@ async def test_lexical_fallback_and_backfill(server: RunningServer, rest: httpx.
     assert dry == {
         "model": "all-MiniLM-L6-v2",
         "scanned": 4,
+        "queued": 0,
         "embedded": 0,
         "skipped": 0,
         "failed": 0,
         "dry_run": True,
         "failures": [],
         "sample_ids": ids,
+        "embedding": "done",
     }
     async with mcp_client(server.url) as mcp:
         call = await mcp.call_tool("backfill_embeddings", {"project": "fb", "limit": 3, "batch_size": 2})
         first = call.structured_content
         assert first is not None
         assert first["scanned"] == 3 and first["embedded"] == 3 and first["failed"] == 0
-        assert set(first) == {"model", "scanned", "embedded", "skipped", "failed", "dry_run", "failures", "sample_ids"}
+        assert first["queued"] == 3 and first["embedding"] == "done"
+        assert set(first) == {
+            "model",
+            "scanned",
+            "queued",
+            "embedded",
+            "skipped",
+            "failed",
+            "dry_run",
+            "failures",
+            "sample_ids",
+            "embedding",
+        }
     rest_run = await api(rest, "/thoughts/backfill", {"project": "fb"})
     assert rest_run["scanned"] == 1 and rest_run["embedded"] == 1
     assert (await api(rest, "/thoughts/backfill", {}))["scanned"] == 0

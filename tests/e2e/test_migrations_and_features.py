@@ -57,7 +57,7 @@ async def test_disabled_features_create_no_tables_and_expose_no_operations(pg: P
         base = f"http://127.0.0.1:{settings.port}"
         async with mcp_client(base) as mcp:
             names = {t.name for t in (await mcp.list_tools()).tools}
-        assert names == {"create_project", "list_projects", "embed", "audit_log"}
+        assert names == {"create_project", "list_projects", "embed", "audit_log", "wait_for_embeddings"}
         async with httpx.AsyncClient(base_url=base, headers={"Authorization": f"Bearer {ADMIN_KEY}"}) as c:
             doc = (await c.get("/openapi.json")).json()
         ops = {e.get("operationId") for item in doc["paths"].values() for e in item.values()}
@@ -66,6 +66,7 @@ async def test_disabled_features_create_no_tables_and_expose_no_operations(pg: P
             "list_projects",
             "embed",
             "audit_log",
+            "wait_for_embeddings",
             "resource_health",
             "resource_settings",
             "resource_toolsets",

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import httpx
+import psutil
 import pytest
 
 from tests.support.server import ADMIN_KEY, STATIC_KEYS, PgCluster, RunningServer, free_port, mcp_client, run_async
@@ -99,6 +100,71 @@ def test_embedded_database_keeps_data_across_restarts() -> None:
         assert names == ["persisted"]
     finally:
         _stop(proc)
+
+
+def _postgres_of(pgdata: Path) -> list[psutil.Process]:
+    """The postmasters running on `pgdata` (its other processes have no `-D` in their command line)."""
+    found = []
+    for proc in psutil.process_iter(["name", "cmdline"]):
+        cmdline = proc.info["cmdline"] or []
+        if (proc.info["name"] or "").startswith("postgres") and "-D" in cmdline and str(pgdata) in cmdline:
+            found.append(proc)
+    return found
+
+
+def test_workers_share_one_port_and_one_embedded_database() -> None:
+    data_dir = Path(tempfile.mkdtemp(prefix="cairn-workers-"))
+    pgdata = (data_dir / "pgdata").resolve()
+    port = free_port()
+    env = {"CAIRN_DATA_DIR": str(data_dir), "CAIRN_DATABASE_URL": "", "CAIRN_API_KEYS": ",".join(STATIC_KEYS)}
+    full = {**os.environ, "CAIRN_LOG_LEVEL": "WARNING", **env}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "app", "serve", "--port", str(port), "--workers", "2"],
+        cwd=ROOT,
+        env=full,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    base = f"http://127.0.0.1:{port}"
+    auth = {"Authorization": f"Bearer {ADMIN_KEY}"}
+    try:
+        _wait_ready(port, proc)
+        # Both workers answer on the one port (each request on a new connection; the kernel hands it to
+        # whichever worker accepts first).
+        pids: set[int] = set()
+        deadline = time.monotonic() + 60
+        while len(pids) < 2 and time.monotonic() < deadline:
+            pids.add(httpx.get(f"{base}/healthz", timeout=10).json()["pid"])
+        workers = {p.pid: p for p in psutil.Process(proc.pid).children() if p.pid in pids}
+        assert len(workers) == 2 and proc.pid not in pids, pids
+        # One embedded PostgreSQL, started by the parent; the workers were told its URL and did not migrate.
+        assert len(_postgres_of(pgdata)) == 1
+        for worker in workers.values():
+            environ = worker.environ()
+            assert environ["CAIRN_DATABASE_URL"].startswith(f"postgresql+asyncpg://postgres@/cairn?host={pgdata}&port=")
+            assert environ["CAIRN_MIGRATE_ON_START"] == "false"
+        # Every worker serves real calls on the same data.
+        assert httpx.post(f"{base}/api/v1/projects", json={"name": "shared"}, headers=auth).status_code == 200
+        seen: dict[int, list[str]] = {}
+        for _ in range(40):
+            with httpx.Client(base_url=base, headers=auth, timeout=30) as c:
+                names = [p["name"] for p in c.get("/api/v1/projects").json()["projects"]]
+                seen.setdefault(c.get("/healthz").json()["pid"], []).extend(names)
+        assert all(set(names) == {"shared"} for names in seen.values()), seen
+
+        async def mcp_projects() -> list[str]:
+            async with mcp_client(base, path="/mcp/all") as mcp:
+                result = await mcp.call_tool("list_projects", {})
+                assert not result.is_error and result.structured_content is not None, result
+                return [p["name"] for p in result.structured_content["projects"]]
+
+        assert run_async(mcp_projects()) == ["shared"]
+    finally:
+        _stop(proc)
+    # SIGTERM stopped the workers, then the embedded PostgreSQL.
+    assert proc.returncode == 0, proc.stderr.read().decode()[-2000:] if proc.stderr else ""
+    assert not any(psutil.pid_exists(pid) for pid in pids)
+    assert not (pgdata / "postmaster.pid").exists() and not _postgres_of(pgdata)
 
 
 def test_refuses_non_loopback_without_keys(pg: PgCluster) -> None:

@@ -98,7 +98,7 @@ async def test_every_family_is_reachable_and_toolsets_combine(server: RunningSer
     thoughts = {t.name for t in await _list(server.url, "/mcp/thoughts")}
     assert {"capture_thought", "create_project", "list_projects"} <= thoughts
     admin = {t.name for t in await _list(server.url, "/mcp/admin")}
-    assert admin == {"embed", "audit_log", "search_quality_report"}
+    assert admin == {"embed", "audit_log", "search_quality_report", "wait_for_embeddings"}
     assert not admin & {t.name for t in await _list(server.url, "/mcp/graph")}
 
 

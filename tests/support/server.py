@@ -110,6 +110,9 @@ def server_settings(db_url: str, **overrides: Any) -> Settings:
         "rate_limit_per_second": 10_000.0,
         "rate_limit_burst": 10_000,
         "mcp_toolsets": ["all"],
+        # Writes wait for their own vectors, so scenarios read what they wrote; the queue's
+        # asynchronous path has its own tests (tests/e2e/test_embedding_queue.py).
+        "embedding_write_mode": "sync",
     }
     values.update(overrides)
     return Settings(**values)

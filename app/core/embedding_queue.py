@@ -1,0 +1,319 @@
+"""The embedding queue: writes never wait on the model.
+
+A write that needs a vector commits its text and a row of `embedding_queue` in the same
+transaction (`enqueue`) and returns. Workers inside the server (`EmbeddingQueue.start`) then:
+
+1. lease a batch of due rows for the active model in one short transaction
+   (``FOR UPDATE SKIP LOCKED``: N workers or N replicas never take the same row; a lease that runs
+   out, because its worker died, makes the row claimable again) and read the rows' current texts;
+2. embed the texts with no transaction open;
+3. in one more short transaction, delete the rows still at the version they leased and store those
+   vectors (a row re-written meanwhile has a newer version: it stays queued and is embedded again).
+
+A failed batch (provider down) is released with an exponential delay per row, so writes keep
+queueing and the vectors arrive once the provider answers; a text the provider refuses alone is
+retried on its own without holding back its batch. Vectors are stored per model: switching the model
+queues every row lacking a vector for it (the start-up sweep of each server).
+
+Features declare what they embed as `EmbeddingTarget`s; the core names none of them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import defaultdict
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from prometheus_client import Counter, Gauge
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.core.repository import EmbeddingQueueRepository, LeasedJob, QueueStats
+
+if TYPE_CHECKING:
+    from app.core.config import Settings
+    from app.core.context import CallContext
+    from app.core.db import Database
+    from app.core.embedding import EmbeddingProvider
+
+log = logging.getLogger("cairn.embedding_queue")
+
+JOBS_DONE = Counter("cairn_embedding_jobs_done_total", "Queued rows whose vector was stored")
+JOBS_RETRIED = Counter("cairn_embedding_jobs_retried_total", "Queued rows released for a later try after a failure")
+JOBS_DEPTH = Gauge("cairn_embedding_jobs_queued", "Rows waiting in the embedding queue for the active model")
+JOBS_OLDEST = Gauge("cairn_embedding_jobs_oldest_seconds", "Age of the oldest row waiting in the embedding queue")
+
+Texts = Callable[[AsyncSession, list[str]], Awaitable[dict[str, str]]]
+Store = Callable[[AsyncSession, str, list[tuple[str, list[float]]]], Awaitable[None]]
+Missing = Callable[[AsyncSession, str, int], Awaitable[list[str]]]
+
+SWEEP_PAGE = 1000
+
+
+@dataclass(frozen=True)
+class EmbeddingTarget:
+    """Rows of one kind that carry a vector per model.
+
+    - `name`: the queue's `target` value (e.g. ``memory``, ``graph_entity``).
+    - `texts(session, refs)`: the current text of each ref that still exists (missing refs are
+      dropped from the queue).
+    - `store(session, model, [(ref, vector)])`: upsert the vectors of `model`.
+    - `missing(session, model, limit)`: up to `limit` refs that have no vector of `model` and are
+      not queued for it (the sweep after a model switch, and backfills).
+    """
+
+    name: str
+    texts: Texts
+    store: Store
+    missing: Missing
+
+
+async def enqueue(ctx: CallContext, target: str, refs: Sequence[Any]) -> list[int]:
+    """Queue the vectors of `refs` of `target` for the active model, in the call's transaction.
+
+    The executor then wakes the workers after the commit and, when the call asks for it (or the
+    server runs in `sync` write mode), waits for these rows before answering."""
+    ids = await EmbeddingQueueRepository(ctx.session).enqueue(target, [str(r) for r in refs], ctx.embedder.model)
+    ctx.queued.extend(ids)
+    return ids
+
+
+@dataclass(frozen=True)
+class BatchResult:
+    """One batch: rows leased, and those the provider refused (job id -> (target, ref, error))."""
+
+    leased: int
+    failed: dict[int, tuple[str, str, str]]
+
+
+@dataclass(frozen=True)
+class WaitResult:
+    """After a wait: the job ids still queued, and those the provider refused."""
+
+    remaining: list[int]
+    failed: dict[int, tuple[str, str, str]]
+
+
+class EmbeddingQueue:
+    """The process's queue workers and the read-your-writes wait."""
+
+    def __init__(
+        self, db: Database, embedder: EmbeddingProvider, targets: Sequence[EmbeddingTarget], settings: Settings
+    ) -> None:
+        self.db, self.embedder, self.settings = db, embedder, settings
+        self.targets = {t.name: t for t in targets}
+        self._wake = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._last_warning = 0.0
+
+    @property
+    def model(self) -> str:
+        """The model whose vectors the workers make."""
+        return self.embedder.model
+
+    def wake(self) -> None:
+        """Tell idle workers that rows were queued (other replicas find them by polling)."""
+        self._wake.set()
+
+    async def run_batch(self, ids: Sequence[int] | None = None) -> BatchResult:
+        """Lease, embed and store one batch (only `ids` when given: then a failure is reported in the
+        result rather than raised).
+
+        When the batch fails, the first text is tried alone: if that fails too the provider is taken
+        as down and the whole batch is released for a later try (and the error raised); otherwise
+        each text is tried on its own, so one text the provider refuses never holds back the others."""
+        s = self.settings
+        async with self.db.transaction() as session:
+            repo = EmbeddingQueueRepository(session)
+            jobs = await repo.lease(
+                self.model, s.embedding_queue_batch, s.embedding_queue_lease_seconds, list(self.targets), ids
+            )
+            if not jobs:
+                return BatchResult(0, {})
+            texts: dict[str, dict[str, str]] = {}
+            by_target: dict[str, list[LeasedJob]] = defaultdict(list)
+            for job in jobs:
+                by_target[job.target].append(job)
+            for name, group in by_target.items():
+                texts[name] = await self.targets[name].texts(session, [j.ref for j in group])
+        todo = [(j, texts[j.target][j.ref]) for j in jobs if j.ref in texts[j.target]]
+        made: dict[int, list[float]] = {}
+        failed: dict[int, tuple[LeasedJob, str]] = {}
+        try:
+            try:
+                vectors = await self.embedder.embed([t for _, t in todo]) if todo else []
+                made = {j.id: v for (j, _), v in zip(todo, vectors, strict=True)}
+            except Exception as exc:
+                if len(todo) < 2:
+                    raise
+                made, failed = await self._one_by_one(todo, exc)
+        except BaseException as exc:
+            cancelled = isinstance(exc, asyncio.CancelledError)  # shutting down: release at once, no delay
+            error = "cancelled" if cancelled else f"{type(exc).__name__}: {exc}"
+            if not cancelled:
+                JOBS_RETRIED.inc(len(jobs))
+            with contextlib.suppress(Exception):
+                async with self.db.transaction() as session:
+                    await EmbeddingQueueRepository(session).retry_later(
+                        jobs, error, 0.0 if cancelled else s.embedding_queue_retry_max_seconds
+                    )
+            if ids is None or cancelled or not isinstance(exc, Exception):
+                raise
+            # A caller waiting for its own rows learns which ones failed instead of an exception.
+            return BatchResult(len(jobs), {j.id: (j.target, j.ref, error) for j in jobs})
+        async with self.db.transaction() as session:
+            repo = EmbeddingQueueRepository(session)
+            for job, error in failed.values():
+                await repo.retry_later([job], error, s.embedding_queue_retry_max_seconds)
+            done = await repo.complete([j for j in jobs if j.id not in failed])
+            stored: dict[str, list[tuple[str, list[float]]]] = defaultdict(list)
+            for job in jobs:
+                if job.id in done and job.id in made:
+                    stored[job.target].append((job.ref, made[job.id]))
+            for name, items in stored.items():
+                await self.targets[name].store(session, self.model, items)
+        JOBS_DONE.inc(sum(len(v) for v in stored.values()))
+        JOBS_RETRIED.inc(len(failed))
+        return BatchResult(len(jobs), {i: (j.target, j.ref, e) for i, (j, e) in failed.items()})
+
+    async def _one_by_one(
+        self, todo: list[tuple[LeasedJob, str]], first_error: Exception
+    ) -> tuple[dict[int, list[float]], dict[int, tuple[LeasedJob, str]]]:
+        """Embed each text alone after a failed batch; raises when the first one fails too (the
+        provider is down, not one text refused)."""
+        made: dict[int, list[float]] = {}
+        failed: dict[int, tuple[LeasedJob, str]] = {}
+        for n, (job, text) in enumerate(todo):
+            try:
+                made[job.id] = (await self.embedder.embed([text]))[0]
+            except Exception as exc:
+                if n == 0:
+                    raise first_error from exc
+                failed[job.id] = (job, f"{type(exc).__name__}: {exc}")
+        if not made:
+            raise first_error
+        return made, failed
+
+    async def wait(self, ids: Sequence[int], timeout: float) -> WaitResult:
+        """Make the vectors of `ids` now (or wait for the worker that holds them) for at most
+        `timeout` seconds; returns those still queued and those the provider refused. Never raises:
+        a failure leaves the rows queued for the workers."""
+        deadline = time.monotonic() + timeout
+        remaining = list(ids)
+        failed: dict[int, tuple[str, str, str]] = {}
+        try:
+            while remaining:
+                batch = await asyncio.wait_for(self.run_batch(remaining), max(0.001, deadline - time.monotonic()))
+                failed.update(batch.failed)
+                async with self.db.transaction() as session:
+                    remaining = await EmbeddingQueueRepository(session).remaining(remaining)
+                if not remaining or failed or time.monotonic() >= deadline:
+                    break
+                await asyncio.sleep(0.01)  # another worker holds them
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.info("waiting for embeddings gave up: %s: %s", type(exc).__name__, exc)
+        return WaitResult(remaining=remaining, failed=failed)
+
+    async def drain(self, timeout: float) -> QueueStats:
+        """Help the workers until the queue of the active model is empty or `timeout` passes."""
+        deadline = time.monotonic() + timeout
+        while True:
+            stats = await self.stats()
+            if stats.depth == 0 or time.monotonic() >= deadline:
+                return stats
+            try:
+                leased = (await asyncio.wait_for(self.run_batch(), max(0.001, deadline - time.monotonic()))).leased
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                self._warn("draining the embedding queue", exc)
+                leased = 0
+            if not leased:
+                await asyncio.sleep(0.05)
+
+    async def stats(self) -> QueueStats:
+        """Depth and age of the queue for the active model (also set as metrics)."""
+        async with self.db.transaction() as session:
+            stats = await EmbeddingQueueRepository(session).stats(self.model)
+        JOBS_DEPTH.set(stats.depth)
+        JOBS_OLDEST.set(stats.oldest_seconds or 0.0)
+        return stats
+
+    async def sweep(self, limit: int | None = None) -> int:
+        """Queue every row of every target that lacks a vector of the active model (at most `limit`);
+        returns how many rows it queued. Rows queued for other models stay: another server on the
+        same database may run that model."""
+        queued = 0
+        for target in self.targets.values():
+            while limit is None or queued < limit:
+                page = SWEEP_PAGE if limit is None else min(SWEEP_PAGE, limit - queued)
+                async with self.db.transaction() as session:
+                    refs = await target.missing(session, self.model, page)
+                    await EmbeddingQueueRepository(session).enqueue(target.name, refs, self.model, bump=False)
+                queued += len(refs)
+                if len(refs) < page:
+                    break
+        if queued:
+            log.info("queued %d rows lacking a vector of %s", queued, self.model)
+            self.wake()
+        return queued
+
+    async def _work(self) -> None:
+        failures = 0
+        while True:
+            try:
+                leased = (await self.run_batch()).leased
+                failures = 0
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                failures += 1
+                self._warn("embedding queue batch failed; retrying later", exc)
+                await asyncio.sleep(min(self.settings.embedding_queue_retry_max_seconds, 0.25 * 2**failures))
+                continue
+            if not leased:
+                self._wake.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), self.settings.embedding_queue_poll_seconds)
+
+    async def _start(self) -> None:
+        try:
+            await self.sweep()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            self._warn("the start-up sweep of the embedding queue failed", exc)
+        await self._work()
+
+    def start(self) -> None:
+        """Start the sweep and the workers as tasks of the running loop (never blocks start-up)."""
+        if self._tasks:
+            return
+        loop = asyncio.get_running_loop()
+        workers = self.settings.embedding_queue_workers
+        if workers:
+            self._tasks.append(loop.create_task(self._start(), name="cairn-embedding-queue-0"))
+        for i in range(1, workers):
+            self._tasks.append(loop.create_task(self._work(), name=f"cairn-embedding-queue-{i}"))
+
+    async def stop(self) -> None:
+        """Cancel the workers; rows they held are leased until their lease runs out, then retried."""
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks.clear()
+
+    def _warn(self, what: str, exc: BaseException) -> None:
+        # One line per 30 s while the provider is down, not one per batch.
+        now = time.monotonic()
+        if now - self._last_warning >= 30:
+            self._last_warning = now
+            log.warning("%s: %s: %s", what, type(exc).__name__, str(exc)[:200])
