@@ -271,9 +271,8 @@ async def test_sigkill_mid_ingest_rolls_back_the_call_and_resume_completes(data_
 
 
 THOUGHTS = 448
-BATCH = 4
-CONCURRENCY = 4
-ROUND = BATCH * CONCURRENCY  # the CLI commits batch_size * CAIRN_BACKFILL_CONCURRENCY memories per transaction
+BATCH = 16
+ROUND = BATCH  # the queue stores the vectors of one leased batch per transaction
 WORDS = (
     "harbor lantern copper orchard meridian signal winter glass river ember atlas hollow tide "
     "crown machine paper salt wolf echo garden"
@@ -329,7 +328,8 @@ def _backfill_cmd(data_dir: Path) -> dict[str, Any]:
         "CAIRN_DATA_DIR": str(data_dir),
         "CAIRN_DATABASE_URL": "",
         "CAIRN_LOG_LEVEL": "WARNING",
-        "CAIRN_BACKFILL_CONCURRENCY": str(CONCURRENCY),
+        "CAIRN_EMBEDDING_QUEUE_BATCH": str(BATCH),
+        "CAIRN_EMBEDDING_QUEUE_LEASE_SECONDS": "2",  # the killed run's leased batch is free again soon
     }
     args = [sys.executable, "-m", "app", "backfill", "--project", "kill-backfill", "--batch-size", str(BATCH)]
     return {"args": args, "cwd": ROOT, "text": True, "env": env}
@@ -366,7 +366,7 @@ async def test_sigkill_mid_backfill_keeps_whole_batches_and_rerun_completes(data
             assert proc.returncode == -signal.SIGKILL
             killed = await _vector_facts(conn)
             assert 2 * ROUND <= killed["n"] < THOUGHTS, killed
-            # Only whole committed rounds survive; the killed round's savepoint-written batches are gone.
+            # Only whole committed batches survive; the killed batch stays queued (leased) with no vector.
             assert killed["n"] % ROUND == 0 and killed["memories"] == killed["whole"] == killed["n"], killed
             assert await _oldest_first_prefix(conn, killed["n"])
 
@@ -375,9 +375,11 @@ async def test_sigkill_mid_backfill_keeps_whole_batches_and_rerun_completes(data
             )
             assert done.returncode == 0, done.stderr
             out = json.loads(done.stdout.strip().splitlines()[-1])
-            assert out["embedded"] == THOUGHTS - killed["n"] and out["failed"] == 0 and out["model"] == MODEL
+            assert out["embedded"] == THOUGHTS - killed["n"] and out["waiting"] == 0 and out["model"] == MODEL
             final = await _vector_facts(conn)
+            # every queued row embedded exactly once: one whole vector per memory, nothing left queued
             assert final == {"n": THOUGHTS, "memories": THOUGHTS, "whole": THOUGHTS}
+            assert await conn.fetchval("SELECT count(*) FROM embedding_queue") == 0
             assert await _oldest_first_prefix(conn, THOUGHTS)
         finally:
             await conn.close()

@@ -18,9 +18,9 @@ from tests.support.server import free_port
 class FakeEmbeddingServer:
     """Serve `POST /v1/embeddings` from a thread."""
 
-    def __init__(self, model: str = "minilm-http") -> None:
+    def __init__(self, model: str = "minilm-http", port: int | None = None) -> None:
         self.model = model
-        self.port = free_port()
+        self.port = port or free_port()
         self.calls = 0
         self.prompts: list[str] = []
         embedder = LocalOnnxEmbedder()

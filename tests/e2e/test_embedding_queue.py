@@ -1,0 +1,114 @@
+"""The embedding queue on a real server: writes answer before their vectors exist (async mode) and
+say so, a per-call wait gives read-your-writes, search finds not-yet-embedded rows by text and flags
+them, and with the embedding provider down writes never fail and every vector arrives once it is back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import asyncpg
+import httpx
+
+from tests.support.fake_embedder import FakeEmbeddingServer
+from tests.support.memory import api
+from tests.support.server import ADMIN_KEY, PgCluster, free_port, server_settings, start_server, stop_server
+
+ENTITIES = [
+    {"name": f"Service {i}", "entityType": "service", "observations": [f"service {i} runs on port {8000 + i}"]}
+    for i in range(30)
+]
+
+
+async def _count(pg: PgCluster, sql: str) -> int:
+    conn = await asyncpg.connect(pg.handle.libpq_uri(pg.database))
+    try:
+        return int(await conn.fetchval(sql))
+    finally:
+        await conn.close()
+
+
+async def test_async_writes_answer_pending_and_wait_gives_read_your_writes(pg: PgCluster) -> None:
+    settings = server_settings(pg.url, embedding_write_mode="async")
+    srv, thread, _app = start_server(settings)
+    try:
+        async with httpx.AsyncClient(
+            base_url=f"http://127.0.0.1:{settings.port}", timeout=60, headers={"Authorization": f"Bearer {ADMIN_KEY}"}
+        ) as c:
+            created = await api(c, "/graph/entities", {"project": "q", "entities": ENTITIES})
+            assert created["embedding"] == "pending" and len(created["entities"]) == len(ENTITIES)
+            pushed = await api(c, "/memory/push", {"text": "Queue me later, please.", "project": "q"})
+            assert pushed["embedding"] == "pending"
+            # search finds the rows by their text meanwhile
+            found = await api(c, "/memory/search", {"query_text": "queue later", "project": "q", "mode": "hybrid"})
+            assert found["results"] and "lexical" in found["results"][0]["signals"]
+            drained = await api(c, "/embeddings/wait", {"timeout_seconds": 60})
+            assert drained["drained"] is True and drained["depth"] == 0
+            assert await _count(pg, "SELECT count(*) FROM graph_embeddings") == len(ENTITIES)
+            assert await _count(pg, "SELECT count(*) FROM embedding_queue") == 0
+            hits = await api(c, "/graph/search/semantic", {"project": "q", "query": "port 8007", "limit": 3})
+            assert all("embedding" not in h for h in hits["results"]) and hits["results"][0]["cosine_sim"] > 0
+            # a write that asks to wait answers once its own vectors are stored
+            waited = await api(
+                c, "/memory/push", {"text": "Read my write at once.", "project": "q", "wait_for_embedding": True}
+            )
+            assert waited["embedding"] == "done"
+            sem = await api(c, "/memory/search", {"query_text": "read my write", "project": "q", "mode": "semantic"})
+            assert sem["results"][0]["text"] == "Read my write at once."
+            health = await api(c, "/resources/health", {}, method="GET")
+            assert health["embedding_queue"]["depth"] == 0
+    finally:
+        stop_server(srv, thread)
+
+
+async def test_provider_down_under_writes_loses_nothing(pg: PgCluster) -> None:
+    port = free_port()  # nothing listens here until the provider "comes back"
+    settings = server_settings(
+        pg.url,
+        embedding_provider="openai",
+        embedding_base_url=f"http://127.0.0.1:{port}/v1",
+        embedding_model="minilm-flaky",
+        embedding_dimension=384,
+        embedding_write_mode="async",
+        embedding_queue_retry_max_seconds=0.5,
+        embedding_queue_poll_seconds=0.2,
+    )
+    srv, thread, _app = start_server(settings)
+    try:
+        async with httpx.AsyncClient(
+            base_url=f"http://127.0.0.1:{settings.port}", timeout=60, headers={"Authorization": f"Bearer {ADMIN_KEY}"}
+        ) as c:
+            writes = [
+                api(c, "/graph/entities", {"project": "down", "entities": ENTITIES[:10]}),
+                api(c, "/memory/push", {"text": "Written while the model is down.", "project": "down"}),
+                api(c, "/thoughts", {"content": "A thought while the model is down.", "project": "down"}),
+                api(c, "/analysis/store", {"analysis_id": "a1", "project": "down", "findings": [{"finding": "x"}]}),
+                api(
+                    c,
+                    "/memory/push",
+                    {"text": "Waiting cannot help now.", "project": "down", "wait_for_embedding": True},
+                ),
+            ]
+            replies = await asyncio.gather(*writes)
+            assert replies[0]["embedding"] == "pending" and replies[-1]["embedding"] == "pending"
+            # searches say they ran on text alone
+            found = await api(c, "/memory/search", {"query_text": "model down", "project": "down"})
+            assert found["retrieval_mode"] == "lexical_fallback" and found["results"]
+            graph = await api(c, "/graph/search/semantic", {"project": "down", "query": "service 3"})
+            assert graph["notice"] and graph["results"] and graph["engine"] == "text"
+            queued = (await api(c, "/resources/health", {}, method="GET"))["embedding_queue"]
+            assert queued["depth"] >= 10 + 4 and queued["retrying"] >= 1  # (+ earlier tests' rows: the sweep)
+            with FakeEmbeddingServer("minilm-flaky", port=port):
+                drained = await api(c, "/embeddings/wait", {"timeout_seconds": 60})
+                assert drained["drained"] is True
+            missing = (
+                "SELECT (SELECT count(*) FROM graph_entities g WHERE NOT EXISTS (SELECT 1 FROM graph_embeddings e "
+                "WHERE e.owner_id = g.id AND e.model = 'minilm-flaky')) + (SELECT count(*) FROM memories m WHERE "
+                "NOT EXISTS (SELECT 1 FROM memory_embeddings e WHERE e.memory_id = m.id AND e.model = 'minilm-flaky'))"
+                " + (SELECT count(*) FROM analysis_findings f WHERE NOT EXISTS (SELECT 1 FROM "
+                "analysis_finding_embeddings e WHERE e.owner_id = f.id AND e.model = 'minilm-flaky'))"
+            )
+            assert await _count(pg, missing) == 0
+            assert await _count(pg, "SELECT count(*) FROM memories WHERE content LIKE '%model is down%'") == 2
+    finally:
+        stop_server(srv, thread)
