@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import socket
 import subprocess
 import sys
 from typing import Any
@@ -56,10 +57,13 @@ def _serve_workers(settings: Settings, features: list[str], options: dict[str, A
     """`settings.workers` uvicorn worker processes sharing one listening socket and one database.
 
     This process starts the embedded PostgreSQL (when no CAIRN_DATABASE_URL is set) and migrates, once;
-    each worker builds the app (`create_app`) from the environment, which names that database and
+    each worker builds the app (`create_worker_app`) from the environment, which names that database and
     turns start-up migrations off. On SIGTERM/SIGINT uvicorn stops the workers (each finishing its
-    in-flight calls), then this process stops the embedded PostgreSQL."""
+    in-flight calls), then this process stops the embedded PostgreSQL. Exits 3 when a worker could not
+    start (uvicorn then stops the others)."""
     import uvicorn  # late: see LIGHT_COMMANDS
+    from uvicorn.config import STARTUP_FAILURE
+    from uvicorn.supervisors import Multiprocess
 
     from app.core.logs import configure_logging
     from app.main import bootstrap
@@ -75,12 +79,21 @@ def _serve_workers(settings: Settings, features: list[str], options: dict[str, A
             "CAIRN_WORKERS": "1",
         }
     )
+    # What uvicorn.run does with workers, keeping the supervisor to read the workers' exit codes.
+    config = uvicorn.Config("app.main:create_worker_app", factory=True, workers=settings.workers, **options)
     try:
-        uvicorn.run("app.main:create_app", factory=True, workers=settings.workers, **options)
+        sock = config.bind_socket()
+        # The shared socket is made without IPPROTO_TCP, so asyncio does not set TCP_NODELAY on the
+        # connections it accepts: Nagle's algorithm then held every second write of a response for a
+        # delayed ACK (~40 ms per sequential call). Accepted connections inherit it from here.
+        if sock.family in (socket.AF_INET, socket.AF_INET6):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        supervisor = Multiprocess(config, sockets=[sock])
+        supervisor.run()
     finally:
         if boot.pg is not None:
             boot.pg.stop()
-    return 0
+    return STARTUP_FAILURE if any(p.exitcode == STARTUP_FAILURE for p in supervisor.processes) else 0
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:

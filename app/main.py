@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -13,6 +14,7 @@ from typing import Any, TypeVar
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from mcp.server.transport_security import TransportSecuritySettings
+from uvicorn.config import STARTUP_FAILURE
 
 from app import __version__
 from app.core import metrics, migrations
@@ -32,7 +34,7 @@ from app.core.registry import OperationSet
 from app.core.repository import EmbeddingModelRepository
 from app.core.rest_adapter import build_router, install_openapi, new_request_id
 from app.core.runtime import make_embedder, run_blocking
-from app.core.toolsets import Catalog, ToolsetRouter
+from app.core.toolsets import MCP_PATH, Catalog, ToolsetRouter
 from app.features import enabled
 
 log = logging.getLogger("cairn")
@@ -116,6 +118,23 @@ class RequestIdMiddleware:
             request_id_var.reset(token)
 
 
+class McpFastPath:
+    """Sends `/mcp` and `/mcp/...` requests straight to the MCP app (the `ToolsetRouter`). The app is
+    also mounted at `/` for the SDK's other paths, but a mount is only tried after every REST route,
+    and trying them all was a measurable share of a trivial MCP call."""
+
+    def __init__(self, app: Any, mcp: Any) -> None:
+        self.app = app
+        self.mcp = mcp
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        path = scope.get("path", "")
+        if scope["type"] == "http" and (path == MCP_PATH or path.startswith(MCP_PATH + "/")):
+            await self.mcp(scope, receive, send)
+        else:
+            await self.app(scope, receive, send)
+
+
 class BodyLimitMiddleware:
     """Answers 413 with the error body when a request body exceeds the configured size."""
 
@@ -164,6 +183,17 @@ def error_response(err: CairnError) -> JSONResponse:
     return JSONResponse(err.body(), status_code=err.status, headers=err.headers)
 
 
+def create_worker_app() -> FastAPI:
+    """The app of one `cairn serve --workers N` process (uvicorn's factory; settings from the
+    environment the parent prepared). A worker that cannot build it exits with uvicorn's start-up
+    failure code, so the parent stops instead of restarting workers that would fail the same way."""
+    try:
+        return create_app()
+    except Exception:
+        log.exception("this worker could not start")
+        sys.exit(STARTUP_FAILURE)
+
+
 def create_app(settings: Settings | None = None, extra: list[OperationSet] | None = None) -> FastAPI:
     """Build the whole application (blocking: starts the database and migrates first).
 
@@ -201,17 +231,28 @@ def create_app(settings: Settings | None = None, extra: list[OperationSet] | Non
     store = None if boot.open_mode else KeyStore(db, parse_static_keys(settings.api_keys), settings.key_cache_seconds)
     state.catalog = Catalog(registry, settings.mcp_toolsets)
     mcp = build_mcp(state, store, state.catalog)
-    mcp_app = mcp.streamable_http_app(
-        stateless_http=True,
-        json_response=settings.mcp_json_response,
-        host=settings.host,
-        max_request_body_size=settings.max_body_bytes,
-        transport_security=TransportSecuritySettings(
-            enable_dns_rebinding_protection=True,
-            allowed_hosts=settings.effective_allowed_hosts(),
-            allowed_origins=settings.effective_allowed_origins(),
-        ),
-    )
+
+    def streamable_http_app(json_response: bool) -> Any:
+        return mcp.streamable_http_app(
+            stateless_http=True,
+            json_response=json_response,
+            host=settings.host,
+            max_request_body_size=settings.max_body_bytes,
+            transport_security=TransportSecuritySettings(
+                enable_dns_rebinding_protection=True,
+                allowed_hosts=settings.effective_allowed_hosts(),
+                allowed_origins=settings.effective_allowed_origins(),
+            ),
+        )
+
+    # `auto`: the same server twice, answering with SSE streams and with single JSON bodies; the
+    # ToolsetRouter picks per request (each app has its own session manager, both run below).
+    mcp_app = streamable_http_app(settings.mcp_json_response is True)
+    session_managers = [mcp.session_manager]
+    mcp_json_app = None
+    if settings.mcp_json_response == "auto":
+        mcp_json_app = streamable_http_app(True)
+        session_managers.append(mcp.session_manager)
     configure_logging(settings.log_level)  # the SDK installs its own handler; keep ours
 
     @asynccontextmanager
@@ -236,7 +277,9 @@ def create_app(settings: Settings | None = None, extra: list[OperationSet] | Non
             },
         )
         try:
-            async with mcp.session_manager.run():
+            async with contextlib.AsyncExitStack() as managers:
+                for manager in session_managers:
+                    await managers.enter_async_context(manager.run())
                 yield
         finally:
             await queue.stop()
@@ -261,6 +304,8 @@ def create_app(settings: Settings | None = None, extra: list[OperationSet] | Non
     app.state.key_store = store
     app.state.mcp = mcp
 
+    mcp_router = ToolsetRouter(mcp_app, state.catalog, _send_error, json_app=mcp_json_app)
+    app.add_middleware(McpFastPath, mcp=mcp_router)  # innermost: request ids and the body limit still apply
     app.add_middleware(RequestIdMiddleware)
 
     @app.exception_handler(CairnError)
@@ -323,5 +368,5 @@ def create_app(settings: Settings | None = None, extra: list[OperationSet] | Non
     install_openapi(app, state)
     exempt = tuple(prefix for feature in features for prefix in feature.own_body_limit)
     app.add_middleware(BodyLimitMiddleware, limit=settings.max_body_bytes, exempt=exempt)
-    app.mount("/", ToolsetRouter(mcp_app, state.catalog, _send_error))
+    app.mount("/", mcp_router)
     return app

@@ -54,6 +54,7 @@ TRANSPORTS = ("mcp", "rest")
 CONCURRENCY = (1, 32)
 WORKERS = (1, 2)
 CALLS = 1000
+SETTLE_SECONDS = 3.0
 
 
 def _free_port() -> int:
@@ -270,6 +271,8 @@ def measure(
     calls = 50 if quick else CALLS
 
     async def all_runs() -> list[dict[str, Any]]:
+        for transport in transports:  # warm-up, not reported: lazy imports, statement caches
+            await _measure(url, 1, 10 if quick else 100, None, transport)
         return [
             await _measure(url, clients, calls, cpu, transport) for transport in transports for clients in CONCURRENCY
         ]
@@ -282,6 +285,7 @@ def measure_server(root: Path, workers: int, quick: bool) -> list[dict[str, Any]
     server = Server(root, workers)
     try:
         server.start()
+        time.sleep(SETTLE_SECONDS)  # background start-up work (e.g. the embedding queue's sweep) ends
         rows = measure(server.url, quick, server.cpu_seconds, TRANSPORTS)
     finally:
         server.stop()
@@ -304,10 +308,12 @@ def markdown(rows: list[dict[str, Any]], quick: bool) -> str:
         f"`streamable_http_client`, stateless streamable HTTP) and over REST (`GET {REST_PATH}`, httpx, one "
         "keep-alive connection per client), against `cairn serve --workers N` (uvicorn, embedded PostgreSQL) on "
         "127.0.0.1; clients and server share the machine; per-key rate limiting off. "
-        f"{rows[0]['calls']} calls per configuration after 3 warm-up calls per client"
+        f"{rows[0]['calls']} calls per configuration after 100 warm-up calls per transport and 3 per client"
         + (" (quick run)" if quick else "")
-        + ". Server CPU per call is read from the server's own processes (`/proc`: the serve process and "
-        "its workers, not PostgreSQL nor the load generator).",
+        + ". The MCP client sends no progress token, so with the default `CAIRN_MCP_JSON_RESPONSE=auto` each "
+        "call is answered with one JSON body rather than an SSE stream. Server CPU per call is read from the "
+        "server's own processes (`/proc`: the serve process and its workers, not PostgreSQL nor the load "
+        "generator).",
         "",
         "| workers | transport | clients | calls | calls/s | p50 ms | p95 ms | server CPU ms/call | errors |",
         "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",

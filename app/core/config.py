@@ -82,7 +82,8 @@ class Settings(BaseSettings):
     embedding_queue_retry_max_seconds: float = Field(default=30.0, gt=0)
 
     # MCP
-    mcp_json_response: bool = False
+    # `auto`: one JSON body unless the request may stream progress (then SSE); true: always JSON; false: always SSE
+    mcp_json_response: Literal["auto"] | bool = "auto"
     # What plain /mcp lists when neither the URL nor the key chooses (toolset names, `all`, `readonly`);
     # empty: the toolsets the features mark as default
     mcp_toolsets: Annotated[list[str], NoDecode] = Field(default_factory=list)

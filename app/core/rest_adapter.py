@@ -54,32 +54,40 @@ def _www_authenticate(state: AppState, error: str | None) -> str:
     return "Bearer " + ", ".join(parts)
 
 
-def _query_args(op: Operation, request: Request) -> dict[str, Any]:
-    schema = op.input_schema().get("properties", {})
-    args: dict[str, Any] = {}
-    for key in request.query_params:
-        prop = schema.get(key, {})
-        is_list = prop.get("type") == "array" or any(alt.get("type") == "array" for alt in prop.get("anyOf", []))
-        args[key] = request.query_params.getlist(key) if is_list else request.query_params[key]
-    return args
+def _list_fields(op: Operation) -> frozenset[str]:
+    """The arguments of `op` that take a list (a repeated query parameter); computed once per route."""
+    props = op.input_schema().get("properties", {})
+    return frozenset(
+        name
+        for name, prop in props.items()
+        if prop.get("type") == "array" or any(alt.get("type") == "array" for alt in prop.get("anyOf", []))
+    )
+
+
+def _query_args(lists: frozenset[str], request: Request) -> dict[str, Any]:
+    query = request.query_params
+    return {key: query.getlist(key) if key in lists else query[key] for key in query}
 
 
 def _operation_endpoint(op: Operation) -> Any:
+    lists = _list_fields(op) if op.method == "GET" else frozenset()
+    path_params = op.path_params()
+
     async def endpoint(request: Request) -> Response:
         state: AppState = request.app.state.cairn
         principal = await authenticate(request)
         if op.method == "GET":
-            args: Any = _query_args(op, request)
+            args: Any = _query_args(lists, request)
         else:
             raw = await request.body()
             try:
                 args = json.loads(raw) if raw.strip() else {}
             except (json.JSONDecodeError, UnicodeDecodeError):
                 raise InvalidInput("The request body is not valid JSON") from None
-        if op.path_params():
+        if path_params:
             if not isinstance(args, dict):
                 raise InvalidInput("Arguments must be a JSON object")
-            for name in op.path_params():
+            for name in path_params:
                 if name in args and args[name] != request.path_params[name]:
                     raise InvalidInput(f"'{name}' in the body differs from the path")
                 args[name] = request.path_params[name]

@@ -16,6 +16,7 @@ refused with 4002 and the endpoint that lists it. REST serves every operation wh
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -145,12 +146,18 @@ class ToolsetRouter:
     """ASGI middleware: maps `/mcp/<toolsets>` and `/mcp?toolsets=` onto the one MCP endpoint.
 
     The chosen `Selection` travels in the ASGI scope, where the MCP handlers find it through the
-    request the SDK attaches to every message. Unknown toolsets answer 404 with the error body."""
+    request the SDK attaches to every message. Unknown toolsets answer 404 with the error body.
 
-    def __init__(self, app: Any, catalog: Catalog, send_error: Any) -> None:
+    With `json_app` (the same MCP server answering with single JSON bodies), a POST that cannot
+    stream anything before its result is sent there, and only the others to `app` (SSE streams): see
+    `answers_in_json`. Both answers carry the same JSON-RPC message; the JSON one costs less."""
+
+    def __init__(self, app: Any, catalog: Catalog, send_error: Any, json_app: Any = None) -> None:
         self.app = app
         self.catalog = catalog
         self.send_error = send_error
+        self.json_app = json_app
+        self.streaming_tools = frozenset(op.tool for op in catalog.registry.operations if op.long_running)
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         path: str = scope.get("path", "")
@@ -169,7 +176,72 @@ class ToolsetRouter:
             await self.send_error(send, err)
             return
         scope = {**scope, "path": MCP_PATH, "raw_path": MCP_PATH.encode(), SCOPE_KEY: selection}
+        if self.json_app is not None and scope.get("method") == "POST":
+            body, receive = await read_body(receive)
+            if answers_in_json(body, scope.get("headers") or (), self.streaming_tools):
+                await self.json_app(scope, receive, send)
+                return
         await self.app(scope, receive, send)
+
+
+async def read_body(receive: Any) -> tuple[bytes, Any]:
+    """The whole request body, and a `receive` that hands it to the app again (then the rest)."""
+    chunks: list[bytes] = []
+    pending: Any = None
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            pending = message  # the client left: the app sees it at once
+            break
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            break
+    body = b"".join(chunks)
+    replayed = False
+
+    async def replay() -> Any:
+        nonlocal replayed
+        if pending is not None:
+            return pending
+        if not replayed:
+            replayed = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return body, replay
+
+
+def _accepts(headers: Any) -> tuple[bool, bool]:
+    """(JSON, SSE) accepted by the request's Accept header, with the SDK's wildcard rules."""
+    value = next((v for k, v in headers if k == b"accept"), b"").decode("latin-1")
+    types = {part.split(";")[0].strip().lower() for part in value.split(",")}
+    anything = "*/*" in types
+    return (
+        anything or "application/json" in types or "application/*" in types,
+        anything or "text/event-stream" in types or "text/*" in types,
+    )
+
+
+def answers_in_json(body: bytes, headers: Any, streaming_tools: frozenset[str]) -> bool:
+    """True when a single JSON body carries all an SSE stream would for this POST: a JSON-RPC request
+    without a progress token (Cairn sends no other message before a result) that is not a call of a
+    long-running tool, from a client that accepts both answers (others get the SSE path's checks)."""
+    if body[:1] != b"{" or not all(_accepts(headers)):
+        return False
+    try:
+        message = json.loads(body)
+    except ValueError:
+        return False
+    if not isinstance(message, dict) or "id" not in message or not isinstance(message.get("method"), str):
+        return False
+    params = message.get("params")
+    if isinstance(params, dict):
+        meta = params.get("_meta")
+        if isinstance(meta, dict) and meta.get("progressToken") is not None:
+            return False
+        if message["method"] == "tools/call" and params.get("name") in streaming_tools:
+            return False
+    return True
 
 
 def selection_of(request: Any) -> Selection:

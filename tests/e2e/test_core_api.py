@@ -262,6 +262,37 @@ async def test_progress_notifications(server: RunningServer) -> None:
     assert [s[0] for s in seen] == [1, 2, 3, 4] and seen[-1][1] == 4
 
 
+async def test_mcp_answers_in_one_json_body_unless_the_call_can_stream(server: RunningServer) -> None:
+    """`CAIRN_MCP_JSON_RESPONSE=auto`: a request that cannot stream anything before its result gets
+    the JSON-RPC response as one JSON body; a call with a progress token, or of a long-running tool,
+    gets an SSE stream (progress first). Every answer carries the request id."""
+    headers = {"Authorization": f"Bearer {ADMIN_KEY}", "Accept": "application/json, text/event-stream"}
+
+    def call(name: str, arguments: dict[str, Any], meta: dict[str, Any] | None = None) -> dict[str, Any]:
+        params: dict[str, Any] = {"name": name, "arguments": arguments}
+        if meta is not None:
+            params["_meta"] = meta
+        return {"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": params}
+
+    async with httpx.AsyncClient(base_url=server.url, headers=headers, timeout=30) as client:
+        plain = await client.post("/mcp", json=call("list_projects", {}))
+        assert plain.status_code == 200 and plain.headers["content-type"].startswith("application/json")
+        assert plain.json()["id"] == 7 and plain.json()["result"]["structuredContent"]["projects"] == []
+        assert plain.headers["x-request-id"]
+        listed = await client.post("/mcp/graph", json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"})
+        assert listed.headers["content-type"].startswith("application/json") and listed.json()["result"]["tools"]
+        streamed = await client.post("/mcp", json=call("test_progress", {"steps": 2}, {"progressToken": "p1"}))
+        assert streamed.status_code == 200 and streamed.headers["content-type"].startswith("text/event-stream")
+        events = [json.loads(line[5:]) for line in streamed.text.splitlines() if line.startswith("data:")]
+        assert [e.get("method") for e in events] == ["notifications/progress"] * 2 + [None]
+        assert events[-1]["id"] == 7 and not events[-1]["result"].get("isError")
+        long_running = await client.post("/mcp", json=call("test_progress", {"steps": 1}))
+        assert long_running.headers["content-type"].startswith("text/event-stream")
+        # A client that does not accept SSE still gets the SSE path's answer (406), as before.
+        refused = await client.post("/mcp", json=call("list_projects", {}), headers={"Accept": "application/json"})
+        assert refused.status_code == 406
+
+
 @pytest.mark.parametrize(
     "headers,status",
     [

@@ -345,6 +345,8 @@ async def test_sigkill_mid_backfill_keeps_whole_batches_and_rerun_completes(data
         conn = await asyncpg.connect(handle.libpq_uri())
         try:
             await conn.execute("DELETE FROM projects WHERE name = 'kill-backfill'")
+            # rows other tests of this data dir left queued would share the drain's batches
+            await conn.execute("DELETE FROM embedding_queue")
             await _seed_thoughts(conn)
             proc = subprocess.Popen(  # noqa: ASYNC220
                 stdout=subprocess.PIPE,

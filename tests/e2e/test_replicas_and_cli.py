@@ -151,6 +151,15 @@ def test_workers_share_one_port_and_one_embedded_database() -> None:
                 names = [p["name"] for p in c.get("/api/v1/projects").json()["projects"]]
                 seen.setdefault(c.get("/healthz").json()["pid"], []).extend(names)
         assert all(set(names) == {"shared"} for names in seen.values()), seen
+        # Sequential calls on one keep-alive connection are not held back by Nagle's algorithm (it cost
+        # ~40 ms per call before the shared socket got TCP_NODELAY).
+        with httpx.Client(base_url=base, timeout=30) as c:
+            took = []
+            for _ in range(15):
+                started = time.perf_counter()
+                c.get("/healthz")
+                took.append(time.perf_counter() - started)
+        assert sorted(took)[len(took) // 2] < 0.025, took
 
         async def mcp_projects() -> list[str]:
             async with mcp_client(base, path="/mcp/all") as mcp:
@@ -165,6 +174,42 @@ def test_workers_share_one_port_and_one_embedded_database() -> None:
     assert proc.returncode == 0, proc.stderr.read().decode()[-2000:] if proc.stderr else ""
     assert not any(psutil.pid_exists(pid) for pid in pids)
     assert not (pgdata / "postmaster.pid").exists() and not _postgres_of(pgdata)
+
+
+def test_a_worker_that_cannot_start_stops_the_server(tmp_path: Path) -> None:
+    """uvicorn restarts a worker that dies, but one whose app cannot be built would fail the same way
+    forever: it exits with the start-up failure code, the parent stops the others and the embedded
+    PostgreSQL, and `cairn serve` exits 3."""
+    hooks = tmp_path / "hooks"
+    hooks.mkdir()
+    (hooks / "sitecustomize.py").write_text(
+        "import os\n"
+        "if os.environ.get('CAIRN_MIGRATE_ON_START') == 'false':  # set by the parent for its workers only\n"
+        "    import app.main\n"
+        "    def broken(*args, **kwargs):\n"
+        "        raise RuntimeError('this worker cannot build its app')\n"
+        "    app.main.create_app = broken\n"
+    )
+    data_dir = tmp_path / "data"
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(hooks),
+        "CAIRN_DATA_DIR": str(data_dir),
+        "CAIRN_DATABASE_URL": "",
+        "CAIRN_API_KEYS": "",
+        "CAIRN_LOG_LEVEL": "WARNING",
+    }
+    out = subprocess.run(
+        [sys.executable, "-m", "app", "serve", "--port", str(free_port()), "--workers", "2"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert out.returncode == 3, out.stderr[-2000:]
+    assert "this worker could not start" in out.stderr
+    assert not (data_dir / "pgdata" / "postmaster.pid").exists() and not _postgres_of((data_dir / "pgdata").resolve())
 
 
 def test_refuses_non_loopback_without_keys(pg: PgCluster) -> None:

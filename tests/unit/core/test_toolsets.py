@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 import pytest
 from pydantic import BaseModel
 
@@ -9,7 +12,7 @@ from app.core.context import CallContext, Principal
 from app.core.errors import InvalidInput, NotFound
 from app.core.registry import OperationSet, Registry
 from app.core.schemas import Empty
-from app.core.toolsets import Catalog, Selection, parse
+from app.core.toolsets import Catalog, Selection, answers_in_json, parse, read_body
 
 
 class Out(BaseModel):
@@ -114,3 +117,43 @@ def test_unknown_and_clashing_toolsets_are_refused() -> None:
     assert _tools(catalog, Selection(("compat",))) == ["read_graph"]
     assert catalog.homes("read_graph") == ["graph", "compat"]
     assert "compat" not in [t["name"] for t in catalog.summary() if t["default"]]
+
+
+BOTH = [(b"accept", b"application/json, text/event-stream")]
+
+
+def _rpc(method: str, params: dict[str, Any] | None = None) -> bytes:
+    return json.dumps({"jsonrpc": "2.0", "id": 1, "method": method, **({"params": params} if params else {})}).encode()
+
+
+def test_requests_that_cannot_stream_are_answered_in_json() -> None:
+    streaming = frozenset({"ingest"})
+    assert answers_in_json(_rpc("tools/call", {"name": "search", "arguments": {}}), BOTH, streaming)
+    assert answers_in_json(_rpc("tools/list"), BOTH, streaming)
+    assert answers_in_json(_rpc("tools/call", {"name": "search"}), [(b"accept", b"*/*")], streaming)
+    # a progress token or a long-running tool may stream progress before the result: SSE
+    with_token = {"name": "search", "_meta": {"progressToken": "t"}}
+    assert not answers_in_json(_rpc("tools/call", with_token), BOTH, streaming)
+    assert not answers_in_json(_rpc("tools/call", {"name": "ingest"}), BOTH, streaming)
+    # notifications, batches, broken JSON and clients refusing SSE keep the SSE path (and its checks)
+    assert not answers_in_json(b'{"jsonrpc": "2.0", "method": "notifications/initialized"}', BOTH, streaming)
+    assert not answers_in_json(b"[" + _rpc("tools/list") + b"]", BOTH, streaming)
+    assert not answers_in_json(b"{not json", BOTH, streaming)
+    assert not answers_in_json(_rpc("tools/list"), [(b"accept", b"application/json")], streaming)
+    assert not answers_in_json(_rpc("tools/list"), [], streaming)
+
+
+async def test_read_body_hands_the_body_to_the_app_again() -> None:
+    messages: list[dict[str, Any]] = [
+        {"type": "http.request", "body": b'{"a":', "more_body": True},
+        {"type": "http.request", "body": b" 1}", "more_body": False},
+        {"type": "http.disconnect"},
+    ]
+
+    async def receive() -> dict[str, Any]:
+        return messages.pop(0)
+
+    body, replay = await read_body(receive)
+    assert body == b'{"a": 1}'
+    assert await replay() == {"type": "http.request", "body": b'{"a": 1}', "more_body": False}
+    assert await replay() == {"type": "http.disconnect"}

@@ -1,0 +1,199 @@
+"""Graph writes side by side with the reference memory server, and what the embedding queue costs.
+
+The workload of issue 12, one client, sequential calls, the same on both servers: N entities in
+`create_entities` calls of 25 (2 observations each), then N - 1 relations in `create_relations` calls
+of 25. The reference `@modelcontextprotocol/server-memory` (pinned, run with node over stdio) rewrites
+its JSONL file on every call; Cairn (in this process, embedded PostgreSQL, graph feature, default
+`async` write mode) commits text and queue rows and answers, its workers embed meanwhile. Cairn's
+write time stops at the last reply; the time until the queue is drained (`wait_for_embeddings`) is
+reported separately, as is the total.
+
+While Cairn runs, a sampler reads `pg_stat_activity` every 5 ms and keeps the longest time any
+connection stayed `idle in transaction`.
+
+Usage::
+
+    python scripts/bench_graph_writes.py [--quick] [--entities N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPTS = ROOT / "scripts"
+for p in (ROOT, SCRIPTS):
+    if str(p) not in sys.path:
+        sys.path.insert(0, str(p))
+
+from bench_graph import KEY, InProcessServer  # noqa: E402
+from bench_toolsets import _reference_script  # noqa: E402
+
+BATCH = 25
+
+
+def _entities(start: int, n: int) -> list[dict[str, Any]]:
+    return [
+        {
+            "name": f"node-{i}",
+            "entityType": f"kind{i % 7}",
+            "observations": [f"node {i} belongs to group {i % 97}", f"created for batch {i // BATCH}"],
+        }
+        for i in range(start, start + n)
+    ]
+
+
+def _relations(start: int, n: int) -> list[dict[str, str]]:
+    return [{"from": f"node-{i}", "to": f"node-{i + 1}", "relationType": "precedes"} for i in range(start, start + n)]
+
+
+@asynccontextmanager
+async def _cairn(url: str) -> AsyncIterator[Any]:
+    import httpx2
+    from mcp.client.session import ClientSession
+    from mcp.client.streamable_http import streamable_http_client
+
+    async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {KEY}"}, timeout=httpx2.Timeout(600.0)) as h:
+        async with streamable_http_client(f"{url}/mcp/graph,admin", http_client=h) as (read, write):
+            async with ClientSession(read, write) as client:
+                await client.initialize()
+                yield client
+
+
+@asynccontextmanager
+async def _reference(memory_file: Path) -> AsyncIterator[Any]:
+    from mcp.client.session import ClientSession
+    from mcp.client.stdio import StdioServerParameters, stdio_client
+
+    params = StdioServerParameters(
+        command=shutil.which("node") or "node",
+        args=[str(_reference_script())],
+        env={"PATH": os.environ.get("PATH", ""), "MEMORY_FILE_PATH": str(memory_file)},
+    )
+    with open(os.devnull, "w") as devnull:  # noqa: ASYNC230 - opening /dev/null does not block
+        async with stdio_client(params, errlog=devnull) as (read, write), ClientSession(read, write) as client:
+            await client.initialize()
+            yield client
+
+
+async def _call(client: Any, tool: str, args: dict[str, Any]) -> Any:
+    res = await client.call_tool(tool, args)
+    if res.is_error:
+        raise RuntimeError(f"{tool} failed: {res.content[0].text[:300]}")
+    return res
+
+
+async def _workload(client: Any, n: int, extra: dict[str, Any]) -> dict[str, float]:
+    t0 = time.perf_counter()
+    for i in range(0, n, BATCH):
+        await _call(client, "create_entities", {"entities": _entities(i, min(BATCH, n - i)), **extra})
+    entities_s = time.perf_counter() - t0
+    t1 = time.perf_counter()
+    for i in range(0, n - 1, BATCH):
+        await _call(client, "create_relations", {"relations": _relations(i, min(BATCH, n - 1 - i)), **extra})
+    return {"entities_s": entities_s, "relations_s": time.perf_counter() - t1, "writes_s": time.perf_counter() - t0}
+
+
+async def _idle_in_transaction(dsn: str, stop: asyncio.Event) -> float:
+    """The longest `idle in transaction` seen on any connection but ours (seconds)."""
+    import asyncpg
+
+    conn = await asyncpg.connect(dsn)
+    longest = 0.0
+    try:
+        while not stop.is_set():
+            value = await conn.fetchval(
+                "SELECT coalesce(max(extract(epoch FROM now() - state_change)), 0) FROM pg_stat_activity "
+                "WHERE state = 'idle in transaction' AND pid <> pg_backend_pid()"
+            )
+            longest = max(longest, float(value))
+            await asyncio.sleep(0.005)
+    finally:
+        await conn.close()
+    return longest
+
+
+async def _measure(srv: InProcessServer, n: int) -> dict[str, Any]:
+    tmp = Path(tempfile.mkdtemp(prefix="cairn-bench-ref-writes-"))
+    try:
+        async with _reference(tmp / "memory.jsonl") as ref:
+            reference = await _workload(ref, n, {})
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    stop = asyncio.Event()
+    sampler = asyncio.create_task(_idle_in_transaction(srv.dsn, stop))
+    try:
+        async with _cairn(srv.url) as client:
+            cairn = await _workload(client, n, {"project": "writes"})
+            t0 = time.perf_counter()
+            res = await _call(client, "wait_for_embeddings", {"timeout_seconds": 3600})
+            cairn["drain_s"] = time.perf_counter() - t0
+            assert res.structured_content is not None and res.structured_content["drained"], res.structured_content
+    finally:
+        stop.set()
+        idle = await sampler
+    return {
+        "entities": n,
+        "reference": {k: round(v, 2) for k, v in reference.items()},
+        "cairn": {k: round(v, 2) for k, v in cairn.items()},
+        "speedup_writes": round(reference["writes_s"] / cairn["writes_s"], 2),
+        "speedup_with_drain": round(reference["writes_s"] / (cairn["writes_s"] + cairn["drain_s"]), 2),
+        "idle_in_transaction_max_ms": round(idle * 1000, 1),
+    }
+
+
+def markdown(r: dict[str, Any], quick: bool) -> str:
+    """The figures as a markdown section."""
+    ref, cairn = r["reference"], r["cairn"]
+    lines = [
+        "## Graph writes side by side with the reference server",
+        "",
+        f"{r['entities']:,} entities in `create_entities` calls of {BATCH} (2 observations each), then "
+        f"{r['entities'] - 1:,} relations in `create_relations` calls of {BATCH}; one client, sequential "
+        "calls, in one run. Reference: `@modelcontextprotocol/server-memory` over stdio. Cairn: MCP over "
+        "streamable HTTP, default `async` write mode (the embedding queue's workers embed while the "
+        "writes go on; draining the rest is timed separately with `wait_for_embeddings`).",
+        "",
+        "| | entities (s) | relations (s) | all writes (s) | queue drained after (s) |",
+        "| --- | --- | --- | --- | --- |",
+        f"| reference (JSONL file) | {ref['entities_s']} | {ref['relations_s']} | {ref['writes_s']} | — |",
+        f"| Cairn | {cairn['entities_s']} | {cairn['relations_s']} | {cairn['writes_s']} | {cairn['drain_s']} |",
+        "",
+        f"Cairn's writes are **{r['speedup_writes']} times** the reference's speed; counting until every vector "
+        f"is stored, **{r['speedup_with_drain']} times**. Longest `idle in transaction` of any Cairn connection "
+        f"during the run (sampled every 5 ms): {r['idle_in_transaction_max_ms']} ms.",
+    ]
+    if quick:
+        lines += ["", "_Quick run: small sizes._"]
+    return "\n".join(lines) + "\n"
+
+
+def run(quick: bool = False, entities: int | None = None) -> str:
+    """Run the benchmark and return its markdown section."""
+    srv = InProcessServer()
+    srv.start()
+    try:
+        results = asyncio.run(_measure(srv, entities or (2000 if quick else 10_000)))
+    finally:
+        with contextlib.suppress(Exception):
+            srv.stop()
+    return markdown(results, quick)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--entities", type=int)
+    ns = parser.parse_args()
+    print(run(ns.quick, ns.entities))
