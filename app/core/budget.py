@@ -67,8 +67,12 @@ def tokens_of(data: Any, image_fields: Sequence[str] = ()) -> int:
 def finalize(payload: Payload, field: str = "context_tokens_used", image_fields: Sequence[str] = ()) -> Payload:
     """Set `field` to the token count of the payload including that field itself.
 
-    JSON punctuation around a number is tokenised on its own, so the count with the real value is the
-    count with a one-token placeholder plus the tokens of the value's digits, minus one."""
+    JSON punctuation around a number is mostly tokenised on its own, so the count with the real value
+    is estimated as the count with a one-token placeholder plus the tokens of the value's digits, minus
+    one. The estimate is then checked by counting the payload with it and raised until it is not below
+    the real count: a number's digits do not always tokenise alike in place, and some payloads have no
+    value equal to their own count, so the field is the smallest such upper bound found (at most one
+    token over)."""
     payload[field] = 0
     base = tokens_of(payload, image_fields)
     value = base
@@ -77,7 +81,12 @@ def finalize(payload: Payload, field: str = "context_tokens_used", image_fields:
         if nxt == value:
             break
         value = nxt
-    payload[field] = value
+    for _ in range(4):
+        payload[field] = value
+        actual = tokens_of(payload, image_fields)
+        if actual <= value:
+            break
+        value = actual
     return payload
 
 
