@@ -105,14 +105,14 @@ class InProcessServer:
 
 
 @asynccontextmanager
-async def cairn_session(url: str) -> AsyncIterator[Any]:
-    """An MCP client session on Cairn over streamable HTTP."""
+async def cairn_session(url: str, path: str = "/mcp/graph", timeout: float = 120.0) -> AsyncIterator[Any]:
+    """An MCP client session on Cairn's `path` over streamable HTTP."""
     import httpx2
     from mcp.client.session import ClientSession
     from mcp.client.streamable_http import streamable_http_client
 
-    async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {KEY}"}, timeout=httpx2.Timeout(120.0)) as h:
-        async with streamable_http_client(f"{url}/mcp/graph", http_client=h) as (read, write):
+    async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {KEY}"}, timeout=httpx2.Timeout(timeout)) as h:
+        async with streamable_http_client(f"{url}{path}", http_client=h) as (read, write):
             async with ClientSession(read, write) as client:
                 await client.initialize()
                 yield client

@@ -21,13 +21,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import os
 import shutil
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -37,8 +34,8 @@ for p in (ROOT, SCRIPTS):
     if str(p) not in sys.path:
         sys.path.insert(0, str(p))
 
-from bench_graph import KEY, InProcessServer  # noqa: E402
-from bench_toolsets import _reference_script  # noqa: E402
+from bench_graph import InProcessServer, _ok, cairn_session  # noqa: E402
+from bench_toolsets import reference_session  # noqa: E402
 
 BATCH = 25
 
@@ -58,50 +55,14 @@ def _relations(start: int, n: int) -> list[dict[str, str]]:
     return [{"from": f"node-{i}", "to": f"node-{i + 1}", "relationType": "precedes"} for i in range(start, start + n)]
 
 
-@asynccontextmanager
-async def _cairn(url: str) -> AsyncIterator[Any]:
-    import httpx2
-    from mcp.client.session import ClientSession
-    from mcp.client.streamable_http import streamable_http_client
-
-    async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {KEY}"}, timeout=httpx2.Timeout(600.0)) as h:
-        async with streamable_http_client(f"{url}/mcp/graph,admin", http_client=h) as (read, write):
-            async with ClientSession(read, write) as client:
-                await client.initialize()
-                yield client
-
-
-@asynccontextmanager
-async def _reference(memory_file: Path) -> AsyncIterator[Any]:
-    from mcp.client.session import ClientSession
-    from mcp.client.stdio import StdioServerParameters, stdio_client
-
-    params = StdioServerParameters(
-        command=shutil.which("node") or "node",
-        args=[str(_reference_script())],
-        env={"PATH": os.environ.get("PATH", ""), "MEMORY_FILE_PATH": str(memory_file)},
-    )
-    with open(os.devnull, "w") as devnull:  # noqa: ASYNC230 - opening /dev/null does not block
-        async with stdio_client(params, errlog=devnull) as (read, write), ClientSession(read, write) as client:
-            await client.initialize()
-            yield client
-
-
-async def _call(client: Any, tool: str, args: dict[str, Any]) -> Any:
-    res = await client.call_tool(tool, args)
-    if res.is_error:
-        raise RuntimeError(f"{tool} failed: {res.content[0].text[:300]}")
-    return res
-
-
 async def _workload(client: Any, n: int, extra: dict[str, Any]) -> dict[str, float]:
     t0 = time.perf_counter()
     for i in range(0, n, BATCH):
-        await _call(client, "create_entities", {"entities": _entities(i, min(BATCH, n - i)), **extra})
+        await _ok(client, "create_entities", {"entities": _entities(i, min(BATCH, n - i)), **extra})
     entities_s = time.perf_counter() - t0
     t1 = time.perf_counter()
     for i in range(0, n - 1, BATCH):
-        await _call(client, "create_relations", {"relations": _relations(i, min(BATCH, n - 1 - i)), **extra})
+        await _ok(client, "create_relations", {"relations": _relations(i, min(BATCH, n - 1 - i)), **extra})
     return {"entities_s": entities_s, "relations_s": time.perf_counter() - t1, "writes_s": time.perf_counter() - t0}
 
 
@@ -127,17 +88,17 @@ async def _idle_in_transaction(dsn: str, stop: asyncio.Event) -> float:
 async def _measure(srv: InProcessServer, n: int) -> dict[str, Any]:
     tmp = Path(tempfile.mkdtemp(prefix="cairn-bench-ref-writes-"))
     try:
-        async with _reference(tmp / "memory.jsonl") as ref:
+        async with reference_session(tmp / "memory.jsonl") as ref:
             reference = await _workload(ref, n, {})
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     stop = asyncio.Event()
     sampler = asyncio.create_task(_idle_in_transaction(srv.dsn, stop))
     try:
-        async with _cairn(srv.url) as client:
+        async with cairn_session(srv.url, "/mcp/graph,admin", timeout=600.0) as client:
             cairn = await _workload(client, n, {"project": "writes"})
             t0 = time.perf_counter()
-            res = await _call(client, "wait_for_embeddings", {"timeout_seconds": 3600})
+            res = await _ok(client, "wait_for_embeddings", {"timeout_seconds": 3600})
             cairn["drain_s"] = time.perf_counter() - t0
             assert res.structured_content is not None and res.structured_content["drained"], res.structured_content
     finally:

@@ -20,6 +20,8 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -83,20 +85,28 @@ def _reference_script() -> Path:
     return script
 
 
-async def _reference_list() -> dict[str, int]:
+@asynccontextmanager
+async def reference_session(memory_file: Path) -> AsyncIterator[Any]:
+    """An MCP client session on the pinned reference server (node, stdio), storing its graph in
+    `memory_file`."""
     from mcp.client.session import ClientSession
     from mcp.client.stdio import StdioServerParameters, stdio_client
 
+    params = StdioServerParameters(
+        command=shutil.which("node") or "node",
+        args=[str(_reference_script())],
+        env={"PATH": os.environ.get("PATH", ""), "MEMORY_FILE_PATH": str(memory_file)},
+    )
+    with open(os.devnull, "w") as devnull:  # noqa: ASYNC230 - opening /dev/null does not block
+        async with stdio_client(params, errlog=devnull) as (read, write), ClientSession(read, write) as client:
+            await client.initialize()
+            yield client
+
+
+async def _reference_list() -> dict[str, int]:
     with tempfile.TemporaryDirectory() as tmp:
-        params = StdioServerParameters(
-            command=shutil.which("node") or "node",
-            args=[str(_reference_script())],
-            env={"PATH": os.environ.get("PATH", ""), "MEMORY_FILE_PATH": str(Path(tmp) / "memory.jsonl")},
-        )
-        with open(os.devnull, "w") as devnull:  # noqa: ASYNC230 - opening /dev/null does not block
-            async with stdio_client(params, errlog=devnull) as (read, write), ClientSession(read, write) as client:
-                await client.initialize()
-                return _sizes(list((await client.list_tools()).tools))
+        async with reference_session(Path(tmp) / "memory.jsonl") as client:
+            return _sizes(list((await client.list_tools()).tools))
 
 
 def run(quick: bool = False) -> str:

@@ -257,7 +257,6 @@ class QueueStats:
     depth: int
     oldest_seconds: float | None
     retrying: int
-    other_models: int
 
 
 class EmbeddingQueueRepository(Repository):
@@ -359,12 +358,10 @@ class EmbeddingQueueRepository(Repository):
         ]
 
     async def stats(self, model: str) -> QueueStats:
-        """Depth, oldest age and retrying rows for `model`; rows queued for other models."""
+        """Depth, oldest age and retrying rows for `model`."""
         row = await self.row(
-            "SELECT count(*) FILTER (WHERE model = :model) AS depth, "
-            "extract(epoch FROM now() - min(enqueued_at) FILTER (WHERE model = :model)) AS oldest_seconds, "
-            "count(*) FILTER (WHERE model = :model AND last_error IS NOT NULL) AS retrying, "
-            "count(*) FILTER (WHERE model <> :model) AS other_models FROM embedding_queue",
+            "SELECT count(*) AS depth, extract(epoch FROM now() - min(enqueued_at)) AS oldest_seconds, "
+            "count(*) FILTER (WHERE last_error IS NOT NULL) AS retrying FROM embedding_queue WHERE model = :model",
             {"model": model},
         )
         assert row is not None
@@ -373,5 +370,4 @@ class EmbeddingQueueRepository(Repository):
             depth=int(row["depth"]),
             oldest_seconds=None if oldest is None else round(float(oldest), 3),
             retrying=int(row["retrying"]),
-            other_models=int(row["other_models"]),
         )
