@@ -69,10 +69,10 @@ def finalize(payload: Payload, field: str = "context_tokens_used", image_fields:
 
     JSON punctuation around a number is mostly tokenised on its own, so the count with the real value
     is estimated as the count with a one-token placeholder plus the tokens of the value's digits, minus
-    one. The estimate is then checked by counting the payload with it and raised until it is not below
+    one. The estimate is then checked by counting the payload with it and lowered until it is not above
     the real count: a number's digits do not always tokenise alike in place, and some payloads have no
-    value equal to their own count, so the field is the smallest such upper bound found (at most one
-    token over)."""
+    value equal to their own count; the field then says one token less than was sent, never more (a
+    budget it reports as kept is kept)."""
     payload[field] = 0
     base = tokens_of(payload, image_fields)
     value = base
@@ -84,7 +84,7 @@ def finalize(payload: Payload, field: str = "context_tokens_used", image_fields:
     for _ in range(4):
         payload[field] = value
         actual = tokens_of(payload, image_fields)
-        if actual <= value:
+        if actual >= value:
             break
         value = actual
     return payload

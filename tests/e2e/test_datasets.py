@@ -133,7 +133,7 @@ async def test_query_budget_cache_and_paging(server: RunningServer, rest: httpx.
     assert "sales_2024" in big["views"] and "data" in big["views"]
     # context_tokens_used is the exact WordPiece count of the response as sent.
     sent = count_tokens(json.dumps(big, ensure_ascii=False, separators=(",", ":")))
-    assert 0 <= big["context_tokens_used"] - sent <= 1  # exact, or one over when no value counts itself
+    assert 0 <= sent - big["context_tokens_used"] <= 1  # exact, or one under when no value counts itself
     # Paging the stored result without re-running it (MCP), then reusing it as a table.
     async with mcp_client(server.url) as mcp:
         page = await mcp.call_tool("get_result", {"query_id": big["query_id"], "offset": 1990, "limit": 50})

@@ -28,16 +28,16 @@ def test_finalize_counts_the_payload_with_its_own_count() -> None:
     assert payload["context_tokens_used"] == count_tokens(budget.dumps(payload))
 
 
-def test_finalize_never_under_counts_when_no_value_equals_its_own_count() -> None:
-    # With this payload a count of 359 tokenises so that the payload has 360 tokens, and 360 so that
-    # it has 359: no value is exact. The field is then the smallest upper bound, one token over.
+def test_finalize_never_over_counts_when_no_value_equals_its_own_count() -> None:
+    # With such a payload a count of 359 tokenises so that the payload has 360 tokens, and 360 so that
+    # it has 359: no value is exact. The field then says one token less, never more.
     words = "books toys revenue quantity note order_id year category sales_2024 data tabular".split()
     found = 0
     for n in range(150, 260):
         payload = budget.finalize(
             {"summary": {"rows": 2000, "ms": n % 130}, "cols": [words[(i * 7 + n) % len(words)] for i in range(n // 3)]}
         )
-        gap = payload["context_tokens_used"] - budget.tokens_of(payload)
+        gap = budget.tokens_of(payload) - payload["context_tokens_used"]
         assert gap in (0, 1), (n, gap)
         found += gap
     assert found  # the case exists among these payloads
@@ -75,7 +75,7 @@ def test_ladder_levels() -> None:
     assert 1 <= kept < 20 and fits["rows_and_summary"][0]["rest_summary"] == _summary(kept)
     assert fits["summary_only"][1] == fits["minimal"][1] == 0
     for level, (payload, _, _) in fits.items():
-        assert 0 <= payload["context_tokens_used"] - budget.tokens_of(payload) <= 1
+        assert 0 <= budget.tokens_of(payload) - payload["context_tokens_used"] <= 1
         if level != "minimal":  # the envelope alone may not fit a tiny budget; it is still the answer
             assert payload["context_tokens_used"] <= limits[level]
 
