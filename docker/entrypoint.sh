@@ -67,7 +67,8 @@ cairn migrate
 case "${1:-}" in
     "" | -*)
         log "starting the server"
-        exec cairn serve --host "${CAIRN_HOST:-0.0.0.0}" "$@"
+        # Migrated above: the server need not check again.
+        CAIRN_MIGRATE_ON_START=false exec cairn serve --host "${CAIRN_HOST:-0.0.0.0}" "$@"
         ;;
     *)
         exec "$@"

