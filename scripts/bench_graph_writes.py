@@ -3,10 +3,11 @@
 The workload of issue 12, one client, sequential calls, the same on both servers: N entities in
 `create_entities` calls of 25 (2 observations each), then N - 1 relations in `create_relations` calls
 of 25. The reference `@modelcontextprotocol/server-memory` (pinned, run with node over stdio) rewrites
-its JSONL file on every call; Cairn (in this process, embedded PostgreSQL, graph feature, default
-`async` write mode) commits text and queue rows and answers, its workers embed meanwhile. Cairn's
-write time stops at the last reply; the time until the queue is drained (`wait_for_embeddings`) is
-reported separately, as is the total.
+its JSONL file on every call; Cairn runs as deployed, a `cairn serve` process (graph feature, default
+`async` write mode) on an embedded PostgreSQL started by this script, and commits text and queue rows
+and answers while its queue workers embed. Cairn's write time stops at the last reply; the time until
+the queue is drained (`wait_for_embeddings`) is reported separately, as is the total, and so is the
+server process's CPU per call.
 
 While Cairn runs, a sampler reads `pg_stat_activity` every 5 ms and keeps the longest time any
 connection stayed `idle in transaction`.
@@ -34,7 +35,8 @@ for p in (ROOT, SCRIPTS):
     if str(p) not in sys.path:
         sys.path.insert(0, str(p))
 
-from bench_graph import InProcessServer, _ok, cairn_session  # noqa: E402
+from bench_graph import _ok, cairn_session  # noqa: E402
+from bench_mcp import Server  # noqa: E402
 from bench_toolsets import reference_session  # noqa: E402
 
 BATCH = 25
@@ -85,7 +87,7 @@ async def _idle_in_transaction(dsn: str, stop: asyncio.Event) -> float:
     return longest
 
 
-async def _measure(srv: InProcessServer, n: int) -> dict[str, Any]:
+async def _measure(srv: Server, dsn: str, n: int) -> dict[str, Any]:
     tmp = Path(tempfile.mkdtemp(prefix="cairn-bench-ref-writes-"))
     try:
         async with reference_session(tmp / "memory.jsonl") as ref:
@@ -93,10 +95,13 @@ async def _measure(srv: InProcessServer, n: int) -> dict[str, Any]:
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     stop = asyncio.Event()
-    sampler = asyncio.create_task(_idle_in_transaction(srv.dsn, stop))
+    sampler = asyncio.create_task(_idle_in_transaction(dsn, stop))
     try:
         async with cairn_session(srv.url, "/mcp/graph,admin", timeout=600.0) as client:
+            cpu0 = srv.cpu_seconds() or 0.0
             cairn = await _workload(client, n, {"project": "writes"})
+            calls = len(range(0, n, BATCH)) + len(range(0, n - 1, BATCH))
+            cairn["server_cpu_ms_per_call"] = ((srv.cpu_seconds() or 0.0) - cpu0) * 1000 / calls
             t0 = time.perf_counter()
             res = await _ok(client, "wait_for_embeddings", {"timeout_seconds": 3600})
             cairn["drain_s"] = time.perf_counter() - t0
@@ -133,22 +138,37 @@ def markdown(r: dict[str, Any], quick: bool) -> str:
         "",
         f"Cairn's writes are **{r['speedup_writes']} times** the reference's speed; counting until every vector "
         f"is stored, **{r['speedup_with_drain']} times**. Longest `idle in transaction` of any Cairn connection "
-        f"during the run (sampled every 5 ms): {r['idle_in_transaction_max_ms']} ms.",
+        f"during the run (sampled every 5 ms): {r['idle_in_transaction_max_ms']} ms. Cairn's server process "
+        f"(not PostgreSQL) used {cairn['server_cpu_ms_per_call']} ms of CPU per write call, embedding included.",
     ]
+    if r["settings"]:
+        lines += ["", "Settings: " + ", ".join(f"`{k}={v}`" for k, v in sorted(r["settings"].items())) + "."]
     if quick:
         lines += ["", "_Quick run: small sizes._"]
     return "\n".join(lines) + "\n"
 
 
-def run(quick: bool = False, entities: int | None = None) -> str:
-    """Run the benchmark and return its markdown section."""
-    srv = InProcessServer()
-    srv.start()
+def run(quick: bool = False, entities: int | None = None, env: dict[str, str] | None = None) -> str:
+    """Run the benchmark and return its markdown section; `env` adds Cairn settings (``CAIRN_*``)."""
+    from app.core.pgembedded import start_embedded
+
+    root = Path(tempfile.mkdtemp(prefix="cairn-bench-writes-"))
+    pg = start_embedded(root / "pg")
+    srv: Server | None = None
     try:
-        results = asyncio.run(_measure(srv, entities or (2000 if quick else 10_000)))
+        pg.ensure_database("bench")
+        settings = {"CAIRN_DATABASE_URL": pg.url("bench"), "CAIRN_FEATURES": "graph", **(env or {})}
+        srv = Server(env=settings)
+        srv.start()
+        results = asyncio.run(_measure(srv, pg.libpq_uri("bench"), entities or (2000 if quick else 10_000)))
     finally:
         with contextlib.suppress(Exception):
-            srv.stop()
+            if srv is not None:
+                srv.stop()
+        with contextlib.suppress(Exception):
+            pg.stop()
+        shutil.rmtree(root, ignore_errors=True)
+    results["settings"] = env or {}
     return markdown(results, quick)
 
 
@@ -156,5 +176,6 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--entities", type=int)
+    parser.add_argument("--set", action="append", default=[], metavar="CAIRN_X=V", help="a Cairn setting")
     ns = parser.parse_args()
-    print(run(ns.quick, ns.entities))
+    print(run(ns.quick, ns.entities, dict(item.split("=", 1) for item in ns.set)))

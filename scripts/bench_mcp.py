@@ -75,11 +75,13 @@ def _cairn(root: Path) -> list[str]:
 class Server:
     """A `cairn serve` subprocess on 127.0.0.1 with its own data directory.
 
-    `root` is the checkout to run (default: this one); `workers` > 1 adds ``--workers N``."""
+    `root` is the checkout to run (default: this one); `workers` > 1 adds ``--workers N``; `env` adds or
+    overrides settings (``CAIRN_*``)."""
 
-    def __init__(self, root: Path = ROOT, workers: int = 1) -> None:
+    def __init__(self, root: Path = ROOT, workers: int = 1, env: dict[str, str] | None = None) -> None:
         self.root = root
         self.workers = workers
+        self.extra_env = dict(env or {})
         self.port = _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.data = Path(tempfile.mkdtemp(prefix="cairn-bench-mcp-"))
@@ -95,6 +97,7 @@ class Server:
                 "CAIRN_API_KEYS": f"{KEY}:admin",
                 "CAIRN_LOG_LEVEL": "WARNING",
                 "CAIRN_RATE_LIMIT_PER_SECOND": "0",
+                **self.extra_env,
             }
         )
         workers = ["--workers", str(self.workers)] if self.workers > 1 else []

@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import time
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Sequence
@@ -178,6 +179,8 @@ class EmbeddingQueue:
                 await self.targets[name].store(session, self.model, items)
         JOBS_DONE.inc(sum(len(v) for v in stored.values()))
         JOBS_RETRIED.inc(len(failed))
+        if log.isEnabledFor(logging.DEBUG):  # what each process embedded: N workers never share a job
+            log.debug("embedded a batch", extra={"model": self.model, "jobs": sorted(made), "worker_pid": os.getpid()})
         return BatchResult(len(jobs), {i: (j.target, j.ref, e) for i, (j, e) in failed.items()})
 
     async def _one_by_one(

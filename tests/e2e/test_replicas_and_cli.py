@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -117,13 +118,16 @@ def test_workers_share_one_port_and_one_embedded_database() -> None:
     pgdata = (data_dir / "pgdata").resolve()
     port = free_port()
     env = {"CAIRN_DATA_DIR": str(data_dir), "CAIRN_DATABASE_URL": "", "CAIRN_API_KEYS": ",".join(STATIC_KEYS)}
-    full = {**os.environ, "CAIRN_LOG_LEVEL": "WARNING", **env}
+    # DEBUG: each worker logs the queue jobs it embedded (to a file: a pipe nobody reads would fill up).
+    full = {**os.environ, "CAIRN_LOG_LEVEL": "DEBUG", "CAIRN_EMBEDDING_WRITE_MODE": "async", **env}
+    log_path = data_dir / "server.log"
+    log_file = log_path.open("wb")
     proc = subprocess.Popen(
         [sys.executable, "-m", "app", "serve", "--port", str(port), "--workers", "2"],
         cwd=ROOT,
         env=full,
         stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
+        stderr=log_file,
     )
     base = f"http://127.0.0.1:{port}"
     auth = {"Authorization": f"Bearer {ADMIN_KEY}"}
@@ -168,10 +172,32 @@ def test_workers_share_one_port_and_one_embedded_database() -> None:
                 return [p["name"] for p in result.structured_content["projects"]]
 
         assert run_async(mcp_projects()) == ["shared"]
+
+        # Both workers run queue workers on the one queue: writes spread over both (a connection each)
+        # queue 40 vectors, every one is embedded by exactly one process, and the queue drains.
+        for i in range(40):
+            r = httpx.post(
+                f"{base}/api/v1/memory/push",
+                json={"text": f"note {i} about the shared queue of worker processes", "project_id": "shared"},
+                headers=auth,
+                timeout=30,
+            )
+            assert r.status_code == 200, r.text
+        drained = httpx.post(f"{base}/api/v1/embeddings/wait", json={"timeout_seconds": 60}, headers=auth, timeout=90)
+        assert drained.status_code == 200 and drained.json()["drained"], drained.text
+        embedded: dict[int, list[int]] = {}
+        for line in log_path.read_text().splitlines():
+            if '"embedded a batch"' in line:
+                entry = json.loads(line)
+                embedded.setdefault(entry["worker_pid"], []).extend(entry["jobs"])
+        jobs = [job for batch in embedded.values() for job in batch]
+        assert len(jobs) == len(set(jobs)) >= 40, embedded
+        assert set(embedded) <= set(pids), (embedded.keys(), pids)
     finally:
         _stop(proc)
+        log_file.close()
     # SIGTERM stopped the workers, then the embedded PostgreSQL.
-    assert proc.returncode == 0, proc.stderr.read().decode()[-2000:] if proc.stderr else ""
+    assert proc.returncode == 0, log_path.read_text()[-2000:]
     assert not any(psutil.pid_exists(pid) for pid in pids)
     assert not (pgdata / "postmaster.pid").exists() and not _postgres_of(pgdata)
 
