@@ -35,7 +35,7 @@ for p in (ROOT, SCRIPTS):
     if str(p) not in sys.path:
         sys.path.insert(0, str(p))
 
-from bench_graph import _ok, cairn_session  # noqa: E402
+from bench_graph import KEY, _ok, cairn_session  # noqa: E402
 from bench_mcp import Server  # noqa: E402
 from bench_toolsets import reference_session  # noqa: E402
 
@@ -157,7 +157,12 @@ def run(quick: bool = False, entities: int | None = None, env: dict[str, str] | 
     srv: Server | None = None
     try:
         pg.ensure_database("bench")
-        settings = {"CAIRN_DATABASE_URL": pg.url("bench"), "CAIRN_FEATURES": "graph", **(env or {})}
+        settings = {
+            "CAIRN_DATABASE_URL": pg.url("bench"),
+            "CAIRN_FEATURES": "graph",
+            "CAIRN_API_KEYS": f"{KEY}:admin",
+            **(env or {}),
+        }
         srv = Server(env=settings)
         srv.start()
         results = asyncio.run(_measure(srv, pg.libpq_uri("bench"), entities or (2000 if quick else 10_000)))

@@ -83,7 +83,7 @@ class AnalysisRepository(Repository):
     # -- projects ---------------------------------------------------------------------------
     async def ensure_project(self, name: str) -> uuid.UUID:
         """The project's id, created if missing."""
-        return (await ProjectRepository(self.session).ensure(name)).id
+        return await ProjectRepository(self.session).ensure_id(name)
 
     async def project_id(self, name: str) -> uuid.UUID | None:
         """The project's id, if it exists."""

@@ -71,6 +71,8 @@ class Settings(BaseSettings):
     embedding_max_wait_ms: float = 5.0
     embedding_max_length: int = 256
     embedding_timeout: float = 30.0
+    # How much lower the scheduling priority of the queue's background batches is (Linux, 0-19).
+    embedding_background_nice: int = Field(default=10, ge=0, le=19)
     # The embedding queue: writes commit their text and a queue row; workers in the server make the vectors.
     # `sync` makes every write wait (bounded by embedding_wait_seconds) for its own vectors.
     embedding_write_mode: Literal["async", "sync"] = "async"

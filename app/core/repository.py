@@ -123,12 +123,25 @@ class ProjectRepository(Repository):
 
     async def ensure(self, name: str) -> Project:
         """The project called `name`, created if missing (safe under concurrency)."""
+        existing = await self.get(name)
+        if existing is not None:  # the common case: one read, no speculative insert
+            return existing
         created = await self.create(name)
         if created is not None:
             return created
-        existing = await self.get(name)
+        existing = await self.get(name)  # created meanwhile by a concurrent call
         assert existing is not None
         return existing
+
+    async def id_of(self, name: str) -> uuid.UUID | None:
+        """The id of the project called `name` (a plain column read, no ORM object)."""
+        found = await self.scalar("SELECT id FROM projects WHERE name = :name", {"name": name})
+        return found if isinstance(found, uuid.UUID) else None
+
+    async def ensure_id(self, name: str) -> uuid.UUID:
+        """The id of the project called `name`, created if missing (safe under concurrency)."""
+        found = await self.id_of(name)
+        return found if found is not None else (await self.ensure(name)).id
 
 
 class ApiKeyRepository(Repository):
@@ -210,9 +223,11 @@ class AuditRepository(Repository):
     """The audit log of write-scope and destructive calls."""
 
     async def add(self, entry: AuditEntry) -> None:
-        """Append one entry (in the caller's transaction)."""
-        self.session.add(entry)
-        await self.session.flush()
+        """Append one entry (in the caller's transaction), as one INSERT without the ORM's flush."""
+        columns = ("key_id", "key_name", "operation", "transport", "project", "outcome", "error_code", "counts")
+        values = {c: getattr(entry, c) for c in columns}
+        values["request_id"] = entry.request_id
+        await self.session.execute(insert(AuditEntry).values(**values))
 
     async def page(
         self,

@@ -45,6 +45,7 @@ def make_embedder(settings: Settings) -> EmbeddingProvider:
         max_wait_ms=settings.embedding_max_wait_ms,
         max_length=settings.embedding_max_length,
         timeout=settings.embedding_timeout,
+        background_nice=settings.embedding_background_nice,
     )
 
 

@@ -27,9 +27,8 @@ async def project_id(ctx: CallContext, requested: str | None, *, create: bool) -
     name = ctx.project(requested)
     repo = ProjectRepository(ctx.session)
     if create:
-        return (await repo.ensure(name)).id
-    project = await repo.get(name)
-    return project.id if project is not None else None
+        return await repo.ensure_id(name)
+    return await repo.id_of(name)
 
 
 async def query_vector(ctx: CallContext, text: str) -> list[float] | None:

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import socket
+import sys
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -103,6 +105,34 @@ async def test_large_call_is_split_into_max_batch(local: LocalOnnxEmbedder) -> N
     vectors = await local.embed([f"text {i}" for i in range(70)])
     assert len(vectors) == 70
     assert local.batches_run - before == 3  # 32 + 32 + 6
+
+
+@pytest.mark.asyncio
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="thread priorities are per thread on Linux only")
+async def test_background_batches_run_at_a_lower_priority_with_the_same_vectors(local: LocalOnnxEmbedder) -> None:
+    texts = ["the queue embeds this later", "a second text of the batch", "x"]
+    background = LocalOnnxEmbedder(background_nice=7, max_batch=2)
+    try:
+        vectors = await background.embed_background(texts)
+        assert [round(cosine(a, b), 6) for a, b in zip(vectors, await local.embed(texts), strict=True)] == [1.0] * 3
+        assert background.batches_run == 2  # split at max_batch, outside the micro-batcher
+        assert background._background is not None
+        executor, _ = background._background
+        (worker,) = executor._threads
+        assert worker.native_id is not None
+        base = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+        assert os.getpriority(os.PRIO_PROCESS, worker.native_id) == min(19, base + 7)
+        # onnxruntime's own threads of that session inherit it: every thread above the base is ours.
+        lowered = [int(t) for t in os.listdir("/proc/self/task") if os.getpriority(os.PRIO_PROCESS, int(t)) > base]
+        assert worker.native_id in lowered
+    finally:
+        await background.close()
+    # With 0, background work goes through the micro-batcher like any call.
+    plain = LocalOnnxEmbedder()
+    try:
+        assert len(await plain.embed_background(texts)) == 3 and plain._background is None
+    finally:
+        await plain.close()
 
 
 @pytest.mark.asyncio
