@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from pydantic_settings import BaseSettings
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.core.db import release_reads
 from app.core.errors import Forbidden, invalid_field
 from app.core.schemas import PROJECT_NAME
 
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("cairn.call")
 S = TypeVar("S", bound=BaseSettings)
+T = TypeVar("T")
 
 ProgressFn = Callable[[float, float | None, str | None], Awaitable[None]]
 
@@ -124,6 +126,16 @@ class CallContext:
             await self.progress_fn(done, total, message)
         except Exception:  # a client that went away must not fail the work
             log.debug("progress notification failed", exc_info=True)
+
+    async def without_transaction(self, work: Callable[[], Awaitable[T]]) -> T:
+        """Run slow work that needs no database (a model) with no transaction open.
+
+        What the call has read so far is released first, and its connection goes back to the pool;
+        the call must not have written yet (that raises). Statements after
+        it run in a fresh transaction, which the executor commits as usual. Rows read before may have
+        changed meanwhile: write with conditions that hold either way."""
+        await release_reads(self.session)
+        return await work()
 
     def project(self, requested: str | None, default: str = "default") -> str:
         """The project this call may act on: the requested one, checked against a bound key."""

@@ -64,9 +64,17 @@ class Database:
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[AsyncSession]:
-        """One unit of work: commits when the block succeeds, rolls back on any exception."""
-        async with self.sessionmaker() as session, session.begin():
-            yield session
+        """One unit of work: commits when the block succeeds, rolls back on any exception.
+
+        The transaction begins with the first statement (so work done before any SQL, such as
+        embedding a query, holds no connection), and `release_reads` may end a read-only one early."""
+        async with self.sessionmaker() as session:
+            try:
+                yield session
+            except BaseException:
+                await session.rollback()
+                raise
+            await session.commit()
 
     async def run(self, work: Callable[[AsyncSession], Awaitable[T]], *, retry: bool = True) -> T:
         """`work(session)` in one transaction (see `transaction`). When it fails because its pooled
@@ -157,3 +165,20 @@ def is_connection_error(exc: BaseException) -> bool:
     if isinstance(exc, (ConnectionError, OSError)):
         return True
     return type(exc).__name__ in _CONNECTION_ERRORS
+
+
+async def release_reads(session: AsyncSession) -> None:
+    """End the session's transaction and give its connection back to the pool, before slow work
+    that needs no database (running a model). The next statement begins a fresh transaction.
+
+    Only for a transaction that has read and not written: PostgreSQL assigns a transaction id on the
+    first write, so one being assigned (or ORM changes waiting to be flushed) raises instead. The
+    read-only transaction is committed rather than rolled back, which changes nothing in the database
+    and keeps the objects it loaded usable (a rollback would expire them)."""
+    if not session.in_transaction():
+        return
+    if session.new or session.dirty or session.deleted:
+        raise RuntimeError("release_reads with unflushed changes: it would write them")
+    if await session.scalar(text("SELECT pg_current_xact_id_if_assigned() IS NOT NULL")):
+        raise RuntimeError("release_reads after a write: it would commit the write early")
+    await session.commit()

@@ -53,11 +53,17 @@ async def find_duplicate_observations(ctx: CallContext, args: FindDuplicatesIn) 
     todo = [r for g in groups.values() if len(g) > 1 for r in g]
     vectors: dict[int, list[float]] = {}
     step = 256
-    for i in range(0, len(todo), step):
-        chunk = todo[i : i + step]
-        for r, v in zip(chunk, await _embed(ctx, [r["content"] for r in chunk]), strict=True):
-            vectors[int(r["id"])] = v
-        await ctx.progress(min(i + step, len(todo)), len(todo), "embedding observations")
+
+    async def embed_all() -> None:
+        for i in range(0, len(todo), step):
+            chunk = todo[i : i + step]
+            for r, v in zip(chunk, await _embed(ctx, [r["content"] for r in chunk]), strict=True):
+                vectors[int(r["id"])] = v
+            await ctx.progress(min(i + step, len(todo)), len(todo), "embedding observations")
+
+    # The scan only read: the model runs with no transaction open; flagging writes in a fresh one
+    # (an observation removed meanwhile is simply not flagged).
+    await ctx.without_transaction(embed_all)
     pairs: list[DuplicatePair] = []
     flags: list[tuple[int, int]] = []
     for g in groups.values():

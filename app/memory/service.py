@@ -271,14 +271,18 @@ async def summarize(ctx: CallContext, args: SummarizeIn) -> SummarizeOut:
             "No memories match the filters and time range",
             suggestions=["Widen time_range, drop tags, or check memory_type (default episodic)"],
         )
-    result = await make_summary(
-        ctx.embedder,
-        cfg,
-        [r["content"] for r in rows],
-        strategy=args.strategy,
-        provider=args.provider,
-        model=args.model,
-        max_words=max_words,
+    # Ranking sentences (the model) or asking an LLM provider runs with no transaction open; the
+    # summary is stored in a fresh one.
+    result = await ctx.without_transaction(
+        lambda: make_summary(
+            ctx.embedder,
+            cfg,
+            [r["content"] for r in rows],
+            strategy=args.strategy,
+            provider=args.provider,
+            model=args.model,
+            max_words=max_words,
+        )
     )
     source_ids = [str(r["id"]) for r in rows]
     key = common.key_of("summarize", memory_type, sorted(args.tags or []), used["time_range"], limit)

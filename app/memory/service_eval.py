@@ -141,16 +141,18 @@ async def index(
                 await MemoryRepository(session).insert_memories(rows[start : start + 1000])
     while True:
         async with db.transaction() as session:
-            repo = MemoryRepository(session)
-            todo = await repo.missing_embeddings(embedder.model, project_id, False, 0, batch * 8)
-            if not todo:
-                break
-            for start in range(0, len(todo), batch):
-                part = todo[start : start + batch]
-                vectors = await embedder.embed([r["content"] for r in part])
-                await repo.upsert_embeddings(embedder.model, list(zip([r["id"] for r in part], vectors, strict=True)))
-                if progress is not None:
-                    progress(len(part))
+            todo = await MemoryRepository(session).missing_embeddings(embedder.model, project_id, False, 0, batch * 8)
+        if not todo:
+            break
+        for start in range(0, len(todo), batch):
+            part = todo[start : start + batch]
+            vectors = await embedder.embed([r["content"] for r in part])  # no transaction open meanwhile
+            async with db.transaction() as session:
+                await MemoryRepository(session).upsert_embeddings(
+                    embedder.model, list(zip([r["id"] for r in part], vectors, strict=True))
+                )
+            if progress is not None:
+                progress(len(part))
     return project_id, coll_id, time.perf_counter() - started
 
 

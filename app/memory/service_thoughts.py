@@ -354,14 +354,18 @@ async def summarize(ctx: CallContext, args: SummarizeThoughtsIn) -> SummarizeTho
         )
     if not picked:
         raise NotFound("No thoughts match", suggestions=["Drop the query or widen days"])
-    result = await make_summary(
-        ctx.embedder,
-        cfg,
-        [r["content"] for r in picked],
-        strategy=args.strategy,
-        provider=args.provider,
-        model=args.model,
-        max_words=args.max_words or cfg.summarization_max_words,
+    # Ranking sentences (the model) or asking an LLM provider runs with no transaction open; the
+    # summary is stored in a fresh one.
+    result = await ctx.without_transaction(
+        lambda: make_summary(
+            ctx.embedder,
+            cfg,
+            [r["content"] for r in picked],
+            strategy=args.strategy,
+            provider=args.provider,
+            model=args.model,
+            max_words=args.max_words or cfg.summarization_max_words,
+        )
     )
     project = await common.project_for_write(ctx, args.project)
     coll = await common.collection_for_write(ctx, None)
