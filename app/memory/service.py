@@ -56,19 +56,18 @@ async def push(ctx: CallContext, args: PushIn) -> PushOut:
             f"text has {len(args.text)} characters; the limit is {cfg.memory_max_content_chars}",
             suggestions=["Split the document and push the parts with the same tags"],
         )
-    project = await common.project_for_write(ctx, args.project_id)
-    coll = await common.collection_for_write(ctx, args.collection)
     memory_type = args.memory_type or "semantic"
     tags = sorted(set(args.tags or []))
-    if len(args.text) > 20_000:
-        chunks = await asyncio.to_thread(chunk_text, args.text, cfg.memory_chunk_tokens, cfg.memory_chunk_overlap)
-    else:
-        chunks = chunk_text(args.text, cfg.memory_chunk_tokens, cfg.memory_chunk_overlap)
+    # Chunking (tokenizer, sentence splitter) runs before the first statement, so no transaction is
+    # open meanwhile, and in a thread, so other calls' transactions are not kept waiting on the loop.
+    chunks = await asyncio.to_thread(chunk_text, args.text, cfg.memory_chunk_tokens, cfg.memory_chunk_overlap)
     if not chunks:
         raise _bad("text", "the text is empty after trimming", "string_too_short")
     if len(chunks) > cfg.memory_max_chunks:
         raise TooLarge(f"text makes {len(chunks)} chunks; the limit is {cfg.memory_max_chunks}")
     hashes = [common.content_hash(c.text) for c in chunks]
+    project = await common.project_for_write(ctx, args.project_id)
+    coll = await common.collection_for_write(ctx, args.collection)
     repo = MemoryRepository(ctx.session)
 
     await repo.lock_scope(project.id, coll.id)
