@@ -2,10 +2,13 @@
 """Load test (loopback only, bounded in time): N concurrent MCP clients mixing writes and reads across
 the enabled families, plus REST traffic, against a freshly started server with an embedded database.
 
-    python scripts/loadtest.py --clients 64 --duration 60 [--compare 120] [--write-doc]
+    python scripts/loadtest.py --clients 64 --duration 60 [--workers 2] [--compare 120] [--write-doc]
 
-Reports throughput, p50/p95/p99 per operation, the error count and the server's resident memory at
-the end; `--compare D` runs a second, longer round on a fresh server and compares memory.
+Reports throughput, p50/p95/p99 per operation, the error count, the server's resident memory at the end
+and its CPU per call: over the mixed round, and per operation from a short phase after it in which
+every client calls that operation alone (`--cpu-seconds`, 0 skips). Server CPU is read from the server's
+own processes (`cairn serve` and its workers, not the embedded PostgreSQL nor this load generator).
+`--compare D` runs a second, longer round on a fresh server and compares memory.
 """
 
 from __future__ import annotations
@@ -119,8 +122,8 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def start_server(data_dir: str, port: int) -> subprocess.Popen[bytes]:
-    """A real `cairn serve` process on loopback with its own embedded database."""
+def start_server(data_dir: str, port: int, workers: int = 1) -> subprocess.Popen[bytes]:
+    """A real `cairn serve` process on loopback with its own embedded database (`workers` processes)."""
     env = {
         **os.environ,
         "CAIRN_DATA_DIR": data_dir,
@@ -130,6 +133,7 @@ def start_server(data_dir: str, port: int) -> subprocess.Popen[bytes]:
         "CAIRN_RATE_LIMIT_PER_SECOND": "0",
         "CAIRN_DB_POOL_SIZE": "20",
         "CAIRN_MAX_LONG_JOBS_PER_KEY": "0",
+        "CAIRN_WORKERS": str(workers),
     }
     env.pop("CAIRN_DATABASE_URL", None)
     proc = subprocess.Popen(
@@ -202,11 +206,45 @@ async def rest_worker(url: str, wid: int, until: float, stats: Stats) -> None:
             stats.record("rest:list_projects", time.perf_counter() - started, ok, detail)
 
 
+def server_cpu_seconds(pid: int) -> float:
+    """User + system CPU of the server's own processes: `pid` and its descendants but PostgreSQL."""
+    total = 0.0
+    try:
+        top = psutil.Process(pid)
+        processes = [top, *top.children(recursive=True)]
+    except psutil.Error:
+        return total
+    for process in processes:
+        try:
+            if not process.name().startswith(("postgres", "pg_ctl")):
+                times = process.cpu_times()
+                total += times.user + times.system
+        except psutil.Error:
+            continue
+    return total
+
+
+def server_rss_mb(pid: int) -> float:
+    """Resident memory of the server's own processes (with --workers, the parent and its workers)."""
+    total = 0
+    try:
+        top = psutil.Process(pid)
+        processes = [top, *top.children(recursive=True)]
+    except psutil.Error:
+        return 0.0
+    for process in processes:
+        try:
+            if not process.name().startswith(("postgres", "pg_ctl")):
+                total += process.memory_info().rss
+        except psutil.Error:
+            continue
+    return total / 2**20
+
+
 async def _sample_rss(pid: int, started: float, out: list[tuple[float, float]], every: float = 10.0) -> None:
     """Resident memory of the server every `every` seconds while the load runs."""
-    process = psutil.Process(pid)
     while True:
-        out.append((time.monotonic() - started, process.memory_info().rss / 2**20))
+        out.append((time.monotonic() - started, server_rss_mb(pid)))
         await asyncio.sleep(every)
 
 
@@ -219,12 +257,14 @@ def _pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000
 
 
-async def one_round(clients: int, duration: float, rest_clients: int) -> dict[str, Any]:
+async def one_round(
+    clients: int, duration: float, rest_clients: int, workers: int = 1, cpu_seconds: float = 0
+) -> dict[str, Any]:
     """Start a server, load it, measure, stop it."""
     data_dir = tempfile.mkdtemp(prefix="cairn-load-")
     _write_dataset(data_dir)
     port = _free_port()
-    proc = start_server(data_dir, port)
+    proc = start_server(data_dir, port, workers)
     url = f"http://127.0.0.1:{port}"
     try:
         async with (
@@ -245,14 +285,34 @@ async def one_round(clients: int, duration: float, rest_clients: int) -> dict[st
         started = time.monotonic()
         rss_samples: list[tuple[float, float]] = []
         sampler = asyncio.create_task(_sample_rss(proc.pid, started, rss_samples))
+        cpu_before = server_cpu_seconds(proc.pid)
+        own_before = time.process_time()
         await asyncio.gather(
             *[mcp_worker(url, w, until, scenarios, stats) for w in range(clients)],
             *[rest_worker(url, w, until, stats) for w in range(rest_clients)],
         )
         elapsed = time.monotonic() - started
+        cpu_mixed = server_cpu_seconds(proc.pid) - cpu_before
+        cpu_generator = time.process_time() - own_before
         sampler.cancel()
-        rss = psutil.Process(proc.pid).memory_info().rss / 2**20
+        rss = server_rss_mb(proc.pid)
         rss_samples.append((elapsed, rss))
+        cpu_per_op: dict[str, dict[str, float]] = {}
+        for scenario in scenarios if cpu_seconds > 0 else []:
+            # The queue's backlog is embedded first, so each phase's CPU is its own (a write's includes
+            # embedding its vectors, made by the queue during the phase).
+            async with httpx.AsyncClient(base_url=url, headers={"Authorization": f"Bearer {KEY}"}) as c:
+                await c.post("/api/v1/embeddings/wait", json={"timeout_seconds": 600}, timeout=700)
+            alone = Stats()
+            before = server_cpu_seconds(proc.pid)
+            phase_until = time.monotonic() + cpu_seconds
+            await asyncio.gather(*[mcp_worker(url, w, phase_until, [scenario], alone) for w in range(clients)])
+            calls = sum(len(v) for v in alone.latency.values())
+            cpu_per_op[scenario[0]] = {
+                "calls": calls,
+                "cpu_ms": (server_cpu_seconds(proc.pid) - before) * 1000 / max(calls, 1),
+                "errors": sum(alone.errors.values()),
+            }
     finally:
         proc.terminate()
         try:
@@ -268,6 +328,10 @@ async def one_round(clients: int, duration: float, rest_clients: int) -> dict[st
         "throughput": total / elapsed,
         "errors": sum(stats.errors.values()),
         "rss_mb": rss,
+        "workers": workers,
+        "cpu_ms_per_call": cpu_mixed * 1000 / max(total, 1),
+        "generator_cpu_ms_per_call": cpu_generator * 1000 / max(total, 1),
+        "cpu_per_op": cpu_per_op,
         "scenarios": [s[0] for s in scenarios],
         "rss_samples": rss_samples,
         "per_op": {
@@ -288,10 +352,12 @@ async def one_round(clients: int, duration: float, rest_clients: int) -> dict[st
 def markdown(first: dict[str, Any], second: dict[str, Any] | None) -> str:
     """The load-test section of docs/benchmarks.md."""
     lines = [
-        f"### Load test: {first['clients']} MCP clients + REST traffic",
+        f"### Load test: {first['clients']} MCP clients + REST traffic, {first['workers']} server worker(s)",
         "",
         f"Round 1: {first['duration']:.0f} s, {first['calls']} calls, "
-        f"{first['throughput']:.1f} calls/s, errors {first['errors']}, server RSS {first['rss_mb']:.0f} MiB",
+        f"{first['throughput']:.1f} calls/s, errors {first['errors']}, server RSS {first['rss_mb']:.0f} MiB, "
+        f"server CPU {first['cpu_ms_per_call']:.1f} ms per call (the load generator's own: "
+        f"{first['generator_cpu_ms_per_call']:.1f} ms per call)",
         "",
         _rss_line(first),
         "",
@@ -302,6 +368,17 @@ def markdown(first: dict[str, Any], second: dict[str, Any] | None) -> str:
         lines.append(
             f"| {name} | {row['calls']} | {row['p50']:.1f} | {row['p95']:.1f} | {row['p99']:.1f} | {row['errors']} |"
         )
+    if first["cpu_per_op"]:
+        lines += [
+            "",
+            "Server CPU per call, per operation: after the mixed round, every client calls one operation alone "
+            "for a few seconds (closed loop); the server's CPU over that phase divided by its calls.",
+            "",
+            "| operation | calls | server CPU ms per call | errors |",
+            "| --- | ---: | ---: | ---: |",
+        ]
+        for name, row in first["cpu_per_op"].items():
+            lines.append(f"| {name} | {row['calls']} | {row['cpu_ms']:.1f} | {row['errors']} |")
     if second is not None:
         lines += [
             "",
@@ -347,19 +424,24 @@ def main() -> int:
     parser.add_argument("--rest-clients", type=int, default=4)
     parser.add_argument("--duration", type=float, default=60)
     parser.add_argument("--compare", type=float, default=0, help="second round duration (memory growth)")
+    parser.add_argument("--workers", type=int, default=1, help="server worker processes (cairn serve --workers)")
+    parser.add_argument("--cpu-seconds", type=float, default=4, help="per-operation CPU phase length (0: skip)")
     parser.add_argument(
         "--write-doc",
         action="store_true",
         help="record the report in docs/benchmarks.md (replaces the previous load-test section)",
     )
     args = parser.parse_args()
-    first = asyncio.run(one_round(args.clients, args.duration, args.rest_clients))
-    second = asyncio.run(one_round(args.clients, args.compare, args.rest_clients)) if args.compare else None
+    first = asyncio.run(one_round(args.clients, args.duration, args.rest_clients, args.workers, args.cpu_seconds))
+    second = (
+        asyncio.run(one_round(args.clients, args.compare, args.rest_clients, args.workers)) if args.compare else None
+    )
     report = markdown(first, second)
     print(report)
     if args.write_doc:
         _record(report)
-    return 1 if first["errors"] or (second and second["errors"]) else 0
+    failed = first["errors"] or sum(r["errors"] for r in first["cpu_per_op"].values())
+    return 1 if failed or (second and second["errors"]) else 0
 
 
 if __name__ == "__main__":

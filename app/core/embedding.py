@@ -232,8 +232,8 @@ class LocalOnnxEmbedder(EmbeddingProvider):
             raise FileNotFoundError(f"ONNX model not found at {path}")
         options = ort.SessionOptions()
         options.intra_op_num_threads, options.inter_op_num_threads = self.intra_op_threads, 1
-        if self.workers > 1 or self.background_nice:  # spinning pool threads of several sessions starve each other
-            options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        # Pool threads that spin while waiting for work burn CPU the server's other calls need.
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
 
     async def check(self) -> None:
