@@ -1,4 +1,4 @@
-"""The `cairn` command: serve, migrate, keys, embed, backup, restore, version, and each enabled
+"""The `cairn` command: serve, stdio, migrate, keys, embed, backup, restore, version, and each enabled
 feature's own sub-commands.
 
 Every command receives `args.runtime` (`app.core.runtime.Runtime`: the settings and the enabled
@@ -51,6 +51,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
         return _serve_workers(settings, rt.features, options)
     uvicorn.run(create_app(settings), **options)
     return 0
+
+
+def cmd_stdio(args: argparse.Namespace) -> int:
+    """Serve MCP over stdin/stdout (for clients that start the server themselves)."""
+    from app.main import run_stdio  # late: see LIGHT_COMMANDS
+
+    return run_stdio(args.runtime.settings, args.toolsets)
 
 
 def _serve_workers(settings: Settings, features: list[str], options: dict[str, Any]) -> int:
@@ -252,6 +259,16 @@ def build_parser(with_features: bool = True) -> argparse.ArgumentParser:
         help="server processes on this host, sharing one database (default: CAIRN_WORKERS, 1)",
     )
     serve.set_defaults(fn=cmd_serve)
+    stdio = sub.add_parser(
+        "stdio",
+        help="serve MCP over stdin/stdout, for desktop clients that start the server (no key needed)",
+    )
+    stdio.add_argument(
+        "--toolsets",
+        help="toolsets to list, as after /mcp/ (e.g. graph or memory,datasets+readonly; "
+        "default: CAIRN_MCP_TOOLSETS, else the default toolsets)",
+    )
+    stdio.set_defaults(fn=cmd_stdio)
     sub.add_parser("migrate", help="upgrade the database schema").set_defaults(fn=cmd_migrate)
     keys = sub.add_parser("keys", help="manage API keys")
     keys_sub = keys.add_subparsers(dest="keys_cmd", required=True)

@@ -24,7 +24,7 @@ from app.core.context import AppState
 from app.core.db import Database
 from app.core.embedding_queue import EmbeddingQueue
 from app.core.errors import CairnError, NotFound, TooLarge
-from app.core.feature import build_registry, build_settings
+from app.core.feature import Feature, build_registry, build_settings
 from app.core.logs import configure_logging, request_id_var
 from app.core.mcp_adapter import build_mcp
 from app.core.operations import ops as core_ops
@@ -34,7 +34,8 @@ from app.core.registry import OperationSet
 from app.core.repository import EmbeddingModelRepository
 from app.core.rest_adapter import build_router, install_openapi, new_request_id
 from app.core.runtime import make_embedder, run_blocking
-from app.core.toolsets import MCP_PATH, Catalog, ToolsetRouter
+from app.core.toolsets import MCP_PATH, Catalog, Selection, ToolsetRouter
+from app.core.toolsets import parse as parse_toolsets
 from app.features import enabled
 
 log = logging.getLogger("cairn")
@@ -50,8 +51,9 @@ class Bootstrap:
     open_mode: bool
 
 
-def bootstrap(settings: Settings, features: list[str]) -> Bootstrap:
-    """Start the embedded database if needed, migrate the enabled features, decide the auth mode."""
+def bootstrap(settings: Settings, features: list[str], *, local: bool = False) -> Bootstrap:
+    """Start the embedded database if needed, migrate the enabled features, decide the auth mode
+    (`local`: a stdio session needs no key)."""
     pg = None
     url = settings.database_url
     if not url:
@@ -68,6 +70,8 @@ def bootstrap(settings: Settings, features: list[str]) -> Bootstrap:
         finally:
             await db.dispose()
 
+    if local:
+        return Bootstrap(url=url, pg=pg, open_mode=True)
     has_keys = run_blocking(any_keys)
     open_mode = False
     if not has_keys:
@@ -194,15 +198,33 @@ def create_worker_app() -> FastAPI:
         sys.exit(STARTUP_FAILURE)
 
 
-def create_app(settings: Settings | None = None, extra: list[OperationSet] | None = None) -> FastAPI:
-    """Build the whole application (blocking: starts the database and migrates first).
+@dataclass
+class Assembly:
+    """The process's parts, built once per server (HTTP) or stdio session: everything but a transport."""
 
-    `extra` adds operation sets beyond the enabled features (the test suite's instrumentation)."""
-    settings = settings or get_settings()
+    settings: Settings
+    boot: Bootstrap
+    features: list[Feature]
+    state: AppState
+    queue: EmbeddingQueue
+    store: KeyStore | None
+    catalog: Catalog
+    mcp: Any
+
+    @property
+    def names(self) -> list[str]:
+        """The enabled features' names."""
+        return [f.name for f in self.features]
+
+
+def assemble(settings: Settings, extra: list[OperationSet] | None = None, *, local: bool = False) -> Assembly:
+    """Start the database (embedded if none is configured), migrate, and build the state, the embedding
+    queue and the MCP server (blocking). `local`: a stdio session of the user who started it, which
+    needs no key (the process could read the database's credentials anyway)."""
     configure_logging(settings.log_level)
     features = enabled(settings.features)
     names = [f.name for f in features]
-    boot = bootstrap(settings, names)
+    boot = bootstrap(settings, names, local=local)
     db = Database(boot.url, settings)
     registry = build_registry(core_ops, features)
     for opset in extra or []:
@@ -229,8 +251,87 @@ def create_app(settings: Settings | None = None, extra: list[OperationSet] | Non
         db, state.embedder, [t for f in features for t in f.embedding_targets], settings
     )
     store = None if boot.open_mode else KeyStore(db, parse_static_keys(settings.api_keys), settings.key_cache_seconds)
-    state.catalog = Catalog(registry, settings.mcp_toolsets)
-    mcp = build_mcp(state, store, state.catalog)
+    catalog = state.catalog = Catalog(registry, settings.mcp_toolsets)
+    mcp = build_mcp(state, store, catalog)
+    return Assembly(settings, boot, features, state, queue, store, catalog, mcp)
+
+
+@asynccontextmanager
+async def running(asm: Assembly, **banner: Any) -> AsyncIterator[None]:
+    """Start the embedder, the features and the queue workers for the block; stop them, the database
+    and the embedded PostgreSQL after it."""
+    state, db = asm.state, asm.state.db
+    try:
+        await state.embedder.start()
+        async with db.transaction() as session:
+            await EmbeddingModelRepository(session).register(
+                state.embedder.model, state.embedder.provider, state.embedder.dimension
+            )
+        state.extras["migrations_at_head"] = await migrations.at_head(asm.boot.url, asm.names)
+        for feature in asm.features:
+            if feature.startup is not None:
+                await feature.startup(state)
+        asm.queue.start()
+        log.info("cairn ready", extra={**banner, "features": asm.names, "open_mode": asm.boot.open_mode})
+        yield
+    finally:
+        await asm.queue.stop()
+        for feature in reversed(asm.features):
+            if feature.shutdown is not None:
+                await feature.shutdown(state)
+        await state.embedder.close()
+        await db.dispose()
+        if asm.boot.pg is not None:
+            asm.boot.pg.stop()
+        log.info("cairn stopped")
+
+
+def run_stdio(settings: Settings, toolsets: str | None = None) -> int:
+    """Serve MCP over stdin/stdout for a desktop client that starts Cairn itself (one session per
+    process): the same registry, executor and toolsets as `/mcp`, on the embedded PostgreSQL unless
+    `CAIRN_DATABASE_URL` is set. No key is needed: the client runs as the user who owns the data.
+
+    Until the protocol starts, file descriptor 1 points at stderr, so nothing the start-up prints (or
+    the PostgreSQL it starts, which inherits it) can corrupt the protocol stream."""
+    import anyio
+
+    protocol = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        asm = assemble(settings, local=True)
+    except BaseException:
+        os.dup2(protocol, 1)
+        os.close(protocol)
+        raise
+    selection = parse_toolsets(toolsets) if toolsets else Selection()
+    try:
+        asm.catalog.check(selection)
+    except CairnError as err:
+        if asm.boot.pg is not None:
+            asm.boot.pg.stop()
+        os.dup2(protocol, 1)
+        os.close(protocol)
+        raise err from None
+    asm.mcp.fixed = selection
+
+    async def main() -> None:
+        async with running(asm, transport="stdio", toolsets=selection.path):
+            os.dup2(protocol, 1)  # the SDK claims it for the protocol and diverts prints to stderr
+            os.close(protocol)
+            await asm.mcp.run_stdio_async()
+
+    anyio.run(main)
+    return 0
+
+
+def create_app(settings: Settings | None = None, extra: list[OperationSet] | None = None) -> FastAPI:
+    """Build the whole application (blocking: starts the database and migrates first).
+
+    `extra` adds operation sets beyond the enabled features (the test suite's instrumentation)."""
+    settings = settings or get_settings()
+    asm = assemble(settings, extra)
+    state, db, store, mcp, boot, names = asm.state, asm.state.db, asm.store, asm.mcp, asm.boot, asm.names
+    queue, features = asm.queue, asm.features
 
     def streamable_http_app(json_response: bool) -> Any:
         return mcp.streamable_http_app(
@@ -257,40 +358,10 @@ def create_app(settings: Settings | None = None, extra: list[OperationSet] | Non
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        await state.embedder.start()
-        async with db.transaction() as session:
-            await EmbeddingModelRepository(session).register(
-                state.embedder.model, state.embedder.provider, state.embedder.dimension
-            )
-        state.extras["migrations_at_head"] = await migrations.at_head(boot.url, names)
-        for feature in features:
-            if feature.startup is not None:
-                await feature.startup(state)
-        queue.start()
-        log.info(
-            "cairn ready",
-            extra={
-                "host": settings.host,
-                "port": settings.port,
-                "features": names,
-                "open_mode": boot.open_mode,
-            },
-        )
-        try:
-            async with contextlib.AsyncExitStack() as managers:
-                for manager in session_managers:
-                    await managers.enter_async_context(manager.run())
-                yield
-        finally:
-            await queue.stop()
-            for feature in reversed(features):
-                if feature.shutdown is not None:
-                    await feature.shutdown(state)
-            await state.embedder.close()
-            await db.dispose()
-            if boot.pg is not None:
-                boot.pg.stop()
-            log.info("cairn stopped")
+        async with running(asm, host=settings.host, port=settings.port), contextlib.AsyncExitStack() as managers:
+            for manager in session_managers:
+                await managers.enter_async_context(manager.run())
+            yield
 
     app = FastAPI(
         title="Cairn",
@@ -304,7 +375,7 @@ def create_app(settings: Settings | None = None, extra: list[OperationSet] | Non
     app.state.key_store = store
     app.state.mcp = mcp
 
-    mcp_router = ToolsetRouter(mcp_app, state.catalog, _send_error, json_app=mcp_json_app)
+    mcp_router = ToolsetRouter(mcp_app, asm.catalog, _send_error, json_app=mcp_json_app)
     app.add_middleware(McpFastPath, mcp=mcp_router)  # innermost: request ids and the body limit still apply
     app.add_middleware(RequestIdMiddleware)
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import random
 import statistics
@@ -257,6 +258,47 @@ def _pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000
 
 
+async def _call_until(session: ClientSession, name: str, make: Args, wid: int, until: float) -> tuple[int, int]:
+    """Call one tool on `session` until the deadline; returns (calls, errors)."""
+    rng, i, calls, errors = random.Random(wid), wid * 100_000, 0, 0
+    while time.monotonic() < until:
+        i += 1
+        result = await session.call_tool(name, make(i, rng))
+        calls, errors = calls + 1, errors + bool(result.is_error)
+    return calls, errors
+
+
+async def _cpu_per_operation(
+    url: str, pid: int, clients: int, scenarios: list[tuple[str, str, Args]], seconds: float
+) -> dict[str, dict[str, float]]:
+    """Every client calls one operation alone for `seconds` (closed loop), on sessions opened before the
+    clock starts; the server's CPU over that phase divided by its calls. The queue's backlog is embedded
+    first, so each phase's CPU is its own (a write's includes embedding its vectors meanwhile)."""
+    headers = {"Authorization": f"Bearer {KEY}"}
+    out: dict[str, dict[str, float]] = {}
+    async with contextlib.AsyncExitStack() as stack:
+        http = await stack.enter_async_context(httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(120.0)))
+        sessions = []
+        for _ in range(clients):
+            read, write = await stack.enter_async_context(streamable_http_client(f"{url}/mcp/all", http_client=http))
+            session = await stack.enter_async_context(ClientSession(read, write))
+            await session.initialize()
+            sessions.append(session)
+        for name, _, make in scenarios:
+            async with httpx.AsyncClient(base_url=url, headers=headers) as c:
+                await c.post("/api/v1/embeddings/wait", json={"timeout_seconds": 600}, timeout=700)
+            until = time.monotonic() + seconds
+            before = server_cpu_seconds(pid)
+            counts = await asyncio.gather(*(_call_until(s, name, make, w, until) for w, s in enumerate(sessions)))
+            calls, errors = sum(c for c, _ in counts), sum(e for _, e in counts)
+            out[name] = {
+                "calls": calls,
+                "cpu_ms": (server_cpu_seconds(pid) - before) * 1000 / max(calls, 1),
+                "errors": errors,
+            }
+    return out
+
+
 async def one_round(
     clients: int, duration: float, rest_clients: int, workers: int = 1, cpu_seconds: float = 0
 ) -> dict[str, Any]:
@@ -298,21 +340,8 @@ async def one_round(
         rss = server_rss_mb(proc.pid)
         rss_samples.append((elapsed, rss))
         cpu_per_op: dict[str, dict[str, float]] = {}
-        for scenario in scenarios if cpu_seconds > 0 else []:
-            # The queue's backlog is embedded first, so each phase's CPU is its own (a write's includes
-            # embedding its vectors, made by the queue during the phase).
-            async with httpx.AsyncClient(base_url=url, headers={"Authorization": f"Bearer {KEY}"}) as c:
-                await c.post("/api/v1/embeddings/wait", json={"timeout_seconds": 600}, timeout=700)
-            alone = Stats()
-            before = server_cpu_seconds(proc.pid)
-            phase_until = time.monotonic() + cpu_seconds
-            await asyncio.gather(*[mcp_worker(url, w, phase_until, [scenario], alone) for w in range(clients)])
-            calls = sum(len(v) for v in alone.latency.values())
-            cpu_per_op[scenario[0]] = {
-                "calls": calls,
-                "cpu_ms": (server_cpu_seconds(proc.pid) - before) * 1000 / max(calls, 1),
-                "errors": sum(alone.errors.values()),
-            }
+        if cpu_seconds > 0:
+            cpu_per_op = await _cpu_per_operation(url, proc.pid, clients, scenarios, cpu_seconds)
     finally:
         proc.terminate()
         try:
@@ -372,7 +401,8 @@ def markdown(first: dict[str, Any], second: dict[str, Any] | None) -> str:
         lines += [
             "",
             "Server CPU per call, per operation: after the mixed round, every client calls one operation alone "
-            "for a few seconds (closed loop); the server's CPU over that phase divided by its calls.",
+            "for a few seconds (closed loop, sessions already open, the queue drained before each); the "
+            "server's CPU over that phase divided by its calls (a write's includes embedding its vectors).",
             "",
             "| operation | calls | server CPU ms per call | errors |",
             "| --- | ---: | ---: | ---: |",

@@ -169,6 +169,8 @@ class CairnMCPServer(MCPServer[Any]):
         super().__init__(**kwargs)
         self.state = state
         self.catalog = catalog
+        # A stdio session has no URL: its toolsets are fixed when it starts (`cairn stdio --toolsets`).
+        self.fixed: Selection | None = None
         everywhere = state.settings.mcp_output_schemas
         toolsets = state.registry.toolsets
         self.listing = {
@@ -183,18 +185,22 @@ class CairnMCPServer(MCPServer[Any]):
 
     async def _handle_list_tools(self, ctx: Any, params: PaginatedRequestParams | None) -> ListToolsResult:
         principal = current_principal(self.state)
-        ops = self.catalog.tools(selection_of(ctx.request), principal)
+        ops = self.catalog.tools(self.selection(ctx.request), principal)
         return ListToolsResult(tools=[self.listing[op.name] for op in ops])
 
     async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
         """Call a tool of the chosen toolsets through the executor."""
         request = context.request_context.request if context is not None else None
-        selection = selection_of(request)
+        selection = self.selection(request)
         try:
             op = self.find(selection, name, current_principal(self.state))
         except CairnError as err:
             return error_result(err)
         return await run_tool(self.state, op, arguments, context)
+
+    def selection(self, request: Any) -> Selection:
+        """The toolsets of this request: the URL's over HTTP, the fixed ones over stdio."""
+        return self.fixed if self.fixed is not None else selection_of(request)
 
     def find(self, selection: Selection, name: str, principal: Principal) -> Operation:
         """The operation a tool name means on this endpoint (scope is left to the executor)."""
