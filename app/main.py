@@ -18,7 +18,7 @@ from uvicorn.config import STARTUP_FAILURE
 
 from app import __version__
 from app.core import metrics, migrations
-from app.core.auth import KeyStore, parse_static_keys
+from app.core.auth import KeyStore, OpenModeGuard, bearer_principal, open_mode_caller, parse_static_keys
 from app.core.config import Settings, get_settings
 from app.core.context import AppState
 from app.core.db import Database
@@ -120,6 +120,31 @@ class RequestIdMiddleware:
             await self.app(scope, receive, send_with_id)
         finally:
             request_id_var.reset(token)
+
+
+class OpenModeLock:
+    """In front of `/mcp` on a server that started without keys: once a key exists (`OpenModeGuard`),
+    a request without a valid one is refused (4010), and a valid one's principal is handed to the
+    MCP handlers (the SDK's own auth is not configured on such a server)."""
+
+    def __init__(self, app: Any, guard: OpenModeGuard) -> None:
+        self.app, self.guard = app, guard
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or not await self.guard.locked():
+            await self.app(scope, receive, send)
+            return
+        header = next((v.decode("latin-1") for k, v in scope.get("headers") or () if k == b"authorization"), "")
+        try:
+            principal = await bearer_principal(self.guard.store, header, None)
+        except CairnError as err:
+            await _send_error(send, err)
+            return
+        token = open_mode_caller.set(principal)
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            open_mode_caller.reset(token)
 
 
 class McpFastPath:
@@ -375,7 +400,11 @@ def create_app(settings: Settings | None = None, extra: list[OperationSet] | Non
     app.state.key_store = store
     app.state.mcp = mcp
 
-    mcp_router = ToolsetRouter(mcp_app, asm.catalog, _send_error, json_app=mcp_json_app)
+    mcp_router: Any = ToolsetRouter(mcp_app, asm.catalog, _send_error, json_app=mcp_json_app)
+    app.state.open_guard = None
+    if boot.open_mode:  # a key created later locks this server at once (REST and MCP)
+        guard = app.state.open_guard = OpenModeGuard(KeyStore(db, [], settings.key_cache_seconds))
+        mcp_router = OpenModeLock(mcp_router, guard)
     app.add_middleware(McpFastPath, mcp=mcp_router)  # innermost: request ids and the body limit still apply
     app.add_middleware(RequestIdMiddleware)
 

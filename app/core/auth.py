@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import logging
 import re
 import secrets
 import time
 import uuid
+from contextvars import ContextVar
 from dataclasses import dataclass
 
 from mcp.server.auth.provider import AccessToken, TokenVerifier
@@ -20,8 +22,10 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.core.context import Principal
 from app.core.db import Database
-from app.core.errors import InvalidInput
+from app.core.errors import InvalidInput, Unauthenticated
 from app.core.repository import ApiKeyRepository
+
+log = logging.getLogger("cairn.auth")
 
 SCOPES = ("read", "write", "admin")
 KEY_PREFIX = "cairn_"
@@ -183,6 +187,56 @@ class CairnTokenVerifier(TokenVerifier):
             scopes=implied,
             claims={"project": principal.project, "name": principal.name, "toolsets": principal.toolsets},
         )
+
+
+async def bearer_principal(store: KeyStore, authorization: str, metadata_url: str | None) -> Principal:
+    """The principal of an `Authorization: Bearer KEY` header value, or `Unauthenticated` (4010) with a
+    `WWW-Authenticate` challenge that points at the protected-resource metadata when it is served."""
+
+    def challenge(error: str | None) -> dict[str, str]:
+        parts = [f'resource_metadata="{metadata_url}"'] if metadata_url else []
+        if error:
+            parts.insert(0, f'error="{error}"')
+        return {"WWW-Authenticate": "Bearer" + (" " + ", ".join(parts) if parts else "")}
+
+    if not authorization.lower().startswith("bearer ") or not authorization[7:].strip():
+        raise Unauthenticated(
+            "A bearer API key is required",
+            suggestions=["Send 'Authorization: Bearer <key>'", "Create one: cairn keys create"],
+            headers=challenge(None),
+        )
+    principal = await store.verify(authorization[7:].strip())
+    if principal is None:
+        raise Unauthenticated("The API key is unknown or revoked", headers=challenge("invalid_token"))
+    return principal
+
+
+# The caller a locked open-mode server verified itself (`OpenModeLock`), for the MCP handlers.
+open_mode_caller: ContextVar[Principal | None] = ContextVar("cairn_open_mode_caller", default=None)
+
+
+class OpenModeGuard:
+    """A server that started without keys (open, loopback only) locks as soon as a key exists: from
+    then on every request needs a valid key, as if it had started with one. Whether a key exists is
+    read again at most every `interval` seconds; once locked it stays locked, and says so in the log."""
+
+    def __init__(self, store: KeyStore, interval: float = 2.0) -> None:
+        self.store, self.interval = store, interval
+        self._locked = False
+        self._checked = -float("inf")
+
+    async def locked(self) -> bool:
+        """True once any static or stored key exists."""
+        if self._locked:
+            return True
+        now = time.monotonic()
+        if now - self._checked < self.interval:
+            return False
+        self._checked = now
+        if await self.store.has_any_key():
+            self._locked = True
+            log.warning("an API key now exists: this server, started without keys, requires one from now on")
+        return self._locked
 
 
 def principal_from_access_token(token: AccessToken) -> Principal:

@@ -29,7 +29,7 @@ from mcp_types import Tool as MCPTool
 from pydantic import AnyHttpUrl, Field
 
 from app import __version__
-from app.core.auth import CairnTokenVerifier, KeyStore, principal_from_access_token, request_id
+from app.core.auth import CairnTokenVerifier, KeyStore, open_mode_caller, principal_from_access_token, request_id
 from app.core.budget import dumps, image_fields, sent_text
 from app.core.context import OPEN_PRINCIPAL, AppState, Principal
 from app.core.errors import CairnError, Forbidden, NotFound, Unauthenticated
@@ -63,7 +63,7 @@ def current_principal(state: AppState) -> Principal:
     if token is not None:
         return principal_from_access_token(token)
     if state.open_mode:
-        return OPEN_PRINCIPAL
+        return open_mode_caller.get() or OPEN_PRINCIPAL  # a locked open server checked the key itself
     raise Unauthenticated("A bearer API key is required")
 
 

@@ -16,9 +16,9 @@ from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse, Response
 
 from app import __version__
-from app.core.auth import KeyStore, request_id
+from app.core.auth import KeyStore, OpenModeGuard, bearer_principal, request_id
 from app.core.context import OPEN_PRINCIPAL, AppState, Principal
-from app.core.errors import ErrorBody, InvalidInput, Unauthenticated
+from app.core.errors import ErrorBody, InvalidInput
 from app.core.executor import read_resource, run_operation
 from app.core.registry import Operation, ResourceDef
 
@@ -30,28 +30,13 @@ async def authenticate(request: Request) -> Principal:
     state: AppState = request.app.state.cairn
     store: KeyStore | None = request.app.state.key_store
     header = request.headers.get("authorization", "")
-    if store is None:
-        return OPEN_PRINCIPAL
-    if not header.lower().startswith("bearer ") or not header[7:].strip():
-        raise Unauthenticated(
-            "A bearer API key is required",
-            suggestions=["Send 'Authorization: Bearer <key>'", "Create one: cairn keys create"],
-            headers={"WWW-Authenticate": _www_authenticate(state, None)},
-        )
-    principal = await store.verify(header[7:].strip())
-    if principal is None:
-        raise Unauthenticated(
-            "The API key is unknown or revoked", headers={"WWW-Authenticate": _www_authenticate(state, "invalid_token")}
-        )
-    return principal
-
-
-def _www_authenticate(state: AppState, error: str | None) -> str:
-    meta = state.settings.resource_url().replace("/mcp", "/.well-known/oauth-protected-resource/mcp")
-    parts = [f'resource_metadata="{meta}"']
-    if error:
-        parts.insert(0, f'error="{error}"')
-    return "Bearer " + ", ".join(parts)
+    if store is not None:
+        meta = state.settings.resource_url().replace("/mcp", "/.well-known/oauth-protected-resource/mcp")
+        return await bearer_principal(store, header, meta)
+    guard: OpenModeGuard | None = getattr(request.app.state, "open_guard", None)
+    if guard is not None and await guard.locked():  # started open, locked since a key was created
+        return await bearer_principal(guard.store, header, None)
+    return OPEN_PRINCIPAL
 
 
 def _list_fields(op: Operation) -> frozenset[str]:
