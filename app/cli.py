@@ -47,10 +47,22 @@ def cmd_serve(args: argparse.Namespace) -> int:
         "timeout_graceful_shutdown": 20,
         "proxy_headers": False,
     }
+    _check_port(settings.host, settings.port)  # before the database starts and migrates
     if settings.workers > 1:
         return _serve_workers(settings, rt.features, options)
     uvicorn.run(create_app(settings), **options)
     return 0
+
+
+def _check_port(host: str, port: int) -> None:
+    """Fail at once, with a message, when the address is taken or cannot be bound."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
+        try:
+            probe.bind((host, port))
+        except OSError as err:
+            raise OSError(f"cannot listen on {host}:{port}: {err.strerror or err}") from None
 
 
 def cmd_stdio(args: argparse.Namespace) -> int:
@@ -288,10 +300,10 @@ def build_parser(with_features: bool = True) -> argparse.ArgumentParser:
     embed.add_argument("text", nargs="*")
     embed.set_defaults(fn=cmd_embed)
     backup = sub.add_parser("backup", help="dump the database to FILE (pg_dump custom format)")
-    backup.add_argument("file")
+    backup.add_argument("file", help="where to write the dump")
     backup.set_defaults(fn=cmd_backup)
     restore = sub.add_parser("restore", help="restore the database from FILE made by `cairn backup`")
-    restore.add_argument("file")
+    restore.add_argument("file", type=console.readable_file, help="a dump made by `cairn backup`")
     restore.set_defaults(fn=cmd_restore)
     sub.add_parser("version", help="print the version").set_defaults(fn=cmd_version)
     if with_features:
@@ -335,6 +347,18 @@ def main(argv: list[str] | None = None) -> int:
     except CairnError as err:
         print(f"error: {err.message}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except subprocess.CalledProcessError as err:  # the tool printed its own message above
+        tool = os.path.basename(str(err.cmd[0])) if isinstance(err.cmd, list | tuple) else str(err.cmd)
+        print(f"error: {tool} failed (exit status {err.returncode})", file=sys.stderr)
+        return 1
+    except (OSError, RuntimeError, ValueError) as err:  # missing files, busy ports, refused settings
+        print(f"error: {err}", file=sys.stderr)
+        if args.runtime.settings.log_level.upper() == "DEBUG":
+            raise
+        return 1
 
 
 if __name__ == "__main__":

@@ -59,6 +59,15 @@ def bootstrap(settings: Settings, features: list[str], *, local: bool = False) -
     if not url:
         pg = start_embedded(settings.data_dir)
         url = pg.url()
+    try:
+        return _prepare(settings, features, url, pg, local)
+    except BaseException:
+        if pg is not None:  # a refused start leaves no database running behind it
+            pg.stop()
+        raise
+
+
+def _prepare(settings: Settings, features: list[str], url: str, pg: EmbeddedPostgres | None, local: bool) -> Bootstrap:
     if settings.migrate_on_start:
         migrations.upgrade(url, features)
     static = parse_static_keys(settings.api_keys)

@@ -6,10 +6,13 @@ summary line, so logs of non-interactive runs still say how much was done.
 
 from __future__ import annotations
 
+import argparse
 import json
+import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 from tqdm import tqdm
@@ -53,3 +56,22 @@ def emit(data: Any) -> None:
 def info(message: str) -> None:
     """Print a message for the person at the terminal (stderr, so stdout stays machine-readable)."""
     print(message, file=sys.stderr, flush=True)
+
+
+def readable_file(value: str) -> str:
+    """argparse type: an existing readable file (or ``-`` for stdin), checked before any work starts."""
+    if value == "-":
+        return value
+    path = Path(value)
+    if not path.is_file():
+        raise argparse.ArgumentTypeError(f"no such file: {value}")
+    if not os.access(path, os.R_OK):
+        raise argparse.ArgumentTypeError(f"cannot read {value}")
+    return value
+
+
+def existing_dir(value: str) -> str:
+    """argparse type: an existing directory, checked before any work starts."""
+    if not Path(value).is_dir():
+        raise argparse.ArgumentTypeError(f"no such directory: {value}")
+    return value

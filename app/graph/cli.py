@@ -19,7 +19,7 @@ def register(sub: Any) -> None:
     graph = sub.add_parser("graph", help="knowledge graph: import/export JSONL memory files")
     gsub = graph.add_subparsers(dest="graph_cmd", required=True)
     imp = gsub.add_parser("import", help="import a JSONL memory file (entities, relations)")
-    imp.add_argument("file", help="path of the JSONL file ('-' for stdin)")
+    imp.add_argument("file", type=console.readable_file, help="path of the JSONL file ('-' for stdin)")
     imp.add_argument("--project", default=None, help="target project (default: 'default')")
     imp.set_defaults(fn=cmd_import)
     exp = gsub.add_parser("export", help="export a project's graph as JSONL")

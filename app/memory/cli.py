@@ -154,7 +154,7 @@ def register(sub: Any) -> None:
         help="index a BEIR dataset (corpus.jsonl[.gz], queries.jsonl, qrels/*.tsv) and "
         "report nDCG@10 and R@100 per search mode",
     )
-    b.add_argument("dir")
+    b.add_argument("dir", type=console.existing_dir, help="a BEIR dataset: corpus.jsonl, queries.jsonl, qrels/")
     b.add_argument("--split", default="test")
     b.add_argument("--modes", default="hybrid,semantic,lexical")
     b.add_argument("--max-queries", type=int, default=None)

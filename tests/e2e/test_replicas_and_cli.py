@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -281,3 +282,51 @@ def test_cli_keys_create_list_revoke(server: RunningServer, pg: PgCluster) -> No
     assert key[:12] in listed.stdout and key not in listed.stdout and '"toolsets": ["graph"]' in listed.stdout
     subprocess.run([*cli, "revoke", key[:12]], cwd=ROOT, env=env, capture_output=True, text=True, check=True)
     assert httpx.get(url, headers={"Authorization": f"Bearer {key}"}).status_code == 401
+
+
+def _cairn(*argv: str, data_dir: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CAIRN_")}
+    return subprocess.run(
+        [sys.executable, "-m", "app", *argv],
+        env={**env, "CAIRN_DATA_DIR": data_dir, "CAIRN_LOG_LEVEL": "WARNING"},
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (("graph", "import", "/nope.jsonl"), "no such file: /nope.jsonl"),
+        (("restore", "/nope.dump"), "no such file: /nope.dump"),
+        (("eval", "beir", "/nope"), "no such directory: /nope"),
+    ],
+)
+def test_cli_reports_a_missing_input_before_starting_anything(argv: tuple[str, ...], message: str) -> None:
+    data_dir = tempfile.mkdtemp(prefix="cairn-cli-")
+    done = _cairn(*argv, data_dir=data_dir)
+    assert done.returncode == 2, done.stderr
+    assert message in done.stderr and "Traceback" not in done.stderr, done.stderr
+    assert not (Path(data_dir) / "pgdata").exists()  # no database was started for nothing
+
+
+def test_serve_refusals_are_messages_and_leave_nothing_running() -> None:
+    data_dir = tempfile.mkdtemp(prefix="cairn-cli-")
+    # A busy port is reported before the database starts.
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        started = time.monotonic()
+        done = _cairn("serve", "--port", str(port), data_dir=data_dir)
+        assert time.monotonic() - started < 30
+    assert done.returncode == 1, done.stderr
+    assert f"cannot listen on 127.0.0.1:{port}" in done.stderr and "Traceback" not in done.stderr, done.stderr
+    assert not (Path(data_dir) / "pgdata").exists()
+    # Keys are required off loopback: refused with a message, and the embedded PostgreSQL is stopped.
+    done = _cairn("serve", "--host", "0.0.0.0", "--port", str(free_port()), data_dir=data_dir)
+    assert done.returncode == 1, done.stderr
+    assert "Refusing to serve on 0.0.0.0 without API keys" in done.stderr and "Traceback" not in done.stderr
+    assert not (Path(data_dir) / "pgdata" / "postmaster.pid").exists()
