@@ -161,8 +161,8 @@ def cmd_keys(args: argparse.Namespace) -> int:
             async with db.transaction() as session:
                 return [_key_row(r) for r in await ApiKeyRepository(session).list(include_revoked=args.all)]
 
-        for row in rt.run(listing):
-            console.emit(row)
+        columns = ["prefix", "name", "scopes", "project", "toolsets", "created_at", "last_used_at", "revoked"]
+        console.table(rt.run(listing), columns, as_json=True if args.json else None)
         return 0
 
     async def revoke(db: Database) -> int:
@@ -293,6 +293,7 @@ def build_parser(with_features: bool = True) -> argparse.ArgumentParser:
     )
     listing = keys_sub.add_parser("list", help="list keys")
     listing.add_argument("--all", action="store_true", help="include revoked keys")
+    listing.add_argument("--json", action="store_true", help="JSON lines even on a terminal (the default elsewhere)")
     revoke = keys_sub.add_parser("revoke", help="revoke a key by id or prefix")
     revoke.add_argument("key")
     keys.set_defaults(fn=cmd_keys)

@@ -75,3 +75,33 @@ def existing_dir(value: str) -> str:
     if not Path(value).is_dir():
         raise argparse.ArgumentTypeError(f"no such directory: {value}")
     return value
+
+
+def table(rows: list[dict[str, Any]], columns: list[str], *, as_json: bool | None = None) -> None:
+    """Print `rows`: an aligned table on a terminal, JSON lines otherwise (or when `as_json`), so
+    scripts can read what people read as a table."""
+    if as_json if as_json is not None else not sys.stdout.isatty():
+        for row in rows:
+            emit(row)
+        return
+    sys.stdout.write(render_table(rows, columns))
+    sys.stdout.flush()
+
+
+def render_table(rows: list[dict[str, Any]], columns: list[str]) -> str:
+    """`rows` as an aligned text table of `columns` (lists joined with commas, None as '-')."""
+
+    def cell(value: Any) -> str:
+        if value is None:
+            return "-"
+        if isinstance(value, list | tuple):
+            return ",".join(str(v) for v in value) or "-"
+        return str(value)
+
+    cells = [[cell(row.get(c)) for c in columns] for row in rows]
+    widths = [max([len(c), *(len(r[i]) for r in cells)]) for i, c in enumerate(columns)]
+    lines = ["  ".join(c.upper().ljust(w) for c, w in zip(columns, widths, strict=True)).rstrip()]
+    lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip() for r in cells]
+    if not rows:
+        lines.append("(none)")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,44 @@
+"""The command line's output helpers: tables for people, JSON lines for scripts; path checks."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import pytest
+
+from app.core import console
+
+
+def test_render_table_aligns_columns_and_shows_empty_values() -> None:
+    rows = [
+        {"prefix": "ck_abc", "scopes": ["read", "write"], "project": None, "revoked": False},
+        {"prefix": "ck_longer_one", "scopes": [], "project": "notes", "revoked": True},
+    ]
+    text = console.render_table(rows, ["prefix", "scopes", "project", "revoked"])
+    assert text.splitlines() == [
+        "PREFIX         SCOPES      PROJECT  REVOKED",
+        "ck_abc         read,write  -        False",
+        "ck_longer_one  -           notes    True",
+    ]
+    assert console.render_table([], ["prefix"]).splitlines() == ["PREFIX", "(none)"]
+
+
+def test_table_prints_json_lines_for_scripts(capsys: pytest.CaptureFixture[str]) -> None:
+    console.table([{"prefix": "ck_abc", "scopes": ["read"]}], ["prefix", "scopes"])  # stdout is not a terminal
+    assert [json.loads(line) for line in capsys.readouterr().out.splitlines()] == [
+        {"prefix": "ck_abc", "scopes": ["read"]}
+    ]
+
+
+def test_path_arguments_are_checked(tmp_path: Path) -> None:
+    present = tmp_path / "dump.bin"
+    present.write_bytes(b"x")
+    assert console.readable_file(str(present)) == str(present)
+    assert console.readable_file("-") == "-"
+    with pytest.raises(argparse.ArgumentTypeError, match="no such file"):
+        console.readable_file(str(tmp_path / "missing"))
+    assert console.existing_dir(str(tmp_path)) == str(tmp_path)
+    with pytest.raises(argparse.ArgumentTypeError, match="no such directory"):
+        console.existing_dir(str(present))
