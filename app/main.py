@@ -464,6 +464,19 @@ def create_app(settings: Settings | None = None, extra: list[OperationSet] | Non
     async def unknown_route(rest: str) -> Response:
         raise NotFound(f"No such endpoint: /api/v1/{rest}", suggestions=["See /docs for the routes"])
 
+    if store is not None:
+
+        @app.get("/.well-known/oauth-protected-resource{suffix:path}", include_in_schema=False)
+        async def protected_resource(suffix: str) -> dict[str, Any]:
+            """RFC 9728 metadata naming only what exists: bearer API keys in the header, Cairn's three
+            scopes, and no authorization server (keys come from `cairn keys create`, not OAuth)."""
+            return {
+                "resource": settings.resource_url(),
+                "resource_name": "Cairn",
+                "bearer_methods_supported": ["header"],
+                "scopes_supported": ["read", "write", "admin"],
+            }
+
     # Clients probe these before falling back to a bearer token; answer in JSON, not the MCP app's text 404.
     for probe in ("oauth-authorization-server", "openid-configuration"):
 

@@ -101,6 +101,9 @@ async def test_mcp_auth(server: RunningServer) -> None:
         assert "resource_metadata=" in r.headers["www-authenticate"]
         meta = await anon.get("/.well-known/oauth-protected-resource/mcp")
         assert meta.status_code == 200 and meta.json()["resource"].endswith("/mcp")
+        # Only what exists: bearer keys in the header, the three scopes, no authorization server to try.
+        assert meta.json()["scopes_supported"] == ["read", "write", "admin"]
+        assert meta.json()["bearer_methods_supported"] == ["header"] and "authorization_servers" not in meta.json()
         for probe in (
             "/.well-known/oauth-authorization-server",
             "/.well-known/openid-configuration",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -12,7 +13,7 @@ from app.core import console
 
 
 def test_render_table_aligns_columns_and_shows_empty_values() -> None:
-    rows = [
+    rows: list[dict[str, Any]] = [
         {"prefix": "ck_abc", "scopes": ["read", "write"], "project": None, "revoked": False},
         {"prefix": "ck_longer_one", "scopes": [], "project": "notes", "revoked": True},
     ]
