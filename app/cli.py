@@ -15,6 +15,8 @@ import subprocess
 import sys
 from typing import Any
 
+from rich_argparse import RichHelpFormatter
+
 from app import __version__
 from app.core import console, migrations
 from app.core.config import Settings
@@ -87,7 +89,7 @@ def _serve_workers(settings: Settings, features: list[str], options: dict[str, A
     from app.core.logs import configure_logging
     from app.main import bootstrap
 
-    configure_logging(settings.log_level)
+    configure_logging(settings.log_level, settings.log_format)
     boot = bootstrap(settings, features)
     os.environ.update(
         {
@@ -257,14 +259,22 @@ def _positive(value: str) -> int:
     return number
 
 
+class CairnParser(argparse.ArgumentParser):
+    """argparse with Rich's help formatter (colour on a terminal); sub-command parsers inherit it."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", RichHelpFormatter)
+        super().__init__(*args, **kwargs)
+
+
 def build_parser(with_features: bool = True) -> argparse.ArgumentParser:
     """The argument parser of `cairn`, with every feature's sub-commands unless `with_features` is
     false."""
-    parser = argparse.ArgumentParser(prog="cairn", description="Cairn memory and analysis server")
+    parser = CairnParser(prog="cairn", description="Cairn memory and analysis server")
     sub = parser.add_subparsers(dest="cmd", required=True)
     serve = sub.add_parser("serve", help="start the server")
-    serve.add_argument("--host")
-    serve.add_argument("--port", type=int)
+    serve.add_argument("--host", help="address to bind (default: CAIRN_HOST, 127.0.0.1)")
+    serve.add_argument("--port", type=int, help="port (default: CAIRN_PORT, 8000)")
     serve.add_argument(
         "--workers",
         type=_positive,
@@ -285,9 +295,11 @@ def build_parser(with_features: bool = True) -> argparse.ArgumentParser:
     keys = sub.add_parser("keys", help="manage API keys")
     keys_sub = keys.add_subparsers(dest="keys_cmd", required=True)
     create = keys_sub.add_parser("create", help="create a key (printed once, alone on the last line)")
-    create.add_argument("--scopes", default="read,write")
-    create.add_argument("--project")
-    create.add_argument("--name")
+    create.add_argument(
+        "--scopes", default="read,write", help="read, write, admin, comma-separated (default read,write)"
+    )
+    create.add_argument("--project", help="bind the key to this one project")
+    create.add_argument("--name", help="a label shown by `keys list`")
     create.add_argument(
         "--toolsets", help="what plain /mcp lists for this key, e.g. graph,memory (default: the server's)"
     )
@@ -295,10 +307,10 @@ def build_parser(with_features: bool = True) -> argparse.ArgumentParser:
     listing.add_argument("--all", action="store_true", help="include revoked keys")
     listing.add_argument("--json", action="store_true", help="JSON lines even on a terminal (the default elsewhere)")
     revoke = keys_sub.add_parser("revoke", help="revoke a key by id or prefix")
-    revoke.add_argument("key")
+    revoke.add_argument("key", help="the key's id or its prefix (as `keys list` shows)")
     keys.set_defaults(fn=cmd_keys)
     embed = sub.add_parser("embed", help="embed texts (arguments or stdin lines)")
-    embed.add_argument("text", nargs="*")
+    embed.add_argument("text", nargs="*", help="texts to embed (default: one per line of stdin)")
     embed.set_defaults(fn=cmd_embed)
     backup = sub.add_parser("backup", help="dump the database to FILE (pg_dump custom format)")
     backup.add_argument("file", help="where to write the dump")

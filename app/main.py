@@ -255,7 +255,7 @@ def assemble(settings: Settings, extra: list[OperationSet] | None = None, *, loc
     """Start the database (embedded if none is configured), migrate, and build the state, the embedding
     queue and the MCP server (blocking). `local`: a stdio session of the user who started it, which
     needs no key (the process could read the database's credentials anyway)."""
-    configure_logging(settings.log_level)
+    configure_logging(settings.log_level, settings.log_format)
     features = enabled(settings.features)
     names = [f.name for f in features]
     boot = bootstrap(settings, names, local=local)
@@ -306,7 +306,11 @@ async def running(asm: Assembly, **banner: Any) -> AsyncIterator[None]:
             if feature.startup is not None:
                 await feature.startup(state)
         asm.queue.start()
-        log.info("cairn ready", extra={**banner, "features": asm.names, "open_mode": asm.boot.open_mode})
+        where = ""
+        if "host" in banner and "port" in banner:
+            base = asm.settings.public_url or f"http://{banner['host']}:{banner['port']}"
+            where = f" at {base}: MCP {base}/mcp, REST {base}/api/v1, docs {base}/docs"
+        log.info(f"cairn ready{where}", extra={**banner, "features": asm.names, "open_mode": asm.boot.open_mode})
         yield
     finally:
         await asm.queue.stop()
@@ -388,7 +392,7 @@ def create_app(settings: Settings | None = None, extra: list[OperationSet] | Non
     if settings.mcp_json_response == "auto":
         mcp_json_app = streamable_http_app(True)
         session_managers.append(mcp.session_manager)
-    configure_logging(settings.log_level)  # the SDK installs its own handler; keep ours
+    configure_logging(settings.log_level, settings.log_format)  # the SDK installs its own handler; keep ours
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

@@ -94,6 +94,8 @@ class Settings(BaseSettings):
 
     # Logging
     log_level: str = "INFO"
+    # auto: readable text lines on a terminal, JSON lines otherwise (files, containers, collectors)
+    log_format: Literal["auto", "json", "text"] = "auto"
 
     @field_validator("allowed_hosts", "allowed_origins", "features", "api_keys", "mcp_toolsets", mode="before")
     @classmethod

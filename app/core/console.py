@@ -1,7 +1,8 @@
 """Terminal output of the `cairn` commands: progress on stderr, results on stdout.
 
-Progress bars are tqdm's, drawn only when stderr is a terminal; a finished bar always leaves one
-summary line, so logs of non-interactive runs still say how much was done.
+Progress bars are Rich's (count, rate, elapsed time and ETA), drawn only when stderr is a terminal;
+a finished bar always leaves one summary line (count, time, rate), so logs of non-interactive runs
+still say how much was done. Nothing to do draws no bar.
 """
 
 from __future__ import annotations
@@ -10,32 +11,81 @@ import argparse
 import json
 import os
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from tqdm import tqdm
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    ProgressColumn,
+    Task,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+from rich.progress import Progress as RichProgress
+from rich.text import Text
+
+
+class _Rate(ProgressColumn):
+    """Items per second."""
+
+    def render(self, task: Task) -> Text:
+        speed = task.finished_speed or task.speed
+        return Text(f"{speed:,.0f}/s" if speed else "-/s")
 
 
 class Progress:
-    """A progress bar for `total` items; `advance(n)` records finished ones."""
+    """A progress bar for `total` items; `advance(n)` records finished ones. More items than the
+    total (work that grew meanwhile) raise the total instead of overflowing the bar."""
 
     def __init__(self, total: int, label: str) -> None:
         self.label = label
         self.done = 0
         self.total = max(total, 0)
-        self._bar = tqdm(total=self.total, desc=label, file=sys.stderr, disable=not sys.stderr.isatty(), leave=False)
+        self.started = time.monotonic()
+        self._bar: RichProgress | None = None
+        stderr = Console(stderr=True)
+        if self.total and stderr.is_terminal:
+            self._bar = RichProgress(
+                TextColumn("{task.description}", markup=False),
+                BarColumn(),
+                MofNCompleteColumn(),
+                _Rate(),
+                TimeElapsedColumn(),
+                TextColumn("eta"),
+                TimeRemainingColumn(),
+                console=stderr,
+                transient=True,
+            )
+            self._bar.start()
+            self._task = self._bar.add_task(label, total=self.total)
 
     def advance(self, n: int = 1) -> None:
         """Record `n` more finished items."""
         self.done += n
-        self._bar.update(n)
+        self.total = max(self.total, self.done)
+        if self._bar is not None:
+            self._bar.update(self._task, advance=n, total=self.total)
 
     def close(self) -> None:
         """Remove the bar and print the one-line summary."""
-        self._bar.close()
-        info(f"{self.label}: {self.done}/{self.total} done")
+        if self._bar is not None:
+            self._bar.stop()
+        info(summary(self.label, self.done, self.total, time.monotonic() - self.started))
+
+
+def summary(label: str, done: int, total: int, seconds: float) -> str:
+    """The line a finished bar leaves: `label: 3,000 done in 12.0 s, 250/s` (or `2,999 of 3,000 done`)."""
+    if done == 0 and total == 0:
+        return f"{label}: nothing to do"
+    of = "" if done == total else f" of {total:,}"
+    rate = f", {done / seconds:,.0f}/s" if seconds > 0 and done else ""
+    return f"{label}: {done:,}{of} done in {seconds:.1f} s{rate}"
 
 
 @contextmanager

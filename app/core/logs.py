@@ -1,4 +1,5 @@
-"""Structured JSON logs on stderr, each line carrying the current request id."""
+"""Logs on stderr, each line carrying the current request id: JSON lines for machines (the default
+when stderr is not a terminal), readable text lines on a terminal (`CAIRN_LOG_FORMAT`)."""
 
 from __future__ import annotations
 
@@ -35,10 +36,29 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(payload, default=str)
 
 
-def configure_logging(level: str = "INFO") -> None:
-    """Route every logger (ours, uvicorn's, the MCP SDK's) to JSON lines on stderr."""
+class TextFormatter(logging.Formatter):
+    """One readable line: time, level, logger, message, then the `extra` fields as key=value."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        when = datetime.fromtimestamp(record.created).strftime("%H:%M:%S")
+        extras = [f"{k}={v}" for k, v in record.__dict__.items() if k not in _STANDARD and not k.startswith("_")]
+        rid = request_id_var.get()
+        if rid:
+            extras.insert(0, f"request_id={rid}")
+        line = f"{when} {record.levelname:<7} {record.name}: {record.getMessage()}"
+        if extras:
+            line += "  " + " ".join(extras)
+        if record.exc_info:
+            line += "\n" + self.formatException(record.exc_info)
+        return line
+
+
+def configure_logging(level: str = "INFO", fmt: str = "auto") -> None:
+    """Route every logger (ours, uvicorn's, the MCP SDK's) to stderr: JSON lines, or text lines when
+    `fmt` is ``text`` (``auto``: text on a terminal, JSON otherwise)."""
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(JsonFormatter())
+    text = fmt == "text" or (fmt == "auto" and sys.stderr.isatty())
+    handler.setFormatter(TextFormatter() if text else JsonFormatter())
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())

@@ -23,7 +23,7 @@ def register(sub: Any) -> None:
     imp.add_argument("--project", default=None, help="target project (default: 'default')")
     imp.set_defaults(fn=cmd_import)
     exp = gsub.add_parser("export", help="export a project's graph as JSONL")
-    exp.add_argument("--project", default=None)
+    exp.add_argument("--project", default=None, help="project to export (default: 'default')")
     exp.add_argument("-o", "--output", default="-", help="output file ('-' for stdout)")
     exp.set_defaults(fn=cmd_export)
 

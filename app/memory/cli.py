@@ -137,10 +137,10 @@ def register(sub: Any) -> None:
     bf = sub.add_parser("backfill", help="embed memories that lack a vector of the active model")
     bf.add_argument("--project", help="only this project (name)")
     bf.add_argument("--limit", type=int, default=0, help="most memories to process (default: all)")
-    bf.add_argument("--batch-size", type=int, default=32)
-    bf.add_argument("--include-archived", action="store_true")
-    bf.add_argument("--older-than-days", type=int, default=0)
-    bf.add_argument("--dry-run", action="store_true")
+    bf.add_argument("--batch-size", type=int, default=32, help="rows queued per transaction (default 32)")
+    bf.add_argument("--include-archived", action="store_true", help="also archived memories")
+    bf.add_argument("--older-than-days", type=int, default=0, help="only memories older than N days (default 0: all)")
+    bf.add_argument("--dry-run", action="store_true", help="count what would be queued, queue nothing")
     bf.add_argument(
         "--watch",
         action="store_true",
@@ -155,10 +155,10 @@ def register(sub: Any) -> None:
         "report nDCG@10 and R@100 per search mode",
     )
     b.add_argument("dir", type=console.existing_dir, help="a BEIR dataset: corpus.jsonl, queries.jsonl, qrels/")
-    b.add_argument("--split", default="test")
-    b.add_argument("--modes", default="hybrid,semantic,lexical")
-    b.add_argument("--max-queries", type=int, default=None)
+    b.add_argument("--split", default="test", help="qrels split to score (default test; tune on train)")
+    b.add_argument("--modes", default="hybrid,semantic,lexical", help="search modes to compare, comma-separated")
+    b.add_argument("--max-queries", type=int, default=None, help="score only the first N judged queries")
     b.add_argument("--fresh", action="store_true", help="re-index even when the scratch collection is complete")
     b.add_argument("--drop", action="store_true", help="delete the scratch collection afterwards")
-    b.add_argument("--json", action="store_true")
+    b.add_argument("--json", action="store_true", help="print the report as JSON instead of a markdown table")
     b.set_defaults(fn=cmd_eval_beir)

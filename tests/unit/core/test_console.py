@@ -43,3 +43,9 @@ def test_path_arguments_are_checked(tmp_path: Path) -> None:
     assert console.existing_dir(str(tmp_path)) == str(tmp_path)
     with pytest.raises(argparse.ArgumentTypeError, match="no such directory"):
         console.existing_dir(str(present))
+
+
+def test_progress_summary_lines() -> None:
+    assert console.summary("embedding", 0, 0, 0.0) == "embedding: nothing to do"
+    assert console.summary("embedding", 3000, 3000, 12.0) == "embedding: 3,000 done in 12.0 s, 250/s"
+    assert console.summary("queue", 2999, 3000, 2.0) == "queue: 2,999 of 3,000 done in 2.0 s, 1,500/s"
