@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
+from fastapi_offline import FastAPIOffline
 from mcp.server.transport_security import TransportSecuritySettings
 from uvicorn.config import STARTUP_FAILURE
 
@@ -401,13 +402,15 @@ def create_app(settings: Settings | None = None, extra: list[OperationSet] | Non
                 await managers.enter_async_context(manager.run())
             yield
 
-    app = FastAPI(
+    # Swagger UI and ReDoc from assets shipped in the fastapi-offline package, not a CDN.
+    app = FastAPIOffline(
         title="Cairn",
         version=__version__,
         lifespan=lifespan,
         docs_url="/docs",
-        redoc_url=None,
+        redoc_url="/redoc",
         openapi_url="/openapi.json",
+        static_url="/docs/static",
     )
     app.state.cairn = state
     app.state.key_store = store

@@ -18,7 +18,10 @@ from app.analysis.schemas import (
 from app.core.context import CallContext
 from app.core.registry import OperationSet
 
-ops = OperationSet("analysis")
+ops = OperationSet(
+    "analysis",
+    "Analysis sessions over a paginated upstream API: ingest, store findings, query them, act upstream.",
+)
 ops.toolset(
     "analysis", "Analysis sessions: ingest a paginated upstream API, query it offline, store findings, act upstream."
 )

@@ -177,7 +177,9 @@ def validation_error(errors: Sequence[Any]) -> InvalidInput:
     """Turn pydantic validation errors into one InvalidInput naming each field and its rule."""
     problems = []
     for err in errors[:20]:
-        loc = ".".join(str(p) for p in err.get("loc", ()) if p not in ("body", "query", "path"))
+        # Arguments are validated as one model, so every part of `loc` is a field name or an index
+        # (a field may well be called `query` or `path`).
+        loc = ".".join(str(p) for p in err.get("loc", ()))
         kind = err.get("type", "invalid")
         msg = err.get("msg", "invalid value")
         if kind == "extra_forbidden":

@@ -28,7 +28,7 @@ from app.core.schemas import (
     WaitForEmbeddingsOut,
 )
 
-ops = OperationSet("core")
+ops = OperationSet("core", "Projects, server health and settings, the toolsets, the audit log and the embedding probe.")
 ops.toolset("projects", "Create and list projects (named scopes for memories, graphs and findings).")
 ops.toolset("admin", "Operator tools: the audit log, the embedding probe, search-quality reports.")
 

@@ -44,6 +44,14 @@ def _doc(fn: Callable[..., Any]) -> str:
     return doc
 
 
+def first_sentence(text: str) -> str:
+    """The first sentence of `text`, its line breaks joined: up to the first '.', '!' or '?' that
+    ends a word and is followed by a space or the end; the whole first paragraph if none."""
+    paragraph = " ".join(text.strip().split("\n\n", 1)[0].split())
+    match = re.search(r"(?<!e\.g)(?<!i\.e)(?<!etc)(?<!vs)[.!?](?=\s|$)", paragraph)
+    return paragraph[: match.end()] if match else paragraph
+
+
 @dataclass(frozen=True)
 class Operation:
     """One callable operation: an MCP tool and a REST route."""
@@ -80,8 +88,8 @@ class Operation:
 
     @property
     def summary(self) -> str:
-        """First line of the description."""
-        return self.description.splitlines()[0]
+        """The description's first sentence (which may run over several lines)."""
+        return first_sentence(self.description)
 
     def input_schema(self) -> dict[str, Any]:
         """JSON schema of the arguments (validation mode)."""
@@ -148,6 +156,7 @@ class OperationSet:
     Operations join the toolset named after the feature unless they name their own `toolsets`."""
 
     feature: str
+    description: str = ""  # one sentence: what the family does (the OpenAPI tag's description)
     operations: list[Operation] = field(default_factory=list)
     resources: list[ResourceDef] = field(default_factory=list)
     toolsets: list[Toolset] = field(default_factory=list)
@@ -258,9 +267,12 @@ class Registry:
     operations: list[Operation] = field(default_factory=list)
     resources: list[ResourceDef] = field(default_factory=list)
     toolsets: dict[str, Toolset] = field(default_factory=dict)
+    descriptions: dict[str, str] = field(default_factory=dict)  # feature -> what it does
 
     def add(self, opset: OperationSet) -> None:
         """Add one feature's declarations, refusing duplicate names, URIs, routes and toolsets."""
+        if opset.description:
+            self.descriptions[opset.feature] = opset.description
         for ts in opset.toolsets:
             if ts.name in self.toolsets:
                 raise ValueError(f"duplicate toolset {ts.name}")

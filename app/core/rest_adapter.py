@@ -18,9 +18,9 @@ from fastapi.responses import JSONResponse, Response
 from app import __version__
 from app.core.auth import KeyStore, OpenModeGuard, bearer_principal, request_id
 from app.core.context import OPEN_PRINCIPAL, AppState, Principal
-from app.core.errors import ErrorBody, InvalidInput
+from app.core.errors import CairnError, ErrorBody, InvalidInput
 from app.core.executor import read_resource, run_operation
-from app.core.registry import Operation, ResourceDef
+from app.core.registry import Operation, ResourceDef, first_sentence
 
 API_PREFIX = "/api/v1"
 
@@ -109,7 +109,7 @@ def build_router(state: AppState) -> APIRouter:
             _operation_endpoint(op),
             methods=[op.method],
             name=op.name,
-            operation_id=op.name,
+            operation_id=op.name.replace("-", "_"),  # one style; the tool name stays in x-cairn-operation
             summary=op.summary,
             description=op.description,
             tags=[op.feature],
@@ -121,8 +121,8 @@ def build_router(state: AppState) -> APIRouter:
             _resource_endpoint(res),
             methods=["GET"],
             name=f"resource:{res.uri}",
-            operation_id=f"resource_{res.name}",
-            summary=res.description.splitlines()[0],
+            operation_id=f"read_{res.name.replace('-', '_')}",
+            summary=first_sentence(res.description),
             description=res.description,
             tags=[res.feature],
             openapi_extra={"x-cairn-resource": res.uri},
@@ -171,18 +171,22 @@ def install_openapi(app: FastAPI, state: AppState) -> None:
         )
         components = doc.setdefault("components", {}).setdefault("schemas", {})
         error_schema = _hoist(ErrorBody.model_json_schema(), components)
+        # Every status an error can have, described by the error codes that use it (one ErrorBody each).
+        by_status: dict[int, list[str]] = {}
+        for cls in _error_classes():
+            by_status.setdefault(cls.status, []).append(f"{cls.code} {cls.category}")
         errors = {
-            str(code): {"description": desc, "content": _json_content(error_schema)}
-            for code, desc in (
-                ("400", "Invalid input"),
-                ("401", "Missing or invalid key"),
-                ("403", "Scope or project"),
-                ("404", "Not found"),
-                ("413", "Too large"),
-                ("500", "Server error"),
-                ("503", "Unavailable"),
-            )
+            str(status): {"description": ", ".join(sorted(set(names))), "content": _json_content(error_schema)}
+            for status, names in sorted(by_status.items())
         }
+        # Only operations that call an upstream can answer 502.
+        upstream_only = {"502"}
+        doc["tags"] = [
+            {"name": name, "description": state.registry.descriptions.get(name, "")}
+            for name in dict.fromkeys(
+                [*(op.feature for op in state.registry.operations), *(r.feature for r in state.registry.resources)]
+            )
+        ]
         doc.setdefault("components", {})["securitySchemes"] = {
             "bearer": {"type": "http", "scheme": "bearer", "description": "Cairn API key"}
         }
@@ -217,14 +221,31 @@ def install_openapi(app: FastAPI, state: AppState) -> None:
                             "content": _json_content(in_schema),
                         }
                     out = _hoist(op.output_schema(), components)
-                    entry["responses"] = {"200": {"description": "Success", "content": _json_content(out)}, **errors}
+                    mine = {k: v for k, v in errors.items() if op.open_world or k not in upstream_only}
+                    entry["responses"] = {"200": {"description": "Success", "content": _json_content(out)}, **mine}
                 elif res is not None:
                     out = _hoist(res.output_model.model_json_schema(mode="serialization", by_alias=True), components)
-                    entry["responses"] = {"200": {"description": "Success", "content": _json_content(out)}, **errors}
+                    mine = {k: v for k, v in errors.items() if k not in upstream_only}
+                    entry["responses"] = {"200": {"description": "Success", "content": _json_content(out)}, **mine}
+                else:  # a feature's own route (e.g. an upload): the same errors, its own success
+                    for status, response in errors.items():
+                        if status not in upstream_only:
+                            entry.setdefault("responses", {}).setdefault(status, response)
         app.openapi_schema = doc
         return doc
 
     app.openapi = openapi  # type: ignore[method-assign]
+
+
+def _error_classes() -> list[type[CairnError]]:
+    """Every concrete error class (each has its own code)."""
+    found, todo = [], list(CairnError.__subclasses__())
+    while todo:
+        cls = todo.pop()
+        todo.extend(cls.__subclasses__())
+        if isinstance(getattr(cls, "status", None), int):
+            found.append(cls)
+    return found
 
 
 def new_request_id() -> str:

@@ -26,7 +26,11 @@ from app.datasets.schemas import (
     UploadOut,
 )
 
-ops = OperationSet("datasets")
+ops = OperationSet(
+    "datasets",
+    "Local data files (CSV, Parquet, JSON) through DuckDB: profile, query, sample, export and chart, "
+    "each answer within a token budget.",
+)
 ops.toolset("datasets", "Datasets: profile, query (SQL), sample, export and chart files under a token budget.")
 
 

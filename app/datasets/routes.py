@@ -136,7 +136,7 @@ _FORM_SCHEMA = {
 @router.post(
     "/datasets/upload",
     tags=["datasets"],
-    summary="Upload a dataset file (multipart) and register it",
+    summary="Upload a dataset file (multipart) and register it.",
     operation_id="upload_dataset",
     openapi_extra={
         "requestBody": {"required": True, "content": {"multipart/form-data": {"schema": _FORM_SCHEMA}}},

@@ -46,7 +46,11 @@ from app.graph.schemas import (
     SupersedeObservationOut,
 )
 
-ops = OperationSet("graph")
+ops = OperationSet(
+    "graph",
+    "A knowledge graph of entities, observations and relations, with semantic search, limbic re-ranking, "
+    "history and maintenance; a drop-in for the reference memory server.",
+)
 ops.toolset("graph", "Knowledge graph: entities, relations, observations, semantic search, history, reflections.")
 
 

@@ -51,7 +51,11 @@ from app.memory.schemas_thoughts import (
     UpdateThoughtOut,
 )
 
-ops = OperationSet("memory")
+ops = OperationSet(
+    "memory",
+    "Long-term memory: documents pushed in chunks and searched (hybrid, semantic, full text), summaries, "
+    "collections, and AMCS-style thoughts.",
+)
 ops.toolset(
     "memory",
     "Document memory: push text, search it (hybrid, semantic, lexical), summarize, collections.",

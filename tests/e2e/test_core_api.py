@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from typing import Any
 
 import httpx
@@ -348,3 +349,33 @@ async def test_unstorable_text_and_out_of_range_values_are_invalid_input(
     assert r.status_code == 400 and r.json()["error"]["code"] == 4001
     r = await rest.get("/api/v1/audit", params={"before_id": str(2**70)})
     assert r.status_code == 400 and r.json()["error"]["details"]["errors"][0]["field"] == "before_id"
+
+
+async def test_openapi_reads_well_and_the_docs_work_offline(server: RunningServer, rest: httpx.AsyncClient) -> None:
+    """Whole-sentence summaries, one operationId style, described tags, every error status declared,
+    and Swagger UI / ReDoc served from the server itself (no CDN)."""
+    doc = (await rest.get("/openapi.json")).json()
+    entries = [entry for item in doc["paths"].values() for entry in item.values()]
+    ids = [entry["operationId"] for entry in entries]
+    assert len(ids) == len(set(ids)) and all(re.fullmatch(r"[a-z][a-z0-9_]*", i) for i in ids), ids
+    assert all(entry["summary"].endswith((".", "!", "?")) for entry in entries), [
+        e["summary"] for e in entries if not e["summary"].endswith((".", "!", "?"))
+    ]
+    tags = {t["name"]: t["description"] for t in doc["tags"]}
+    assert {"core", "memory", "graph", "analysis", "datasets"} <= set(tags) and all(tags.values()), tags
+    assert {tag for entry in entries for tag in entry["tags"]} <= set(tags)
+    for entry in entries:
+        declared = set(entry["responses"])
+        assert {"200", "400", "401", "403", "404", "409", "413", "429", "500", "503", "504"} <= declared, entry
+    opens = {e["operationId"]: "502" in e["responses"] for e in entries if "x-cairn-operation" in e}
+    assert opens["analysis_ingest"] and not opens["list_projects"]
+    for page, asset in (("/docs", "/docs/static/swagger-ui-bundle.js"), ("/redoc", "/docs/static/redoc.standalone.js")):
+        html = (await rest.get(page)).text
+        assert asset in html and "cdn" not in html.lower(), page
+        assert (await rest.get(asset)).status_code == 200, asset
+
+
+async def test_a_field_called_query_is_named_in_validation_errors(server: RunningServer) -> None:
+    async with mcp_client(server.url, path="/mcp/graph") as mcp:
+        err = error_of(await mcp.call_tool("search_nodes", {"query": 5}))
+    assert err["code"] == 4001 and [e["field"] for e in err["details"]["errors"]] == ["query"], err

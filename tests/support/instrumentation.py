@@ -11,7 +11,7 @@ from app.core.registry import OperationSet
 from app.core.repository import ProjectRepository
 from app.core.schemas import StrictModel
 
-ops = OperationSet("testing")
+ops = OperationSet("testing", "Operations the test suite adds to exercise failures and progress.")
 ops.toolset("testing", "Test-only operations (instrumentation).")
 
 
