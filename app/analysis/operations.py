@@ -29,6 +29,7 @@ ops.toolset(
 
 @ops.operation(
     name="analysis_ingest",
+    example={"analysis_id": "books-2026", "model": "books", "ingest_all": True},
     input=IngestIn,
     output=IngestOut,
     path="/analysis/ingest",

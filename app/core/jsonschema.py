@@ -91,3 +91,53 @@ def size(schema: dict[str, Any]) -> int:
     import json
 
     return len(json.dumps(schema, separators=(",", ":"), ensure_ascii=False))
+
+
+_FORMATS = {
+    "date-time": "2026-01-01T00:00:00Z",
+    "date": "2026-01-01",
+    "uri": "https://example.org/data",
+    "email": "someone@example.org",
+    "uuid": "00000000-0000-4000-8000-000000000000",
+}
+
+
+def example_of(schema: dict[str, Any]) -> Any:
+    """A small value valid for a lean schema: declared examples, defaults and enums first, then the
+    required properties only, each filled by its type within its bounds. Callers validate it before
+    publishing it (a `pattern` is not interpreted)."""
+    for key in ("examples", "default", "const", "enum"):
+        if key in schema and schema[key] is not None:
+            value = schema[key]
+            if key in ("examples", "enum"):
+                if value:
+                    return value[0]
+                continue
+            return value
+    for key in ("anyOf", "oneOf"):
+        options = [o for o in schema.get(key, []) if o.get("type") != "null"]
+        if options:
+            return example_of(options[0])
+    kind = schema.get("type")
+    if isinstance(kind, list):
+        kind = next((k for k in kind if k != "null"), None)
+    if kind == "object" or "properties" in schema:
+        props = schema.get("properties", {})
+        return {name: example_of(props.get(name, {})) for name in schema.get("required", [])}
+    if kind == "array":
+        count = max(1, int(schema.get("minItems", 1)))
+        return [example_of(schema.get("items", {})) for _ in range(count)]
+    if kind == "integer" or kind == "number":
+        low = schema.get("minimum", schema.get("exclusiveMinimum", 0) + (1 if "exclusiveMinimum" in schema else 0))
+        value = max(low, 1) if "maximum" not in schema else min(max(low, 1), schema["maximum"])
+        return int(value) if kind == "integer" else float(value)
+    if kind == "boolean":
+        return False
+    if kind == "string":
+        if schema.get("format") in _FORMATS:
+            return _FORMATS[schema["format"]]
+        text = "example"
+        low, high = int(schema.get("minLength", 0)), schema.get("maxLength")
+        text = text.ljust(low, "x")
+        return text[: int(high)] if high is not None else text
+    return None

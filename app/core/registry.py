@@ -75,6 +75,8 @@ class Operation:
     tool_name: str | None = None
     open_world: bool = False
     text: TextRenderer | None = None
+    # Arguments shown as the OpenAPI example when the schema alone cannot make a valid one
+    example: dict[str, Any] | None = None
 
     @property
     def tool(self) -> str:
@@ -196,6 +198,7 @@ class OperationSet:
         tool_name: str | None = None,
         open_world: bool = False,
         text: TextRenderer | None = None,
+        example: dict[str, Any] | None = None,
     ) -> Callable[[Handler], Handler]:
         """Declare `handler` as an operation of this feature.
 
@@ -203,7 +206,8 @@ class OperationSet:
         it because a feature route (e.g. a multipart upload) calls the executor with it itself.
         `toolsets` (default: the feature's own) says where MCP clients find it; `tool_name` overrides
         its MCP name; `open_world` marks tools that reach systems outside Cairn; `text` renders the
-        MCP text content when it must differ from the JSON of the result."""
+        MCP text content when it must differ from the JSON of the result; `example` gives the
+        OpenAPI example arguments when the schema alone cannot make valid ones (REST docs only)."""
         if not _NAME.fullmatch(name):
             raise ValueError(f"invalid operation name {name!r}")
         if mcp and not title:
@@ -232,6 +236,7 @@ class OperationSet:
                     tool_name=tool_name,
                     open_world=open_world,
                     text=text,
+                    example=example,
                 )
             )
             return handler

@@ -20,6 +20,7 @@ from app.core.auth import KeyStore, OpenModeGuard, bearer_principal, request_id
 from app.core.context import OPEN_PRINCIPAL, AppState, Principal
 from app.core.errors import CairnError, ErrorBody, InvalidInput
 from app.core.executor import read_resource, run_operation
+from app.core.jsonschema import example_of, lean
 from app.core.registry import Operation, ResourceDef, first_sentence
 
 API_PREFIX = "/api/v1"
@@ -198,6 +199,7 @@ def install_openapi(app: FastAPI, state: AppState) -> None:
                 op = by_name.get(entry.get("x-cairn-operation", ""))
                 res = by_uri.get(entry.get("x-cairn-resource", ""))
                 if op is not None:
+                    example = _example(op)
                     in_schema = _hoist(op.input_schema(), components)
                     if method == "get":
                         props = in_schema.get("properties", {})
@@ -211,6 +213,9 @@ def install_openapi(app: FastAPI, state: AppState) -> None:
                             }
                             for n, s in props.items()
                         ]
+                        for param in entry["parameters"]:
+                            if example is not None and param["name"] in example:
+                                param["example"] = example[param["name"]]
                     else:
                         entry["parameters"] = [
                             {"name": n, "in": "path", "required": True, "schema": {"type": "string"}}
@@ -220,6 +225,8 @@ def install_openapi(app: FastAPI, state: AppState) -> None:
                             "required": bool(in_schema.get("required")),
                             "content": _json_content(in_schema),
                         }
+                        if example is not None:
+                            entry["requestBody"]["content"]["application/json"]["example"] = example
                     out = _hoist(op.output_schema(), components)
                     mine = {k: v for k, v in errors.items() if op.open_world or k not in upstream_only}
                     entry["responses"] = {"200": {"description": "Success", "content": _json_content(out)}, **mine}
@@ -235,6 +242,17 @@ def install_openapi(app: FastAPI, state: AppState) -> None:
         return doc
 
     app.openapi = openapi  # type: ignore[method-assign]
+
+
+def _example(op: Operation) -> dict[str, Any] | None:
+    """Example arguments of `op`: its declared ones, else made from its schema; published only when
+    the operation's own model accepts them."""
+    example = op.example if op.example is not None else example_of(lean(op.input_schema()))
+    try:
+        op.input_model.model_validate(example)
+    except ValueError:
+        return None
+    return example if isinstance(example, dict) else None
 
 
 def _error_classes() -> list[type[CairnError]]:

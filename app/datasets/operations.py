@@ -87,6 +87,7 @@ async def execute_query(ctx: CallContext, args: QueryIn) -> QueryOut:
 
 @ops.operation(
     name="get_result",
+    example={"query_id": "q_0123456789abcdef", "offset": 100},
     title="Get Stored Result",
     input=ResultPageIn,
     output=ResultPageOut,
@@ -117,6 +118,7 @@ async def stream_sample(ctx: CallContext, args: SampleIn) -> SampleOut:
 
 @ops.operation(
     name="export_result",
+    example={"query_id": "q_0123456789abcdef", "format": "csv", "destination": "exports"},
     title="Export Result",
     input=ExportIn,
     output=ExportOut,

@@ -92,6 +92,10 @@ async def push(ctx: CallContext, args: PushIn) -> PushOut:
 
 @ops.operation(
     name="summarize",
+    example={
+        "project_id": "notes",
+        "time_range": {"start": "2026-11-01T00:00:00Z", "end": "2026-11-08T00:00:00Z"},
+    },
     title="Summarize Memories",
     input=SummarizeIn,
     output=SummarizeOut,

@@ -367,6 +367,14 @@ async def test_openapi_reads_well_and_the_docs_work_offline(server: RunningServe
     for entry in entries:
         declared = set(entry["responses"])
         assert {"200", "400", "401", "403", "404", "409", "413", "429", "500", "503", "504"} <= declared, entry
+    for entry in entries:  # one example per operation, which the operation's model accepted
+        if "x-cairn-operation" not in entry:
+            continue
+        if "requestBody" in entry:
+            assert "example" in entry["requestBody"]["content"]["application/json"], entry["operationId"]
+        else:
+            required = [p for p in entry.get("parameters", []) if p["required"]]
+            assert all("example" in p for p in required), entry["operationId"]
     opens = {e["operationId"]: "502" in e["responses"] for e in entries if "x-cairn-operation" in e}
     assert opens["analysis_ingest"] and not opens["list_projects"]
     for page, asset in (("/docs", "/docs/static/swagger-ui-bundle.js"), ("/redoc", "/docs/static/redoc.standalone.js")):

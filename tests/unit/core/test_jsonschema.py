@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from app.core.jsonschema import lean, size
+from app.core.jsonschema import example_of, lean, size
 
 
 class Window(BaseModel):
@@ -70,3 +70,29 @@ def test_single_allof_is_merged_and_siblings_win() -> None:
         "properties": {"x": {"allOf": [{"$ref": "#/$defs/Inner"}], "description": "outer doc"}},
     }
     assert lean(raw) == {"type": "object", "properties": {"x": {"type": "object", "description": "outer doc"}}}
+
+
+def test_example_of_fills_required_fields_within_bounds() -> None:
+    schema = {
+        "type": "object",
+        "required": ["name", "limit", "tags", "mode", "when", "nested"],
+        "properties": {
+            "name": {"type": "string", "minLength": 10, "maxLength": 12},
+            "limit": {"type": "integer", "minimum": 5, "maximum": 50},
+            "tags": {"type": "array", "items": {"type": "string"}},
+            "mode": {"enum": ["fast", "slow"]},
+            "when": {"anyOf": [{"type": "null"}, {"type": "string", "format": "date-time"}]},
+            "nested": {"type": "object", "required": ["on"], "properties": {"on": {"type": "boolean"}}},
+            "optional": {"type": "string"},
+        },
+    }
+    assert example_of(schema) == {
+        "name": "examplexxx",
+        "limit": 5,
+        "tags": ["example"],
+        "mode": "fast",
+        "when": "2026-01-01T00:00:00Z",
+        "nested": {"on": False},
+    }
+    assert example_of({"type": "string", "examples": ["given"], "default": "d"}) == "given"
+    assert example_of({"type": "integer", "default": 7}) == 7
