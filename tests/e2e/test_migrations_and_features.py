@@ -67,9 +67,9 @@ async def test_disabled_features_create_no_tables_and_expose_no_operations(pg: P
             "embed",
             "audit_log",
             "wait_for_embeddings",
-            "resource_health",
-            "resource_settings",
-            "resource_toolsets",
+            "read_health",
+            "read_settings",
+            "read_toolsets",
         }
     finally:
         stop_server(srv, thread)
