@@ -161,9 +161,11 @@ class EmbeddingQueue:
                 JOBS_RETRIED.inc(len(jobs))
             with contextlib.suppress(Exception):
                 async with self.db.transaction() as session:
-                    await EmbeddingQueueRepository(session).retry_later(
-                        jobs, error, 0.0 if cancelled else s.embedding_queue_retry_max_seconds
-                    )
+                    repo = EmbeddingQueueRepository(session)
+                    if cancelled:  # not a failure: the rows are due again at once, with no error
+                        await repo.release(jobs)
+                    else:
+                        await repo.retry_later(jobs, error, s.embedding_queue_retry_max_seconds)
             if ids is None or cancelled or not isinstance(exc, Exception):
                 raise
             # A caller waiting for its own rows learns which ones failed instead of an exception.
@@ -226,15 +228,15 @@ class EmbeddingQueue:
         return WaitResult(remaining=remaining, failed=failed)
 
     async def drain(self, timeout: float) -> QueueStats:
-        """Help the workers until the queue of the active model is empty or `timeout` passes."""
+        """Help the workers until the queue of the active model is empty or `timeout` passes (the
+        batch in hand is finished, not cut off: a cut batch would embed its texts for nothing)."""
         deadline = time.monotonic() + timeout
         while True:
             stats = await self.stats()
             if stats.depth == 0 or time.monotonic() >= deadline:
                 return stats
             try:
-                batch = self.run_batch(urgent=True)
-                leased = (await asyncio.wait_for(batch, max(0.001, deadline - time.monotonic()))).leased
+                leased = (await self.run_batch(urgent=True)).leased
             except asyncio.CancelledError:
                 raise
             except Exception as exc:

@@ -338,6 +338,13 @@ class EmbeddingQueueRepository(Repository):
             await self.execute("UPDATE embedding_queue SET leased_until = NULL WHERE id = ANY(:ids)", {"ids": stale})
         return done
 
+    async def release(self, jobs: Sequence[LeasedJob]) -> None:
+        """Give leased jobs back untouched (their batch was cancelled, not failed): due at once, with
+        no error recorded."""
+        await self.execute(
+            "UPDATE embedding_queue SET leased_until = NULL WHERE id = ANY(:ids)", {"ids": [j.id for j in jobs]}
+        )
+
     async def retry_later(self, jobs: Sequence[LeasedJob], error: str, max_delay_seconds: float) -> None:
         """Release failed jobs with an exponential delay by attempt (capped), keeping the error."""
         await self.execute(
