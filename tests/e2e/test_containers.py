@@ -176,6 +176,10 @@ def test_compose_has_app_and_db_with_healthchecks_and_volume() -> None:
     assert env["CAIRN_DATABASE_URL"].startswith("postgresql+asyncpg://") and "@db:5432/" in env["CAIRN_DATABASE_URL"]
     assert env["CAIRN_API_KEYS"].startswith("${CAIRN_API_KEYS")
     assert db["environment"]["POSTGRES_DB"] == env["CAIRN_DATABASE_URL"].rsplit("/", 1)[1]
+    # The app's data directory (datasets, stored results, exports) is a named volume too.
+    mounts = {m.split(":")[1]: m.split(":")[0] for m in app["volumes"]}
+    assert "/var/lib/cairn" in mounts and mounts["/var/lib/cairn"] in compose["volumes"], mounts
+    assert "CAIRN_DATA_DIR=/var/lib/cairn" in (ROOT / "Dockerfile").read_text()
 
 
 def _settings_classes() -> list[type[Any]]:
