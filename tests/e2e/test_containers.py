@@ -98,6 +98,8 @@ def test_entrypoint_waits_migrates_and_serves(pg: PgCluster) -> None:
     # uvicorn shuts down gracefully, then re-raises the signal it caught (exit status -SIGTERM).
     assert code in (0, -signal.SIGTERM), log[-3000:]
     assert "cairn stopped" in log, log[-3000:]
+    # The ready line names where to connect (the banner of a start on a terminal).
+    assert re.search(r"cairn ready at (http://\S+): MCP \1/mcp, REST \1/api/v1, docs \1/docs", log), log[-3000:]
 
 
 def test_entrypoint_runs_a_command_after_migrating(pg: PgCluster) -> None:
