@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Iterator
+from pathlib import Path
 
 from app.cli import build_parser
 
@@ -26,3 +27,10 @@ def test_sub_commands_use_the_same_help_formatter() -> None:
     subs = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     assert {type(p).__name__ for p in subs.choices.values()} == {type(parser).__name__}
     assert "serve" in parser.format_help() and "stdio" in parser.format_help()
+
+
+def test_the_readme_lists_every_command() -> None:
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    listed = readme.split("## Commands", 1)[1].split("```")[1]
+    subs = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    assert [name for name in subs.choices if f"cairn {name}" not in listed] == []
