@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import shutil
 import sys
 import tempfile
@@ -36,7 +35,7 @@ for p in (ROOT, SCRIPTS):
         sys.path.insert(0, str(p))
 
 from bench_graph import KEY, _ok, cairn_session  # noqa: E402
-from bench_mcp import Server  # noqa: E402
+from bench_mcp import Server, longest_idle_in_transaction, on_embedded_postgres  # noqa: E402
 from bench_toolsets import reference_session  # noqa: E402
 
 BATCH = 25
@@ -68,25 +67,6 @@ async def _workload(client: Any, n: int, extra: dict[str, Any]) -> dict[str, flo
     return {"entities_s": entities_s, "relations_s": time.perf_counter() - t1, "writes_s": time.perf_counter() - t0}
 
 
-async def _idle_in_transaction(dsn: str, stop: asyncio.Event) -> float:
-    """The longest `idle in transaction` seen on any connection but ours (seconds)."""
-    import asyncpg
-
-    conn = await asyncpg.connect(dsn)
-    longest = 0.0
-    try:
-        while not stop.is_set():
-            value = await conn.fetchval(
-                "SELECT coalesce(max(extract(epoch FROM now() - state_change)), 0) FROM pg_stat_activity "
-                "WHERE state = 'idle in transaction' AND pid <> pg_backend_pid()"
-            )
-            longest = max(longest, float(value))
-            await asyncio.sleep(0.005)
-    finally:
-        await conn.close()
-    return longest
-
-
 async def _measure(srv: Server, dsn: str, n: int) -> dict[str, Any]:
     tmp = Path(tempfile.mkdtemp(prefix="cairn-bench-ref-writes-"))
     try:
@@ -95,7 +75,7 @@ async def _measure(srv: Server, dsn: str, n: int) -> dict[str, Any]:
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     stop = asyncio.Event()
-    sampler = asyncio.create_task(_idle_in_transaction(dsn, stop))
+    sampler = asyncio.create_task(longest_idle_in_transaction(dsn, stop, every=0.005))
     try:
         async with cairn_session(srv.url, "/mcp/graph,admin", timeout=600.0) as client:
             cpu0 = srv.cpu_seconds() or 0.0
@@ -150,29 +130,9 @@ def markdown(r: dict[str, Any], quick: bool) -> str:
 
 def run(quick: bool = False, entities: int | None = None, env: dict[str, str] | None = None) -> str:
     """Run the benchmark and return its markdown section; `env` adds Cairn settings (``CAIRN_*``)."""
-    from app.core.pgembedded import start_embedded
-
-    root = Path(tempfile.mkdtemp(prefix="cairn-bench-writes-"))
-    pg = start_embedded(root / "pg")
-    srv: Server | None = None
-    try:
-        pg.ensure_database("bench")
-        settings = {
-            "CAIRN_DATABASE_URL": pg.url("bench"),
-            "CAIRN_FEATURES": "graph",
-            "CAIRN_API_KEYS": f"{KEY}:admin",
-            **(env or {}),
-        }
-        srv = Server(env=settings)
-        srv.start()
-        results = asyncio.run(_measure(srv, pg.libpq_uri("bench"), entities or (2000 if quick else 10_000)))
-    finally:
-        with contextlib.suppress(Exception):
-            if srv is not None:
-                srv.stop()
-        with contextlib.suppress(Exception):
-            pg.stop()
-        shutil.rmtree(root, ignore_errors=True)
+    settings = {"CAIRN_FEATURES": "graph", "CAIRN_API_KEYS": f"{KEY}:admin", **(env or {})}
+    with on_embedded_postgres(settings, prefix="cairn-bench-writes-") as (srv, dsn):
+        results = asyncio.run(_measure(srv, dsn, entities or (2000 if quick else 10_000)))
     results["settings"] = env or {}
     return markdown(results, quick)
 

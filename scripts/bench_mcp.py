@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import shutil
@@ -35,8 +36,8 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -70,6 +71,24 @@ def _cairn(root: Path) -> list[str]:
     if root == ROOT and script.exists():
         return [str(script)]
     return [sys.executable, "-m", "app"]
+
+
+def server_processes(pid: int) -> list[psutil.Process]:
+    """The server's own processes: `pid` (a `cairn serve` process) and its descendants (workers),
+    without the embedded PostgreSQL's."""
+    try:
+        top = psutil.Process(pid)
+        found = [top, *top.children(recursive=True)]
+    except psutil.Error:
+        return []
+    own = []
+    for p in found:
+        try:
+            if not p.name().startswith(("postgres", "pg_ctl")):
+                own.append(p)
+        except psutil.Error:
+            continue
+    return own
 
 
 class Server:
@@ -133,23 +152,7 @@ class Server:
         return len(pids) >= self.workers
 
     def _processes(self) -> list[psutil.Process]:
-        """The server's own processes: the `cairn serve` process and its Python descendants (workers),
-        without the embedded PostgreSQL."""
-        if self.proc is None:
-            return []
-        try:
-            top = psutil.Process(self.proc.pid)
-            found = [top, *top.children(recursive=True)]
-        except psutil.Error:
-            return []
-        own = []
-        for p in found:
-            try:
-                if not p.name().startswith(("postgres", "pg_ctl")):
-                    own.append(p)
-            except psutil.Error:
-                continue
-        return own
+        return server_processes(self.proc.pid) if self.proc is not None else []
 
     def cpu_seconds(self) -> float | None:
         """User + system CPU time used so far by the server's own processes, else None."""
@@ -179,6 +182,49 @@ class Server:
         if hasattr(self, "log"):
             self.log.close()
         shutil.rmtree(self.data, ignore_errors=True)
+
+
+@contextmanager
+def on_embedded_postgres(env: dict[str, str], prefix: str = "cairn-bench-") -> Iterator[tuple[Server, str]]:
+    """A started `cairn serve` (see `Server`, with `env`) on an embedded PostgreSQL started here, and
+    the libpq DSN of its database (for samplers); both are stopped and removed after the block."""
+    from app.core.pgembedded import start_embedded
+
+    root = Path(tempfile.mkdtemp(prefix=prefix))
+    pg = start_embedded(root / "pg")
+    srv: Server | None = None
+    try:
+        pg.ensure_database("bench")
+        srv = Server(env={"CAIRN_DATABASE_URL": pg.url("bench"), **env})
+        srv.start()
+        yield srv, pg.libpq_uri("bench")
+    finally:
+        with contextlib.suppress(Exception):
+            if srv is not None:
+                srv.stop()
+        with contextlib.suppress(Exception):
+            pg.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+async def longest_idle_in_transaction(dsn: str, stop: asyncio.Event, every: float) -> float:
+    """Until `stop` is set, read `pg_stat_activity` every `every` seconds and return the longest time
+    (seconds) any of the server's connections (application `cairn`) stayed `idle in transaction`."""
+    import asyncpg
+
+    conn = await asyncpg.connect(dsn)
+    longest = 0.0
+    try:
+        while not stop.is_set():
+            value = await conn.fetchval(
+                "SELECT coalesce(max(extract(epoch FROM now() - state_change)), 0) FROM pg_stat_activity "
+                "WHERE state = 'idle in transaction' AND application_name = 'cairn'"
+            )
+            longest = max(longest, float(value))
+            await asyncio.sleep(every)
+    finally:
+        await conn.close()
+    return longest
 
 
 @asynccontextmanager

@@ -20,11 +20,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
-import shutil
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -36,7 +33,7 @@ for p in (ROOT, SCRIPTS):
         sys.path.insert(0, str(p))
 
 from bench_graph import KEY, _ok, cairn_session  # noqa: E402
-from bench_mcp import Server  # noqa: E402
+from bench_mcp import Server, longest_idle_in_transaction, on_embedded_postgres  # noqa: E402
 
 CLIENTS = 8
 WORDS = (
@@ -54,28 +51,10 @@ def _document(client: int, i: int) -> str:
     return " ".join(sentences)
 
 
-async def _longest_idle_in_transaction(dsn: str, stop: asyncio.Event) -> float:
-    import asyncpg
-
-    conn = await asyncpg.connect(dsn)
-    longest = 0.0
-    try:
-        while not stop.is_set():
-            value = await conn.fetchval(
-                "SELECT coalesce(max(extract(epoch FROM now() - state_change)), 0) FROM pg_stat_activity "
-                "WHERE state = 'idle in transaction' AND application_name = 'cairn'"
-            )
-            longest = max(longest, float(value))
-            await asyncio.sleep(0.002)
-    finally:
-        await conn.close()
-    return longest
-
-
 async def _phase(url: str, dsn: str, calls: int, make: Any) -> dict[str, float]:
     """`CLIENTS` sessions, `calls` sequential calls each of `make(client, i) -> (tool, args)`."""
     stop = asyncio.Event()
-    sampler = asyncio.create_task(_longest_idle_in_transaction(dsn, stop))
+    sampler = asyncio.create_task(longest_idle_in_transaction(dsn, stop, every=0.002))
     latencies: list[float] = []
 
     async def client(c: int) -> None:
@@ -146,24 +125,9 @@ def markdown(r: dict[str, Any], quick: bool) -> str:
 
 def run(quick: bool = False, calls: int | None = None, settings: dict[str, str] | None = None) -> str:
     """Run the benchmark and return its markdown section; `settings` adds Cairn settings (``CAIRN_*``)."""
-    from app.core.pgembedded import start_embedded
-
-    root = Path(tempfile.mkdtemp(prefix="cairn-bench-push-"))
-    pg = start_embedded(root / "pg")
-    srv: Server | None = None
-    try:
-        pg.ensure_database("bench")
-        env = {"CAIRN_DATABASE_URL": pg.url("bench"), "CAIRN_FEATURES": "memory", "CAIRN_API_KEYS": f"{KEY}:admin"}
-        srv = Server(env={**env, **(settings or {})})
-        srv.start()
-        results = asyncio.run(_measure(srv, pg.libpq_uri("bench"), calls or (5 if quick else 25)))
-    finally:
-        with contextlib.suppress(Exception):
-            if srv is not None:
-                srv.stop()
-        with contextlib.suppress(Exception):
-            pg.stop()
-        shutil.rmtree(root, ignore_errors=True)
+    env = {"CAIRN_FEATURES": "memory", "CAIRN_API_KEYS": f"{KEY}:admin", **(settings or {})}
+    with on_embedded_postgres(env, prefix="cairn-bench-push-") as (srv, dsn):
+        results = asyncio.run(_measure(srv, dsn, calls or (5 if quick else 25)))
     return markdown(results, quick)
 
 

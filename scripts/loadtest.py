@@ -31,6 +31,7 @@ from typing import Any
 import httpx
 import httpx2
 import psutil
+from bench_mcp import server_processes
 from mcp.client.session import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from mcp_types import TextContent
@@ -210,35 +211,19 @@ async def rest_worker(url: str, wid: int, until: float, stats: Stats) -> None:
 def server_cpu_seconds(pid: int) -> float:
     """User + system CPU of the server's own processes: `pid` and its descendants but PostgreSQL."""
     total = 0.0
-    try:
-        top = psutil.Process(pid)
-        processes = [top, *top.children(recursive=True)]
-    except psutil.Error:
-        return total
-    for process in processes:
-        try:
-            if not process.name().startswith(("postgres", "pg_ctl")):
-                times = process.cpu_times()
-                total += times.user + times.system
-        except psutil.Error:
-            continue
+    for process in server_processes(pid):
+        with contextlib.suppress(psutil.Error):
+            times = process.cpu_times()
+            total += times.user + times.system
     return total
 
 
 def server_rss_mb(pid: int) -> float:
     """Resident memory of the server's own processes (with --workers, the parent and its workers)."""
     total = 0
-    try:
-        top = psutil.Process(pid)
-        processes = [top, *top.children(recursive=True)]
-    except psutil.Error:
-        return 0.0
-    for process in processes:
-        try:
-            if not process.name().startswith(("postgres", "pg_ctl")):
-                total += process.memory_info().rss
-        except psutil.Error:
-            continue
+    for process in server_processes(pid):
+        with contextlib.suppress(psutil.Error):
+            total += process.memory_info().rss
     return total / 2**20
 
 

@@ -321,15 +321,18 @@ class LocalOnnxEmbedder(EmbeddingProvider):
                 if not item.future.done():
                     item.future.set_exception(exc)
         else:
-            self.batches_run += 1
-            BATCH_SIZE.observe(len(batch))
-            BATCH_SECONDS.observe(time.perf_counter() - started)
-            TEXTS_TOTAL.inc(len(batch))
+            self._count_batch(len(batch), started)
             for item, vector in zip(batch, vectors, strict=True):
                 if not item.future.done():
                     item.future.set_result(vector)
         finally:
             idle.put_nowait(worker)
+
+    def _count_batch(self, size: int, started: float) -> None:
+        self.batches_run += 1
+        BATCH_SIZE.observe(size)
+        BATCH_SECONDS.observe(time.perf_counter() - started)
+        TEXTS_TOTAL.inc(size)
 
     async def embed(self, texts: Sequence[str]) -> list[list[float]]:
         """Embed ``texts`` through the shared micro-batcher (see the class docstring)."""
@@ -374,10 +377,7 @@ class LocalOnnxEmbedder(EmbeddingProvider):
             chunk = list(texts[start : start + self.max_batch])
             started = time.perf_counter()
             vectors = await loop.run_in_executor(executor, self._infer_on, session, chunk)
-            self.batches_run += 1
-            BATCH_SIZE.observe(len(chunk))
-            BATCH_SECONDS.observe(time.perf_counter() - started)
-            TEXTS_TOTAL.inc(len(chunk))
+            self._count_batch(len(chunk), started)
             out.extend(vectors.tolist())
         return out
 
