@@ -3,6 +3,7 @@ documented, every documented variable exists, and each documented default is the
 
 from __future__ import annotations
 
+import importlib
 import re
 from pathlib import Path
 from typing import Any
@@ -20,9 +21,29 @@ ENTRYPOINT_SECTION = "## Container entrypoint"
 ROW = re.compile(r"^\| `(CAIRN_[A-Z0-9_]+)` \| (?P<default>[^|]*) \|")
 
 
+def _settings_classes() -> list[type[BaseSettings]]:
+    """The core Settings, each family's declared settings and any other BaseSettings class defined in
+    an `app/<family>/config.py` (so a class a family forgot to declare is still checked)."""
+    classes: list[type[BaseSettings]] = [Settings, *[f.settings for f in FEATURES if f.settings is not None]]
+    for feature in FEATURES:
+        if (ROOT / "app" / feature.name / "config.py").exists():
+            module = importlib.import_module(f"app.{feature.name}.config")
+            classes += [
+                obj
+                for obj in vars(module).values()
+                if isinstance(obj, type)
+                and issubclass(obj, BaseSettings)
+                and obj is not BaseSettings
+                and obj.__module__ == module.__name__
+                and obj not in classes
+            ]
+    return classes
+
+
 def _variables() -> dict[str, Any]:
     """Every setting the code reads, by environment variable: name -> default."""
-    classes: list[type[BaseSettings]] = [Settings, *[f.settings for f in FEATURES if f.settings is not None]]
+    classes = _settings_classes()
+    assert len(classes) >= 2
     found: dict[str, Any] = {}
     for cls in classes:
         prefix = str(cls.model_config.get("env_prefix") or "").upper()
@@ -59,11 +80,14 @@ def test_every_setting_is_documented_and_every_documented_one_exists() -> None:
     assert sorted(set(doc) - set(code)) == [], "documented settings the code does not read"
 
 
-def test_entrypoint_variables_are_read_by_the_entrypoint() -> None:
+def test_entrypoint_variables_are_documented_and_read_by_the_entrypoint() -> None:
     script = ENTRYPOINT.read_text(encoding="utf-8")
     documented = _documented(ENTRYPOINT_SECTION)
     assert documented
     assert [name for name in documented if "${" + name not in script] == []
+    # Every variable the script reads is documented (in its section, or as a server setting).
+    everywhere = {**_documented(), **documented}
+    assert [name for name in re.findall(r"\$\{(CAIRN_[A-Z_]+)", script) if name not in everywhere] == []
 
 
 def test_documented_defaults_are_the_code_defaults() -> None:
