@@ -336,11 +336,15 @@ def run_stdio(settings: Settings, toolsets: str | None = None) -> int:
 
     protocol = os.dup(1)
     os.dup2(2, 1)
+
+    def restore_stdout() -> None:
+        os.dup2(protocol, 1)
+        os.close(protocol)
+
     try:
         asm = assemble(settings, local=True)
     except BaseException:
-        os.dup2(protocol, 1)
-        os.close(protocol)
+        restore_stdout()
         raise
     selection = parse_toolsets(toolsets) if toolsets else Selection()
     try:
@@ -348,15 +352,13 @@ def run_stdio(settings: Settings, toolsets: str | None = None) -> int:
     except CairnError as err:
         if asm.boot.pg is not None:
             asm.boot.pg.stop()
-        os.dup2(protocol, 1)
-        os.close(protocol)
+        restore_stdout()
         raise err from None
     asm.mcp.fixed = selection
 
     async def main() -> None:
         async with running(asm, transport="stdio", toolsets=selection.path):
-            os.dup2(protocol, 1)  # the SDK claims it for the protocol and diverts prints to stderr
-            os.close(protocol)
+            restore_stdout()  # the SDK claims fd 1 for the protocol and diverts prints to stderr
             await asm.mcp.run_stdio_async()
 
     anyio.run(main)
