@@ -82,6 +82,9 @@ class Settings(BaseSettings):
     embedding_queue_lease_seconds: float = Field(default=60.0, gt=0)
     embedding_queue_poll_seconds: float = Field(default=1.0, gt=0)
     embedding_queue_retry_max_seconds: float = Field(default=30.0, gt=0)
+    # While this process answers calls, its workers hold back for at most this long (counted from the
+    # oldest due row's enqueue time): a burst of writes is not slowed by the model sharing its cores.
+    embedding_queue_defer_seconds: float = Field(default=10.0, ge=0, le=3600)
 
     # MCP
     # `auto`: one JSON body unless the request may stream progress (then SSE); true: always JSON; false: always SSE

@@ -10,6 +10,12 @@ transaction (`enqueue`) and returns. Workers inside the server (`EmbeddingQueue.
 3. in one more short transaction, delete the rows still at the version they leased and store those
    vectors (a row re-written meanwhile has a newer version: it stays queued and is embedded again).
 
+Background batches give way to the process's calls: while calls are in flight (or one ended less
+than `QUIET_SECONDS` ago), a worker holds back until a quiet moment, for at most
+`embedding_queue_defer_seconds` counted from the oldest due row's enqueue time, so a burst of writes
+is not slowed by the model running beside it on the same cores, and a steady load still gets its
+vectors within that bound. Waits for a call's own rows and drains never hold back.
+
 A failed batch (provider down) is released with an exponential delay per row, so writes keep
 queueing and the vectors arrive once the provider answers; a text the provider refuses alone is
 retried on its own without holding back its batch. Vectors are stored per model: switching the model
@@ -53,6 +59,8 @@ Store = Callable[[AsyncSession, str, list[tuple[str, list[float]]]], Awaitable[N
 Missing = Callable[[AsyncSession, str, int], Awaitable[list[str]]]
 
 SWEEP_PAGE = 1000
+# A gap between calls shorter than this is one client's think time, not a quiet moment.
+QUIET_SECONDS = 0.05
 
 
 @dataclass(frozen=True)
@@ -110,11 +118,45 @@ class EmbeddingQueue:
         self._wake = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._last_warning = 0.0
+        self._calls = 0
+        self._last_call = 0.0
 
     @property
     def model(self) -> str:
         """The model whose vectors the workers make."""
         return self.embedder.model
+
+    def call_started(self) -> None:
+        """The executor began a call (background batches give way while calls run)."""
+        self._calls += 1
+
+    def call_finished(self) -> None:
+        """The executor finished a call."""
+        self._calls -= 1
+        self._last_call = time.monotonic()
+
+    def busy(self) -> bool:
+        """Whether this process is answering calls (one in flight, or one ended just now)."""
+        return self._calls > 0 or time.monotonic() - self._last_call < QUIET_SECONDS
+
+    async def give_way(self) -> float:
+        """Before a background batch: while the process is busy, wait for a quiet moment, at most
+        until the oldest due row is `embedding_queue_defer_seconds` old. Returns the seconds waited."""
+        defer = self.settings.embedding_queue_defer_seconds
+        if defer <= 0 or not self.busy():
+            return 0.0
+        async with self.db.transaction() as session:
+            age = await EmbeddingQueueRepository(session).oldest_due_seconds(self.model)
+        if age is None:
+            return 0.0
+        started = time.monotonic()
+        until = started + max(0.0, defer - age)
+        while True:  # polled: "quiet" is the absence of calls for a while, not an event
+            left = until - time.monotonic()
+            if left <= 0 or not self.busy():
+                break
+            await asyncio.sleep(min(QUIET_SECONDS, left))
+        return time.monotonic() - started
 
     def wake(self) -> None:
         """Tell idle workers that rows were queued (other replicas find them by polling)."""
@@ -276,6 +318,7 @@ class EmbeddingQueue:
         failures = 0
         while True:
             try:
+                await self.give_way()
                 leased = (await self.run_batch()).leased
                 failures = 0
             except asyncio.CancelledError:

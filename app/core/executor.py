@@ -127,6 +127,8 @@ async def run_operation(
     args: BaseModel | None = None
     key = principal.key_id or "open-mode"
     slot = False
+    if app.queue is not None:
+        app.queue.call_started()
     try:
         if app.limiter is not None:
             app.limiter.check(key)
@@ -173,6 +175,8 @@ async def run_operation(
             await _audit_failure(app, audit_entry(op, transport, principal, args, None, err))
         raise err from None
     finally:
+        if app.queue is not None:
+            app.queue.call_finished()
         if slot and app.jobs is not None:
             app.jobs.release(key)
         elapsed = time.perf_counter() - started

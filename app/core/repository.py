@@ -379,6 +379,16 @@ class EmbeddingQueueRepository(Repository):
             for i in await self.scalars("SELECT id FROM embedding_queue WHERE id = ANY(:ids)", {"ids": list(ids)})
         ]
 
+    async def oldest_due_seconds(self, model: str) -> float | None:
+        """Age of the oldest row of `model` that a worker could lease now (None: none is due)."""
+        age = await self.scalar(
+            "SELECT extract(epoch FROM now() - min(enqueued_at)) FROM ("
+            "SELECT enqueued_at FROM embedding_queue WHERE model = :model AND not_before <= now() "
+            "AND (leased_until IS NULL OR leased_until < now()) ORDER BY not_before LIMIT 256) due",
+            {"model": model},
+        )
+        return None if age is None else float(age)
+
     async def stats(self, model: str) -> QueueStats:
         """Depth, oldest age and retrying rows for `model`."""
         row = await self.row(

@@ -42,8 +42,14 @@ class GraphRepository(Repository):
 
     # ---- entities ---------------------------------------------------------------------------
 
-    async def insert_entities(self, project_id: uuid.UUID, rows: list[tuple[str, str, str]]) -> list[EntityRow]:
+    async def insert_entities(
+        self, project_id: uuid.UUID, rows: list[tuple[str, str, str]], obs_texts: Sequence[str] | None = None
+    ) -> list[EntityRow]:
         """Insert (name, type, status) rows in the given order; existing names are left alone.
+
+        `obs_texts` (one per row) is the searchable observation text the new rows start with: what
+        `refresh_text` would make of the observations inserted next, so that a new entity is written
+        once (its text and search indexes) instead of inserted and then updated.
 
         Concurrent inserts of overlapping names first take per-name advisory locks in one global
         order, so they queue instead of deadlocking, and ids still follow the caller's order."""
@@ -58,9 +64,10 @@ class GraphRepository(Repository):
             {"cls": ADVISORY_CLASS, "pid": str(project_id), "names": [r[0] for r in rows]},
         )
         result = await self.rows(
-            """INSERT INTO graph_entities (project_id, name, entity_type, status)
-               SELECT :pid, n, t, s FROM unnest(CAST(:names AS text[]), CAST(:types AS text[]),
-                                                CAST(:statuses AS text[])) WITH ORDINALITY AS u(n, t, s, i)
+            """INSERT INTO graph_entities (project_id, name, entity_type, status, obs_text)
+               SELECT :pid, n, t, s, o FROM unnest(CAST(:names AS text[]), CAST(:types AS text[]),
+                                                   CAST(:statuses AS text[]), CAST(:obs AS text[]))
+                                            WITH ORDINALITY AS u(n, t, s, o, i)
                ORDER BY i
                ON CONFLICT (project_id, name) DO NOTHING
                RETURNING id, name, entity_type, status""",
@@ -69,6 +76,7 @@ class GraphRepository(Repository):
                 "names": [r[0] for r in rows],
                 "types": [r[1] for r in rows],
                 "statuses": [r[2] for r in rows],
+                "obs": list(obs_texts) if obs_texts is not None else [""] * len(rows),
             },
         )
         return [EntityRow(**r) for r in result]
@@ -203,6 +211,11 @@ class GraphRepository(Repository):
                 texts.append(r["content"])
             out[int(r["entity_id"])] = (texts, int(r["n"]))
         return out
+
+    @staticmethod
+    def obs_text(observations: Sequence[str]) -> str:
+        """The searchable observation text of current observations in id order (as `refresh_text` makes it)."""
+        return " | ".join(observations)
 
     async def refresh_text(self, entity_ids: Sequence[int]) -> list[tuple[int, str]]:
         """Rebuild the searchable observation text of entities; returns (id, embedding snapshot)."""

@@ -7,9 +7,10 @@ from typing import Any
 
 from app.core.budget import tokens_of
 from app.core.context import CallContext
+from app.core.embedding_queue import enqueue
 from app.core.errors import Conflict, NotFound, invalid_field
 from app.graph.config import GraphSettings
-from app.graph.repository import EntityRow, GraphRepository
+from app.graph.repository import ENTITY_TARGET, EntityRow, GraphRepository
 from app.graph.repository_search import SearchRepository
 from app.graph.schemas import (
     AddedObservations,
@@ -99,11 +100,17 @@ async def create_entities(ctx: CallContext, args: CreateEntitiesIn) -> CreateEnt
     first: dict[str, Any] = {}
     for e in args.entities:
         first.setdefault(e.name, e)
-    created = await repo.insert_entities(pid, [(e.name, e.entityType, e.status) for e in first.values()])
+    # A new entity's observations are all inserted, in this order (ids follow it): its text is known
+    # before the insert, so it needs no refresh afterwards.
+    created = await repo.insert_entities(
+        pid,
+        [(e.name, e.entityType, e.status) for e in first.values()],
+        [repo.obs_text(_unique(e.observations)) for e in first.values()],
+    )
     by_name = {r.name: r for r in created}
     pairs = [(by_name[n].id, o) for n, e in first.items() if n in by_name for o in _unique(e.observations)]
     await repo.insert_observations(pairs, "generic")
-    await reembed(ctx, repo, [r.id for r in created])
+    await enqueue(ctx, ENTITY_TARGET, [r.id for r in created])
     out = [
         EntityOut(name=n, entityType=e.entityType, observations=_unique(e.observations))
         for n, e in first.items()

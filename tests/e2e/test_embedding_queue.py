@@ -112,3 +112,52 @@ async def test_provider_down_under_writes_loses_nothing(pg: PgCluster) -> None:
             assert await _count(pg, "SELECT count(*) FROM memories WHERE content LIKE '%model is down%'") == 2
     finally:
         stop_server(srv, thread)
+
+
+async def test_workers_give_way_to_calls_within_the_defer_bound(pg: PgCluster) -> None:
+    """While calls keep coming, queued vectors wait (the writes are not slowed by the model), but never
+    much longer than `embedding_queue_defer_seconds`; once the calls stop they are made at once."""
+    settings = server_settings(pg.url, embedding_write_mode="async", embedding_queue_defer_seconds=2.5)
+    srv, thread, _app = start_server(settings)
+
+    async def stream(c: httpx.AsyncClient, seconds: float) -> None:
+        async def one() -> None:
+            end = asyncio.get_running_loop().time() + seconds
+            while asyncio.get_running_loop().time() < end:
+                (await c.get("/api/v1/projects")).raise_for_status()
+
+        await asyncio.gather(*(one() for _ in range(3)))  # overlapping callers: no quiet gap
+
+    async def depth(c: httpx.AsyncClient) -> int:
+        return int((await api(c, "/resources/health", {}, method="GET"))["embedding_queue"]["depth"])
+
+    try:
+        async with httpx.AsyncClient(
+            base_url=f"http://127.0.0.1:{settings.port}", timeout=60, headers={"Authorization": f"Bearer {ADMIN_KEY}"}
+        ) as c:
+            await api(c, "/embeddings/wait", {"timeout_seconds": 60})  # earlier tests' rows (the sweep)
+            # the workers' first batch loads the model's background session: not part of what is timed
+            await api(c, "/graph/entities", {"project": "warm", "entities": ENTITIES[16:17]})
+            loop = asyncio.get_running_loop()
+            started = loop.time()
+            while await depth(c) and loop.time() - started < 60:
+                await asyncio.sleep(0.1)
+            # 1. a burst shorter than the bound: nothing is embedded during it, all of it right after
+            busy = asyncio.create_task(stream(c, 1.5))
+            await api(c, "/graph/entities", {"project": "burst", "entities": ENTITIES[:8]})
+            await asyncio.sleep(1.0)
+            assert await depth(c) == 8
+            await busy
+            quiet_from = loop.time()
+            while await depth(c) and loop.time() - quiet_from < 20:
+                await asyncio.sleep(0.1)
+            assert await depth(c) == 0
+            assert loop.time() - quiet_from < 2.0  # made once the calls stopped, not at the bound
+            # 2. a load longer than the bound: the vectors arrive while it still goes on
+            busy = asyncio.create_task(stream(c, 7.0))
+            await api(c, "/graph/entities", {"project": "steady", "entities": ENTITIES[8:16]})
+            await asyncio.sleep(5.5)
+            assert await depth(c) == 0 and not busy.done()
+            await busy
+    finally:
+        stop_server(srv, thread)
