@@ -49,6 +49,7 @@ async def _bench(quick: bool) -> str:
     from app.memory.config import MemorySettings
     from app.memory.repository import MemoryRepository, Scope
     from app.memory.schemas import PushIn
+    from app.memory.service_common import EMBEDDING_TARGET
     from app.memory.service_search import retrieve
 
     root = Path(tempfile.mkdtemp(prefix="cairn-bench-mem-"))
@@ -129,8 +130,8 @@ async def _bench(quick: bool) -> str:
                 async with db.transaction() as session:
                     repo = MemoryRepository(session)
                     await repo.insert_memories(rows)
-                    await repo.upsert_embeddings(
-                        embedder.model, [(r["id"], v.tolist()) for r, v in zip(rows, vecs, strict=True)]
+                    await EMBEDDING_TARGET.store(
+                        session, embedder.model, [(str(r["id"]), v.tolist()) for r, v in zip(rows, vecs, strict=True)]
                     )
                 loaded += n
             load_seconds = time.perf_counter() - load_started

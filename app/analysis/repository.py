@@ -15,7 +15,8 @@ from typing import Any
 from sqlalchemy import text
 
 from app.analysis.validation import FIELD, Where
-from app.core.repository import EmbeddingQueueRepository, ProjectRepository, Repository
+from app.core.repository import ProjectRepository, Repository
+from app.core.vectors import EmbeddedRows, vector_param
 
 
 def _key(field: str) -> str:
@@ -74,6 +75,13 @@ def _json(data: Any) -> str:
 
 
 FINDING_TARGET = "analysis_finding"  # the embedding queue's name for finding (and page summary) vectors
+FINDING_VECTORS = EmbeddedRows(
+    FINDING_TARGET,
+    "analysis_findings",
+    "analysis_finding_embeddings",
+    text="finding",
+    live="t.expires_at IS NULL OR t.expires_at > now()",
+)
 SCOPE = "project_id = :pid AND analysis_id = :aid AND model = :model AND expires_at > now()"
 
 
@@ -423,42 +431,6 @@ class AnalysisRepository(Repository):
         ids.sort()  # identity values follow insertion order
         return ids, (rows[0]["expires_at"] if rows else None)
 
-    async def upsert_finding_embeddings(self, model: str, items: list[tuple[int, list[float]]]) -> None:
-        """Store findings' vectors for `model`."""
-        if not items:
-            return
-        await self.execute(
-            "INSERT INTO analysis_finding_embeddings (owner_id, model, dim, embedding) "
-            "SELECT o, CAST(:model AS text), CAST(:dim AS integer), CAST(v AS vector) "
-            "FROM unnest(CAST(:owners AS bigint[]), CAST(:vecs AS text[])) AS x(o, v) "
-            "ON CONFLICT (owner_id, model) DO UPDATE SET embedding = EXCLUDED.embedding, dim = EXCLUDED.dim",
-            {
-                "model": model,
-                "dim": len(items[0][1]),
-                "owners": [o for o, _ in items],
-                "vecs": ["[" + ",".join(f"{x:.7g}" for x in v) + "]" for _, v in items],
-            },
-        )
-
-    async def finding_texts(self, ids: list[int]) -> dict[int, str]:
-        """The text of each finding that still exists."""
-        rows = await self.rows(
-            "SELECT id, finding FROM analysis_findings WHERE id = ANY(CAST(:ids AS bigint[]))", {"ids": ids}
-        )
-        return {int(r["id"]): str(r["finding"]) for r in rows}
-
-    async def findings_missing_vectors(self, model: str, limit: int) -> list[str]:
-        """Live findings with no vector of `model` that are not queued for one."""
-        return await EmbeddingQueueRepository(self.session).missing(
-            FINDING_TARGET,
-            "analysis_findings",
-            "analysis_finding_embeddings",
-            "owner_id",
-            model,
-            limit,
-            "t.expires_at IS NULL OR t.expires_at > now()",
-        )
-
     async def text_hits(
         self, pid: uuid.UUID, aid: str, query: str, model: str, top_k: int, category: str | None, only_pending: bool
     ) -> list[tuple[int, str, str, dict[str, Any], float]]:
@@ -508,7 +480,7 @@ class AnalysisRepository(Repository):
             "AND (f.expires_at IS NULL OR f.expires_at > now()) "
             f"ORDER BY {dist} LIMIT :k",
             {
-                "q": "[" + ",".join(f"{x:.7g}" for x in vector) + "]",
+                "q": vector_param(vector),
                 "model": model,
                 "dim": dim,
                 "pid": pid,

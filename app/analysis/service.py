@@ -6,15 +6,15 @@ import uuid
 from typing import Any, TypeVar
 
 from pydantic import BaseModel
-from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.analysis.config import get_analysis_settings
-from app.analysis.repository import FINDING_TARGET, AnalysisRepository
+from app.analysis.repository import FINDING_TARGET, FINDING_VECTORS, AnalysisRepository
 from app.analysis.schemas import ClearIn, ClearOut, StoreIn, StoreOut
 from app.core import budget
 from app.core.context import CallContext
-from app.core.embedding_queue import EmbeddingTarget, enqueue
+from app.core.embedding_queue import enqueue
 from app.core.errors import Forbidden, NotFound, invalid_field
+from app.core.vectors import embedding_target
 
 M = TypeVar("M", bound=BaseModel)
 MAX_METADATA_CHARS = 4000
@@ -129,17 +129,4 @@ async def clear(ctx: CallContext, args: ClearIn) -> ClearOut:
     )
 
 
-async def _texts(session: AsyncSession, refs: list[str]) -> dict[str, str]:
-    rows = await AnalysisRepository(session).finding_texts([int(r) for r in refs])
-    return {str(k): v for k, v in rows.items()}
-
-
-async def _store(session: AsyncSession, model: str, items: list[tuple[str, list[float]]]) -> None:
-    await AnalysisRepository(session).upsert_finding_embeddings(model, [(int(r), v) for r, v in items])
-
-
-async def _missing(session: AsyncSession, model: str, limit: int) -> list[str]:
-    return await AnalysisRepository(session).findings_missing_vectors(model, limit)
-
-
-EMBEDDING_TARGET = EmbeddingTarget(FINDING_TARGET, _texts, _store, _missing)
+EMBEDDING_TARGET = embedding_target(FINDING_VECTORS)

@@ -7,7 +7,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
-from sqlalchemy import MetaData, text
+from pgvector import Vector
+from sqlalchemy import MetaData, event, text
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
 from sqlalchemy.orm import DeclarativeBase
@@ -37,8 +38,9 @@ def make_engine(url: str, settings: Settings) -> AsyncEngine:
 
     No pre-ping on checkout (it cost three round trips per call): connections are replaced after
     `db_pool_recycle_seconds`, and a call that finds its pooled connection dead (PostgreSQL restarted)
-    is retried once on a fresh one (`Database.run`, `executor.run_operation`)."""
-    return create_async_engine(
+    is retried once on a fresh one (`Database.run`, `executor.run_operation`). Each new connection gets
+    the binary codec of pgvector's `vector` type (`register_vector_codec`)."""
+    engine = create_async_engine(
         url,
         pool_size=settings.db_pool_size,
         max_overflow=settings.db_max_overflow,
@@ -52,6 +54,35 @@ def make_engine(url: str, settings: Settings) -> AsyncEngine:
             "timeout": 10,
         },
     )
+    event.listen(engine.sync_engine, "connect", _on_connect)
+    return engine
+
+
+def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+    dbapi_connection.run_async(register_vector_codec)
+
+
+def encode_vector(value: Any) -> bytes:
+    """The `vector` codec's encoder: bytes (from `app.core.vectors.vector_param`) as they are, a
+    `pgvector.Vector` or what it takes (a list or numpy array of floats) converted."""
+    if isinstance(value, bytes):
+        return value
+    return (value if isinstance(value, Vector) else Vector(value)).to_binary()
+
+
+async def register_vector_codec(connection: Any) -> None:
+    """Exchange `vector` values with `connection` (asyncpg) in pgvector's binary form: a parameter is
+    sent without formatting or parsing text (`app.core.vectors.vector_param`), a value read comes back
+    as a `pgvector.Vector`. Nothing is registered while the extension is missing (before the first
+    migration), as no statement then has a vector to bind."""
+    schema = await connection.fetchval(
+        "SELECT n.nspname FROM pg_type t JOIN pg_namespace n ON n.oid = t.typnamespace "
+        "WHERE t.oid = to_regtype('vector')"
+    )
+    if schema is not None:
+        await connection.set_type_codec(
+            "vector", schema=schema, encoder=encode_vector, decoder=Vector.from_binary, format="binary"
+        )
 
 
 class Database:

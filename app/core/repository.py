@@ -7,17 +7,21 @@ class built from the column names (`into=`), or SQLAlchemy `RowMapping`s — nev
 
 from __future__ import annotations
 
+import functools
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, TypeVar, overload
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from sqlalchemy import CursorResult, Executable, RowMapping, func, select, text, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.core.models import ApiKey, AuditEntry, EmbeddingModel, Project
+
+if TYPE_CHECKING:
+    from app.core.vectors import EmbeddedRows
 
 R = TypeVar("R")
 Statement = str | Executable
@@ -354,24 +358,6 @@ class EmbeddingQueueRepository(Repository):
             {"ids": [j.id for j in jobs], "error": error[:500], "cap": max_delay_seconds},
         )
 
-    async def missing(
-        self, target: str, rows: str, vectors: str, owner: str, model: str, limit: int, where: str = "TRUE"
-    ) -> list[str]:
-        """Ids of `rows` (a table keyed by `id`) that have no vector of `model` in `vectors` (keyed by its
-        `owner` column and `model`) and are not queued for it, lowest first.
-
-        `rows`, `vectors`, `owner` and `where` are SQL written in a repository, never a caller's value."""
-        return [
-            str(i)
-            for i in await self.scalars(
-                f"SELECT t.id FROM {rows} t WHERE ({where}) "
-                f"AND NOT EXISTS (SELECT 1 FROM {vectors} v WHERE v.{owner} = t.id AND v.model = :model) "
-                "AND NOT EXISTS (SELECT 1 FROM embedding_queue q "
-                "WHERE q.target = :target AND q.ref = t.id::text AND q.model = :model) ORDER BY t.id LIMIT :limit",
-                {"model": model, "target": target, "limit": limit},
-            )
-        ]
-
     async def remaining(self, ids: Sequence[int]) -> list[int]:
         """Which of `ids` are still queued."""
         return [
@@ -403,3 +389,69 @@ class EmbeddingQueueRepository(Repository):
             oldest_seconds=None if oldest is None else round(float(oldest), 3),
             retrying=int(row["retrying"]),
         )
+
+
+@dataclass(frozen=True, slots=True)
+class VectorStatements:
+    """The statements of one `EmbeddedRows` declaration (see `VectorRepository`)."""
+
+    texts: str
+    store: str
+    missing: str
+
+
+@functools.cache
+def vector_statements(rows: EmbeddedRows) -> VectorStatements:
+    """The SQL that reads the texts of `rows`, stores their vectors and finds those lacking one.
+
+    Table and column names come from the declaration, whose identifiers and fragments were checked
+    when it was made; values are bound parameters."""
+    t, key, owner = rows.table, rows.key, rows.owner
+    live = f" AND ({rows.live})" if rows.live else ""
+    if rows.compose is not None:
+        text_columns = ", ".join(f"t.{c}" for c in rows.columns)
+    else:
+        text_columns = f"t.{rows.text_column} AS text" if rows.text_column else f"({rows.text}) AS text"
+    restamp = ", created_at = now()" if rows.stamped else ""
+    return VectorStatements(
+        texts=f"SELECT t.{key} AS ref, {text_columns} FROM {t} t "
+        f"WHERE t.{key} = ANY(CAST(:keys AS {rows.key_type}[])){live}",
+        # Owners deleted since their text was read are skipped (the key-share lock waits for a
+        # delete in flight, then drops its row), and rows are locked in owner order.
+        store=f"INSERT INTO {rows.vectors} ({owner}, model, dim, embedding) "
+        "SELECT u.owner, :model, vector_dims(u.embedding), u.embedding "
+        f"FROM unnest(CAST(:owners AS {rows.key_type}[]), CAST(:vectors AS vector[])) AS u(owner, embedding) "
+        f"JOIN {t} t ON t.{key} = u.owner ORDER BY u.owner FOR KEY SHARE OF t "
+        f"ON CONFLICT ({owner}, model) DO UPDATE SET embedding = EXCLUDED.embedding, dim = EXCLUDED.dim{restamp}",
+        missing=f"SELECT t.{key} AS ref FROM {t} t WHERE TRUE{live} "
+        f"AND NOT EXISTS (SELECT 1 FROM {rows.vectors} v WHERE v.{owner} = t.{key} AND v.model = :model) "
+        "AND NOT EXISTS (SELECT 1 FROM embedding_queue q "
+        f"WHERE q.target = :target AND q.ref = t.{key}::text AND q.model = :model) ORDER BY t.{key} LIMIT :limit",
+    )
+
+
+class VectorRepository(Repository):
+    """The SQL of every family's vectors, made from its `EmbeddedRows` declaration."""
+
+    async def texts(self, rows: EmbeddedRows, keys: Sequence[Any]) -> dict[str, str]:
+        """The text to embed of each of `keys` whose row exists (and is live), by ref."""
+        found = await self.rows(vector_statements(rows).texts, {"keys": list(keys)})
+        if rows.compose is not None:
+            compose, columns = rows.compose, rows.columns
+            return {str(r["ref"]): compose(**{c: r[c] for c in columns}) for r in found}
+        return {str(r["ref"]): str(r["text"]) for r in found if r["text"] is not None}
+
+    async def store(self, rows: EmbeddedRows, model: str, owners: Sequence[Any], vectors: Sequence[bytes]) -> None:
+        """Upsert the vectors of `model` of `owners` (distinct keys), one statement for the batch;
+        `vectors` are `app.core.vectors.vector_param` values."""
+        if owners:
+            await self.execute(
+                vector_statements(rows).store, {"model": model, "owners": list(owners), "vectors": list(vectors)}
+            )
+
+    async def missing(self, rows: EmbeddedRows, model: str, limit: int) -> list[str]:
+        """Up to `limit` refs of live rows with no vector of `model` and not queued for one, lowest first."""
+        found = await self.scalars(
+            vector_statements(rows).missing, {"model": model, "target": rows.target, "limit": limit}
+        )
+        return [str(i) for i in found]

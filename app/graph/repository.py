@@ -9,16 +9,12 @@ from typing import Any
 
 from sqlalchemy import text
 
-from app.core.repository import EmbeddingQueueRepository, Repository
+from app.core.repository import Repository
+from app.core.vectors import EmbeddedRows
 
 ADVISORY_CLASS = 0x6772  # "gr": the advisory-lock class of graph entity names
 ENTITY_TARGET = "graph_entity"  # the embedding queue's name for entity vectors
 REFLECTION_TARGET = "graph_reflection"
-
-
-def vector_literal(vec: Sequence[float]) -> str:
-    """A pgvector text literal."""
-    return "[" + ",".join(f"{v:.7g}" for v in vec) + "]"
 
 
 def like_pattern(query: str) -> str:
@@ -231,41 +227,6 @@ class GraphRepository(Repository):
         )
         return [(int(r["id"]), snapshot_text(r["name"], r["entity_type"], r["obs_text"])) for r in rows]
 
-    async def entity_texts(self, entity_ids: Sequence[int]) -> dict[int, str]:
-        """The embedding snapshot of each entity that still exists (see `snapshot_text`)."""
-        rows = await self.rows(
-            "SELECT id, name, entity_type, obs_text FROM graph_entities WHERE id = ANY(CAST(:ids AS bigint[]))",
-            {"ids": list(entity_ids)},
-        )
-        return {int(r["id"]): snapshot_text(r["name"], r["entity_type"], r["obs_text"]) for r in rows}
-
-    async def entities_missing_vectors(self, model: str, limit: int) -> list[str]:
-        """Entities with no vector of `model` that are not queued for one."""
-        return await EmbeddingQueueRepository(self.session).missing(
-            ENTITY_TARGET, "graph_entities", "graph_embeddings", "owner_id", model, limit
-        )
-
-    async def upsert_embeddings(self, items: Sequence[tuple[int, Sequence[float]]], model: str) -> None:
-        """Store one vector per entity for `model`, replacing the previous one."""
-        if not items:
-            return
-        await self.session.execute(
-            text(
-                """INSERT INTO graph_embeddings (owner_id, model, dim, embedding)
-               SELECT o, :model, :dim, CAST(v AS vector) FROM unnest(CAST(:owners AS bigint[]),
-                                                                     CAST(:vecs AS text[])) AS u(o, v)
-               ORDER BY o
-               ON CONFLICT (owner_id, model) DO UPDATE SET embedding = EXCLUDED.embedding, dim = EXCLUDED.dim,
-                                                          created_at = now()"""
-            ),
-            {
-                "model": model,
-                "dim": len(items[0][1]),
-                "owners": [i for i, _ in items],
-                "vecs": [vector_literal(v) for _, v in items],
-            },
-        )
-
     # ---- relations --------------------------------------------------------------------------
 
     async def insert_relations(
@@ -477,3 +438,12 @@ def snapshot_text(name: str, entity_type: str, obs_text: str) -> str:
     """The text an entity's embedding is computed from: name, type and every current observation."""
     head = f"{name} ({entity_type})"
     return f"{head}: {obs_text}" if obs_text else head
+
+
+ENTITY_VECTORS = EmbeddedRows(
+    ENTITY_TARGET,
+    "graph_entities",
+    "graph_embeddings",
+    columns=("name", "entity_type", "obs_text"),
+    compose=snapshot_text,
+)

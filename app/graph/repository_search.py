@@ -8,10 +8,12 @@ from typing import Any
 
 from sqlalchemy import text
 
-from app.core.repository import EmbeddingQueueRepository, Repository
-from app.graph.repository import REFLECTION_TARGET, vector_literal
+from app.core.repository import Repository
+from app.core.vectors import EmbeddedRows, vector_param
+from app.graph.repository import REFLECTION_TARGET
 
 TEXT_SCAN_CAP = 2000  # full-text matches ranked at most (very common words match most of a large graph)
+REFLECTION_VECTORS = EmbeddedRows(REFLECTION_TARGET, "graph_reflections", "graph_reflection_embeddings", text="content")
 
 
 def _dist(dim: int) -> str:
@@ -38,7 +40,7 @@ class SearchRepository(Repository):
                 JOIN graph_entities g ON g.id = e.owner_id
                 WHERE e.model = :model AND g.project_id = :pid{type_cond}
                 ORDER BY {_dist(dim)} LIMIT :n""",
-            {"q": vector_literal(qvec), "model": model, "pid": project_id, "t": entity_type, "n": n},
+            {"q": vector_param(qvec), "model": model, "pid": project_id, "t": entity_type, "n": n},
         )
         return [(int(r["owner_id"]), float(r["cos"])) for r in rows]
 
@@ -75,7 +77,7 @@ class SearchRepository(Repository):
                 LEFT JOIN graph_embeddings e ON e.owner_id = g.id AND e.model = :model
                 LEFT JOIN graph_entity_access a ON a.entity_id = g.id
                 WHERE g.id = ANY(CAST(:ids AS bigint[]))""",
-            {"q": None if qvec is None else vector_literal(qvec), "model": model, "w": words, "ids": list(ids)},
+            {"q": None if qvec is None else vector_param(qvec), "model": model, "w": words, "ids": list(ids)},
         )
 
     async def cooccurrences(self, ids: Sequence[int]) -> list[tuple[int, int, int]]:
@@ -290,37 +292,6 @@ class SearchRepository(Repository):
         )
         return rows[0]
 
-    async def upsert_reflection_embeddings(self, items: Sequence[tuple[int, Sequence[float]]], model: str) -> None:
-        """Store reflections' vectors for `model`."""
-        if not items:
-            return
-        await self.execute(
-            """INSERT INTO graph_reflection_embeddings (owner_id, model, dim, embedding)
-               SELECT o, :m, :d, CAST(v AS vector)
-               FROM unnest(CAST(:owners AS bigint[]), CAST(:vecs AS text[])) AS u(o, v)
-               ORDER BY o
-               ON CONFLICT (owner_id, model) DO UPDATE SET embedding = EXCLUDED.embedding, dim = EXCLUDED.dim""",
-            {
-                "m": model,
-                "d": len(items[0][1]),
-                "owners": [o for o, _ in items],
-                "vecs": [vector_literal(v) for _, v in items],
-            },
-        )
-
-    async def reflection_texts(self, ids: Sequence[int]) -> dict[int, str]:
-        """The content of each reflection that still exists."""
-        rows = await self.rows(
-            "SELECT id, content FROM graph_reflections WHERE id = ANY(CAST(:ids AS bigint[]))", {"ids": list(ids)}
-        )
-        return {int(r["id"]): str(r["content"]) for r in rows}
-
-    async def reflections_missing_vectors(self, model: str, limit: int) -> list[str]:
-        """Reflections with no vector of `model` that are not queued for one."""
-        return await EmbeddingQueueRepository(self.session).missing(
-            REFLECTION_TARGET, "graph_reflections", "graph_reflection_embeddings", "owner_id", model, limit
-        )
-
     async def reflections_for(self, project_id: uuid.UUID, entity_id: int, limit: int) -> list[Any]:
         """Reflections about one entity, newest first."""
         return await self.rows(
@@ -346,7 +317,7 @@ class SearchRepository(Repository):
         await self._iterative_scan(n)
         filters = "".join([" AND r.target_type = :tt" if target_type else "", " AND r.author = :au" if author else ""])
         params = {
-            "q": None if qvec is None else vector_literal(qvec),
+            "q": None if qvec is None else vector_param(qvec),
             "has_q": qvec is not None,
             "m": model,
             "pid": project_id,

@@ -6,15 +6,14 @@ import logging
 import re
 import uuid
 
-from sqlalchemy.ext.asyncio import AsyncSession
-
 from app.core.context import CallContext
 from app.core.embedding import EmbeddingUnavailable
-from app.core.embedding_queue import EmbeddingTarget, enqueue
+from app.core.embedding_queue import enqueue
 from app.core.errors import NotFound
 from app.core.repository import ProjectRepository
-from app.graph.repository import ENTITY_TARGET, REFLECTION_TARGET, EntityRow, GraphRepository
-from app.graph.repository_search import SearchRepository
+from app.core.vectors import embedding_target
+from app.graph.repository import ENTITY_TARGET, ENTITY_VECTORS, EntityRow, GraphRepository
+from app.graph.repository_search import REFLECTION_VECTORS
 
 log = logging.getLogger("cairn.graph")
 
@@ -49,34 +48,7 @@ async def reembed(ctx: CallContext, repo: GraphRepository, entity_ids: list[int]
     await enqueue(ctx, ENTITY_TARGET, [i for i, _ in snapshots])
 
 
-async def _entity_texts(session: AsyncSession, refs: list[str]) -> dict[str, str]:
-    return {str(k): v for k, v in (await GraphRepository(session).entity_texts([int(r) for r in refs])).items()}
-
-
-async def _store_entities(session: AsyncSession, model: str, items: list[tuple[str, list[float]]]) -> None:
-    await GraphRepository(session).upsert_embeddings([(int(r), v) for r, v in items], model)
-
-
-async def _entities_missing(session: AsyncSession, model: str, limit: int) -> list[str]:
-    return await GraphRepository(session).entities_missing_vectors(model, limit)
-
-
-async def _reflection_texts(session: AsyncSession, refs: list[str]) -> dict[str, str]:
-    return {str(k): v for k, v in (await SearchRepository(session).reflection_texts([int(r) for r in refs])).items()}
-
-
-async def _store_reflections(session: AsyncSession, model: str, items: list[tuple[str, list[float]]]) -> None:
-    await SearchRepository(session).upsert_reflection_embeddings([(int(r), v) for r, v in items], model)
-
-
-async def _reflections_missing(session: AsyncSession, model: str, limit: int) -> list[str]:
-    return await SearchRepository(session).reflections_missing_vectors(model, limit)
-
-
-EMBEDDING_TARGETS = (
-    EmbeddingTarget(ENTITY_TARGET, _entity_texts, _store_entities, _entities_missing),
-    EmbeddingTarget(REFLECTION_TARGET, _reflection_texts, _store_reflections, _reflections_missing),
-)
+EMBEDDING_TARGETS = (embedding_target(ENTITY_VECTORS), embedding_target(REFLECTION_VECTORS))
 
 
 def not_found(name: str) -> NotFound:

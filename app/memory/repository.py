@@ -10,10 +10,14 @@ from typing import Any, Literal
 
 from sqlalchemy import text
 
-from app.core.repository import EmbeddingQueueRepository, Repository
+from app.core.repository import Repository
+from app.core.vectors import EmbeddedRows, vector_param
 from app.memory.models import MemoryCollection
 
 MEMORY_TARGET = "memory"  # the embedding queue's name for memory (chunk, thought, summary) vectors
+MEMORY_VECTORS = EmbeddedRows(
+    MEMORY_TARGET, "memories", "memory_embeddings", text="content", key_type="uuid", owner="memory_id"
+)
 
 Facet = Literal["type", "memory_type", "topics", "people"]
 
@@ -36,11 +40,6 @@ _FACETS: dict[str, str] = {
 def sql_literal(value: str) -> str:
     """A SQL string literal (for the model name, which must be a literal for the partial HNSW index to apply)."""
     return "'" + value.replace("'", "''") + "'"
-
-
-def vector_text(vector: Sequence[float]) -> str:
-    """pgvector's text form of a vector."""
-    return "[" + ",".join(f"{float(x):.7g}" for x in vector) + "]"
 
 
 @dataclass
@@ -255,31 +254,6 @@ class MemoryRepository(Repository):
         )
         return int(result.rowcount or 0)  # type: ignore[attr-defined]
 
-    async def contents(self, ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, str]:
-        """The text of each memory that still exists."""
-        rows = await self.rows("SELECT id, content FROM memories WHERE id = ANY(:ids)", {"ids": list(ids)})
-        return {r["id"]: str(r["content"]) for r in rows}
-
-    async def missing_vectors(self, model: str, limit: int) -> list[str]:
-        """Memories with no vector of `model` that are not queued for one."""
-        return await EmbeddingQueueRepository(self.session).missing(
-            MEMORY_TARGET, "memories", "memory_embeddings", "memory_id", model, limit
-        )
-
-    async def upsert_embeddings(self, model: str, items: Sequence[tuple[uuid.UUID, Sequence[float]]]) -> None:
-        """Store vectors of `model`, replacing an existing vector of the same memory and model."""
-        if not items:
-            return
-        await self.session.execute(
-            text(
-                "INSERT INTO memory_embeddings (memory_id, model, dim, embedding) "
-                "SELECT :id, :model, :dim, CAST(:vec AS vector) WHERE EXISTS (SELECT 1 FROM memories WHERE id = :id) "
-                "ON CONFLICT (memory_id, model) DO UPDATE SET embedding = EXCLUDED.embedding, dim = EXCLUDED.dim, "
-                "created_at = now()"
-            ),
-            [{"id": mid, "model": model, "dim": len(vec), "vec": vector_text(vec)} for mid, vec in items],
-        )
-
     async def upsert_summary(self, row: dict[str, Any]) -> uuid.UUID:
         """Insert a summary memory, or update the one with the same summary key; returns its id."""
         result = await self.dicts(
@@ -431,7 +405,7 @@ class MemoryRepository(Repository):
             f"SELECT e.memory_id AS id, {expr} AS distance FROM memory_embeddings e "
             f"JOIN memories m ON m.id = e.memory_id WHERE e.model = {sql_literal(model)} AND e.dim = {dim} "
             f"AND {where} ORDER BY {expr} LIMIT :k",
-            {**params, "q": vector_text(vector), "k": k},
+            {**params, "q": vector_param(vector), "k": k},
         )
         if exact:
             await self.session.execute(text("SET LOCAL enable_indexscan = on"))

@@ -9,17 +9,16 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy.ext.asyncio import AsyncSession
-
 from app.core.context import CallContext
 from app.core.embedding import EmbeddingUnavailable
-from app.core.embedding_queue import EmbeddingTarget, enqueue
+from app.core.embedding_queue import enqueue
 from app.core.errors import NotFound
 from app.core.models import Project
 from app.core.repository import ProjectRepository
+from app.core.vectors import embedding_target
 from app.memory.config import MemorySettings
 from app.memory.models import MemoryCollection
-from app.memory.repository import MEMORY_TARGET, MemoryRepository
+from app.memory.repository import MEMORY_TARGET, MEMORY_VECTORS, MemoryRepository
 
 log = logging.getLogger("cairn.memory")
 
@@ -96,17 +95,4 @@ async def queue_vectors(ctx: CallContext, memory_ids: Sequence[uuid.UUID]) -> No
     await enqueue(ctx, MEMORY_TARGET, list(memory_ids))
 
 
-async def _texts(session: AsyncSession, refs: list[str]) -> dict[str, str]:
-    rows = await MemoryRepository(session).contents([uuid.UUID(r) for r in refs])
-    return {str(k): v for k, v in rows.items()}
-
-
-async def _store(session: AsyncSession, model: str, items: list[tuple[str, list[float]]]) -> None:
-    await MemoryRepository(session).upsert_embeddings(model, [(uuid.UUID(r), v) for r, v in items])
-
-
-async def _missing(session: AsyncSession, model: str, limit: int) -> list[str]:
-    return await MemoryRepository(session).missing_vectors(model, limit)
-
-
-EMBEDDING_TARGET = EmbeddingTarget(MEMORY_TARGET, _texts, _store, _missing)
+EMBEDDING_TARGET = embedding_target(MEMORY_VECTORS)

@@ -22,6 +22,7 @@ from app.core.repository import ProjectRepository
 from app.memory.config import MemorySettings
 from app.memory.repository import MemoryRepository, Scope
 from app.memory.schemas import SearchMode
+from app.memory.service_common import EMBEDDING_TARGET
 from app.memory.service_search import retrieve
 
 EVAL_PROJECT = "beir-eval"
@@ -148,8 +149,8 @@ async def index(
             part = todo[start : start + batch]
             vectors = await embedder.embed([r["content"] for r in part])  # no transaction open meanwhile
             async with db.transaction() as session:
-                await MemoryRepository(session).upsert_embeddings(
-                    embedder.model, list(zip([r["id"] for r in part], vectors, strict=True))
+                await EMBEDDING_TARGET.store(
+                    session, embedder.model, [(str(r["id"]), v) for r, v in zip(part, vectors, strict=True)]
                 )
             if progress is not None:
                 progress(len(part))
