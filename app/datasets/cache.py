@@ -4,6 +4,11 @@ A key is the SHA-256 of the normalised query (DuckDB tokens re-joined, comments 
 lower-cased), the inputs' view definitions, the options that change the answer, and each input file's
 fingerprint (path, size, mtime). A changed file therefore never hits an old entry. Entries expire
 after a TTL; stored results are swept oldest first when they pass the size cap.
+
+Sweeping lists the whole result store, so a query does not sweep after every miss: `sweep_if_due`
+sweeps when this process's count of stored bytes (the store's size at the last sweep plus what it
+wrote since) may be past the cap, or when a sweep interval (a minute, or a tenth of the result TTL
+when that is shorter) has passed.
 """
 
 from __future__ import annotations
@@ -21,6 +26,8 @@ import duckdb
 from cachetools import TTLCache
 
 from app.core.errors import CacheError
+
+SWEEP_INTERVAL = 60.0  # seconds between sweeps of the result store when nothing forces one
 
 
 def normalize_sql(sql: str) -> str:
@@ -70,6 +77,8 @@ class Cache:
         # Least recently used entries go first once `memory_entries` are held; each leaves after `ttl`.
         self._mem: TTLCache[str, dict[str, Any]] = TTLCache(maxsize=max(memory_entries, 1), ttl=ttl)
         self._lock = threading.Lock()
+        self._swept_at: float | None = None  # time.monotonic() of the last sweep
+        self._stored_bytes = 0  # the store's size at the last sweep, plus results stored since
 
     def _file(self, key: str) -> Path:
         return self.dir / (key.replace(":", "_") + ".json")
@@ -148,8 +157,24 @@ class Cache:
         self.remove(removed)
         return removed
 
+    def sweep_if_due(self, result_ttl: float, stored: Path | None = None) -> int:
+        """`sweep` when it may delete something that must go now; `stored` is a result just written."""
+        try:
+            added = stored.stat().st_size if stored is not None else 0
+        except OSError:
+            added = 0
+        with self._lock:
+            self._stored_bytes += added
+            due = (
+                self._swept_at is None
+                or self._stored_bytes > self.max_bytes
+                or time.monotonic() - self._swept_at >= min(SWEEP_INTERVAL, result_ttl / 10)
+            )
+        return self.sweep(result_ttl) if due else 0
+
     def sweep(self, result_ttl: float) -> int:
         """Delete stored results older than `result_ttl` and the oldest beyond the size cap."""
+        started = time.monotonic()
         now = time.time()
         files: list[tuple[float, int, Path]] = []
         for f in self.results.glob("*.parquet"):
@@ -169,6 +194,8 @@ class Cache:
                     total -= size
                 except OSError:
                     pass
+        with self._lock:
+            self._swept_at, self._stored_bytes = started, total
         return deleted
 
 

@@ -1,5 +1,6 @@
-"""DuckDB work, all synchronous: callers run these in a worker thread (`asyncio.to_thread`), one
-locked-down connection per call (see `sandbox`)."""
+"""DuckDB work, all synchronous: callers run these in a worker thread (`asyncio.to_thread`). Each call
+leases a pooled locked-down database for its duration, with its own connection and views (see
+`sandbox`)."""
 
 from __future__ import annotations
 
@@ -8,10 +9,12 @@ import datetime as dt
 import decimal
 import difflib
 import math
+import os
 import re
 import threading
 import time
 import uuid
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,7 +32,17 @@ from app.core.errors import (
     SchemaError,
     Timeout,
 )
-from app.datasets.sandbox import TimedOut, file_format, first_line, ident, locked_connection, run_with_timeout
+from app.datasets.sandbox import (
+    POOL,
+    Lease,
+    Lockdown,
+    TimedOut,
+    file_format,
+    first_line,
+    ident,
+    inside,
+    run_with_timeout,
+)
 from app.datasets.sandbox import sql_string as lit
 
 T = TypeVar("T")
@@ -55,6 +68,15 @@ class EngineConfig:
     def allowed(self) -> list[Path]:
         return [*self.roots, self.results]
 
+    def lockdown(self, threads: int | None = None) -> Lockdown:
+        """The locked-database settings of this configuration (the connection pool's key)."""
+        return Lockdown(
+            allowed=tuple(str(p) for p in self.allowed),
+            temp_dir=str(self.work / "tmp"),
+            memory_limit=self.memory_limit,
+            threads=threads or self.threads,
+        )
+
 
 @dataclass
 class Source:
@@ -66,16 +88,73 @@ class Source:
     fmt: str
 
     def sql(self, sample_size: int | None = None) -> str:
-        """The DuckDB table function reading this source."""
+        """The DuckDB table function reading this source (its definition: cache keys use this)."""
         if self.fmt == "parquet":
             return f"read_parquet({lit(self.pattern)}, union_by_name = true)"
         if self.fmt == "json":
             return f"read_json_auto({lit(self.pattern)})"
+        return f"read_csv_auto({lit(self.pattern)}{self._csv_options(sample_size)})"
+
+    def _csv_options(self, sample_size: int | None) -> str:
         opts = ", nullstr = ['', 'NA', 'N/A', 'NULL', 'null']"
         opts += ", union_by_name = true" if len(self.files) > 1 else ""
         if sample_size:
             opts += f", sample_size = {int(sample_size)}"
-        return f"read_csv_auto({lit(self.pattern)}{opts})"
+        return opts
+
+    def bound_sql(self, con: duckdb.DuckDBPyConnection, sample_size: int | None = None) -> str:
+        """`sql()` as a view is made from it: a single CSV file also names the dialect DuckDB's sniffer
+        found for it (see `csv_dialect`), which reads the same rows without searching again."""
+        if self.fmt != "csv" or len(self.files) != 1 or self.pattern != str(self.files[0]):
+            return self.sql(sample_size)
+        opts = self._csv_options(sample_size)
+        return f"read_csv_auto({lit(self.pattern)}{opts}{csv_dialect(con, self.pattern, opts)})"
+
+
+# Binding a view over a CSV file runs DuckDB's sniffer, and most of its cost (milliseconds even for a
+# small file) is the dialect search; the types and header are found again at every bind regardless.
+# The dialect found once per file version (path, size, mtime) is named in later views: DuckDB's
+# `sniff_csv` reports exactly what `read_csv_auto` would detect with the same options.
+_DIALECTS: OrderedDict[tuple[str, int, int, str], str] = OrderedDict()
+_DIALECTS_LOCK = threading.Lock()
+_DIALECTS_MAX = 512
+_NEW_LINES = ("\\n", "\\r\\n", "\\r")
+
+
+def csv_dialect(con: duckdb.DuckDBPyConnection, path: str, opts: str) -> str:
+    """`, delim = …, quote = …, escape = …, new_line = …, comment = …, skip = …` as DuckDB's sniffer
+    detects them for the CSV file `path` read with `opts`; '' when it cannot tell (the view then
+    sniffs as before)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return ""
+    key = (path, st.st_size, st.st_mtime_ns, opts)
+    with _DIALECTS_LOCK:
+        known = _DIALECTS.get(key)
+        if known is not None:
+            _DIALECTS.move_to_end(key)
+            return known
+    try:
+        row = con.execute(
+            f"SELECT Delimiter, Quote, Escape, NewLineDelimiter, Comment, SkipRows FROM sniff_csv({lit(path)}{opts})"
+        ).fetchone()
+    except duckdb.Error:
+        return ""
+    if row is None:
+        return ""
+    delim, quote, escape, new_line, comment = ("" if v == "(empty)" else str(v) for v in row[:5])
+    if not delim or new_line not in _NEW_LINES:
+        return ""
+    found = (
+        f", delim = {lit(delim)}, quote = {lit(quote)}, escape = {lit(escape)}, new_line = {lit(new_line)}"
+        f", comment = {lit(comment)}, skip = {int(row[5])}"
+    )
+    with _DIALECTS_LOCK:
+        _DIALECTS[key] = found
+        while len(_DIALECTS) > _DIALECTS_MAX:
+            _DIALECTS.popitem(last=False)
+    return found
 
 
 def make_source(name: str, pattern: str, files: list[Path]) -> Source:
@@ -204,16 +283,13 @@ def translate(exc: BaseException, known_columns: list[str] | None = None) -> Cai
     raise exc
 
 
-def _prepare_views(
-    sources: list[Source], result_views: dict[str, Path], sample_size: int | None = None
-) -> Callable[[duckdb.DuckDBPyConnection], None]:
-    def prepare(con: duckdb.DuckDBPyConnection) -> None:
-        for src in sources:
-            con.execute(f"CREATE VIEW {ident(src.name)} AS SELECT * FROM {src.sql(sample_size)}")
-        for name, path in result_views.items():
-            con.execute(f"CREATE VIEW {ident(name)} AS SELECT * FROM read_parquet({lit(str(path))})")
-
-    return prepare
+def _create_views(
+    lease: Lease, sources: list[Source], result_views: dict[str, Path], sample_size: int | None = None
+) -> None:
+    for src in sources:
+        lease.create_view(src.name, f"SELECT * FROM {src.bound_sql(lease.con, sample_size)}")
+    for name, path in result_views.items():
+        lease.create_view(name, f"SELECT * FROM read_parquet({lit(str(path))})")
 
 
 _slots: dict[int, threading.BoundedSemaphore] = {}
@@ -236,38 +312,26 @@ def run_locked(
     sample_size: int | None = None,
     threads: int | None = None,
 ) -> T:
-    """Open a locked connection with views over `sources`, run `fn` under the watchdog. At most
-    `concurrency` calls hold a connection at once; the time limit counts from when a call gets one."""
+    """Lease a locked database from the pool, make views over `sources`, run `fn` under the watchdog.
+    At most `concurrency` calls hold a database at once; the time limit counts from when a call gets
+    one. The database goes back to the pool only after a call that ended normally or with an error
+    about its statement, and once its views are dropped (see `sandbox.Lease`)."""
     with _slot(cfg.concurrency):
-        return _run_locked(cfg, sources, fn, result_views=result_views, sample_size=sample_size, threads=threads)
-
-
-def _run_locked(
-    cfg: EngineConfig,
-    sources: list[Source],
-    fn: Callable[[duckdb.DuckDBPyConnection], T],
-    *,
-    result_views: dict[str, Path] | None,
-    sample_size: int | None,
-    threads: int | None,
-) -> T:
-    known: list[str] = []
-    try:
-        with locked_connection(
-            cfg.allowed,
-            memory_limit=cfg.memory_limit,
-            threads=threads or cfg.threads,
-            temp_dir=cfg.work / "tmp",
-            prepare=_prepare_views(sources, result_views or {}, sample_size),
-        ) as con:
-            try:
-                value, _ = run_with_timeout(con, cfg.timeout_s, lambda: fn(con))
+        known: list[str] = []
+        try:
+            with POOL.lease(cfg.lockdown(threads), keep=max(1, cfg.concurrency)) as lease:
+                _create_views(lease, sources, result_views or {}, sample_size)
+                con = lease.con
+                try:
+                    value, fired = run_with_timeout(con, cfg.timeout_s, lambda: fn(con))
+                except (duckdb.BinderException, duckdb.CatalogException):
+                    known = _columns_of(con, sources)
+                    raise
+                if fired:
+                    lease.discard()
                 return value
-            except (duckdb.BinderException, duckdb.CatalogException):
-                known = _columns_of(con, sources)
-                raise
-    except BaseException as exc:
-        raise translate(exc, known) from None
+        except BaseException as exc:
+            raise translate(exc, known) from None
 
 
 # ---------------------------------------------------------------------------------------------- query
@@ -285,13 +349,23 @@ class StoredResult:
     elapsed_ms: int
     stored_truncated: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
+    head: list[dict[str, Any]] = field(default_factory=list)
 
 
 def execute_to_store(
-    cfg: EngineConfig, sql: str, sources: list[Source], result_views: dict[str, Path], dest: Path, max_rows: int
+    cfg: EngineConfig,
+    sql: str,
+    sources: list[Source],
+    result_views: dict[str, Path],
+    dest: Path,
+    max_rows: int,
+    head: int = 0,
 ) -> StoredResult:
-    """Run a checked SELECT and store up to `max_rows` rows as Parquet at `dest`."""
+    """Run a checked SELECT and store up to `max_rows` rows as Parquet at `dest`. The first `head`
+    stored rows come back as `head`, read from the stored file as `read_rows` would read them."""
     started = time.perf_counter()
+
+    select = _is_select(sql)
 
     def work(con: duckdb.DuckDBPyConnection) -> StoredResult:
         rel = con.sql(sql)
@@ -299,11 +373,18 @@ def execute_to_store(
             raise QueryError("The statement returned no result")
         columns, types = list(rel.columns), [str(t) for t in rel.types]
         tmp = dest.with_suffix(".tmp")
-        rel.limit(max_rows).write_parquet(str(tmp), compression="zstd")
-        stored = int(con.execute(f"SELECT count(*) FROM read_parquet({lit(str(tmp))})").fetchone()[0])  # type: ignore[index]
+        if select:
+            # What rel.limit(max_rows).write_parquet(...) runs, in one statement that also counts the rows.
+            query = f"SELECT * FROM (\n{sql}\n) LIMIT {int(max_rows)}"
+            copy = f"COPY ({query}) TO {lit(str(tmp))} (FORMAT parquet, COMPRESSION zstd)"
+            stored = int(con.execute(copy).fetchone()[0])  # type: ignore[index]
+        else:  # EXPLAIN: not a query a COPY can read; the relation holds its answer
+            rel.limit(max_rows).write_parquet(str(tmp), compression="zstd")
+            stored = int(con.execute(f"SELECT count(*) FROM read_parquet({lit(str(tmp))})").fetchone()[0])  # type: ignore[index]
         total = stored
         if stored >= max_rows:
             total = int(con.execute(f"SELECT count(*) FROM (\n{sql}\n)").fetchone()[0])  # type: ignore[index]
+        rows = _page(con, tmp, 0, head) if head > 0 else []
         tmp.replace(dest)
         return StoredResult(
             path=dest,
@@ -313,6 +394,7 @@ def execute_to_store(
             rows_total=total,
             elapsed_ms=0,
             stored_truncated=total > stored,
+            head=rows,
         )
 
     result = run_locked(cfg, sources, work, result_views=result_views)
@@ -320,37 +402,61 @@ def execute_to_store(
     return result
 
 
-def read_rows(path: Path, offset: int, limit: int, columns: list[str] | None = None) -> list[dict[str, Any]]:
-    """Rows `offset..offset+limit` of a stored result."""
-    con = duckdb.connect(":memory:", config={"autoload_known_extensions": False, "threads": 1})
+def _is_select(sql: str) -> bool:
+    """True when `sql` (one checked statement) is a SELECT, which can be nested in another statement."""
     try:
-        cols = ", ".join(ident(c) for c in columns) if columns else "*"
-        rel = con.execute(f"SELECT {cols} FROM read_parquet({lit(str(path))}) LIMIT {int(limit)} OFFSET {int(offset)}")
-        names = [d[0] for d in rel.description or []]
-        return rows_as_dicts(names, rel.fetchall())
-    except duckdb.IOException:
-        raise NotFound(
-            "The stored result is gone (expired or evicted)", suggestions=["Run the query again to get a new query_id"]
-        ) from None
-    finally:
-        con.close()
+        return duckdb.extract_statements(sql)[0].type.name == "SELECT"
+    except (duckdb.Error, IndexError):
+        return False
 
 
-def summarize_stored(path: Path, offset: int = 0, max_columns: int = 40) -> dict[str, Any]:
+def _page(
+    con: duckdb.DuckDBPyConnection, path: Path, offset: int, limit: int, columns: list[str] | None = None
+) -> list[dict[str, Any]]:
+    cols = ", ".join(ident(c) for c in columns) if columns else "*"
+    rel = con.execute(f"SELECT {cols} FROM read_parquet({lit(str(path))}) LIMIT {int(limit)} OFFSET {int(offset)}")
+    names = [d[0] for d in rel.description or []]
+    return rows_as_dicts(names, rel.fetchall())
+
+
+def _gone() -> NotFound:
+    return NotFound(
+        "The stored result is gone (expired or evicted)", suggestions=["Run the query again to get a new query_id"]
+    )
+
+
+def read_rows(
+    cfg: EngineConfig, path: Path, offset: int, limit: int, columns: list[str] | None = None
+) -> list[dict[str, Any]]:
+    """Rows `offset..offset+limit` of a stored result (a file of this server's result store)."""
+    if not inside(path, [cfg.results]):
+        raise _gone()
+
+    def work(con: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
+        try:
+            return _page(con, path, offset, limit, columns)
+        except duckdb.IOException:
+            raise _gone() from None
+
+    return run_locked(cfg, [], work)
+
+
+def summarize_stored(cfg: EngineConfig, path: Path, offset: int = 0, max_columns: int = 40) -> dict[str, Any]:
     """A compact per-column summary of a stored result from row `offset` on."""
-    con = duckdb.connect(":memory:", config={"autoload_known_extensions": False, "threads": 2})
-    try:
-        src = (
-            f"SELECT * FROM read_parquet({lit(str(path))}) OFFSET {int(offset)}"
-            if offset
-            else f"SELECT * FROM read_parquet({lit(str(path))})"
-        )
+    if not inside(path, [cfg.results]):
+        raise _gone()
+    src = (
+        f"SELECT * FROM read_parquet({lit(str(path))}) OFFSET {int(offset)}"
+        if offset
+        else f"SELECT * FROM read_parquet({lit(str(path))})"
+    )
+
+    def work(con: duckdb.DuckDBPyConnection) -> tuple[list[Any], int]:
         rows = con.execute(f"SUMMARIZE {src}").fetchall()
         count = int(con.execute(f"SELECT count(*) FROM ({src})").fetchone()[0])  # type: ignore[index]
-    except duckdb.Error as exc:
-        raise translate(exc) from None
-    finally:
-        con.close()
+        return rows, count
+
+    rows, count = run_locked(cfg, [], work)
     cols: dict[str, Any] = {}
     for r in rows[:max_columns]:
         name, ctype, cmin, cmax, approx, avg, std = r[0], r[1], r[2], r[3], r[4], r[5], r[6]

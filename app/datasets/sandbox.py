@@ -1,5 +1,5 @@
 """The safety model: paths resolve only inside the data roots, SQL is checked on its parsed form,
-and every DuckDB connection is locked down before a caller's query touches it.
+and every DuckDB database is locked down before a caller's query touches it.
 
 Layers, outermost first:
 1. `resolve_path` — a dataset path (or glob) must land inside a data root after symlinks and `..`
@@ -9,12 +9,20 @@ Layers, outermost first:
    EXPLAIN). Tokens are then checked: denied functions (`read_text`, `read_blob`, `query`, …) are
    refused, and every string literal that names a file is resolved inside the roots and rewritten to
    its absolute path.
-3. `locked_connection` — an in-memory DuckDB with extension auto-install/auto-load off,
-   `allowed_directories` = the roots (plus the result store), `enable_external_access = false`,
-   `memory_limit` / `threads` from settings, and `lock_configuration = true`, so even a query that
-   slipped past (2) cannot reach other files, the network, extensions or settings.
-4. `run_with_timeout` — a watchdog timer calls `interrupt()` on the connection when the statement
-   runs past its time limit (→ 5003).
+3. `open_locked` — an in-memory DuckDB with extension auto-install/auto-load off, the external file
+   cache off, `allowed_directories` = the roots (plus the result store), `memory_limit` / `threads`
+   from settings, then `enable_external_access = false` (which also stops queries from reading
+   Python objects by name) and `lock_configuration = true`, so even a query that slipped past (2)
+   cannot reach other files, the network, extensions or settings. Locked databases are pooled per
+   `Lockdown` (`ConnectionPool`): a call leases one for its duration (`Lease`) and works on a fresh
+   connection to it, so connection state (temporary objects, prepared statements, variables, a
+   pending interrupt) ends with the call; the views the call made are dropped. The database goes
+   back to the pool only when the call ended normally or with an error about its statement
+   (`STATEMENT_ERRORS`) and the reset left no table, view, sequence or attached database behind;
+   otherwise (the watchdog fired, an interrupt, out of memory, an internal or unexpected error) it
+   is closed.
+4. `run_with_timeout` — a watchdog timer calls `interrupt()` on the call's connection when the
+   statement runs past its time limit (→ 5003).
 """
 
 from __future__ import annotations
@@ -23,14 +31,15 @@ import glob as globmod
 import os
 import re
 import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 import duckdb
 
-from app.core.errors import Forbidden, InvalidInput, NotFound, QueryError
+from app.core.errors import CairnError, Forbidden, InvalidInput, NotFound, QueryError
 
 T = TypeVar("T")
 
@@ -261,36 +270,170 @@ def first_line(message: str) -> str:
     return line[:400]
 
 
-@contextmanager
-def locked_connection(
-    allowed: list[Path],
-    *,
-    memory_limit: str,
-    threads: int,
-    temp_dir: Path,
-    prepare: Callable[[duckdb.DuckDBPyConnection], None] | None = None,
-) -> Iterator[duckdb.DuckDBPyConnection]:
-    """A fresh in-memory DuckDB, locked down. `prepare` runs before the lock (e.g. to create views)."""
+@dataclass(frozen=True)
+class Lockdown:
+    """What a locked database is opened with; connections are pooled per lockdown."""
+
+    allowed: tuple[str, ...]
+    temp_dir: str
+    memory_limit: str
+    threads: int
+
+
+def open_locked(lock: Lockdown) -> duckdb.DuckDBPyConnection:
+    """A new in-memory DuckDB, locked down before anything else runs on it."""
     con = duckdb.connect(
         ":memory:",
         config={
             "autoinstall_known_extensions": False,
             "autoload_known_extensions": False,
-            "memory_limit": memory_limit,
-            "threads": max(1, threads),
+            "memory_limit": lock.memory_limit,
+            "threads": max(1, lock.threads),
         },
     )
     try:
-        dirs = ", ".join(sql_string(str(d).rstrip("/") + "/") for d in allowed)
+        # A reused database must not serve one call's cached file blocks to a later one (DuckDB >= 1.3).
+        found = con.execute("SELECT count(*) FROM duckdb_settings() WHERE name = 'enable_external_file_cache'")
+        if found.fetchone() != (0,):
+            con.execute("SET enable_external_file_cache = false")
+        dirs = ", ".join(sql_string(d.rstrip("/") + "/") for d in lock.allowed)
         con.execute(f"SET allowed_directories = [{dirs}]")
-        con.execute(f"SET temp_directory = {sql_string(str(temp_dir))}")
-        if prepare is not None:
-            prepare(con)
+        con.execute(f"SET temp_directory = {sql_string(lock.temp_dir)}")
         con.execute("SET enable_external_access = false")
         con.execute("SET lock_configuration = true")
-        yield con
-    finally:
+    except BaseException:
         con.close()
+        raise
+    return con
+
+
+# Errors DuckDB raises about the statement itself; the database is as it was before the call.
+STATEMENT_ERRORS: tuple[type[BaseException], ...] = (
+    CairnError,
+    duckdb.BinderException,
+    duckdb.CatalogException,
+    duckdb.ParserException,
+    duckdb.ConversionException,
+    duckdb.InvalidInputException,
+    duckdb.InvalidTypeException,
+    duckdb.TypeMismatchException,
+    duckdb.OutOfRangeException,
+    duckdb.NotImplementedException,
+    duckdb.IOException,
+    duckdb.PermissionException,
+)
+
+# A pooled database goes back only when this counts 0: no table, view or sequence left in it and no
+# database attached beyond the built-in ones (the configuration itself is locked).
+_LEFTOVERS = (
+    "SELECT count(*) FROM (SELECT 1 FROM duckdb_tables() UNION ALL SELECT 1 FROM duckdb_views() WHERE NOT internal"
+    " UNION ALL SELECT 1 FROM duckdb_sequences()"
+    " UNION ALL SELECT 1 FROM duckdb_databases() WHERE NOT internal AND database_name <> 'memory')"
+)
+
+
+class Lease:
+    """One call's use of a pooled locked database: `con` is a fresh connection (a cursor) to it, so
+    connection state (temporary objects, prepared statements, variables, a pending interrupt) ends
+    with the call. Views made with `create_view` are dropped when the lease ends."""
+
+    def __init__(self, pool: ConnectionPool, lock: Lockdown, keep: int) -> None:
+        self._pool = pool
+        self._lock = lock
+        self._keep = keep
+        self._db = pool._take(lock)
+        try:
+            self.con = self._db.cursor()
+        except BaseException:
+            self._db.close()
+            raise
+        self._views: list[str] = []
+        self.reusable = True
+
+    def create_view(self, name: str, body: str) -> None:
+        """`CREATE VIEW name AS body` for this call only."""
+        self._views.append(name)
+        self.con.execute(f"CREATE VIEW {ident(name)} AS {body}")
+
+    def discard(self) -> None:
+        """Close the database at the end of the lease instead of reusing it."""
+        self.reusable = False
+
+    def __enter__(self) -> Lease:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
+        if exc is not None and not isinstance(exc, STATEMENT_ERRORS):
+            self.reusable = False
+        self._pool._release(self._lock, self._db, self._reset(), self._keep)
+
+    def _reset(self) -> bool:
+        """Drop this call's views and close its connection; True when the database is clean."""
+        try:
+            if self.reusable:
+                for name in reversed(self._views):
+                    self.con.execute(f"DROP VIEW IF EXISTS {ident(name)}")
+            self.con.close()
+            if not self.reusable:
+                return False
+            return self._db.execute(_LEFTOVERS).fetchone() == (0,)
+        except Exception:
+            return False
+
+
+class ConnectionPool:
+    """Idle locked databases per `Lockdown`. A database serves one lease at a time (callers hold an
+    engine slot while they lease, so at most that many exist per lockdown); `keep` bounds the idle
+    ones, and only the `max_lockdowns` most recently used lockdowns keep any."""
+
+    def __init__(self, max_lockdowns: int = 4) -> None:
+        self._idle: OrderedDict[Lockdown, list[duckdb.DuckDBPyConnection]] = OrderedDict()
+        self._mutex = threading.Lock()
+        self._max_lockdowns = max_lockdowns
+        self.opened = 0
+
+    def lease(self, lock: Lockdown, keep: int) -> Lease:
+        """A lease on an idle database of `lock`, or on a newly opened one."""
+        return Lease(self, lock, keep)
+
+    def _take(self, lock: Lockdown) -> duckdb.DuckDBPyConnection:
+        with self._mutex:
+            idle = self._idle.get(lock)
+            if idle:
+                self._idle.move_to_end(lock)
+                return idle.pop()
+            self.opened += 1
+        return open_locked(lock)
+
+    def _release(self, lock: Lockdown, db: duckdb.DuckDBPyConnection, clean: bool, keep: int) -> None:
+        closing: list[duckdb.DuckDBPyConnection] = []
+        with self._mutex:
+            idle = self._idle.setdefault(lock, [])
+            self._idle.move_to_end(lock)
+            if clean and len(idle) < keep:
+                idle.append(db)
+            else:
+                closing.append(db)
+            while len(self._idle) > self._max_lockdowns:
+                closing += self._idle.popitem(last=False)[1]
+        for con in closing:
+            con.close()
+
+    def idle(self, lock: Lockdown) -> int:
+        """How many databases of `lock` wait for a call."""
+        with self._mutex:
+            return len(self._idle.get(lock, []))
+
+    def clear(self) -> None:
+        """Close every idle database."""
+        with self._mutex:
+            closing = [con for idle in self._idle.values() for con in idle]
+            self._idle.clear()
+        for con in closing:
+            con.close()
+
+
+POOL = ConnectionPool()
 
 
 class _Watchdog:
@@ -313,19 +456,22 @@ class _Watchdog:
 
     def __exit__(self, *exc: Any) -> None:
         self._timer.cancel()
+        self._timer.join()  # an interrupt already under way lands before `fired` is read
 
 
 def run_with_timeout(con: duckdb.DuckDBPyConnection, seconds: float, fn: Callable[[], T]) -> tuple[T, bool]:
     """Run `fn` (which uses `con`); a watchdog interrupts the connection after `seconds`.
 
-    Returns (result, False) or raises; the caller maps an interrupt to Timeout using `fired`."""
+    Returns (result, fired): `fired` is True when the watchdog went off although `fn` still returned
+    (the interrupt came too late to stop it). Raises TimedOut when the interrupt stopped `fn`."""
     with _Watchdog(con, seconds) as dog:
         try:
-            return fn(), False
+            value = fn()
         except duckdb.InterruptException:
             if dog.fired:
                 raise TimedOut() from None
             raise
+    return value, dog.fired
 
 
 class TimedOut(Exception):

@@ -1,9 +1,11 @@
-"""Use cases of the datasets feature. DuckDB work runs in worker threads, one connection per call."""
+"""Use cases of the datasets feature. DuckDB work runs in worker threads, each on a pooled locked
+database leased for that call (see `sandbox`)."""
 
 from __future__ import annotations
 
 import asyncio
 import csv
+import dataclasses
 import io
 import os
 import re
@@ -58,12 +60,13 @@ def roots(ctx: CallContext) -> list[Path]:
     return data_roots(ctx.settings.data_dir)
 
 
-def config(ctx: CallContext, timeout_ms: int | None = None) -> engine.EngineConfig:
-    """Engine limits from the settings (a call may only lower the time limit)."""
+def config(ctx: CallContext, timeout_ms: int | None = None, rts: list[Path] | None = None) -> engine.EngineConfig:
+    """Engine limits from the settings (a call may only lower the time limit); `rts`: the roots, when
+    the caller has them already."""
     cfg = get_dataset_settings()
     limit = cfg.datasets_query_timeout_ms if timeout_ms is None else min(timeout_ms, cfg.datasets_query_timeout_ms)
     return engine.EngineConfig(
-        roots=roots(ctx),
+        roots=rts if rts is not None else roots(ctx),
         work=work_dir(ctx.settings.data_dir),
         memory_limit=cfg.datasets_memory_limit,
         threads=cfg.datasets_threads,
@@ -117,10 +120,13 @@ def _view_name(text: str, taken: set[str]) -> str:
     return name
 
 
-async def resolve_source(ctx: CallContext, ref: str, taken: set[str] | None = None) -> engine.Source:
-    """A registered dataset name or a path/glob inside the roots, as a Source."""
+async def resolve_source(
+    ctx: CallContext, ref: str, taken: set[str] | None = None, rts: list[Path] | None = None
+) -> engine.Source:
+    """A registered dataset name or a path/glob inside the roots (`rts`, default the effective roots),
+    as a Source."""
     taken = taken if taken is not None else set()
-    rts = roots(ctx)
+    rts = rts if rts is not None else roots(ctx)
     if _NAME_RE.fullmatch(ref) and not any(ch in ref for ch in "./*"):
         ds = await DatasetRepository(ctx.session).get(ref)
         if ds is not None:
@@ -223,7 +229,7 @@ async def execute_query(ctx: CallContext, args: QueryIn) -> QueryOut:
             result_ids.append(ref)
             taken.add(ref)
             continue
-        src = await resolve_source(ctx, ref, taken)
+        src = await resolve_source(ctx, ref, taken, rts)
         taken.add(src.name)
         sources.append(src)
     if len(sources) == 1 and "data" not in taken:
@@ -233,38 +239,43 @@ async def execute_query(ctx: CallContext, args: QueryIn) -> QueryOut:
         taken.add("data")
     if engine_used == "python":
         return await _run_python(ctx, args, sources, sorted(taken))
-    checked, literal_patterns = await asyncio.to_thread(check_sql, sql, rts)
+    checked, literal_files = await asyncio.to_thread(_checked_sql, sql, rts)
     result_ids += [q for q in QUERY_ID.findall(checked) if q not in result_ids]
     stored = await QueryRepository(ctx.session).get_many(result_ids)
     missing = [q for q in result_ids if q not in stored]
     if missing:
         raise NotFound(f"Unknown query_id {missing[0]}", suggestions=["Run execute_query to get a query_id"])
     result_views = {q: Path(stored[q].result_path) for q in result_ids}
-    literal_files: list[Path] = []
-    for pattern in literal_patterns:
-        literal_files += (await asyncio.to_thread(resolve_path, pattern, rts))[1]
     all_files = [f for s in sources for f in s.files] + literal_files + list(result_views.values())
-    fps = await asyncio.to_thread(fingerprint, all_files)
-    key = make_key(
-        "query",
-        sql=normalize_sql(checked),
-        views={s.name: s.sql() for s in sources},
-        results=sorted(result_ids),
-        files=fps,
-        max_rows=cfg.datasets_result_max_rows,
-    )
     cache = cache_of(ctx)
-    hit = await asyncio.to_thread(cache.get, key)
+    views = {s.name: s.sql() for s in sources}
+
+    def lookup() -> tuple[list[list[Any]], str, dict[str, Any] | None]:
+        fps = fingerprint(all_files)
+        key = make_key(
+            "query",
+            sql=normalize_sql(checked),
+            views=views,
+            results=sorted(result_ids),
+            files=fps,
+            max_rows=cfg.datasets_result_max_rows,
+        )
+        return fps, key, cache.get(key)
+
+    fps, key, hit = await asyncio.to_thread(lookup)
     queries = QueryRepository(ctx.session)
+    ecfg = config(ctx, args.timeout_ms, rts)
+    head: list[dict[str, Any]] | None = None
     if hit is not None:
         meta, cache_hit = hit["meta"], True
     else:
-        ecfg = config(ctx, args.timeout_ms)
         query_id = "q_" + uuid.uuid4().hex[:16]
         dest = ecfg.results / f"{query_id}.parquet"
+        shown = _rows_shown(args)
         res = await asyncio.to_thread(
-            engine.execute_to_store, ecfg, checked, sources, result_views, dest, cfg.datasets_result_max_rows
+            engine.execute_to_store, ecfg, checked, sources, result_views, dest, cfg.datasets_result_max_rows, shown
         )
+        head = res.head if shown else None
         meta = {
             "query_id": query_id,
             "result_path": str(res.path),
@@ -275,10 +286,8 @@ async def execute_query(ctx: CallContext, args: QueryIn) -> QueryOut:
             "elapsed_ms": res.elapsed_ms,
         }
         cache_hit = False
-        await asyncio.to_thread(
-            cache.put, key, {"meta": meta, "files": fps, "label": args.cache_key, "result_path": str(res.path)}
-        )
-        await asyncio.to_thread(cache.sweep, cfg.datasets_result_ttl_seconds)
+        entry = {"meta": meta, "files": fps, "label": args.cache_key, "result_path": str(res.path)}
+        await asyncio.to_thread(_remember, cache, key, entry, cfg.datasets_result_ttl_seconds, res.path)
     await queries.save(
         {
             "query_id": meta["query_id"],
@@ -293,7 +302,29 @@ async def execute_query(ctx: CallContext, args: QueryIn) -> QueryOut:
             "created_by": ctx.principal.key_id,
         }
     )
-    return await _answer(ctx, args, meta, cache_hit, engine_used, checked, sorted(taken))
+    # Reading the stored result back runs under the server's time limit, not the query's own.
+    reader = dataclasses.replace(ecfg, timeout_s=cfg.datasets_query_timeout_ms / 1000.0)
+    return await _answer(ctx, args, meta, cache_hit, engine_used, checked, sorted(taken), head, reader)
+
+
+def _checked_sql(sql: str, rts: list[Path]) -> tuple[str, list[Path]]:
+    """`check_sql`, and the files its path literals match."""
+    checked, patterns = check_sql(sql, rts)
+    files: list[Path] = []
+    for pattern in patterns:
+        files += resolve_path(pattern, rts)[1]
+    return checked, files
+
+
+def _remember(cache: Cache, key: str, entry: dict[str, Any], result_ttl: float, stored: Path) -> None:
+    """Cache a new result's entry, and sweep the result store when that is due."""
+    cache.put(key, entry)
+    cache.sweep_if_due(result_ttl, stored)
+
+
+def _rows_shown(args: QueryIn) -> int:
+    """How many leading rows of the result the answer may show."""
+    return 0 if args.return_format in ("summary", "chart") else args.return_limit
 
 
 async def _run_python(ctx: CallContext, args: QueryIn, sources: list[engine.Source], views: list[str]) -> QueryOut:
@@ -394,17 +425,31 @@ def _csv_lines(columns: list[str], rows: list[dict[str, Any]]) -> list[str]:
 
 
 async def _answer(
-    ctx: CallContext, args: QueryIn, meta: dict[str, Any], cache_hit: bool, engine_used: str, sql: str, views: list[str]
+    ctx: CallContext,
+    args: QueryIn,
+    meta: dict[str, Any],
+    cache_hit: bool,
+    engine_used: str,
+    sql: str,
+    views: list[str],
+    head: list[dict[str, Any]] | None = None,
+    ecfg: engine.EngineConfig | None = None,
 ) -> QueryOut:
+    """The reply within the budget. `head`: the first rows of the result when the query has just
+    stored them (else they are read from the stored file)."""
     path = Path(meta["result_path"])
     columns: list[str] = meta["columns"]
-    want = 0 if args.return_format in ("summary", "chart") else min(args.return_limit, meta["rows_stored"])
-    rows = await asyncio.to_thread(engine.read_rows, path, 0, want) if want else []
+    ecfg = ecfg or config(ctx)
+    want = min(_rows_shown(args), meta["rows_stored"])
+    if head is not None:
+        rows = head[:want]
+    else:
+        rows = await asyncio.to_thread(engine.read_rows, ecfg, path, 0, want) if want else []
     visualization = None
     if args.generate_chart or args.return_format == "chart":
         from app.datasets import charts
 
-        chart_rows = await asyncio.to_thread(engine.read_rows, path, 0, charts.MAX_POINTS)
+        chart_rows = await asyncio.to_thread(engine.read_rows, ecfg, path, 0, charts.MAX_POINTS)
         visualization = await asyncio.to_thread(
             charts.make_chart,
             args.chart_type or "bar",
@@ -448,7 +493,7 @@ async def _answer(
         return out.model_dump(mode="json", by_alias=True)
 
     if args.return_format == "summary" or (args.return_format == "chart" and not rows):
-        whole = await asyncio.to_thread(engine.summarize_stored, path, 0)
+        whole = await asyncio.to_thread(engine.summarize_stored, ecfg, path, 0)
         trimmed = budget.shrink_summary(
             whole,
             lambda s: budget.tokens_of(budget.finalize(envelope([], s, "none"), image_fields=images), images) <= limit,
@@ -459,10 +504,16 @@ async def _answer(
         return QueryOut.model_validate(budget.finalize(payload, image_fields=images))
 
     def rest_summary(offset: int) -> dict[str, Any]:
-        return engine.summarize_stored(path, offset)
+        return engine.summarize_stored(ecfg, path, offset)
 
-    payload, _, _ = await asyncio.to_thread(budget.fit_rows, envelope, rows, limit, rest_summary, images)
-    return QueryOut.model_validate(payload)
+    def fit() -> dict[str, Any]:
+        # The whole answer usually fits: count it once, and walk the ladder only when it does not.
+        full = budget.finalize(envelope(rows, None, "none"), image_fields=images)
+        if full["context_tokens_used"] <= limit:
+            return full
+        return budget.fit_rows(envelope, rows, limit, rest_summary, images)[0]
+
+    return QueryOut.model_validate(await asyncio.to_thread(fit))
 
 
 async def get_result(ctx: CallContext, args: ResultPageIn) -> ResultPageOut:
@@ -471,7 +522,7 @@ async def get_result(ctx: CallContext, args: ResultPageIn) -> ResultPageOut:
     if q is None:
         raise NotFound(f"Unknown query_id {args.query_id}", suggestions=["Run execute_query to get a query_id"])
     path = Path(q.result_path)
-    rows = await asyncio.to_thread(engine.read_rows, path, args.offset, args.limit)
+    rows = await asyncio.to_thread(engine.read_rows, config(ctx), path, args.offset, args.limit)
     columns = [c[0] for c in q.columns]
     limit = budget_of(args.max_tokens)
 

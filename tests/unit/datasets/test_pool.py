@@ -1,0 +1,272 @@
+"""Pooled locked DuckDB databases (app/datasets/sandbox.py, engine.run_locked): a database is reused only
+in the state it was opened in, a call's objects do not reach the next call, and the lockdown holds on
+every use."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from app.core.errors import Forbidden, QueryError, SchemaError, Timeout
+from app.datasets import engine
+from app.datasets.sandbox import POOL, ConnectionPool, open_locked, run_with_timeout
+
+SLOW = "SELECT count(*) FROM range(100000) a, range(100000) b WHERE hash(a.range + b.range) = 0"
+
+
+@pytest.fixture
+def cfg(tmp_path: Path) -> engine.EngineConfig:
+    """An engine configuration of its own (so its own pool key) with one small CSV in its root."""
+    root, work = tmp_path / "root", tmp_path / "work"
+    for folder in (root, work / "results", work / "tmp"):
+        folder.mkdir(parents=True)
+    (root / "a.csv").write_text("x,y\n1,one\n2,two\n3,three\n")
+    return engine.EngineConfig(roots=[root], work=work, memory_limit="256MB", threads=1, timeout_s=30, concurrency=2)
+
+
+def source(cfg: engine.EngineConfig, name: str = "a") -> engine.Source:
+    path = cfg.roots[0] / "a.csv"
+    return engine.make_source(name, str(path), [path])
+
+
+def views(con: duckdb.DuckDBPyConnection) -> list[str]:
+    return [r[0] for r in con.execute("SELECT view_name FROM duckdb_views() WHERE NOT internal ORDER BY 1").fetchall()]
+
+
+def test_a_database_is_reused_and_a_calls_views_are_gone_for_the_next(cfg: engine.EngineConfig) -> None:
+    opened = POOL.opened
+    seen = engine.run_locked(cfg, [source(cfg), source(cfg, "data")], views)
+    assert seen == ["a", "data"]
+    assert engine.run_locked(cfg, [], views) == []
+    with pytest.raises(SchemaError):
+        engine.run_locked(cfg, [], lambda con: con.execute("SELECT * FROM a").fetchall())
+    assert POOL.opened == opened + 1 and POOL.idle(cfg.lockdown()) == 1
+
+
+def test_connection_state_ends_with_the_call(cfg: engine.EngineConfig) -> None:
+    def leave_state(con: duckdb.DuckDBPyConnection) -> None:
+        con.execute("CREATE TEMP TABLE t AS SELECT 1 AS v")
+        con.execute("CREATE TEMP VIEW tv AS SELECT 1 AS v")
+        con.execute("PREPARE p AS SELECT 42")
+        con.execute("SET VARIABLE secret = 'from the first call'")
+
+    engine.run_locked(cfg, [], leave_state)
+    opened = POOL.opened
+
+    def look(con: duckdb.DuckDBPyConnection) -> tuple[int, object]:
+        tables = con.execute("SELECT count(*) FROM duckdb_tables()").fetchone()
+        variable = con.execute("SELECT getvariable('secret')").fetchone()
+        assert tables is not None and variable is not None
+        with pytest.raises(duckdb.Error):
+            con.execute("EXECUTE p")
+        return int(tables[0]), variable[0]
+
+    assert engine.run_locked(cfg, [], look) == (0, None)
+    assert engine.run_locked(cfg, [], views) == []
+    assert POOL.opened == opened  # temporary state dies with the call's connection: the database was reused
+
+
+def test_a_database_left_with_objects_is_discarded(cfg: engine.EngineConfig) -> None:
+    engine.run_locked(cfg, [], lambda con: None)
+    opened = POOL.opened
+    # Calls cannot create tables (only SELECT/EXPLAIN pass check_sql); this stands for a reset that missed one.
+    engine.run_locked(cfg, [], lambda con: con.execute("CREATE TABLE main.kept AS SELECT 1 AS v"))
+    assert POOL.idle(cfg.lockdown()) == 0
+    tables = engine.run_locked(cfg, [], lambda con: con.execute("SELECT count(*) FROM duckdb_tables()").fetchone())
+    assert tables == (0,) and POOL.opened == opened + 1
+
+
+def test_a_timed_out_call_does_not_give_its_database_back(cfg: engine.EngineConfig) -> None:
+    engine.run_locked(cfg, [], lambda con: None)
+    assert POOL.idle(cfg.lockdown()) == 1
+    short = engine.EngineConfig(**{**cfg.__dict__, "timeout_s": 0.2})
+    started = time.monotonic()
+    with pytest.raises(Timeout):
+        engine.run_locked(short, [source(cfg)], lambda con: con.execute(SLOW).fetchall())
+    assert time.monotonic() - started < 10
+    assert POOL.idle(cfg.lockdown()) == 0  # the interrupted database was closed, not pooled
+    opened = POOL.opened
+    assert engine.run_locked(cfg, [], views) == []
+    assert POOL.opened == opened + 1
+
+
+def test_an_unexpected_failure_discards_the_database(cfg: engine.EngineConfig) -> None:
+    engine.run_locked(cfg, [], lambda con: None)
+
+    def fail(con: duckdb.DuckDBPyConnection) -> None:
+        raise RuntimeError("not a statement error")
+
+    with pytest.raises(RuntimeError):
+        engine.run_locked(cfg, [source(cfg)], fail)
+    assert POOL.idle(cfg.lockdown()) == 0
+
+
+def test_a_statement_error_keeps_the_database(cfg: engine.EngineConfig) -> None:
+    engine.run_locked(cfg, [], lambda con: None)
+    opened = POOL.opened
+    with pytest.raises(SchemaError, match="Did you mean 'x'"):
+        engine.run_locked(cfg, [source(cfg)], lambda con: con.execute("SELECT xx FROM a").fetchall())
+    assert POOL.idle(cfg.lockdown()) == 1 and POOL.opened == opened
+    assert engine.run_locked(cfg, [], views) == []
+
+
+def late(seconds: float) -> int:
+    """Work that outlives the watchdog without running a DuckDB statement it could interrupt."""
+    time.sleep(seconds)
+    return 7
+
+
+def test_a_watchdog_that_fires_after_the_work_returned_still_discards(cfg: engine.EngineConfig) -> None:
+    db = open_locked(cfg.lockdown())
+    try:
+        con = db.cursor()
+        assert run_with_timeout(con, 0.05, lambda: late(0.3)) == (7, True)
+        con.close()
+    finally:
+        db.close()
+    engine.run_locked(cfg, [], lambda con: None)
+    short = engine.EngineConfig(**{**cfg.__dict__, "timeout_s": 0.05})
+    assert engine.run_locked(short, [], lambda con: late(0.3)) == 7
+    assert POOL.idle(cfg.lockdown()) == 0
+
+
+def lockdown_checks(cfg: engine.EngineConfig, outside: Path) -> None:
+    """Every way out the lock closes, tried on whichever database the pool hands out."""
+    for statement in (
+        "SET memory_limit = '8GB'",
+        "SET threads = 8",
+        "SET enable_external_access = true",
+        "SET allowed_directories = ['/']",
+        "SET lock_configuration = false",
+        "SET autoload_known_extensions = true",
+        "RESET enable_external_access",
+    ):
+
+        def change(con: duckdb.DuckDBPyConnection, statement: str = statement) -> None:
+            con.execute(statement)
+
+        with pytest.raises(QueryError, match="configuration has been locked"):
+            engine.run_locked(cfg, [], change)
+    with pytest.raises(Forbidden):
+        engine.run_locked(cfg, [], lambda con: con.execute(f"SELECT * FROM read_csv_auto('{outside}')").fetchall())
+    with pytest.raises(Forbidden):
+        engine.run_locked(cfg, [], lambda con: con.execute(f"COPY (SELECT 1) TO '{outside}.out'"))
+    settings = engine.run_locked(
+        cfg,
+        [],
+        lambda con: con.execute(
+            "SELECT current_setting('enable_external_access'), current_setting('lock_configuration'), "
+            "current_setting('autoload_known_extensions'), current_setting('autoinstall_known_extensions'), "
+            "current_setting('threads'), current_setting('allowed_directories')"
+        ).fetchone(),
+    )
+    assert settings is not None
+    assert settings[:5] == (False, True, False, False, 1)
+    # DuckDB adds its spill directory to the allowed ones itself
+    assert sorted(settings[5]) == sorted(str(p).rstrip("/") + "/" for p in [*cfg.allowed, cfg.work / "tmp"])
+    caches = engine.run_locked(
+        cfg,
+        [],
+        lambda con: con.execute(
+            "SELECT name, value FROM duckdb_settings() "
+            "WHERE name IN ('enable_external_file_cache', 'parquet_metadata_cache')"
+        ).fetchall(),
+    )
+    assert all(value == "false" for _, value in caches)  # nothing read by one call is kept for the next
+
+
+def test_the_lockdown_holds_on_a_reused_database(cfg: engine.EngineConfig, tmp_path: Path) -> None:
+    outside = tmp_path / "outside.csv"
+    outside.write_text("secret\n1\n")
+    opened = POOL.opened
+    lockdown_checks(cfg, outside)  # first use
+    engine.run_locked(cfg, [source(cfg)], lambda con: con.execute("SELECT count(*) FROM a").fetchall())
+    lockdown_checks(cfg, outside)  # second and later uses
+    assert POOL.opened == opened + 1 and not outside.with_name("outside.csv.out").exists()
+
+
+def test_a_database_with_another_database_attached_is_discarded(cfg: engine.EngineConfig) -> None:
+    engine.run_locked(cfg, [], lambda con: None)
+    opened = POOL.opened
+    # check_sql refuses ATTACH; this stands for a statement that slipped past it.
+    engine.run_locked(cfg, [], lambda con: con.execute("ATTACH ':memory:' AS other"))
+    assert POOL.idle(cfg.lockdown()) == 0
+    names = engine.run_locked(
+        cfg, [], lambda con: con.execute("SELECT database_name FROM duckdb_databases()").fetchall()
+    )
+    assert ("other",) not in names and POOL.opened == opened + 1
+
+
+def test_idle_databases_are_bounded_per_lockdown_and_in_lockdowns(cfg: engine.EngineConfig) -> None:
+    pool = ConnectionPool(max_lockdowns=1)
+    first = cfg.lockdown()
+    leases = [pool.lease(first, keep=2) for _ in range(3)]
+    for lease in leases:
+        with lease:
+            pass
+    assert pool.idle(first) == 2 and pool.opened == 3
+    other = cfg.lockdown(threads=2)
+    with pool.lease(other, keep=2):
+        pass
+    assert pool.idle(first) == 0 and pool.idle(other) == 1
+    pool.clear()
+    assert pool.idle(other) == 0
+
+
+CSVS = {
+    "plain.csv": "a,b,c\n1,x,2.5\n2,y,3.5\n",
+    "quoted.csv": 'id,text,n\n1,"hello, world",3\n2,"say ""hi""",4\n',
+    "semicolon.csv": "a;b;c\n1;2,5;x\n2;3,5;y\n",
+    "tabs.tsv": "a\tb\n1\thello world\n2\tbye\n",
+    "pipes.txt": "a|b\n1|2\n3|4\n",
+    "no_header.csv": "1,2,3\n4,5,6\n",
+    "comments.csv": "# a comment\na,b\n1,2\n# another\n3,4\n",
+    "preamble.csv": "report generated today\n\na,b,c\n1,2,3\n4,5,6\n",
+    "backslash.csv": 'a,b\n1,"x \\" y"\n2,"z"\n',
+    "crlf.csv": "a,b\r\n1,2\r\n3,4\r\n",
+    "nulls.csv": "a,b\n,N/A\nNULL,null\n1,x\n",
+    "dates.csv": "d,t\n02/01/2024,2024-01-02 10:11:12\n15/03/2024,2024-02-03 01:02:03\n",
+    "ragged.csv": "a,b,c\n1,2\n3,4,5\n",
+    "newline_in_quotes.csv": 'a,b\n1,"line1\nline2"\n2,"ok"\n',
+    "header_only.csv": "a,b,c\n",
+    "empty.csv": "",
+}
+
+
+@pytest.mark.parametrize("name", sorted(CSVS))
+@pytest.mark.parametrize("sample_size", [None, 2])
+def test_a_view_with_the_sniffed_dialect_reads_what_the_sniffer_reads(
+    cfg: engine.EngineConfig, name: str, sample_size: int | None
+) -> None:
+    path = cfg.roots[0] / name
+    path.write_text(CSVS[name], newline="")
+    src = engine.make_source("t", str(path), [path])
+
+    def both(con: duckdb.DuckDBPyConnection) -> tuple[object, object, str]:
+        def read(table: str) -> object:
+            try:
+                rel = con.execute(f"SELECT * FROM {table}")
+                return [d[0] for d in rel.description or []], [str(d[1]) for d in rel.description or []], rel.fetchall()
+            except duckdb.Error as exc:
+                return type(exc).__name__, str(exc).splitlines()[0]
+
+        bound = src.bound_sql(con, sample_size)
+        return read(src.sql(sample_size)), read(bound), bound
+
+    auto, bound, text = engine.run_locked(cfg, [], lambda con: both(con))
+    assert "delim = " in text
+    assert bound == auto
+
+
+def test_the_sniffed_dialect_follows_the_file(cfg: engine.EngineConfig) -> None:
+    path = cfg.roots[0] / "changing.csv"
+    path.write_text("a,b\n1,2\n")
+    src = engine.make_source("changing", str(path), [path])
+    rows = engine.run_locked(cfg, [src], lambda con: con.execute("SELECT * FROM changing").fetchall())
+    assert rows == [(1, 2)]
+    path.write_text("a;b;c\n1;2;3\n4;5;6\n")  # another size: another file version, sniffed again
+    rows = engine.run_locked(cfg, [src], lambda con: con.execute("SELECT * FROM changing").fetchall())
+    assert rows == [(1, 2, 3), (4, 5, 6)]
