@@ -257,8 +257,8 @@ async def _cpu_per_operation(
     url: str, pid: int, clients: int, scenarios: list[tuple[str, str, Args]], seconds: float
 ) -> dict[str, dict[str, float]]:
     """Every client calls one operation alone for `seconds` (closed loop), on sessions opened before the
-    clock starts; the server's CPU over that phase divided by its calls. The queue's backlog is embedded
-    first, so each phase's CPU is its own (a write's includes embedding its vectors meanwhile)."""
+    clock starts; the server's CPU over that phase and the draining of what it queued, divided by its
+    calls (so a write's includes embedding its vectors)."""
     headers = {"Authorization": f"Bearer {KEY}"}
     out: dict[str, dict[str, float]] = {}
     async with contextlib.AsyncExitStack() as stack:
@@ -269,12 +269,12 @@ async def _cpu_per_operation(
             session = await stack.enter_async_context(ClientSession(read, write))
             await session.initialize()
             sessions.append(session)
+        await _drain(url)
         for name, _, make in scenarios:
-            async with httpx.AsyncClient(base_url=url, headers=headers) as c:
-                await c.post("/api/v1/embeddings/wait", json={"timeout_seconds": 600}, timeout=700)
             until = time.monotonic() + seconds
             before = server_cpu_seconds(pid)
             counts = await asyncio.gather(*(_call_until(s, name, make, w, until) for w, s in enumerate(sessions)))
+            await _drain(url)  # the vectors this phase queued are part of its cost
             calls, errors = sum(c for c, _ in counts), sum(e for _, e in counts)
             out[name] = {
                 "calls": calls,
@@ -282,6 +282,16 @@ async def _cpu_per_operation(
                 "errors": errors,
             }
     return out
+
+
+async def _drain(url: str) -> tuple[int, float]:
+    """The embedding queue's depth, then the seconds `wait_for_embeddings` takes to empty it."""
+    async with httpx2.AsyncClient(base_url=url, headers={"Authorization": f"Bearer {KEY}"}, timeout=900) as http:
+        health = (await http.get("/api/v1/resources/health")).json()
+        started = time.monotonic()
+        answer = await http.post("/api/v1/embeddings/wait", json={"timeout_seconds": 600})
+        answer.raise_for_status()
+        return int(health["embedding_queue"]["depth"]), time.monotonic() - started
 
 
 async def one_round(
@@ -324,6 +334,10 @@ async def one_round(
         sampler.cancel()
         rss = server_rss_mb(proc.pid)
         rss_samples.append((elapsed, rss))
+        # What the round left to the embedding queue (its workers give way to calls): drained at once
+        # and timed, so the figures can count it.
+        backlog, drain_s = await _drain(url)
+        cpu_drain = server_cpu_seconds(proc.pid) - cpu_before - cpu_mixed
         cpu_per_op: dict[str, dict[str, float]] = {}
         if cpu_seconds > 0:
             cpu_per_op = await _cpu_per_operation(url, proc.pid, clients, scenarios, cpu_seconds)
@@ -344,6 +358,10 @@ async def one_round(
         "rss_mb": rss,
         "workers": workers,
         "cpu_ms_per_call": cpu_mixed * 1000 / max(total, 1),
+        "backlog": backlog,
+        "drain_s": drain_s,
+        "throughput_with_drain": total / (elapsed + drain_s),
+        "cpu_ms_per_call_with_drain": (cpu_mixed + cpu_drain) * 1000 / max(total, 1),
         "generator_cpu_ms_per_call": cpu_generator * 1000 / max(total, 1),
         "cpu_per_op": cpu_per_op,
         "scenarios": [s[0] for s in scenarios],
@@ -373,6 +391,11 @@ def markdown(first: dict[str, Any], second: dict[str, Any] | None) -> str:
         f"server CPU {first['cpu_ms_per_call']:.1f} ms per call (the load generator's own: "
         f"{first['generator_cpu_ms_per_call']:.1f} ms per call)",
         "",
+        f"The round left {first['backlog']} rows in the embedding queue (its workers give way to calls, at most "
+        f"`CAIRN_EMBEDDING_QUEUE_DEFER_SECONDS` behind); draining them took {first['drain_s']:.1f} s. Counting "
+        f"that time: {first['throughput_with_drain']:.1f} calls/s, server CPU "
+        f"{first['cpu_ms_per_call_with_drain']:.1f} ms per call.",
+        "",
         _rss_line(first),
         "",
         "| operation | calls | p50 ms | p95 ms | p99 ms | errors |",
@@ -386,8 +409,8 @@ def markdown(first: dict[str, Any], second: dict[str, Any] | None) -> str:
         lines += [
             "",
             "Server CPU per call, per operation: after the mixed round, every client calls one operation alone "
-            "for a few seconds (closed loop, sessions already open, the queue drained before each); the "
-            "server's CPU over that phase divided by its calls (a write's includes embedding its vectors).",
+            "for a few seconds (closed loop, sessions already open); the server's CPU over that phase and the "
+            "draining of the vectors it queued, divided by its calls (a write's includes embedding its vectors).",
             "",
             "| operation | calls | server CPU ms per call | errors |",
             "| --- | ---: | ---: | ---: |",
@@ -401,7 +424,8 @@ def markdown(first: dict[str, Any], second: dict[str, Any] | None) -> str:
             f"{second['throughput']:.1f} calls/s, errors {second['errors']}, server RSS "
             f"{second['rss_mb']:.0f} MiB (round 1: {first['rss_mb']:.0f} MiB; ratio "
             f"{second['rss_mb'] / first['rss_mb']:.2f} for {second['duration'] / first['duration']:.1f}x "
-            "the duration)",
+            f"the duration); it left {second['backlog']} rows in the embedding queue, drained in "
+            f"{second['drain_s']:.1f} s: {second['throughput_with_drain']:.1f} calls/s counting that time",
             "",
             _rss_line(second),
         ]
