@@ -8,6 +8,7 @@ class built from the column names (`into=`), or SQLAlchemy `RowMapping`s — nev
 from __future__ import annotations
 
 import functools
+import json
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -227,11 +228,24 @@ class AuditRepository(Repository):
     """The audit log of write-scope and destructive calls."""
 
     async def add(self, entry: AuditEntry) -> None:
-        """Append one entry (in the caller's transaction), as one INSERT without the ORM's flush."""
-        columns = ("key_id", "key_name", "operation", "transport", "project", "outcome", "error_code", "counts")
-        values = {c: getattr(entry, c) for c in columns}
-        values["request_id"] = entry.request_id
-        await self.session.execute(insert(AuditEntry).values(**values))
+        """Append one entry (in the caller's transaction), as one plain INSERT: it runs on every write
+        call, and the ORM's insert construct cost more than the statement itself."""
+        await self.execute(
+            "INSERT INTO audit_log (key_id, key_name, operation, transport, project, outcome, error_code, counts, "
+            "request_id) VALUES (:key_id, :key_name, :operation, :transport, :project, :outcome, :error_code, "
+            "CAST(:counts AS jsonb), :request_id)",
+            {
+                "key_id": entry.key_id,
+                "key_name": entry.key_name,
+                "operation": entry.operation,
+                "transport": entry.transport,
+                "project": entry.project,
+                "outcome": entry.outcome,
+                "error_code": entry.error_code,
+                "counts": json.dumps(entry.counts or {}),
+                "request_id": entry.request_id,
+            },
+        )
 
     async def page(
         self,

@@ -39,43 +39,56 @@ class GraphRepository(Repository):
     # ---- entities ---------------------------------------------------------------------------
 
     async def insert_entities(
-        self, project_id: uuid.UUID, rows: list[tuple[str, str, str]], obs_texts: Sequence[str] | None = None
+        self, project_id: uuid.UUID, rows: list[tuple[str, str, str]], observations: Sequence[Sequence[str]]
     ) -> list[EntityRow]:
-        """Insert (name, type, status) rows in the given order; existing names are left alone.
+        """Insert (name, type, status) rows in the given order, each with its observations (distinct
+        texts, in order); existing names are left alone, observations included. One statement.
 
-        `obs_texts` (one per row) is the searchable observation text the new rows start with: what
-        `refresh_text` would make of the observations inserted next, so that a new entity is written
-        once (its text and search indexes) instead of inserted and then updated.
+        A new entity is written once, its searchable observation text included (`obs_text`, what
+        `refresh_text` would make of those observations), instead of inserted and then updated.
 
         Concurrent inserts of overlapping names first take per-name advisory locks in one global
         order, so they queue instead of deadlocking, and ids still follow the caller's order."""
         if not rows:
             return []
-        await self.session.execute(
-            text(
-                """SELECT pg_advisory_xact_lock(:cls, k) FROM (
-                   SELECT DISTINCT hashtext(CAST(:pid AS text) || '/' || n) AS k
-                   FROM unnest(CAST(:names AS text[])) AS u(n) ORDER BY k) s"""
-            ),
-            {"cls": ADVISORY_CLASS, "pid": str(project_id), "names": [r[0] for r in rows]},
-        )
         result = await self.rows(
-            """INSERT INTO graph_entities (project_id, name, entity_type, status, obs_text)
-               SELECT :pid, n, t, s, o FROM unnest(CAST(:names AS text[]), CAST(:types AS text[]),
-                                                   CAST(:statuses AS text[]), CAST(:obs AS text[]))
-                                            WITH ORDINALITY AS u(n, t, s, o, i)
-               ORDER BY i
-               ON CONFLICT (project_id, name) DO NOTHING
-               RETURNING id, name, entity_type, status""",
+            # `locks` is aggregated in full before `ins` yields its first row, so every lock is held
+            # before anything is inserted; data-modifying CTEs run once, to completion.
+            """WITH locks AS MATERIALIZED (
+                   SELECT count(pg_advisory_xact_lock(:cls, k)) AS held FROM (
+                       SELECT DISTINCT hashtext(CAST(:pid_text AS text) || '/' || n) AS k
+                       FROM unnest(CAST(:names AS text[])) AS u(n) ORDER BY k) s),
+               ins AS (
+                   INSERT INTO graph_entities (project_id, name, entity_type, status, obs_text)
+                   SELECT :pid, n, t, s, o FROM locks, unnest(CAST(:names AS text[]), CAST(:types AS text[]),
+                                                              CAST(:statuses AS text[]), CAST(:obs AS text[]))
+                                                       WITH ORDINALITY AS u(n, t, s, o, i)
+                   WHERE locks.held >= 0
+                   ORDER BY i
+                   ON CONFLICT (project_id, name) DO NOTHING
+                   RETURNING id, name, entity_type, status),
+               added AS (
+                   INSERT INTO graph_observations (entity_id, content, kind)
+                   SELECT ins.id, x.c, 'generic'
+                   FROM unnest(CAST(:obs_names AS text[]), CAST(:obs_texts AS text[])) WITH ORDINALITY AS x(n, c, i)
+                   JOIN ins ON ins.name = x.n
+                   ORDER BY x.i
+                   ON CONFLICT (entity_id, md5(content)) WHERE superseded_at IS NULL DO NOTHING)
+               SELECT id, name, entity_type, status FROM ins""",
             {
+                "cls": ADVISORY_CLASS,
                 "pid": project_id,
+                "pid_text": str(project_id),
                 "names": [r[0] for r in rows],
                 "types": [r[1] for r in rows],
                 "statuses": [r[2] for r in rows],
-                "obs": list(obs_texts) if obs_texts is not None else [""] * len(rows),
+                "obs": [self.obs_text(o) for o in observations],
+                "obs_names": [r[0] for r, obs in zip(rows, observations, strict=True) for _ in obs],
+                "obs_texts": [o for obs in observations for o in obs],
             },
         )
-        return [EntityRow(**r) for r in result]
+        by_name = {r["name"]: EntityRow(**r) for r in result}
+        return [by_name[r[0]] for r in rows if r[0] in by_name]
 
     async def get_entities(self, project_id: uuid.UUID, names: Sequence[str], *, lock: bool = False) -> list[EntityRow]:
         """Entities by name (locked in id order when `lock`, so concurrent writers queue up)."""
@@ -229,32 +242,47 @@ class GraphRepository(Repository):
 
     # ---- relations --------------------------------------------------------------------------
 
-    async def insert_relations(
-        self, project_id: uuid.UUID, rows: list[tuple[int, int, str, str | None]]
-    ) -> list[tuple[int, int, str]]:
-        """Insert relations (ended ones are revived); returns the (from, to, type) that were new or revived."""
+    async def insert_relations_by_name(
+        self, project_id: uuid.UUID, rows: list[tuple[str, str, str, str | None]]
+    ) -> tuple[set[str], list[tuple[str, str, str]]]:
+        """Insert relations given by entity names (from, to, type, context; distinct keys), one
+        statement; ended ones are revived. Returns the names that exist in the project and the
+        (from, to, type) that were new or revived. Pairs naming a missing entity are left out (the
+        caller refuses the call, which rolls back the others)."""
         if not rows:
-            return []
-        rows = sorted(rows, key=lambda r: (r[0], r[1], r[2]))
-        result = await self.rows(
-            """INSERT INTO graph_relations (project_id, from_entity, to_entity, relation_type, context)
-               SELECT :pid, f, t, r, c FROM unnest(CAST(:f AS bigint[]), CAST(:t AS bigint[]), CAST(:r AS text[]),
-                                                   CAST(:c AS text[])) AS u(f, t, r, c)
-               ORDER BY f, t, r
-               ON CONFLICT (from_entity, to_entity, relation_type) DO UPDATE
-                   SET active = true, ended_at = NULL,
-                       context = COALESCE(EXCLUDED.context, graph_relations.context)
-                   WHERE graph_relations.active = false
-               RETURNING from_entity, to_entity, relation_type""",
+            return set(), []
+        found = await self.rows(
+            """WITH e AS (
+                   SELECT id, name FROM graph_entities
+                   WHERE project_id = :pid AND name = ANY(CAST(:names AS text[]))),
+               ins AS (
+                   INSERT INTO graph_relations (project_id, from_entity, to_entity, relation_type, context)
+                   SELECT :pid, f.id, t.id, u.r, u.c
+                   FROM unnest(CAST(:f AS text[]), CAST(:t AS text[]), CAST(:r AS text[]), CAST(:c AS text[]))
+                        AS u(fn, tn, r, c)
+                   JOIN e f ON f.name = u.fn JOIN e t ON t.name = u.tn
+                   ORDER BY f.id, t.id, u.r
+                   ON CONFLICT (from_entity, to_entity, relation_type) DO UPDATE
+                       SET active = true, ended_at = NULL,
+                           context = COALESCE(EXCLUDED.context, graph_relations.context)
+                       WHERE graph_relations.active = false
+                   RETURNING from_entity, to_entity, relation_type)
+               SELECT e.name, NULL AS from_name, NULL AS to_name, NULL AS relation_type FROM e
+               UNION ALL
+               SELECT NULL, f.name, t.name, ins.relation_type
+               FROM ins JOIN e f ON f.id = ins.from_entity JOIN e t ON t.id = ins.to_entity""",
             {
                 "pid": project_id,
+                "names": sorted({n for r in rows for n in r[:2]}),
                 "f": [r[0] for r in rows],
                 "t": [r[1] for r in rows],
                 "r": [r[2] for r in rows],
                 "c": [r[3] for r in rows],
             },
         )
-        return [(int(r["from_entity"]), int(r["to_entity"]), str(r["relation_type"])) for r in result]
+        names = {str(r["name"]) for r in found if r["name"] is not None}
+        made = [(str(r["from_name"]), str(r["to_name"]), str(r["relation_type"])) for r in found if r["name"] is None]
+        return names, made
 
     async def delete_relations(self, rows: list[tuple[int, int, str]]) -> int:
         """Delete relations by (from, to, type); returns how many went."""

@@ -100,16 +100,12 @@ async def create_entities(ctx: CallContext, args: CreateEntitiesIn) -> CreateEnt
     first: dict[str, Any] = {}
     for e in args.entities:
         first.setdefault(e.name, e)
-    # A new entity's observations are all inserted, in this order (ids follow it): its text is known
-    # before the insert, so it needs no refresh afterwards.
     created = await repo.insert_entities(
         pid,
         [(e.name, e.entityType, e.status) for e in first.values()],
-        [repo.obs_text(_unique(e.observations)) for e in first.values()],
+        [_unique(e.observations) for e in first.values()],
     )
     by_name = {r.name: r for r in created}
-    pairs = [(by_name[n].id, o) for n, e in first.items() if n in by_name for o in _unique(e.observations)]
-    await repo.insert_observations(pairs, "generic")
     await enqueue(ctx, ENTITY_TARGET, [r.id for r in created])
     out = [
         EntityOut(name=n, entityType=e.entityType, observations=_unique(e.observations))
@@ -125,12 +121,14 @@ async def create_relations(ctx: CallContext, args: CreateRelationsIn) -> CreateR
     pid = await project_id(ctx, args.project, create=True)
     assert pid is not None
     repo = GraphRepository(ctx.session)
-    names = _unique([n for r in args.relations for n in (r.from_entity, r.to_entity)])
-    ents = require(await repo.get_entities(pid, names), names)
-    rows: dict[tuple[int, int, str], Any] = {}
+    rows: dict[tuple[str, str, str], Any] = {}
     for r in args.relations:
-        rows.setdefault((ents[r.from_entity].id, ents[r.to_entity].id, r.relationType), r)
-    created = set(await repo.insert_relations(pid, [(*k, v.context) for k, v in rows.items()]))
+        rows.setdefault((r.from_entity, r.to_entity, r.relationType), r)
+    found, inserted = await repo.insert_relations_by_name(pid, [(*k, v.context) for k, v in rows.items()])
+    for name in _unique([n for r in args.relations for n in (r.from_entity, r.to_entity)]):
+        if name not in found:
+            raise not_found(name)  # the executor rolls back what the statement inserted
+    created = set(inserted)
     made: list[RelationOut] = []
     skipped: list[RelationOut] = []
     for key, r in rows.items():
