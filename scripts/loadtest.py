@@ -429,8 +429,9 @@ def markdown(first: dict[str, Any], second: dict[str, Any] | None) -> str:
             "",
             _rss_line(second),
         ]
-    if first["error_samples"]:
-        lines += ["", "Error samples: " + "; ".join(f"{k}: {v}" for k, v in first["error_samples"].items())]
+    for label, run in (("round 1", first), ("round 2", second)):
+        if run is not None and run["error_samples"]:
+            lines += ["", f"Error samples, {label}: " + "; ".join(f"{k}: {v}" for k, v in run["error_samples"].items())]
     return "\n".join(lines) + "\n"
 
 
