@@ -14,26 +14,33 @@ from typing import Any, TypeVar
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from fastapi_offline import FastAPIOffline
-from mcp.server.transport_security import TransportSecuritySettings
 from uvicorn.config import STARTUP_FAILURE
 
 from app import __version__
 from app.core import metrics, migrations
-from app.core.auth import KeyStore, OpenModeGuard, bearer_principal, open_mode_caller, parse_static_keys
+from app.core.auth import (
+    KeyStore,
+    OpenModeGuard,
+    bearer_principal,
+    hash_key,
+    open_mode_caller,
+    parse_static_keys,
+)
 from app.core.config import Settings, get_settings
 from app.core.context import AppState
 from app.core.db import Database
 from app.core.embedding_queue import EmbeddingQueue
-from app.core.errors import CairnError, NotFound, TooLarge
+from app.core.errors import CairnError, NotFound
 from app.core.feature import Feature, build_registry, build_settings
-from app.core.logs import configure_logging, request_id_var
+from app.core.http_front import HttpFront, error_response, multipart_paths, sdk_transport_security, send_error
+from app.core.logs import configure_logging
 from app.core.mcp_adapter import build_mcp
 from app.core.operations import ops as core_ops
 from app.core.pgembedded import EmbeddedPostgres, start_embedded
-from app.core.ratelimit import JobSlots, RateLimiter
+from app.core.ratelimit import FailureLimiter, JobSlots, RateLimiter, StreamSlots
 from app.core.registry import OperationSet
 from app.core.repository import EmbeddingModelRepository
-from app.core.rest_adapter import build_router, install_openapi, new_request_id
+from app.core.rest_adapter import authenticate, build_router, install_openapi
 from app.core.runtime import make_embedder, run_blocking
 from app.core.toolsets import MCP_PATH, Catalog, Selection, ToolsetRouter
 from app.core.toolsets import parse as parse_toolsets
@@ -95,43 +102,6 @@ def _prepare(settings: Settings, features: list[str], url: str, pg: EmbeddedPost
     return Bootstrap(url=url, pg=pg, open_mode=open_mode)
 
 
-class RequestIdMiddleware:
-    """Gives every HTTP request an id: the client's `X-Request-ID` (first 64 characters) or a new one.
-
-    The id is set in `request_id_var` (logs, the executor) and in the request state
-    (`request.state.request_id`), and sent back in the `X-Request-ID` response header. Pure ASGI: no
-    extra task or response wrapper per request, unlike Starlette's `BaseHTTPMiddleware`."""
-
-    def __init__(self, app: Any) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        rid = ""
-        for name, value in scope.get("headers") or ():
-            if name == b"x-request-id":
-                rid = value.decode("latin-1")[:64]
-                break
-        rid = rid or new_request_id()
-        scope.setdefault("state", {})["request_id"] = rid
-        header = (b"x-request-id", rid.encode("latin-1"))
-
-        async def send_with_id(message: Any) -> None:
-            if message["type"] == "http.response.start":
-                headers = [h for h in message.get("headers") or () if h[0].lower() != b"x-request-id"]
-                headers.append(header)
-                message = {**message, "headers": headers}
-            await send(message)
-
-        token = request_id_var.set(rid)
-        try:
-            await self.app(scope, receive, send_with_id)
-        finally:
-            request_id_var.reset(token)
-
-
 class OpenModeLock:
     """In front of `/mcp` on a server that started without keys: once a key exists (`OpenModeGuard`),
     a request without a valid one is refused (4010), and a valid one's principal is handed to the
@@ -148,7 +118,7 @@ class OpenModeLock:
         try:
             principal = await bearer_principal(self.guard.store, header, None)
         except CairnError as err:
-            await _send_error(send, err)
+            await send_error(send, err)
             return
         token = open_mode_caller.set(principal)
         try:
@@ -160,66 +130,54 @@ class OpenModeLock:
 class McpFastPath:
     """Sends `/mcp` and `/mcp/...` requests straight to the MCP app (the `ToolsetRouter`). The app is
     also mounted at `/` for the SDK's other paths, but a mount is only tried after every REST route,
-    and trying them all was a measurable share of a trivial MCP call."""
+    and trying them all was a measurable share of a trivial MCP call.
 
-    def __init__(self, app: Any, mcp: Any) -> None:
+    Before the SDK sees a request it refuses (4290) a client locked out of key lookups by failed
+    authentications (the SDK would turn the limit's error into a 500), and it caps the open
+    `GET /mcp` event streams per key (`CAIRN_MAX_SSE_STREAMS_PER_KEY`)."""
+
+    def __init__(self, app: Any, mcp: Any, store: KeyStore | None, streams: StreamSlots) -> None:
         self.app = app
         self.mcp = mcp
+        self.store = store
+        self.streams = streams
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         path = scope.get("path", "")
-        if scope["type"] == "http" and (path == MCP_PATH or path.startswith(MCP_PATH + "/")):
+        if scope["type"] != "http" or not (path == MCP_PATH or path.startswith(MCP_PATH + "/")):
+            await self.app(scope, receive, send)
+            return
+        store = self.store
+        client = scope.get("client")
+        if store is not None and store.failures is not None and client:
+            if store.failures.retry_after(client[0]) is not None:
+                err = store.refusal(_bearer(scope))
+                if err is not None:
+                    await send_error(send, err)
+                    return
+        if scope["method"] != "GET":
             await self.mcp(scope, receive, send)
-        else:
-            await self.app(scope, receive, send)
-
-
-class BodyLimitMiddleware:
-    """Answers 413 with the error body when a request body exceeds the configured size."""
-
-    def __init__(self, app: Any, limit: int, exempt: tuple[str, ...] = ()) -> None:
-        self.app = app
-        self.limit = limit
-        self.exempt = exempt
-
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] != "http" or scope["path"].startswith(self.exempt):
-            await self.app(scope, receive, send)
             return
-        declared = dict(scope.get("headers") or []).get(b"content-length")
-        if declared is not None and declared.isdigit() and int(declared) > self.limit:
-            await _send_error(send, TooLarge(f"Request body exceeds {self.limit} bytes"))
-            return
-        seen = 0
-
-        async def limited_receive() -> Any:
-            nonlocal seen
-            message = await receive()
-            if message["type"] == "http.request":
-                seen += len(message.get("body", b""))
-                if seen > self.limit:
-                    raise _BodyTooLarge
-            return message
-
+        token = _bearer(scope)
+        key = hash_key(token)[:16] if token else "anonymous"
         try:
-            await self.app(scope, limited_receive, send)
-        except _BodyTooLarge:
-            await _send_error(send, TooLarge(f"Request body exceeds {self.limit} bytes"))
+            self.streams.acquire(key)
+        except CairnError as err:
+            await send_error(send, err)
+            return
+        try:
+            await self.mcp(scope, receive, send)
+        finally:
+            self.streams.release(key)
 
 
-class _BodyTooLarge(Exception):
-    pass
-
-
-async def _send_error(send: Any, err: CairnError) -> None:
-    response = error_response(err)
-    await send({"type": "http.response.start", "status": response.status_code, "headers": response.raw_headers})
-    await send({"type": "http.response.body", "body": response.body})
-
-
-def error_response(err: CairnError) -> JSONResponse:
-    """The REST response for an error."""
-    return JSONResponse(err.body(), status_code=err.status, headers=err.headers)
+def _bearer(scope: Any) -> str:
+    """The token of the request's `Authorization: Bearer` header ("" without one)."""
+    for name, value in scope.get("headers") or ():
+        if name == b"authorization":
+            text = value.decode("latin-1")
+            return text[7:].strip() if text[:7].lower() == "bearer " else ""
+    return ""
 
 
 def create_worker_app() -> FastAPI:
@@ -245,6 +203,7 @@ class Assembly:
     store: KeyStore | None
     catalog: Catalog
     mcp: Any
+    failures: FailureLimiter
 
     @property
     def names(self) -> list[str]:
@@ -285,10 +244,15 @@ def assemble(settings: Settings, extra: list[OperationSet] | None = None, *, loc
     queue = state.queue = EmbeddingQueue(
         db, state.embedder, [t for f in features for t in f.embedding_targets], settings
     )
-    store = None if boot.open_mode else KeyStore(db, parse_static_keys(settings.api_keys), settings.key_cache_seconds)
+    failures = FailureLimiter(settings.auth_failure_limit)
+    store = (
+        None
+        if boot.open_mode
+        else KeyStore(db, parse_static_keys(settings.api_keys), settings.key_cache_seconds, failures)
+    )
     catalog = state.catalog = Catalog(registry, settings.mcp_toolsets)
     mcp = build_mcp(state, store, catalog)
-    return Assembly(settings, boot, features, state, queue, store, catalog, mcp)
+    return Assembly(settings, boot, features, state, queue, store, catalog, mcp, failures)
 
 
 @asynccontextmanager
@@ -380,11 +344,7 @@ def create_app(settings: Settings | None = None, extra: list[OperationSet] | Non
             json_response=json_response,
             host=settings.host,
             max_request_body_size=settings.max_body_bytes,
-            transport_security=TransportSecuritySettings(
-                enable_dns_rebinding_protection=True,
-                allowed_hosts=settings.effective_allowed_hosts(),
-                allowed_origins=settings.effective_allowed_origins(),
-            ),
+            transport_security=sdk_transport_security(settings),
         )
 
     # `auto`: the same server twice, answering with SSE streams and with single JSON bodies; the
@@ -418,13 +378,15 @@ def create_app(settings: Settings | None = None, extra: list[OperationSet] | Non
     app.state.key_store = store
     app.state.mcp = mcp
 
-    mcp_router: Any = ToolsetRouter(mcp_app, asm.catalog, _send_error, json_app=mcp_json_app)
-    app.state.open_guard = None
+    mcp_router: Any = ToolsetRouter(mcp_app, asm.catalog, send_error, json_app=mcp_json_app)
+    guard: OpenModeGuard | None = None
     if boot.open_mode:  # a key created later locks this server at once (REST and MCP)
-        guard = app.state.open_guard = OpenModeGuard(KeyStore(db, [], settings.key_cache_seconds))
+        guard = OpenModeGuard(KeyStore(db, [], settings.key_cache_seconds, asm.failures))
         mcp_router = OpenModeLock(mcp_router, guard)
-    app.add_middleware(McpFastPath, mcp=mcp_router)  # innermost: request ids and the body limit still apply
-    app.add_middleware(RequestIdMiddleware)
+    app.state.open_guard = guard
+    streams = app.state.mcp_streams = StreamSlots(settings.max_sse_streams_per_key)
+    # innermost: the HttpFront's request ids, browser checks and body limit still apply
+    app.add_middleware(McpFastPath, mcp=mcp_router, store=store, streams=streams)
 
     @app.exception_handler(CairnError)
     async def cairn_error(request: Request, exc: CairnError) -> JSONResponse:
@@ -458,7 +420,8 @@ def create_app(settings: Settings | None = None, extra: list[OperationSet] | Non
         )
 
     @app.get("/metrics", include_in_schema=False)
-    async def prometheus() -> Response:
+    async def prometheus(request: Request) -> Response:
+        await authenticate(request)  # any valid key when keys exist; open mode serves loopback only
         with contextlib.suppress(Exception):
             await queue.stats()  # refreshes the queue gauges
         body, ctype = metrics.render(db.pool_status())
@@ -497,7 +460,13 @@ def create_app(settings: Settings | None = None, extra: list[OperationSet] | Non
             )
 
     install_openapi(app, state)
-    exempt = tuple(prefix for feature in features for prefix in feature.own_body_limit)
-    app.add_middleware(BodyLimitMiddleware, limit=settings.max_body_bytes, exempt=exempt)
+    app.add_middleware(
+        HttpFront,
+        settings=settings,
+        exempt=tuple(prefix for feature in features for prefix in feature.own_body_limit),
+        multipart=multipart_paths(router for feature in features for router in feature.routers),
+        open_guard=guard,
+        open_mode=boot.open_mode,
+    )
     app.mount("/", mcp_router)
     return app

@@ -24,6 +24,9 @@ class AnalysisSettings(BaseSettings):
     finding_ttl_seconds: float = 3600.0
     sweep_interval_seconds: float = 0.0
     max_response_tokens: int = Field(default=6000, ge=200, le=100_000)
+    # Caps on what one upstream response may hold: its body once decompressed, and items in one page.
+    max_upstream_bytes: int = Field(default=16 * 1024 * 1024, ge=1024)
+    max_page_items: int = Field(default=10_000, ge=1)
 
 
 def get_analysis_settings() -> AnalysisSettings:

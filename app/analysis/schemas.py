@@ -17,6 +17,8 @@ from app.core.schemas import (
 ANALYSIS_ID = r"^[A-Za-z0-9][A-Za-z0-9_.:\-]{0,127}$"
 MODEL_NAME = r"^[a-zA-Z_][a-zA-Z0-9_]{0,63}$"
 CATEGORY = r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$"
+# user_id travels as an HTTP header value: printable ASCII, no space at either end.
+USER_ID = r"^[\x21-\x7E]([\x20-\x7E]*[\x21-\x7E])?$"
 
 Scalar = str | int | float | bool | None
 
@@ -49,7 +51,11 @@ class IngestIn(_Session):
     ingest_all: bool = Field(default=False, description="Follow pagination, up to 50 pages per call")
     resume: bool = Field(default=False, description="Continue where the previous identical ingest stopped")
     user_id: str | None = Field(
-        default=None, min_length=1, max_length=200, description="Impersonate this upstream user (admin scope only)"
+        default=None,
+        min_length=1,
+        max_length=200,
+        pattern=USER_ID,
+        description="Impersonate this upstream user (admin scope only; printable ASCII, sent as a header)",
     )
 
     @model_validator(mode="after")
@@ -190,7 +196,11 @@ class ActIn(_Session):
     attributes: dict[str, Any] | None = Field(default=None, description="update: applied to every match")
     dry_run: bool = Field(default=False, description="Report the scope without calling the upstream")
     user_id: str | None = Field(
-        default=None, min_length=1, max_length=200, description="Impersonate this upstream user (admin scope only)"
+        default=None,
+        min_length=1,
+        max_length=200,
+        pattern=USER_ID,
+        description="Impersonate this upstream user (admin scope only; printable ASCII, sent as a header)",
     )
 
 

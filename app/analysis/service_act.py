@@ -6,14 +6,13 @@ import asyncio
 import logging
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import quote
 
 from app.analysis.config import get_analysis_settings
 from app.analysis.registry import load_registry
 from app.analysis.repository import AnalysisRepository
 from app.analysis.schemas import ActError, ActIn, ActOut, ActSummary, IngestedRange
 from app.analysis.service import bounded_rows, check_impersonation, project_for_read, with_tokens
-from app.analysis.upstream import UpstreamClient, UpstreamFailure
+from app.analysis.upstream import UpstreamClient, UpstreamFailure, path_segment
 from app.analysis.validation import field_name, parse_where
 from app.core.context import CallContext
 from app.core.errors import NotFound, invalid_field
@@ -128,6 +127,17 @@ async def act(ctx: CallContext, args: ActIn) -> ActOut:
     )
 
 
+def _judged(args: ActIn, record_id: str, data: dict[str, Any], attributes: dict[str, Any], response: Any) -> Outcome:
+    """The outcome of one record from the upstream's answer."""
+    code = response.status_code
+    if 200 <= code < 300:
+        same = args.action == "update" and all(data.get(k) == v for k, v in attributes.items())
+        return Outcome(record_id, ok=True, already=same, status_code=code)
+    if args.action == "delete" and code in (404, 410):
+        return Outcome(record_id, ok=True, already=True, status_code=code)
+    return Outcome(record_id, ok=False, status_code=code, message=_error_text(response))
+
+
 def _error_text(response: Any) -> str:
     try:
         body = response.json()
@@ -158,25 +168,24 @@ async def _run(
     async with UpstreamClient(rm.upstream_name, rm.upstream, user_id=args.user_id) as client:
 
         async def one(record_id: str, data: dict[str, Any]) -> Outcome:
-            path = action_cfg.path.replace("{id}", quote(record_id, safe=""))
+            segment = path_segment(record_id)
             async with sem:
-                try:
-                    response = await client.request(
-                        action_cfg.method, path, json_body=body, retries=min(2, rm.upstream.max_retries)
-                    )
-                except UpstreamFailure as exc:
-                    outcome = Outcome(
-                        record_id, ok=False, status_code=exc.status_code, message=exc.message, transient=True
-                    )
+                if segment is None:  # e.g. '..': the request would act on another resource
+                    outcome = Outcome(record_id, ok=False, message="this id cannot name a record in a URL path")
                 else:
-                    code = response.status_code
-                    if 200 <= code < 300:
-                        same = args.action == "update" and all(data.get(k) == v for k, v in attributes.items())
-                        outcome = Outcome(record_id, ok=True, already=same, status_code=code)
-                    elif args.action == "delete" and code in (404, 410):
-                        outcome = Outcome(record_id, ok=True, already=True, status_code=code)
+                    try:
+                        response = await client.request(
+                            action_cfg.method,
+                            action_cfg.path.replace("{id}", segment),
+                            json_body=body,
+                            retries=min(2, rm.upstream.max_retries),
+                        )
+                    except UpstreamFailure as exc:
+                        outcome = Outcome(
+                            record_id, ok=False, status_code=exc.status_code, message=exc.message, transient=True
+                        )
                     else:
-                        outcome = Outcome(record_id, ok=False, status_code=code, message=_error_text(response))
+                        outcome = _judged(args, record_id, data, attributes, response)
             log.info(
                 "analysis_act record",
                 extra={

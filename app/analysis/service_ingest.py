@@ -8,7 +8,6 @@ import json
 import logging
 import uuid
 from typing import Any
-from urllib.parse import quote
 
 from app.analysis.config import get_analysis_settings
 from app.analysis.registry import ChildCfg, ModelCfg, load_registry
@@ -22,6 +21,7 @@ from app.analysis.upstream import (
     fetch_page,
     first_token,
     flatten,
+    path_segment,
     token_for_page,
 )
 from app.analysis.validation import field_name
@@ -233,12 +233,20 @@ async def _top_level(
 async def _fetch_children(
     client: UpstreamClient, child: ChildCfg, parent_id: str, per_page: int, params: dict[str, Any]
 ) -> list[dict[str, Any]]:
-    path = child.path.replace("{parent_id}", quote(parent_id, safe=""))
+    segment = path_segment(parent_id)
+    if segment is None:  # e.g. '..': the request would list another resource
+        raise UpstreamFailure(f"Parent id {parent_id!r} cannot name a record in a URL path: skipped")
+    path = child.path.replace("{parent_id}", segment)
     token = first_token(child.pagination)
     rows: list[dict[str, Any]] = []
     for _ in range(child.max_pages_per_parent):
         page = await fetch_page(client, path, child.pagination, child.items_path, token, per_page, params)
         rows.extend(page.items)
+        if len(rows) > client.max_items:  # every parent's rows are held until the batch is stored
+            raise UpstreamFailure(
+                f"Upstream '{client.name}' listed more than {client.max_items} {child.model or 'child'} items for "
+                f"one parent (CAIRN_ANALYSIS_MAX_PAGE_ITEMS): refused"
+            )
         token = page.next_token
         if token is None:
             break

@@ -1,4 +1,12 @@
-"""HTTP access to upstream APIs: retries with backoff, pagination styles, item extraction."""
+"""HTTP access to upstream APIs: retries with backoff, pagination styles, item extraction.
+
+Every URL the server requests, a registry path or a next-page URL the upstream handed back, is
+resolved (dot segments removed, percent-encoded ones included) and must stay on the base URL's
+scheme, host and port and under its path: the server's credentials go nowhere else. Responses are
+read as a stream and decompressed here, counting the bytes as they come, so a body (or a
+compression bomb) larger than `CAIRN_ANALYSIS_MAX_UPSTREAM_BYTES` is cut off at the cap; a page
+with more than `CAIRN_ANALYSIS_MAX_PAGE_ITEMS` items is refused.
+"""
 
 from __future__ import annotations
 
@@ -6,20 +14,28 @@ import email.utils
 import json
 import logging
 import random
+import re
 import time
+import zlib
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urljoin
+from urllib.parse import SplitResult, quote, unquote, urljoin, urlsplit, urlunsplit
 
 import httpx
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, stop_after_attempt
 
+from app.analysis.config import get_analysis_settings
 from app.analysis.registry import PaginationCfg, UpstreamCfg
 from app.core.errors import InvalidInput, UpstreamError
 
 log = logging.getLogger("cairn.analysis.upstream")
 
 RETRY_STATUSES = {429, 500, 502, 503, 504}
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+# An encoded slash or backslash in a path: servers disagree on whether it separates segments, so it is refused.
+_ENCODED_SEPARATOR = re.compile(r"%(2f|5c)", re.IGNORECASE)
+# Headers that described the body as sent; the body handed on is the decoded one.
+_BODY_HEADERS = {"content-encoding", "content-length", "transfer-encoding"}
 
 
 class UpstreamFailure(UpstreamError):
@@ -57,13 +73,113 @@ def retry_after_seconds(value: str | None) -> float | None:
     return max(0.0, when.timestamp() - time.time())
 
 
-class UpstreamClient:
-    """One upstream's HTTP client (use as an async context manager)."""
+def path_segment(value: str) -> str | None:
+    """`value` (a record id from upstream data) as one URL path segment, every reserved character
+    percent-encoded; None when it cannot be one: '', '.' and '..' name another resource once the
+    path is resolved, and a '/' or '\\' is one that many servers decode before resolving."""
+    if value in ("", ".", "..") or "/" in value or "\\" in value:
+        return None
+    return quote(value, safe="")
 
-    def __init__(self, name: str, cfg: UpstreamCfg, *, user_id: str | None = None) -> None:
+
+def _port(parts: SplitResult) -> int | None:
+    return parts.port if parts.port is not None else _DEFAULT_PORTS.get(parts.scheme.lower())
+
+
+def _remove_dot_segments(path: str) -> str:
+    """`path` with its `.` and `..` segments applied (RFC 3986 5.2.4), percent-encoded ones included;
+    `..` at the root stays at the root."""
+    out: list[str] = []
+    segments = path.lstrip("/").split("/")
+    for n, segment in enumerate(segments):
+        plain = unquote(segment)
+        if plain not in (".", ".."):
+            out.append(segment)
+            continue
+        if plain == ".." and out:
+            out.pop()
+        if n == len(segments) - 1:
+            out.append("")  # "a/b/.." names the directory a/
+    return "/" + "/".join(out)
+
+
+def within_base(base_url: str, url: str) -> str | None:
+    """`url` normalised (dot segments removed, no fragment) when it stays on `base_url`'s scheme,
+    host and port and under its path; None when it leaves them (or cannot be read)."""
+    try:
+        base, target = urlsplit(base_url), urlsplit(url)
+        same_origin = (
+            target.scheme.lower() == base.scheme.lower()
+            and target.hostname is not None
+            and target.hostname == base.hostname
+            and _port(target) == _port(base)
+            and target.username is None
+            and target.password is None
+        )
+    except ValueError:  # a malformed port or host
+        return None
+    if not same_origin or "\\" in target.path or _ENCODED_SEPARATOR.search(target.path):
+        return None
+    path = _remove_dot_segments(target.path or "/")
+    prefix = _remove_dot_segments(base.path or "/").rstrip("/")
+    if prefix and path != prefix and not path.startswith(prefix + "/"):
+        return None
+    return urlunsplit((target.scheme, target.netloc, path, target.query, ""))
+
+
+class _Inflater:
+    """Decodes a body's content encoding chunk by chunk, never making more than asked for: a small
+    compressed chunk can stand for gigabytes."""
+
+    def __init__(self, encoding: str, upstream: str) -> None:
+        names = [e.strip().lower() for e in encoding.split(",") if e.strip()]
+        names = [e for e in names if e != "identity"]
+        self.upstream, self.raw_deflate_tried = upstream, False
+        self.kind = names[0] if len(names) == 1 and names[0] in ("gzip", "x-gzip", "deflate") else None
+        if names and self.kind is None:
+            raise UpstreamFailure(f"Upstream '{upstream}' sent a body encoded as '{encoding}', which is not supported")
+        wbits = zlib.MAX_WBITS | 16 if self.kind in ("gzip", "x-gzip") else zlib.MAX_WBITS
+        self.z = zlib.decompressobj(wbits) if self.kind else None
+
+    def decode(self, data: bytes, room: int) -> bytes:
+        """The decoded bytes of `data`: at most `room` + 1 (one more than fits tells that the cap is passed)."""
+        if self.z is None:
+            return data
+        try:
+            return self.z.decompress(data, room + 1)
+        except zlib.error:
+            if self.kind == "deflate" and not self.raw_deflate_tried:  # deflate sent without its zlib header
+                self.raw_deflate_tried, self.z = True, zlib.decompressobj(-zlib.MAX_WBITS)
+                return self.decode(data, room)
+            raise UpstreamFailure(f"Upstream '{self.upstream}' sent a malformed {self.kind} body") from None
+
+    def flush(self) -> bytes:
+        """What the decoder still holds at the end of the body."""
+        return self.z.flush() if self.z is not None else b""
+
+
+class UpstreamClient:
+    """One upstream's HTTP client (use as an async context manager).
+
+    `max_bytes` caps each response body once decompressed and `max_items` the items of one page
+    (default: `CAIRN_ANALYSIS_MAX_UPSTREAM_BYTES`, `CAIRN_ANALYSIS_MAX_PAGE_ITEMS`)."""
+
+    def __init__(
+        self,
+        name: str,
+        cfg: UpstreamCfg,
+        *,
+        user_id: str | None = None,
+        max_bytes: int | None = None,
+        max_items: int | None = None,
+    ) -> None:
         self.name = name
         self.cfg = cfg
-        headers = {"Accept": "application/json", **cfg.headers}
+        settings = get_analysis_settings()
+        self.max_bytes = max_bytes or settings.max_upstream_bytes
+        self.max_items = max_items or settings.max_page_items
+        # Only encodings decoded here under the cap (httpx would add br or zstd when installed).
+        headers = {"Accept": "application/json", "Accept-Encoding": "gzip, deflate", **cfg.headers}
         if cfg.auth is not None:
             headers[cfg.auth.header] = cfg.auth.header_value()
         if user_id is not None:
@@ -88,13 +204,18 @@ class UpstreamClient:
         await self.client.aclose()
 
     def url(self, path: str) -> str:
-        """An absolute URL for a registry path (relative to base_url) or a full next-URL."""
-        if path.startswith(("http://", "https://")):
-            base = self.cfg.base_url
-            if not (path == base or path.startswith((base + "/", base + "?"))):
-                raise UpstreamFailure(f"Upstream '{self.name}' pointed outside its base URL: refused")
-            return path
-        return urljoin(self.cfg.base_url + "/", path.lstrip("/"))
+        """The absolute, normalised URL of a registry path (relative to base_url) or of a full
+        next-URL; UpstreamFailure, before anything is sent, when it leaves the base URL."""
+        absolute = path
+        if not path.startswith(("http://", "https://")):
+            absolute = urljoin(self.cfg.base_url + "/", path.lstrip("/"))
+        resolved = within_base(self.cfg.base_url, absolute)
+        if resolved is None:
+            raise UpstreamFailure(
+                f"Upstream '{self.name}' pointed outside its base URL {self.cfg.base_url} "
+                f"({_short(absolute)}): refused, nothing was sent there"
+            )
+        return resolved
 
     async def request(
         self,
@@ -132,23 +253,59 @@ class UpstreamClient:
         raise AssertionError("unreachable: tenacity either returns or re-raises")
 
     async def _send(self, method: str, url: str, params: dict[str, Any] | None, json_body: Any) -> httpx.Response:
-        """One attempt: the response, or _Retryable for 429/5xx and transport errors."""
+        """One attempt: the response with its body read under the byte cap, or _Retryable for
+        429/5xx and transport errors."""
+        request = self.client.build_request(method, url, params=params or None, json=json_body)
         try:
-            response = await self.client.request(method, url, params=params or None, json=json_body)
+            response = await self.client.send(request, stream=True)
         except httpx.TimeoutException:
             raise _Retryable(f"timed out after {self.cfg.timeout_seconds:g}s") from None
         except httpx.HTTPError as exc:
             raise _Retryable(f"connection failed ({type(exc).__name__})") from None
-        if response.status_code not in RETRY_STATUSES:
-            return response
-        hinted = retry_after_seconds(response.headers.get("retry-after"))
-        if hinted is not None and hinted > self.cfg.max_retry_after_seconds:
-            raise UpstreamFailure(
-                f"Upstream '{self.name}' asked to retry after {hinted:g}s (over the "
-                f"{self.cfg.max_retry_after_seconds:g}s limit)",
+        try:
+            if response.status_code in RETRY_STATUSES:
+                hinted = retry_after_seconds(response.headers.get("retry-after"))
+                if hinted is not None and hinted > self.cfg.max_retry_after_seconds:
+                    raise UpstreamFailure(
+                        f"Upstream '{self.name}' asked to retry after {hinted:g}s (over the "
+                        f"{self.cfg.max_retry_after_seconds:g}s limit)",
+                        response.status_code,
+                    )
+                raise _Retryable(f"answered HTTP {response.status_code}", response.status_code, hinted)
+            body = await self._read_capped(response, method, url)
+        except httpx.TimeoutException:
+            raise _Retryable(f"timed out after {self.cfg.timeout_seconds:g}s") from None
+        except httpx.HTTPError as exc:
+            raise _Retryable(f"connection failed ({type(exc).__name__})") from None
+        finally:
+            await response.aclose()
+        headers = [(k, v) for k, v in response.headers.multi_items() if k.lower() not in _BODY_HEADERS]
+        return httpx.Response(response.status_code, headers=headers, content=body, request=request)
+
+    async def _read_capped(self, response: httpx.Response, method: str, url: str) -> bytes:
+        """The decoded body, refused (UpstreamFailure, not retried) once it passes `max_bytes`."""
+        cap = self.max_bytes
+
+        def too_large() -> UpstreamFailure:
+            return UpstreamFailure(
+                f"Upstream '{self.name}' sent a response larger than {cap} bytes (CAIRN_ANALYSIS_MAX_UPSTREAM_BYTES) "
+                f"for {method} {_short(url)}: refused",
                 response.status_code,
             )
-        raise _Retryable(f"answered HTTP {response.status_code}", response.status_code, hinted)
+
+        declared = response.headers.get("content-length", "")
+        if not response.headers.get("content-encoding") and declared.isdigit() and int(declared) > cap:
+            raise too_large()
+        inflater = _Inflater(response.headers.get("content-encoding", ""), self.name)
+        body = bytearray()
+        async for chunk in response.aiter_raw():
+            body += inflater.decode(chunk, cap - len(body))
+            if len(body) > cap:
+                raise too_large()
+        body += inflater.flush()
+        if len(body) > cap:
+            raise too_large()
+        return bytes(body)
 
     def _wait(self, state: RetryCallState) -> float:
         """Seconds before the next attempt: the upstream's Retry-After when it gave one, else
@@ -272,6 +429,11 @@ async def fetch_page(
         items = []  # HAL omits _embedded on an empty page
     if not isinstance(items, list):
         raise UpstreamFailure(f"Upstream '{client.name}' response has no item list at '{items_path or '(body)'}'")
+    if len(items) > client.max_items:
+        raise UpstreamFailure(
+            f"Upstream '{client.name}' sent {len(items)} items in one page; the limit is {client.max_items} "
+            "(CAIRN_ANALYSIS_MAX_PAGE_ITEMS): refused"
+        )
     rows = [r for r in items if isinstance(r, dict)]
     total_raw = dig(body, p.total_path) if p.total_path and isinstance(body, dict) else None
     total = int(total_raw) if isinstance(total_raw, int | float) and not isinstance(total_raw, bool) else None
@@ -288,8 +450,10 @@ async def fetch_page(
         found = dig(body, p.next_path) if isinstance(body, dict) else None
         nxt = found if found not in (None, "") and items else None
         if isinstance(nxt, str) and nxt.startswith(("http://", "https://", "/")):
-            nxt = client.url(urljoin(str(response.request.url), nxt))
+            # Checked against the base URL when requested: a refused next page ends the ingest after
+            # this one is stored.
+            nxt = urljoin(str(response.request.url), nxt)
     elif p.style == "link":
         link = response.links.get("next", {}).get("url")  # httpx parses the RFC 8288 Link header
-        nxt = client.url(urljoin(str(response.request.url), link)) if link and items else None
+        nxt = urljoin(str(response.request.url), link) if link and items else None
     return Page(items=rows, next_token=nxt, total=total)

@@ -22,7 +22,8 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.core.context import Principal
 from app.core.db import Database
-from app.core.errors import InvalidInput, Unauthenticated
+from app.core.errors import CairnError, InvalidInput, Unauthenticated
+from app.core.ratelimit import FailureLimiter
 from app.core.repository import ApiKeyRepository
 
 log = logging.getLogger("cairn.auth")
@@ -30,6 +31,11 @@ log = logging.getLogger("cairn.auth")
 SCOPES = ("read", "write", "admin")
 KEY_PREFIX = "cairn_"
 _TOOLSET_NAME = re.compile(r"[a-z][a-z0-9_]{0,31}")
+_CACHE_MAX = 10_000
+
+# The address of the HTTP client being served (set by the HTTP front), so failed key lookups are
+# limited per client address even where the MCP SDK verifies the key without handing us the request.
+client_address: ContextVar[str | None] = ContextVar("cairn_client_address", default=None)
 
 
 def hash_key(token: str) -> str:
@@ -99,13 +105,25 @@ def parse_static_keys(entries: list[str]) -> list[StaticKey]:
 
 
 class KeyStore:
-    """Resolves bearer tokens to principals, with a short cache in front of the database."""
+    """Resolves bearer tokens to principals, with a short cache in front of the database.
 
-    def __init__(self, db: Database, static_keys: list[StaticKey], cache_seconds: float = 5.0) -> None:
+    Known keys and unknown ones are cached apart, so a flood of made-up keys cannot evict the valid
+    ones. With `failures`, a client address that presented too many unknown keys is refused (4290)
+    before any database lookup; a static key or a cached valid key is never refused."""
+
+    def __init__(
+        self,
+        db: Database,
+        static_keys: list[StaticKey],
+        cache_seconds: float = 5.0,
+        failures: FailureLimiter | None = None,
+    ) -> None:
         self.db = db
         self.static = static_keys
         self.cache_seconds = cache_seconds
-        self._cache: dict[str, tuple[float, Principal | None]] = {}
+        self.failures = failures
+        self._cache: dict[str, tuple[float, Principal]] = {}
+        self._unknown: dict[str, float] = {}
 
     async def has_any_key(self) -> bool:
         """True when at least one static or stored key exists."""
@@ -114,8 +132,7 @@ class KeyStore:
         async with self.db.transaction() as session:
             return await ApiKeyRepository(session).count_active() > 0
 
-    async def verify(self, token: str) -> Principal | None:
-        """The principal for `token`, or None when it is unknown or revoked."""
+    def _static(self, token: str) -> Principal | None:
         for key in self.static:
             if hmac.compare_digest(key.token.encode(), token.encode()):
                 return Principal(
@@ -125,11 +142,48 @@ class KeyStore:
                     project=key.project,
                     toolsets=key.toolsets,
                 )
-        digest = hash_key(token)
-        now = time.monotonic()
+        return None
+
+    def _cached(self, digest: str, now: float) -> Principal | None:
         cached = self._cache.get(digest)
         if cached is not None and now - cached[0] < self.cache_seconds:
             return cached[1]
+        return None
+
+    def refusal(self, token: str) -> CairnError | None:
+        """The 4290 for the current client when it is locked out of key lookups and `token` is not a
+        key known without one (a static key, or a valid key in the cache); else None."""
+        if self.failures is None:
+            return None
+        client = client_address.get()
+        if client is None or self.failures.retry_after(client) is None:
+            return None
+        if self._static(token) is not None or self._cached(hash_key(token), time.monotonic()) is not None:
+            return None
+        return self.failures.refusal(client)
+
+    async def verify(self, token: str) -> Principal | None:
+        """The principal for `token`, or None when it is unknown or revoked.
+
+        Raises:
+            RateLimited: the client presented too many unknown keys lately (and this one is not known
+                without a lookup).
+        """
+        static = self._static(token)
+        if static is not None:
+            return static
+        digest = hash_key(token)
+        now = time.monotonic()
+        known = self._cached(digest, now)
+        if known is not None:
+            return known
+        client = client_address.get() if self.failures is not None else None
+        if client is not None and self.failures is not None:
+            self.failures.check(client)
+        seen = self._unknown.get(digest)
+        if seen is not None and now - seen < self.cache_seconds:
+            self._failed(client)
+            return None
 
         async def lookup(session: AsyncSession) -> Principal | None:
             repo = ApiKeyRepository(session)
@@ -146,10 +200,20 @@ class KeyStore:
             )
 
         principal = await self.db.run(lookup)  # once more on a fresh connection if the pooled one was dead
-        if len(self._cache) > 10_000:
+        if principal is None:
+            if len(self._unknown) > _CACHE_MAX:
+                self._unknown.clear()
+            self._unknown[digest] = now
+            self._failed(client)
+            return None
+        if len(self._cache) > _CACHE_MAX:
             self._cache.clear()
         self._cache[digest] = (now, principal)
         return principal
+
+    def _failed(self, client: str | None) -> None:
+        if client is not None and self.failures is not None:
+            self.failures.record(client)
 
 
 async def create_key(
@@ -176,8 +240,14 @@ class CairnTokenVerifier(TokenVerifier):
         self.store = store
 
     async def verify_token(self, token: str) -> AccessToken | None:
-        """Map a bearer token to an AccessToken carrying the principal in its claims."""
-        principal = await self.store.verify(token)
+        """Map a bearer token to an AccessToken carrying the principal in its claims.
+
+        A client locked out of key lookups is answered 4290 before the SDK is reached (`refusal`); one
+        locked out in between is simply not authenticated here (an exception would become a 500)."""
+        try:
+            principal = await self.store.verify(token)
+        except CairnError:
+            return None
         if principal is None:
             return None
         implied = [s for s in SCOPES if principal.has_scope(s)]  # admin implies write implies read
@@ -224,6 +294,11 @@ class OpenModeGuard:
         self.store, self.interval = store, interval
         self._locked = False
         self._checked = -float("inf")
+
+    @property
+    def known_locked(self) -> bool:
+        """Whether the last check found a key (no lookup: at most `interval` seconds behind)."""
+        return self._locked
 
     async def locked(self) -> bool:
         """True once any static or stored key exists."""

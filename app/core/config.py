@@ -57,6 +57,10 @@ class Settings(BaseSettings):
     rate_limit_burst: int = 200
     audit_enabled: bool = True
     max_long_jobs_per_key: int = 2
+    # Failed authentications (unknown or revoked key) per client address per minute; 0 = no limit
+    auth_failure_limit: int = Field(default=20, ge=0)
+    # Open `GET /mcp` event streams per key at once; 0 = no limit
+    max_sse_streams_per_key: int = Field(default=4, ge=0)
 
     # Embeddings
     embedding_provider: Literal["local", "openai", "ollama"] = "local"

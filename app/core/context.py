@@ -12,6 +12,7 @@ from pydantic_settings import BaseSettings
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.core.db import release_reads
+from app.core.embedding import set_embedding_caller
 from app.core.errors import Forbidden, invalid_field
 from app.core.schemas import PROJECT_NAME
 
@@ -106,6 +107,14 @@ class CallContext:
     # queue made meanwhile)
     after_commit: list[Callable[[Any], Awaitable[Any]]] = field(default_factory=list)
 
+    def __post_init__(self) -> None:
+        # The embedder shares the model between callers in turn (app.core.embedding): this call's
+        # texts, and those of the embedding waits it runs after the commit, are its key's.
+        self._name_caller(self.principal.project)
+
+    def _name_caller(self, project: str | None) -> None:
+        set_embedding_caller(f"{self.principal.key_id or self.principal.name}/{project or ''}")
+
     @property
     def settings(self) -> Settings:
         """The effective settings."""
@@ -155,6 +164,8 @@ class CallContext:
                 f"This API key is bound to project '{bound}' and cannot use project '{requested}'",
                 suggestions=[f"Use project '{bound}' or a key that is not bound to a project"],
             )
+        if bound is None:
+            self._name_caller(requested)  # an unbound key's calls share the model per project
         return requested
 
     @property

@@ -5,6 +5,13 @@ coalesces concurrent calls into micro-batches: callers put their texts on a queu
 batcher task collects up to ``max_batch`` texts (waiting at most ``max_wait_ms`` after the
 first one), and a pool of onnxruntime sessions runs each batch in a worker thread.
 
+The batcher is fair between callers (an API key and its project, named for the current task with
+:func:`set_embedding_caller`; the executor's calls set it): each caller has its own queue, and a
+batch takes one text per caller in turn, so a search's one query is in the next batch however many
+texts another caller has queued. A batch is also capped in (estimated) tokens, so the batch in
+flight ends soon, and the vectors of each run of similar lengths are handed out as soon as that
+run is done (short texts run first).
+
 Background work (the embedding queue's batches, `embed_background`) runs on its own session
 whose threads have a lower scheduling priority (``background_nice``, Linux): on a busy host the
 CPU goes to the calls being answered, and the queue takes what they leave.
@@ -16,11 +23,12 @@ import abc
 import asyncio
 import collections
 import contextlib
+import contextvars
 import os
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,6 +49,8 @@ __all__ = [
     "OllamaEmbedder",
     "OpenAIEmbedder",
     "build_embedder",
+    "embedding_caller",
+    "set_embedding_caller",
 ]
 
 LOCAL_MODEL_NAME = "all-MiniLM-L6-v2"
@@ -70,6 +80,21 @@ _KNOWN_DIMENSIONS = {
     "bge-m3": 1024,
     LOCAL_MODEL_NAME.lower(): LOCAL_DIMENSION,
 }
+
+
+_CALLER: contextvars.ContextVar[str] = contextvars.ContextVar("cairn_embedding_caller", default="")
+
+
+def set_embedding_caller(caller: str) -> None:
+    """Name the caller whose texts the current task (and the tasks it starts) embeds: the local
+    batcher shares the model between callers in turn. ``CallContext`` sets it for every call (the
+    key and its project); work outside a call (the queue's workers) shares the unnamed caller."""
+    _CALLER.set(caller)
+
+
+def embedding_caller() -> str:
+    """The caller named for the current task ("" outside any call)."""
+    return _CALLER.get()
 
 
 class EmbeddingUnavailable(RuntimeError):
@@ -127,6 +152,18 @@ class _Item:
     text: str
     future: asyncio.Future[np.ndarray]
     enqueued: float
+    cost: int  # estimated tokens (see LocalOnnxEmbedder._cost)
+
+
+RunDone = Callable[[list[int], np.ndarray], None]
+
+
+def _deliver(batch: list[_Item], indices: list[int], vectors: np.ndarray) -> None:
+    """Hand the vectors of one finished run to their callers (on the event loop)."""
+    for i, vector in zip(indices, vectors, strict=True):
+        future = batch[i].future
+        if not future.done():
+            future.set_result(vector)
 
 
 def _lower_thread_priority(nice: int) -> None:
@@ -159,6 +196,10 @@ class LocalOnnxEmbedder(EmbeddingProvider):
         workers: onnxruntime sessions, each running one batch at a time in its own thread.
         intra_op_threads: threads per session (default ``max(1, 2 // workers)``).
         max_batch: most texts in one batch; larger ``embed`` calls are split.
+        max_batch_tokens: most (estimated) tokens in one batch, at least one text (default
+            ``4 * max_length``: about 0.2 s of model time on two cores, which bounds how long a
+            newly queued text waits for the batch in flight; above a few full-length texts per
+            batch, throughput barely depends on it).
         max_wait_ms: longest wait for more texts after the first one of a batch arrives (only
             while callers overlap: a lone sequential caller is not kept waiting).
         max_length: truncation in tokens, special tokens included (sentence-transformers' 256).
@@ -182,15 +223,19 @@ class LocalOnnxEmbedder(EmbeddingProvider):
         max_wait_ms: float = 5.0,
         max_length: int = 256,
         background_nice: int = 0,
+        max_batch_tokens: int | None = None,
     ) -> None:
         if workers < 1 or max_batch < 1 or max_length < 2 or max_wait_ms < 0:
             raise ValueError("workers and max_batch must be >= 1, max_length >= 2, max_wait_ms >= 0")
+        if max_batch_tokens is not None and max_batch_tokens < 1:
+            raise ValueError("max_batch_tokens must be >= 1")
         if not 0 <= background_nice <= 19:
             raise ValueError("background_nice must be between 0 and 19")
         self.model, self.dimension = LOCAL_MODEL_NAME, LOCAL_DIMENSION
         self.model_path, self.tokenizer_path = model_path, tokenizer_path
         self.workers, self.intra_op_threads = workers, intra_op_threads or max(1, 2 // workers)
         self.max_batch, self.max_wait, self.max_length = max_batch, max_wait_ms / 1000.0, max_length
+        self.max_batch_tokens = max_batch_tokens or 4 * max_length
         self.batches_run = 0
         self.background_nice = background_nice if sys.platform.startswith("linux") else 0
         self._background: tuple[ThreadPoolExecutor, Any] | None = None
@@ -202,7 +247,9 @@ class LocalOnnxEmbedder(EmbeddingProvider):
         self._executor: ThreadPoolExecutor | None = None
         # Event-loop-bound state, (re)made by _ensure_batcher for the running loop.
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._pending: collections.deque[_Item] = collections.deque()
+        # One queue per caller; the dict's order is the round-robin ring (served callers go to its end).
+        self._queues: dict[str, collections.deque[_Item]] = {}
+        self._queued, self._queued_cost = 0, 0
         self._wakeup, self._full = asyncio.Event(), asyncio.Event()
         self._batcher: asyncio.Task[None] | None = None
         self._inflight: set[asyncio.Task[None]] = set()
@@ -248,14 +295,15 @@ class LocalOnnxEmbedder(EmbeddingProvider):
         """Start the batcher task on the running loop; the model still loads on first use."""
         self._ensure_batcher()
 
-    def _infer(self, worker: int, texts: list[str]) -> np.ndarray:
-        return self._infer_on(self._sessions[worker], texts)
+    def _infer(self, worker: int, texts: list[str], on_run: RunDone | None = None) -> np.ndarray:
+        return self._infer_on(self._sessions[worker], texts, on_run)
 
-    def _infer_on(self, session: Any, texts: list[str]) -> np.ndarray:
+    def _infer_on(self, session: Any, texts: list[str], on_run: RunDone | None = None) -> np.ndarray:
         encodings = self._tokenizer.encode_batch(texts)
         lengths = [len(e.ids) for e in encodings]
         pooled = np.empty((len(texts), self.dimension), dtype=np.float32)
-        for run in _plan_runs(lengths):
+        runs = _plan_runs(lengths)
+        for n, run in enumerate(runs):
             ids = np.zeros((len(run), max(lengths[i] for i in run)), dtype=np.int64)  # pad to run max
             mask = np.zeros_like(ids)
             for row, i in enumerate(run):
@@ -263,35 +311,78 @@ class LocalOnnxEmbedder(EmbeddingProvider):
             feeds = {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
             hidden = session.run(["last_hidden_state"], feeds)[0]
             weights = mask.astype(np.float32)  # mean pooling over the real tokens
-            pooled[run] = np.einsum("bld,bl->bd", hidden, weights) / weights.sum(axis=1, keepdims=True)
-        return _normalise(pooled)
+            vectors = _normalise(np.einsum("bld,bl->bd", hidden, weights) / weights.sum(axis=1, keepdims=True))
+            pooled[run] = vectors
+            if on_run is not None and n < len(runs) - 1:  # the last run's callers get the batch's result
+                on_run(run, vectors)
+        return pooled
 
     def _ensure_batcher(self) -> None:
         loop = asyncio.get_running_loop()
         if self._loop is loop and self._batcher is not None and not self._batcher.done():
             return
         if self._loop is not loop:  # a new loop (e.g. per test): the old one's items are lost
-            QUEUE_DEPTH.dec(len(self._pending))
-            self._pending, self._inflight = collections.deque(), set()
+            QUEUE_DEPTH.dec(self._queued)
+            self._queues, self._queued, self._queued_cost, self._inflight = {}, 0, 0, set()
             self._wakeup, self._full = asyncio.Event(), asyncio.Event()
         self._loop = loop
         self._batcher = loop.create_task(self._run_batcher(), name="cairn-embedding-batcher")
+
+    def _cost(self, text: str) -> int:
+        # Tokens estimated without tokenizing (which would run on the event loop): English text has
+        # about 4 characters per token, so a third is on the safe side; other scripts, a character each.
+        return min(self.max_length, (len(text) // 3 if text.isascii() else len(text)) + 2)
+
+    def _dequeued(self, item: _Item) -> None:
+        self._queued -= 1
+        self._queued_cost -= item.cost
+        QUEUE_DEPTH.dec()
+
+    def _take(self) -> list[_Item]:
+        """The next batch: one text of each caller in turn, up to ``max_batch`` texts and
+        ``max_batch_tokens`` estimated tokens (at least one text). The ring's order carries over
+        from batch to batch, so a caller that was not served goes first next time."""
+        taken: list[_Item] = []
+        cost = 0
+        queues = self._queues
+        while queues and len(taken) < self.max_batch:
+            caller = next(iter(queues))
+            queue = queues[caller]
+            item = queue[0]
+            if item.future.done():  # its caller went away (cancelled)
+                queue.popleft()
+                self._dequeued(item)
+                if not queue:
+                    del queues[caller]
+                continue
+            if taken and cost + item.cost > self.max_batch_tokens:
+                break
+            queue.popleft()
+            self._dequeued(item)
+            del queues[caller]
+            if queue:
+                queues[caller] = queue  # to the end of the ring
+            taken.append(item)
+            cost += item.cost
+        return taken
 
     async def _run_batcher(self) -> None:
         loop = asyncio.get_running_loop()
         idle: asyncio.Queue[int] = asyncio.Queue()
         for worker in range(self.workers):
             idle.put_nowait(worker)
-        pending, last = self._pending, 0
+        last = 0
         while True:
             worker = await idle.get()  # take a free session first: texts pile up meanwhile
             try:
-                while not pending:
+                while not self._queued:
                     self._wakeup.clear()
                     await self._wakeup.wait()
                 # Wait for company only when callers overlap: a lone sequential caller gains nothing.
-                delay = pending[0].enqueued + self.max_wait - loop.time()
-                if len(pending) < self.max_batch and delay > 0 and (len(pending) > 1 or last > 1):
+                first = min(queue[0].enqueued for queue in self._queues.values())
+                delay = first + self.max_wait - loop.time()
+                room = self._queued < self.max_batch and self._queued_cost < self.max_batch_tokens
+                if room and delay > 0 and (self._queued > 1 or last > 1):
                     self._full.clear()
                     with contextlib.suppress(TimeoutError):
                         async with asyncio.timeout(delay):
@@ -299,10 +390,8 @@ class LocalOnnxEmbedder(EmbeddingProvider):
             except BaseException:
                 idle.put_nowait(worker)
                 raise
-            taken = [pending.popleft() for _ in range(min(self.max_batch, len(pending)))]
-            last = len(taken)
-            QUEUE_DEPTH.dec(len(taken))
-            batch = [item for item in taken if not item.future.done()]  # skip cancelled callers
+            batch = self._take()
+            last = len(batch)
             if not batch:
                 idle.put_nowait(worker)
                 continue
@@ -312,9 +401,15 @@ class LocalOnnxEmbedder(EmbeddingProvider):
 
     async def _run_batch(self, worker: int, batch: list[_Item], idle: asyncio.Queue[int]) -> None:
         started = time.perf_counter()
+        loop = asyncio.get_running_loop()
+
+        def run_done(indices: list[int], vectors: np.ndarray) -> None:  # in the worker thread
+            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+                loop.call_soon_threadsafe(_deliver, batch, indices, vectors)
+
         try:
-            vectors = await asyncio.get_running_loop().run_in_executor(
-                self._executor, self._infer, worker, [item.text for item in batch]
+            vectors = await loop.run_in_executor(
+                self._executor, self._infer, worker, [item.text for item in batch], run_done
             )
         except Exception as exc:  # fails this batch's callers only
             for item in batch:
@@ -344,12 +439,19 @@ class LocalOnnxEmbedder(EmbeddingProvider):
         loop = asyncio.get_running_loop()
         now = loop.time()
         futures: list[asyncio.Future[np.ndarray]] = [loop.create_future() for _ in texts]
+        caller = _CALLER.get()
+        queue = self._queues.get(caller)
+        if queue is None:
+            queue = self._queues[caller] = collections.deque()  # joins the ring at its end
         # Enqueue shortest first so that the batches of one large call hold similar lengths.
         for i in sorted(range(len(texts)), key=lambda k: len(texts[k])):
-            self._pending.append(_Item(texts[i], futures[i], now))
+            item = _Item(texts[i], futures[i], now, self._cost(texts[i]))
+            queue.append(item)
+            self._queued_cost += item.cost
+        self._queued += len(texts)
         QUEUE_DEPTH.inc(len(texts))
         self._wakeup.set()
-        if len(self._pending) >= self.max_batch:
+        if self._queued >= self.max_batch or self._queued_cost >= self.max_batch_tokens:
             self._full.set()
         try:
             vectors = await asyncio.gather(*futures)
@@ -413,11 +515,12 @@ class LocalOnnxEmbedder(EmbeddingProvider):
         if self._batcher is not None and self._loop is asyncio.get_running_loop():
             self._batcher.cancel()
             await asyncio.gather(self._batcher, *self._inflight, return_exceptions=True)
-            for item in self._pending:
-                if not item.future.done():
-                    item.future.set_exception(EmbeddingUnavailable("embedder closed"))
-        QUEUE_DEPTH.dec(len(self._pending))
-        self._pending.clear()
+            for queue in self._queues.values():
+                for item in queue:
+                    if not item.future.done():
+                        item.future.set_exception(EmbeddingUnavailable("embedder closed"))
+        QUEUE_DEPTH.dec(self._queued)
+        self._queues, self._queued, self._queued_cost = {}, 0, 0
         self._batcher = None
         if self._executor is not None:
             self._executor.shutdown(wait=False)
@@ -587,11 +690,13 @@ def build_embedder(
     max_length: int = 256,
     timeout: float = 30.0,
     background_nice: int = 0,
+    max_batch_tokens: int | None = None,
 ) -> EmbeddingProvider:
     """Make the configured provider: ``"local"``, ``"openai"`` or ``"ollama"``.
 
     ``local`` always serves ``all-MiniLM-L6-v2`` (384-d); ``model_path``, ``tokenizer_path``,
-    ``workers``, ``max_batch``, ``max_wait_ms``, ``max_length`` and ``background_nice`` apply to it only. The HTTP
+    ``workers``, ``max_batch``, ``max_batch_tokens``, ``max_wait_ms``, ``max_length`` and
+    ``background_nice`` apply to it only. The HTTP
     providers need ``dimension`` unless the model is a well-known one, and send at most 128
     texts per request. Raises ``ValueError`` for an unknown provider or inconsistent settings.
     """
@@ -609,6 +714,7 @@ def build_embedder(
             max_wait_ms=max_wait_ms,
             max_length=max_length,
             background_nice=background_nice,
+            max_batch_tokens=max_batch_tokens,
         )
     if name == "openai":
         return OpenAIEmbedder(

@@ -5,6 +5,7 @@ from __future__ import annotations
 from app import __version__
 from app.core import service
 from app.core.context import CallContext
+from app.core.errors import Forbidden
 from app.core.registry import OperationSet
 from app.core.repository import AuditRepository
 from app.core.schemas import (
@@ -99,11 +100,14 @@ async def embed(ctx: CallContext, args: EmbedIn) -> EmbedOut:
 )
 async def audit_log(ctx: CallContext, args: AuditLogIn) -> AuditLogOut:
     """Admin: read the audit log of write-scope and destructive calls (who — key id, never the key —,
-    what, which project, counts, when), newest first, paginated with `before_id`."""
+    what, which project, counts, when), newest first, paginated with `before_id`. A key bound to a
+    project reads that project's entries only."""
+    # A bound key's filter is its project (naming another one is 4030); an unbound key's is as given.
+    project = ctx.project(args.project) if ctx.bound_project is not None else args.project
     rows = await AuditRepository(ctx.session).page(
         key_id=args.key_id,
         operation=args.operation,
-        project=args.project,
+        project=project,
         since=args.since,
         before_id=args.before_id,
         limit=args.limit,
@@ -125,12 +129,19 @@ async def audit_log(ctx: CallContext, args: AuditLogIn) -> AuditLogOut:
 )
 async def wait_for_embeddings(ctx: CallContext, args: WaitForEmbeddingsIn) -> WaitForEmbeddingsOut:
     """Wait until the embedding queue is empty (every written row has its vector) or the timeout
-    passes, helping the workers meanwhile; for bulk loaders and benchmarks."""
+    passes, helping the workers meanwhile; for bulk loaders and benchmarks. The queue is the whole
+    server's: a key bound to a project waits for its own writes with their `wait_for_embedding`."""
+    if ctx.bound_project is not None:
+        raise Forbidden(
+            f"wait_for_embeddings drains every project's embedding queue, and this API key is bound to "
+            f"project '{ctx.bound_project}'",
+            suggestions=["Pass wait_for_embedding: true to the writes whose vectors you need"],
+        )
     return WaitForEmbeddingsOut.model_validate(await service.wait_for_embeddings(ctx, args.timeout_seconds))
 
 
 async def _queue_info(ctx: CallContext) -> QueueInfo | None:
-    if ctx.app.queue is None:
+    if ctx.app.queue is None or ctx.bound_project is not None:  # the depth counts every project's writes
         return None
     try:
         stats = await ctx.app.queue.stats()
@@ -141,7 +152,8 @@ async def _queue_info(ctx: CallContext) -> QueueInfo | None:
 
 @ops.resource(uri="mcp://health", name="health", output=HealthOut, path="/resources/health")
 async def health(ctx: CallContext) -> HealthOut:
-    """Embedding provider, model and dimension, and database reachability."""
+    """Embedding provider, model and dimension, database reachability, and the embedding queue's depth
+    (server-wide, so not shown to a key bound to a project)."""
     reachable = await ctx.app.db.ping()
     at_head = ctx.app.extras.get("migrations_at_head")
     return HealthOut(

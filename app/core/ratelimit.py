@@ -1,5 +1,6 @@
-"""Per-key limits: a call rate (the `limits` library's moving window, in process memory) and a
-cap on concurrent long-running operations.
+"""Per-key limits: a call rate (the `limits` library's moving window, in process memory), a cap on
+concurrent long-running operations and on open event streams; per client address, a cap on failed
+authentications.
 
 Each replica limits independently, so the effective cluster-wide rate is at most `replicas * rate`;
 that keeps the check free of database round trips.
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections import deque
 
 from limits import RateLimitItemPerSecond
 from limits.storage import MemoryStorage
@@ -75,3 +77,97 @@ class JobSlots:
             self._running[key] = left
         else:
             self._running.pop(key, None)
+
+
+class FailureLimiter:
+    """At most `limit` failed authentications (unknown or revoked keys) per client address in any
+    window of `window` seconds (in this replica); past that the address is refused until its oldest
+    counted failure leaves the window. A limit of 0 turns it off.
+
+    Only the failure path writes here; the check costs one dict lookup for an address that has not
+    failed."""
+
+    def __init__(self, limit: int, window: float = 60.0, max_clients: int = 10_000) -> None:
+        self.limit = limit
+        self.window = window
+        self.max_clients = max_clients
+        self._failures: dict[str, deque[float]] = {}
+
+    def retry_after(self, client: str) -> int | None:
+        """Seconds until `client` may try a key again, or None when it may now."""
+        recent = self._failures.get(client)
+        if recent is None or len(recent) < self.limit:
+            return None
+        wait = recent[0] + self.window - time.monotonic()
+        return max(1, math.ceil(wait)) if wait > 0 else None
+
+    def refusal(self, client: str) -> RateLimited | None:
+        """The error answering `client` while it is locked out, else None."""
+        wait = self.retry_after(client)
+        if wait is None:
+            return None
+        return RateLimited(
+            f"Too many failed authentications from this address ({self.limit} per {self.window:g} s)",
+            suggestions=[f"Check the API key, then retry after {wait} s"],
+            details={"retry_after": wait},
+            headers={"Retry-After": str(wait)},
+        )
+
+    def check(self, client: str) -> None:
+        """Raise RateLimited with a Retry-After hint while `client` is locked out."""
+        err = self.refusal(client)
+        if err is not None:
+            raise err
+
+    def record(self, client: str) -> None:
+        """Count one failed authentication of `client`."""
+        if self.limit <= 0:
+            return
+        recent = self._failures.get(client)
+        if recent is None:
+            if len(self._failures) >= self.max_clients:
+                self._prune()
+            recent = self._failures[client] = deque(maxlen=self.limit)
+        recent.append(time.monotonic())
+
+    def _prune(self) -> None:
+        """Forget addresses whose last failure left the window (all of them if none did: a flood from
+        many addresses must not grow the table without bound)."""
+        horizon = time.monotonic() - self.window
+        stale = [client for client, recent in self._failures.items() if recent[-1] < horizon]
+        for client in stale:
+            del self._failures[client]
+        if len(self._failures) >= self.max_clients:
+            self._failures.clear()
+
+
+class StreamSlots:
+    """At most `limit` open `GET /mcp` event streams per key at once (in this replica); 0 = no limit."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._open: dict[str, int] = {}
+
+    def acquire(self, key: str) -> None:
+        """Take a slot or raise RateLimited."""
+        if self.limit <= 0:
+            return
+        count = self._open.get(key, 0)
+        if count >= self.limit:
+            raise RateLimited(
+                f"This API key already has {self.limit} open event stream(s) (GET /mcp)",
+                suggestions=["Close an open stream, then retry"],
+                details={"retry_after": 5},
+                headers={"Retry-After": "5"},
+            )
+        self._open[key] = count + 1
+
+    def release(self, key: str) -> None:
+        """Give the slot back."""
+        if self.limit <= 0:
+            return
+        left = self._open.get(key, 0) - 1
+        if left > 0:
+            self._open[key] = left
+        else:
+            self._open.pop(key, None)

@@ -323,18 +323,31 @@ class EmbeddingQueueRepository(Repository):
         """Lease up to `limit` due jobs of `model` and `targets` (only `ids` when given) that no live
         worker holds.
 
-        Rows locked by another transaction are skipped, and a lease that ran out (its worker died)
-        makes the row claimable again."""
+        Half of the batch is the oldest due rows and the rest the newest, so a large backlog (one
+        project's bulk load) neither holds back rows queued after it, which are in the next batch,
+        nor is starved by a stream of new rows: it still drains at half the rate or more. Rows
+        locked by another transaction are skipped, and a lease that ran out (its worker died) makes
+        the row claimable again."""
         only = "AND id = ANY(:ids)" if ids is not None else ""
+        due = (
+            "SELECT id FROM embedding_queue WHERE model = :model AND target = ANY(:targets) AND not_before <= now() "
+            f"AND (leased_until IS NULL OR leased_until < now()) {only} "
+        )
         return await self.rows(
+            f"WITH oldest AS ({due} ORDER BY not_before, id LIMIT :old FOR UPDATE SKIP LOCKED), "
+            f"newest AS ({due} ORDER BY not_before DESC, id DESC LIMIT :new FOR UPDATE SKIP LOCKED) "
             "UPDATE embedding_queue q SET leased_until = now() + make_interval(secs => :lease), "
             "attempts = q.attempts + 1 "
-            "WHERE q.id IN (SELECT id FROM embedding_queue "
-            "WHERE model = :model AND target = ANY(:targets) AND not_before <= now() "
-            f"AND (leased_until IS NULL OR leased_until < now()) {only} "
-            "ORDER BY not_before, id LIMIT :limit FOR UPDATE SKIP LOCKED) "
+            "WHERE q.id IN (SELECT id FROM oldest UNION SELECT id FROM newest) "
             "RETURNING q.id, q.target, q.ref, q.version, q.attempts",
-            {"model": model, "limit": limit, "lease": lease_seconds, "targets": list(targets), "ids": list(ids or [])},
+            {
+                "model": model,
+                "old": limit - limit // 2,
+                "new": limit // 2,
+                "lease": lease_seconds,
+                "targets": list(targets),
+                "ids": list(ids or []),
+            },
             into=LeasedJob,
         )
 

@@ -8,7 +8,6 @@ each route's request and response schemas are exactly the operation's input and 
 from __future__ import annotations
 
 import copy
-import json
 from typing import Any
 
 from fastapi import APIRouter, FastAPI, Request
@@ -16,10 +15,11 @@ from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse, Response
 
 from app import __version__
-from app.core.auth import KeyStore, OpenModeGuard, bearer_principal, request_id
+from app.core.auth import KeyStore, OpenModeGuard, bearer_principal
 from app.core.context import OPEN_PRINCIPAL, AppState, Principal
 from app.core.errors import CairnError, ErrorBody, InvalidInput
 from app.core.executor import read_resource, run_operation
+from app.core.http_front import parse_json_body
 from app.core.jsonschema import example_of, lean
 from app.core.registry import Operation, ResourceDef, first_sentence
 
@@ -65,11 +65,7 @@ def _operation_endpoint(op: Operation) -> Any:
         if op.method == "GET":
             args: Any = _query_args(lists, request)
         else:
-            raw = await request.body()
-            try:
-                args = json.loads(raw) if raw.strip() else {}
-            except (json.JSONDecodeError, UnicodeDecodeError):
-                raise InvalidInput("The request body is not valid JSON") from None
+            args = parse_json_body(await request.body())
         if path_params:
             if not isinstance(args, dict):
                 raise InvalidInput("Arguments must be a JSON object")
@@ -264,8 +260,3 @@ def _error_classes() -> list[type[CairnError]]:
         if isinstance(getattr(cls, "status", None), int):
             found.append(cls)
     return found
-
-
-def new_request_id() -> str:
-    """Request ids for REST calls (same format as MCP ones)."""
-    return request_id()

@@ -230,7 +230,7 @@ def answers_in_json(body: bytes, headers: Any, streaming_tools: frozenset[str]) 
         return False
     try:
         message = json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):  # the SSE path answers the JSON-RPC parse error
         return False
     if not isinstance(message, dict) or "id" not in message or not isinstance(message.get("method"), str):
         return False

@@ -1,6 +1,6 @@
 """Result cache, in memory (cachetools' LRU with a TTL) and on disk (one JSON file per key beside the stored results).
 
-A key is the SHA-256 of the normalised query (DuckDB tokens re-joined, comments dropped, keywords
+A key is the SHA-256 of the caller's project, the normalised query (DuckDB tokens re-joined, comments dropped, keywords
 lower-cased), the inputs' view definitions, the options that change the answer, and each input file's
 fingerprint (path, size, mtime). A changed file therefore never hits an old entry. Entries expire
 after a TTL; stored results are swept oldest first when they pass the size cap.
@@ -68,9 +68,19 @@ def make_key(kind: str, **parts: Any) -> str:
 class Cache:
     """Memory + disk cache of small JSON entries (results themselves are Parquet files)."""
 
-    def __init__(self, directory: Path, results: Path, ttl: float, max_bytes: int, memory_entries: int) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        results: Path,
+        ttl: float,
+        max_bytes: int,
+        memory_entries: int,
+        projects: Path | None = None,
+    ) -> None:
         self.dir = directory
         self.results = results
+        # Each project's result store is `<projects>/<project>/results`; the cap covers them all.
+        self.projects = projects
         self.ttl = ttl
         self.max_bytes = max_bytes
         self.memory_entries = memory_entries
@@ -137,12 +147,15 @@ class Cache:
             except FileNotFoundError:
                 pass
 
-    def invalidate(self, pattern: str | None, files: list[str] | None) -> list[str]:
+    def invalidate(self, pattern: str | None, files: list[str] | None, project: str | None = None) -> list[str]:
         """Remove entries whose key or label matches `pattern` (shell wildcards) or that read one of
-        `files`. Returns the removed keys."""
+        `files`; with `project`, only that project's entries (an entry without one is 'default''s).
+        Returns the removed keys."""
         wanted = set(files or [])
         removed: list[str] = []
         for entry in self.entries():
+            if project is not None and entry.get("project", "default") != project:
+                continue
             key = str(entry.get("key", ""))
             label = str(entry.get("label") or "")
             hit = False
@@ -177,7 +190,10 @@ class Cache:
         started = time.monotonic()
         now = time.time()
         files: list[tuple[float, int, Path]] = []
-        for f in self.results.glob("*.parquet"):
+        stored = [self.results.glob("*.parquet")]
+        if self.projects is not None:
+            stored.append(self.projects.glob("*/results/*.parquet"))
+        for f in (f for found in stored for f in found):
             try:
                 st = f.stat()
             except OSError:
@@ -209,6 +225,6 @@ def get_cache(work: Path, ttl: float, max_bytes: int, memory_entries: int) -> Ca
     with _caches_lock:
         cache = _caches.get(key)
         if cache is None:
-            cache = Cache(work / "cache", work / "results", ttl, max_bytes, memory_entries)
+            cache = Cache(work / "cache", work / "results", ttl, max_bytes, memory_entries, work / "projects")
             _caches[key] = cache
         return cache

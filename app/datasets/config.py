@@ -19,6 +19,9 @@ class DatasetSettings(BaseSettings):
     data_roots: Annotated[list[Path], NoDecode] = Field(default_factory=list)
     # Where query results and the disk cache live (default `<CAIRN_DATA_DIR>/datasets-work`).
     datasets_work_dir: Path | None = None
+    # Each project's private folder (uploads, exports) lives under this directory, outside the shared
+    # data roots (default `<CAIRN_DATA_DIR>/datasets-projects`).
+    datasets_projects_dir: Path | None = None
 
     # DuckDB resource limits.
     datasets_memory_limit: str = "2GB"
@@ -51,6 +54,12 @@ class DatasetSettings(BaseSettings):
     # Charts.
     datasets_chart_max_bytes: int = 48_000
 
+    # DuckDB worker processes (one per engine slot, see app/datasets/worker.py): the resident-memory cap
+    # of each (MB; 0 = the DuckDB memory limit + 1024) and the slots one API key may hold at once (0 =
+    # half of them, rounded up).
+    datasets_worker_memory_mb: int = 0
+    datasets_max_concurrency_per_key: int = 0
+
     @field_validator("data_roots", mode="before")
     @classmethod
     def _split(cls, value: object) -> object:
@@ -78,6 +87,14 @@ def data_roots(data_dir: Path) -> list[Path]:
         if real not in out:
             out.append(real)
     return out
+
+
+def projects_dir(data_dir: Path) -> Path:
+    """The directory holding one private folder per project (created if missing), resolved."""
+    cfg = get_dataset_settings()
+    path = (cfg.datasets_projects_dir or data_dir / "datasets-projects").expanduser()
+    path.mkdir(parents=True, exist_ok=True)
+    return path.resolve()
 
 
 def work_dir(data_dir: Path) -> Path:

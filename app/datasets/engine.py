@@ -1,6 +1,12 @@
-"""DuckDB work, all synchronous: callers run these in a worker thread (`asyncio.to_thread`). Each call
-leases a pooled locked-down database for its duration, with its own connection and views (see
-`sandbox`)."""
+"""DuckDB work. The functions taking an `EngineConfig` first are synchronous and run in a DuckDB worker
+process (`app.datasets.worker`): the server calls them through `offload` (or `offload_sync` from a
+thread), never directly, so that it can kill work that outruns its time limit. Each call leases a
+pooled locked-down database of that process for its duration, with its own connection and views
+(see `sandbox`).
+
+Values reach Python cut to what a reply can show (`capped_query`: long text, blobs, lists and
+structs are cut in SQL, before DuckDB hands them over) and a page of rows is capped in bytes
+(`PAGE_MAX_BYTES`), so a result of huge cells costs its reader little memory."""
 
 from __future__ import annotations
 
@@ -16,11 +22,13 @@ import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Concatenate, ParamSpec, TypeVar, cast
 
 import duckdb
+from duckdb.sqltypes import DuckDBPyType
 
 from app.core.errors import (
     CairnError,
@@ -32,6 +40,7 @@ from app.core.errors import (
     SchemaError,
     Timeout,
 )
+from app.datasets import worker
 from app.datasets.sandbox import (
     POOL,
     Lease,
@@ -42,11 +51,22 @@ from app.datasets.sandbox import (
     ident,
     inside,
     run_with_timeout,
+    time_left,
 )
 from app.datasets.sandbox import sql_string as lit
 
 T = TypeVar("T")
+P = ParamSpec("P")
+# What `jsonable` keeps of a value: the characters of a text, the items of a list or struct, the bytes
+# of a blob.
 CELL_CHARS = 300
+LIST_ITEMS = 50
+BLOB_BYTES = 96
+# The most a page of rows read from DuckDB may weigh (about: characters of text, 8 per other value); a
+# page stops early rather than pass it (a reply's token budget is far below it anyway).
+PAGE_MAX_BYTES = 2 * 1024 * 1024
+# A worker process spills into a folder of its own under the work directory's `tmp` (see `use_scratch`).
+_scratch: str | None = None
 
 
 @dataclass(frozen=True)
@@ -72,7 +92,7 @@ class EngineConfig:
         """The locked-database settings of this configuration (the connection pool's key)."""
         return Lockdown(
             allowed=tuple(str(p) for p in self.allowed),
-            temp_dir=str(self.work / "tmp"),
+            temp_dir=str(self.work / "tmp" / _scratch) if _scratch else str(self.work / "tmp"),
             memory_limit=self.memory_limit,
             threads=threads or self.threads,
         )
@@ -162,6 +182,42 @@ def make_source(name: str, pattern: str, files: list[Path]) -> Source:
     return Source(name=name, pattern=pattern, files=files, fmt=file_format(str(files[0]) if files else pattern))
 
 
+def use_scratch(name: str) -> None:
+    """Spill into `<work>/tmp/<name>` (a worker process names its own, which the server removes once the
+    process is gone: a killed DuckDB leaves its spill files behind)."""
+    global _scratch
+    _scratch = name
+
+
+# ---------------------------------------------------------------------------------------------- workers
+
+_caller: ContextVar[str] = ContextVar("cairn_datasets_caller", default="")
+
+
+def set_caller(caller: str) -> None:
+    """Name the API key the current call (task) works for: the engine slots are shared between keys
+    (`worker.FairSlots`)."""
+    _caller.set(caller)
+
+
+async def offload(
+    fn: Callable[Concatenate[EngineConfig, P], T], cfg: EngineConfig, *args: P.args, **kwargs: P.kwargs
+) -> T:
+    """`fn(cfg, *args, **kwargs)` run in a DuckDB worker process, once an engine slot is free for the
+    caller (`set_caller`). `fn` is a module-level function of the engine (a reference to it travels, not
+    its code); its arguments and value travel as pickles. Past `cfg.timeout_s` the statement is
+    interrupted, and a worker that does not answer soon after is killed: 5003 either way."""
+    value = await worker.pool_for(cfg).run(_caller.get(), fn, cfg, args, kwargs)
+    return cast(T, value)
+
+
+def offload_sync(
+    fn: Callable[Concatenate[EngineConfig, P], T], cfg: EngineConfig, *args: P.args, **kwargs: P.kwargs
+) -> T:
+    """`offload` for code running in a thread (it blocks the thread while it waits)."""
+    return cast(T, worker.pool_for(cfg).run_sync(_caller.get(), fn, cfg, args, kwargs))
+
+
 # ---------------------------------------------------------------------------------------------- values
 
 
@@ -195,6 +251,150 @@ def jsonable(value: Any) -> Any:
 def rows_as_dicts(columns: list[str], rows: list[tuple[Any, ...]]) -> list[dict[str, Any]]:
     """Rows as JSON-safe dicts."""
     return [{c: jsonable(v) for c, v in zip(columns, row, strict=False)} for row in rows]
+
+
+# Types whose values have a small fixed size: nothing to cut.
+_FIXED = frozenset(
+    {
+        "boolean",
+        "tinyint",
+        "smallint",
+        "integer",
+        "bigint",
+        "hugeint",
+        "utinyint",
+        "usmallint",
+        "uinteger",
+        "ubigint",
+        "uhugeint",
+        "float",
+        "double",
+        "decimal",
+        "date",
+        "time",
+        "time_ns",
+        "time with time zone",
+        "timestamp",
+        "timestamp_s",
+        "timestamp_ms",
+        "timestamp_ns",
+        "timestamp with time zone",
+        "interval",
+        "uuid",
+        "enum",
+        "null",
+    }
+)
+# Type nodes one projection cuts item by item; past that (or 8 levels down) a value is cut as text.
+_CUT_NODES = 400
+
+
+def _cut(expr: str, dtype: DuckDBPyType, budget: list[int], depth: int) -> str | None:
+    """An expression giving what `jsonable` shows of `expr` (of type `dtype`) and nothing more: the first
+    CELL_CHARS + 1 characters of a text (so that it is still seen as cut), BLOB_BYTES + 1 bytes of a
+    blob, LIST_ITEMS items of a list, struct or map, each cut the same way. None when the value is
+    small whatever it holds."""
+    kind = str(dtype.id)
+    if kind in _FIXED:
+        return None
+    budget[0] -= 1
+    if kind == "varchar":
+        return f"left({expr}, {CELL_CHARS + 1})"
+    if kind == "blob":
+        return f"{expr}[1:{BLOB_BYTES + 1}]"
+    nested = kind in ("list", "array", "struct", "map", "union")
+    members = [(name, sub) for name, sub in dtype.children if isinstance(sub, DuckDBPyType)] if nested else []
+    if members and budget[0] > 0 and depth < 8:
+        var = f"_v{depth}"
+        if kind in ("list", "array"):
+            item = _cut(var, members[0][1], budget, depth + 1)
+            size = [n for name, n in dtype.children if name == "size" and isinstance(n, int)]
+            if item is None and size and size[0] <= LIST_ITEMS:
+                return None
+            sliced = f"list_slice({expr}, 1, {LIST_ITEMS})"
+            return sliced if item is None else f"[{item} FOR {var} IN {sliced}]"
+        if kind == "struct":
+            fields = [(name, f"struct_extract({expr}, {lit(name)})", sub) for name, sub in members]
+            kept = [(name, field, _cut(field, sub, budget, depth + 1)) for name, field, sub in fields[:LIST_ITEMS]]
+            if len(fields) <= LIST_ITEMS and all(cut is None for _, _, cut in kept):
+                return None
+            packed = ", ".join(f"{ident(name)} := {cut or field}" for name, field, cut in kept)
+            return f"CASE WHEN {expr} IS NULL THEN NULL ELSE struct_pack({packed}) END"
+        if kind == "map":
+            value = _cut(f"{var}.value", members[1][1], budget, depth + 1) or f"{var}.value"
+            entries = f"list_slice(map_entries({expr}), 1, {LIST_ITEMS})"
+            return f"map_from_entries([{{'key': {var}.key, 'value': {value}}} FOR {var} IN {entries}])"
+        if kind == "union" and all(_cut(var, sub, [_CUT_NODES], depth + 1) is None for _, sub in members):
+            return None
+    return f"left(CAST({expr} AS VARCHAR), {CELL_CHARS + 1})"
+
+
+def capped_query(
+    con: duckdb.DuckDBPyConnection, source: str, columns: list[str] | None = None
+) -> tuple[str, list[str]]:
+    """A query of the `columns` (default all) of the table expression `source` whose values are cut in
+    SQL to what `jsonable` shows of them (see `_cut`): a huge text or list never reaches Python whole.
+    Returns the query and the column names."""
+    picked = ", ".join(ident(c) for c in columns) if columns else "*"
+    inner = f"SELECT {picked} FROM {source}"
+    rel = con.sql(inner)
+    if rel is None:
+        return inner, []
+    names, types = list(rel.columns), list(rel.types)
+    if not names:
+        return inner, names
+    budget = [_CUT_NODES]
+    # Positional aliases: a result may hold two columns of one name.
+    aliases = [f"_c{i}" for i in range(len(names))]
+    cuts = [_cut(alias, dtype, budget, 0) for alias, dtype in zip(aliases, types, strict=True)]
+    if all(cut is None for cut in cuts):
+        return inner, names
+    exprs = ", ".join(f"{cut or alias} AS {ident(name)}" for alias, cut, name in zip(aliases, cuts, names, strict=True))
+    return f"SELECT {exprs} FROM ({inner}) AS _t({', '.join(aliases)})", names
+
+
+def capped_columns(con: duckdb.DuckDBPyConnection, relation: str, columns: list[str]) -> str:
+    """A select list of `columns` (distinct names) of `relation` (a view, or a table expression with
+    those columns) whose values are cut in SQL as `capped_query` cuts them, each named as its column."""
+    rel = con.sql(f"SELECT {', '.join(ident(c) for c in columns)} FROM {relation}")
+    if rel is None:
+        return ", ".join(ident(c) for c in columns)
+    budget = [_CUT_NODES]
+    parts = [
+        (ident(name), _cut(ident(name), dtype, budget, 0)) for name, dtype in zip(rel.columns, rel.types, strict=True)
+    ]
+    return ", ".join(f"{cut} AS {name}" if cut else name for name, cut in parts)
+
+
+def fetch_capped(
+    cur: duckdb.DuckDBPyConnection, names: list[str], limit: int, max_bytes: int = PAGE_MAX_BYTES
+) -> list[dict[str, Any]]:
+    """Up to `limit` rows of the executed query `cur` as JSON-safe dicts, stopping before the rows weigh
+    more than `max_bytes` (at least one row)."""
+    rows: list[dict[str, Any]] = []
+    used = 0
+    while len(rows) < limit:
+        chunk = cur.fetchmany(min(1024, limit - len(rows)))
+        if not chunk:
+            break
+        for values in chunk:
+            row = {c: jsonable(v) for c, v in zip(names, values, strict=False)}
+            used += _weight(row)
+            if rows and used > max_bytes:
+                return rows
+            rows.append(row)
+    return rows
+
+
+def _weight(value: Any) -> int:
+    """About how many bytes `value` (a JSON-safe value) takes in a reply."""
+    if isinstance(value, str):
+        return len(value) + 2
+    if isinstance(value, dict):
+        return 2 + sum(len(k) + 3 + _weight(v) for k, v in value.items())
+    if isinstance(value, list):
+        return 2 + sum(_weight(v) + 1 for v in value)
+    return 8
 
 
 def human_bytes(n: float) -> str:
@@ -314,8 +514,9 @@ def run_locked(
 ) -> T:
     """Lease a locked database from the pool, make views over `sources`, run `fn` under the watchdog.
     At most `concurrency` calls hold a database at once; the time limit counts from when a call gets
-    one. The database goes back to the pool only after a call that ended normally or with an error
-    about its statement, and once its views are dropped (see `sandbox.Lease`)."""
+    one (in a worker process, from when the request came: `sandbox.time_left`). The database goes back
+    to the pool only after a call that ended normally or with an error about its statement, and once
+    its views are dropped (see `sandbox.Lease`)."""
     with _slot(cfg.concurrency):
         known: list[str] = []
         try:
@@ -323,7 +524,7 @@ def run_locked(
                 _create_views(lease, sources, result_views or {}, sample_size)
                 con = lease.con
                 try:
-                    value, fired = run_with_timeout(con, cfg.timeout_s, lambda: fn(con))
+                    value, fired = run_with_timeout(con, time_left(cfg.timeout_s), lambda: fn(con))
                 except (duckdb.BinderException, duckdb.CatalogException):
                     known = _columns_of(con, sources)
                     raise
@@ -372,7 +573,8 @@ def execute_to_store(
         if rel is None:
             raise QueryError("The statement returned no result")
         columns, types = list(rel.columns), [str(t) for t in rel.types]
-        tmp = dest.with_suffix(".tmp")
+        # Named for this process: the server removes what a worker killed mid-write left (worker.scrub).
+        tmp = dest.with_name(f"{dest.stem}.{os.getpid()}.tmp")
         if select:
             # What rel.limit(max_rows).write_parquet(...) runs, in one statement that also counts the rows.
             query = f"SELECT * FROM (\n{sql}\n) LIMIT {int(max_rows)}"
@@ -413,10 +615,9 @@ def _is_select(sql: str) -> bool:
 def _page(
     con: duckdb.DuckDBPyConnection, path: Path, offset: int, limit: int, columns: list[str] | None = None
 ) -> list[dict[str, Any]]:
-    cols = ", ".join(ident(c) for c in columns) if columns else "*"
-    rel = con.execute(f"SELECT {cols} FROM read_parquet({lit(str(path))}) LIMIT {int(limit)} OFFSET {int(offset)}")
-    names = [d[0] for d in rel.description or []]
-    return rows_as_dicts(names, rel.fetchall())
+    query, names = capped_query(con, f"read_parquet({lit(str(path))})", columns)
+    cur = con.execute(f"{query} LIMIT {int(limit)} OFFSET {int(offset)}")
+    return fetch_capped(cur, names, limit)
 
 
 def _gone() -> NotFound:
@@ -428,7 +629,8 @@ def _gone() -> NotFound:
 def read_rows(
     cfg: EngineConfig, path: Path, offset: int, limit: int, columns: list[str] | None = None
 ) -> list[dict[str, Any]]:
-    """Rows `offset..offset+limit` of a stored result (a file of this server's result store)."""
+    """Rows `offset..offset+limit` of a stored result (a file of this server's result store): fewer when
+    they would weigh more than `PAGE_MAX_BYTES`."""
     if not inside(path, [cfg.results]):
         raise _gone()
 
@@ -451,8 +653,15 @@ def summarize_stored(cfg: EngineConfig, path: Path, offset: int = 0, max_columns
         else f"SELECT * FROM read_parquet({lit(str(path))})"
     )
 
+    # min and max come as text of the whole value: cut before they reach Python.
+    cut = CELL_CHARS + 1
+    summary = (
+        f"SELECT column_name, column_type, left(min, {cut}), left(max, {cut}), approx_unique, avg, std, q25, q50,"
+        f" q75, count, null_percentage FROM (SUMMARIZE {src})"
+    )
+
     def work(con: duckdb.DuckDBPyConnection) -> tuple[list[Any], int]:
-        rows = con.execute(f"SUMMARIZE {src}").fetchall()
+        rows = con.execute(summary).fetchall()
         count = int(con.execute(f"SELECT count(*) FROM ({src})").fetchone()[0])  # type: ignore[index]
         return rows, count
 

@@ -7,7 +7,7 @@ import uuid
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import BigInteger, DateTime, Index, String, Text, func
+from sqlalchemy import BigInteger, DateTime, Index, String, Text, UniqueConstraint, func
 from sqlalchemy.dialects.postgresql import JSONB, UUID
 from sqlalchemy.orm import Mapped, mapped_column
 
@@ -15,12 +15,14 @@ from app.core.db import Base
 
 
 class Dataset(Base):
-    """A dataset registered by name (uploaded, or a path inside a data root)."""
+    """A dataset registered by name (uploaded, or a path inside a data root); names are per project."""
 
     __tablename__ = "datasets"
+    __table_args__ = (UniqueConstraint("project", "name", name="uq_datasets_project_name"),)
 
     id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True, default=uuid.uuid4)
-    name: Mapped[str] = mapped_column(String(128), unique=True, nullable=False)
+    project: Mapped[str] = mapped_column(String(128), nullable=False, server_default="default")
+    name: Mapped[str] = mapped_column(String(128), nullable=False)
     path: Mapped[str] = mapped_column(Text, nullable=False)
     format: Mapped[str] = mapped_column(String(16), nullable=False)
     size_bytes: Mapped[int] = mapped_column(BigInteger, nullable=False, default=0)
@@ -32,12 +34,14 @@ class Dataset(Base):
 
 
 class DatasetQuery(Base):
-    """A query result kept server-side under its query_id (rows live in a Parquet file)."""
+    """A query result kept server-side under its query_id (rows live in a Parquet file), readable only
+    from the project that ran it."""
 
     __tablename__ = "dataset_queries"
     __table_args__ = (Index("ix_dataset_queries_created_at", "created_at"),)
 
     query_id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    project: Mapped[str] = mapped_column(String(128), nullable=False, server_default="default")
     sql: Mapped[str] = mapped_column(Text, nullable=False)
     files: Mapped[list[Any]] = mapped_column(JSONB, nullable=False)
     columns: Mapped[list[Any]] = mapped_column(JSONB, nullable=False)

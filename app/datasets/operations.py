@@ -51,7 +51,8 @@ async def profile_dataset(ctx: CallContext, args: ProfileIn) -> ProfileOut:
     name. The answer fits `max_tokens` (details dropped first, `truncated` set); cached by file
     fingerprint."""
     await ctx.progress(0, 1, "profiling")
-    out = await service.profile_dataset(ctx, args)
+    with service.storage_errors():
+        out = await service.profile_dataset(ctx, args)
     await ctx.progress(1, 1, "done")
     return out
 
@@ -80,7 +81,8 @@ async def execute_query(ctx: CallContext, args: QueryIn) -> QueryOut:
     `degradation`, `rows_total`, `context_tokens_used`). Identical queries on unchanged files are
     answered from the cache (`summary.cache_hit`)."""
     await ctx.progress(0, 1, "running query")
-    out = await service.execute_query(ctx, args)
+    with service.storage_errors():
+        out = await service.execute_query(ctx, args)
     await ctx.progress(1, 1, "done")
     return out
 
@@ -98,7 +100,8 @@ async def execute_query(ctx: CallContext, args: QueryIn) -> QueryOut:
 async def get_result(ctx: CallContext, args: ResultPageIn) -> ResultPageOut:
     """Page through a stored query result by query_id (offset/limit, bounded by max_tokens) without
     re-running the query."""
-    return await service.get_result(ctx, args)
+    with service.storage_errors():
+        return await service.get_result(ctx, args)
 
 
 @ops.operation(
@@ -113,7 +116,8 @@ async def stream_sample(ctx: CallContext, args: SampleIn) -> SampleOut:
     """Draw representative rows from a dataset: head, random (seeded, reproducible), stratified (every
     group of stratify_column represented) or systematic (every k-th row); `columns` projects. Streams
     the file; bounded by sample_size and max_tokens."""
-    return await service.stream_sample(ctx, args)
+    with service.storage_errors():
+        return await service.stream_sample(ctx, args)
 
 
 @ops.operation(
@@ -123,13 +127,18 @@ async def stream_sample(ctx: CallContext, args: SampleIn) -> SampleOut:
     input=ExportIn,
     output=ExportOut,
     path="/datasets/export",
+    destructive=True,
     idempotent=False,
 )
 async def export_result(ctx: CallContext, args: ExportIn) -> ExportOut:
-    """Write a stored query result (query_id) as parquet, csv, json or xlsx into a directory inside a
-    data root, optionally partitioned by a column and compressed; returns the files created and their
-    sizes. Existing files are kept unless overwrite is true."""
-    return await service.export_result(ctx, args)
+    """Write a stored query result (query_id) as parquet, csv, json or xlsx into a folder of the
+    project's own folder (`destination`, e.g. 'exports'; never a shared data root or uploads/),
+    optionally partitioned by a column and compressed; returns the files created and their sizes.
+    filename must carry the format's extension (.csv, .csv.gz with gzip, .parquet, .json/.jsonl,
+    .xlsx). An existing file is replaced only with overwrite=true, and only when it is a regular file;
+    a folder or a symbolic link is never replaced, followed or deleted."""
+    with service.storage_errors():
+        return await service.export_result(ctx, args)
 
 
 @ops.operation(
@@ -143,7 +152,8 @@ async def export_result(ctx: CallContext, args: ExportIn) -> ExportOut:
 )
 async def cache_invalidate(ctx: CallContext, args: InvalidateIn) -> InvalidateOut:
     """Drop cached query results and profiles by key or label pattern (wildcards) or by input file."""
-    return await service.cache_invalidate(ctx, args)
+    with service.storage_errors():
+        return await service.cache_invalidate(ctx, args)
 
 
 @ops.operation(
@@ -157,7 +167,8 @@ async def cache_invalidate(ctx: CallContext, args: InvalidateIn) -> InvalidateOu
 )
 async def list_datasets(ctx: CallContext, args: ListDatasetsIn) -> ListDatasetsOut:
     """List registered datasets (paginated) and the data files found in the data roots (capped)."""
-    return await service.list_datasets(ctx, args)
+    with service.storage_errors():
+        return await service.list_datasets(ctx, args)
 
 
 @ops.operation(
@@ -171,13 +182,23 @@ async def list_datasets(ctx: CallContext, args: ListDatasetsIn) -> ListDatasetsO
 async def register_dataset(ctx: CallContext, args: RegisterIn) -> RegisterOut:
     """Give a file or glob inside the data roots a name, usable as file_path and as a view in SQL.
     (Remote clients upload files with the REST route POST /api/v1/datasets/upload.)"""
-    return await service.register_dataset(ctx, args)
+    with service.storage_errors():
+        return await service.register_dataset(ctx, args)
 
 
-@ops.operation(name="upload_dataset", input=UploadIn, output=UploadOut, path="/datasets/upload", mcp=False, rest=False)
+@ops.operation(
+    name="upload_dataset",
+    title="Upload Dataset",
+    input=UploadIn,
+    output=UploadOut,
+    path="/datasets/upload",
+    mcp=False,
+    rest=False,
+)
 async def upload_dataset(ctx: CallContext, args: UploadIn) -> UploadOut:
-    """Register a file the multipart upload route staged under the first data root's `uploads/`
-    folder: moved to `uploads/<name><ext>` and registered under `name`. Called by the route
-    POST /api/v1/datasets/upload through the executor (validation, scope, rate limit, transaction,
-    audit, metrics), never as an MCP tool."""
-    return await service.register_upload(ctx, args)
+    """Upload a dataset file: the multipart body of POST /api/v1/datasets/upload is streamed into the
+    project's `uploads/` folder under a size limit, moved to `uploads/<name><ext>` and registered under
+    `name`. The route calls this operation through the executor before it reads the body (rate limit,
+    validation, scope, project, transaction, audit, metrics); never an MCP tool."""
+    with service.storage_errors():
+        return await service.upload_dataset(ctx, args)

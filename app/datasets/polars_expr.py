@@ -6,19 +6,24 @@ scan_ndjson / read_csv / read_parquet / read_ndjson('file')` or `pl.table('view'
 `filter, select, with_columns, group_by(...).agg(...), sort, limit/head, unique, drop, count, collect,
 lazy`; expressions are `pl.col('x')`, `pl.lit(v)`, `pl.len()`, arithmetic, comparisons, `& | ~`, and the
 methods listed in `_METHODS` / `_STR_METHODS` / `_DT_METHODS`. Anything else is refused with 4004
-naming the construct. The SQL it produces then goes through the same sandbox as any SQL query.
+naming the construct; an allowed construct given the wrong arguments (a missing one, a string where a
+number goes, nesting deeper than `MAX_DEPTH`) is refused with 4001 naming what it expects. The SQL it
+produces then goes through the same sandbox as any SQL query.
 """
 
 from __future__ import annotations
 
 import ast
+import math
+import warnings
 from typing import Any
 
-from app.core.errors import QueryError
+from app.core.errors import InvalidInput, QueryError
 from app.datasets.sandbox import ident
 from app.datasets.sandbox import sql_string as lit
 
 MAX_CHARS = 10_000
+MAX_DEPTH = 200  # levels of the parsed expression (a chain of methods counts two per method)
 _SOURCES = {
     "scan_csv": "read_csv_auto",
     "read_csv": "read_csv_auto",
@@ -77,6 +82,22 @@ _CMPOPS = {ast.Eq: "=", ast.NotEq: "<>", ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">"
 _METHODS = (
     set(_AGG) | set(_UNARY) | {"alias", "is_null", "is_not_null", "is_in", "round", "cast", "fill_null", "str", "dt"}
 )
+_CHAIN_METHODS = {
+    "collect",
+    "lazy",
+    "limit",
+    "head",
+    "filter",
+    "select",
+    "with_columns",
+    "group_by",
+    "groupby",
+    "agg",
+    "sort",
+    "unique",
+    "drop",
+    "count",
+}
 
 
 def _refuse(node: ast.AST | None, what: str) -> QueryError:
@@ -90,6 +111,56 @@ def _refuse(node: ast.AST | None, what: str) -> QueryError:
             "Or use query_type 'sql'",
         ],
     )
+
+
+def _bad(node: ast.AST | None, what: str) -> InvalidInput:
+    column: int | None = None
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.end_col_offset is not None:
+        column = node.func.end_col_offset - len(node.func.attr)  # the method's name
+    elif isinstance(node, ast.expr):
+        column = node.col_offset
+    # The text is parsed inside "(": an offset there is the 1-based column of the caller's text.
+    where = f" (column {column})" if column is not None else ""
+    return InvalidInput(f"polars_expr: {what}{where}", suggestions=["Check the method's arguments"])
+
+
+def _args(call: ast.Call, name: str, least: int, most: int) -> list[ast.expr]:
+    """The positional arguments of `call`, between `least` and `most` of them; no keyword."""
+    if call.keywords:
+        raise _bad(call, f"{name} takes no keyword arguments")
+    n = len(call.args)
+    if not least <= n <= most:
+        want = str(least) if least == most else f"{least} to {most}"
+        raise _bad(call, f"{name} takes {want} argument{'' if want == '1' else 's'}, got {n}")
+    return call.args
+
+
+def _int(node: ast.AST, name: str, low: int, high: int) -> int:
+    """A whole-number literal argument within [low, high]."""
+    value = _const(node)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _bad(node, f"{name} takes a whole number, got {type(value).__name__}")
+    if not low <= value <= high:
+        raise _bad(node, f"{name} takes a number from {low} to {high}, got {value}")
+    return value
+
+
+def _text(node: ast.AST, name: str) -> str:
+    """A string literal argument."""
+    value = _const(node)
+    if not isinstance(value, str):
+        raise _bad(node, f"{name} takes a string, got {type(value).__name__}")
+    return value
+
+
+def _depth_ok(tree: ast.AST) -> None:
+    """Refuse a tree nested deeper than MAX_DEPTH (the compiler recurses over it)."""
+    stack = [(tree, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise _bad(None, f"the expression nests deeper than {MAX_DEPTH} levels")
+        stack.extend((child, depth + 1) for child in ast.iter_child_nodes(node))
 
 
 class _Expr:
@@ -120,6 +191,8 @@ def _sql_value(value: Any) -> str:
         return "NULL"
     if isinstance(value, bool):
         return "true" if value else "false"
+    if isinstance(value, float) and not math.isfinite(value):
+        raise _bad(None, f"the number {value!r} is not finite")
     if isinstance(value, int | float):
         return repr(value)
     return lit(str(value))
@@ -163,11 +236,12 @@ def _call(node: ast.Call) -> _Expr:
     if _is_pl(func, "col"):
         if len(node.args) != 1 or node.keywords:
             raise _refuse(node, "pl.col with other than one column name")
-        name = str(_const(node.args[0]))
+        name = _text(node.args[0], "pl.col")
         return _Expr(ident(name), name)
     if _is_pl(func, "lit"):
-        return _Expr(_sql_value(_const(node.args[0])), "literal")
+        return _Expr(_sql_value(_const(_args(node, "pl.lit", 1, 1)[0])), "literal")
     if _is_pl(func, "len") or (_is_pl(func, "count") and not node.args):
+        _args(node, "pl.len" if _is_pl(func, "len") else "pl.count", 0, 0)
         return _Expr("count(*)", "len" if _is_pl(func, "len") else "count", True)
     if not isinstance(func, ast.Attribute):
         raise _refuse(node, "calling a name")
@@ -176,21 +250,28 @@ def _call(node: ast.Call) -> _Expr:
     # .str.xxx() / .dt.xxx()
     if isinstance(target, ast.Attribute) and target.attr in ("str", "dt"):
         base = _expr(target.value)
-        if target.attr == "dt" and method in _DT_METHODS and not node.args:
+        label = f".{target.attr}.{method}()"
+        if target.attr == "dt" and method in _DT_METHODS:
+            _args(node, label, 0, 0)
             return _Expr(f"{_DT_METHODS[method]}({base.sql})", base.name, base.is_agg)
         if target.attr == "str":
-            if method in _STR_METHODS and not node.args:
+            if method in _STR_METHODS:
+                _args(node, label, 0, 0)
                 return _Expr(f"{_STR_METHODS[method]}({base.sql})", base.name, base.is_agg)
-            if method in ("contains", "starts_with", "ends_with") and len(node.args) == 1:
-                fn = {"contains": "contains", "starts_with": "starts_with", "ends_with": "ends_with"}[method]
-                return _Expr(f"{fn}({base.sql}, {_sql_value(str(_const(node.args[0])))})", base.name, base.is_agg)
-        raise _refuse(node, f".{target.attr}.{method}()")
+            if method in ("contains", "starts_with", "ends_with"):
+                needle = _text(_args(node, label, 1, 1)[0], label)
+                return _Expr(f"{method}({base.sql}, {_sql_value(needle)})", base.name, base.is_agg)
+        raise _refuse(node, label)
     if method not in _METHODS or method in ("str", "dt"):
         raise _refuse(node, f".{method}()")
     base = _expr(target)
-    args = node.args
+    label = f".{method}()"
     if method == "alias":
-        return _Expr(base.sql, str(_const(args[0])), base.is_agg)
+        return _Expr(base.sql, _text(_args(node, label, 1, 1)[0], label), base.is_agg)
+    if method in ("is_in", "round", "fill_null", "cast"):
+        args = _args(node, label, 0 if method == "round" else 1, 1)
+    else:
+        _args(node, label, 0, 0)
     if method in _AGG:
         fn = _AGG[method]
         sql = f"count(DISTINCT {base.sql})" if method == "n_unique" else f"{fn}({base.sql})"
@@ -202,17 +283,17 @@ def _call(node: ast.Call) -> _Expr:
     if method == "is_not_null":
         return _Expr(f"({base.sql} IS NOT NULL)", base.name, base.is_agg)
     if method == "is_in":
-        if len(args) != 1 or not isinstance(args[0], ast.List | ast.Tuple):
+        if not isinstance(args[0], ast.List | ast.Tuple):
             raise _refuse(node, "is_in without a literal list")
         values = ", ".join(_sql_value(_const(v)) for v in args[0].elts)
         return _Expr(f"({base.sql} IN ({values}))", base.name, base.is_agg)
     if method == "round":
-        digits = int(_const(args[0])) if args else 0
+        digits = _int(args[0], label, -38, 38) if args else 0
         return _Expr(f"round({base.sql}, {digits})", base.name, base.is_agg)
     if method == "fill_null":
         return _Expr(f"coalesce({base.sql}, {_expr(args[0]).sql})", base.name, base.is_agg)
     if method == "cast":
-        if len(args) != 1 or not (_is_pl(args[0]) and isinstance(args[0], ast.Attribute) and args[0].attr in _TYPES):
+        if not (_is_pl(args[0]) and isinstance(args[0], ast.Attribute) and args[0].attr in _TYPES):
             raise _refuse(node, "cast to anything but pl.Int64/Int32/Float64/Float32/Utf8/String/Boolean/Date/Datetime")
         return _Expr(f"CAST({base.sql} AS {_TYPES[args[0].attr]})", base.name, base.is_agg)
     raise _refuse(node, f".{method}()")
@@ -251,7 +332,7 @@ def _chain(node: ast.AST) -> list[ast.Call]:
         node = func.value
         if isinstance(node, ast.Name):
             break
-    if not isinstance(node, ast.Name) or node.id != "pl":
+    if not calls or not isinstance(node, ast.Name) or node.id != "pl":
         raise _refuse(node, "a chain that does not start at pl.scan_*/pl.table")
     return list(reversed(calls))
 
@@ -261,18 +342,24 @@ def compile_expr(text: str) -> str:
     if len(text) > MAX_CHARS:
         raise QueryError(f"polars_expr is longer than {MAX_CHARS} characters")
     try:
-        tree = ast.parse("(" + text.strip() + "\n)", mode="eval")  # a chain may span lines
+        with warnings.catch_warnings():  # a caller's odd literal ("1sum") is not the server log's business
+            warnings.simplefilter("ignore", SyntaxWarning)
+            tree = ast.parse("(" + text.strip() + "\n)", mode="eval")  # a chain may span lines
     except SyntaxError as exc:
         raise QueryError(f"polars_expr does not parse: {exc.msg} (line {exc.lineno})") from None
+    except (RecursionError, MemoryError):
+        raise _bad(None, f"the expression nests deeper than {MAX_DEPTH} levels") from None
+    _depth_ok(tree)
     calls = _chain(tree.body)
     first = calls[0]
     assert isinstance(first.func, ast.Attribute)
     if first.func.attr in _SOURCES:
         if len(first.args) != 1:
             raise _refuse(first, "a scan without exactly one path")
-        sql = f"SELECT * FROM {_SOURCES[first.func.attr]}({lit(str(_const(first.args[0])))})"
+        path = _text(_args(first, f"pl.{first.func.attr}()", 1, 1)[0], f"pl.{first.func.attr}()")
+        sql = f"SELECT * FROM {_SOURCES[first.func.attr]}({lit(path)})"
     elif first.func.attr == "table":
-        sql = f"SELECT * FROM {ident(str(_const(first.args[0])))}"
+        sql = f"SELECT * FROM {ident(_text(_args(first, 'pl.table()', 1, 1)[0], 'pl.table()'))}"
     else:
         raise _refuse(first, f"pl.{first.func.attr}()")
     pending_group: list[str] | None = None
@@ -280,14 +367,28 @@ def compile_expr(text: str) -> str:
     for call in calls[1:]:
         assert isinstance(call.func, ast.Attribute)
         m = call.func.attr
-        kw = {k.arg: k.value for k in call.keywords}
+        label = f".{m}()"
+        if m not in _CHAIN_METHODS:
+            raise _refuse(call, label)
         if pending_group is not None and m != "agg":
             raise _refuse(call, f".{m}() after group_by (expected .agg)")
+        kw = {k.arg: k.value for k in call.keywords}
+        if m == "sort":
+            if any(k.arg != "descending" for k in call.keywords):
+                raise _bad(call, ".sort() takes only the keyword descending")
+        elif call.keywords:
+            raise _bad(call, f"{label} takes no keyword arguments")
+        if m in ("collect", "lazy", "unique", "count"):
+            _args(call, label, 0, 0)
+        elif m in ("limit", "head"):
+            _args(call, label, 0, 1)
+        elif not call.args:
+            raise _bad(call, f"{label} needs at least one argument")
         if m in ("collect", "lazy"):
             continue
         if m in ("limit", "head"):
-            n = int(_const(call.args[0])) if call.args else 5
-            sql = f"SELECT * FROM ({sql}) LIMIT {max(0, n)}" if limited else f"{sql} LIMIT {max(0, n)}"
+            n = _int(call.args[0], label, 0, 2**62) if call.args else 5
+            sql = f"SELECT * FROM ({sql}) LIMIT {n}" if limited else f"{sql} LIMIT {n}"
             limited = True
             continue
         if m == "filter":

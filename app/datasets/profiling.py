@@ -12,6 +12,7 @@ from app.datasets.engine import (
     EngineConfig,
     Source,
     _round,
+    capped_columns,
     human_bytes,
     is_numeric,
     jsonable,
@@ -215,7 +216,7 @@ def sample(
         if missing or (stratify_column and stratify_column not in all_cols):
             bad = missing[0] if missing else stratify_column
             con.execute(f"SELECT {ident(str(bad))} FROM {view} LIMIT 0")  # raises a binder error with context
-        proj = ", ".join(ident(c) for c in cols)
+        proj = capped_columns(con, view, cols)  # long values are cut before they reach Python
         info: dict[str, Any] = {}
         if strategy == "head":
             total = None

@@ -1,4 +1,5 @@
-"""Every SQL statement of the datasets feature."""
+"""Every SQL statement of the datasets feature. Every statement names the caller's project: dataset
+names and stored results belong to one project."""
 
 from __future__ import annotations
 
@@ -7,23 +8,30 @@ from typing import Any
 
 from sqlalchemy import delete, func, select
 from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.core.repository import Repository
 from app.datasets.models import Dataset, DatasetQuery
 
 
 class DatasetRepository(Repository):
-    """Named datasets."""
+    """Named datasets of one project."""
+
+    def __init__(self, session: AsyncSession, project: str) -> None:
+        super().__init__(session)
+        self.project = project
 
     async def get(self, name: str) -> Dataset | None:
         """The dataset called `name`."""
-        return await self.session.scalar(select(Dataset).where(Dataset.name == name))
+        return await self.session.scalar(select(Dataset).where(Dataset.project == self.project, Dataset.name == name))
 
     async def get_many(self, names: list[str]) -> dict[str, Dataset]:
         """Datasets by name."""
         if not names:
             return {}
-        rows = await self.session.scalars(select(Dataset).where(Dataset.name.in_(names)))
+        rows = await self.session.scalars(
+            select(Dataset).where(Dataset.project == self.project, Dataset.name.in_(names))
+        )
         return {d.name: d for d in rows}
 
     async def upsert(
@@ -41,7 +49,6 @@ class DatasetRepository(Repository):
         """Insert, or (when `replace`) update the dataset called `name`. Returns (row, created);
         without `replace` an existing row is returned unchanged."""
         values = dict(
-            name=name,
             path=path,
             format=fmt,
             size_bytes=size_bytes,
@@ -49,51 +56,67 @@ class DatasetRepository(Repository):
             source=source,
             created_by=created_by,
         )
-        stmt = insert(Dataset).values(id=uuid.uuid4(), **values)
+        stmt = insert(Dataset).values(id=uuid.uuid4(), project=self.project, name=name, **values)
+        keys = [Dataset.project, Dataset.name]
         if replace:
-            stmt = stmt.on_conflict_do_update(index_elements=[Dataset.name], set_={**values, "updated_at": func.now()})
+            stmt = stmt.on_conflict_do_update(index_elements=keys, set_={**values, "updated_at": func.now()})
         else:
-            stmt = stmt.on_conflict_do_nothing(index_elements=[Dataset.name])
+            stmt = stmt.on_conflict_do_nothing(index_elements=keys)
         before = await self.get(name)
         await self.session.execute(stmt)
         created = before is None
         await self.session.flush()
         ds = await self.session.scalar(
-            select(Dataset).where(Dataset.name == name).execution_options(populate_existing=True)
+            select(Dataset)
+            .where(Dataset.project == self.project, Dataset.name == name)
+            .execution_options(populate_existing=True)
         )
         assert ds is not None
         return ds, created
 
     async def list(self, limit: int, offset: int) -> tuple[list[Dataset], int]:
         """Datasets by name, and the total."""
-        rows = await self.session.scalars(select(Dataset).order_by(Dataset.name).limit(limit).offset(offset))
-        total = int(await self.session.scalar(select(func.count()).select_from(Dataset)) or 0)
+        mine = Dataset.project == self.project
+        rows = await self.session.scalars(
+            select(Dataset).where(mine).order_by(Dataset.name).limit(limit).offset(offset)
+        )
+        total = int(await self.session.scalar(select(func.count()).select_from(Dataset).where(mine)) or 0)
         return list(rows), total
 
     async def delete(self, name: str) -> Dataset | None:
         """Remove a dataset from the registry; returns the removed row."""
         row = await self.get(name)
         if row is not None:
-            await self.session.execute(delete(Dataset).where(Dataset.name == name))
+            await self.session.execute(delete(Dataset).where(Dataset.project == self.project, Dataset.name == name))
         return row
 
 
 class QueryRepository(Repository):
-    """Metadata of stored query results."""
+    """Metadata of the stored query results of one project."""
+
+    def __init__(self, session: AsyncSession, project: str) -> None:
+        super().__init__(session)
+        self.project = project
 
     async def save(self, values: dict[str, Any]) -> None:
         """Record a result (no-op when the query_id exists)."""
         await self.session.execute(
-            insert(DatasetQuery).values(**values).on_conflict_do_nothing(index_elements=[DatasetQuery.query_id])
+            insert(DatasetQuery)
+            .values(**values, project=self.project)
+            .on_conflict_do_nothing(index_elements=[DatasetQuery.query_id])
         )
 
     async def get(self, query_id: str) -> DatasetQuery | None:
-        """A stored result's metadata."""
-        return await self.session.get(DatasetQuery, query_id)
+        """A stored result's metadata (None when it belongs to another project)."""
+        return await self.session.scalar(
+            select(DatasetQuery).where(DatasetQuery.query_id == query_id, DatasetQuery.project == self.project)
+        )
 
     async def get_many(self, ids: list[str]) -> dict[str, DatasetQuery]:
         """Stored results by id."""
         if not ids:
             return {}
-        rows = await self.session.scalars(select(DatasetQuery).where(DatasetQuery.query_id.in_(ids)))
+        rows = await self.session.scalars(
+            select(DatasetQuery).where(DatasetQuery.query_id.in_(ids), DatasetQuery.project == self.project)
+        )
         return {q.query_id: q for q in rows}

@@ -1,7 +1,13 @@
 """REST-only route: multipart upload of a dataset file, streamed to disk under a size limit and
 registered by name. (A remote client cannot hand the server a path on its own disk.)
 
-    POST /api/v1/datasets/upload   multipart/form-data: name, file, [description], [replace]
+    POST /api/v1/datasets/upload[?project=...]   multipart/form-data: name, file, [description], [replace]
+
+The route authenticates, then hands the whole call to the executor as the `upload_dataset` operation:
+the rate limit, the argument check (the query string), the scope and the project binding all run
+before a byte of the body is read, and every outcome — refusals while reading included — is one call
+with its audit row. The operation reads the body through `MultipartUpload`, set in
+`service.INCOMING` for the duration of the call.
 """
 
 from __future__ import annotations
@@ -11,57 +17,78 @@ import contextlib
 import os
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from python_multipart import MultipartParser
+from python_multipart.exceptions import FormParserError
 from python_multipart.multipart import parse_options_header
+from starlette.requests import ClientDisconnect
 
 from app.core.context import AppState
 from app.core.errors import InvalidInput, TooLarge, invalid_field
-from app.core.executor import check_scope, run_operation
+from app.core.executor import run_operation
 from app.core.rest_adapter import authenticate
+from app.core.schemas import PROJECT_NAME
 from app.datasets import service
-from app.datasets.config import data_roots, get_dataset_settings
 from app.datasets.schemas import DATASET_NAME
 
 router = APIRouter(prefix="/api/v1")
 UPLOAD_PATH = "/api/v1/datasets/upload"
-FIELD_MAX = 4096
+FIELDS = ("name", "description", "replace")  # the form fields besides `file`
+FIELD_MAX = 4096  # bytes of one form field
+MAX_PARTS = 1 + len(FIELDS)  # the file and each field once
+MAX_HEADERS = 8  # headers of one part
+HEADER_MAX = 4096  # bytes of one part's headers
+OVERHEAD = 64 * 1024  # body bytes besides the file: boundaries, headers, fields
 FLUSH_BYTES = 1 << 20
 
 
-class _Upload:
-    """Multipart callbacks: small fields in memory, the file part streamed to a temp file."""
+class _Parts:
+    """Multipart callbacks: the form fields in memory (each known name once, bounded), the file part
+    handed over in chunks to be written to disk."""
 
-    def __init__(self, tmp: Path, limit: int) -> None:
-        self.tmp = tmp
+    def __init__(self, limit: int) -> None:
         self.limit = limit
         self.fields: dict[str, str] = {}
         self.filename: str | None = None
         self.size = 0
+        self.ended = False
+        self._parts = 0
         self._headers: dict[str, str] = {}
+        self._header_bytes = 0
         self._hname = b""
         self._hvalue = b""
         self._part: str | None = None
         self._is_file = False
         self._buf = bytearray()
-        self._pending = bytearray()
-        self._fh: Any = None
-        self.too_large = False
+        self.pending = bytearray()
 
-    # header parsing
     def on_part_begin(self) -> None:
-        self._headers, self._part, self._is_file, self._buf = {}, None, False, bytearray()
+        self._parts += 1
+        if self._parts > MAX_PARTS:
+            raise InvalidInput(
+                f"The form has more than {MAX_PARTS} parts; send the file and at most {', '.join(FIELDS)}"
+            )
+        self._headers, self._part, self._is_file, self._buf, self._header_bytes = {}, None, False, bytearray(), 0
+
+    def _count_header(self, size: int) -> None:
+        self._header_bytes += size
+        if self._header_bytes > HEADER_MAX:
+            raise InvalidInput(f"The headers of a form part exceed {HEADER_MAX} bytes")
 
     def on_header_field(self, data: bytes, start: int, end: int) -> None:
+        self._count_header(end - start)
         self._hname += data[start:end]
 
     def on_header_value(self, data: bytes, start: int, end: int) -> None:
+        self._count_header(end - start)
         self._hvalue += data[start:end]
 
     def on_header_end(self) -> None:
+        if len(self._headers) >= MAX_HEADERS:
+            raise InvalidInput(f"A form part has more than {MAX_HEADERS} headers")
         self._headers[self._hname.decode("latin-1").lower()] = self._hvalue.decode("latin-1")
         self._hname, self._hvalue = b"", b""
 
@@ -69,33 +96,42 @@ class _Upload:
         _, params = parse_options_header(self._headers.get("content-disposition", ""))
         self._part = params.get(b"name", b"").decode("utf-8", "replace")
         if b"filename" in params:
+            if self._part != "file":
+                raise invalid_field(self._part or "(unnamed)", "The file goes in the form part named 'file'")
             if self.filename is not None:
                 raise InvalidInput("Send exactly one file part")
             self._is_file = True
-            self.filename = os.path.basename(params[b"filename"].decode("utf-8", "replace"))
+            self.filename = os.path.basename(params[b"filename"].decode("utf-8", "replace"))[:255]
+            return
+        if self._part not in FIELDS:
+            raise invalid_field(
+                self._part or "(unnamed)",
+                f"Unknown form field {self._part[:64]!r}: the form takes file, {', '.join(FIELDS)}",
+                rule="extra_forbidden",
+            )
+        if self._part in self.fields:
+            raise invalid_field(self._part, f"Form field '{self._part}' is sent twice", rule="duplicate")
 
     def on_part_data(self, data: bytes, start: int, end: int) -> None:
         chunk = data[start:end]
         if self._is_file:
             self.size += len(chunk)
             if self.size > self.limit:
-                self.too_large = True
-                raise TooLarge(
-                    f"The upload exceeds {self.limit} bytes",
-                    suggestions=[
-                        "Compress the file (.csv.gz) or convert it to Parquet",
-                        "The limit is CAIRN_DATASETS_UPLOAD_MAX_BYTES",
-                    ],
-                )
-            self._pending += chunk
+                raise _too_large(self.limit)
+            self.pending += chunk
         else:
             self._buf += chunk
             if len(self._buf) > FIELD_MAX:
-                raise InvalidInput(f"Form field '{self._part}' is longer than {FIELD_MAX} bytes")
+                raise invalid_field(
+                    self._part or "(unnamed)", f"Form field '{self._part}' is longer than {FIELD_MAX} bytes"
+                )
 
     def on_part_end(self) -> None:
         if not self._is_file and self._part:
             self.fields[self._part] = self._buf.decode("utf-8", "replace").strip()
+
+    def on_end(self) -> None:
+        self.ended = True
 
     def callbacks(self) -> dict[str, Any]:
         return {
@@ -108,13 +144,93 @@ class _Upload:
                 "on_headers_finished",
                 "on_part_data",
                 "on_part_end",
+                "on_end",
             )
         }
 
     def take_pending(self) -> bytes:
-        data = bytes(self._pending)
-        self._pending.clear()
+        data = bytes(self.pending)
+        self.pending.clear()
         return data
+
+
+def _too_large(limit: int) -> TooLarge:
+    return TooLarge(
+        f"The upload exceeds {limit} bytes",
+        suggestions=[
+            "Compress the file (.csv.gz) or convert it to Parquet",
+            "The limit is CAIRN_DATASETS_UPLOAD_MAX_BYTES",
+        ],
+    )
+
+
+class MultipartUpload:
+    """The body of one upload request (`service.Incoming`): read once, when the operation asks."""
+
+    def __init__(self, request: Request) -> None:
+        self.request = request
+        self.received: service.Received | None = None
+        self.staged: Path | None = None
+
+    async def receive(self, folder: Path, limit: int) -> service.Received:
+        """Stream the file part to a new hidden file in `folder`; the form fields stay in memory."""
+        if self.received is not None:
+            return self.received
+        declared = self.request.headers.get("content-length")
+        if declared is not None and declared.isdigit() and int(declared) > limit + OVERHEAD:
+            raise _too_large(limit)
+        ctype, params = parse_options_header(self.request.headers.get("content-type", ""))
+        if ctype != b"multipart/form-data" or not params.get(b"boundary"):
+            raise InvalidInput("Send multipart/form-data with a 'file' part and a 'name' field")
+        self.staged = folder / f".incoming-{uuid.uuid4().hex}"
+        parts = _Parts(limit)
+        fh = await asyncio.to_thread(_create, self.staged)
+        try:
+            try:
+                parser = MultipartParser(
+                    params[b"boundary"],
+                    parts.callbacks(),  # type: ignore[arg-type]
+                    max_header_count=MAX_HEADERS,
+                    max_header_size=HEADER_MAX,
+                )
+                total = 0
+                async for chunk in self.request.stream():
+                    total += len(chunk)
+                    if total > limit + OVERHEAD:
+                        raise _too_large(limit)
+                    parser.write(chunk)
+                    if len(parts.pending) >= FLUSH_BYTES:
+                        await asyncio.to_thread(fh.write, parts.take_pending())
+                parser.finalize()
+            except FormParserError as exc:
+                raise InvalidInput(
+                    f"Malformed multipart body: {str(exc)[:200]}",
+                    suggestions=["Send multipart/form-data as curl -F or an HTTP library writes it"],
+                ) from None
+            except ClientDisconnect:
+                raise InvalidInput("The client went away before the upload was complete") from None
+            await asyncio.to_thread(fh.write, parts.take_pending())
+        finally:
+            await asyncio.to_thread(fh.close)
+        if not parts.ended:
+            raise InvalidInput("The multipart body ended before its closing boundary")
+        if parts.filename is None:
+            raise invalid_field("file", "A 'file' part is required", rule="missing")
+        self.received = service.Received(
+            staged=self.staged, filename=parts.filename, fields=parts.fields, size=parts.size
+        )
+        return self.received
+
+    def discard(self) -> None:
+        """Remove the staged file unless the operation moved it into place."""
+        if self.staged is not None:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.staged)
+
+
+def _create(path: Path) -> BinaryIO:
+    """A new file, never through a link."""
+    return os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600), "wb")
 
 
 _FORM_SCHEMA = {
@@ -130,6 +246,7 @@ _FORM_SCHEMA = {
         "description": {"type": "string", "maxLength": FIELD_MAX},
         "replace": {"type": "boolean", "description": "Overwrite an existing dataset of this name"},
     },
+    "additionalProperties": False,
 }
 
 
@@ -139,61 +256,43 @@ _FORM_SCHEMA = {
     summary="Upload a dataset file (multipart) and register it.",
     operation_id="upload_dataset",
     openapi_extra={
+        "parameters": [
+            {
+                "name": "project",
+                "in": "query",
+                "required": False,
+                "schema": {"type": "string", "pattern": PROJECT_NAME},
+                "description": "Project the dataset belongs to (default: the key's project or 'default')",
+            }
+        ],
         "requestBody": {"required": True, "content": {"multipart/form-data": {"schema": _FORM_SCHEMA}}},
         "security": [{"bearer": []}],
     },
 )
 async def upload_dataset(request: Request) -> JSONResponse:
-    """Stream a CSV/Parquet/JSON file to the first data root (`uploads/<name><ext>`) and register it
-    under `name`. Form fields: `name` (letters, digits, '_'), `file`, optional `description` and
-    `replace` ("true" to overwrite an existing name). Needs the write scope. Answers 413 past
-    CAIRN_DATASETS_UPLOAD_MAX_BYTES without keeping anything. The registration is the
-    `upload_dataset` operation, run by the executor like every other call (rate limit, validation,
-    transaction, audit row, metrics)."""
+    """Stream a CSV/Parquet/JSON file into the project's folder (`uploads/<name><ext>`) and register it
+    under `name` in the project. Form fields: `name` (letters, digits, '_'), `file`, optional
+    `description` and `replace` ("true" to overwrite an existing name); `project` in the query string.
+    Needs the write scope. Answers 413 past CAIRN_DATASETS_UPLOAD_MAX_BYTES without keeping anything.
+    The whole upload is the `upload_dataset` operation, run by the executor like every other call
+    (rate limit, validation, scope, transaction, audit row, metrics) before the body is read."""
     principal = await authenticate(request)
     state: AppState = request.app.state.cairn
     op = state.registry.get("upload_dataset")
     assert op is not None, "the datasets feature declares upload_dataset"
-    check_scope(op, principal)  # before reading a possibly large body
-    limit = get_dataset_settings().datasets_upload_max_bytes
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit + 64 * 1024:
-        raise TooLarge(
-            f"The upload exceeds {limit} bytes", suggestions=["The limit is CAIRN_DATASETS_UPLOAD_MAX_BYTES"]
-        )
-    ctype, params = parse_options_header(request.headers.get("content-type", ""))
-    if ctype != b"multipart/form-data" or b"boundary" not in params:
-        raise InvalidInput("Send multipart/form-data with a 'file' part and a 'name' field")
-    folder = service.upload_folder(await asyncio.to_thread(data_roots, state.settings.data_dir))
-    await asyncio.to_thread(folder.mkdir, parents=True, exist_ok=True)
-    staged = f".incoming-{uuid.uuid4().hex}"
-    tmp = folder / staged
-    upload = _Upload(tmp, limit)
-    parser = MultipartParser(params[b"boundary"], upload.callbacks())  # type: ignore[arg-type]
-    fh = await asyncio.to_thread(open, tmp, "wb")
+    incoming = MultipartUpload(request)
+    token = service.INCOMING.set(incoming)
     try:
-        async for chunk in request.stream():
-            parser.write(chunk)
-            if len(upload._pending) >= FLUSH_BYTES:
-                await asyncio.to_thread(fh.write, upload.take_pending())
-        parser.finalize()
-        await asyncio.to_thread(fh.write, upload.take_pending())
-        await asyncio.to_thread(fh.close)
-        if upload.filename is None:
-            raise invalid_field("file", "A 'file' part is required", rule="missing")
-        args = {
-            "name": upload.fields.get("name", ""),
-            "staged": staged,
-            "filename": upload.filename,
-            "description": upload.fields.get("description", ""),
-            "replace": upload.fields.get("replace", "").lower() in ("1", "true", "yes"),
-            "bytes": upload.size,
-        }
-        result = await run_operation(state, op, args, principal, transport="rest", request_id=request.state.request_id)
-        return JSONResponse(result.model_dump(mode="json"))
+        result = await run_operation(
+            state,
+            op,
+            dict(request.query_params),
+            principal,
+            transport="rest",
+            request_id=request.state.request_id,
+        )
     finally:
-        if not fh.closed:
-            await asyncio.to_thread(fh.close)
+        service.INCOMING.reset(token)
         # Gone when the operation moved it into place; otherwise nothing of the upload is kept.
-        with contextlib.suppress(FileNotFoundError):
-            await asyncio.to_thread(tmp.unlink)
+        await asyncio.to_thread(incoming.discard)
+    return JSONResponse(result.model_dump(mode="json"))

@@ -22,7 +22,14 @@ Layers, outermost first:
    otherwise (the watchdog fired, an interrupt, out of memory, an internal or unexpected error) it
    is closed.
 4. `run_with_timeout` — a watchdog timer calls `interrupt()` on the call's connection when the
-   statement runs past its time limit (→ 5003).
+   statement runs past its time limit (→ 5003). The time limit is the whole call's (`CALL_DEADLINE`,
+   set by the worker process for each request, see `time_left`).
+5. Worker processes (`app.datasets.worker`) — the server runs every DuckDB call in a worker process
+   holding its own pool of locked databases (3, 4 run there). DuckDB checks an interrupt only between
+   vectors, so a scalar function busy on one huge value outruns (4): the server kills the worker when
+   no answer has come shortly after the time limit (→ 5003) and starts another. Each worker's memory
+   is capped by `RLIMIT_DATA` beside DuckDB's `memory_limit`, and one API key holds at most half of
+   the engine slots.
 """
 
 from __future__ import annotations
@@ -31,8 +38,10 @@ import glob as globmod
 import os
 import re
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -47,7 +56,9 @@ DATA_EXTENSIONS = (".csv", ".tsv", ".txt", ".parquet", ".pq", ".json", ".jsonl",
 COMPRESSED = (".gz", ".zst")
 MAX_GLOB_FILES = 10_000
 
-# Functions a caller may not use even inside an allowed statement.
+# Functions a caller may not use even inside an allowed statement: they read outside the data roots,
+# run SQL the check never saw, reach other systems, change the database's state, or reveal the server's
+# paths and configuration.
 DENIED_FUNCTIONS = frozenset(
     {
         "read_text",
@@ -55,10 +66,11 @@ DENIED_FUNCTIONS = frozenset(
         "query",
         "query_table",
         "getenv",
-        "duckdb_secrets",
+        "current_setting",
         "which_secret",
         "load_aws_credentials",
         "read_xlsx",
+        "read_duckdb",
         "sqlite_scan",
         "sqlite_attach",
         "postgres_scan",
@@ -68,8 +80,60 @@ DENIED_FUNCTIONS = frozenset(
         "delta_scan",
         "http_get",
         "http_post",
+        "json_execute_serialized_sql",
+        "arrow_scan",
+        "arrow_scan_dumb",
+        "pandas_scan",
+        "python_arrow_scan",
+        "python_map_function",
+        "checkpoint",
+        "force_checkpoint",
+        "enable_logging",
+        "disable_logging",
+        "truncate_duckdb_logs",
+        "write_log",
+        "enable_profiling",
+        "disable_profiling",
+        "create_external_resource",
+        "destroy_external_resource",
+        "register_external_resource",
+        "register_external_resource_type",
+        "deregister_external_resource",
     }
 )
+# Every function with one of these prefixes: DuckDB's settings, secrets, extensions, temporary files,
+# logs, file cache, databases and connections (`duckdb_*`), and the PRAGMA table functions
+# (`pragma_*`: version, platform, storage, database size, ...) ...
+DENIED_PREFIXES = ("duckdb_", "pragma_")
+# ... except these, which list only what the call's own database holds (its views and their columns,
+# the built-in functions and types).
+ALLOWED_CATALOG = frozenset(
+    {
+        "duckdb_views",
+        "duckdb_tables",
+        "duckdb_columns",
+        "duckdb_schemas",
+        "duckdb_types",
+        "duckdb_functions",
+        "duckdb_keywords",
+        "duckdb_constraints",
+        "duckdb_indexes",
+        "duckdb_sequences",
+        "duckdb_dependencies",
+    }
+)
+
+
+def _setting_names() -> frozenset[str]:
+    """DuckDB's setting names: `SHOW <setting>` answers the setting's value."""
+    con = duckdb.connect(":memory:")
+    try:
+        return frozenset(str(r[0]).lower() for r in con.execute("SELECT name FROM duckdb_settings()").fetchall())
+    finally:
+        con.close()
+
+
+DENIED_SETTINGS = _setting_names()
 ALLOWED_STATEMENTS = ("SELECT", "EXPLAIN")
 
 
@@ -231,20 +295,34 @@ def check_sql(sql: str, roots: list[Path]) -> tuple[str, list[str]]:
             suggestions=["Use SELECT / WITH / DESCRIBE / SUMMARIZE / EXPLAIN", "Write files with export_result"],
         )
     tokens = duckdb.tokenize(text)
+    # The tokens as DuckDB reads them: (start, end, type, text) without comments, so that a comment
+    # between a function's name and its parenthesis hides nothing.
+    spans = [
+        (start, tokens[i + 1][0] if i + 1 < len(tokens) else len(text), getattr(ttype, "name", str(ttype)))
+        for i, (start, ttype) in enumerate(tokens)
+    ]
+    words = [(start, end, kind, text[start:end].strip()) for start, end, kind in spans if kind != "comment"]
+    for i, (_, _, kind, piece) in enumerate(words):
+        if kind not in ("identifier", "keyword"):
+            continue
+        word = piece.strip('"').lower()
+        nxt = words[i + 1][3] if i + 1 < len(words) else ""
+        denied = word in DENIED_FUNCTIONS or (word.startswith(DENIED_PREFIXES) and word not in ALLOWED_CATALOG)
+        if nxt == "(" and denied:
+            raise Forbidden(
+                f"The function {word}() is not allowed",
+                suggestions=["Read data files with read_csv_auto / read_parquet / read_json_auto"],
+            )
+        if word == "show" and kind == "keyword" and nxt.strip('"').lower() in DENIED_SETTINGS:
+            raise Forbidden(
+                f"SHOW {nxt.strip(chr(34)).lower()} is not allowed: the server's settings are not readable",
+                suggestions=["SHOW / DESCRIBE a table or view of the query instead"],
+            )
     out: list[str] = []
     files: list[str] = []
     pos = 0
-    for i, (start, ttype) in enumerate(tokens):
-        end = tokens[i + 1][0] if i + 1 < len(tokens) else len(text)
+    for start, end, kind_name in spans:
         piece = text[start:end]
-        kind_name = getattr(ttype, "name", str(ttype))
-        if kind_name in ("identifier", "keyword"):
-            word = piece.strip().strip('"').lower()
-            if word in DENIED_FUNCTIONS and text[end:].lstrip().startswith("("):
-                raise Forbidden(
-                    f"The function {word}() is not allowed",
-                    suggestions=["Read data files with read_csv_auto / read_parquet / read_json_auto"],
-                )
         if kind_name != "string_const":
             continue
         body = piece.rstrip()
@@ -457,6 +535,21 @@ class _Watchdog:
     def __exit__(self, *exc: Any) -> None:
         self._timer.cancel()
         self._timer.join()  # an interrupt already under way lands before `fired` is read
+
+
+# When the current call must end (`time.monotonic()`), set by a worker process for each request it
+# serves: the statement's watchdog gets what is left of the whole call's time limit.
+CALL_DEADLINE: ContextVar[float | None] = ContextVar("cairn_duckdb_call_deadline", default=None)
+
+
+def time_left(limit: float) -> float:
+    """Seconds the watchdog of the next statement may wait: `limit`, or less when the current call's
+    deadline (`CALL_DEADLINE`) comes first (at least a millisecond: a statement started past it is
+    interrupted at once)."""
+    deadline = CALL_DEADLINE.get()
+    if deadline is None:
+        return limit
+    return max(0.001, min(limit, deadline - time.monotonic()))
 
 
 def run_with_timeout(con: duckdb.DuckDBPyConnection, seconds: float, fn: Callable[[], T]) -> tuple[T, bool]:

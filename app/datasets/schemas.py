@@ -7,9 +7,14 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, Field
 
-from app.core.schemas import StrictModel
+from app.core.schemas import PROJECT_NAME, StrictModel
 
 DATASET_NAME = r"^[A-Za-z][A-Za-z0-9_]{0,63}$"
+ProjectField = Field(
+    default=None,
+    pattern=PROJECT_NAME,
+    description="Project whose datasets, results and folder the call uses (default: the key's project or 'default')",
+)
 MaxTokens = Field(
     default=None,
     ge=50,
@@ -35,6 +40,7 @@ class ProfileIn(StrictModel):
         default=50, ge=1, le=500, description="Most categories reported for a categorical column"
     )
     max_tokens: int | None = MaxTokens
+    project: str | None = ProjectField
 
 
 class ColumnProfile(BaseModel):
@@ -108,6 +114,7 @@ class QueryIn(StrictModel):
     timeout_ms: int | None = Field(
         default=None, ge=100, le=600_000, description="Lower the server's query time limit for this call"
     )
+    project: str | None = ProjectField
 
 
 class QuerySummary(BaseModel):
@@ -162,6 +169,7 @@ class ResultPageIn(StrictModel):
     offset: int = Field(default=0, ge=0)
     limit: int = Field(default=100, ge=1, le=1000)
     max_tokens: int | None = MaxTokens
+    project: str | None = ProjectField
 
 
 class ResultPageOut(BaseModel):
@@ -191,6 +199,7 @@ class SampleIn(StrictModel):
     stratify_column: str | None = Field(default=None, max_length=200)
     seed: int = Field(default=42, ge=0, le=2**31 - 1, description="Seed of random/stratified/systematic sampling")
     max_tokens: int | None = MaxTokens
+    project: str | None = ProjectField
 
 
 class SamplingInfo(BaseModel):
@@ -221,11 +230,22 @@ class ExportIn(StrictModel):
 
     query_id: str = Field(pattern=r"^q_[0-9a-f]{16}$")
     format: Literal["csv", "parquet", "json", "xlsx"] = "parquet"
-    destination: str = Field(min_length=1, max_length=1000, description="Output directory inside a data root")
-    filename: str | None = Field(default=None, max_length=200, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
+    destination: str = Field(
+        min_length=1,
+        max_length=1000,
+        description="Output directory inside the project's folder (relative to it, created if missing; not uploads/)",
+    )
+    filename: str | None = Field(
+        default=None,
+        max_length=200,
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$",
+        description="File name with the format's extension (.csv, .csv.gz, .parquet, .json/.jsonl, .xlsx, ...); "
+        "with partition_by, a directory name",
+    )
     partition_by: str | None = Field(default=None, max_length=200)
     compression: Literal["none", "gzip", "snappy", "zstd"] = "snappy"
-    overwrite: bool = False
+    overwrite: bool = Field(default=False, description="Replace an existing regular file of the same format")
+    project: str | None = ProjectField
 
 
 class ExportedFile(BaseModel):
@@ -255,6 +275,7 @@ class InvalidateIn(StrictModel):
 
     pattern: str | None = Field(default=None, max_length=200, description="Key or label pattern (* and ? wildcards)")
     file_path: str | None = Field(default=None, max_length=1000, description="Drop every entry that read this file")
+    project: str | None = ProjectField
 
 
 class InvalidateOut(BaseModel):
@@ -293,6 +314,7 @@ class ListDatasetsIn(StrictModel):
     limit: int = Field(default=50, ge=1, le=200)
     offset: int = Field(default=0, ge=0)
     include_files: bool = Field(default=True, description="Also list unregistered data files in the roots")
+    project: str | None = ProjectField
 
 
 class ListDatasetsOut(BaseModel):
@@ -301,7 +323,8 @@ class ListDatasetsOut(BaseModel):
     datasets: list[DatasetOut]
     total: int
     next_offset: int | None
-    roots: list[str]
+    project: str = Field(description="The project whose datasets are listed")
+    roots: list[str] = Field(description="Readable folders: the project's own folder first, then the shared roots")
     files: list[FileOut]
     files_truncated: bool
 
@@ -313,6 +336,7 @@ class RegisterIn(StrictModel):
     path: str = Field(min_length=1, max_length=1000, description="File or glob inside a data root")
     description: str = Field(default="", max_length=2000)
     replace: bool = Field(default=False, description="Point an existing name at the new path")
+    project: str | None = ProjectField
 
 
 class RegisterOut(BaseModel):
@@ -322,18 +346,19 @@ class RegisterOut(BaseModel):
     created: bool
 
 
-STAGED_UPLOAD = r"^\.incoming-[0-9a-f]{32}$"
-
-
 class UploadIn(StrictModel):
-    """Arguments of upload_dataset: what the multipart route read, never a client-chosen path."""
+    """Arguments of upload_dataset, checked before the route reads the body (the query string of
+    POST /api/v1/datasets/upload). The form fields come with the body: see `UploadForm`."""
+
+    project: str | None = ProjectField
+
+
+class UploadForm(StrictModel):
+    """The form fields of an upload besides its file, checked once the body is read."""
 
     name: str = Field(pattern=DATASET_NAME, description="Dataset name (also a SQL view name)")
-    staged: str = Field(pattern=STAGED_UPLOAD, description="The staged file the route wrote under uploads/")
-    filename: str = Field(min_length=1, max_length=255, description="The uploaded file's own name (its type)")
     description: str = Field(default="", max_length=4096)
-    replace: bool = False
-    bytes: int = Field(ge=0)
+    replace: bool = Field(default=False, description="Overwrite an existing dataset of this name")
 
 
 class UploadOut(RegisterOut):

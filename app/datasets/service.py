@@ -4,21 +4,28 @@ database leased for that call (see `sandbox`)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import csv
 import dataclasses
 import io
 import os
 import re
+import stat
 import uuid
+from collections.abc import Iterator
+from contextvars import ContextVar
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
+
+from pydantic import ValidationError
 
 from app.core import budget
 from app.core.context import CallContext
-from app.core.errors import Conflict, InvalidInput, NotFound, invalid_field
+from app.core.errors import Conflict, EngineError, InvalidInput, NotFound, invalid_field, validation_error
+from app.core.schemas import PROJECT_NAME
 from app.datasets import engine, exporting, polars_expr, profiling, pysandbox
 from app.datasets.cache import Cache, fingerprint, get_cache, make_key, normalize_sql
-from app.datasets.config import data_roots, get_dataset_settings, work_dir
+from app.datasets.config import data_roots, get_dataset_settings, projects_dir, work_dir
 from app.datasets.models import Dataset
 from app.datasets.repository import DatasetRepository, QueryRepository
 from app.datasets.sandbox import DATA_EXTENSIONS, check_sql, file_format, inside, resolve_path
@@ -46,6 +53,7 @@ from app.datasets.schemas import (
     SampleIn,
     SampleOut,
     SamplingInfo,
+    UploadForm,
     UploadIn,
     UploadOut,
 )
@@ -55,19 +63,64 @@ _NAME_RE = re.compile(DATASET_NAME)
 MAX_LISTED_FILES = 200
 
 
-def roots(ctx: CallContext) -> list[Path]:
-    """The effective data roots."""
-    return data_roots(ctx.settings.data_dir)
+_PROJECT_RE = re.compile(PROJECT_NAME)
 
 
-def config(ctx: CallContext, timeout_ms: int | None = None, rts: list[Path] | None = None) -> engine.EngineConfig:
-    """Engine limits from the settings (a call may only lower the time limit); `rts`: the roots, when
-    the caller has them already."""
+@dataclasses.dataclass(frozen=True)
+class Space:
+    """What one call may touch: its project's private folder (read and written: uploads, exports), the
+    operator's shared data roots (read only) and the project's own result store and spill folder."""
+
+    project: str
+    folder: Path
+    shared: list[Path]
+    work: Path
+
+    @property
+    def roots(self) -> list[Path]:
+        """The readable folders, searched in this order for a relative path: own folder first."""
+        return [self.folder, *self.shared]
+
+
+def _make_space(data_dir: Path, project: str) -> Space:
+    shared = data_roots(data_dir)
+    base = projects_dir(data_dir)
+    work = work_dir(data_dir)
+    for private, setting in ((base, "CAIRN_DATASETS_PROJECTS_DIR"), (work, "CAIRN_DATASETS_WORK_DIR")):
+        # A private area inside a shared root (or holding one) would be readable by every project.
+        if any(inside(private, [r]) or inside(r, [private]) for r in shared):
+            raise EngineError(
+                f"The datasets storage is misconfigured: {setting} overlaps a data root",
+                suggestions=[f"The operator must move {setting} outside CAIRN_DATA_ROOTS"],
+            )
+    folder = base / project
+    mine = work / "projects" / project
+    for path in (folder, mine / "results", mine / "tmp"):
+        path.mkdir(parents=True, exist_ok=True)
+    for path in (folder, mine):
+        if stat.S_ISLNK(os.lstat(path).st_mode):
+            raise EngineError("The datasets storage is misconfigured: a project folder is a symbolic link")
+    return Space(project=project, folder=folder, shared=shared, work=mine)
+
+
+async def space_of(ctx: CallContext, requested: str | None) -> Space:
+    """The caller's space: the effective project (`ctx.project`: a bound key keeps to its own) and its
+    folders, created if missing."""
+    project = ctx.project(requested)
+    if not _PROJECT_RE.fullmatch(project):
+        raise InvalidInput(f"Invalid project name {project[:80]!r}")
+    engine.set_caller(ctx.principal.key_id or ctx.principal.name)  # whose share of the DuckDB slots
+    return await asyncio.to_thread(_make_space, ctx.settings.data_dir, project)
+
+
+def config(space: Space, timeout_ms: int | None = None) -> engine.EngineConfig:
+    """Engine limits from the settings (a call may only lower the time limit), reading the space's
+    roots and storing results in its own store."""
     cfg = get_dataset_settings()
     limit = cfg.datasets_query_timeout_ms if timeout_ms is None else min(timeout_ms, cfg.datasets_query_timeout_ms)
     return engine.EngineConfig(
-        roots=rts if rts is not None else roots(ctx),
-        work=work_dir(ctx.settings.data_dir),
+        roots=space.roots,
+        work=space.work,
         memory_limit=cfg.datasets_memory_limit,
         threads=cfg.datasets_threads,
         timeout_s=limit / 1000.0,
@@ -84,6 +137,16 @@ def cache_of(ctx: CallContext) -> Cache:
         cfg.datasets_cache_max_bytes,
         cfg.datasets_cache_memory_entries,
     )
+
+
+@contextlib.contextmanager
+def storage_errors() -> Iterator[None]:
+    """Turn a filesystem failure escaping a datasets call into its own error: the executor would take
+    an OSError for a lost database connection."""
+    try:
+        yield
+    except OSError as exc:
+        raise exporting.storage_error(exc, "the datasets folders") from None
 
 
 def budget_of(requested: int | None) -> int:
@@ -120,15 +183,13 @@ def _view_name(text: str, taken: set[str]) -> str:
     return name
 
 
-async def resolve_source(
-    ctx: CallContext, ref: str, taken: set[str] | None = None, rts: list[Path] | None = None
-) -> engine.Source:
-    """A registered dataset name or a path/glob inside the roots (`rts`, default the effective roots),
-    as a Source."""
+async def resolve_source(ctx: CallContext, space: Space, ref: str, taken: set[str] | None = None) -> engine.Source:
+    """A dataset name registered in the space's project, or a path/glob inside its readable roots, as a
+    Source."""
     taken = taken if taken is not None else set()
-    rts = rts if rts is not None else roots(ctx)
+    rts = space.roots
     if _NAME_RE.fullmatch(ref) and not any(ch in ref for ch in "./*"):
-        ds = await DatasetRepository(ctx.session).get(ref)
+        ds = await DatasetRepository(ctx.session, space.project).get(ref)
         if ds is not None:
             pattern, files = await asyncio.to_thread(resolve_path, ds.path, rts)
             name = ref.lower() if ref.lower() not in taken else _view_name(ref, taken)
@@ -142,10 +203,12 @@ async def resolve_source(
 
 async def profile_dataset(ctx: CallContext, args: ProfileIn) -> ProfileOut:
     """Profile one dataset (cached by file fingerprint and options)."""
-    src = await resolve_source(ctx, args.file_path)
+    space = await space_of(ctx, args.project)
+    src = await resolve_source(ctx, space, args.file_path)
     cache = cache_of(ctx)
     key = make_key(
         "profile",
+        project=space.project,
         pattern=src.pattern,
         files=fingerprint(src.files),
         sample=args.sample_size,
@@ -156,18 +219,22 @@ async def profile_dataset(ctx: CallContext, args: ProfileIn) -> ProfileOut:
     if hit is not None:
         raw, cache_hit = hit["payload"], True
     else:
-        raw = await asyncio.to_thread(
+        raw = await engine.offload(
             profiling.profile,
-            config(ctx),
+            config(space),
             src,
             sample_size=args.sample_size,
             compute_stats=args.compute_stats,
             max_categories=args.max_categories,
         )
         cache_hit = False
-        await asyncio.to_thread(
-            cache.put, key, {"payload": raw, "files": fingerprint(src.files), "label": f"profile:{src.pattern}"}
-        )
+        entry = {
+            "payload": raw,
+            "files": fingerprint(src.files),
+            "label": f"profile:{src.pattern}",
+            "project": space.project,
+        }
+        await asyncio.to_thread(cache.put, key, entry)
     return _fit_profile(raw, args, src, cache_hit)
 
 
@@ -220,7 +287,8 @@ async def execute_query(ctx: CallContext, args: QueryIn) -> QueryOut:
     sql = args.query
     if args.query_type == "polars_expr":
         sql = polars_expr.compile_expr(args.query)
-    rts = roots(ctx)
+    space = await space_of(ctx, args.project)
+    rts = space.roots
     sources: list[engine.Source] = []
     taken: set[str] = set()
     result_ids: list[str] = []
@@ -229,7 +297,7 @@ async def execute_query(ctx: CallContext, args: QueryIn) -> QueryOut:
             result_ids.append(ref)
             taken.add(ref)
             continue
-        src = await resolve_source(ctx, ref, taken, rts)
+        src = await resolve_source(ctx, space, ref, taken)
         taken.add(src.name)
         sources.append(src)
     if len(sources) == 1 and "data" not in taken:
@@ -238,13 +306,17 @@ async def execute_query(ctx: CallContext, args: QueryIn) -> QueryOut:
         )
         taken.add("data")
     if engine_used == "python":
-        return await _run_python(ctx, args, sources, sorted(taken))
+        return await _run_python(ctx, space, args, sources, sorted(taken))
     checked, literal_files = await asyncio.to_thread(_checked_sql, sql, rts)
     result_ids += [q for q in QUERY_ID.findall(checked) if q not in result_ids]
-    stored = await QueryRepository(ctx.session).get_many(result_ids)
+    queries = QueryRepository(ctx.session, space.project)
+    stored = await queries.get_many(result_ids)
     missing = [q for q in result_ids if q not in stored]
     if missing:
         raise NotFound(f"Unknown query_id {missing[0]}", suggestions=["Run execute_query to get a query_id"])
+    gone = [q for q in result_ids if not inside(Path(stored[q].result_path), [space.work / "results"])]
+    if gone:  # stored before results were kept per project
+        raise NotFound(f"The stored result {gone[0]} is gone", suggestions=["Run its query again"])
     result_views = {q: Path(stored[q].result_path) for q in result_ids}
     all_files = [f for s in sources for f in s.files] + literal_files + list(result_views.values())
     cache = cache_of(ctx)
@@ -254,6 +326,7 @@ async def execute_query(ctx: CallContext, args: QueryIn) -> QueryOut:
         fps = fingerprint(all_files)
         key = make_key(
             "query",
+            project=space.project,
             sql=normalize_sql(checked),
             views=views,
             results=sorted(result_ids),
@@ -263,8 +336,7 @@ async def execute_query(ctx: CallContext, args: QueryIn) -> QueryOut:
         return fps, key, cache.get(key)
 
     fps, key, hit = await asyncio.to_thread(lookup)
-    queries = QueryRepository(ctx.session)
-    ecfg = config(ctx, args.timeout_ms, rts)
+    ecfg = config(space, args.timeout_ms)
     head: list[dict[str, Any]] | None = None
     if hit is not None:
         meta, cache_hit = hit["meta"], True
@@ -272,7 +344,7 @@ async def execute_query(ctx: CallContext, args: QueryIn) -> QueryOut:
         query_id = "q_" + uuid.uuid4().hex[:16]
         dest = ecfg.results / f"{query_id}.parquet"
         shown = _rows_shown(args)
-        res = await asyncio.to_thread(
+        res = await engine.offload(
             engine.execute_to_store, ecfg, checked, sources, result_views, dest, cfg.datasets_result_max_rows, shown
         )
         head = res.head if shown else None
@@ -286,7 +358,13 @@ async def execute_query(ctx: CallContext, args: QueryIn) -> QueryOut:
             "elapsed_ms": res.elapsed_ms,
         }
         cache_hit = False
-        entry = {"meta": meta, "files": fps, "label": args.cache_key, "result_path": str(res.path)}
+        entry = {
+            "meta": meta,
+            "files": fps,
+            "label": args.cache_key,
+            "result_path": str(res.path),
+            "project": space.project,
+        }
         await asyncio.to_thread(_remember, cache, key, entry, cfg.datasets_result_ttl_seconds, res.path)
     await queries.save(
         {
@@ -304,7 +382,7 @@ async def execute_query(ctx: CallContext, args: QueryIn) -> QueryOut:
     )
     # Reading the stored result back runs under the server's time limit, not the query's own.
     reader = dataclasses.replace(ecfg, timeout_s=cfg.datasets_query_timeout_ms / 1000.0)
-    return await _answer(ctx, args, meta, cache_hit, engine_used, checked, sorted(taken), head, reader)
+    return await _answer(args, meta, cache_hit, engine_used, checked, sorted(taken), reader, head)
 
 
 def _checked_sql(sql: str, rts: list[Path]) -> tuple[str, list[Path]]:
@@ -327,17 +405,21 @@ def _rows_shown(args: QueryIn) -> int:
     return 0 if args.return_format in ("summary", "chart") else args.return_limit
 
 
-async def _run_python(ctx: CallContext, args: QueryIn, sources: list[engine.Source], views: list[str]) -> QueryOut:
+async def _run_python(
+    ctx: CallContext, space: Space, args: QueryIn, sources: list[engine.Source], views: list[str]
+) -> QueryOut:
     """The operator-enabled python engine: a limited child process writes the stored result."""
     cfg = get_dataset_settings()
     fps = await asyncio.to_thread(fingerprint, [f for s in sources for f in s.files])
-    key = make_key("python", code=args.query, views={s.name: s.sql() for s in sources}, files=fps)
+    key = make_key(
+        "python", project=space.project, code=args.query, views={s.name: s.sql() for s in sources}, files=fps
+    )
     cache = cache_of(ctx)
     hit = await asyncio.to_thread(cache.get, key)
     if hit is not None:
         meta, cache_hit = hit["meta"], True
     else:
-        ecfg = config(ctx, args.timeout_ms)
+        ecfg = config(space, args.timeout_ms)
         query_id = "q_" + uuid.uuid4().hex[:16]
         dest = ecfg.results / f"{query_id}.parquet"
         started = asyncio.get_running_loop().time()
@@ -362,10 +444,15 @@ async def _run_python(ctx: CallContext, args: QueryIn, sources: list[engine.Sour
             "elapsed_ms": int((asyncio.get_running_loop().time() - started) * 1000),
         }
         cache_hit = False
-        await asyncio.to_thread(
-            cache.put, key, {"meta": meta, "files": fps, "label": args.cache_key, "result_path": str(dest)}
-        )
-    await QueryRepository(ctx.session).save(
+        entry = {
+            "meta": meta,
+            "files": fps,
+            "label": args.cache_key,
+            "result_path": str(dest),
+            "project": space.project,
+        }
+        await asyncio.to_thread(cache.put, key, entry)
+    await QueryRepository(ctx.session, space.project).save(
         {
             "query_id": meta["query_id"],
             "sql": "-- python\n" + args.query[:100_000],
@@ -379,7 +466,7 @@ async def _run_python(ctx: CallContext, args: QueryIn, sources: list[engine.Sour
             "created_by": ctx.principal.key_id,
         }
     )
-    return await _answer(ctx, args, meta, cache_hit, "python", "", views)
+    return await _answer(args, meta, cache_hit, "python", "", views, config(space))
 
 
 def _pick_engine(args: QueryIn, python_enabled: bool) -> str:
@@ -425,31 +512,29 @@ def _csv_lines(columns: list[str], rows: list[dict[str, Any]]) -> list[str]:
 
 
 async def _answer(
-    ctx: CallContext,
     args: QueryIn,
     meta: dict[str, Any],
     cache_hit: bool,
     engine_used: str,
     sql: str,
     views: list[str],
+    ecfg: engine.EngineConfig,
     head: list[dict[str, Any]] | None = None,
-    ecfg: engine.EngineConfig | None = None,
 ) -> QueryOut:
     """The reply within the budget. `head`: the first rows of the result when the query has just
     stored them (else they are read from the stored file)."""
     path = Path(meta["result_path"])
     columns: list[str] = meta["columns"]
-    ecfg = ecfg or config(ctx)
     want = min(_rows_shown(args), meta["rows_stored"])
     if head is not None:
         rows = head[:want]
     else:
-        rows = await asyncio.to_thread(engine.read_rows, ecfg, path, 0, want) if want else []
+        rows = await engine.offload(engine.read_rows, ecfg, path, 0, want) if want else []
     visualization = None
     if args.generate_chart or args.return_format == "chart":
         from app.datasets import charts
 
-        chart_rows = await asyncio.to_thread(engine.read_rows, ecfg, path, 0, charts.MAX_POINTS)
+        chart_rows = await engine.offload(engine.read_rows, ecfg, path, 0, charts.MAX_POINTS)
         visualization = await asyncio.to_thread(
             charts.make_chart,
             args.chart_type or "bar",
@@ -493,7 +578,7 @@ async def _answer(
         return out.model_dump(mode="json", by_alias=True)
 
     if args.return_format == "summary" or (args.return_format == "chart" and not rows):
-        whole = await asyncio.to_thread(engine.summarize_stored, ecfg, path, 0)
+        whole = await engine.offload(engine.summarize_stored, ecfg, path, 0)
         trimmed = budget.shrink_summary(
             whole,
             lambda s: budget.tokens_of(budget.finalize(envelope([], s, "none"), image_fields=images), images) <= limit,
@@ -504,7 +589,7 @@ async def _answer(
         return QueryOut.model_validate(budget.finalize(payload, image_fields=images))
 
     def rest_summary(offset: int) -> dict[str, Any]:
-        return engine.summarize_stored(ecfg, path, offset)
+        return engine.offload_sync(engine.summarize_stored, ecfg, path, offset)
 
     def fit() -> dict[str, Any]:
         # The whole answer usually fits: count it once, and walk the ladder only when it does not.
@@ -518,11 +603,12 @@ async def _answer(
 
 async def get_result(ctx: CallContext, args: ResultPageIn) -> ResultPageOut:
     """A page of a stored result, within the budget."""
-    q = await QueryRepository(ctx.session).get(args.query_id)
+    space = await space_of(ctx, args.project)
+    q = await QueryRepository(ctx.session, space.project).get(args.query_id)
     if q is None:
         raise NotFound(f"Unknown query_id {args.query_id}", suggestions=["Run execute_query to get a query_id"])
     path = Path(q.result_path)
-    rows = await asyncio.to_thread(engine.read_rows, config(ctx), path, args.offset, args.limit)
+    rows = await engine.offload(engine.read_rows, config(space), path, args.offset, args.limit)
     columns = [c[0] for c in q.columns]
     limit = budget_of(args.max_tokens)
 
@@ -554,10 +640,11 @@ async def stream_sample(ctx: CallContext, args: SampleIn) -> SampleOut:
         raise invalid_field(
             "stratify_column", "stratify_column is required for the stratified strategy", rule="required"
         )
-    src = await resolve_source(ctx, args.file_path)
-    res = await asyncio.to_thread(
+    space = await space_of(ctx, args.project)
+    src = await resolve_source(ctx, space, args.file_path)
+    res = await engine.offload(
         profiling.sample,
-        config(ctx),
+        config(space),
         src,
         strategy=args.strategy,
         size=args.sample_size,
@@ -588,12 +675,13 @@ async def stream_sample(ctx: CallContext, args: SampleIn) -> SampleOut:
 
 
 async def export_result(ctx: CallContext, args: ExportIn) -> ExportOut:
-    """Write a stored result to files inside a data root."""
-    q = await QueryRepository(ctx.session).get(args.query_id)
+    """Write a stored result of the caller's project into the project's folder (see `exporting`)."""
+    space = await space_of(ctx, args.project)
+    q = await QueryRepository(ctx.session, space.project).get(args.query_id)
     if q is None:
         raise NotFound(f"Unknown query_id {args.query_id}", suggestions=["Run execute_query to get a query_id"])
     source = Path(q.result_path)
-    if not await asyncio.to_thread(source.is_file):
+    if not inside(source, [space.work / "results"]) or not await asyncio.to_thread(source.is_file):
         raise NotFound("The stored result is gone (expired or evicted)", suggestions=["Run the query again"])
     columns = [c[0] for c in q.columns]
     if args.partition_by is not None and args.partition_by not in columns:
@@ -601,14 +689,13 @@ async def export_result(ctx: CallContext, args: ExportIn) -> ExportOut:
             f"partition_by column '{args.partition_by}' is not in the result",
             suggestions=[f"Columns: {', '.join(columns[:20])}"],
         )
-    rts = roots(ctx)
-    dest_dir, _ = await asyncio.to_thread(resolve_path, args.destination, rts, must_exist=False)
-    files = await asyncio.to_thread(exporting.export, config(ctx), source, Path(dest_dir), args, q.rows_stored)
+    name = exporting.output_name(args)
+    dest_dir = await asyncio.to_thread(exporting.destination, space.folder, args.destination)
+    files = await asyncio.to_thread(exporting.export, config(space), source, dest_dir, name, args, q.rows_stored)
     total = sum(f.size_bytes for f in files)
-    output = str(Path(dest_dir) / exporting.output_name(args)) if not args.partition_by else dest_dir
     return ExportOut(
         exported=True,
-        output_path=output,
+        output_path=str(dest_dir / name),
         row_count=q.rows_stored,
         file_size=engine.human_bytes(total),
         files_created=[f.path for f in files[:100]],
@@ -621,14 +708,15 @@ async def export_result(ctx: CallContext, args: ExportIn) -> ExportOut:
 
 
 async def cache_invalidate(ctx: CallContext, args: InvalidateIn) -> InvalidateOut:
-    """Drop cache entries by key/label pattern or by input file."""
+    """Drop the caller's project's cache entries by key/label pattern or by input file."""
     if args.pattern is None and args.file_path is None:
         raise InvalidInput("Give a pattern ('*' drops everything) or a file_path")
+    space = await space_of(ctx, args.project)
     files: list[str] | None = None
     if args.file_path is not None:
-        src = await resolve_source(ctx, args.file_path)
+        src = await resolve_source(ctx, space, args.file_path)
         files = [str(p) for p in src.files]
-    removed = await asyncio.to_thread(cache_of(ctx).invalidate, args.pattern, files)
+    removed = await asyncio.to_thread(cache_of(ctx).invalidate, args.pattern, files, space.project)
     return InvalidateOut(invalidated_count=len(removed), keys_removed=removed[:100])
 
 
@@ -636,17 +724,23 @@ async def cache_invalidate(ctx: CallContext, args: InvalidateIn) -> InvalidateOu
 
 
 def _scan_files(rts: list[Path], limit: int) -> tuple[list[FileOut], bool]:
+    """Data files in the roots, by the shortest name that reads them back: relative to their root when
+    no earlier root holds the same relative path, else absolute. Hidden files (staged uploads,
+    exports being written) are skipped."""
     out: list[FileOut] = []
-    for root in rts:
+    for i, root in enumerate(rts):
         for path in sorted(root.rglob("*")):
             name = path.name.lower().removesuffix(".gz").removesuffix(".zst")
-            if not path.is_file() or not name.endswith(DATA_EXTENSIONS):
+            rel = path.relative_to(root)
+            hidden = any(part.startswith(".") for part in rel.parts)
+            if hidden or not path.is_file() or not name.endswith(DATA_EXTENSIONS):
                 continue
             if len(out) >= limit:
                 return out, True
+            shadowed = any((earlier / rel).exists() for earlier in rts[:i])
             out.append(
                 FileOut(
-                    path=str(path.relative_to(root)) if len(rts) == 1 else str(path),
+                    path=str(path) if shadowed else str(rel),
                     format=file_format(str(path)),
                     size_bytes=path.stat().st_size,
                 )
@@ -655,15 +749,17 @@ def _scan_files(rts: list[Path], limit: int) -> tuple[list[FileOut], bool]:
 
 
 async def list_datasets(ctx: CallContext, args: ListDatasetsIn) -> ListDatasetsOut:
-    """Registered datasets and the data files found in the roots."""
-    rows, total = await DatasetRepository(ctx.session).list(args.limit, args.offset)
-    rts = roots(ctx)
+    """The project's registered datasets and the data files it can read."""
+    space = await space_of(ctx, args.project)
+    rows, total = await DatasetRepository(ctx.session, space.project).list(args.limit, args.offset)
+    rts = space.roots
     files, more = (await asyncio.to_thread(_scan_files, rts, MAX_LISTED_FILES)) if args.include_files else ([], False)
     nxt = args.offset + len(rows)
     return ListDatasetsOut(
         datasets=[dataset_out(d) for d in rows],
         total=total,
         next_offset=nxt if nxt < total else None,
+        project=space.project,
         roots=[str(r) for r in rts],
         files=files,
         files_truncated=more,
@@ -671,88 +767,128 @@ async def list_datasets(ctx: CallContext, args: ListDatasetsIn) -> ListDatasetsO
 
 
 async def register_dataset(ctx: CallContext, args: RegisterIn) -> RegisterOut:
-    """Register a name for a file or glob inside the roots."""
-    rts = roots(ctx)
-    pattern, files = await asyncio.to_thread(resolve_path, args.path, rts)
+    """Register a name, in the caller's project, for a file or glob it can read."""
+    space = await space_of(ctx, args.project)
+    pattern, files = await asyncio.to_thread(resolve_path, args.path, space.roots)
     return await register(
-        ctx.session,
+        ctx,
+        space,
         name=args.name,
         pattern=pattern,
         files=files,
         description=args.description,
         source="registered",
-        created_by=ctx.principal.key_id,
         replace=args.replace,
-        rts=rts,
     )
 
 
 UPLOAD_TYPES = re.compile(r"(\.(csv|tsv|txt|parquet|pq|json|jsonl|ndjson))(\.(gz|zst))?$", re.I)
 
 
-def upload_folder(roots: list[Path]) -> Path:
-    """Where uploads live: `uploads/` under the first data root."""
-    return roots[0] / "uploads"
+@dataclasses.dataclass
+class Received:
+    """An upload body read to the end: the file staged under `staged` and the other form fields."""
+
+    staged: Path
+    filename: str
+    fields: dict[str, str]
+    size: int
 
 
-async def register_upload(ctx: CallContext, args: UploadIn) -> UploadOut:
-    """Move a staged upload into place as `uploads/<name><ext>` and register it under `name`."""
-    roots = await asyncio.to_thread(data_roots, ctx.settings.data_dir)
-    folder = upload_folder(roots)
-    m = UPLOAD_TYPES.search(args.filename)
+class Incoming(Protocol):
+    """The body of an upload request, read once into a folder (the route provides it)."""
+
+    async def receive(self, folder: Path, limit: int) -> Received:
+        """Stream the file part to a new hidden file in `folder` (at most `limit` bytes) and return
+        what was received; a second call returns the same without reading again."""
+        ...
+
+
+# Set by the upload route around its call of the executor: the operation reads the body itself, so the
+# rate limit, scope and project are checked before a byte of it is read.
+INCOMING: ContextVar[Incoming | None] = ContextVar("datasets_incoming_upload", default=None)
+
+
+def upload_folder(space: Space) -> Path:
+    """Where a project's uploads live: `uploads/` in its own folder."""
+    return space.folder / exporting.UPLOADS
+
+
+async def upload_dataset(ctx: CallContext, args: UploadIn) -> UploadOut:
+    """Read the upload body into the project's `uploads/` folder, then move the file into place as
+    `uploads/<name><ext>` and register it under `name`. Nothing of a refused upload is kept."""
+    incoming = INCOMING.get()
+    if incoming is None:
+        raise InvalidInput("upload_dataset reads a multipart body: POST /api/v1/datasets/upload")
+    space = await space_of(ctx, args.project)
+    folder = upload_folder(space)
+    await asyncio.to_thread(exporting.destination, space.folder, exporting.UPLOADS, uploads=True)
+    received = await incoming.receive(folder, get_dataset_settings().datasets_upload_max_bytes)
+    try:
+        form = UploadForm.model_validate(received.fields)
+    except ValidationError as exc:
+        raise validation_error(exc.errors(include_url=False)) from None
+    m = UPLOAD_TYPES.search(received.filename)
     if not m:
         raise invalid_field(
-            "filename",
-            f"Unsupported file type: {args.filename}",
+            "file",
+            f"Unsupported file type: {received.filename[:200]}",
             rule="file_type",
             suggestions=["Upload CSV, TSV, Parquet, JSON or NDJSON (optionally .gz/.zst)"],
         )
-    staged = folder / args.staged
-    if not await asyncio.to_thread(staged.is_file):
-        raise NotFound("The staged upload is gone", suggestions=["Upload the file again"])
-    final = folder / f"{args.name}{m.group(0).lower()}"
-    if not args.replace and await asyncio.to_thread(final.exists):
+    final = folder / f"{form.name}{m.group(0).lower()}"
+    repo = DatasetRepository(ctx.session, space.project)
+    existing = await repo.get(form.name)
+    if existing is not None and not form.replace and existing.path != str(final):
         raise Conflict(
-            f"A dataset file named {final.name} already exists", suggestions=["Send replace=true to overwrite it"]
+            f"Dataset '{form.name}' already exists for another path",
+            suggestions=["Send replace=true to point the name at the upload"],
         )
-    await asyncio.to_thread(os.replace, staged, final)
+
+    def put_in_place() -> None:
+        try:
+            exporting.place(received.staged, final, overwrite=form.replace)
+        except Conflict:
+            raise Conflict(
+                f"A dataset file named {final.name} already exists", suggestions=["Send replace=true to overwrite it"]
+            ) from None
+
+    await asyncio.to_thread(put_in_place)
     result = await register(
-        ctx.session,
-        name=args.name,
+        ctx,
+        space,
+        name=form.name,
         pattern=str(final),
         files=[final],
-        description=args.description,
+        description=form.description,
         source="upload",
-        created_by=ctx.principal.key_id,
-        replace=args.replace,
-        rts=roots,
+        replace=form.replace,
     )
-    return UploadOut(dataset=result.dataset, created=result.created, bytes=args.bytes)
+    return UploadOut(dataset=result.dataset, created=result.created, bytes=received.size)
 
 
 async def register(
-    session: Any,
+    ctx: CallContext,
+    space: Space,
     *,
     name: str,
     pattern: str,
     files: list[Path],
     description: str,
     source: str,
-    created_by: str | None,
     replace: bool,
-    rts: list[Path],
 ) -> RegisterOut:
-    """Insert or update a registry row (shared by the tool and the upload route)."""
-    if not all(inside(f, rts) for f in files):
-        raise InvalidInput("Every file must lie inside a data root")
-    repo = DatasetRepository(session)
+    """Insert or update a registry row of the space's project (shared by the tool and the upload)."""
+    if not all(inside(f, space.roots) for f in files):
+        raise InvalidInput("Every file must lie inside a data root or the project's folder")
+    repo = DatasetRepository(ctx.session, space.project)
     existing = await repo.get(name)
     if existing is not None and not replace and existing.path != pattern:
         raise Conflict(
             f"Dataset '{name}' already exists for another path",
             suggestions=["Pass replace=true to point the name at the new path"],
         )
-    size = sum(f.stat().st_size for f in files)
+    size = await asyncio.to_thread(lambda: sum(f.stat().st_size for f in files))
     row, created = await repo.upsert(
         name=name,
         path=pattern,
@@ -760,7 +896,7 @@ async def register(
         size_bytes=size,
         description=description,
         source=source,
-        created_by=created_by,
+        created_by=ctx.principal.key_id,
         replace=True,
     )
     return RegisterOut(dataset=dataset_out(row), created=created)

@@ -114,11 +114,24 @@ class MemoryEmbedding(Base):
 
 
 class MemoryIngestStats(Base):
-    """Ingestion counters behind the `metrics` tool (one row, id 1)."""
+    """The server-wide ingestion counters from before they were kept per project (one row, id 1);
+    `metrics` adds them to the sum of the per-project ones for a key not bound to a project."""
 
     __tablename__ = "memory_ingest_stats"
 
     id: Mapped[int] = mapped_column(SmallInteger, primary_key=True)
+    documents_indexed: Mapped[int] = mapped_column(BigInteger, default=0)
+    chunks_indexed: Mapped[int] = mapped_column(BigInteger, default=0)
+    last_chunk_size: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=sa_func.now())
+
+
+class MemoryProjectIngestStats(Base):
+    """Ingestion counters of one project behind the `metrics` tool."""
+
+    __tablename__ = "memory_project_ingest_stats"
+
+    project_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("projects.id", ondelete="CASCADE"), primary_key=True)
     documents_indexed: Mapped[int] = mapped_column(BigInteger, default=0)
     chunks_indexed: Mapped[int] = mapped_column(BigInteger, default=0)
     last_chunk_size: Mapped[int | None] = mapped_column(Integer, nullable=True)

@@ -167,9 +167,16 @@ class MemoryRepository(Repository):
         """Delete a collection; its memories, vectors and summaries go with it (cascade)."""
         await self.session.execute(text("DELETE FROM memory_collections WHERE id = :id"), {"id": collection_id})
 
-    async def collection_names(self) -> list[str]:
-        """Every collection name, sorted."""
-        return [r["name"] for r in await self.dicts("SELECT name FROM memory_collections ORDER BY name")]
+    async def collection_names(self, project_id: uuid.UUID | None = None) -> list[str]:
+        """Every collection name, sorted; with `project_id`, those holding memories of that project."""
+        if project_id is None:
+            return [r["name"] for r in await self.dicts("SELECT name FROM memory_collections ORDER BY name")]
+        rows = await self.dicts(
+            "SELECT c.name FROM memory_collections c WHERE EXISTS (SELECT 1 FROM memories m "
+            "WHERE m.project_id = :p AND m.collection_id = c.id) ORDER BY c.name",
+            {"p": project_id},
+        )
+        return [r["name"] for r in rows]
 
     # Writing memories --------------------------------------------------------------------------
 
@@ -267,24 +274,37 @@ class MemoryRepository(Repository):
         )
         return uuid.UUID(str(result[0]["id"]))
 
-    async def bump_ingest(self, documents: int, chunks: int, chunk_size: int) -> None:
-        """Add to the ingestion counters."""
+    async def bump_ingest(self, project_id: uuid.UUID, documents: int, chunks: int, chunk_size: int) -> None:
+        """Add to the ingestion counters of one project."""
         await self.session.execute(
             text(
-                "INSERT INTO memory_ingest_stats (id, documents_indexed, chunks_indexed, last_chunk_size) "
-                "VALUES (1, :d, :c, :s) ON CONFLICT (id) DO UPDATE SET "
-                "documents_indexed = memory_ingest_stats.documents_indexed + EXCLUDED.documents_indexed, "
-                "chunks_indexed = memory_ingest_stats.chunks_indexed + EXCLUDED.chunks_indexed, "
+                "INSERT INTO memory_project_ingest_stats (project_id, documents_indexed, chunks_indexed, "
+                "last_chunk_size) VALUES (:p, :d, :c, :s) ON CONFLICT (project_id) DO UPDATE SET "
+                "documents_indexed = memory_project_ingest_stats.documents_indexed + EXCLUDED.documents_indexed, "
+                "chunks_indexed = memory_project_ingest_stats.chunks_indexed + EXCLUDED.chunks_indexed, "
                 "last_chunk_size = EXCLUDED.last_chunk_size, updated_at = now()"
             ),
-            {"d": documents, "c": chunks, "s": chunk_size},
+            {"p": project_id, "d": documents, "c": chunks, "s": chunk_size},
         )
 
-    async def ingest_stats(self) -> dict[str, Any]:
-        """The ingestion counters (zeros before the first push)."""
-        rows = await self.dicts(
-            "SELECT documents_indexed, chunks_indexed, last_chunk_size FROM memory_ingest_stats WHERE id = 1"
-        )
+    async def ingest_stats(self, project_id: uuid.UUID | None = None) -> dict[str, Any]:
+        """The ingestion counters of one project, or of every project (plus the server-wide counters
+        kept before they were per project) when `project_id` is None; zeros before the first push."""
+        if project_id is not None:
+            rows = await self.dicts(
+                "SELECT documents_indexed, chunks_indexed, last_chunk_size FROM memory_project_ingest_stats "
+                "WHERE project_id = :p",
+                {"p": project_id},
+            )
+        else:
+            rows = await self.dicts(
+                "WITH s AS (SELECT documents_indexed, chunks_indexed, last_chunk_size, updated_at "
+                "FROM memory_project_ingest_stats UNION ALL SELECT documents_indexed, chunks_indexed, "
+                "last_chunk_size, updated_at FROM memory_ingest_stats WHERE id = 1) "
+                "SELECT sum(documents_indexed) AS documents_indexed, sum(chunks_indexed) AS chunks_indexed, "
+                "(SELECT last_chunk_size FROM s ORDER BY updated_at DESC LIMIT 1) AS last_chunk_size FROM s "
+                "HAVING count(*) > 0"
+            )
         return rows[0] if rows else {"documents_indexed": 0, "chunks_indexed": 0, "last_chunk_size": None}
 
     # Reading memories --------------------------------------------------------------------------

@@ -8,7 +8,8 @@ import uuid
 from typing import Any
 
 from app.core.context import CallContext
-from app.core.errors import InvalidInput, NotFound, TooLarge, invalid_field
+from app.core.errors import Forbidden, InvalidInput, NotFound, TooLarge, invalid_field
+from app.core.repository import ProjectRepository
 from app.memory import service_common as common
 from app.memory.chunking import chunk_text
 from app.memory.models import MEMORY_TYPES
@@ -130,7 +131,7 @@ async def push(ctx: CallContext, args: PushIn) -> PushOut:
     removed = await repo.delete_memories([r["id"] for r in reusable])
     await common.queue_vectors(ctx, embeddings)
     indexed = inserted + updated
-    await repo.bump_ingest(1 if indexed else 0, indexed, cfg.memory_chunk_tokens)
+    await repo.bump_ingest(project.id, 1 if indexed else 0, indexed, cfg.memory_chunk_tokens)
     return PushOut(
         collection=coll.name,
         chunksIndexed=indexed,
@@ -344,27 +345,63 @@ async def store_summary(
 
 
 async def get_collections(ctx: CallContext) -> CollectionsOut:
-    """Collection names (the default one is always listed)."""
-    names = set(await MemoryRepository(ctx.session).collection_names())
+    """Collection names (the default one is always listed). Collections are server-wide: a
+    project-bound key sees those that hold memories of its project."""
+    repo = MemoryRepository(ctx.session)
+    if ctx.bound_project is None:
+        names = set(await repo.collection_names())
+    else:
+        project = await ProjectRepository(ctx.session).get(ctx.bound_project)
+        names = set(await repo.collection_names(project.id)) if project is not None else set()
     names.add(common.settings(ctx).memory_default_collection)
     return CollectionsOut(collections=sorted(names))
 
 
+def _server_wide(ctx: CallContext, what: str) -> None:
+    """Refuse (4030) a change of server-wide state unless the key is an admin key bound to no project."""
+    bound = ctx.bound_project
+    if bound is not None or not ctx.principal.has_scope("admin"):
+        why = f"this API key is bound to project '{bound}'" if bound else "it needs the 'admin' scope"
+        raise Forbidden(
+            f"{what} would change a collection that every project shares, and {why}",
+            suggestions=[
+                "Omit vector_size (the active model's dimension) to make sure a collection exists",
+                "Use an admin key that is not bound to a project",
+            ],
+        )
+
+
 async def new_collection(ctx: CallContext, args: NewCollectionIn) -> NewCollectionOut:
-    """Create a collection, or resize an existing one, for the wanted vector size."""
+    """Create a collection, or resize an existing one, for the wanted vector size.
+
+    Collections are shared by every project, and their size is a label (vectors are stored per
+    model, so it never blocks a write): any key that may write can make sure one exists with the
+    active model's dimension, as a push does, but giving it another size, or resizing it, takes an
+    admin key bound to no project."""
     size = args.vector_size or ctx.embedder.dimension
     repo = MemoryRepository(ctx.session)
-    coll, created = await repo.ensure_collection(args.name, ctx.embedder.model, size)
+    coll = await repo.get_collection(args.name)
+    created = False
+    if coll is None:
+        if size != ctx.embedder.dimension:
+            _server_wide(ctx, f"Creating collection '{args.name}' with vector size {size}")
+        coll, created = await repo.ensure_collection(args.name, ctx.embedder.model, size)
     resized = False
     if not created and coll.vector_size != size:
+        _server_wide(ctx, f"Resizing collection '{args.name}' from {coll.vector_size} to {size}")
         await repo.resize_collection(coll.id, ctx.embedder.model, size)
         resized = True
     return NewCollectionOut(vectorSize=size, name=args.name, created=created, resized=resized)
 
 
 async def metrics(ctx: CallContext) -> MetricsOut:
-    """Ingestion counters."""
-    row = await MemoryRepository(ctx.session).ingest_stats()
+    """Ingestion counters: of the key's project for a project-bound key, else of every project."""
+    repo = MemoryRepository(ctx.session)
+    row: dict[str, Any] = {"documents_indexed": 0, "chunks_indexed": 0, "last_chunk_size": None}
+    if ctx.bound_project is None:
+        row = await repo.ingest_stats()
+    elif (project := await ProjectRepository(ctx.session).get(ctx.bound_project)) is not None:
+        row = await repo.ingest_stats(project.id)
     return MetricsOut(
         documentsIndexed=int(row["documents_indexed"]),
         chunksIndexed=int(row["chunks_indexed"]),

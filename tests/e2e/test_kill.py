@@ -310,10 +310,15 @@ async def _vector_facts(conn: asyncpg.Connection) -> dict[str, Any]:
     return dict(row)
 
 
-async def _oldest_first_prefix(conn: asyncpg.Connection, n: int) -> bool:
-    """True when exactly the first `n` memories in backfill order (created_at, id) have a vector."""
+async def _leased_in_order(conn: asyncpg.Connection, n: int) -> bool:
+    """True when exactly the first `n` memories the queue leases have a vector.
+
+    A leased batch is the oldest half and the newest half of the due rows
+    (`EmbeddingQueueRepository.lease`), and the backfill queues memories in (created_at, id) order, so
+    after whole batches the oldest n/2 and the newest n/2 memories have their vectors."""
     got = await conn.fetchval(
-        "SELECT bool_and((rn <= $2) = has) FROM (SELECT row_number() OVER (ORDER BY m.created_at, m.id) AS rn, "
+        "SELECT bool_and((rn <= $2 / 2 OR rn > count_all - $2 / 2) = has) FROM ("
+        "SELECT row_number() OVER (ORDER BY m.created_at, m.id) AS rn, count(*) OVER () AS count_all, "
         "EXISTS (SELECT 1 FROM memory_embeddings e WHERE e.memory_id = m.id AND e.model = $1) AS has "
         "FROM memories m JOIN projects p ON p.id = m.project_id WHERE p.name = 'kill-backfill') t",
         MODEL,
@@ -370,7 +375,7 @@ async def test_sigkill_mid_backfill_keeps_whole_batches_and_rerun_completes(data
             assert 2 * ROUND <= killed["n"] < THOUGHTS, killed
             # Only whole committed batches survive; the killed batch stays queued (leased) with no vector.
             assert killed["n"] % ROUND == 0 and killed["memories"] == killed["whole"] == killed["n"], killed
-            assert await _oldest_first_prefix(conn, killed["n"])
+            assert await _leased_in_order(conn, killed["n"])
 
             done = await asyncio.to_thread(
                 lambda: subprocess.run(capture_output=True, timeout=120, **_backfill_cmd(data_dir))
@@ -382,7 +387,7 @@ async def test_sigkill_mid_backfill_keeps_whole_batches_and_rerun_completes(data
             # every queued row embedded exactly once: one whole vector per memory, nothing left queued
             assert final == {"n": THOUGHTS, "memories": THOUGHTS, "whole": THOUGHTS}
             assert await conn.fetchval("SELECT count(*) FROM embedding_queue") == 0
-            assert await _oldest_first_prefix(conn, THOUGHTS)
+            assert await _leased_in_order(conn, THOUGHTS)
         finally:
             await conn.close()
     finally:

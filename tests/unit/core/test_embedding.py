@@ -29,6 +29,8 @@ from app.core.embedding import (
     OllamaEmbedder,
     OpenAIEmbedder,
     build_embedder,
+    embedding_caller,
+    set_embedding_caller,
 )
 
 REFERENCE = json.loads((Path(__file__).resolve().parents[2] / "fixtures" / "reference_vectors.json").read_text("utf-8"))
@@ -152,6 +154,65 @@ async def test_order_preserved_for_mixed_lengths(local: LocalOnnxEmbedder) -> No
         assert cosine(await local.embed_one(text), vector) >= 0.9999
 
 
+async def _as_caller(embedder: LocalOnnxEmbedder, caller: str, texts: list[str]) -> list[list[float]]:
+    set_embedding_caller(caller)  # this task's context only
+    return await embedder.embed(texts)
+
+
+@pytest.mark.asyncio
+async def test_callers_take_turns_so_a_small_request_is_not_queued_behind_a_large_one() -> None:
+    embedder = LocalOnnxEmbedder(max_batch=4, max_wait_ms=0)
+    try:
+        await embedder.check()
+        bulk = [f"bulk text number {i} about the quarterly report" for i in range(48)]
+        ran_when_done: dict[str, int] = {}
+        start = embedder.batches_run
+
+        async def timed(label: str, caller: str, texts: list[str]) -> list[list[float]]:
+            out = await _as_caller(embedder, caller, texts)
+            ran_when_done[label] = embedder.batches_run - start
+            return out
+
+        # Two large calls of one caller (a key and its project), then another caller's one query.
+        big = asyncio.create_task(timed("push 1", "key-a/alpha", bulk))
+        big_too = asyncio.create_task(timed("push 2", "key-a/alpha", bulk[::-1]))
+        await asyncio.sleep(0)  # both are queued: 24 batches of 4
+        small = await asyncio.create_task(timed("search", "key-b/beta", ["one search query"]))
+        vectors, reverse = await big, await big_too
+        # The query came in behind 24 batches' worth of texts, and was in the next batch or the one after.
+        assert ran_when_done["search"] <= 2, ran_when_done
+        assert min(ran_when_done["push 1"], ran_when_done["push 2"]) >= 12 and embedder.batches_run - start >= 24
+        assert cosine(small[0], await embedder.embed_one("one search query")) >= 0.9999
+        assert [round(cosine(a, b), 4) for a, b in zip(vectors, reverse[::-1], strict=True)] == [1.0] * 48
+        assert embedding_caller() == ""  # the tasks' callers stayed in their tasks
+    finally:
+        await embedder.close()
+    assert REGISTRY.get_sample_value("cairn_embedding_queue_depth") == 0
+
+
+@pytest.mark.asyncio
+async def test_batches_are_capped_in_tokens_and_short_texts_are_handed_out_first() -> None:
+    embedder = LocalOnnxEmbedder(max_batch_tokens=512, max_wait_ms=50)
+    try:
+        await embedder.check()
+        long_text = "tokens and more tokens for a full window " * 40
+        start = embedder.batches_run
+        assert len(await embedder.embed([long_text] * 6)) == 6
+        assert embedder.batches_run - start == 3  # 256 tokens each, 512 per batch
+        done: list[str] = []
+
+        async def one(label: str, text: str) -> None:
+            await _as_caller(embedder, label, [text])
+            done.append(label)
+
+        # One batch (the budget allows a long text and the short ones): the short run goes first and
+        # its callers get their vectors before the long run is done.
+        await asyncio.gather(one("long", long_text), one("short", "a short query"), one("tiny", "hi"))
+        assert done.index("long") == 2, done
+    finally:
+        await embedder.close()
+
+
 @pytest.mark.asyncio
 async def test_empty_and_invalid_input(local: LocalOnnxEmbedder) -> None:
     assert await local.embed([]) == []
@@ -165,10 +226,10 @@ async def test_empty_and_invalid_input(local: LocalOnnxEmbedder) -> None:
 async def test_failed_batch_fails_only_its_callers(local: LocalOnnxEmbedder, monkeypatch: pytest.MonkeyPatch) -> None:
     real_infer = local._infer
 
-    def infer(worker: int, texts: list[str]) -> Any:
+    def infer(worker: int, texts: list[str], on_run: Any = None) -> Any:
         if "boom" in texts:
             raise RuntimeError("boom")
-        return real_infer(worker, texts)
+        return real_infer(worker, texts, on_run)
 
     monkeypatch.setattr(local, "_infer", infer)
     results = await asyncio.gather(local.embed_one("boom"), local.embed_one("fine"), return_exceptions=True)

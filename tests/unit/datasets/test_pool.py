@@ -13,6 +13,7 @@ import pytest
 from app.core.errors import Forbidden, QueryError, SchemaError, Timeout
 from app.datasets import engine
 from app.datasets.sandbox import POOL, ConnectionPool, open_locked, run_with_timeout
+from tests.support.datasets import small_engine_config
 
 SLOW = "SELECT count(*) FROM range(100000) a, range(100000) b WHERE hash(a.range + b.range) = 0"
 
@@ -20,11 +21,7 @@ SLOW = "SELECT count(*) FROM range(100000) a, range(100000) b WHERE hash(a.range
 @pytest.fixture
 def cfg(tmp_path: Path) -> engine.EngineConfig:
     """An engine configuration of its own (so its own pool key) with one small CSV in its root."""
-    root, work = tmp_path / "root", tmp_path / "work"
-    for folder in (root, work / "results", work / "tmp"):
-        folder.mkdir(parents=True)
-    (root / "a.csv").write_text("x,y\n1,one\n2,two\n3,three\n")
-    return engine.EngineConfig(roots=[root], work=work, memory_limit="256MB", threads=1, timeout_s=30, concurrency=2)
+    return small_engine_config(tmp_path, memory_limit="256MB", timeout_s=30)
 
 
 def source(cfg: engine.EngineConfig, name: str = "a") -> engine.Source:

@@ -1,0 +1,717 @@
+"""DuckDB work in worker processes the server can kill.
+
+DuckDB checks an interrupt only between vectors, so a scalar function busy on one huge value
+(`levenshtein` over two 130,000-character strings: ~27 s) outruns the statement watchdog
+(`sandbox.run_with_timeout`). So the server runs every DuckDB call in a worker process:
+
+- **Processes.** A `WorkerPool` keeps `size` long-lived workers, one per engine slot
+  (`CAIRN_DATASETS_MAX_CONCURRENCY`). Each is `python -I -c BOOT` in a session of its own. It imports
+  the engine modules but not the feature's package, which builds the web layer. Each worker keeps its
+  own pool of locked databases (`sandbox.POOL`, with the same leases, resets and lockdown).
+- **Memory.** DuckDB's `memory_limit` counts only DuckDB's buffers. So each worker also has a cap on
+  its resident memory (`CAIRN_DATASETS_WORKER_MEMORY_MB`). The server checks it every
+  `MEMORY_CHECK_S` while the worker serves a call, and a worker past it is killed (5002).
+  `RLIMIT_DATA` (twice the cap) stops a sudden huge allocation in between (5002 as well). A worker
+  whose memory stays above half its cap after a call is replaced, so an idle worker never holds much.
+- **IPC.** A socket pair per worker carries pickles (`multiprocessing.connection`). A request holds a
+  reference to a module-level engine function (not its code) and that function's arguments: the
+  `EngineConfig`, sources and paths. The reply holds the function's value or its `CairnError` (class,
+  message, suggestions, details). A query's full result never travels: the worker writes it to the
+  result store as Parquet and answers with its metadata and first rows, cut to a reply's bounds.
+- **Time.** The worker's watchdog interrupts the statement when the call's time limit is reached (5003,
+  and the worker is kept). If no answer has come `GRACE_S` later, the server kills the worker
+  (SIGKILL), answers 5003 and starts a replacement.
+- **Death.** A worker that dies during a call (killed, crashed) gives its caller 5030, to retry. Its
+  scratch files are removed (`<work>/tmp/w<pid>`, `<results>/*.<pid>.tmp`) and a fresh worker takes
+  its place. A result file appears only when a complete file is renamed into place, so nothing
+  half-written is left. A worker that runs out of memory answers 5002 and is replaced as well.
+- **Orphans.** A worker holds the read end of a pipe, and only the server holds its write end. When the
+  server exits, however it exits, the pipe closes and a thread of the worker ends the worker at once.
+- **Fairness.** `FairSlots`: a call takes one of the `size` slots, and one caller (API key) holds at
+  most `per_key` of them (`CAIRN_DATASETS_MAX_CONCURRENCY_PER_KEY`, default half, rounded up). While
+  it waits for a slot a call holds no thread. Waiting calls are served in arrival order among the
+  callers under their cap. A caller with `QUEUE_PER_SLOT * per_key` calls already waiting gets 4290.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import contextlib
+import logging
+import math
+import os
+import pickle
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import app
+from app.core.errors import CairnError, EngineError, MemoryLimit, RateLimited, Timeout, Unavailable
+
+if TYPE_CHECKING:
+    from app.datasets.engine import EngineConfig
+
+log = logging.getLogger("cairn.datasets.worker")
+
+# How long after the call's time limit a worker that has not answered is killed: the statement's own
+# interrupt usually lands well within it, and then the worker (and its databases) are kept.
+GRACE_S = 0.5
+# How long a new worker may take to start (import DuckDB and the engine).
+BOOT_TIMEOUT_S = 60.0
+# Calls one caller may have waiting for a slot, per slot it may hold.
+QUEUE_PER_SLOT = 4
+MB = 1024 * 1024
+# How often the server looks at the memory of a worker serving a call.
+MEMORY_CHECK_S = 0.05
+_PAGE = os.sysconf("SC_PAGE_SIZE")
+# Memory a worker needs beyond DuckDB's own limit: Python, the engine modules, rows being converted.
+WORKER_HEADROOM = 1024 * MB
+_HOME = str(Path(app.__file__).resolve().parent.parent)
+
+# The worker's first code. It caps its own memory before importing anything. It leaves
+# `app/datasets/__init__.py` out: that module builds the feature (operations, routes, FastAPI) and
+# costs a worker 1.4 s and 130 MB at start for nothing.
+BOOT = """
+import os, resource, sys, types
+fd, alive, memory, home = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+if memory > 0:
+    resource.setrlimit(resource.RLIMIT_DATA, (memory, memory))
+sys.path.insert(0, home)
+package = types.ModuleType("app.datasets")
+package.__path__ = [os.path.join(home, "app", "datasets")]
+sys.modules["app.datasets"] = package
+from app.datasets.worker import serve
+serve(fd, alive)
+"""
+
+
+def memory_bytes(setting_mb: int, duckdb_limit: str) -> int:
+    """A worker's memory cap: `setting_mb` MB, or by default DuckDB's `memory_limit` plus
+    `WORKER_HEADROOM` (4 GB when the limit is not a plain size such as '2GB' or '512 MiB')."""
+    if setting_mb > 0:
+        return setting_mb * MB
+    m = re.fullmatch(r"\s*([0-9.]+)\s*([KMGT]?)(I?B)?\s*", duckdb_limit.upper())
+    if m is None:
+        return 4096 * MB
+    scale = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}[m.group(2)]
+    return int(float(m.group(1)) * scale) + WORKER_HEADROOM
+
+
+# ---------------------------------------------------------------------------------------------- fairness
+
+
+class _Waiter:
+    __slots__ = ("granted", "key", "wake")
+
+    def __init__(self, key: str, wake: Callable[[], None]) -> None:
+        self.key = key
+        self.wake = wake
+        self.granted = False
+
+
+class FairSlots:
+    """`size` slots shared between callers. A caller holds at most `per_key` at once. A freed slot goes
+    to the first waiting call whose caller is under its cap. A caller with `waiting_per_key` calls
+    waiting gets RateLimited. Usable from the event loop (`acquire`) and from threads
+    (`acquire_sync`)."""
+
+    def __init__(self, size: int, per_key: int, waiting_per_key: int) -> None:
+        self.size = size
+        self.per_key = max(1, min(per_key, size))
+        self.waiting_per_key = waiting_per_key
+        self._lock = threading.Lock()
+        self._free = size
+        self._held: dict[str, int] = {}
+        self._waiting: dict[str, int] = {}
+        self._queue: deque[_Waiter] = deque()
+
+    def held(self, key: str) -> int:
+        """Slots `key` holds now."""
+        with self._lock:
+            return self._held.get(key, 0)
+
+    def waiting(self) -> int:
+        """Calls waiting for a slot."""
+        with self._lock:
+            return len(self._queue)
+
+    def _take(self, key: str) -> None:
+        self._free -= 1
+        self._held[key] = self._held.get(key, 0) + 1
+
+    def _admit(self, key: str, wake: Callable[[], None]) -> _Waiter | None:
+        """Take a slot now (None), or queue a waiter. A waiter still queued is one whose caller is at
+        its cap or one that found no free slot, so a call under its cap that finds a slot free jumps
+        no queue."""
+        with self._lock:
+            if self._free > 0 and self._held.get(key, 0) < self.per_key:
+                self._take(key)
+                return None
+            if self._waiting.get(key, 0) >= self.waiting_per_key:
+                raise RateLimited(
+                    f"This API key already has {self._held.get(key, 0)} DuckDB queries running and "
+                    f"{self._waiting[key]} waiting",
+                    suggestions=["Wait for a running query to finish, then retry"],
+                    details={"retry_after": 1},
+                    headers={"Retry-After": "1"},
+                )
+            waiter = _Waiter(key, wake)
+            self._queue.append(waiter)
+            self._waiting[key] = self._waiting.get(key, 0) + 1
+            return waiter
+
+    def _grant(self) -> list[Callable[[], None]]:
+        """Give free slots to waiters (under the lock); their wake-up calls, to make outside it."""
+        woken: list[Callable[[], None]] = []
+        for waiter in list(self._queue):
+            if self._free <= 0:
+                break
+            if self._held.get(waiter.key, 0) < self.per_key:
+                self._queue.remove(waiter)
+                self._unwait(waiter.key)
+                self._take(waiter.key)
+                waiter.granted = True
+                woken.append(waiter.wake)
+        return woken
+
+    def _unwait(self, key: str) -> None:
+        left = self._waiting[key] - 1
+        if left:
+            self._waiting[key] = left
+        else:
+            del self._waiting[key]
+
+    def _withdraw(self, waiter: _Waiter) -> bool:
+        """Take a waiter out of the queue; False when it was given a slot meanwhile."""
+        with self._lock:
+            if waiter.granted:
+                return False
+            self._queue.remove(waiter)
+            self._unwait(waiter.key)
+            return True
+
+    def release(self, key: str) -> None:
+        """Give back a slot of `key`."""
+        with self._lock:
+            left = self._held[key] - 1
+            if left:
+                self._held[key] = left
+            else:
+                del self._held[key]
+            self._free += 1
+            woken = self._grant()
+        for wake in woken:
+            wake()
+
+    async def acquire(self, key: str) -> None:
+        """Wait (without a thread) for a slot of `key`."""
+        loop = asyncio.get_running_loop()
+        granted: asyncio.Future[None] = loop.create_future()
+
+        def wake() -> None:
+            with contextlib.suppress(RuntimeError):  # the loop is gone: the call went with it
+                loop.call_soon_threadsafe(_resolve, granted)
+
+        waiter = self._admit(key, wake)
+        if waiter is None:
+            return
+        try:
+            await granted
+        except BaseException:
+            if not self._withdraw(waiter):
+                self.release(key)
+            raise
+
+    def acquire_sync(self, key: str) -> None:
+        """Wait (blocking this thread) for a slot of `key`."""
+        event = threading.Event()
+        if self._admit(key, event.set) is not None:
+            event.wait()
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
+# ---------------------------------------------------------------------------------------------- server side
+
+
+class WorkerGone(Exception):
+    """The worker process ended (or could not start); `sent`: whether it may have seen the request."""
+
+    def __init__(self, sent: bool) -> None:
+        super().__init__("the DuckDB worker process is gone")
+        self.sent = sent
+
+
+@dataclass(frozen=True)
+class Reply:
+    """A worker's answer: `status` 'ok' (`value` is the function's value), 'error' (`value` is a
+    CairnError's class, message, suggestions, details, headers) or 'crash' (`value` is the exception).
+    `recycle`: the worker ends after this reply (out of memory, an unexpected error). `opened`: the
+    databases the worker has opened so far."""
+
+    status: str
+    value: Any
+    recycle: bool
+    opened: int
+
+    def unwrap(self) -> Any:
+        """The value, or the error raised."""
+        if self.status == "ok":
+            return self.value
+        if self.status == "error":
+            cls, message, suggestions, details, headers = self.value
+            raise cls(message, suggestions=suggestions, details=details, headers=headers)
+        raise self.value
+
+
+class OverMemory(Exception):
+    """The worker's resident memory passed its cap during a call."""
+
+
+class _Worker:
+    """One worker process and the server's end of its channel. `memory`: its cap of resident memory,
+    watched by the server during calls; the process also gets twice that as `RLIMIT_DATA`, which counts
+    address space (allocators reserve about twice what they touch) and stops a sudden huge allocation
+    before the server's next look."""
+
+    def __init__(self, memory: int) -> None:
+        self.memory = memory
+        ours, theirs = socket.socketpair()
+        alive_r, alive_w = os.pipe()
+        data = 2 * memory if memory > 0 else 0
+        try:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-I", "-c", BOOT, str(theirs.fileno()), str(alive_r), str(data), _HOME],
+                pass_fds=(theirs.fileno(), alive_r),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                start_new_session=True,  # a terminal's Ctrl-C goes to the server, which stops its workers
+            )
+        except BaseException:
+            ours.close()
+            os.close(alive_w)
+            raise
+        finally:
+            theirs.close()
+            os.close(alive_r)
+        self.conn = Connection(ours.detach())
+        self.pid = self.proc.pid
+        self._alive: int | None = alive_w
+        self.ready = False
+        self.opened = 0
+        self.works: set[Path] = set()
+
+    def alive(self) -> bool:
+        """True while the process runs: not yet reaped, and not a zombie (a killed process with many
+        threads is one for a while before `waitpid` reports it)."""
+        if self.proc.poll() is not None:
+            return False
+        try:
+            with open(f"/proc/{self.pid}/stat", "rb") as stat:
+                state = stat.read().rsplit(b")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            return True
+        return state not in (b"Z", b"X")
+
+    def rss(self) -> int:
+        """The process's resident memory in bytes (0 once it is gone)."""
+        try:
+            with open(f"/proc/{self.pid}/statm", "rb") as statm:
+                return int(statm.read().split()[1]) * _PAGE
+        except (OSError, IndexError, ValueError):
+            return 0
+
+    def wait_ready(self, timeout: float) -> None:
+        """Wait for the worker's greeting (it has started); WorkerGone when it died or took too long."""
+        if self.ready:
+            return
+        try:
+            if not self.conn.poll(timeout):
+                raise WorkerGone(sent=False)
+            self.conn.recv()
+        except (EOFError, OSError):
+            raise WorkerGone(sent=False) from None
+        self.ready = True
+
+    def call(self, message: Any, timeout: float) -> Reply | None:
+        """Send `message` and wait `timeout` seconds for the reply (None when none came). OverMemory
+        when the process's resident memory passes its cap meanwhile."""
+        try:
+            self.conn.send(message)
+        except (BrokenPipeError, ConnectionError):
+            raise WorkerGone(sent=False) from None
+        deadline = time.monotonic() + timeout
+        try:
+            while not self.conn.poll(max(0.0, min(MEMORY_CHECK_S, deadline - time.monotonic()))):
+                if time.monotonic() >= deadline:
+                    return None
+                if self.memory > 0 and self.rss() > self.memory:
+                    raise OverMemory()
+            reply: Reply = self.conn.recv()
+        except (EOFError, OSError):
+            raise WorkerGone(sent=True) from None
+        self.opened = reply.opened
+        return reply
+
+    def end(self, kill: bool = False, wait: float = 2.0) -> None:
+        """Stop the process (`kill`: at once, with SIGKILL; else by closing its channel and pipe, which it
+        answers by exiting), reap it and remove its scratch files."""
+        if kill:
+            with contextlib.suppress(ProcessLookupError):
+                self.proc.kill()
+        self.conn.close()
+        if self._alive is not None:
+            os.close(self._alive)
+            self._alive = None
+        try:
+            self.proc.wait(wait)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        scrub(self.pid, self.works)
+
+    def how_it_ended(self) -> str:
+        """The end of a dead worker in words ('killed by SIGKILL', 'exit status 1')."""
+        try:
+            code = self.proc.wait(0.5)  # its channel closed first: the process may still be on its way out
+        except subprocess.TimeoutExpired:
+            return "still running"
+        if code < 0:
+            with contextlib.suppress(ValueError):
+                return f"killed by {signal.Signals(-code).name}"
+        return f"exit status {code}"
+
+
+def scrub(pid: int, works: set[Path]) -> None:
+    """Remove what worker `pid` may have left in the work directories `works`: its spill folder and its
+    unfinished result files."""
+    for work in works:
+        shutil.rmtree(work / "tmp" / f"w{pid}", ignore_errors=True)
+        results = work / "results"
+        with contextlib.suppress(OSError):
+            for leftover in results.glob(f"*.{pid}.tmp"):
+                leftover.unlink(missing_ok=True)
+
+
+class WorkerPool:
+    """`size` worker processes behind `size` fair slots (see the module's docstring)."""
+
+    def __init__(self, size: int, per_key: int, memory: int) -> None:
+        self.spec = (size, per_key, memory)
+        self.size = size
+        self.memory = memory
+        self.slots = FairSlots(size, per_key, QUEUE_PER_SLOT * max(1, per_key))
+        self._lock = threading.Lock()
+        self._closed = False
+        self._idle: list[_Worker] = []
+        self._busy: set[_Worker] = set()
+        self._gone_opened = 0
+        self.replaced = 0
+        # The conversations with busy workers: at most one per slot, so a call never waits for a thread.
+        self._threads = ThreadPoolExecutor(size, thread_name_prefix="cairn-duckdb")
+        for _ in range(size):
+            self._idle.append(_Worker(memory))
+
+    @property
+    def closed(self) -> bool:
+        """True once `close` was called."""
+        return self._closed
+
+    def pids(self) -> list[int]:
+        """The worker processes' ids (idle and busy)."""
+        with self._lock:
+            return [w.pid for w in [*self._idle, *self._busy]]
+
+    def busy_pids(self) -> list[int]:
+        """The ids of the workers serving a call now."""
+        with self._lock:
+            return [w.pid for w in self._busy]
+
+    def databases_opened(self) -> int:
+        """Locked databases the workers have opened (those gone included)."""
+        with self._lock:
+            return self._gone_opened + sum(w.opened for w in [*self._idle, *self._busy])
+
+    async def run(self, caller: str, fn: Callable[..., Any], cfg: EngineConfig, args: Any, kwargs: Any) -> Any:
+        """`fn(cfg, *args, **kwargs)` in a worker, once `caller` has a slot."""
+        await self.slots.acquire(caller)
+        try:
+            worker = self._checkout()
+        except BaseException:
+            self.slots.release(caller)
+            raise
+        try:
+            done = asyncio.get_running_loop().run_in_executor(
+                self._threads, self._converse, caller, worker, (fn, cfg, args, kwargs)
+            )
+        except BaseException as exc:
+            self._checkin(worker)
+            self.slots.release(caller)
+            if isinstance(exc, RuntimeError):  # the pool was closed meanwhile: the server is stopping
+                raise EngineError("The DuckDB workers are stopping", suggestions=["Retry"]) from None
+            raise
+        done.add_done_callback(_consume)
+        # A caller that goes away (cancelled) leaves the conversation to end by itself: it returns the
+        # worker and the slot.
+        return await asyncio.shield(done)
+
+    def run_sync(self, caller: str, fn: Callable[..., Any], cfg: EngineConfig, args: Any, kwargs: Any) -> Any:
+        """`run` for a thread."""
+        self.slots.acquire_sync(caller)
+        try:
+            worker = self._checkout()
+        except BaseException:
+            self.slots.release(caller)
+            raise
+        return self._converse(caller, worker, (fn, cfg, args, kwargs))
+
+    def _checkout(self) -> _Worker:
+        with self._lock:
+            # One worker per slot, and a slot is held: one is idle (a replacement may still be starting).
+            worker = self._idle.pop() if self._idle else _Worker(self.memory)
+            self._busy.add(worker)
+            return worker
+
+    def _checkin(self, worker: _Worker) -> None:
+        with self._lock:
+            self._busy.discard(worker)
+            closed = self._closed
+            if not closed:
+                self._idle.append(worker)
+        if closed:
+            worker.end()
+
+    def _replace(self, worker: _Worker, kill: bool) -> _Worker:
+        """End `worker` and start another in its place (not yet started when the pool is closed)."""
+        worker.end(kill=kill)
+        replacement = _Worker(self.memory)
+        with self._lock:
+            self._busy.discard(worker)
+            self._busy.add(replacement)
+            self._gone_opened += worker.opened
+            self.replaced += 1
+        return replacement
+
+    def _ready(self, worker: _Worker) -> _Worker:
+        """A started worker: `worker`, or a replacement when it died while idle or failed to start
+        (WorkerGone when two replacements in a row fail to start)."""
+        for _ in range(2):
+            if worker.alive():
+                try:
+                    worker.wait_ready(BOOT_TIMEOUT_S)
+                    return worker
+                except WorkerGone:
+                    pass
+            log.warning("DuckDB worker %s ended before a call (%s)", worker.pid, worker.how_it_ended())
+            worker = self._replace(worker, kill=True)
+        worker.wait_ready(BOOT_TIMEOUT_S)
+        return worker
+
+    def _converse(self, caller: str, worker: _Worker, request: tuple[Any, ...]) -> Any:
+        """Run one request on `worker`, in a thread; give back the worker (or its replacement) and the
+        slot however it ends."""
+        fn, cfg, args, kwargs = request
+        try:
+            try:
+                worker = self._ready(worker)
+            except WorkerGone:
+                raise Unavailable(
+                    "The DuckDB worker process could not start",
+                    suggestions=["Retry shortly; if it persists, the server's log says why"],
+                    headers={"Retry-After": "1"},
+                ) from None
+            worker.works.add(cfg.work)
+            message = (fn, cfg, args, kwargs, cfg.timeout_s)
+            try:
+                try:
+                    reply = worker.call(message, cfg.timeout_s + GRACE_S)
+                except WorkerGone as gone:
+                    if gone.sent:
+                        raise
+                    worker = self._ready(self._replace(worker, kill=True))  # never saw it: once more
+                    worker.works.add(cfg.work)
+                    reply = worker.call(message, cfg.timeout_s + GRACE_S)
+            except OverMemory:
+                log.warning("DuckDB worker %s passed its memory cap: killed", worker.pid)
+                worker = self._replace(worker, kill=True)
+                raise MemoryLimit(
+                    f"The query used more than {self.memory // MB} MB in its DuckDB worker and was stopped",
+                    suggestions=[
+                        "Aggregate or filter before selecting long values or many columns",
+                        "Raise CAIRN_DATASETS_WORKER_MEMORY_MB if this is expected",
+                    ],
+                ) from None
+            except WorkerGone:
+                how = worker.how_it_ended()
+                log.warning("DuckDB worker %s died during a call (%s)", worker.pid, how)
+                worker = self._replace(worker, kill=True)
+                raise Unavailable(
+                    f"The query's DuckDB worker process stopped during the call ({how}); nothing was kept",
+                    suggestions=["Run the query again", "If it fails again, filter or aggregate more"],
+                    headers={"Retry-After": "1"},
+                ) from None
+            if reply is None:
+                log.warning("DuckDB worker %s outran its time limit: killed", worker.pid)
+                worker = self._replace(worker, kill=True)
+                raise Timeout(
+                    "The query exceeded its time limit and was stopped",
+                    suggestions=[
+                        "Filter or aggregate more, or query a Parquet copy of the data",
+                        "Functions over very long values (e.g. levenshtein on long texts) cannot be interrupted",
+                    ],
+                )
+            # A worker that grew keeps its memory (allocators hold on to it): start afresh instead.
+            if reply.recycle or worker.rss() > self.memory // 2:
+                worker = self._replace(worker, kill=False)
+            return reply.unwrap()
+        finally:
+            self._checkin(worker)
+            self.slots.release(caller)
+
+    def close(self) -> None:
+        """Stop the idle workers now and the busy ones when their call ends."""
+        with self._lock:
+            self._closed = True
+            idle, self._idle = self._idle, []
+        for worker in idle:
+            worker.end()
+        self._threads.shutdown(wait=False)
+
+
+def _consume(done: asyncio.Future[Any]) -> None:
+    """Retrieve the outcome of a conversation whose caller went away, so it is not reported as lost."""
+    if not done.cancelled():
+        done.exception()
+
+
+_pool: WorkerPool | None = None
+_pool_lock = threading.Lock()
+
+
+def pool_for(cfg: EngineConfig) -> WorkerPool:
+    """The process's worker pool for `cfg` (see `pool_of`)."""
+    return pool_of(cfg.concurrency, cfg.memory_limit)
+
+
+def pool_of(concurrency: int, memory_limit: str) -> WorkerPool:
+    """The process's worker pool of `concurrency` slots for DuckDB's `memory_limit`, shaped by the
+    current settings (a new pool when they changed)."""
+    from app.datasets.config import get_dataset_settings
+
+    settings = get_dataset_settings()
+    size = max(1, concurrency)
+    per_key = settings.datasets_max_concurrency_per_key or math.ceil(size / 2)
+    return current_pool(size, per_key, memory_bytes(settings.datasets_worker_memory_mb, memory_limit))
+
+
+def current_pool(size: int, per_key: int, memory: int) -> WorkerPool:
+    """The process's worker pool of this shape; the one of another shape, if any, is closed."""
+    global _pool
+    spec = (size, max(1, min(per_key, size)), memory)
+    with _pool_lock:
+        pool = _pool
+        if pool is not None and pool.spec == spec and not pool.closed:
+            return pool
+        _pool = WorkerPool(*spec)
+        fresh = _pool
+    if pool is not None:
+        pool.close()
+    return fresh
+
+
+def existing_pool() -> WorkerPool | None:
+    """The process's worker pool, if one was started and is open."""
+    pool = _pool
+    return pool if pool is not None and not pool.closed else None
+
+
+def shutdown() -> None:
+    """Stop the process's workers (idle ones now, busy ones when their call ends)."""
+    global _pool
+    with _pool_lock:
+        pool, _pool = _pool, None
+    if pool is not None:
+        pool.close()
+
+
+atexit.register(shutdown)
+
+
+# ---------------------------------------------------------------------------------------------- worker side
+
+
+def serve(fd: int, alive: int) -> None:
+    """A worker's loop (in the worker process): answer requests until the server closes the channel."""
+    from app.datasets import engine
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    threading.Thread(target=_exit_with_server, args=(alive,), name="cairn-server-watch", daemon=True).start()
+    engine.use_scratch(f"w{os.getpid()}")
+    conn = Connection(fd)
+    with contextlib.suppress(OSError, EOFError):
+        conn.send(("ready", os.getpid()))
+        while True:
+            data = conn.recv_bytes()  # EOFError (ends the loop) when the server closed the channel
+            try:
+                message = pickle.loads(data)
+            except Exception as exc:  # a request this process cannot read (an engine module failed to import)
+                reply = _failure(EngineError(f"The DuckDB worker could not read the request: {exc}"[:400]))
+            else:
+                reply = _answer(message)
+            try:
+                payload = pickle.dumps(reply, protocol=pickle.HIGHEST_PROTOCOL)
+            except Exception as exc:  # a value or an exception that does not pickle
+                failed = EngineError(f"The DuckDB worker could not send its answer: {exc}"[:400])
+                payload = pickle.dumps(_failure(failed, recycle=reply.recycle))
+            conn.send_bytes(payload)
+            if reply.recycle:
+                return
+
+
+def _exit_with_server(alive: int) -> None:
+    """Block on the server's pipe; it only closes (EOF) when the server is gone."""
+    with contextlib.suppress(OSError):
+        while os.read(alive, 1):
+            pass
+    os._exit(0)
+
+
+def _answer(message: tuple[Any, ...]) -> Reply:
+    from app.datasets import sandbox
+
+    fn, cfg, args, kwargs, seconds = message
+    token = sandbox.CALL_DEADLINE.set(time.monotonic() + seconds)
+    try:
+        return Reply("ok", fn(cfg, *args, **kwargs), False, sandbox.POOL.opened)
+    except CairnError as exc:
+        return _failure(exc, recycle=isinstance(exc, MemoryLimit))
+    except MemoryError:
+        return _failure(MemoryLimit("The query ran out of memory in its DuckDB worker"), recycle=True)
+    except Exception as exc:
+        return Reply("crash", exc, True, sandbox.POOL.opened)
+    finally:
+        sandbox.CALL_DEADLINE.reset(token)
+
+
+def _failure(exc: CairnError, recycle: bool = False) -> Reply:
+    from app.datasets import sandbox
+
+    state = (type(exc), exc.message, exc.suggestions, exc.details, exc.headers)
+    return Reply("error", state, recycle, sandbox.POOL.opened)

@@ -1,0 +1,172 @@
+"""app/core/http_front.py and the limits behind it, without a server: JSON bodies and their nesting,
+request ids, allowed hosts and origins, failed-authentication and event-stream limits, and a key
+cache that made-up keys cannot flush."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+
+from app.core import auth
+from app.core.auth import KeyStore, client_address, hash_key
+from app.core.config import Settings
+from app.core.errors import InvalidInput, RateLimited
+from app.core.http_front import (
+    MAX_JSON_DEPTH,
+    _Patterns,
+    allowed_hosts,
+    allowed_origins,
+    nests_deeper,
+    parse_json_body,
+    safe_request_id,
+)
+from app.core.ratelimit import FailureLimiter, StreamSlots
+
+
+def test_json_bodies_parse_within_the_depth_cap() -> None:
+    assert parse_json_body(b"") == {} and parse_json_body(b"  \n") == {}
+    assert parse_json_body(b'{"a": [1, {"b": "[[{{"}]}') == {"a": [1, {"b": "[[{{"}]}
+    at_cap = b"[" * MAX_JSON_DEPTH + b"]" * MAX_JSON_DEPTH
+    assert isinstance(parse_json_body(at_cap), list)
+    for body in (b"[" * (MAX_JSON_DEPTH + 1) + b"]" * (MAX_JSON_DEPTH + 1), b"[" * 100_000, b'{"a":' * 5000):
+        with pytest.raises(InvalidInput, match="nests deeper"):
+            parse_json_body(body)
+
+
+@pytest.mark.parametrize("body", [b"{", b'{"a": 1,}', b"\xff", b'{"a": "\xc3\x28"}', b"NaN?", b"\x00"])
+def test_malformed_json_is_invalid_input(body: bytes) -> None:
+    with pytest.raises(InvalidInput, match="not valid JSON"):
+        parse_json_body(body)
+
+
+def test_nesting_skips_strings_and_escaped_quotes() -> None:
+    assert not nests_deeper(b'["' + b"[" * 500 + b'"]', 2)
+    assert not nests_deeper(b'["\\"[[[[\\"", {"k": "]]]]"}]', 2)
+    assert nests_deeper(b'[["\\\\"], [[[1]]]]', 3)
+    assert not nests_deeper(b"[[], [], {}, []]", 2)
+
+
+def test_request_ids_are_kept_only_when_safe() -> None:
+    assert safe_request_id(b"trace-1.2:3_X") == "trace-1.2:3_X"
+    assert safe_request_id(b"a" * 64) == "a" * 64
+    for raw in (b"", b"a" * 65, b"a b", b"<x>", b"id\n", "é".encode(), b"x/y", None):
+        rid = safe_request_id(raw)
+        assert len(rid) == 16 and all(c in "0123456789abcdef" for c in rid), raw
+
+
+def test_host_and_origin_patterns() -> None:
+    hosts = _Patterns(["127.0.0.1:*", "localhost", "[::1]:*", "Cairn.Example.org"])
+    assert hosts.allows("127.0.0.1:8000") and hosts.allows("localhost") and hosts.allows("[::1]:1")
+    assert hosts.allows("cairn.example.org")
+    for bad in ("127.0.0.1", "127.0.0.1:", "127.0.0.1:80.evil.example", "localhost:8000", "evil.example", ""):
+        assert not hosts.allows(bad), bad
+
+
+def test_public_url_and_settings_extend_the_allowed_lists() -> None:
+    settings = Settings(
+        database_url="x",
+        public_url="https://Cairn.Example.org/",
+        allowed_hosts=["proxy.internal:*"],
+        allowed_origins=["https://console.example.org/"],
+    )
+    hosts = _Patterns(allowed_hosts(settings))
+    assert hosts.allows("cairn.example.org") and hosts.allows("proxy.internal:9000")
+    assert hosts.allows("localhost:8000") and not hosts.allows("evil.example")
+    origins = _Patterns(allowed_origins(settings))
+    assert origins.allows("https://cairn.example.org") and origins.allows("https://console.example.org")
+    assert origins.allows("http://localhost:5173") and not origins.allows("https://evil.example")
+
+
+def test_failure_limiter_locks_an_address_for_its_window(monkeypatch: pytest.MonkeyPatch) -> None:
+    now = [1000.0]
+    monkeypatch.setattr(time, "monotonic", lambda: now[0])
+    limiter = FailureLimiter(3, window=60)
+    for _ in range(3):
+        assert limiter.retry_after("10.0.0.1") is None
+        limiter.record("10.0.0.1")
+    assert limiter.retry_after("10.0.0.1") == 60 and limiter.retry_after("10.0.0.2") is None
+    with pytest.raises(RateLimited) as caught:
+        limiter.check("10.0.0.1")
+    assert caught.value.headers["Retry-After"] == "60" and caught.value.code == 4290
+    now[0] += 59.5
+    assert limiter.retry_after("10.0.0.1") == 1
+    now[0] += 1
+    assert limiter.retry_after("10.0.0.1") is None
+    assert FailureLimiter(0).retry_after("x") is None
+
+
+def test_failure_limiter_table_stays_bounded() -> None:
+    limiter = FailureLimiter(2, window=60, max_clients=100)
+    for i in range(1000):
+        limiter.record(f"10.0.{i // 256}.{i % 256}")
+    assert len(limiter._failures) <= 100
+
+
+def test_stream_slots_per_key() -> None:
+    slots = StreamSlots(2)
+    slots.acquire("a")
+    slots.acquire("a")
+    with pytest.raises(RateLimited):
+        slots.acquire("a")
+    slots.acquire("b")
+    slots.release("a")
+    slots.acquire("a")
+    unlimited = StreamSlots(0)
+    for _ in range(10):
+        unlimited.acquire("a")
+
+
+class _Row:
+    id, name, scopes, project, toolsets = "k1", "ok", ["read"], None, None
+
+
+class _Keys:
+    """Stands in for the key table: `good-key` is the one stored key; counts the lookups."""
+
+    lookups = 0
+
+    def __init__(self, session: Any) -> None:
+        pass
+
+    async def by_hash(self, digest: str) -> _Row | None:
+        type(self).lookups += 1
+        return _Row() if digest == hash_key("good-key") else None
+
+    async def touch(self, key_id: str) -> None:
+        pass
+
+
+class _Db:
+    async def run(self, fn: Any) -> Any:
+        return await fn(None)
+
+
+async def test_made_up_keys_neither_flush_valid_ones_nor_escape_the_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(auth, "ApiKeyRepository", _Keys)
+    monkeypatch.setattr(_Keys, "lookups", 0)
+    store = KeyStore(_Db(), [], cache_seconds=60, failures=FailureLimiter(5))  # type: ignore[arg-type]
+    token = client_address.set("10.1.1.1")
+    try:
+        good = await store.verify("good-key")
+        assert good is not None and good.key_id == "k1"
+        for i in range(4):
+            assert await store.verify(f"made-up-{i}") is None
+        assert await store.verify("made-up-0") is None  # the negative cache answers (a 5th failure)
+        assert _Keys.lookups == 5
+        with pytest.raises(RateLimited):
+            await store.verify("made-up-more")  # locked out before any lookup
+        assert _Keys.lookups == 5
+        assert await store.verify("good-key") == good  # cached: neither looked up nor refused
+        assert store.refusal("made-up-more") is not None and store.refusal("good-key") is None
+    finally:
+        client_address.reset(token)
+    token = client_address.set("10.2.2.2")  # another address is not locked out
+    try:
+        assert await store.verify("made-up-more") is None
+        store._unknown.update({f"h{i}": time.monotonic() for i in range(20_000)})
+        assert await store.verify("flood") is None  # the negative cache overflows and is cleared...
+        assert store._cached(hash_key("good-key"), time.monotonic()) == good  # ...not the valid keys
+    finally:
+        client_address.reset(token)

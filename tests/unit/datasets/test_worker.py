@@ -1,0 +1,398 @@
+"""DuckDB worker processes (app/datasets/worker.py): the time limit holds even inside one scalar
+function (the worker is killed and replaced), a worker that dies gives its caller a clean error and
+leaves no file behind, errors keep their shape across the process boundary, memory is capped per
+worker, workers never outlive the server, and one key cannot take every engine slot."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from app.core.errors import CairnError, MemoryLimit, RateLimited, SchemaError, Timeout, Unavailable
+from app.datasets import engine, profiling, worker
+from app.datasets.worker import GRACE_S, FairSlots, WorkerPool
+from tests.support.datasets import small_engine_config
+
+# One call of a scalar function on two long texts: ~15 s of CPU that no interrupt can stop.
+UNINTERRUPTIBLE = "SELECT levenshtein(repeat('a', 100000), repeat('b', 100000)) AS d"
+# A join DuckDB interrupts between vectors.
+INTERRUPTIBLE = "SELECT count(*) AS n FROM range(100000) a, range(100000) b WHERE hash(a.range + b.range) = 0"
+# Rows written to the result as they come, for as long as the call lasts.
+ENDLESS = "SELECT i, md5(i::VARCHAR) AS h FROM range(1000000000) t(i)"
+
+
+@pytest.fixture
+def cfg(tmp_path: Path) -> engine.EngineConfig:
+    """A small engine configuration: one CSV in its root, a 1 s time limit."""
+    return small_engine_config(tmp_path, memory_limit="512MB", timeout_s=1.0)
+
+
+@pytest.fixture
+def pool() -> Iterator[WorkerPool]:
+    """Two workers; a key holds at most one of them."""
+    made = WorkerPool(2, 1, worker.memory_bytes(0, "512MB"))
+    yield made
+    made.close()
+
+
+def with_timeout(cfg: engine.EngineConfig, seconds: float) -> engine.EngineConfig:
+    return engine.EngineConfig(**{**cfg.__dict__, "timeout_s": seconds})
+
+
+async def query(
+    pool: WorkerPool, cfg: engine.EngineConfig, sql: str, caller: str = "k", name: str = "q_1", max_rows: int = 1000
+) -> engine.StoredResult:
+    """`execute_to_store` of `sql` in a worker of `pool`."""
+    args: tuple[Any, ...] = (sql, [], {}, cfg.results / f"{name}.parquet", max_rows, 10)
+    result: engine.StoredResult = await pool.run(caller, engine.execute_to_store, cfg, args, {})
+    return result
+
+
+def gone(pids: list[int], timeout: float = 5.0) -> bool:
+    """True once none of `pids` is a running process (zombies count as gone)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        alive = []
+        for pid in pids:
+            try:
+                if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                    alive.append(pid)
+            except psutil.NoSuchProcess:
+                continue
+        if not alive:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+# ---------------------------------------------------------------------------------------------- fairness
+
+
+async def test_a_key_holds_at_most_its_share_and_another_key_goes_first() -> None:
+    slots = FairSlots(2, 1, 8)
+    await slots.acquire("hostile")
+    second = asyncio.create_task(slots.acquire("hostile"))
+    await asyncio.sleep(0.01)
+    assert not second.done() and slots.held("hostile") == 1  # one slot is free, but not for this key
+    await asyncio.wait_for(slots.acquire("other"), 1)  # the other key takes it at once
+    third = asyncio.create_task(slots.acquire("third"))
+    await asyncio.sleep(0.01)
+    assert not third.done()
+    slots.release("hostile")  # the hostile key's waiting call was first in line and is under its cap again
+    await asyncio.wait_for(second, 1)
+    assert not third.done()
+    slots.release("other")
+    await asyncio.wait_for(third, 1)
+    slots.release("hostile")
+    slots.release("third")
+    assert slots.held("hostile") == slots.held("third") == slots.waiting() == 0
+
+
+async def test_a_key_with_too_many_waiting_calls_is_refused() -> None:
+    slots = FairSlots(2, 1, 2)
+    await slots.acquire("k")
+    waiting = [asyncio.create_task(slots.acquire("k")) for _ in range(2)]
+    await asyncio.sleep(0.01)
+    with pytest.raises(RateLimited) as refused:
+        await slots.acquire("k")
+    assert refused.value.code == 4290 and refused.value.headers["Retry-After"] == "1"
+    for _ in range(3):
+        slots.release("k")
+        await asyncio.sleep(0.01)
+    assert all(t.done() for t in waiting) and slots.held("k") == 0
+
+
+async def test_a_cancelled_wait_gives_no_slot_away() -> None:
+    slots = FairSlots(1, 1, 8)
+    await slots.acquire("a")
+    waiter = asyncio.create_task(slots.acquire("b"))
+    await asyncio.sleep(0.01)
+    waiter.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiter
+    assert slots.waiting() == 0
+    # Granted and cancelled in the same turn: the slot comes back.
+    late = asyncio.create_task(slots.acquire("b"))
+    await asyncio.sleep(0.01)
+    slots.release("a")
+    late.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await late
+    assert slots.held("b") == 0
+    await asyncio.wait_for(slots.acquire("c"), 1)
+
+
+def test_threads_wait_their_turn_too() -> None:
+    slots = FairSlots(2, 2, 8)
+    held, peak, lock = [0], [0], threading.Lock()
+
+    def use() -> None:
+        slots.acquire_sync("k")
+        with lock:
+            held[0] += 1
+            peak[0] = max(peak[0], held[0])
+        time.sleep(0.02)
+        with lock:
+            held[0] -= 1
+        slots.release("k")
+
+    threads = [threading.Thread(target=use) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(5)
+    assert peak[0] == 2 and slots.held("k") == 0
+
+
+# ---------------------------------------------------------------------------------------------- workers
+
+
+@pytest.mark.slow  # worker processes
+async def test_an_uninterruptible_function_is_killed_at_its_time_limit(
+    pool: WorkerPool, cfg: engine.EngineConfig
+) -> None:
+    before = sorted(pool.pids())
+    started = time.monotonic()
+    with pytest.raises(Timeout) as stopped:
+        await query(pool, cfg, UNINTERRUPTIBLE)
+    took = time.monotonic() - started
+    assert stopped.value.code == 5003
+    assert took < cfg.timeout_s + GRACE_S + 1.0, took  # not the ~15 s the function needs
+    after = sorted(pool.pids())
+    assert len(after) == 2 and len(set(before) & set(after)) == 1 and pool.replaced == 1
+    assert gone(sorted(set(before) - set(after)))
+    assert (await query(pool, cfg, "SELECT 43 AS n", name="q_2")).head == [{"n": 43}]
+    assert os.listdir(cfg.results) == ["q_2.parquet"]
+
+
+@pytest.mark.slow  # worker processes
+async def test_an_interrupted_statement_keeps_its_worker(pool: WorkerPool, cfg: engine.EngineConfig) -> None:
+    before = sorted(pool.pids())
+    with pytest.raises(Timeout):
+        await query(pool, with_timeout(cfg, 0.3), INTERRUPTIBLE)
+    assert sorted(pool.pids()) == before and pool.replaced == 0
+
+
+@pytest.mark.slow  # worker processes
+async def test_a_worker_killed_while_idle_is_replaced_before_the_next_call(
+    pool: WorkerPool, cfg: engine.EngineConfig
+) -> None:
+    await query(pool, cfg, "SELECT 1 AS n")
+    victims = pool.pids()
+    for pid in victims:
+        os.kill(pid, signal.SIGKILL)
+    assert gone(victims)
+    # No error (a dead worker never saw the call); two keys at once use both (replaced) workers.
+    answers = await asyncio.gather(*(query(pool, cfg, "SELECT 2 AS n", key, f"q_{key}") for key in "ab"))
+    assert [a.head for a in answers] == [[{"n": 2}]] * 2
+    assert not set(victims) & set(pool.pids()) and pool.replaced == 2
+
+
+@pytest.mark.slow  # worker processes
+async def test_a_worker_killed_mid_call_gives_a_clean_error_and_leaves_nothing(
+    pool: WorkerPool, cfg: engine.EngineConfig
+) -> None:
+    long = with_timeout(cfg, 60)
+    call = asyncio.create_task(query(pool, long, ENDLESS, max_rows=10**9))
+    deadline = time.monotonic() + 20
+    while not list(cfg.results.glob("*.tmp")):  # the result is being written
+        assert time.monotonic() < deadline and not call.done()
+        await asyncio.sleep(0.02)
+    [busy] = pool.busy_pids()
+    os.kill(busy, signal.SIGKILL)
+    with pytest.raises(Unavailable) as died:
+        await asyncio.wait_for(call, 10)
+    body = died.value.body()["error"]
+    assert body["code"] == 5030 and "SIGKILL" in body["message"] and body["suggestions"]
+    assert list(cfg.results.iterdir()) == []  # the half-written result is gone, and no result appeared
+    assert not (cfg.work / "tmp" / f"w{busy}").exists()
+    assert (await query(pool, cfg, "SELECT 3 AS n", name="q_2")).head == [{"n": 3}]
+
+
+@pytest.mark.slow  # worker processes
+async def test_errors_keep_their_class_message_and_suggestions(pool: WorkerPool, cfg: engine.EngineConfig) -> None:
+    path = cfg.roots[0] / "a.csv"
+    src = engine.make_source("a", str(path), [path])
+    args: tuple[Any, ...] = ("SELECT xx FROM a", [src], {}, cfg.results / "q_1.parquet", 1000, 10)
+    with pytest.raises(SchemaError) as bad:
+        await pool.run("k", engine.execute_to_store, cfg, args, {})
+    assert bad.value.code == 4003 and "Did you mean 'x'" in bad.value.message and bad.value.suggestions
+    assert pool.replaced == 0  # an error about the statement keeps the worker
+
+
+@pytest.mark.slow  # worker processes
+async def test_a_worker_out_of_memory_answers_5002_and_is_replaced(cfg: engine.EngineConfig) -> None:
+    small = WorkerPool(1, 1, 400 * 1024 * 1024)  # DuckDB's own limit (4 GB) is not what stops it
+    try:
+        big = engine.EngineConfig(**{**cfg.__dict__, "memory_limit": "4GB", "timeout_s": 30.0})
+        with pytest.raises(MemoryLimit) as full:
+            await query(small, big, "SELECT length(string_agg(repeat('x', 1000000), '')) AS n FROM range(600)")
+        assert full.value.code == 5002 and small.replaced == 1
+        assert (await query(small, big, "SELECT 4 AS n", name="q_2")).head == [{"n": 4}]
+    finally:
+        small.close()
+
+
+@pytest.mark.slow  # worker processes
+async def test_a_call_in_a_thread_uses_the_same_slots(pool: WorkerPool, cfg: engine.EngineConfig) -> None:
+    stored = await query(pool, cfg, "SELECT range AS n FROM range(5)")
+    rows = await asyncio.to_thread(pool.run_sync, "k", engine.read_rows, cfg, (stored.path, 1, 2), {})
+    assert rows == [{"n": 1}, {"n": 2}]
+
+
+@pytest.mark.slow  # worker processes
+async def test_one_key_cannot_hold_up_another(pool: WorkerPool, cfg: engine.EngineConfig) -> None:
+    hostile = [asyncio.create_task(query(pool, cfg, UNINTERRUPTIBLE, "hostile", f"q_h{i}")) for i in range(2)]
+    await asyncio.sleep(0.2)
+    started = time.monotonic()
+    answer = await query(pool, cfg, "SELECT 43 AS n", "other", "q_o")
+    assert answer.head == [{"n": 43}] and time.monotonic() - started < 1.0
+    for task in hostile:
+        with pytest.raises(Timeout):
+            await task
+
+
+@pytest.mark.slow  # worker processes
+async def test_closing_the_pool_stops_its_workers(cfg: engine.EngineConfig) -> None:
+    made = WorkerPool(2, 1, 0)
+    await query(made, cfg, "SELECT 1 AS n")
+    pids = made.pids()
+    made.close()
+    assert gone(pids)
+
+
+@pytest.mark.slow  # worker processes
+def test_workers_do_not_outlive_a_killed_server(tmp_path: Path) -> None:
+    """The server is SIGKILLed (no shutdown hook, no atexit): its workers still exit at once."""
+    script = textwrap.dedent(
+        """
+        import sys, time
+        from app.datasets.worker import WorkerPool
+        pool = WorkerPool(2, 1, 0)
+        print(" ".join(str(p) for p in pool.pids()), flush=True)
+        time.sleep(60)
+        """
+    )
+    server = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, cwd=tmp_path)
+    try:
+        assert server.stdout is not None
+        pids = [int(p) for p in server.stdout.readline().split()]
+        assert len(pids) == 2 and all(psutil.pid_exists(p) for p in pids)
+        server.kill()
+        server.wait(10)
+        assert gone(pids)
+    finally:
+        server.kill()
+
+
+# ---------------------------------------------------------------------------------------------- cuts
+
+LONG = "é" * 1000
+
+
+def stored(cfg: engine.EngineConfig, sql: str) -> Path:
+    """`sql`'s result written as a stored result (in this process)."""
+    return engine.execute_to_store(cfg, sql, [], {}, cfg.results / "q_cut.parquet", 1000).path
+
+
+def plain(cfg: engine.EngineConfig, path: Path) -> list[dict[str, Any]]:
+    """The stored rows read whole, then made JSON-safe: what a page showed before values were cut in SQL."""
+
+    def work(con: Any) -> list[dict[str, Any]]:
+        cur = con.execute(f"SELECT * FROM read_parquet('{path}')")
+        return engine.rows_as_dicts([d[0] for d in cur.description], cur.fetchall())
+
+    rows: list[dict[str, Any]] = engine.run_locked(cfg, [], work)
+    return rows
+
+
+def test_values_are_cut_in_sql_to_what_a_reply_shows(cfg: engine.EngineConfig) -> None:
+    path = stored(
+        cfg,
+        f"""SELECT '{LONG}' AS text, 'short' AS small, repeat('ab', 500)::BLOB AS raw, 'x'::BLOB AS tiny,
+        [repeat('z', 400) FOR i IN range(80)] AS texts, range(100) AS numbers, [1, 2]::INTEGER[2] AS pair,
+        {{'name': '{LONG}', 'n': 7, 'inner': {{'deep': repeat('q', 500)}}}} AS record,
+        MAP {{'k': '{LONG}'}} AS mapping, [{{'a': '{LONG}'}}] AS records, NULL::VARCHAR AS nothing,
+        NULL::STRUCT(a VARCHAR) AS no_record, 42 AS answer, DATE '2024-02-29' AS day, 1.5::DECIMAL(4, 2) AS price
+        FROM range(3)""",
+    )
+    cut = engine.read_rows(cfg, path, 0, 10)
+    assert cut == plain(cfg, path)  # the same answer as cutting after the fact
+    row = cut[0]
+    assert row["text"] == "é" * 300 + "…" and row["small"] == "short" and row["record"]["name"].endswith("…")
+    assert len(row["texts"]) == 50 and row["texts"][0] == "z" * 300 + "…" and row["numbers"] == list(range(50))
+    assert row["nothing"] is None and row["no_record"] is None and row["answer"] == 42
+
+
+def test_nothing_long_reaches_python(cfg: engine.EngineConfig) -> None:
+    path = stored(cfg, "SELECT repeat('x', 1000000) AS a, repeat('y', 1000000) AS a2, [repeat('z', 100000)] AS l")
+
+    def fetched(con: Any) -> list[Any]:
+        query, _ = engine.capped_query(con, f"read_parquet('{path}')")
+        return list(con.execute(query).fetchone())
+
+    values = engine.run_locked(cfg, [], fetched)
+    assert [len(values[0]), len(values[1]), len(values[2][0])] == [301, 301, 301]
+
+
+def test_a_page_stops_at_its_byte_cap(cfg: engine.EngineConfig) -> None:
+    columns = ", ".join(f"repeat('v', 400) AS c{i}" for i in range(40))
+    path = stored(cfg, f"SELECT {columns} FROM range(1000)")  # ~12 MB once shown
+    rows = engine.read_rows(cfg, path, 0, 1000)
+    weight = sum(engine._weight(r) for r in rows)
+    assert 0 < len(rows) < 1000 and weight <= engine.PAGE_MAX_BYTES
+    assert len(engine.read_rows(cfg, path, 0, 5)) == 5
+
+
+def test_a_summary_cuts_the_extremes_of_long_values(cfg: engine.EngineConfig) -> None:
+    path = stored(cfg, "SELECT repeat('m', 100000) || range AS t FROM range(3)")
+    summary = engine.summarize_stored(cfg, path)
+    assert summary["rows"] == 3 and summary["columns"]["t"]["min"] == "m" * 40 + "…"
+
+
+def test_a_sample_cuts_long_values_in_sql(cfg: engine.EngineConfig) -> None:
+    path = cfg.roots[0] / "long.csv"
+    path.write_text("id,note\n" + "".join(f"{i},{'n' * 5000}\n" for i in range(3)))
+    src = engine.make_source("long", str(path), [path])
+
+    def fetched(con: Any) -> list[Any]:
+        rows: list[Any] = con.execute(
+            f"SELECT {engine.capped_columns(con, 'long', ['id', 'note'])} FROM long"
+        ).fetchall()
+        return rows
+
+    assert [len(note) for _, note in engine.run_locked(cfg, [src], fetched)] == [301] * 3
+    sampled = profiling.sample(cfg, src, strategy="random", size=2, columns=None, stratify_column=None, seed=1)
+    assert [row["note"] for row in sampled["rows"]] == ["n" * 300 + "…"] * 2
+
+
+def test_memory_caps_follow_the_duckdb_limit() -> None:
+    mb = worker.MB
+    assert worker.memory_bytes(0, "2GB") == 2048 * mb + worker.WORKER_HEADROOM
+    assert worker.memory_bytes(0, "512 MiB") == 512 * mb + worker.WORKER_HEADROOM
+    assert worker.memory_bytes(0, "80%") == 4096 * mb
+    assert worker.memory_bytes(700, "2GB") == 700 * mb
+
+
+@pytest.mark.slow  # worker processes
+async def test_an_unexpected_error_is_raised_as_it_was_and_the_worker_replaced(
+    pool: WorkerPool, cfg: engine.EngineConfig
+) -> None:
+    with pytest.raises(TypeError):
+        await pool.run("k", engine.read_rows, cfg, (), {})  # not a statement error: a bug
+    assert pool.replaced == 1
+    with pytest.raises(CairnError) as outside:
+        await pool.run("k", engine.read_rows, cfg, (cfg.work / "elsewhere.parquet", 0, 1), {})
+    assert outside.value.code == 4002 and pool.replaced == 1
