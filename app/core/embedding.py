@@ -12,9 +12,12 @@ texts another caller has queued. A batch is also capped in (estimated) tokens, s
 flight ends soon, and the vectors of each run of similar lengths are handed out as soon as that
 run is done (short texts run first).
 
-Background work (the embedding queue's batches, `embed_background`) runs on its own session
-whose threads have a lower scheduling priority (``background_nice``, Linux): on a busy host the
-CPU goes to the calls being answered, and the queue takes what they leave.
+Background and bulk work (the embedding queue's batches, `embed_background`, and any `embed` call
+of more than ``max_batch_tokens`` estimated tokens, such as a large document pushed with a wait)
+runs on its own session whose threads have a lower scheduling priority (``background_nice``,
+Linux): on a busy host the CPU goes to the short calls being answered (a search's query, a short
+push), and bulk work takes what they leave. Concurrent bulk callers take turns batch by batch (the
+session's one thread serves their batches in arrival order).
 """
 
 from __future__ import annotations
@@ -281,6 +284,9 @@ class LocalOnnxEmbedder(EmbeddingProvider):
         options.intra_op_num_threads, options.inter_op_num_threads = self.intra_op_threads, 1
         # Pool threads that spin while waiting for work burn CPU the server's other calls need.
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        # Batch shapes differ from one batch to the next, so planned memory patterns are rarely reused,
+        # and each new shape grew the arena (a 32 x 256-token batch: +800 MB, and more for the next).
+        options.enable_mem_pattern = False
         return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
 
     async def check(self) -> None:
@@ -435,6 +441,11 @@ class LocalOnnxEmbedder(EmbeddingProvider):
         if not texts:
             return []
         await self.check()
+        costs = [self._cost(text) for text in texts]
+        if self.background_nice and sum(costs) > self.max_batch_tokens:
+            # Bulk work (more than one batch's worth) runs on the low-priority session, beside the
+            # batcher's: a search's query never waits for it, and gets the CPU first.
+            return await self.embed_background(texts)
         self._ensure_batcher()
         loop = asyncio.get_running_loop()
         now = loop.time()
@@ -445,7 +456,7 @@ class LocalOnnxEmbedder(EmbeddingProvider):
             queue = self._queues[caller] = collections.deque()  # joins the ring at its end
         # Enqueue shortest first so that the batches of one large call hold similar lengths.
         for i in sorted(range(len(texts)), key=lambda k: len(texts[k])):
-            item = _Item(texts[i], futures[i], now, self._cost(texts[i]))
+            item = _Item(texts[i], futures[i], now, costs[i])
             queue.append(item)
             self._queued_cost += item.cost
         self._queued += len(texts)
@@ -464,8 +475,9 @@ class LocalOnnxEmbedder(EmbeddingProvider):
         return [v.tolist() for v in vectors]
 
     async def embed_background(self, texts: Sequence[str]) -> list[list[float]]:
-        """Embed ``texts`` on the low-priority background session, in batches of ``max_batch``
-        (through the micro-batcher when ``background_nice`` is 0)."""
+        """Embed ``texts`` on the low-priority background session, in batches of at most
+        ``max_batch`` texts and ``max_batch_tokens`` estimated tokens, as the batcher's (through the
+        micro-batcher when ``background_nice`` is 0)."""
         _check_texts(texts)
         if not texts:
             return []
@@ -475,13 +487,29 @@ class LocalOnnxEmbedder(EmbeddingProvider):
         loop = asyncio.get_running_loop()
         executor, session = await self._background_session()
         out: list[list[float]] = []
-        for start in range(0, len(texts), self.max_batch):
-            chunk = list(texts[start : start + self.max_batch])
+        for chunk in self._token_batches(texts):
             started = time.perf_counter()
             vectors = await loop.run_in_executor(executor, self._infer_on, session, chunk)
             self._count_batch(len(chunk), started)
             out.extend(vectors.tolist())
         return out
+
+    def _token_batches(self, texts: Sequence[str]) -> list[list[str]]:
+        """``texts`` in order, cut into batches of at most ``max_batch`` texts and ``max_batch_tokens``
+        estimated tokens (at least one text each): bounded shapes keep the session's memory bounded."""
+        batches: list[list[str]] = []
+        batch: list[str] = []
+        cost = 0
+        for text in texts:
+            item = self._cost(text)
+            if batch and (len(batch) >= self.max_batch or cost + item > self.max_batch_tokens):
+                batches.append(batch)
+                batch, cost = [], 0
+            batch.append(text)
+            cost += item
+        if batch:
+            batches.append(batch)
+        return batches
 
     async def _background_session(self) -> tuple[ThreadPoolExecutor, Any]:
         if self._background is not None:

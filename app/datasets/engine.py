@@ -535,6 +535,12 @@ def run_locked(
             raise translate(exc, known) from None
 
 
+def warm(cfg: EngineConfig) -> None:
+    """Open a locked database of `cfg`'s lockdown and run one statement on it, leaving it in the pool
+    (a new worker process does this before it takes calls)."""
+    run_locked(cfg, [], lambda con: con.execute("SELECT 1").fetchall())
+
+
 # ---------------------------------------------------------------------------------------------- query
 
 

@@ -1,9 +1,9 @@
 """Fair embedding: one key's bulk writes do not starve another project's search.
 
 Two pushes of 200,000 distinct characters each (about 500 chunks apiece) from one key wait for their
-vectors (the embedder at full load), while another project searches. The local embedder takes texts
-round-robin across callers (key + project) in batches capped in tokens, so the search's one query is
-embedded within a batch or two of arriving, whatever is queued."""
+vectors (the embedder at full load), while another project searches. Bulk calls run on the embedder's
+low-priority session, and the batcher takes texts round-robin across callers (key + project) in
+batches capped in tokens, so the search's one query is embedded at once, whatever is queued."""
 
 from __future__ import annotations
 
@@ -20,8 +20,9 @@ from app.core.db import Database
 from app.core.repository import EmbeddingQueueRepository
 from tests.support.server import ADMIN_KEY, WRITE_KEY, RunningServer
 
-# Measured on the 2-core test machine: about 0.1-0.9 s per search while both pushes embed (about 40 ms
-# when idle); before the fair batcher the same search took tens of seconds.
+# Measured on the 2-core test machine: about 20-30 ms per search while both pushes embed (18 ms idle);
+# 0.1-0.9 s with the fair batcher alone, and tens of seconds before it. The bound is loose on purpose:
+# the figures are in docs/benchmarks.md (bench_hostile), this only catches starvation.
 BOUND_SECONDS = 2.0
 
 
@@ -36,8 +37,8 @@ def _document(seed: int, chars: int = 200_000) -> str:
     return " ".join(words)[:chars]
 
 
-def _queued() -> float:
-    return REGISTRY.get_sample_value("cairn_embedding_queue_depth") or 0.0
+def _embedded() -> float:
+    return REGISTRY.get_sample_value("cairn_embedding_texts_total") or 0.0
 
 
 async def test_a_search_answers_quickly_while_two_huge_pushes_embed(server: RunningServer) -> None:
@@ -58,6 +59,7 @@ async def test_a_search_answers_quickly_while_two_huge_pushes_embed(server: Runn
             return time.perf_counter() - started
 
         idle = min([await search() for _ in range(3)])
+        before = _embedded()
         pushes = [
             asyncio.create_task(
                 writer.post(
@@ -67,16 +69,16 @@ async def test_a_search_answers_quickly_while_two_huge_pushes_embed(server: Runn
             )
             for seed in (1, 2)
         ]
-        for _ in range(1200):  # until both pushes' first leases are embedding (at most 60 s)
-            if _queued() >= 64:
+        for _ in range(1200):  # until the pushes' chunks are embedding (at most 60 s)
+            if _embedded() - before >= 64:
                 break
             await asyncio.sleep(0.05)
-        assert _queued() >= 64, "the pushes never started embedding"
+        assert _embedded() - before >= 64, "the pushes never started embedding"
         latencies: list[float] = []
         loaded: list[bool] = []
         for _ in range(8):
             latencies.append(await search())
-            loaded.append(_queued() > 0 and not all(p.done() for p in pushes))
+            loaded.append(not any(p.done() for p in pushes))
             await asyncio.sleep(0.3)
         results = await asyncio.gather(*pushes)
     assert all(r.status_code == 200 for r in results), [r.text[:200] for r in results]

@@ -191,6 +191,42 @@ async def test_callers_take_turns_so_a_small_request_is_not_queued_behind_a_larg
 
 
 @pytest.mark.asyncio
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="thread priorities are per thread on Linux only")
+async def test_bulk_calls_run_on_the_low_priority_session_in_bounded_batches() -> None:
+    embedder = LocalOnnxEmbedder(background_nice=5, max_batch_tokens=600, max_wait_ms=0)
+    try:
+        await embedder.check()
+        long_text = "a paragraph of a large pushed document, chunk by chunk " * 30  # 256 tokens (cut)
+        assert embedder._token_batches([long_text] * 5 + ["x"]) == [[long_text] * 2] * 2 + [[long_text, "x"]]
+        assert embedder._token_batches(["y" * 5000]) == [["y" * 5000]]  # a batch holds at least one text
+        bulk = asyncio.create_task(_as_caller(embedder, "key-a/alpha", [long_text] * 24))  # 24 x 256 > 600
+        for _ in range(6000):  # up to 30 s: on the background session (made on first use)
+            if embedder._background is not None and embedder.batches_run > 0:
+                break
+            await asyncio.sleep(0.005)
+        else:
+            pytest.fail("the bulk call never ran on the background session")
+        # Another caller's query meanwhile: it goes through the batcher and its own session, not after
+        # the bulk call's batches.
+        query = await _as_caller(embedder, "key-b/beta", ["one search query"])
+        assert not bulk.done(), "the query waited for the bulk call"
+        assert embedder._queued == 0
+        vectors = await bulk
+        assert len(vectors) == 24 and cosine(vectors[0], vectors[-1]) >= 0.9999
+        assert cosine(query[0], await embedder.embed_one("one search query")) >= 0.9999
+        executor, _ = embedder._background
+        (worker,) = executor._threads
+        assert worker.native_id is not None
+        base = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+        assert os.getpriority(os.PRIO_PROCESS, worker.native_id) == min(19, base + 5)
+        # A call within one batch's budget stays on the batcher (normal priority).
+        runs = embedder.batches_run
+        assert len(await embedder.embed([long_text, long_text])) == 2 and embedder.batches_run == runs + 1
+    finally:
+        await embedder.close()
+
+
+@pytest.mark.asyncio
 async def test_batches_are_capped_in_tokens_and_short_texts_are_handed_out_first() -> None:
     embedder = LocalOnnxEmbedder(max_batch_tokens=512, max_wait_ms=50)
     try:

@@ -201,6 +201,36 @@ async def test_a_worker_killed_while_idle_is_replaced_before_the_next_call(
 
 
 @pytest.mark.slow  # worker processes
+async def test_a_new_worker_opens_the_latest_calls_databases_before_it_greets(
+    pool: WorkerPool, cfg: engine.EngineConfig, tmp_path: Path
+) -> None:
+    other = small_engine_config(tmp_path / "other", memory_limit="512MB", timeout_s=1.0)  # another lockdown
+    await query(pool, cfg, "SELECT 1 AS n")
+    await query(pool, other, "SELECT 1 AS n")
+    # The pool remembers both lockdowns; the replacement of a killed worker opens both before it greets.
+    [victim, *_] = pool.pids()
+    os.kill(victim, signal.SIGKILL)
+    assert gone([victim])
+    fresh = worker._Worker(0, list(pool._recent.values()))
+    cold = worker._Worker(0)
+    try:
+        await asyncio.to_thread(fresh.wait_ready, 60)
+        await asyncio.to_thread(cold.wait_ready, 60)
+        assert (fresh.opened, cold.opened) == (2, 0)
+        # Its first call reuses the database opened for it.
+        args: tuple[Any, ...] = ("SELECT 2 AS n", [], {}, cfg.results / "q_9.parquet", 10, 10)
+        reply = await asyncio.to_thread(fresh.call, (engine.execute_to_store, cfg, args, {}, 1.0), 5.0)
+        assert reply is not None and reply.unwrap().head == [{"n": 2}] and reply.opened == 2
+    finally:
+        fresh.end()
+        cold.end()
+    answers = await asyncio.gather(
+        *(query(pool, c, "SELECT 3 AS n", k, f"q_{k}") for c, k in ((cfg, "a"), (other, "b")))
+    )
+    assert [a.head for a in answers] == [[{"n": 3}]] * 2 and victim not in pool.pids()
+
+
+@pytest.mark.slow  # worker processes
 async def test_a_worker_killed_mid_call_gives_a_clean_error_and_leaves_nothing(
     pool: WorkerPool, cfg: engine.EngineConfig
 ) -> None:

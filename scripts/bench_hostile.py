@@ -1,0 +1,268 @@
+"""One key's hostile load against another key's latency, and the server's memory meanwhile.
+
+Two keys on one `cairn serve` (embedded PostgreSQL, see `bench_mcp.Server`), each bound to its own
+project. The *victim* makes sequential pairs of calls over REST: a memory `search` in its project and
+an `execute_query` (a count over a 1,000-row CSV). Its latencies are measured first on an idle server,
+then while the *attacker* runs, all at once and in loops:
+
+- two quadratic queries, `levenshtein(repeat('a', N), repeat('b', N))`, with `timeout_ms` 1000 (a
+  scalar function the time limit cannot interrupt from inside);
+- two pushes of 200,000 distinct characters that wait for their own vectors (`wait_for_embedding`);
+- three `get_result` calls on a stored result of 4 rows of very large cells.
+
+Reported: the victim's p50/p95 per operation idle and under attack (the goal: p95 within 2x of idle),
+the server's peak resident memory (its own processes, children included, not PostgreSQL) and how the
+attacker's calls ended (error codes).
+
+Usage::
+
+    python scripts/bench_hostile.py [--quick] [--seconds 30] [--cell-mb 100]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import random
+import statistics
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psutil
+
+ROOT = Path(__file__).resolve().parent.parent
+for p in (ROOT, ROOT / "scripts"):
+    if str(p) not in sys.path:
+        sys.path.insert(0, str(p))
+
+from bench_mcp import Server, on_embedded_postgres, server_processes  # noqa: E402
+
+VICTIM = "bench-victim-key-0123456789"
+ATTACKER = "bench-attacker-key-012345678"
+KEYS = f"{VICTIM}:read+write:good,{ATTACKER}:read+write:evil"
+QUADRATIC_LENGTH = 130_000
+PUSH_CHARS = 200_000
+WORDS = [f"{a}{b}{c}" for a in "bcdfghklmnprstvz" for b in "aeiou" for c in "nrstlm"]
+
+
+def _distinct_text(rng: random.Random, chars: int) -> str:
+    out: list[str] = []
+    size = 0
+    while size < chars:
+        word = rng.choice(WORDS) + str(rng.randint(0, 99_999))
+        out.append(word)
+        size += len(word) + 1
+    return " ".join(out)[:chars]
+
+
+def _write_csv(root: Path, rows: int = 1000) -> None:
+    root.mkdir(parents=True, exist_ok=True)
+    rng = random.Random(3)
+    lines = ["id,word,score"] + [f"{i},{rng.choice(WORDS)},{rng.uniform(0, 100):.2f}" for i in range(rows)]
+    (root / "small.csv").write_text("\n".join(lines) + "\n")
+
+
+def _pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000 if ordered else float("nan")
+
+
+async def _call(c: httpx.AsyncClient, method: str, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
+    answer = await (c.get(path, params=body) if method == "GET" else c.post(path, json=body))
+    data: dict[str, Any] = answer.json()
+    return data
+
+
+async def _victim(c: httpx.AsyncClient, seconds: float, rng: random.Random) -> dict[str, list[float]]:
+    times: dict[str, list[float]] = {"search": [], "execute_query": []}
+    until = time.perf_counter() + seconds
+    while time.perf_counter() < until:
+        t0 = time.perf_counter()
+        found = await _call(c, "POST", "/api/v1/memory/search", {"query_text": " ".join(rng.sample(WORDS, 4))})
+        times["search"].append(time.perf_counter() - t0)
+        assert "error" not in found, found
+        t0 = time.perf_counter()
+        counted = await _call(
+            c,
+            "POST",
+            "/api/v1/datasets/query",
+            {"query_type": "sql", "query": "SELECT count(*) AS n FROM data", "files": ["small.csv"]},
+        )
+        times["execute_query"].append(time.perf_counter() - t0)
+        assert "error" not in counted, counted
+    return times
+
+
+async def _attack_loop(
+    c: httpx.AsyncClient,
+    stop: asyncio.Event,
+    outcomes: Counter[str],
+    name: str,
+    method: str,
+    path: str,
+    body: Any,
+) -> None:
+    rng = random.Random(name)
+    while not stop.is_set():
+        args = body(rng) if callable(body) else body
+        try:
+            data = await _call(c, method, path, args)
+            outcomes[f"{name}: {data['error']['code'] if 'error' in data else 'ok'}"] += 1
+        except httpx.HTTPError as exc:
+            outcomes[f"{name}: {type(exc).__name__}"] += 1
+
+
+def _rss_mb(pid: int) -> dict[str, float]:
+    """Resident memory in MiB: the server process, its DuckDB workers, and all of it."""
+    out = {"server": 0.0, "workers": 0.0, "total": 0.0}
+    for proc in server_processes(pid):
+        with contextlib.suppress(psutil.Error):
+            rss = proc.memory_info().rss / 2**20
+            out["server" if proc.pid == pid else "workers"] += rss
+            out["total"] += rss
+    return out
+
+
+async def _rss_sampler(pid: int, stop: asyncio.Event, peak: dict[str, float]) -> None:
+    while not stop.is_set():
+        for name, mb in _rss_mb(pid).items():
+            peak[name] = max(peak.get(name, 0.0), mb)
+        await asyncio.sleep(0.05)
+
+
+ATTACKS = ("quadratic", "push", "get_result")
+
+
+async def _measure(srv: Server, seconds: float, cell_mb: int, attacks: tuple[str, ...] = ATTACKS) -> dict[str, Any]:
+    assert srv.proc is not None
+    rng = random.Random(11)
+    timeout = httpx.Timeout(600.0)
+    async with (
+        httpx.AsyncClient(base_url=srv.url, headers={"Authorization": f"Bearer {VICTIM}"}, timeout=timeout) as v,
+        httpx.AsyncClient(base_url=srv.url, headers={"Authorization": f"Bearer {ATTACKER}"}, timeout=timeout) as a,
+    ):
+        for _ in range(30):
+            await _call(
+                v, "POST", "/api/v1/memory/push", {"text": _distinct_text(rng, 400), "wait_for_embedding": True}
+            )
+        big = await _call(
+            a,
+            "POST",
+            "/api/v1/datasets/query",
+            {
+                "query_type": "sql",
+                "files": ["small.csv"],
+                "return_limit": 1,
+                "query": (
+                    f"SELECT i, repeat(chr(CAST(97 + i AS INTEGER)), {cell_mb * 2**20}) AS cell FROM range(4) t(i)"
+                ),
+            },
+        )
+        if "error" in big:
+            raise RuntimeError(f"could not store the large result: {big['error']}")
+        query_id = big["query_id"]
+        await _victim(v, 1.0, rng)  # warm-up
+        idle = await _victim(v, seconds, rng)
+
+        stop, outcomes, peak = asyncio.Event(), Counter[str](), dict[str, float]()
+        before = _rss_mb(srv.proc.pid)
+        quadratic = {
+            "query_type": "sql",
+            "files": ["small.csv"],
+            "timeout_ms": 1000,
+            "query": f"SELECT levenshtein(repeat('a', {QUADRATIC_LENGTH}), repeat('b', {QUADRATIC_LENGTH})) AS d",
+        }
+        attackers = [
+            *[
+                _attack_loop(a, stop, outcomes, "quadratic query", "POST", "/api/v1/datasets/query", quadratic)
+                for _ in range(2 if "quadratic" in attacks else 0)
+            ],
+            *[
+                _attack_loop(
+                    a,
+                    stop,
+                    outcomes,
+                    "200k-character push",
+                    "POST",
+                    "/api/v1/memory/push",
+                    lambda r: {"text": _distinct_text(r, PUSH_CHARS), "wait_for_embedding": True},
+                )
+                for _ in range(2 if "push" in attacks else 0)
+            ],
+            *[
+                _attack_loop(
+                    a, stop, outcomes, "large get_result", "GET", f"/api/v1/datasets/results/{query_id}", {"limit": 4}
+                )
+                for _ in range(3 if "get_result" in attacks else 0)
+            ],
+        ]
+        sampler = asyncio.create_task(_rss_sampler(srv.proc.pid, stop, peak))
+        tasks = [asyncio.create_task(x) for x in attackers]
+        await asyncio.sleep(3.0)  # the attack is under way before the victim starts
+        hostile = await _victim(v, seconds, rng)
+        stop.set()
+        await asyncio.gather(*tasks, sampler, return_exceptions=True)
+    return {"idle": idle, "hostile": hostile, "before": before, "peak": peak, "outcomes": dict(outcomes)}
+
+
+def markdown(r: dict[str, Any], seconds: float, cell_mb: int, quick: bool) -> str:
+    """The figures as a markdown section."""
+    lines = [
+        "## One key's hostile load against another key",
+        "",
+        "Two project-bound keys on one `cairn serve` (embedded PostgreSQL), over REST. For "
+        f"{seconds:.0f} s the victim makes sequential pairs of calls, a memory `search` in its project and an "
+        "`execute_query` (a count over a 1,000-row CSV), first on an idle server, then (as long again) while "
+        "the attacker runs in loops, all at once: two "
+        f"quadratic queries (`levenshtein` of two {QUADRATIC_LENGTH:,}-character strings, `timeout_ms` 1000), two "
+        f"pushes of {PUSH_CHARS:,} distinct characters waiting for their vectors, and three `get_result` calls on a "
+        f"stored result of 4 rows of {cell_mb} MiB cells.",
+        "",
+        "| victim's call | calls idle / under attack | idle p50 ms | idle p95 ms | under attack p50 ms "
+        "| under attack p95 ms | p95 ratio |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for op in ("search", "execute_query"):
+        i95, h95 = _pct(r["idle"][op], 0.95), _pct(r["hostile"][op], 0.95)
+        lines.append(
+            f"| {op} | {len(r['idle'][op])} / {len(r['hostile'][op])} "
+            f"| {statistics.median(r['idle'][op]) * 1000:.1f} | {i95:.1f} "
+            f"| {statistics.median(r['hostile'][op]) * 1000:.1f} | {h95:.1f} | {h95 / i95:.2f}x |"
+        )
+    outcomes = ", ".join(f"{k}: {n}" for k, n in sorted(r["outcomes"].items()))
+    lines += [
+        "",
+        "Resident memory of the server's processes (not PostgreSQL), before the attack and its peak during "
+        f"it: the server process {r['before']['server']:.0f} → **{r['peak']['server']:.0f} MiB**, its DuckDB "
+        f"workers together {r['before']['workers']:.0f} → **{r['peak']['workers']:.0f} MiB**, all of them "
+        f"{r['before']['total']:.0f} → **{r['peak']['total']:.0f} MiB**. The attacker's calls ended: {outcomes}.",
+    ]
+    if quick:
+        lines += ["", "_Quick run: small sizes._"]
+    return "\n".join(lines) + "\n"
+
+
+def run(
+    quick: bool = False, seconds: float | None = None, cell_mb: int | None = None, attacks: tuple[str, ...] = ATTACKS
+) -> str:
+    """Run the benchmark and return its markdown section."""
+    n, mb = seconds or (5.0 if quick else 30.0), cell_mb or (16 if quick else 100)
+    with on_embedded_postgres({"CAIRN_API_KEYS": KEYS}, prefix="cairn-bench-hostile-") as (srv, _dsn):
+        _write_csv(srv.data / "datasets")
+        results = asyncio.run(_measure(srv, n, mb, attacks))
+    return markdown(results, n, mb, quick)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--seconds", type=float)
+    parser.add_argument("--cell-mb", type=int)
+    parser.add_argument("--attack", action="append", choices=ATTACKS, help="only this part of the attack (repeatable)")
+    ns = parser.parse_args()
+    print(run(ns.quick, ns.seconds, ns.cell_mb, tuple(ns.attack or ATTACKS)))
