@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import multiprocessing
 import random
 import statistics
 import sys
@@ -117,6 +118,52 @@ async def _attack_loop(
             outcomes[f"{name}: {type(exc).__name__}"] += 1
 
 
+def _attacker(url: str, query_id: str, attacks: tuple[str, ...], halt: Any, results: Any) -> None:
+    """The attacker's process: its loops run until `halt` is set, then it reports how its calls ended."""
+    results.put(asyncio.run(_attack(url, query_id, attacks, halt)))
+
+
+async def _attack(url: str, query_id: str, attacks: tuple[str, ...], halt: Any) -> dict[str, int]:
+    stop, outcomes = asyncio.Event(), Counter[str]()
+    quadratic = {
+        "query_type": "sql",
+        "files": ["small.csv"],
+        "timeout_ms": 1000,
+        "query": f"SELECT levenshtein(repeat('a', {QUADRATIC_LENGTH}), repeat('b', {QUADRATIC_LENGTH})) AS d",
+    }
+    headers = {"Authorization": f"Bearer {ATTACKER}"}
+    async with httpx.AsyncClient(base_url=url, headers=headers, timeout=httpx.Timeout(600.0)) as a:
+        loops = [
+            *[
+                _attack_loop(a, stop, outcomes, "quadratic query", "POST", "/api/v1/datasets/query", quadratic)
+                for _ in range(2 if "quadratic" in attacks else 0)
+            ],
+            *[
+                _attack_loop(
+                    a,
+                    stop,
+                    outcomes,
+                    "200k-character push",
+                    "POST",
+                    "/api/v1/memory/push",
+                    lambda r: {"text": _distinct_text(r, PUSH_CHARS), "wait_for_embedding": True},
+                )
+                for _ in range(2 if "push" in attacks else 0)
+            ],
+            *[
+                _attack_loop(
+                    a, stop, outcomes, "large get_result", "GET", f"/api/v1/datasets/results/{query_id}", {"limit": 4}
+                )
+                for _ in range(3 if "get_result" in attacks else 0)
+            ],
+        ]
+        tasks = [asyncio.create_task(loop) for loop in loops]
+        await asyncio.to_thread(halt.wait)
+        stop.set()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    return dict(outcomes)
+
+
 def _rss_mb(pid: int) -> dict[str, float]:
     """Resident memory in MiB: the server process, its DuckDB workers, and all of it."""
     out = {"server": 0.0, "workers": 0.0, "total": 0.0}
@@ -169,45 +216,24 @@ async def _measure(srv: Server, seconds: float, cell_mb: int, attacks: tuple[str
         await _victim(v, 1.0, rng)  # warm-up
         idle = await _victim(v, seconds, rng)
 
-        stop, outcomes, peak = asyncio.Event(), Counter[str](), dict[str, float]()
+        peak: dict[str, float] = {}
         before = _rss_mb(srv.proc.pid)
-        quadratic = {
-            "query_type": "sql",
-            "files": ["small.csv"],
-            "timeout_ms": 1000,
-            "query": f"SELECT levenshtein(repeat('a', {QUADRATIC_LENGTH}), repeat('b', {QUADRATIC_LENGTH})) AS d",
-        }
-        attackers = [
-            *[
-                _attack_loop(a, stop, outcomes, "quadratic query", "POST", "/api/v1/datasets/query", quadratic)
-                for _ in range(2 if "quadratic" in attacks else 0)
-            ],
-            *[
-                _attack_loop(
-                    a,
-                    stop,
-                    outcomes,
-                    "200k-character push",
-                    "POST",
-                    "/api/v1/memory/push",
-                    lambda r: {"text": _distinct_text(r, PUSH_CHARS), "wait_for_embedding": True},
-                )
-                for _ in range(2 if "push" in attacks else 0)
-            ],
-            *[
-                _attack_loop(
-                    a, stop, outcomes, "large get_result", "GET", f"/api/v1/datasets/results/{query_id}", {"limit": 4}
-                )
-                for _ in range(3 if "get_result" in attacks else 0)
-            ],
-        ]
+        # The attacker runs in a process of its own, so that its client work (making 200,000-character
+        # texts, reading replies) never delays the victim's calls in this event loop.
+        ctx = multiprocessing.get_context("spawn")
+        halt, results = ctx.Event(), ctx.Queue()
+        attacker = ctx.Process(target=_attacker, args=(srv.url, query_id, attacks, halt, results), daemon=True)
+        attacker.start()
+        stop = asyncio.Event()
         sampler = asyncio.create_task(_rss_sampler(srv.proc.pid, stop, peak))
-        tasks = [asyncio.create_task(x) for x in attackers]
         await asyncio.sleep(3.0)  # the attack is under way before the victim starts
         hostile = await _victim(v, seconds, rng)
+        halt.set()
         stop.set()
-        await asyncio.gather(*tasks, sampler, return_exceptions=True)
-    return {"idle": idle, "hostile": hostile, "before": before, "peak": peak, "outcomes": dict(outcomes)}
+        outcomes: dict[str, int] = await asyncio.to_thread(results.get, True, 600)
+        await asyncio.to_thread(attacker.join, 60)
+        await sampler
+    return {"idle": idle, "hostile": hostile, "before": before, "peak": peak, "outcomes": outcomes}
 
 
 def markdown(r: dict[str, Any], seconds: float, cell_mb: int, quick: bool) -> str:

@@ -470,7 +470,7 @@ class AnalysisRepository(Repository):
     ) -> list[tuple[int, str, str, dict[str, Any], float]]:
         """Nearest live findings of the session by cosine distance."""
         dim = len(vector)
-        await self.session.execute(text("SET LOCAL hnsw.iterative_scan = relaxed_order"))
+        await self.iterative_hnsw_scan()
         dist = f"(e.embedding::vector({dim})) <=> CAST(:q AS vector({dim}))"
         cat = "AND f.category = :cat" if category else ""
         rows = await self.rows(

@@ -5,7 +5,8 @@ DuckDB checks an interrupt only between vectors, so a scalar function busy on on
 (`sandbox.run_with_timeout`). So the server runs every DuckDB call in a worker process:
 
 - **Processes.** A `WorkerPool` keeps `size` long-lived workers, one per engine slot
-  (`CAIRN_DATASETS_MAX_CONCURRENCY`). Each is `python -I -c BOOT` in a session of its own. It imports
+  (`CAIRN_DATASETS_MAX_CONCURRENCY`), and `SPARE` more, so a started worker is there for the next
+  call while a replacement starts. Each is `python -I -c BOOT` in a session of its own. It imports
   the engine modules but not the feature's package, which builds the web layer. Each worker keeps its
   own pool of locked databases (`sandbox.POOL`, with the same leases, resets and lockdown).
 - **Memory.** DuckDB's `memory_limit` counts only DuckDB's buffers. So each worker also has a cap on
@@ -83,6 +84,9 @@ MB = 1024 * 1024
 MEMORY_CHECK_S = 0.05
 # Lockdowns (projects' databases) a new worker opens before it takes calls.
 RECENT_LOCKDOWNS = 4
+# Workers beyond the slots: a started one is there for the next call while a replacement starts (about
+# 0.2 s), e.g. after a call that outran its time limit was killed.
+SPARE = 1
 _PAGE = os.sysconf("SC_PAGE_SIZE")
 # Memory a worker needs beyond DuckDB's own limit: Python, the engine modules, rows being converted.
 WORKER_HEADROOM = 1024 * MB
@@ -431,7 +435,7 @@ def scrub(pid: int, works: set[Path]) -> None:
 
 
 class WorkerPool:
-    """`size` worker processes behind `size` fair slots (see the module's docstring)."""
+    """`size` fair slots served by `size + SPARE` worker processes (see the module's docstring)."""
 
     def __init__(self, size: int, per_key: int, memory: int) -> None:
         self.spec = (size, per_key, memory)
@@ -446,7 +450,7 @@ class WorkerPool:
         self.replaced = 0
         # The conversations with busy workers: at most one per slot, so a call never waits for a thread.
         self._threads = ThreadPoolExecutor(size, thread_name_prefix="cairn-duckdb")
-        for _ in range(size):
+        for _ in range(size + SPARE):
             self._idle.append(_Worker(memory))
         # The configurations of the latest calls (one per lockdown): a new worker opens their databases
         # before it greets, so its first call costs no more than the next (about 25 ms each otherwise).
@@ -507,12 +511,12 @@ class WorkerPool:
 
     def _checkout(self) -> _Worker:
         with self._lock:
-            # One worker per slot, and a slot is held: one is idle (a replacement may still be starting,
-            # so a started one is taken first).
+            # One worker per slot and a spare, and a slot is held: one is idle. A replacement may still be
+            # starting, or one may have died while idle: a started, living one is taken first.
             if not self._idle:
                 worker = _Worker(self.memory, list(self._recent.values()))
             else:
-                ready = [i for i, w in enumerate(self._idle) if w.started()]
+                ready = [i for i, w in enumerate(self._idle) if w.alive() and w.started()]
                 worker = self._idle.pop(ready[-1] if ready else -1)
             self._busy.add(worker)
             return worker
@@ -539,6 +543,26 @@ class WorkerPool:
             self.replaced += 1
         return replacement
 
+    def _renew_dead(self) -> None:
+        """Replace the idle workers that died (killed while idle), so that the spare is a living one."""
+        with self._lock:
+            dead = [w for w in self._idle if not w.alive()]
+            for worker in dead:
+                self._idle.remove(worker)
+            warm = list(self._recent.values())
+        for worker in dead:
+            log.warning("DuckDB worker %s ended while idle (%s)", worker.pid, worker.how_it_ended())
+            worker.end(kill=True)
+            fresh = _Worker(self.memory, warm)
+            with self._lock:
+                self._gone_opened += worker.opened
+                self.replaced += 1
+                closed = self._closed
+                if not closed:
+                    self._idle.append(fresh)
+            if closed:
+                fresh.end()
+
     def _ready(self, worker: _Worker) -> _Worker:
         """A started worker: `worker`, or a replacement when it died while idle or failed to start
         (WorkerGone when two replacements in a row fail to start)."""
@@ -558,6 +582,7 @@ class WorkerPool:
         """Run one request on `worker`, in a thread; give back the worker (or its replacement) and the
         slot however it ends."""
         fn, cfg, args, kwargs = request
+        self._renew_dead()
         with self._lock:
             lock = cfg.lockdown()
             self._recent.pop(lock, None)

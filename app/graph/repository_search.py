@@ -25,8 +25,7 @@ class SearchRepository(Repository):
     """Candidates, score inputs, counters and logs of search_semantic; reflections."""
 
     async def _iterative_scan(self, ef: int) -> None:
-        await self.session.execute(text("SET LOCAL hnsw.iterative_scan = relaxed_order"))
-        await self.session.execute(text(f"SET LOCAL hnsw.ef_search = {max(40, min(int(ef), 1000))}"))
+        await self.iterative_hnsw_scan(max(40, min(int(ef), 1000)))
 
     async def vector_candidates(
         self, project_id: uuid.UUID, qvec: Sequence[float], model: str, n: int, entity_type: str | None

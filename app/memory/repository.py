@@ -415,8 +415,7 @@ class MemoryRepository(Repository):
         scans so that filtered searches still return `k` rows; `exact` forces a sequential scan.
         """
         dim = len(vector)
-        await self.session.execute(text(f"SET LOCAL hnsw.ef_search = {max(int(ef_search), k, 10)}"))
-        await self.session.execute(text("SET LOCAL hnsw.iterative_scan = relaxed_order"))
+        await self.iterative_hnsw_scan(max(int(ef_search), k, 10))
         if exact:
             await self.session.execute(text("SET LOCAL enable_indexscan = off"))
         where, params = scope.where()
