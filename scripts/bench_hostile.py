@@ -24,10 +24,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import multiprocessing
+import json
 import random
 import statistics
+import subprocess
 import sys
+import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -36,7 +38,8 @@ from typing import Any
 import httpx
 import psutil
 
-ROOT = Path(__file__).resolve().parent.parent
+SELF = Path(__file__).resolve()
+ROOT = SELF.parent.parent
 for p in (ROOT, ROOT / "scripts"):
     if str(p) not in sys.path:
         sys.path.insert(0, str(p))
@@ -45,7 +48,8 @@ from bench_mcp import Server, on_embedded_postgres, server_processes  # noqa: E4
 
 VICTIM = "bench-victim-key-0123456789"
 ATTACKER = "bench-attacker-key-012345678"
-KEYS = f"{VICTIM}:read+write:good,{ATTACKER}:read+write:evil"
+ADMIN = "bench-operator-key-0123456789"
+KEYS = f"{VICTIM}:read+write:good,{ATTACKER}:read+write:evil,{ADMIN}:admin"
 QUADRATIC_LENGTH = 130_000
 PUSH_CHARS = 200_000
 WORDS = [f"{a}{b}{c}" for a in "bcdfghklmnprstvz" for b in "aeiou" for c in "nrstlm"]
@@ -118,12 +122,20 @@ async def _attack_loop(
             outcomes[f"{name}: {type(exc).__name__}"] += 1
 
 
-def _attacker(url: str, query_id: str, attacks: tuple[str, ...], halt: Any, results: Any) -> None:
-    """The attacker's process: its loops run until `halt` is set, then it reports how its calls ended."""
-    results.put(asyncio.run(_attack(url, query_id, attacks, halt)))
+def _attacker(url: str, query_id: str, attacks: tuple[str, ...]) -> None:
+    """The attacker's process (`--attacker`): its loops run until its stdin closes, then it prints how
+    its calls ended (JSON)."""
+    halt = threading.Event()
+
+    def watch() -> None:
+        sys.stdin.read()
+        halt.set()
+
+    threading.Thread(target=watch, daemon=True).start()
+    print(json.dumps(asyncio.run(_attack(url, query_id, attacks, halt))), flush=True)
 
 
-async def _attack(url: str, query_id: str, attacks: tuple[str, ...], halt: Any) -> dict[str, int]:
+async def _attack(url: str, query_id: str, attacks: tuple[str, ...], halt: threading.Event) -> dict[str, int]:
     stop, outcomes = asyncio.Event(), Counter[str]()
     quadratic = {
         "query_type": "sql",
@@ -185,8 +197,52 @@ async def _rss_sampler(pid: int, stop: asyncio.Event, peak: dict[str, float]) ->
 ATTACKS = ("quadratic", "push", "get_result")
 
 
-async def _measure(srv: Server, seconds: float, cell_mb: int, attacks: tuple[str, ...] = ATTACKS) -> dict[str, Any]:
+SCENARIOS: tuple[tuple[str, ...], ...] = (("quadratic",), ("push",), ("get_result",), ATTACKS)
+LABELS = {
+    "quadratic": "two quadratic queries",
+    "push": "two 200k-character pushes",
+    "get_result": "three large get_result",
+}
+
+
+def _label(attacks: tuple[str, ...]) -> str:
+    return "all at once" if attacks == ATTACKS else " + ".join(LABELS[a] for a in attacks)
+
+
+async def _under_attack(
+    srv: Server, v: httpx.AsyncClient, rng: random.Random, query_id: str, attacks: tuple[str, ...], seconds: float
+) -> dict[str, Any]:
     assert srv.proc is not None
+    peak: dict[str, float] = {}
+    before = _rss_mb(srv.proc.pid)
+    # The attacker runs in a process of its own, so that its client work (making 200,000-character
+    # texts, reading replies) never delays the victim's calls in this event loop.
+    argv = [sys.executable, str(SELF), "--attacker", srv.url, query_id, ",".join(attacks)]
+    attacker = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)  # noqa: ASYNC220
+    assert attacker.stdin is not None and attacker.stdout is not None
+    stop = asyncio.Event()
+    sampler = asyncio.create_task(_rss_sampler(srv.proc.pid, stop, peak))
+    try:
+        await asyncio.sleep(3.0)  # the attack is under way before the victim starts
+        if attacker.poll() is not None:
+            raise RuntimeError(f"the attacker's process ended at once (exit status {attacker.returncode})")
+        hostile = await _victim(v, seconds, rng)
+    finally:
+        stop.set()
+        attacker.stdin.close()
+    report = await asyncio.to_thread(attacker.stdout.read)
+    await asyncio.to_thread(attacker.wait, 60)
+    outcomes: dict[str, int] = json.loads(report.strip().splitlines()[-1])
+    await sampler
+    # Vectors a push stopped waiting for are still being made: the next phase starts once they are.
+    async with httpx.AsyncClient(base_url=srv.url, headers={"Authorization": f"Bearer {ADMIN}"}, timeout=900) as op:
+        (await op.post("/api/v1/embeddings/wait", json={"timeout_seconds": 600})).raise_for_status()
+    return {"attacks": attacks, "hostile": hostile, "before": before, "peak": peak, "outcomes": outcomes}
+
+
+async def _measure(
+    srv: Server, seconds: float, cell_mb: int, scenarios: tuple[tuple[str, ...], ...] = SCENARIOS
+) -> dict[str, Any]:
     rng = random.Random(11)
     timeout = httpx.Timeout(600.0)
     async with (
@@ -215,25 +271,8 @@ async def _measure(srv: Server, seconds: float, cell_mb: int, attacks: tuple[str
         query_id = big["query_id"]
         await _victim(v, 1.0, rng)  # warm-up
         idle = await _victim(v, seconds, rng)
-
-        peak: dict[str, float] = {}
-        before = _rss_mb(srv.proc.pid)
-        # The attacker runs in a process of its own, so that its client work (making 200,000-character
-        # texts, reading replies) never delays the victim's calls in this event loop.
-        ctx = multiprocessing.get_context("spawn")
-        halt, results = ctx.Event(), ctx.Queue()
-        attacker = ctx.Process(target=_attacker, args=(srv.url, query_id, attacks, halt, results), daemon=True)
-        attacker.start()
-        stop = asyncio.Event()
-        sampler = asyncio.create_task(_rss_sampler(srv.proc.pid, stop, peak))
-        await asyncio.sleep(3.0)  # the attack is under way before the victim starts
-        hostile = await _victim(v, seconds, rng)
-        halt.set()
-        stop.set()
-        outcomes: dict[str, int] = await asyncio.to_thread(results.get, True, 600)
-        await asyncio.to_thread(attacker.join, 60)
-        await sampler
-    return {"idle": idle, "hostile": hostile, "before": before, "peak": peak, "outcomes": outcomes}
+        phases = [await _under_attack(srv, v, rng, query_id, attacks, seconds) for attacks in scenarios]
+    return {"idle": idle, "phases": phases}
 
 
 def markdown(r: dict[str, Any], seconds: float, cell_mb: int, quick: bool) -> str:
@@ -242,31 +281,42 @@ def markdown(r: dict[str, Any], seconds: float, cell_mb: int, quick: bool) -> st
         "## One key's hostile load against another key",
         "",
         "Two project-bound keys on one `cairn serve` (embedded PostgreSQL), over REST. For "
-        f"{seconds:.0f} s the victim makes sequential pairs of calls, a memory `search` in its project and an "
-        "`execute_query` (a count over a 1,000-row CSV), first on an idle server, then (as long again) while "
-        "the attacker runs in loops, all at once: two "
+        f"{seconds:.0f} s at a time the victim makes sequential pairs of calls, a memory `search` in its project "
+        "and an `execute_query` (a count over a 1,000-row CSV): first on an idle server, then while the attacker "
+        "(a process of its own) runs loops of each part of the attack alone, then of all of them at once: two "
         f"quadratic queries (`levenshtein` of two {QUADRATIC_LENGTH:,}-character strings, `timeout_ms` 1000), two "
         f"pushes of {PUSH_CHARS:,} distinct characters waiting for their vectors, and three `get_result` calls on a "
         f"stored result of 4 rows of {cell_mb} MiB cells.",
         "",
-        "| victim's call | calls idle / under attack | idle p50 ms | idle p95 ms | under attack p50 ms "
-        "| under attack p95 ms | p95 ratio |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| attack | victim's call | calls | p50 ms | p95 ms | p50 ratio | p95 ratio |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: |",
     ]
     for op in ("search", "execute_query"):
-        i95, h95 = _pct(r["idle"][op], 0.95), _pct(r["hostile"][op], 0.95)
+        times = r["idle"][op]
         lines.append(
-            f"| {op} | {len(r['idle'][op])} / {len(r['hostile'][op])} "
-            f"| {statistics.median(r['idle'][op]) * 1000:.1f} | {i95:.1f} "
-            f"| {statistics.median(r['hostile'][op]) * 1000:.1f} | {h95:.1f} | {h95 / i95:.2f}x |"
+            f"| none (idle) | {op} | {len(times)} | {statistics.median(times) * 1000:.1f} | {_pct(times, 0.95):.1f} "
+            "| | |"
         )
-    outcomes = ", ".join(f"{k}: {n}" for k, n in sorted(r["outcomes"].items()))
+    for phase in r["phases"]:
+        for op in ("search", "execute_query"):
+            idle, times = r["idle"][op], phase["hostile"][op]
+            p50, p95 = statistics.median(times) * 1000, _pct(times, 0.95)
+            lines.append(
+                f"| {_label(phase['attacks'])} | {op} | {len(times)} | {p50:.1f} | {p95:.1f} "
+                f"| {p50 / (statistics.median(idle) * 1000):.2f}x | {p95 / _pct(idle, 0.95):.2f}x |"
+            )
+    lines += ["", "| attack | server process MiB | DuckDB workers MiB | all MiB | the attacker's calls ended |"]
+    lines += ["| --- | ---: | ---: | ---: | --- |"]
+    for phase in r["phases"]:
+        b, pk = phase["before"], phase["peak"]
+        outcomes = ", ".join(f"{k}: {n}" for k, n in sorted(phase["outcomes"].items()))
+        lines.append(
+            f"| {_label(phase['attacks'])} | {b['server']:.0f} → {pk['server']:.0f} "
+            f"| {b['workers']:.0f} → {pk['workers']:.0f} | {b['total']:.0f} → {pk['total']:.0f} | {outcomes} |"
+        )
     lines += [
         "",
-        "Resident memory of the server's processes (not PostgreSQL), before the attack and its peak during "
-        f"it: the server process {r['before']['server']:.0f} → **{r['peak']['server']:.0f} MiB**, its DuckDB "
-        f"workers together {r['before']['workers']:.0f} → **{r['peak']['workers']:.0f} MiB**, all of them "
-        f"{r['before']['total']:.0f} → **{r['peak']['total']:.0f} MiB**. The attacker's calls ended: {outcomes}.",
+        "Memory: resident, of the server's processes (not PostgreSQL), before each phase → its peak.",
     ]
     if quick:
         lines += ["", "_Quick run: small sizes._"]
@@ -274,13 +324,16 @@ def markdown(r: dict[str, Any], seconds: float, cell_mb: int, quick: bool) -> st
 
 
 def run(
-    quick: bool = False, seconds: float | None = None, cell_mb: int | None = None, attacks: tuple[str, ...] = ATTACKS
+    quick: bool = False,
+    seconds: float | None = None,
+    cell_mb: int | None = None,
+    scenarios: tuple[tuple[str, ...], ...] = SCENARIOS,
 ) -> str:
     """Run the benchmark and return its markdown section."""
-    n, mb = seconds or (5.0 if quick else 30.0), cell_mb or (16 if quick else 100)
+    n, mb = seconds or (4.0 if quick else 30.0), cell_mb or (16 if quick else 100)
     with on_embedded_postgres({"CAIRN_API_KEYS": KEYS}, prefix="cairn-bench-hostile-") as (srv, _dsn):
         _write_csv(srv.data / "datasets")
-        results = asyncio.run(_measure(srv, n, mb, attacks))
+        results = asyncio.run(_measure(srv, n, mb, scenarios))
     return markdown(results, n, mb, quick)
 
 
@@ -290,5 +343,10 @@ if __name__ == "__main__":
     parser.add_argument("--seconds", type=float)
     parser.add_argument("--cell-mb", type=int)
     parser.add_argument("--attack", action="append", choices=ATTACKS, help="only this part of the attack (repeatable)")
+    parser.add_argument("--attacker", nargs=3, metavar=("URL", "QUERY_ID", "ATTACKS"), help=argparse.SUPPRESS)
     ns = parser.parse_args()
-    print(run(ns.quick, ns.seconds, ns.cell_mb, tuple(ns.attack or ATTACKS)))
+    if ns.attacker:
+        url, query_id, names = ns.attacker
+        _attacker(url, query_id, tuple(names.split(",")))
+        sys.exit(0)
+    print(run(ns.quick, ns.seconds, ns.cell_mb, (tuple(ns.attack),) if ns.attack else SCENARIOS))
