@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import tempfile
@@ -61,8 +62,18 @@ async def _clean_tables(request: pytest.FixtureRequest) -> AsyncIterator[None]:
             r["tablename"] for r in await conn.fetch("SELECT tablename FROM pg_tables WHERE schemaname = 'public'")
         ]
         tables = [t for t in tables if t not in KEEP_TABLES]
-        if tables:
-            await conn.execute("TRUNCATE " + ", ".join(f'"{t}"' for t in tables) + " CASCADE")
+        for attempt in range(5):
+            if not tables:
+                break
+            try:
+                await conn.execute("TRUNCATE " + ", ".join(f'"{t}"' for t in tables) + " CASCADE")
+                break
+            except asyncpg.DeadlockDetectedError:
+                # The server's queue workers may still be storing vectors: PostgreSQL chose this
+                # statement to break the lock cycle, so it runs again once they are done.
+                if attempt == 4:
+                    raise
+                await asyncio.sleep(0.2)
     finally:
         await conn.close()
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import random
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
@@ -108,9 +110,10 @@ class Database:
             await session.commit()
 
     async def run(self, work: Callable[[AsyncSession], Awaitable[T]], *, retry: bool = True) -> T:
-        """`work(session)` in one transaction (see `transaction`). When it fails because its pooled
-        connection was dead before anything committed, it runs once more on a fresh connection (unless
-        `retry` is false: work with effects outside the database)."""
+        """`work(session)` in one transaction (see `transaction`). Unless `retry` is false (work with
+        effects outside the database), it runs again when it failed before its commit because its pooled
+        connection was dead (once, on a fresh connection), or because PostgreSQL broke a deadlock or a
+        serialization conflict by failing it (up to `CONFLICT_ATTEMPTS` times in all)."""
         attempt = 1
         while True:
             committing = False
@@ -120,9 +123,15 @@ class Database:
                     committing = True
                 return out
             except Exception as exc:
-                if not retry or committing or attempt > 1 or not is_dead_connection(exc):
+                if not retry or committing:
                     raise
-                log.warning("retrying on a fresh connection: the pooled one was dead (%s)", type(exc).__name__)
+                if attempt == 1 and is_dead_connection(exc):
+                    log.warning("retrying on a fresh connection: the pooled one was dead (%s)", type(exc).__name__)
+                elif attempt < CONFLICT_ATTEMPTS and is_conflict(exc):
+                    log.info("retrying after a transaction conflict (SQLSTATE %s)", sqlstate(exc))  # type: ignore[arg-type]
+                    await asyncio.sleep(random.uniform(0.005, 0.05) * attempt)  # the other side finishes first
+                else:
+                    raise
                 attempt += 1
 
     async def ping(self) -> bool:
@@ -171,6 +180,16 @@ def sqlstate(exc: DBAPIError) -> str:
         if code:
             return str(code)
     return "22000" if type(_driver_errors(exc)[1]).__name__ == "DataError" else ""
+
+
+# Runs of a call's transaction when PostgreSQL fails it to break a deadlock or a serialization conflict.
+CONFLICT_ATTEMPTS = 3
+
+
+def is_conflict(exc: BaseException) -> bool:
+    """True when PostgreSQL failed the transaction to break a deadlock (40P01) or a serialization
+    conflict (40001): running it again is the remedy."""
+    return isinstance(exc, DBAPIError) and sqlstate(exc) in ("40P01", "40001")
 
 
 def is_dead_connection(exc: BaseException) -> bool:

@@ -323,7 +323,9 @@ class EmbeddingQueueRepository(Repository):
             int(i)
             for i in await self.scalars(
                 "INSERT INTO embedding_queue (target, ref, model) "
-                "SELECT :target, r, :model FROM unnest(CAST(:refs AS text[])) AS r "
+                # One order for every writer: two calls queueing the same refs in different orders
+                # would each lock one row and wait for the other's (a deadlock).
+                'SELECT :target, r, :model FROM unnest(CAST(:refs AS text[])) AS r ORDER BY r COLLATE "C" '
                 f"ON CONFLICT (target, ref, model) {conflict} RETURNING id",
                 {"target": target, "refs": list(dict.fromkeys(refs)), "model": model},
             )
