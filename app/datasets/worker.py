@@ -553,7 +553,11 @@ class WorkerPool:
         for worker in dead:
             log.warning("DuckDB worker %s ended while idle (%s)", worker.pid, worker.how_it_ended())
             worker.end(kill=True)
-            fresh = _Worker(self.memory, warm)
+            try:
+                fresh = _Worker(self.memory, warm)
+            except OSError as exc:  # e.g. no process left: a call that finds no idle worker starts one
+                log.error("could not start a DuckDB worker: %s", exc)
+                continue
             with self._lock:
                 self._gone_opened += worker.opened
                 self.replaced += 1
@@ -582,14 +586,14 @@ class WorkerPool:
         """Run one request on `worker`, in a thread; give back the worker (or its replacement) and the
         slot however it ends."""
         fn, cfg, args, kwargs = request
-        self._renew_dead()
-        with self._lock:
-            lock = cfg.lockdown()
-            self._recent.pop(lock, None)
-            self._recent[lock] = cfg
-            while len(self._recent) > RECENT_LOCKDOWNS:
-                del self._recent[next(iter(self._recent))]
         try:
+            self._renew_dead()
+            with self._lock:
+                lock = cfg.lockdown()
+                self._recent.pop(lock, None)
+                self._recent[lock] = cfg
+                while len(self._recent) > RECENT_LOCKDOWNS:
+                    del self._recent[next(iter(self._recent))]
             try:
                 worker = self._ready(worker)
             except WorkerGone:
