@@ -52,13 +52,12 @@ class Repository:
         """For the rest of the transaction: pgvector's iterative HNSW scans (relaxed order, so a
         filtered search still finds its `k` rows; re-sort the hits) and, when given, `ef_search`.
         One statement for both settings: `SET LOCAL` takes a round trip each."""
-        await self.session.execute(
-            text(
-                "SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true), "
-                "set_config('hnsw.ef_search', coalesce(:ef, current_setting('hnsw.ef_search', true), '40'), true)"
-            ),
-            {"ef": None if ef_search is None else str(int(ef_search))},
-        )
+        scan = "SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true)"
+        if ef_search is None:
+            await self.session.execute(text(scan))
+        else:
+            ef = ", set_config('hnsw.ef_search', :ef, true)"
+            await self.session.execute(text(scan + ef), {"ef": str(int(ef_search))})
 
     async def rowcount(self, sql: Statement, params: Params = None) -> int:
         """Run a write and return how many rows it touched."""
