@@ -8,7 +8,8 @@ Endpoints (all JSON, under /api):
   `max_rating`, `updated_since`) → `{"data": [...], "page", "per_page", "total"}`
 - `GET|PATCH|DELETE /books/{id}` (writable: `title`, `status`, `rating`, `genre`; locked books
   answer 409, invalid values 422)
-- `GET /books/{id}/sessions` (page/per_page envelope), `GET /authors` (page/per_page envelope)
+- `GET /books/{id}/sessions` (page/per_page envelope), `PATCH /books/{id}/sessions/{session_id}`
+  (writable: `device`, `pages_read`, `duration_minutes`), `GET /authors` (page/per_page envelope)
 - `GET /hal/authors` (offset/limit, HAL `_embedded`), `GET /feed/books` (plain list, `Link` header),
   `GET /cursor/sessions` (`cursor` in, `next_cursor` out)
 
@@ -265,6 +266,20 @@ def create_demo_app(n_books: int = 5000, *, seed: int = 7, token: str | None = N
         if book_id not in lib().books:
             return JSONResponse({"error": "not found"}, status_code=404)
         return _envelope(lib().sessions.get(book_id, []), *_page_params(request))
+
+    @app.patch("/api/books/{book_id}/sessions/{session_id}")
+    async def patch_session(book_id: int, session_id: int, request: Request) -> Any:
+        found = [s for s in lib().sessions.get(book_id, []) if s["id"] == session_id]
+        if not found:
+            return JSONResponse({"error": "not found"}, status_code=404)
+        try:
+            body = await request.json()
+        except ValueError:
+            return JSONResponse({"error": "body must be JSON"}, status_code=400)
+        if not isinstance(body, dict) or not body or set(body) - {"device", "pages_read", "duration_minutes"}:
+            return JSONResponse({"error": "writable: device, pages_read, duration_minutes"}, status_code=422)
+        found[0].update(body)
+        return found[0]
 
     @app.get("/api/authors")
     async def list_authors(request: Request) -> Any:

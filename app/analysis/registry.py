@@ -8,6 +8,7 @@ strictly: a typo in the file is reported with its location instead of being igno
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import re
 import threading
@@ -21,6 +22,9 @@ from app.analysis.config import get_analysis_settings
 from app.core.errors import InvalidInput, NotFound, SchemaError
 
 IDENT = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
+log = logging.getLogger("cairn.analysis.registry")
+# A credential file larger than this is not a credential (auth.value_file).
+MAX_CREDENTIAL_BYTES = 64 * 1024
 
 
 class _Strict(BaseModel):
@@ -35,6 +39,10 @@ class PaginationCfg(_Strict):
     - `cursor`: `cursor_param`; the next cursor (or a next URL) at `next_path` in the body.
     - `link`: follows the `Link: <...>; rel="next"` response header.
     - `none`: one request returns everything.
+
+    `has_more_path` names a boolean in the body that says whether another page follows (page, offset
+    and cursor styles). Without it or a total, a page shorter than asked for does not end a page or
+    offset listing (upstreams cap page sizes silently): only an empty page does.
     """
 
     style: Literal["page", "offset", "cursor", "link", "none"] = "page"
@@ -45,15 +53,49 @@ class PaginationCfg(_Strict):
     start_page: int = 1
     total_path: str | None = "total"
     next_path: str | None = None
+    has_more_path: str | None = None
     max_per_page: int = Field(default=100, ge=1, le=1000)
 
 
 class AttributeCfg(_Strict):
-    """One attribute of a model, for `describe`."""
+    """One attribute of a model (its stored name): its type for `describe`, and for dates how the upstream
+    writes them. `format: epoch_seconds` or `epoch_millis` values are stored as ISO 8601 UTC text, so that
+    date filters, proximity and summaries compare like with like."""
 
     type: Literal["string", "integer", "number", "boolean", "date", "datetime", "array", "object"] = "string"
     description: str = ""
     enum: list[Any] | None = None
+    format: Literal["iso", "epoch_seconds", "epoch_millis"] | None = None
+
+    @model_validator(mode="after")
+    def _dates_only(self) -> AttributeCfg:
+        if self.format is not None and self.type not in ("date", "datetime"):
+            raise ValueError("format applies to date and datetime attributes only")
+        return self
+
+
+class _Shaped(_Strict):
+    """How upstream records become stored rows (see docs/analysis.md, "Field names").
+
+    - `flatten_depth`: nested objects are flattened this many levels (`requester.org.tier` becomes
+      `requester_org_tier` at depth 2); deeper objects are stored whole. 0 keeps records as they are.
+    - `rename`: upstream key paths (dotted, as in the record: `custom_fields.sla-tier`) to stored names.
+    - any other key becomes a queryable name: every run of characters other than letters, digits and
+      `_` turns into one `_`, a name starting with a digit gets an `f_` prefix, and a name already taken
+      gets `_2`, `_3`...
+    """
+
+    flatten_depth: int = Field(default=1, ge=0, le=8)
+    rename: dict[str, str] = Field(default_factory=dict)
+    attributes: dict[str, AttributeCfg] = Field(default_factory=dict)
+
+    @field_validator("rename")
+    @classmethod
+    def _names(cls, value: dict[str, str]) -> dict[str, str]:
+        for source, name in value.items():
+            if not IDENT.fullmatch(name) or len(name) > 64:
+                raise ValueError(f"rename target {name!r} (of {source!r}) must match {IDENT.pattern}")
+        return value
 
 
 class ActionCfg(_Strict):
@@ -71,8 +113,11 @@ class ActionCfg(_Strict):
         return value
 
 
-class ChildCfg(_Strict):
-    """A nested resource listed per parent record (`{parent_id}` in the path)."""
+class ChildCfg(_Shaped):
+    """A nested resource listed per parent record (`{parent_id}` in the path).
+
+    Its write settings are those of a model; an action path may also name `{parent_id}`, filled from
+    the stored record's parent key."""
 
     path: str
     model: str | None = None
@@ -80,8 +125,11 @@ class ChildCfg(_Strict):
     items_path: str | None = "data"
     parent_key: str | None = None
     pagination: PaginationCfg = Field(default_factory=PaginationCfg)
-    attributes: dict[str, AttributeCfg] = Field(default_factory=dict)
     max_pages_per_parent: int = Field(default=10, ge=1, le=50)
+    writable: bool = False
+    writable_attributes: list[str] | None = None
+    update: ActionCfg | None = None
+    delete: ActionCfg | None = None
 
     @field_validator("path")
     @classmethod
@@ -90,9 +138,15 @@ class ChildCfg(_Strict):
             raise ValueError("a child path must contain {parent_id}")
         return value
 
+    @model_validator(mode="after")
+    def _writable_needs_actions(self) -> ChildCfg:
+        if self.writable and self.update is None and self.delete is None:
+            raise ValueError("a writable model needs an update or a delete action")
+        return self
 
-class ModelCfg(_Strict):
-    """One model (collection) of an upstream."""
+
+class ModelCfg(_Shaped):
+    """One model (collection) of an upstream. `flatten: false` is `flatten_depth: 0`."""
 
     list_path: str
     description: str = ""
@@ -101,7 +155,6 @@ class ModelCfg(_Strict):
     flatten: bool = True
     pagination: PaginationCfg = Field(default_factory=PaginationCfg)
     filters: dict[str, str] = Field(default_factory=dict)
-    attributes: dict[str, AttributeCfg] = Field(default_factory=dict)
     writable: bool = False
     writable_attributes: list[str] | None = None
     update: ActionCfg | None = None
@@ -112,32 +165,65 @@ class ModelCfg(_Strict):
     def _writable_needs_actions(self) -> ModelCfg:
         if self.writable and self.update is None and self.delete is None:
             raise ValueError("a writable model needs an update or a delete action")
+        if not self.flatten:
+            self.flatten_depth = 0
         return self
 
 
 class AuthCfg(_Strict):
-    """A credential the server sends upstream: a static value or one read from its environment."""
+    """A credential the server sends upstream: a static value, one read from the server's environment
+    (`value_env`, fixed when the server started) or one read from a file at each call (`value_file`,
+    e.g. a mounted secret that is rotated while the server runs)."""
 
     header: str = "Authorization"
     scheme: str | None = "Bearer"
     value: str | None = None
     value_env: str | None = None
+    value_file: str | None = None
 
     @model_validator(mode="after")
     def _one_source(self) -> AuthCfg:
-        if (self.value is None) == (self.value_env is None):
-            raise ValueError("auth needs exactly one of value or value_env")
+        if sum(source is not None for source in (self.value, self.value_env, self.value_file)) != 1:
+            raise ValueError("auth needs exactly one of value, value_env or value_file")
         return self
 
     def header_value(self) -> str:
-        """The header value; a missing environment variable is a configuration error."""
+        """The header value, resolved now (the upstream client is built once per call, so a
+        `value_file` is read at each call); a missing or unreadable source is a configuration error
+        whose message names neither the file's path nor its content (the path is logged)."""
         secret = self.value
         if self.value_env is not None:
             secret = os.environ.get(self.value_env)
             if not secret:
                 raise SchemaError(f"Upstream credential variable {self.value_env} is not set on the server")
+        if self.value_file is not None:
+            secret = self._read_file(self.value_file)
         assert secret is not None
+        if any(ord(c) < 0x20 or ord(c) == 0x7F for c in secret):
+            raise SchemaError("The upstream credential contains characters an HTTP header cannot carry")
         return f"{self.scheme} {secret}" if self.scheme else secret
+
+    @staticmethod
+    def _read_file(path: str) -> str:
+        """The credential in the file at `path`, without surrounding whitespace."""
+        problem = "cannot be read"
+        try:
+            with open(path, "rb") as f:
+                raw = f.read(MAX_CREDENTIAL_BYTES + 1)
+            if len(raw) > MAX_CREDENTIAL_BYTES:
+                problem = f"is larger than {MAX_CREDENTIAL_BYTES} bytes"
+            else:
+                secret = raw.decode("utf-8").strip()
+                if secret:
+                    return secret
+                problem = "is empty"
+        except (OSError, UnicodeDecodeError) as exc:
+            problem = f"cannot be read ({type(exc).__name__})"
+        log.warning("upstream credential file %s %s", path, problem)
+        raise SchemaError(
+            f"The upstream credential file (auth.value_file) {problem} on the server",
+            suggestions=["The server log names the file; check that it exists and is readable by the server"],
+        )
 
 
 class UpstreamCfg(_Strict):
@@ -190,6 +276,18 @@ class ResolvedModel(BaseModel):
     cfg: ModelCfg
 
 
+class WritableModel(BaseModel):
+    """A top-level or child model with its upstream and write settings (`Registry.writable_model`).
+    For a child, `parent_key` is the stored field holding its parent's id (`{parent_id}` in a path)."""
+
+    name: str
+    upstream_name: str
+    upstream: UpstreamCfg
+    cfg: ModelCfg | ChildCfg
+    parent_model: str | None = None
+    parent_key: str | None = None
+
+
 class Registry:
     """The parsed registry with lookups by model name."""
 
@@ -210,6 +308,31 @@ class Registry:
                 f"Unknown model '{name}': not in the upstream registry", suggestions=[f"Configured models: {known}"]
             )
         return found
+
+    def writable_model(self, name: str) -> WritableModel:
+        """The model called `name` that `analysis_act` may write: a top-level model, else a child
+        model (its `model` name, or its resource name when it has none). A 4002 names the configured
+        models when there is none; whether it is writable is the caller's check."""
+        found = self.models.get(name)
+        if found is not None:
+            return WritableModel(name=name, upstream_name=found.upstream_name, upstream=found.upstream, cfg=found.cfg)
+        for pm in self.models.values():
+            for c_name, child in pm.cfg.children.items():
+                if (child.model or c_name) == name:
+                    return WritableModel(
+                        name=name,
+                        upstream_name=pm.upstream_name,
+                        upstream=pm.upstream,
+                        cfg=child,
+                        parent_model=pm.name,
+                        parent_key=child.parent_key or f"{pm.name}_id",
+                    )
+        children = [c.model or c_name for pm in self.models.values() for c_name, c in pm.cfg.children.items()]
+        known = ", ".join(sorted(self.models)) or "(none)"
+        suggestions = [f"Configured models: {known}"]
+        if children:
+            suggestions.append(f"Child models: {', '.join(sorted(children))}")
+        raise NotFound(f"Unknown model '{name}': not in the upstream registry", suggestions=suggestions)
 
     def child_model_name(self, parent: str, child: str) -> str | None:
         """The stored model name of a parent's child resource (None if not declared)."""
@@ -234,16 +357,22 @@ _cache: dict[str, Registry] = {}
 
 
 def parse_registry(text: str, source: str = "<string>") -> Registry:
-    """Parse and validate registry YAML."""
+    """Parse and validate registry YAML. Errors say what is wrong and where in the document, never
+    `source` (a path on the server): that goes to the server log."""
     try:
         raw = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise SchemaError(f"Upstream registry {source} is not valid YAML: {exc}") from None
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or "unreadable"
+        log.warning("upstream registry %s is not valid YAML: %s", source, exc)
+        raise SchemaError(f"The upstream registry is not valid YAML{where}: {problem}") from None
     try:
         return Registry(RegistryCfg.model_validate(raw), source)
     except ValidationError as exc:
         problems = "; ".join(".".join(str(p) for p in e["loc"]) + ": " + e["msg"] for e in exc.errors()[:5])
-        raise SchemaError(f"Upstream registry {source} is invalid: {problems}") from None
+        log.warning("upstream registry %s is invalid: %s", source, problems)
+        raise SchemaError(f"The upstream registry is invalid: {problems}") from None
 
 
 def load_registry(path: Path | None = None) -> Registry:
@@ -257,8 +386,12 @@ def load_registry(path: Path | None = None) -> Registry:
         )
     try:
         text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError):
-        raise SchemaError(f"Upstream registry file {path} cannot be read") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        log.warning("upstream registry file %s cannot be read: %s", path, type(exc).__name__)
+        raise SchemaError(
+            f"The upstream registry file (CAIRN_ANALYSIS_UPSTREAMS) cannot be read ({type(exc).__name__})",
+            suggestions=["The server log names the file; check that it exists and is readable by the server"],
+        ) from None
     key = hashlib.sha256(f"{path}\0{text}".encode()).hexdigest()
     with _lock:
         hit = _cache.get(key)

@@ -84,6 +84,18 @@ FINDING_VECTORS = EmbeddedRows(
 )
 SCOPE = "project_id = :pid AND analysis_id = :aid AND model = :model AND expires_at > now()"
 
+UPSERT_CHUNK = 2000  # rows per statement: bounds the JSON text of a large nested batch
+# One statement per page: the page's documents travel as one JSON array (one json.dumps, one jsonb
+# parse) zipped with their ids; rows without an id (NULL) never meet the partial unique index.
+_UPSERT = text(
+    "INSERT INTO analysis_records (project_id, analysis_id, model, record_id, page, data, expires_at) "
+    "SELECT CAST(:pid AS uuid), CAST(:aid AS text), CAST(:model AS text), r.rid, CAST(:page AS integer), r.d, "
+    "now() + CAST(:ttl AS text)::interval "
+    "FROM ROWS FROM (unnest(CAST(:rids AS text[])), jsonb_array_elements(CAST(:docs AS jsonb))) AS r(rid, d) "
+    "ON CONFLICT (project_id, analysis_id, model, record_id) WHERE record_id IS NOT NULL "
+    "DO UPDATE SET data = EXCLUDED.data, page = EXCLUDED.page, ingested_at = now(), expires_at = EXCLUDED.expires_at"
+)
+
 
 class AnalysisRepository(Repository):
     """Records, findings and ingest state of analysis sessions."""
@@ -125,7 +137,10 @@ class AnalysisRepository(Repository):
         rows: list[tuple[str | None, dict[str, Any]]],
         retention_seconds: float,
     ) -> int:
-        """Insert rows; a row whose (model, record_id) exists in the session replaces it."""
+        """Insert rows; a row whose (model, record_id) exists in the session replaces it.
+
+        Rows with an id go first (a duplicate id once, at its first position, with its last copy),
+        then rows without one, in their order: that is the ingest order queries read."""
         keyed: dict[str, dict[str, Any]] = {}
         unkeyed: list[dict[str, Any]] = []
         for rid, data in rows:
@@ -133,33 +148,49 @@ class AnalysisRepository(Repository):
                 unkeyed.append(data)
             else:
                 keyed[rid] = data  # the last copy of a duplicate id wins
+        rids: list[str | None] = [*keyed, *([None] * len(unkeyed))]
+        docs = [*keyed.values(), *unkeyed]
         params = {"pid": pid, "aid": aid, "model": model, "page": page, "ttl": f"{retention_seconds} seconds"}
-        if keyed:
+        for i in range(0, len(docs), UPSERT_CHUNK):
             await self.session.execute(
-                text(
-                    "INSERT INTO analysis_records (project_id, analysis_id, model, record_id, page, data, expires_at) "
-                    "SELECT CAST(:pid AS uuid), CAST(:aid AS text), CAST(:model AS text), r.rid, "
-                    "CAST(:page AS integer), "
-                    "r.d::jsonb, now() + CAST(:ttl AS text)::interval "
-                    "FROM unnest(CAST(:rids AS text[]), CAST(:datas AS text[])) AS r(rid, d) "
-                    "ON CONFLICT (project_id, analysis_id, model, record_id) WHERE record_id IS NOT NULL "
-                    "DO UPDATE SET data = EXCLUDED.data, page = EXCLUDED.page, ingested_at = now(), "
-                    "expires_at = EXCLUDED.expires_at"
-                ),
-                {**params, "rids": list(keyed), "datas": [_json(d) for d in keyed.values()]},
+                _UPSERT, {**params, "rids": rids[i : i + UPSERT_CHUNK], "docs": _json(docs[i : i + UPSERT_CHUNK])}
             )
-        if unkeyed:
-            await self.session.execute(
-                text(
-                    "INSERT INTO analysis_records (project_id, analysis_id, model, record_id, page, data, expires_at) "
-                    "SELECT CAST(:pid AS uuid), CAST(:aid AS text), CAST(:model AS text), NULL, "
-                    "CAST(:page AS integer), "
-                    "r.d::jsonb, now() + CAST(:ttl AS text)::interval "
-                    "FROM unnest(CAST(:datas AS text[])) AS r(d)"
-                ),
-                {**params, "datas": [_json(d) for d in unkeyed]},
+        return len(docs)
+
+    async def last_page(self, pid: uuid.UUID, aid: str, model: str) -> int:
+        """The highest page (or batch) number stored for a model in the session (0 when none)."""
+        found = await self.scalar(
+            f"SELECT max(page) FROM analysis_records WHERE {SCOPE}", {"pid": pid, "aid": aid, "model": model}
+        )
+        return int(found or 0)
+
+    async def field_checks(
+        self, pid: uuid.UUID, aid: str, model: str, checks: list[tuple[str, str]]
+    ) -> list[tuple[bool, bool]]:
+        """For each (field, kind): whether any record of the model has the field, and whether any has a
+        value of that kind ('numeric' or 'date' as a range compares them, a JSON type, or 'any').
+        Each answer is an EXISTS that stops at the first such record."""
+        params: dict[str, Any] = {"pid": pid, "aid": aid, "model": model}
+        columns: list[str] = []
+        for i, (field, kind) in enumerate(checks):
+            f = _key(field)
+            if kind == "numeric":
+                cond = f"{num_expr(f)} IS NOT NULL"
+            elif kind == "date":
+                cond = f"{ts_expr(f)} IS NOT NULL"
+            elif kind == "any":
+                cond = f"(data->'{f}') IS NOT NULL"
+            else:
+                params[f"k{i}"] = kind
+                cond = f"jsonb_typeof(data->'{f}') = :k{i}"
+            columns.append(
+                f"EXISTS (SELECT 1 FROM analysis_records WHERE {SCOPE} AND (data->'{f}') IS NOT NULL) AS p{i}, "
+                f"EXISTS (SELECT 1 FROM analysis_records WHERE {SCOPE} AND {cond}) AS c{i}"
             )
-        return len(keyed) + len(unkeyed)
+        if not columns:
+            return []
+        row = (await self.rows("SELECT " + ", ".join(columns), params))[0]
+        return [(bool(row[f"p{i}"]), bool(row[f"c{i}"])) for i in range(len(checks))]
 
     async def count_records(self, pid: uuid.UUID, aid: str, model: str, w: Where | None = None) -> int:
         """Live records of a model in the session (optionally matching `w`)."""
@@ -176,9 +207,7 @@ class AnalysisRepository(Repository):
         )
         return [(r["model"], int(r["n"])) for r in rows]
 
-    async def observed_fields(
-        self, pid: uuid.UUID, aid: str, model: str, sample: int = 500
-    ) -> list[tuple[str, str, int]]:
+    async def observed_fields(self, pid: uuid.UUID, aid: str, model: str, sample: int) -> list[tuple[str, str, int]]:
         """(field, JSON type, rows having it) over the first `sample` records."""
         rows = await self.rows(
             f"SELECT e.key, jsonb_typeof(e.value) AS kind, count(*) AS n FROM (SELECT data FROM analysis_records "
@@ -188,13 +217,15 @@ class AnalysisRepository(Repository):
         )
         return [(r["key"], r["kind"], int(r["n"])) for r in rows]
 
-    async def top_values(self, pid: uuid.UUID, aid: str, model: str, field: str, n: int) -> tuple[int, list[str]]:
-        """Distinct count and the `n` most common values of a field (first 2000 records)."""
-        params = {"pid": pid, "aid": aid, "model": model, "n": n}
+    async def top_values(
+        self, pid: uuid.UUID, aid: str, model: str, field: str, n: int, sample: int
+    ) -> tuple[int, list[str]]:
+        """Distinct count and the `n` most common values of a field (over the first `sample` records)."""
+        params = {"pid": pid, "aid": aid, "model": model, "n": n, "sample": sample}
         expr = text_expr(field)
         rows = await self.rows(
             f"SELECT v, count(*) OVER () AS distinct_n FROM (SELECT {expr} AS v, count(*) AS c FROM "
-            f"(SELECT data FROM analysis_records WHERE {SCOPE} ORDER BY id LIMIT 2000) s "
+            f"(SELECT data FROM analysis_records WHERE {SCOPE} ORDER BY id LIMIT :sample) s "
             f"WHERE {expr} IS NOT NULL GROUP BY 1) g ORDER BY c DESC, v LIMIT :n",
             params,
         )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, model_validator
 
@@ -40,6 +40,12 @@ class IngestIn(_Session):
     child_resource: str | None = Field(
         default=None, pattern=MODEL_NAME, description="Nested mode: the child resource to fetch for each parent"
     )
+    parent_ids: list[Annotated[str, Field(min_length=1, max_length=200)]] | None = Field(
+        default=None,
+        min_length=1,
+        max_length=25,
+        description="Nested mode: these parents (at most 25) instead of the session's ingested ones",
+    )
     filters: dict[str, Scalar | list[Scalar]] | None = Field(
         default=None, description="Upstream filters (names declared for the model in the registry)"
     )
@@ -65,6 +71,10 @@ class IngestIn(_Session):
             raise ValueError("nested mode needs both parent_model and child_resource")
         if nested == (self.model is not None):
             raise ValueError("give either model (top-level) or parent_model + child_resource (nested)")
+        if self.parent_ids is not None and not nested:
+            raise ValueError("parent_ids belongs to nested mode (parent_model + child_resource)")
+        if self.parent_ids is not None and self.resume:
+            raise ValueError("resume continues over the session's parents; with parent_ids, list the ones left")
         return self
 
 
@@ -82,6 +92,13 @@ class IngestOut(BaseModel):
     complete: bool = Field(description="True when the listing reached its end")
     capped: bool = Field(default=False, description="Stopped at the 50-page (or 25-parent) cap")
     next_page: int | None = Field(default=None, description="Page number a resume would start at")
+    page_size: int | None = Field(
+        default=None, description="Records per page as the upstream sent them, when it capped below per_page"
+    )
+    renamed: dict[str, str] | None = Field(
+        default=None, description="Upstream key paths stored under another name (first 20)"
+    )
+    warnings: list[str] | None = Field(default=None, description="Things this call could not do as asked")
     parents_processed: int | None = None
     parents_remaining: int | None = None
     page_summaries: int = Field(description="page_summary findings stored (searchable at once)")
@@ -184,6 +201,9 @@ class QueryOut(BaseModel):
     rows: list[dict[str, Any]] | None = None
     findings: list[FindingHit] | None = None
     truncated: bool = False
+    warnings: list[str] | None = Field(
+        default=None, description="Conditions or fields that cannot match as written (unknown field, other type)"
+    )
     tokens: int = 0
 
 
@@ -202,16 +222,24 @@ class ActIn(_Session):
         pattern=USER_ID,
         description="Impersonate this upstream user (admin scope only; printable ASCII, sent as a header)",
     )
+    deadline_seconds: float = Field(
+        default=60, ge=1, le=600, description="Live run: stop after this long (in flight: unknown; rest: not attempted)"
+    )
+    record_seconds: float = Field(
+        default=30, ge=1, le=600, description="Live run: most time per record, retries included (within the deadline)"
+    )
 
 
 class ActSummary(BaseModel):
-    """Outcome counts of a live act."""
+    """Outcome counts of a live act: total = succeeded + failed + unknown + not_attempted."""
 
     total: int
-    succeeded: int = Field(description="Done, including already_done")
-    failed: int
+    succeeded: int = Field(description="Accepted upstream, including already_done")
+    failed: int = Field(description="Refused or failed upstream")
+    unknown: int = Field(default=0, description="Cut off in flight (deadline or record budget): may have been applied")
+    not_attempted: int = Field(default=0, description="Never sent: the deadline passed or the upstream was down")
     already_done: int = Field(description="Already in the requested state (e.g. already deleted)")
-    not_attempted: int = Field(default=0, description="Counted in failed: skipped after a whole batch failed")
+    deadline_reached: bool = Field(default=False, description="The run stopped at deadline_seconds")
     action: str
 
 
@@ -242,6 +270,10 @@ class ActOut(BaseModel):
     ingestedAtRange: IngestedRange | None = None
     summary: ActSummary | None = None
     sample_errors: list[ActError] | None = None
+    unknown_ids: list[str] | None = Field(default=None, description="First 10 records whose outcome is unknown")
+    warnings: list[str] | None = Field(
+        default=None, description="Why `where` matched nothing, when it cannot match as written"
+    )
     message: str
     tokens: int = 0
 

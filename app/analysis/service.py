@@ -10,6 +10,7 @@ from pydantic import BaseModel
 from app.analysis.config import get_analysis_settings
 from app.analysis.repository import FINDING_TARGET, FINDING_VECTORS, AnalysisRepository
 from app.analysis.schemas import ClearIn, ClearOut, StoreIn, StoreOut
+from app.analysis.validation import Where
 from app.core import budget
 from app.core.context import CallContext
 from app.core.embedding_queue import enqueue
@@ -130,3 +131,46 @@ async def clear(ctx: CallContext, args: ClearIn) -> ClearOut:
 
 
 EMBEDDING_TARGET = embedding_target(FINDING_VECTORS)
+
+
+_RANGE_KINDS = {"numeric": "numeric", "timestamptz": "date"}
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int | float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    return "object" if isinstance(value, dict) else "array" if isinstance(value, list) else "any"
+
+
+async def where_warnings(
+    repo: AnalysisRepository, pid: uuid.UUID, aid: str, model: str, w: Where, named: dict[str, tuple[str, str]]
+) -> list[str] | None:
+    """Conditions that cannot match as written: a field no record has, or a comparison with values of
+    another type (a date range on epoch numbers, "5" against the number 5). `named`: other arguments
+    that name a field, {argument: (field, kind)}."""
+    checks: list[tuple[str, str, str]] = [(f"where.{k}", k, _json_type(v)) for k, v in w.exact.items()]
+    checks += [(f"where.{c.field}.{c.op}", c.field, _RANGE_KINDS[c.kind]) for c in w.ranges]
+    checks += [(arg, f, kind) for arg, (f, kind) in named.items()]
+    if not checks:
+        return None
+    found = await repo.field_checks(pid, aid, model, [(f, kind) for _, f, kind in checks])
+    out: list[str] = []
+    for (arg, f, kind), (present, compatible) in zip(checks, found, strict=True):
+        if not present:
+            out.append(f"{arg}: no {model} record has a field '{f}' (mode describe lists the fields)")
+        elif not compatible and kind == "date":
+            out.append(
+                f"{arg}: '{f}' holds no ISO dates, so a date comparison matches nothing (epoch numbers: declare "
+                "the attribute with format epoch_seconds or epoch_millis in the registry and ingest again)"
+            )
+        elif not compatible and kind == "numeric":
+            out.append(f"{arg}: '{f}' holds no numbers, so a numeric comparison matches nothing")
+        elif not compatible and kind != "any":
+            out.append(f"{arg}: '{f}' holds no {kind} values, so this exact match finds nothing")
+    return list(dict.fromkeys(out)) or None

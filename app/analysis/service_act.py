@@ -1,17 +1,28 @@
-"""analysis_act: apply an update or delete upstream to records matched server-side."""
+"""analysis_act: apply an update or delete upstream to records matched server-side.
+
+A live run is bounded: `deadline_seconds` for the whole run and `record_seconds` per record (its
+request with retries, never past the deadline). When the deadline passes, the requests in flight are
+cancelled (their records are `unknown`: the upstream may have applied them) and the records never
+sent are `not attempted`. Cairn's copy follows every record the upstream accepted: in the call's
+transaction when it commits, else (the call failed or the client cancelled it) through a rollback
+step the executor runs in a transaction of its own (`CallContext.on_rollback`).
+"""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass
-from typing import Any
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.analysis.config import get_analysis_settings
-from app.analysis.registry import load_registry
+from app.analysis.registry import ActionCfg, WritableModel, load_registry
 from app.analysis.repository import AnalysisRepository
 from app.analysis.schemas import ActError, ActIn, ActOut, ActSummary, IngestedRange
-from app.analysis.service import bounded_rows, check_impersonation, project_for_read, with_tokens
+from app.analysis.service import bounded_rows, check_impersonation, project_for_read, where_warnings, with_tokens
 from app.analysis.upstream import UpstreamClient, UpstreamFailure, path_segment
 from app.analysis.validation import field_name, parse_where
 from app.core.context import CallContext
@@ -23,31 +34,58 @@ BATCH = 50
 CONCURRENCY = 5
 SAMPLE_IDS, SAMPLE_ROWS, SAMPLE_ERRORS = 10, 3, 5
 
+State = Literal["succeeded", "failed", "unknown", "not_attempted"]
+
 
 @dataclass
 class Outcome:
     """What happened to one record."""
 
     record_id: str
-    ok: bool
+    state: State
     already: bool = False
     status_code: int | None = None
     message: str = ""
     transient: bool = False
+
+    @property
+    def ok(self) -> bool:
+        """The upstream accepted the change (or the record was already in the requested state)."""
+        return self.state == "succeeded"
+
+
+@dataclass
+class Run:
+    """A live run: each matched record's outcome (in match order) and why it stopped early."""
+
+    outcomes: list[Outcome] = field(default_factory=list)
+    deadline_reached: bool = False
+    upstream_down: bool = False
 
 
 def _iso(value: Any) -> str | None:
     return None if value is None else value.isoformat()
 
 
+async def _record(
+    repo: AnalysisRepository, pid: uuid.UUID, args: ActIn, record_ids: list[str], attributes: dict[str, Any]
+) -> None:
+    """Make Cairn's copy follow what the upstream accepted."""
+    if args.action == "update":
+        await repo.apply_update(pid, args.analysis_id, args.model, record_ids, attributes)
+    else:
+        await repo.delete_records(pid, args.analysis_id, args.model, record_ids)
+
+
 async def act(ctx: CallContext, args: ActIn) -> ActOut:
-    """Dry run (scope and snapshot age) or a live, batched mutation with an aggregate summary."""
+    """Dry run (scope and snapshot age) or a live, batched, time-bounded mutation with an aggregate
+    summary; a top-level or child model the registry declares writable."""
     check_impersonation(ctx, args.user_id)
     registry = load_registry()
-    rm = registry.model(args.model)
-    if not rm.cfg.writable:
+    wm = registry.writable_model(args.model)
+    if not wm.cfg.writable:
         raise invalid_field("model", f"Model '{args.model}' is not writable in the upstream registry")
-    action_cfg = rm.cfg.update if args.action == "update" else rm.cfg.delete
+    action_cfg = wm.cfg.update if args.action == "update" else wm.cfg.delete
     if action_cfg is None:
         raise invalid_field("action", f"Model '{args.model}' has no {args.action} action configured")
     attributes: dict[str, Any] = {}
@@ -56,7 +94,7 @@ async def act(ctx: CallContext, args: ActIn) -> ActOut:
             raise invalid_field("attributes", "action 'update' needs attributes")
         for name in args.attributes:
             field_name(name, f"attributes.{name}")
-            allowed = rm.cfg.writable_attributes
+            allowed = wm.cfg.writable_attributes
             if allowed is not None and name not in allowed:
                 raise invalid_field(
                     f"attributes.{name}", f"attributes.{name}: not writable (writable: {', '.join(allowed)})"
@@ -67,9 +105,12 @@ async def act(ctx: CallContext, args: ActIn) -> ActOut:
     pid = await project_for_read(ctx, repo, args.project, args.analysis_id)
     await repo.evict_expired()
     if await repo.count_records(pid, args.analysis_id, args.model) == 0:
+        hint = f"analysis_ingest(model='{args.model}')"
+        if wm.parent_model is not None:
+            hint = f"analysis_ingest(parent_model='{wm.parent_model}', child_resource=...)"
         raise NotFound(
             f"No '{args.model}' records in analysis '{args.analysis_id}': nothing to act on",
-            suggestions=[f"Run analysis_ingest(model='{args.model}') in this session first"],
+            suggestions=[f"Run {hint} in this session first"],
         )
     if args.dry_run:
         info = await repo.dry_run(pid, args.analysis_id, args.model, w)
@@ -84,46 +125,88 @@ async def act(ctx: CallContext, args: ActIn) -> ActOut:
                 sample_ids=[rid for rid, _, _ in info["first"][:SAMPLE_IDS]],
                 sample_data=sample,
                 ingestedAtRange=IngestedRange(earliest=_iso(info["earliest"]), latest=_iso(info["latest"])),
+                warnings=await where_warnings(repo, pid, args.analysis_id, args.model, w, {})
+                if info["count"] == 0
+                else None,
                 message=f"Dry run: {args.action} would apply to {info['count']} {args.model} record(s); "
                 "nothing was sent upstream.",
             )
         )
     matched = await repo.matched_ids(pid, args.analysis_id, args.model, w)
-    outcomes = await _run(ctx, rm, action_cfg, args, attributes, matched)
-    done_ids = [o.record_id for o in outcomes if o.ok]
-    if args.action == "update" and done_ids:
-        await repo.apply_update(pid, args.analysis_id, args.model, done_ids, attributes)
-    elif args.action == "delete" and done_ids:
-        await repo.delete_records(pid, args.analysis_id, args.model, done_ids)
-    failed = [o for o in outcomes if not o.ok]
-    skipped = sum(1 for o in failed if o.status_code is None and o.message.startswith("not attempted"))
+    accepted: list[str] = []  # filled as the upstream accepts records
+
+    async def record_accepted(session: AsyncSession) -> None:
+        # The call's transaction rolled back (cancelled by the client, or failed): the upstream has
+        # still applied these, so the copy must say so.
+        if accepted:
+            await _record(AnalysisRepository(session), pid, args, list(accepted), attributes)
+            log.info(
+                "analysis_act recorded accepted records after a rollback",
+                extra={"analysis_id": args.analysis_id, "model": args.model, "records": len(accepted)},
+            )
+
+    ctx.on_rollback(record_accepted)
+    run = await _run(ctx, wm, action_cfg, args, attributes, matched, accepted)
+    if accepted:
+        await _record(repo, pid, args, list(accepted), attributes)
+    out = _reply(args, run)
+    if not matched:
+        out.warnings = await where_warnings(repo, pid, args.analysis_id, args.model, w, {})
+    return with_tokens(out)
+
+
+def _reply(args: ActIn, run: Run) -> ActOut:
+    """The summary, the first errors and the message of a live run."""
+    by_state: dict[str, list[Outcome]] = {"succeeded": [], "failed": [], "unknown": [], "not_attempted": []}
+    for o in run.outcomes:
+        by_state[o.state].append(o)
     summary = ActSummary(
-        total=len(outcomes),
-        succeeded=len(done_ids),
-        failed=len(failed),
-        already_done=sum(1 for o in outcomes if o.already),
-        not_attempted=skipped,
+        total=len(run.outcomes),
+        succeeded=len(by_state["succeeded"]),
+        failed=len(by_state["failed"]),
+        unknown=len(by_state["unknown"]),
+        not_attempted=len(by_state["not_attempted"]),
+        already_done=sum(1 for o in run.outcomes if o.already),
+        deadline_reached=run.deadline_reached,
         action=args.action,
     )
     errors = [
         ActError(record_id=o.record_id, status_code=o.status_code, message=o.message[:200])
-        for o in failed[:SAMPLE_ERRORS]
+        for o in by_state["failed"][:SAMPLE_ERRORS]
     ]
     msg = (
         f"{args.action}: {summary.succeeded} of {summary.total} succeeded"
-        f" ({summary.already_done} already in the requested state), {summary.failed} failed."
+        f" ({summary.already_done} already in the requested state), {summary.failed} failed"
     )
-    if skipped:
-        msg += f" {skipped} were not attempted because a whole batch failed; retry later."
-    return with_tokens(
-        ActOut(
-            analysis_id=args.analysis_id,
-            model=args.model,
-            dry_run=False,
-            summary=summary,
-            sample_errors=errors,
-            message=msg + " Per-record outcomes are in the server log.",
+    if summary.unknown:
+        msg += f", {summary.unknown} unknown"
+    if summary.not_attempted:
+        msg += f", {summary.not_attempted} not attempted"
+    msg += ". "
+    if run.deadline_reached:
+        msg += (
+            f"The deadline ({args.deadline_seconds:g}s) was reached: requests in flight were cancelled (unknown: "
+            "the upstream may or may not have applied them) and the rest were not sent. "
         )
+    elif run.upstream_down:
+        msg += "The rest were not attempted because a whole batch failed (upstream unavailable); retry later. "
+    elif summary.unknown:
+        msg += "Unknown records ran out of their time (record_seconds) in flight: the upstream may have applied them. "
+    if summary.unknown or summary.not_attempted:
+        msg += (
+            "Cairn's copy holds every change the upstream accepted. To finish, run the same act again (acts "
+            "are idempotent per record; dry_run first shows what still matches), or re-ingest the model to "
+            "see the unknown records' upstream state"
+        )
+        msg += "; a larger deadline_seconds allows more time. " if run.deadline_reached else ". "
+    return ActOut(
+        analysis_id=args.analysis_id,
+        model=args.model,
+        dry_run=False,
+        summary=summary,
+        sample_errors=errors,
+        unknown_ids=[o.record_id for o in by_state["unknown"][:SAMPLE_IDS]] or None,
+        message=msg + "Per-record outcomes are in the server log.",
     )
 
 
@@ -132,10 +215,10 @@ def _judged(args: ActIn, record_id: str, data: dict[str, Any], attributes: dict[
     code = response.status_code
     if 200 <= code < 300:
         same = args.action == "update" and all(data.get(k) == v for k, v in attributes.items())
-        return Outcome(record_id, ok=True, already=same, status_code=code)
+        return Outcome(record_id, "succeeded", already=same, status_code=code)
     if args.action == "delete" and code in (404, 410):
-        return Outcome(record_id, ok=True, already=True, status_code=code)
-    return Outcome(record_id, ok=False, status_code=code, message=_error_text(response))
+        return Outcome(record_id, "succeeded", already=True, status_code=code)
+    return Outcome(record_id, "failed", status_code=code, message=_error_text(response))
 
 
 def _error_text(response: Any) -> str:
@@ -150,78 +233,122 @@ def _error_text(response: Any) -> str:
     return str(body)[:200]
 
 
+def _record_path(wm: WritableModel, action_cfg: ActionCfg, record_id: str, data: dict[str, Any]) -> str | None:
+    """The action path of one record (`{id}`, and `{parent_id}` from the stored parent key), or None
+    when a value cannot be one URL path segment (e.g. '..': the request would act on another resource)."""
+    segment = path_segment(record_id)
+    if segment is None:
+        return None
+    path = action_cfg.path
+    if "{parent_id}" in path:
+        parent = data.get(wm.parent_key) if wm.parent_key else None
+        parent_segment = None if parent is None or isinstance(parent, dict | list) else path_segment(str(parent))
+        if parent_segment is None:
+            return None
+        path = path.replace("{parent_id}", parent_segment)
+    return path.replace("{id}", segment)
+
+
+def _log(args: ActIn, outcome: Outcome) -> None:
+    log.info(
+        "analysis_act record",
+        extra={
+            "analysis_id": args.analysis_id,
+            "model": args.model,
+            "record_id": outcome.record_id,
+            "action": args.action,
+            "outcome": "already" if outcome.already else ("ok" if outcome.ok else outcome.state),
+            "status_code": outcome.status_code,
+        },
+    )
+
+
 async def _run(
     ctx: CallContext,
-    rm: Any,
-    action_cfg: Any,
+    wm: WritableModel,
+    action_cfg: ActionCfg,
     args: ActIn,
     attributes: dict[str, Any],
     matched: list[tuple[str, dict[str, Any]]],
-) -> list[Outcome]:
+    accepted: list[str],
+) -> Run:
+    """Send the matched records upstream in batches of BATCH, CONCURRENCY at a time, until done, the
+    upstream is down (a whole batch failed) or the deadline passes. Accepted ids go to `accepted` as
+    they come."""
+    loop = asyncio.get_running_loop()
+    ends_at = loop.time() + args.deadline_seconds
     sem = asyncio.Semaphore(CONCURRENCY)
-    outcomes: list[Outcome] = []
+    done: dict[str, Outcome] = {}
+    started: set[str] = set()
     total = len(matched)
+    run = Run()
     body = None
     if args.action == "update":
         body = {action_cfg.body_key: attributes} if action_cfg.body_key else attributes
 
-    async with UpstreamClient(rm.upstream_name, rm.upstream, user_id=args.user_id) as client:
+    async with UpstreamClient(wm.upstream_name, wm.upstream, user_id=args.user_id) as client:
+
+        async def send(record_id: str, data: dict[str, Any]) -> Outcome:
+            path = _record_path(wm, action_cfg, record_id, data)
+            if path is None:
+                whose = "this id (or its parent's)" if "{parent_id}" in action_cfg.path else "this id"
+                return Outcome(record_id, "failed", message=f"{whose} cannot name a record in a URL path")
+            left = ends_at - loop.time()
+            budget = min(args.record_seconds, left)
+            try:
+                async with asyncio.timeout(budget):
+                    response = await client.request(
+                        action_cfg.method, path, json_body=body, retries=min(2, wm.upstream.max_retries)
+                    )
+            except TimeoutError:
+                why = "the deadline" if left <= args.record_seconds else f"its budget ({args.record_seconds:g}s)"
+                return Outcome(
+                    record_id, "unknown", message=f"no answer before {why}: the upstream may or may not have applied it"
+                )
+            except UpstreamFailure as exc:
+                return Outcome(record_id, "failed", status_code=exc.status_code, message=exc.message, transient=True)
+            return _judged(args, record_id, data, attributes, response)
 
         async def one(record_id: str, data: dict[str, Any]) -> Outcome:
-            segment = path_segment(record_id)
             async with sem:
-                if segment is None:  # e.g. '..': the request would act on another resource
-                    outcome = Outcome(record_id, ok=False, message="this id cannot name a record in a URL path")
-                else:
-                    try:
-                        response = await client.request(
-                            action_cfg.method,
-                            action_cfg.path.replace("{id}", segment),
-                            json_body=body,
-                            retries=min(2, rm.upstream.max_retries),
-                        )
-                    except UpstreamFailure as exc:
-                        outcome = Outcome(
-                            record_id, ok=False, status_code=exc.status_code, message=exc.message, transient=True
-                        )
-                    else:
-                        outcome = _judged(args, record_id, data, attributes, response)
-            log.info(
-                "analysis_act record",
-                extra={
-                    "analysis_id": args.analysis_id,
-                    "model": args.model,
-                    "record_id": record_id,
-                    "action": args.action,
-                    "outcome": "already" if outcome.already else ("ok" if outcome.ok else "failed"),
-                    "status_code": outcome.status_code,
-                },
-            )
-            outcomes.append(outcome)
-            await ctx.progress(len(outcomes), total, f"{args.action} {len(outcomes)}/{total}")
+                started.add(record_id)
+                outcome = await send(record_id, data)
+            if outcome.ok:
+                accepted.append(record_id)
+            done[record_id] = outcome
+            _log(args, outcome)
+            await ctx.progress(len(done), total, f"{args.action} {len(done)}/{total}")
             return outcome
 
-        for start in range(0, total, BATCH):
-            batch = matched[start : start + BATCH]
-            results = await asyncio.gather(*(one(rid, data) for rid, data in batch))
-            if all(not o.ok and o.transient for o in results) and start + BATCH < total:
-                for rid, _ in matched[start + BATCH :]:
-                    outcomes.append(
-                        Outcome(
-                            rid,
-                            ok=False,
-                            message="not attempted: the previous batch failed entirely (upstream unavailable)",
-                        )
-                    )
-                    log.info(
-                        "analysis_act record",
-                        extra={
-                            "analysis_id": args.analysis_id,
-                            "model": args.model,
-                            "record_id": rid,
-                            "action": args.action,
-                            "outcome": "not_attempted",
-                        },
-                    )
-                break
-    return outcomes
+        deadline = asyncio.timeout_at(ends_at)
+        try:
+            async with deadline:
+                for start in range(0, total, BATCH):
+                    results = await asyncio.gather(*(one(rid, data) for rid, data in matched[start : start + BATCH]))
+                    if all(o.state == "failed" and o.transient for o in results) and start + BATCH < total:
+                        run.upstream_down = True
+                        break
+        except TimeoutError:
+            if not deadline.expired():
+                raise
+            run.deadline_reached = True
+    for rid, _ in matched:
+        outcome = done.get(rid)
+        if outcome is None:
+            if rid in started:
+                outcome = Outcome(
+                    rid,
+                    "unknown",
+                    message="in flight when the deadline passed: the upstream may or may not have applied it",
+                )
+            elif run.deadline_reached:
+                outcome = Outcome(rid, "not_attempted", message="not attempted: the deadline passed first")
+            else:
+                outcome = Outcome(
+                    rid,
+                    "not_attempted",
+                    message="not attempted: the previous batch failed entirely (upstream unavailable)",
+                )
+            _log(args, outcome)
+        run.outcomes.append(outcome)
+    return run

@@ -7,6 +7,7 @@ import hashlib
 import json
 import logging
 import uuid
+from dataclasses import dataclass
 from typing import Any
 
 from app.analysis.config import get_analysis_settings
@@ -16,12 +17,13 @@ from app.analysis.schemas import IngestIn, IngestOut
 from app.analysis.service import check_impersonation, project_for_write, with_tokens
 from app.analysis.summaries import summarize
 from app.analysis.upstream import (
+    Shaper,
     UpstreamClient,
     UpstreamFailure,
     fetch_page,
     first_token,
-    flatten,
     path_segment,
+    stored_name,
     token_for_page,
 )
 from app.analysis.validation import field_name
@@ -34,6 +36,7 @@ log = logging.getLogger("cairn.analysis.ingest")
 MAX_INGEST_PAGES = 50
 MAX_PARENTS = 25
 NESTED_CONCURRENCY = 5
+MAX_RENAMED = 20
 
 
 def state_key(**parts: Any) -> str:
@@ -80,6 +83,24 @@ def project_fields(row: dict[str, Any], fields: list[str] | None, keep: set[str]
 def _record_id(row: dict[str, Any], id_field: str) -> str | None:
     value = row.get(id_field)
     return None if value is None or isinstance(value, dict | list) else str(value)
+
+
+def _id_key(cfg: Any) -> str:
+    """The stored name of a model's id field (its rename, else the naming rule)."""
+    return str(cfg.rename.get(cfg.id_field) or stored_name(cfg.id_field))
+
+
+def _missing_fields(fields: list[str] | None, seen: set[str], rows_seen: int) -> list[str]:
+    """A warning for requested fields that no record of this call had."""
+    missing = [f for f in fields or [] if f not in seen]
+    if not missing or not rows_seen:
+        return []
+    known = ", ".join(sorted(seen)[:15]) + (" ..." if len(seen) > 15 else "")
+    return [f"fields not found in any record: {', '.join(missing)} (fields seen: {known})"]
+
+
+def _renamed(shaper: Shaper) -> dict[str, str] | None:
+    return dict(list(shaper.names.items())[:MAX_RENAMED]) or None
 
 
 async def ingest(ctx: CallContext, args: IngestIn) -> IngestOut:
@@ -157,6 +178,9 @@ async def _top_level(
     stored = pages = width = 0
     complete, error = False, None
     summaries: list[tuple[int, int, str]] = []
+    shaper, id_key = Shaper.of(cfg), _id_key(cfg)
+    seen: set[str] = set()
+    largest, capped_size = 0, False
     async with UpstreamClient(rm.upstream_name, rm.upstream, user_id=args.user_id) as client:
         while pages < limit:
             try:
@@ -167,8 +191,13 @@ async def _top_level(
                 error = exc.message
                 log.warning("ingest stopped early", extra={"model": args.model, "page": pages_done + 1})
                 break
-            rows = [flatten(r) if cfg.flatten else r for r in page.items]
-            keyed = [(_record_id(r, cfg.id_field), project_fields(r, fields, {cfg.id_field})) for r in rows]
+            rows = [shaper(r) for r in page.items]
+            for r in rows:
+                seen.update(r)
+            keyed = [(_record_id(r, id_key), project_fields(r, fields, {id_key})) for r in rows]
+            largest = max(largest, len(page.items))
+            # A page shorter than asked for that is not the last: the upstream caps its page size.
+            capped_size = capped_size or (0 < len(page.items) < per_page and page.next_token is not None)
             pages += 1
             pages_done += 1
             stored += await repo.upsert_records(pid, args.analysis_id, args.model, pages_done, keyed, retention)
@@ -178,7 +207,7 @@ async def _top_level(
                     (
                         pages_done,
                         len(keyed),
-                        summarize(args.model, f"page {pages_done}", [d for _, d in keyed], cfg.id_field),
+                        summarize(args.model, f"page {pages_done}", [d for _, d in keyed], id_key),
                     )
                 )
             total = page.total if page.total is not None else total
@@ -205,7 +234,10 @@ async def _top_level(
     await _store_summaries(ctx, repo, pid, args.analysis_id, args.model, summaries)
     held = await repo.count_records(pid, args.analysis_id, args.model)
     capped = args.ingest_all and not complete and error is None
+    warnings = _missing_fields(fields, seen, len(seen))
     msg = f"Stored {stored} record(s) ({width} fields per record) across {pages} page(s). Analysis: {args.analysis_id}"
+    if capped_size:
+        msg += f". The upstream sends at most {largest} records per page (asked for {per_page})"
     if capped:
         msg += f" (capped at {MAX_INGEST_PAGES} pages; call again with resume: true to continue)"
     elif error:
@@ -224,15 +256,26 @@ async def _top_level(
         complete=complete,
         capped=capped,
         next_page=None if complete else pages_done + 1,
+        page_size=largest if capped_size else None,
+        renamed=_renamed(shaper),
+        warnings=warnings or None,
         page_summaries=len(summaries),
         error=error,
         message=msg,
     )
 
 
+@dataclass
+class _Children:
+    """One parent's child items, and whether pages were left (max_pages_per_parent reached)."""
+
+    rows: list[dict[str, Any]]
+    truncated: bool
+
+
 async def _fetch_children(
     client: UpstreamClient, child: ChildCfg, parent_id: str, per_page: int, params: dict[str, Any]
-) -> list[dict[str, Any]]:
+) -> _Children:
     segment = path_segment(parent_id)
     if segment is None:  # e.g. '..': the request would list another resource
         raise UpstreamFailure(f"Parent id {parent_id!r} cannot name a record in a URL path: skipped")
@@ -250,7 +293,7 @@ async def _fetch_children(
         token = page.next_token
         if token is None:
             break
-    return rows
+    return _Children(rows, token is not None)
 
 
 async def _nested(
@@ -271,29 +314,36 @@ async def _nested(
         raise invalid_field("filters", "filters are not supported in nested mode")
     model = child.model or args.child_resource
     parent_key = child.parent_key or f"{args.parent_model}_id"
-    if await repo.count_records(pid, args.analysis_id, args.parent_model) == 0:
-        raise NotFound(
-            f"No '{args.parent_model}' records in analysis '{args.analysis_id}'",
-            suggestions=[f"Ingest the parents first: analysis_ingest(model='{args.parent_model}')"],
-        )
     per_page = min(args.per_page, child.pagination.max_per_page)
     key = state_key(mode="nested", parent=args.parent_model, child=args.child_resource)
-    state = await repo.get_state(pid, args.analysis_id, key) if args.resume else None
-    after = int(state["next_token"] or 0) if state else 0
-    batches_done = state["pages_done"] if state else 0
-    parents, following = await repo.parents_after(pid, args.analysis_id, args.parent_model, after, MAX_PARENTS)
+    state = None
+    if args.parent_ids is not None:
+        # The caller's parents: no session state is read or moved (resume walks the session's parents).
+        parents: list[tuple[int, str]] = [(0, rid) for rid in dict.fromkeys(args.parent_ids)]
+        after, following = 0, len(parents)
+        batches_done = await repo.last_page(pid, args.analysis_id, model)
+    else:
+        if await repo.count_records(pid, args.analysis_id, args.parent_model) == 0:
+            raise NotFound(
+                f"No '{args.parent_model}' records in analysis '{args.analysis_id}'",
+                suggestions=[
+                    f"Ingest the parents first: analysis_ingest(model='{args.parent_model}'), or pass parent_ids"
+                ],
+            )
+        state = await repo.get_state(pid, args.analysis_id, key) if args.resume else None
+        after = int(state["next_token"] or 0) if state else 0
+        batches_done = state["pages_done"] if state else 0
+        parents, following = await repo.parents_after(pid, args.analysis_id, args.parent_model, after, MAX_PARENTS)
     sem = asyncio.Semaphore(NESTED_CONCURRENCY)
     done = 0
 
     async with UpstreamClient(parent.upstream_name, parent.upstream, user_id=args.user_id) as client:
 
-        async def one(parent_id: str) -> list[dict[str, Any]] | UpstreamFailure:
+        async def one(parent_id: str) -> _Children | UpstreamFailure:
             nonlocal done
             async with sem:
                 try:
-                    result: list[dict[str, Any]] | UpstreamFailure = await _fetch_children(
-                        client, child, parent_id, per_page, {}
-                    )
+                    result: _Children | UpstreamFailure = await _fetch_children(client, child, parent_id, per_page, {})
                 except UpstreamFailure as exc:
                     result = exc
             done += 1
@@ -303,16 +353,29 @@ async def _nested(
         results = await asyncio.gather(*(one(rid) for _, rid in parents))
     keyed: list[tuple[str | None, dict[str, Any]]] = []
     cursor, error, processed = after, None, 0
+    shaper, id_key = Shaper.of(child), _id_key(child)
+    seen: set[str] = set()
+    truncated: list[str] = []
     for (row_id, rid), result in zip(parents, results, strict=True):
         if isinstance(result, UpstreamFailure):
             error = error or f"{args.parent_model} {rid}: {result.message}"
             continue
-        for item in result:
-            row = flatten(item) if parent.cfg.flatten else dict(item)
+        if result.truncated:
+            truncated.append(rid)
+        for item in result.rows:
+            row = shaper(item)
+            seen.update(row)
             row.setdefault(parent_key, rid)
-            keyed.append((_record_id(row, child.id_field), project_fields(row, fields, {child.id_field, parent_key})))
+            keyed.append((_record_id(row, id_key), project_fields(row, fields, {id_key, parent_key})))
         if error is None:
             cursor, processed = row_id, processed + 1
+    warnings = _missing_fields(fields, seen, len(seen))
+    if truncated:
+        warnings.append(
+            f"{len(truncated)} {args.parent_model} parent(s) have more than {child.max_pages_per_parent} pages of "
+            f"{model} (e.g. {', '.join(truncated[:3])}): only those pages were stored; raise "
+            "max_pages_per_parent in the registry"
+        )
     stored = 0
     if keyed:
         stored = await repo.upsert_records(pid, args.analysis_id, model, batches_done + 1, keyed, retention)
@@ -320,22 +383,23 @@ async def _nested(
     complete = remaining == 0 and error is None
     if processed or complete:
         batches_done += 1
-    await repo.save_state(
-        pid,
-        args.analysis_id,
-        key,
-        model,
-        {"parent": args.parent_model},
-        cursor,
-        batches_done,
-        complete,
-        None,
-        retention,
-    )
+    if args.parent_ids is None:
+        await repo.save_state(
+            pid,
+            args.analysis_id,
+            key,
+            model,
+            {"parent": args.parent_model},
+            cursor,
+            batches_done,
+            complete,
+            None,
+            retention,
+        )
     summaries = []
     if keyed:
         label = f"batch {batches_done} ({len(parents)} {args.parent_model} parents)"
-        summaries.append((batches_done, len(keyed), summarize(model, label, [d for _, d in keyed], child.id_field)))
+        summaries.append((batches_done, len(keyed), summarize(model, label, [d for _, d in keyed], id_key)))
     await _store_summaries(ctx, repo, pid, args.analysis_id, model, summaries)
     held = await repo.count_records(pid, args.analysis_id, model)
     width = max((len(d) for _, d in keyed), default=0)
@@ -343,7 +407,9 @@ async def _nested(
         f"Stored {stored} {model} record(s) ({width} fields per record) for {len(parents)} "
         f"{args.parent_model} parent(s). Analysis: {args.analysis_id}"
     )
-    if error:
+    if error and args.parent_ids is not None:
+        msg += f". Failed for some parents: {error}; call again with the parent_ids that failed"
+    elif error:
         msg += f". Stopped at a failure: {error}; resume: true retries from there"
     elif remaining:
         msg += f". {remaining} parent(s) remain: call again with resume: true"
@@ -359,6 +425,8 @@ async def _nested(
         capped=remaining > 0 and error is None,
         parents_processed=processed,
         parents_remaining=remaining,
+        renamed=_renamed(shaper),
+        warnings=warnings or None,
         page_summaries=len(summaries),
         error=error,
         message=msg,

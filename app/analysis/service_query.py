@@ -11,8 +11,15 @@ from app.analysis.config import get_analysis_settings
 from app.analysis.registry import AttributeCfg, load_registry
 from app.analysis.repository import AnalysisRepository
 from app.analysis.schemas import FindingHit, GroupOut, QueryIn, QueryOut
-from app.analysis.service import bounded_rows, project_for_read, with_tokens
-from app.analysis.validation import FIELD, bucket_interval, field_name, interval, parse_date, parse_where
+from app.analysis.service import bounded_rows, project_for_read, where_warnings, with_tokens
+from app.analysis.validation import (
+    FIELD,
+    bucket_interval,
+    field_name,
+    interval,
+    parse_date,
+    parse_where,
+)
 from app.core import budget
 from app.core.context import CallContext
 from app.core.embedding import EmbeddingUnavailable
@@ -23,6 +30,8 @@ log = logging.getLogger("cairn.analysis")
 FILTER_DEFAULT, FILTER_CAP = 20, 200
 GROUPS_DEFAULT = 50
 FINDING_CHARS = 600
+# describe reads every record of a model up to this many (in ingest order), and says so beyond it.
+DESCRIBE_ROWS = 20_000
 
 
 async def query(ctx: CallContext, args: QueryIn) -> QueryOut:
@@ -185,8 +194,8 @@ async def _describe(repo: AnalysisRepository, pid: uuid.UUID, args: QueryIn) -> 
 async def _describe_model(
     repo: AnalysisRepository, pid: uuid.UUID, aid: str, model: str, count: int, attrs: dict[str, AttributeCfg]
 ) -> str:
-    observed = await repo.observed_fields(pid, aid, model)
-    sampled = min(count, 500)
+    sampled = min(count, DESCRIBE_ROWS)
+    observed = await repo.observed_fields(pid, aid, model, sampled)
     fields: dict[str, tuple[str, int]] = {}
     for name, jtype, n in observed:
         if name not in fields or (fields[name][0] == "null" and jtype != "null"):
@@ -194,7 +203,8 @@ async def _describe_model(
             fields[name] = (jtype, n + prev)
         else:
             fields[name] = (fields[name][0], fields[name][1] + n)
-    lines = [f"### {model}: {count} records", "| field | type | notes |", "|---|---|---|"]
+    scope = "" if sampled == count else f" (fields, types and values from the first {sampled:,} in ingest order)"
+    lines = [f"### {model}: {count} records{scope}", "| field | type | notes |", "|---|---|---|"]
     low_card, numeric, dates = None, None, None
     for name, (jtype, present) in fields.items():
         attr = attrs.get(name)
@@ -205,7 +215,7 @@ async def _describe_model(
         if attr and attr.enum:
             notes.append("values: " + ", ".join(str(v) for v in attr.enum))
         elif jtype == "string" and ftype not in ("date", "datetime") and _plain(name):
-            distinct, top = await repo.top_values(pid, aid, model, name, 6)
+            distinct, top = await repo.top_values(pid, aid, model, name, 6, sampled)
             if 0 < distinct <= 6:
                 notes.append("values: " + ", ".join(top))
                 low_card = low_card or name
@@ -255,6 +265,7 @@ async def _aggregate(repo: AnalysisRepository, pid: uuid.UUID, args: QueryIn, mo
     w = parse_where(args.where)
     limit = args.limit or GROUPS_DEFAULT
     total, distinct, groups = await repo.aggregate(pid, args.analysis_id, model, field, w, limit)
+    warnings = await where_warnings(repo, pid, args.analysis_id, model, w, {"group_by": (field, "any")})
     out = [GroupOut(value=v, count=c, percent=round(100.0 * c / total, 1) if total else 0.0) for v, c in groups]
     more = f", top {len(out)} of {distinct} shown" if distinct > len(out) else ""
     return QueryOut(
@@ -264,6 +275,7 @@ async def _aggregate(repo: AnalysisRepository, pid: uuid.UUID, args: QueryIn, mo
         total=total,
         groups=out,
         truncated=distinct > len(out),
+        warnings=warnings,
         message=f'Distribution of "{field}" ({total} total, {distinct} distinct{more}).',
     )
 
@@ -277,6 +289,7 @@ async def _filter(repo: AnalysisRepository, pid: uuid.UUID, args: QueryIn, model
     w = parse_where(args.where)
     limit = min(args.limit or FILTER_DEFAULT, FILTER_CAP)
     total, rows = await repo.filter(pid, args.analysis_id, model, w, limit, args.offset)
+    warnings = await where_warnings(repo, pid, args.analysis_id, model, w, {}) if total == 0 else None
     kept, cut = bounded_rows(rows, get_analysis_settings().max_response_tokens)
     shown_to = args.offset + len(kept)
     more = total > shown_to
@@ -290,6 +303,7 @@ async def _filter(repo: AnalysisRepository, pid: uuid.UUID, args: QueryIn, model
         total=total,
         rows=kept,
         truncated=cut or more,
+        warnings=warnings,
         message=msg + ".",
     )
 
@@ -309,6 +323,10 @@ async def _sample(repo: AnalysisRepository, pid: uuid.UUID, args: QueryIn, model
         if p.bucket is not None:
             prox["bucket"] = bucket_interval(interval(p.bucket, "proximity.bucket"))
     candidates, strata, rows = await repo.sample(pid, args.analysis_id, model, w, args.sample_size, stratify, prox)
+    named = {"stratify_by": (stratify, "any")} if stratify else {}
+    if prox is not None:
+        named["proximity.field"] = (prox["field"], "date")
+    warnings = await where_warnings(repo, pid, args.analysis_id, model, w, named) if candidates == 0 or named else None
     kept, cut = bounded_rows(rows, get_analysis_settings().max_response_tokens)
     spread = f" across {strata} strata" if (stratify or (prox and prox.get("bucket"))) else ""
     return QueryOut(
@@ -318,5 +336,6 @@ async def _sample(repo: AnalysisRepository, pid: uuid.UUID, args: QueryIn, model
         total=candidates,
         rows=kept,
         truncated=cut,
+        warnings=warnings,
         message=f"Sampled {len(kept)} of {candidates} candidate record(s){spread}.",
     )

@@ -1,4 +1,5 @@
-"""HTTP access to upstream APIs: retries with backoff, pagination styles, item extraction.
+"""HTTP access to upstream APIs: retries with backoff, pagination styles, item extraction, and the
+shaping of upstream records into stored rows (`Shaper`).
 
 Every URL the server requests, a registry path or a next-page URL the upstream handed back, is
 resolved (dot segments removed, percent-encoded ones included) and must stay on the base URL's
@@ -11,13 +12,16 @@ with more than `CAIRN_ANALYSIS_MAX_PAGE_ITEMS` items is refused.
 from __future__ import annotations
 
 import email.utils
+import functools
 import json
 import logging
 import random
 import re
+import ssl
 import time
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import SplitResult, quote, unquote, urljoin, urlsplit, urlunsplit
 
@@ -36,6 +40,12 @@ _DEFAULT_PORTS = {"http": 80, "https": 443}
 _ENCODED_SEPARATOR = re.compile(r"%(2f|5c)", re.IGNORECASE)
 # Headers that described the body as sent; the body handed on is the decoded one.
 _BODY_HEADERS = {"content-encoding", "content-length", "transfer-encoding"}
+
+
+@functools.cache
+def _tls() -> ssl.SSLContext:
+    """One TLS context for every upstream client: making one loads the CA bundle (about 20 ms a call)."""
+    return httpx.create_ssl_context()
 
 
 class UpstreamFailure(UpstreamError):
@@ -195,6 +205,7 @@ class UpstreamClient:
             timeout=httpx.Timeout(cfg.timeout_seconds),
             limits=httpx.Limits(max_connections=10, max_keepalive_connections=10),
             follow_redirects=False,
+            verify=_tls(),
         )
 
     async def __aenter__(self) -> UpstreamClient:
@@ -350,20 +361,91 @@ def dig(body: Any, path: str | None) -> Any:
     return node
 
 
-def flatten(row: dict[str, Any]) -> dict[str, Any]:
-    """One level of flattening: `{"author": {"id": 3}}` becomes `{"author_id": 3}`; HAL links go."""
-    out: dict[str, Any] = {}
-    for key, value in row.items():
-        if key in ("_links", "_embedded"):
-            continue
-        if isinstance(value, dict):
-            for sub, inner in value.items():
-                if sub.startswith("_"):
+_NOT_NAME = re.compile(r"[^A-Za-z0-9_]+")
+MAX_NAME = 64
+
+
+@functools.lru_cache(maxsize=4096)
+def stored_name(key: str) -> str:
+    """The queryable name of one upstream key: runs of other characters than letters, digits and `_`
+    become one `_`; a leading digit gets an `f_` prefix; at most 64 characters."""
+    name = _NOT_NAME.sub("_", key).strip("_") if _NOT_NAME.search(key) else key
+    if not name:
+        name = "f"
+    elif name[0].isdigit():
+        name = "f_" + name
+    return name[:MAX_NAME]
+
+
+def _epoch_to_iso(value: Any, fmt: str, date_only: bool) -> Any:
+    """An epoch number (or numeric text) as ISO 8601 UTC; anything else unchanged."""
+    if isinstance(value, bool):
+        return value
+    try:
+        number = float(value) if isinstance(value, int | float | str) else None
+    except ValueError:
+        return value
+    if number is None or number != number:  # NaN
+        return value
+    if fmt == "epoch_millis":
+        number /= 1000.0
+    try:
+        moment = datetime.fromtimestamp(number, tz=UTC)
+    except (OverflowError, OSError, ValueError):
+        return value
+    if date_only:
+        return moment.date().isoformat()
+    return moment.isoformat(timespec="milliseconds" if number % 1 else "seconds").replace("+00:00", "Z")
+
+
+@dataclass
+class Shaper:
+    """Upstream records to stored rows: flattening, renames, queryable names, epoch dates (the rules are
+    in registry._Shaped). `names` gathers every upstream key path whose stored name differs."""
+
+    depth: int = 1
+    rename: dict[str, str] = field(default_factory=dict)
+    epoch: dict[str, tuple[str, bool]] = field(default_factory=dict)
+    names: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, cfg: Any) -> Shaper:
+        """The shaper of a model or child configuration (registry.ModelCfg / ChildCfg)."""
+        epoch = {
+            name: (a.format, a.type == "date")
+            for name, a in cfg.attributes.items()
+            if a.format in ("epoch_seconds", "epoch_millis")
+        }
+        return cls(depth=cfg.flatten_depth, rename=dict(cfg.rename), epoch=epoch)
+
+    def __call__(self, row: dict[str, Any]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        self._walk(row, "", "", 0, out)
+        for name, (fmt, date_only) in self.epoch.items():
+            if out.get(name) is not None:
+                out[name] = _epoch_to_iso(out[name], fmt, date_only)
+        return out
+
+    def _walk(self, node: dict[str, Any], path: str, prefix: str, level: int, out: dict[str, Any]) -> None:
+        for key, value in node.items():
+            if not isinstance(key, str) or key in ("_links", "_embedded") or (level and key.startswith("_")):
+                continue
+            source = f"{path}.{key}" if path else key
+            renamed = self.rename.get(source)
+            if renamed is None and isinstance(value, dict) and level < self.depth:
+                self._walk(value, source, f"{prefix}{stored_name(key)}_", level + 1, out)
+                continue
+            name = renamed or (prefix + stored_name(key))[:MAX_NAME]
+            if name in out:
+                if out[name] == value:
                     continue
-                out.setdefault(f"{key}_{sub}", inner)
-        else:
-            out[key] = value
-    return out
+                n = 2
+                while f"{name}_{n}" in out:
+                    n += 1
+                name = f"{name}_{n}"
+            if name != source:
+                self.names.setdefault(source, name)
+            out[name] = value
 
 
 @dataclass
@@ -437,18 +519,27 @@ async def fetch_page(
     rows = [r for r in items if isinstance(r, dict)]
     total_raw = dig(body, p.total_path) if p.total_path and isinstance(body, dict) else None
     total = int(total_raw) if isinstance(total_raw, int | float) and not isinstance(total_raw, bool) else None
+    said = dig(body, p.has_more_path) if p.has_more_path and isinstance(body, dict) else None
+    has_more = said if isinstance(said, bool) else None
     nxt: Any = None
     if p.style == "page":
-        # An upstream may cap the page size below what was asked: judge by what actually came back.
+        # An upstream may cap the page size below what was asked: judge by what actually came back, and
+        # without a total or has_more only an empty page is the end.
         size = min(per_page, len(items)) or per_page
-        more = (token - p.start_page + 1) * size < total if total is not None else len(items) >= per_page
+        if has_more is not None:
+            more = has_more
+        else:
+            more = (token - p.start_page + 1) * size < total if total is not None else bool(items)
         nxt = token + 1 if more and items else None
     elif p.style == "offset":
-        more = token + len(items) < total if total is not None else len(items) >= per_page
+        if has_more is not None:
+            more = has_more
+        else:
+            more = token + len(items) < total if total is not None else bool(items)
         nxt = token + len(items) if more and items else None
     elif p.style == "cursor":
         found = dig(body, p.next_path) if isinstance(body, dict) else None
-        nxt = found if found not in (None, "") and items else None
+        nxt = found if found not in (None, "") and items and has_more is not False else None
         if isinstance(nxt, str) and nxt.startswith(("http://", "https://", "/")):
             # Checked against the base URL when requested: a refused next page ends the ingest after
             # this one is stored.

@@ -28,7 +28,8 @@ def field_name(value: str, where: str) -> str:
             where,
             f"Invalid field name in {where}: {str(value)[:80]!r} (must match {FIELD.pattern})",
             suggestions=[
-                "Use a plain field name (no dots, dashes or spaces); flatten nested data at ingest time with fields"
+                "Stored field names use letters, digits and _ only: an upstream key such as 'sla-tier' is stored as "
+                "'sla_tier' and 'requester.org' as 'requester_org'; analysis_query mode describe lists them"
             ],
         )
     return value

@@ -30,6 +30,8 @@ S = TypeVar("S", bound=BaseSettings)
 T = TypeVar("T")
 
 ProgressFn = Callable[[float, float | None, str | None], Awaitable[None]]
+# A step that records durably, on a session of its own, what a call did outside the database
+RollbackStep = Callable[[AsyncSession], Awaitable[None]]
 
 _SCOPE_RANK = {"read": 0, "write": 1, "admin": 2}
 _PROJECT_NAME = re.compile(PROJECT_NAME)
@@ -106,6 +108,9 @@ class CallContext:
     # Run after the commit, in order, each given and returning the reply (e.g. to report what the
     # queue made meanwhile)
     after_commit: list[Callable[[Any], Awaitable[Any]]] = field(default_factory=list)
+    # Run by the executor, each in a fresh short transaction, when this call's transaction does not
+    # commit (see `on_rollback`)
+    rollback_steps: list[RollbackStep] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         # The embedder shares the model between callers in turn (app.core.embedding): this call's
@@ -145,6 +150,19 @@ class CallContext:
         changed meanwhile: write with conditions that hold either way."""
         await release_reads(self.session)
         return await work()
+
+    def on_rollback(self, step: RollbackStep) -> None:
+        """Register `step(session)` for the case where this call's transaction does not commit.
+
+        A handler whose work has effects outside the database (an upstream that accepted a change)
+        writes their record in the call's transaction as usual; when that transaction is rolled back
+        instead (the handler raised, the commit failed, or the call was cancelled: the client went
+        away or cancelled it), the executor runs each registered step, in order, in a fresh short
+        transaction of its own, shielded from the cancellation and bounded in time, so what happened
+        outside is still recorded. Steps read their state when they run (register one early and let
+        it read a list the work fills), must hold either way (idempotent writes) and never run after a
+        commit; a failing step is logged and the others still run."""
+        self.rollback_steps.append(step)
 
     def project(self, requested: str | None, default: str = "default") -> str:
         """The project this call may act on: the requested one, checked against a bound key."""

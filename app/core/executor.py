@@ -11,6 +11,7 @@ import logging
 import time
 from typing import Any
 
+import anyio
 from pydantic import BaseModel, ValidationError
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -137,8 +138,11 @@ async def run_operation(
             slot = True
         args = validate_args(op.input_model, raw_args)
         check_scope(op, principal)
+        attempts: list[CallContext] = []
 
         async def attempt(session: AsyncSession) -> tuple[CallContext, BaseModel]:
+            # An earlier run's transaction rolled back before this one: its rollback steps first.
+            await run_rollback_steps(app, attempts)
             ctx = CallContext(
                 session=session,
                 principal=principal,
@@ -147,6 +151,7 @@ async def run_operation(
                 transport=transport,
                 progress_fn=progress,
             )
+            attempts.append(ctx)
             result = await op.handler(ctx, args)
             if not isinstance(result, op.output_model):
                 result = op.output_model.model_validate(result)
@@ -156,7 +161,11 @@ async def run_operation(
 
         # A pooled connection found dead (PostgreSQL restarted) before the commit: once more on a fresh
         # one, unless the call reaches outside the database or has reported progress (Database.run).
-        ctx, result = await app.db.run(attempt, retry=not op.open_world and not op.long_running)
+        try:
+            ctx, result = await app.db.run(attempt, retry=not op.open_world and not op.long_running)
+        except BaseException:  # rolled back (failed or cancelled): record what the handler did outside
+            await run_rollback_steps(app, attempts)
+            raise
         if ctx.queued or ctx.after_commit:
             result = await _after_commit(app, ctx, args, result)
         return result
@@ -216,6 +225,50 @@ async def _after_commit(app: AppState, ctx: CallContext, args: BaseModel, result
         except Exception:  # the call committed: its reply must still go out
             log.warning("an after-commit step failed", exc_info=True)
     return result
+
+
+# Bound on the rollback steps of one call in all (they run even while the call is being cancelled).
+ROLLBACK_STEPS_SECONDS = 30.0
+
+
+async def run_rollback_steps(app: AppState, contexts: list[CallContext]) -> None:
+    """Run the rollback steps registered on `contexts` (`CallContext.on_rollback`), whose transactions
+    did not commit, each in a fresh short transaction, and forget them.
+
+    They run to their end even while the call is being cancelled: in a task of their own, awaited
+    under a shielded anyio scope (the MCP SDK cancels by scope) and through `asyncio.shield` (a plain
+    task cancellation), at most `ROLLBACK_STEPS_SECONDS` in all. A cancellation that arrived meanwhile
+    is raised once they are done. A failing step is logged; the next still runs."""
+    steps = [step for ctx in contexts for step in ctx.rollback_steps]
+    for ctx in contexts:
+        ctx.rollback_steps.clear()
+    if not steps:
+        return
+
+    async def run_all() -> None:
+        try:
+            async with asyncio.timeout(ROLLBACK_STEPS_SECONDS):
+                for step in steps:
+                    try:
+                        async with app.db.transaction() as session:
+                            await step(session)
+                    except Exception:
+                        log.warning(
+                            "a rollback step failed: an outside effect of the call is unrecorded", exc_info=True
+                        )
+        except TimeoutError:
+            log.warning("the rollback steps of a call ran out of time (%gs)", ROLLBACK_STEPS_SECONDS)
+
+    task = asyncio.ensure_future(run_all())
+    interrupted = False
+    with anyio.CancelScope(shield=True):
+        while not task.done():
+            try:
+                await asyncio.shield(task)
+            except asyncio.CancelledError:
+                interrupted = True
+    if interrupted:
+        raise asyncio.CancelledError
 
 
 _COUNT_FIELDS = 12
