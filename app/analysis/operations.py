@@ -46,8 +46,7 @@ async def analysis_ingest(ctx: CallContext, args: IngestIn) -> IngestOut:
     progress per page; `resume: true` continues where the same ingest stopped (after the cap or an
     upstream failure). Nested mode: `parent_model` + `child_resource` fetches the child list of up to 25
     already-ingested parents per call (5 at a time; `resume: true` for the next ones), or of the given
-    `parent_ids` (at most 25). Keys are stored under queryable names (`sla-tier` -> `sla_tier`; see
-    `renamed`); `warnings` reports requested fields no record has.
+    `parent_ids` (at most 25). Keys are stored under queryable names (`sla-tier` -> `sla_tier`).
     Every page also stores a `page_summary` finding (value distributions, numeric min/max/avg/median, date
     ranges) that semantic queries find at once. Re-ingesting replaces records by id (no duplicates).
     Records are kept 7 days; call analysis_clear when done."""
@@ -99,11 +98,10 @@ async def analysis_act(ctx: CallContext, args: ActIn) -> ActOut:
     (top-level, or a child model with write paths) matching `where` (same vocabulary as filter mode; omit
     for all). Ids are resolved server-side. `dry_run: true` reports matched_count, sample_ids,
     sample_data with ingestedAt and ingestedAtRange (snapshot age) without calling the upstream: use it
-    first. Live runs go in batches of 50, 5 requests at a time, within `deadline_seconds` (default 60)
-    and `record_seconds` per record (default 30); they return a summary (succeeded, failed, unknown:
-    cut off in flight, not_attempted) and the first 5 errors; already-deleted records count as done.
-    The session's copy follows every change the upstream accepted, even if the call is cancelled.
-    Acts are idempotent per record: run again to finish an act that stopped early."""
+    first. Live runs send 5 requests at a time within `deadline_seconds` and return a summary
+    (succeeded, failed, unknown, not_attempted) and the first 5 errors. The session's copy follows every
+    change the upstream accepted, even if the call is cancelled. Run again to finish an act that stopped
+    early (acts are idempotent per record)."""
     return await service_act.act(ctx, args)
 
 

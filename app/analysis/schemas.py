@@ -44,7 +44,7 @@ class IngestIn(_Session):
         default=None,
         min_length=1,
         max_length=25,
-        description="Nested mode: these parents (at most 25) instead of the session's ingested ones",
+        description="Nested mode: these parent ids instead of the ingested parents",
     )
     filters: dict[str, Scalar | list[Scalar]] | None = Field(
         default=None, description="Upstream filters (names declared for the model in the registry)"
@@ -222,11 +222,9 @@ class ActIn(_Session):
         pattern=USER_ID,
         description="Impersonate this upstream user (admin scope only; printable ASCII, sent as a header)",
     )
-    deadline_seconds: float = Field(
-        default=60, ge=1, le=600, description="Live run: stop after this long (in flight: unknown; rest: not attempted)"
-    )
+    deadline_seconds: float = Field(default=60, ge=1, le=600, description="Live run: time limit")
     record_seconds: float = Field(
-        default=30, ge=1, le=600, description="Live run: most time per record, retries included (within the deadline)"
+        default=30, ge=1, le=600, description="Live run: time limit per record, retries included"
     )
 
 
