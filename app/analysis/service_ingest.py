@@ -316,7 +316,6 @@ async def _nested(
     parent_key = child.parent_key or f"{args.parent_model}_id"
     per_page = min(args.per_page, child.pagination.max_per_page)
     key = state_key(mode="nested", parent=args.parent_model, child=args.child_resource)
-    state = None
     if args.parent_ids is not None:
         # The caller's parents: no session state is read or moved (resume walks the session's parents).
         parents: list[tuple[int, str]] = [(0, rid) for rid in dict.fromkeys(args.parent_ids)]
