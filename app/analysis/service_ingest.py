@@ -363,8 +363,8 @@ async def _nested(
             truncated.append(rid)
         for item in result.rows:
             row = shaper(item)
-            seen.update(row)
             row.setdefault(parent_key, rid)
+            seen.update(row)
             keyed.append((_record_id(row, id_key), project_fields(row, fields, {id_key, parent_key})))
         if error is None:
             cursor, processed = row_id, processed + 1

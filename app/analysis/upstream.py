@@ -401,7 +401,8 @@ def _epoch_to_iso(value: Any, fmt: str, date_only: bool) -> Any:
 @dataclass
 class Shaper:
     """Upstream records to stored rows: flattening, renames, queryable names, epoch dates (the rules are
-    in registry._Shaped). `names` gathers every upstream key path whose stored name differs."""
+    in registry._Shaped). `names` gathers the upstream key paths stored under another name than their
+    plain flattening (`a.b` as `a_b`)."""
 
     depth: int = 1
     rename: dict[str, str] = field(default_factory=dict)
@@ -443,7 +444,7 @@ class Shaper:
                 while f"{name}_{n}" in out:
                     n += 1
                 name = f"{name}_{n}"
-            if name != source:
+            if name != source.replace(".", "_"):  # plain flattening needs no mention
                 self.names.setdefault(source, name)
             out[name] = value
 

@@ -52,6 +52,7 @@ def test_shaper_depth_renames_collisions_and_epochs() -> None:
     }
     assert shaper.names["custom_fields.sla-tier"] == "custom_fields_sla_tier"
     assert shaper.names["a_b"] == "a_b_2" and "id" not in shaper.names
+    assert "requester.org.tier" not in shaper.names  # plain flattening is not listed
     assert Shaper(depth=0)({"x-y": {"z": 1}}) == {"x_y": {"z": 1}}
     assert Shaper(epoch={"d": ("epoch_seconds", True)})({"d": 86_400 * 365, "e": "n/a"})["d"] == "1971-01-01"
     assert Shaper(epoch={"d": ("epoch_seconds", False)})({"d": "not a number"}) == {"d": "not a number"}
