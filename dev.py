@@ -26,8 +26,8 @@ BIN = VENV / ("Scripts" if os.name == "nt" else "bin")
 PY = BIN / "python"
 STAMP = VENV / ".cairn-install-stamp"
 LOCK = ROOT / "requirements.lock"
-# palmerpenguins (a real public dataset used by the datasets tests) declares pandas, which the tests
-# do not need, so it is installed without its dependencies.
+# palmerpenguins (a real public dataset used by the datasets tests; only its CSV is read) is installed
+# without its dependencies; pandas, which it declares, comes with the dev extras at the locked version.
 TEST_NO_DEPS = ["palmerpenguins==0.1.6"]
 
 

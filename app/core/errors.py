@@ -1,8 +1,9 @@
 """One error hierarchy for both transports.
 
 Every failure a caller can see is a `CairnError`. REST answers with its HTTP status and the JSON
-body `{"error": {"code", "category", "message", "suggestions"}}`; MCP answers with an `isError`
-tool result whose text is the same body.
+body `{"error": {"code", "category", "message", "suggestions"}}` (plus `details` and, for an error
+about a query, `query_context` when set); MCP answers with an `isError` tool result whose text is the
+same body.
 """
 
 from __future__ import annotations
@@ -21,6 +22,9 @@ class ErrorDetail(BaseModel):
     message: str
     suggestions: list[str] = Field(default_factory=list)
     details: dict[str, Any] | None = None
+    query_context: str | None = Field(
+        default=None, description="Where in the caller's query the error is (query operations only)"
+    )
 
 
 class ErrorBody(BaseModel):
@@ -44,12 +48,14 @@ class CairnError(Exception):
         suggestions: list[str] | None = None,
         details: dict[str, Any] | None = None,
         headers: dict[str, str] | None = None,
+        query_context: str | None = None,
     ) -> None:
         super().__init__(message)
         self.message = message
         self.suggestions = list(suggestions) if suggestions is not None else list(self.default_suggestions)
         self.details = details
         self.headers = headers or {}
+        self.query_context = query_context
 
     def body(self) -> dict[str, Any]:
         """The JSON body shared by REST and MCP."""
@@ -61,6 +67,8 @@ class CairnError(Exception):
         }
         if self.details:
             detail["details"] = self.details
+        if self.query_context is not None:
+            detail["query_context"] = self.query_context
         return {"error": detail}
 
 

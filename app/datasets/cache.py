@@ -147,27 +147,24 @@ class Cache:
             except FileNotFoundError:
                 pass
 
-    def invalidate(self, pattern: str | None, files: list[str] | None, project: str | None = None) -> list[str]:
-        """Remove entries whose key or label matches `pattern` (shell wildcards) or that read one of
-        `files`; with `project`, only that project's entries (an entry without one is 'default''s).
-        Returns the removed keys."""
+    def invalidate(
+        self, pattern: str | None, files: list[str] | None, project: str | None = None
+    ) -> list[dict[str, Any]]:
+        """Remove entries whose key, label or query_id matches `pattern` (shell wildcards) or that read
+        one of `files`; with `project`, only that project's entries (an entry without one is
+        'default''s). Returns the removed entries."""
         wanted = set(files or [])
-        removed: list[str] = []
+        removed: list[dict[str, Any]] = []
         for entry in self.entries():
             if project is not None and entry.get("project", "default") != project:
                 continue
-            key = str(entry.get("key", ""))
-            label = str(entry.get("label") or "")
-            hit = False
-            if pattern is not None and (
-                fnmatch.fnmatchcase(key, pattern) or (label and fnmatch.fnmatchcase(label, pattern))
-            ):
-                hit = True
+            names = [str(entry.get("key", "")), str(entry.get("label") or ""), _query_id(entry)]
+            hit = pattern is not None and any(n and fnmatch.fnmatchcase(n, pattern) for n in names)
             if wanted and any(f[0] in wanted for f in entry.get("files", [])):
                 hit = True
             if hit:
-                removed.append(key)
-        self.remove(removed)
+                removed.append(entry)
+        self.remove([str(e.get("key", "")) for e in removed])
         return removed
 
     def sweep_if_due(self, result_ttl: float, stored: Path | None = None) -> int:
@@ -213,6 +210,24 @@ class Cache:
         with self._lock:
             self._swept_at, self._stored_bytes = started, total
         return deleted
+
+
+def _query_id(entry: dict[str, Any]) -> str:
+    meta = entry.get("meta")
+    return str(meta.get("query_id") or "") if isinstance(meta, dict) else ""
+
+
+def describe(entry: dict[str, Any], width: int = 120) -> str:
+    """What a cache entry holds, as its caller knows it (at most `width` characters): a query's
+    `query_id` and its label (`cache_key`) or query text, or `profile <file_path>`; the key when the
+    entry predates these fields."""
+    key = str(entry.get("key", ""))
+    label, text = str(entry.get("label") or ""), str(entry.get("text") or "")
+    if key.startswith("profile:"):
+        out = f"profile {text or label.removeprefix('profile:')}"
+    else:
+        out = " ".join(part for part in (_query_id(entry), label or text) if part) or key
+    return out if len(out) <= width else out[: width - 1] + "…"
 
 
 _caches: dict[str, Cache] = {}

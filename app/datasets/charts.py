@@ -1,343 +1,609 @@
-"""Charts of a query result: a PNG drawn here with numpy (no plotting library), kept under a byte
-budget, and/or a Vega-Lite spec.
+"""Charts of a stored query result: one Vega-Lite v5 spec per chart, rendered to PNG by vl-convert
+from that same spec.
 
-Column roles: bar/line use the first column as x and the numeric columns as y (line: up to 5
-series); scatter uses the first two numeric columns; histogram bins the first numeric column (20
-bins); heatmap uses the first two non-numeric columns as x/y and the first numeric column as value.
-Charts read at most `MAX_POINTS` rows of the result. Labels use a built-in 3x5 pixel font
-(upper-case letters, digits, a few signs).
+**Where the work runs.** The chart's data is computed by DuckDB over the whole stored result (never
+only its first rows) in a DuckDB worker process (`chart_data`, through `engine.offload`), and the PNG
+is rendered there too (`render_png`): the event loop never waits on either, and both run under the
+call's time limit (a worker that outruns it is killed, 5003) and the worker's memory cap.
+
+**Column roles** (`roles`):
+
+- bar: x = the first column, y = the first numeric column after it (the first column when it is the
+  only numeric one); one bar per row, in the result's order; rows with a null y are left out.
+- line: x = the first column, series = up to `MAX_SERIES` numeric columns after it. Past the point
+  cap, a numeric or temporal x is bucketed by value (equal-width buckets), any other x by row order,
+  and each bucket shows the mean of each series. A null value is a gap in its line (so is a bucket
+  with no value); rows with a null x are left out.
+- scatter: the first two numeric columns; rows with a null in either are left out; past the point cap,
+  a seeded sample (the rows with the smallest `hash(row, SEED)`, a bounded top-N).
+- histogram: the first numeric column, in nice equal-width bins computed over every stored row; nulls
+  are counted, not binned.
+- heatmap: the first two non-numeric columns as x and y, the first numeric column as the value (the
+  mean per cell); past the cap, the most frequent x and y values.
+
+**Bounds.** At most `CAPS[kind]` points (bars, line values, points, bins or cells), labels cut to
+`LABEL_CHARS` characters, a canvas of `WIDTH` x `HEIGHT` pixels (the spec is fitted into it) at a
+scale of at most 1, a PNG of at most `max_bytes` (smaller scales are tried, `SCALES`). An inline spec
+is also fitted to the reply's token budget: DuckDB is asked again for fewer points (`make_chart`), and
+the spec says what was done in `notes`.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import datetime as dt
 import math
 import struct
 import zlib
-from typing import Any
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
+import duckdb
 
-from app.core.errors import InvalidInput
-from app.datasets.engine import is_numeric
-from app.datasets.schemas import Visualization
+from app.core.errors import EngineError, InvalidInput, NotFound
+from app.datasets import engine
+from app.datasets.engine import INTEGER_TYPES, EngineConfig, is_numeric
+from app.datasets.sandbox import ident, inside
+from app.datasets.sandbox import sql_string as lit
 
-MAX_POINTS = 5000
-VEGA_MAX_ROWS = 100
-W, H = 640, 400
-PAD_L, PAD_R, PAD_T, PAD_B = 60, 20, 20, 50
-PALETTE = [(31, 119, 180), (255, 127, 14), (44, 160, 44), (214, 39, 40), (148, 103, 189)]
+if TYPE_CHECKING:
+    from app.datasets.schemas import Visualization
 
-# 3x5 glyphs, rows top to bottom, '#' = ink.
-_FONT_SRC = {
-    "0": "### # # # # # # ###",
-    "1": " #  ##   #   #  ###",
-    "2": "###   # ### #   ###",
-    "3": "###   # ###   # ###",
-    "4": "# # # # ###   #   #",
-    "5": "### #   ###   # ###",
-    "6": "### #   ### # # ###",
-    "7": "###   #   #   #   #",
-    "8": "### # # ### # # ###",
-    "9": "### # # ###   # ###",
-    ".": "             #    ",
-    "-": "      ###         ",
-    "A": " #  # # ### # # # #",
-    "B": "##  # # ##  # # ## ",
-    "C": " ## #   #   #    ##",
-    "D": "##  # # # # # # ## ",
-    "E": "### #   ##  #   ###",
-    "F": "### #   ##  #   #  ",
-    "G": " ## #   # # # #  ##",
-    "H": "# # # # ### # # # #",
-    "I": "###  #   #   #  ###",
-    "J": "  #   #   # # #  # ",
-    "K": "# # # # ##  # # # #",
-    "L": "#   #   #   #   ###",
-    "M": "# # ### ### # # # #",
-    "N": "##  # # # # # # # #",
-    "O": " #  # # # # # #  # ",
-    "P": "##  # # ##  #   #  ",
-    "Q": " #  # # # # ##   ##",
-    "R": "##  # # ##  # # # #",
-    "S": " ## #    #    # ## ",
-    "T": "###  #   #   #   # ",
-    "U": "# # # # # # # # ###",
-    "V": "# # # # # # # #  # ",
-    "W": "# # # # ### ### # #",
-    "X": "# # # #  #  # # # #",
-    "Y": "# # # #  #   #   # ",
-    "Z": "###   #  #  #   ###",
-    "_": "                ###",
-    " ": "                   ",
-    "%": "# #   #  #  #   # #",
-    ",": "             #  #  ",
-    "+": "     #  ###  #     ",
-    "/": "  #   #  #  #   #  ",
+SCHEMA = "https://vega.github.io/schema/vega-lite/v5.json"
+KINDS = ("bar", "line", "scatter", "histogram", "heatmap")
+# The most points a chart holds: bars, line values (buckets x series), points, bins, cells.
+CAPS = {"bar": 50, "line": 1000, "scatter": 1000, "histogram": 20, "heatmap": 1200}
+MAX_SERIES = 5
+HEATMAP_X, HEATMAP_Y = 40, 30
+LABEL_CHARS = 40
+SEED = 42
+# The canvas a PNG is fitted into (axes, labels and legend included), and the scales tried for
+# `max_bytes`: a PNG is never larger than WIDTH x HEIGHT pixels.
+WIDTH, HEIGHT = 640, 400
+SCALES = (1.0, 0.75, 0.5)
+RENDER_CONFIG: dict[str, Any] = {
+    "background": "white",
+    "axis": {"labelLimit": 120, "labelOverlap": True},
+    "point": {"filled": True, "size": 14, "opacity": 0.6},
 }
+# Rounds of asking DuckDB for fewer points before an inline spec is left out.
+FIT_ROUNDS = 6
 
 
-def _glyph(ch: str) -> np.ndarray:
-    src = _FONT_SRC.get(ch, _FONT_SRC[" "]).ljust(19)
-    rows = [src[i * 4 : i * 4 + 3] for i in range(5)]
-    return np.array([[c == "#" for c in r.ljust(3)] for r in rows], dtype=bool)
+@dataclass(frozen=True)
+class Roles:
+    """The columns a chart draws: `x` (its DuckDB type `x_type`), the value columns `values` (bar: y;
+    line: the series; scatter: y; heatmap: the value) and the heatmap's y category `y`."""
+
+    kind: str
+    x: str
+    x_type: str
+    values: tuple[str, ...] = ()
+    y: str = ""
 
 
-class Canvas:
-    """An RGB raster with just enough drawing for charts."""
+@dataclass
+class Chart:
+    """A chart's spec (data inline), how many points it holds, the stored rows it was computed from and
+    what was done to the data (`notes`)."""
 
-    def __init__(self, w: int = W, h: int = H) -> None:
-        self.w, self.h = w, h
-        self.px = np.full((h, w, 3), 255, dtype=np.uint8)
-
-    def rect(self, x0: float, y0: float, x1: float, y1: float, color: tuple[int, int, int]) -> None:
-        xa, xb = sorted((round(x0), round(x1)))
-        ya, yb = sorted((round(y0), round(y1)))
-        self.px[max(0, ya) : min(self.h, yb + 1), max(0, xa) : min(self.w, xb + 1)] = color
-
-    def line(self, x0: float, y0: float, x1: float, y1: float, color: tuple[int, int, int]) -> None:
-        n = int(max(abs(x1 - x0), abs(y1 - y0))) + 1
-        xs = np.linspace(x0, x1, n).round().astype(int)
-        ys = np.linspace(y0, y1, n).round().astype(int)
-        ok = (xs >= 0) & (xs < self.w) & (ys >= 0) & (ys < self.h)
-        self.px[ys[ok], xs[ok]] = color
-
-    def text(
-        self,
-        x: float,
-        y: float,
-        s: str,
-        scale: int = 2,
-        color: tuple[int, int, int] = (40, 40, 40),
-        anchor: str = "left",
-    ) -> None:
-        s = s.upper()
-        width = len(s) * 4 * scale
-        x0 = int(x - (width if anchor == "right" else width / 2 if anchor == "center" else 0))
-        for i, ch in enumerate(s):
-            g = np.kron(_glyph(ch), np.ones((scale, scale), dtype=bool))
-            gx, gy = x0 + i * 4 * scale, int(y)
-            for r, c in zip(*np.nonzero(g), strict=True):
-                if 0 <= gy + r < self.h and 0 <= gx + c < self.w:
-                    self.px[gy + r, gx + c] = color
-
-    def png(self) -> bytes:
-        raw = b"".join(b"\x00" + self.px[y].tobytes() for y in range(self.h))
-
-        def chunk(tag: bytes, data: bytes) -> bytes:
-            return struct.pack(">I", len(data)) + tag + data + struct.pack(">I", zlib.crc32(tag + data) & 0xFFFFFFFF)
-
-        header = struct.pack(">IIBBBBB", self.w, self.h, 8, 2, 0, 0, 0)
-        return (
-            b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(raw, 9)) + chunk(b"IEND", b"")
-        )
+    spec: dict[str, Any] | None
+    points: int
+    rows: int
+    notes: list[str] = field(default_factory=list)
 
 
-def _fmt(v: float) -> str:
-    a = abs(v)
-    if a >= 1e9:
-        return f"{v / 1e9:.1f}B"
-    if a >= 1e6:
-        return f"{v / 1e6:.1f}M"
-    if a >= 1e4:
-        return f"{v / 1e3:.0f}K"
-    if a >= 100 or v == int(v):
-        return f"{v:.0f}"
-    return f"{v:.2f}"
+def is_temporal(ctype: str) -> bool:
+    """True for DATE and the TIMESTAMP types (not TIME)."""
+    upper = ctype.upper()
+    return upper == "DATE" or upper.startswith("TIMESTAMP")
 
 
-def _num(v: Any) -> float | None:
-    try:
-        f = float(v)
-    except (TypeError, ValueError):
-        return None
-    return f if math.isfinite(f) else None
-
-
-def _axes(c: Canvas, lo: float, hi: float) -> tuple[float, float]:
-    x0, y0, x1, y1 = PAD_L, c.h - PAD_B, c.w - PAD_R, PAD_T
-    c.line(x0, y0, x1, y0, (90, 90, 90))
-    c.line(x0, y0, x0, y1, (90, 90, 90))
-    for i in range(5):
-        v = lo + (hi - lo) * i / 4
-        y = y0 - (y0 - y1) * i / 4
-        c.line(x0 - 4, y, x0, y, (90, 90, 90))
-        c.line(x0 + 1, y, x1, y, (235, 235, 235)) if i else None
-        c.text(x0 - 6, y - 5, _fmt(v), anchor="right")
-    return lo, hi
-
-
-def _scale(v: float, lo: float, hi: float, a: float, b: float) -> float:
-    return a + (b - a) * ((v - lo) / (hi - lo) if hi > lo else 0.5)
-
-
-def _range(values: list[float], zero: bool) -> tuple[float, float]:
-    lo, hi = min(values), max(values)
-    if zero:
-        lo, hi = min(lo, 0.0), max(hi, 0.0)
-    if hi == lo:
-        hi = lo + 1
-    return lo, hi
-
-
-def draw(kind: str, columns: list[str], types: list[str], rows: list[dict[str, Any]]) -> Canvas:
-    """Draw the chart; raises InvalidInput when the result has no suitable columns."""
-    numeric = [c for c, t in zip(columns, types, strict=False) if is_numeric(t)]
+def roles(kind: str, columns: list[str], types: list[str]) -> Roles:
+    """The columns `kind` draws from a result of `columns` / `types`; InvalidInput when it has none
+    suitable (nothing is read for that)."""
+    typed = dict(zip(columns, types, strict=False))
+    numeric = [c for c in columns if is_numeric(typed.get(c, ""))]
     other = [c for c in columns if c not in numeric]
-    c = Canvas()
-    left, right, top, bottom = PAD_L, W - PAD_R, PAD_T, H - PAD_B
-    if not rows:
-        raise InvalidInput("The result is empty: nothing to chart")
+    if not columns:
+        raise InvalidInput("The result has no columns: nothing to chart")
     if kind in ("bar", "line"):
         if not numeric:
             raise InvalidInput(f"A {kind} chart needs a numeric column")
-        xcol = columns[0]
-        series = [n for n in numeric if n != xcol][:5] or numeric[:1]
-        pts = rows[:200] if kind == "line" else rows[:60]
-        vals = [_num(r.get(s)) or 0.0 for r in pts for s in series]
-        lo, hi = _axes(c, *_range(vals, zero=True))
-        n = len(pts)
-        step = (right - left) / max(1, n)
-        for si, s in enumerate(series if kind == "line" else series[:1]):
-            prev = None
-            for i, r in enumerate(pts):
-                v = _num(r.get(s)) or 0.0
-                xc = left + step * (i + 0.5)
-                y = _scale(v, lo, hi, bottom, top)
-                if kind == "bar":
-                    c.rect(xc - step * 0.38, _scale(0, lo, hi, bottom, top), xc + step * 0.38, y, PALETTE[0])
-                else:
-                    if prev is not None:
-                        c.line(prev[0], prev[1], xc, y, PALETTE[si % 5])
-                    prev = (xc, y)
-        every = max(1, n // 12)
-        for i, r in enumerate(pts):
-            if i % every == 0:
-                c.text(left + step * (i + 0.5), bottom + 8, str(r.get(xcol, ""))[:8], anchor="center")
-        c.text((left + right) / 2, H - 18, f"{', '.join(series)} BY {xcol}"[:70], anchor="center")
-    elif kind == "scatter":
+        x = columns[0]
+        ys = [n for n in numeric if n != x] or numeric[:1]
+        return Roles(kind, x, typed[x], tuple(ys[: 1 if kind == "bar" else MAX_SERIES]))
+    if kind == "scatter":
         if len(numeric) < 2:
             raise InvalidInput("A scatter chart needs two numeric columns")
-        xs_, ys_ = numeric[0], numeric[1]
-        pairs = [
-            (xv, yv) for r in rows if (xv := _num(r.get(xs_))) is not None and (yv := _num(r.get(ys_))) is not None
-        ]
-        if not pairs:
-            raise InvalidInput("No numeric points to chart")
-        ylo, yhi = _axes(c, *_range([p[1] for p in pairs], zero=False))
-        xlo, xhi = _range([p[0] for p in pairs], zero=False)
-        for xv, yv in pairs:
-            px, py = _scale(xv, xlo, xhi, left + 4, right - 4), _scale(yv, ylo, yhi, bottom, top)
-            c.rect(px - 1, py - 1, px + 1, py + 1, PALETTE[0])
-        c.text(left, bottom + 8, _fmt(xlo))
-        c.text(right, bottom + 8, _fmt(xhi), anchor="right")
-        c.text((left + right) / 2, H - 18, f"{ys_} VS {xs_}"[:70], anchor="center")
-    elif kind == "histogram":
+        return Roles(kind, numeric[0], typed[numeric[0]], (numeric[1],))
+    if kind == "histogram":
         if not numeric:
             raise InvalidInput("A histogram needs a numeric column")
-        col = numeric[0]
-        hist_vals = [hv for r in rows if (hv := _num(r.get(col))) is not None]
-        if not hist_vals:
-            raise InvalidInput("No numeric values to chart")
-        counts, edges = np.histogram(np.array(hist_vals), bins=20)
-        lo, hi = _axes(c, 0.0, float(max(counts.max(), 1)))
-        step = (right - left) / len(counts)
-        for i, n in enumerate(counts):
-            c.rect(
-                left + step * i + 1,
-                bottom,
-                left + step * (i + 1) - 1,
-                _scale(float(n), lo, hi, bottom, top),
-                PALETTE[0],
-            )
-        c.text(left, bottom + 8, _fmt(float(edges[0])))
-        c.text(right, bottom + 8, _fmt(float(edges[-1])), anchor="right")
-        c.text((left + right) / 2, H - 18, f"DISTRIBUTION OF {col}"[:70], anchor="center")
-    elif kind == "heatmap":
+        return Roles(kind, numeric[0], typed[numeric[0]])
+    if kind == "heatmap":
         if len(other) < 2 or not numeric:
             raise InvalidInput("A heatmap needs two category columns (x, y) and a numeric value column")
-        xcol, ycol, vcol = other[0], other[1], numeric[0]
-        xs = list(dict.fromkeys(str(r.get(xcol)) for r in rows))[:40]
-        ys = list(dict.fromkeys(str(r.get(ycol)) for r in rows))[:30]
-        grid = np.full((len(ys), len(xs)), np.nan)
+        return Roles(kind, other[0], typed[other[0]], (numeric[0],), other[1])
+    raise InvalidInput(f"Unknown chart type {kind}", suggestions=[f"chart_type: one of {', '.join(KINDS)}"])
+
+
+# ------------------------------------------------------------------------------------------ in a worker
+
+
+def _number(col: str) -> str:
+    """SQL: the column as a finite DOUBLE (NULL for null, NaN and infinities)."""
+    v = f"CAST({ident(col)} AS DOUBLE)"
+    return f"CASE WHEN isfinite({v}) THEN {v} END"
+
+
+def _label(col: str) -> str:
+    """SQL: the column as text cut to LABEL_CHARS."""
+    return f"left(CAST({ident(col)} AS VARCHAR), {LABEL_CHARS})"
+
+
+def _x_axis(col: str, ctype: str) -> tuple[str, str]:
+    """SQL of the x value and its Vega-Lite type: numbers, epoch milliseconds (temporal) or labels."""
+    if is_numeric(ctype):
+        return _number(col), "quantitative"
+    if is_temporal(ctype):
+        return f"epoch_ms({ident(col)})", "temporal"
+    return _label(col), "ordinal"
+
+
+def _iso(ms: Any, ctype: str) -> str | None:
+    """Epoch milliseconds as the ISO text Vega-Lite parses (UTC for a TIMESTAMP WITH TIME ZONE)."""
+    if ms is None:
+        return None
+    try:
+        moment = dt.datetime.fromtimestamp(int(ms) / 1000, dt.UTC)
+    except (OverflowError, ValueError, OSError):
+        return None
+    upper = ctype.upper()
+    if upper == "DATE":
+        return moment.date().isoformat()
+    return moment.strftime("%Y-%m-%dT%H:%M:%S") + ("Z" if "TIME ZONE" in upper or upper == "TIMESTAMPTZ" else "")
+
+
+def _tidy(rows: list[dict[str, Any]], keys: list[str]) -> None:
+    """Round the float values of `keys` to about 1/1,000 of their range (under a pixel of the canvas;
+    the spec costs fewer tokens), integral ones as ints."""
+    for key in keys:
+        nums = [v for r in rows if isinstance(v := r.get(key), float)]
+        if not nums:
+            continue
+        span = (max(nums) - min(nums)) or abs(nums[0]) or 1.0
+        digits = max(0, 3 - math.floor(math.log10(span)))
         for r in rows:
-            hx, hy, hval = str(r.get(xcol)), str(r.get(ycol)), _num(r.get(vcol))
-            if hx in xs and hy in ys and hval is not None:
-                grid[ys.index(hy), xs.index(hx)] = hval
-        finite = grid[np.isfinite(grid)]
-        lo, hi = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 1.0)
-        cw, ch = (right - left) / len(xs), (bottom - top) / len(ys)
-        for j in range(len(ys)):
-            for i in range(len(xs)):
-                cell = float(grid[j, i])
-                if not math.isfinite(cell):
-                    continue
-                t = (cell - lo) / (hi - lo) if hi > lo else 0.5
-                color = (int(255 - 200 * t), int(255 - 120 * t), int(255 - 40 * t))
-                c.rect(left + cw * i, top + ch * j, left + cw * (i + 1) - 1, top + ch * (j + 1) - 1, color)
-        for j, ylabel in enumerate(ys[:15]):
-            c.text(left - 4, top + ch * (j + 0.5) - 5, ylabel[:7], anchor="right")
-        for i, xlabel in enumerate(xs[:12]):
-            c.text(left + cw * (i + 0.5), bottom + 8, xlabel[:6], anchor="center")
-        c.text((left + right) / 2, H - 18, f"{vcol} ({_fmt(lo)}-{_fmt(hi)})"[:70], anchor="center")
-    else:
-        raise InvalidInput(f"Unknown chart type {kind}")
-    return c
+            v = r.get(key)
+            if isinstance(v, float):
+                r[key] = _clean(round(v, digits))
 
 
-def vega_lite(kind: str, columns: list[str], types: list[str], rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """A Vega-Lite v5 spec with the (capped) rows inline."""
-    numeric = [c for c, t in zip(columns, types, strict=False) if is_numeric(t)]
-    other = [c for c in columns if c not in numeric]
-    first = columns[0] if columns else ""
-    enc: dict[str, Any]
-    mark: str = {"histogram": "bar", "heatmap": "rect", "scatter": "point"}.get(kind, kind)
-    if kind == "scatter" and len(numeric) >= 2:
-        enc = {"x": {"field": numeric[0], "type": "quantitative"}, "y": {"field": numeric[1], "type": "quantitative"}}
-    elif kind == "histogram" and numeric:
-        enc = {
-            "x": {"field": numeric[0], "bin": {"maxbins": 20}, "type": "quantitative"},
-            "y": {"aggregate": "count", "type": "quantitative"},
-        }
-    elif kind == "heatmap" and len(other) >= 2 and numeric:
-        enc = {
-            "x": {"field": other[0], "type": "nominal"},
-            "y": {"field": other[1], "type": "nominal"},
-            "color": {"field": numeric[0], "type": "quantitative"},
-        }
-    else:
-        y = next((n for n in numeric if n != first), numeric[0] if numeric else first)
-        enc = {
-            "x": {"field": first, "type": "ordinal" if kind == "line" else "nominal", "sort": None},
-            "y": {"field": y, "type": "quantitative"},
-        }
-    return {
-        "$schema": "https://vega.github.io/schema/vega-lite/v5.json",
-        "mark": mark,
-        "encoding": enc,
-        "data": {"values": rows[:VEGA_MAX_ROWS]},
+def _clean(v: float) -> float | int:
+    return int(v) if v.is_integer() and abs(v) < 2**53 else v
+
+
+def _nice(raw: float, integer: bool) -> float:
+    """The smallest 'nice' step (1, 2, 2.5 or 5 times a power of ten; whole for integers) >= raw."""
+    if integer:
+        raw = max(raw, 1.0)
+    exp = math.floor(math.log10(raw)) if raw > 0 else 0
+    for m in (1.0, 2.0, 2.5, 5.0, 10.0):
+        step = m * 10.0**exp
+        if step >= raw * (1 - 1e-9) and (not integer or step.is_integer()):
+            return step
+    return 10.0 ** (exp + 1)
+
+
+def bins(lo: float, hi: float, most: int, integer: bool) -> tuple[float, float, int]:
+    """Nice equal-width bins covering lo..hi, at most `most` of them: (start, step, count). The top edge
+    is closed (hi falls in the last bin)."""
+    if hi <= lo:
+        return (lo, 1.0, 1) if integer else (lo - 0.5, 1.0, 1)
+    step = _nice((hi - lo) / max(1, most), integer)
+    while True:
+        start = math.floor(lo / step) * step
+        count = max(1, math.ceil((hi - start) / step - 1e-9))
+        if count <= most:
+            return start, step, count
+        step = _nice(step * 1.01, integer)
+
+
+def _edge(v: float) -> float | int:
+    return _clean(float(f"{v:.10g}"))
+
+
+def chart_data(cfg: EngineConfig, path: Path, plan: Roles, points: int) -> Chart:
+    """The chart of a stored result (a file of this server's result store) with at most `points`
+    points, computed in DuckDB over all of its rows (runs in a DuckDB worker process)."""
+    if not inside(path, [cfg.results]):
+        raise NotFound("The stored result is gone (expired or evicted)", suggestions=["Run the query again"])
+    build = {"bar": _bar, "line": _line, "scatter": _scatter, "histogram": _histogram, "heatmap": _heatmap}
+
+    def work(con: duckdb.DuckDBPyConnection) -> Chart:
+        try:
+            src = _rows_of(con, path)
+            total = int(con.execute(f"SELECT count(*) FROM {src}").fetchone()[0])  # type: ignore[index]
+        except duckdb.IOException:
+            raise NotFound(
+                "The stored result is gone (expired or evicted)", suggestions=["Run the query again"]
+            ) from None
+        if total == 0:
+            raise InvalidInput("The result is empty: nothing to chart")
+        return build[plan.kind](con, src, plan, max(1, points), total)
+
+    return engine.run_locked(cfg, [], work)
+
+
+def _rows_of(con: duckdb.DuckDBPyConnection, path: Path) -> str:
+    """SQL of the stored result's rows with their position in the file as `__cairn_r` (DuckDB's
+    `file_row_number`, unless the result has a column of that name: then the scan's order)."""
+    plain = f"read_parquet({lit(str(path))})"
+    names = {str(r[0]) for r in con.execute(f"DESCRIBE SELECT * FROM {plain}").fetchall()}
+    if "file_row_number" in names:
+        return f"(SELECT *, row_number() OVER () - 1 AS __cairn_r FROM {plain})"
+    return f"(SELECT *, file_row_number AS __cairn_r FROM read_parquet({lit(str(path))}, file_row_number = true))"
+
+
+def _fetch(con: duckdb.DuckDBPyConnection, sql: str) -> list[dict[str, Any]]:
+    cur = con.execute(sql)
+    names = [d[0] for d in cur.description or []]
+    return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
+
+
+def _one(con: duckdb.DuckDBPyConnection, sql: str) -> tuple[Any, ...]:
+    row = con.execute(sql).fetchone()
+    assert row is not None
+    return tuple(row)
+
+
+def _spec(mark: str, encoding: dict[str, Any], values: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
+    """A Vega-Lite spec; an axis title that only repeats its field's name is left out (tokens)."""
+    for channel in encoding.values():
+        if channel.get("title") == channel.get("field"):
+            channel.pop("title", None)
+    return {"$schema": SCHEMA, "mark": mark, **extra, "encoding": encoding, "data": {"values": values}}
+
+
+def _bar(con: duckdb.DuckDBPyConnection, src: str, plan: Roles, points: int, total: int) -> Chart:
+    xsql, _ = _x_axis(plan.x, plan.x_type)
+    ycol = plan.values[0]
+    base = f"(SELECT __cairn_r AS r, {xsql} AS x, {_number(ycol)} AS y FROM {src}) t"
+    (valued,) = _one(con, f"SELECT count(y) FROM {base}")
+    rows = _fetch(con, f"SELECT x, y FROM {base} WHERE y IS NOT NULL ORDER BY r LIMIT {int(points)}")
+    if is_temporal(plan.x_type):
+        for r in rows:
+            r["x"] = _iso(r["x"], plan.x_type)
+    _tidy(rows, ["x", "y"])
+    notes = []
+    if len(rows) < valued:
+        notes.append(f"first {len(rows)} of {valued:,} rows")
+    if valued < total:
+        notes.append(f"{total - valued:,} rows with a null {ycol} left out")
+    enc = {
+        "x": {"field": "x", "type": "nominal", "sort": None, "title": plan.x},
+        "y": {"field": "y", "type": "quantitative", "title": ycol},
     }
+    return Chart(_spec("bar", enc, rows), len(rows), total, notes)
 
 
-def make_chart(
-    kind: str, columns: list[str], types: list[str], rows: list[dict[str, Any]], fmt: str, max_bytes: int
+def _free(name: str, taken: list[str]) -> str:
+    """`name`, or `name` with leading underscores, not in `taken`."""
+    while name in taken:
+        name = "_" + name
+    return name
+
+
+def _line(con: duckdb.DuckDBPyConnection, src: str, plan: Roles, points: int, total: int) -> Chart:
+    xsql, xtype = _x_axis(plan.x, plan.x_type)
+    series = list(plan.values)
+    # The spec's field names: x and y, or x and the series' own names (a fold turns them into series /
+    # value for the legend), none taken twice. SQL names them by position.
+    keys = ["y"] if len(series) == 1 else series
+    xkey = _free("x", keys)
+    ys = [f"y{i}" for i in range(len(series))]
+    ysql = ", ".join(f"{_number(s)} AS {y}" for s, y in zip(series, ys, strict=True))
+    base = f"(SELECT __cairn_r AS r, {xsql} AS x, {ysql} FROM {src}) t"
+    counts = _one(con, f"SELECT count(x), {', '.join(f'count({y})' for y in ys)} FROM {base} WHERE x IS NOT NULL")
+    with_x, valued = int(counts[0]), [int(c) for c in counts[1:]]
+    per = max(1, points // len(series))
+    means = ", ".join(f"avg({y}) AS {y}" for y in ys)
+    notes = []
+    if with_x <= per:
+        found = _fetch(con, f"SELECT x, {', '.join(ys)} FROM {base} WHERE x IS NOT NULL ORDER BY r")
+        gaps = sum(with_x - v for v in valued)
+        if gaps:
+            notes.append(f"{gaps:,} null values drawn as gaps")
+    else:
+        if xtype == "ordinal":  # buckets of rows in the result's order, labelled by their first x
+            bucketed = (
+                f"SELECT arg_min(x, r) AS x, {means} FROM (SELECT *, (row_number() OVER (ORDER BY r) - 1) * {per} "
+                f"// {with_x} AS b FROM {base} WHERE x IS NOT NULL) GROUP BY b ORDER BY b"
+            )
+        else:  # equal-width buckets of x, each at its smallest x
+            bucketed = (
+                f"SELECT min(x) AS x, {means} FROM (SELECT *, coalesce(least({per - 1}, floor((CAST(x AS DOUBLE) - lo) "
+                f"/ nullif(hi - lo, 0) * {per})), 0) AS b FROM {base}, (SELECT CAST(min(x) AS DOUBLE) AS lo, "
+                f"CAST(max(x) AS DOUBLE) AS hi FROM {base}) e WHERE x IS NOT NULL) GROUP BY b ORDER BY b"
+            )
+        found = _fetch(con, bucketed)
+        notes.append(f"{with_x:,} rows averaged into {len(found)} buckets of {plan.x}")
+        gaps = sum(1 for r in found for y in ys if r[y] is None)
+        if gaps:
+            notes.append(f"{gaps:,} buckets with only null values drawn as gaps")
+        elif sum(valued) < with_x * len(series):
+            notes.append("null values left out of the bucket means")
+    if with_x < total:
+        notes.append(f"{total - with_x:,} rows with a null {plan.x} left out")
+    temporal = xtype == "temporal"
+    rows = [
+        {xkey: _iso(r["x"], plan.x_type) if temporal else r["x"], **{k: r[y] for k, y in zip(keys, ys, strict=True)}}
+        for r in found
+    ]
+    _tidy(rows, [xkey, *keys])
+    xenc: dict[str, Any] = {"field": xkey, "type": xtype, "title": plan.x}
+    if xtype == "ordinal":
+        xenc["sort"] = None
+    if len(series) == 1:
+        enc = {"x": xenc, "y": {"field": "y", "type": "quantitative", "title": series[0]}}
+        return Chart(_spec("line", enc, rows), len(rows), total, notes)
+    name, value = _free("series", [xkey, *keys]), _free("value", [xkey, *keys])
+    enc = {
+        "x": xenc,
+        "y": {"field": value, "type": "quantitative"},
+        "color": {"field": name, "type": "nominal"},
+    }
+    spec = _spec("line", enc, rows, transform=[{"fold": series, "as": [name, value]}])
+    return Chart(spec, len(rows) * len(series), total, notes)
+
+
+def _scatter(con: duckdb.DuckDBPyConnection, src: str, plan: Roles, points: int, total: int) -> Chart:
+    ycol = plan.values[0]
+    base = (
+        f"(SELECT __cairn_r AS r, {_number(plan.x)} AS x, {_number(ycol)} AS y FROM {src}) t "
+        "WHERE x IS NOT NULL AND y IS NOT NULL"
+    )
+    (complete,) = _one(con, f"SELECT count(*) FROM {base}")
+    if complete == 0:
+        raise InvalidInput("No numeric points to chart")
+    notes = []
+    if complete <= points:
+        rows = _fetch(con, f"SELECT x, y FROM {base} ORDER BY r")
+    else:  # the rows of smallest hash: a seeded sample, and one of k points is a prefix of one of more
+        rows = _fetch(con, f"SELECT x, y FROM {base} ORDER BY hash(r, {SEED}), r LIMIT {int(points)}")
+        notes.append(f"seeded sample of {len(rows)} of {complete:,} points")
+    if complete < total:
+        notes.append(f"{total - complete:,} rows with a null left out")
+    _tidy(rows, ["x", "y"])
+    enc = {
+        "x": {"field": "x", "type": "quantitative", "title": plan.x},
+        "y": {"field": "y", "type": "quantitative", "title": ycol},
+    }
+    return Chart(_spec("point", enc, rows), len(rows), total, notes)
+
+
+def _histogram(con: duckdb.DuckDBPyConnection, src: str, plan: Roles, points: int, total: int) -> Chart:
+    base = f"(SELECT {_number(plan.x)} AS v FROM {src}) t"
+    lo, hi, valued = _one(con, f"SELECT min(v), max(v), count(v) FROM {base}")
+    if not valued:
+        raise InvalidInput("No numeric values to chart")
+    start, step, count = bins(float(lo), float(hi), points, plan.x_type.upper() in INTEGER_TYPES)
+    binned = _fetch(
+        con,
+        f"SELECT CAST(greatest(0, least({count - 1}, floor((v - {start!r}) / {step!r}))) AS BIGINT) AS b, "
+        f"count(*) AS n FROM {base} WHERE v IS NOT NULL GROUP BY b",
+    )
+    found = {int(r["b"]): int(r["n"]) for r in binned}
+    rows = [
+        {"lo": _edge(start + i * step), "hi": _edge(start + (i + 1) * step), "n": found.get(i, 0)} for i in range(count)
+    ]
+    notes = [f"{count} bins over all {int(valued):,} values"]
+    if valued < total:
+        notes.append(f"{total - int(valued):,} nulls not binned")
+    enc = {
+        "x": {"field": "lo", "bin": {"binned": True}, "type": "quantitative", "title": plan.x},
+        "x2": {"field": "hi"},
+        "y": {"field": "n", "type": "quantitative", "title": "count"},
+    }
+    return Chart(_spec("bar", enc, rows), len(rows), total, notes)
+
+
+def _heatmap(con: duckdb.DuckDBPyConnection, src: str, plan: Roles, points: int, total: int) -> Chart:
+    vcol = plan.values[0]
+    base = (
+        f"(SELECT {_label(plan.x)} AS x, {_label(plan.y)} AS y, {_number(vcol)} AS v FROM {src}) t "
+        "WHERE x IS NOT NULL AND y IS NOT NULL"
+    )
+    kept, dx, dy = _one(con, f"SELECT count(*), count(DISTINCT x), count(DISTINCT y) FROM {base}")
+    if not kept:
+        raise InvalidInput(f"No rows with both {plan.x} and {plan.y} to chart")
+    nx, ny = min(int(dx), HEATMAP_X), min(int(dy), HEATMAP_Y)
+    if nx * ny > points:
+        shrink = math.sqrt(points / (nx * ny))
+        nx, ny = max(1, int(nx * shrink)), max(1, int(ny * shrink))
+    top = "SELECT {c} FROM {b} GROUP BY {c} ORDER BY count(*) DESC, {c} LIMIT {n}"
+    rows = _fetch(
+        con,
+        f"WITH b AS (SELECT * FROM {base}), xs AS ({top.format(c='x', b='b', n=nx)}), "
+        f"ys AS ({top.format(c='y', b='b', n=ny)}) "
+        "SELECT x, y, avg(v) AS v, count(*) AS n FROM b WHERE x IN (SELECT x FROM xs) AND y IN (SELECT y FROM ys) "
+        "GROUP BY x, y ORDER BY x, y",
+    )
+    notes = []
+    if nx < dx:
+        notes.append(f"top {nx} of {int(dx):,} {plan.x} values")
+    if ny < dy:
+        notes.append(f"top {ny} of {int(dy):,} {plan.y} values")
+    if any(r["n"] > 1 for r in rows):
+        notes.append(f"mean {vcol} per cell")
+    empty = sum(1 for r in rows if r["v"] is None)
+    if empty:
+        notes.append(f"{empty} cells with only null {vcol} left out")
+    if kept < total:
+        notes.append(f"{total - int(kept):,} rows with a null {plan.x} or {plan.y} left out")
+    cells = [{"x": r["x"], "y": r["y"], "v": r["v"]} for r in rows if r["v"] is not None]
+    _tidy(cells, ["v"])
+    enc = {
+        "x": {"field": "x", "type": "nominal", "title": plan.x},
+        "y": {"field": "y", "type": "nominal", "title": plan.y},
+        "color": {"field": "v", "type": "quantitative", "title": vcol},
+    }
+    return Chart(_spec("rect", enc, cells), len(cells), total, notes)
+
+
+def render_png(cfg: EngineConfig, spec: dict[str, Any], max_bytes: int) -> bytes:
+    """The spec drawn by vl-convert into WIDTH x HEIGHT pixels (at a smaller scale when needed to stay
+    within `max_bytes`; runs in a DuckDB worker process). No data is fetched: the spec's data is inline
+    and no URL is allowed."""
+    import vl_convert
+
+    sized = {**spec, "width": WIDTH, "height": HEIGHT, "autosize": {"type": "fit", "contains": "padding"}}
+    size = 0
+    for scale in SCALES:
+        try:
+            raw = vl_convert.vegalite_to_png(sized, scale=scale, config=RENDER_CONFIG, allowed_base_urls=[])
+        except Exception as exc:  # vl-convert reports every failure as a plain exception
+            raise EngineError(f"The chart could not be drawn: {exc}"[:400]) from None
+        png = _smaller(raw)
+        width, height = struct.unpack(">II", png[16:24])
+        if width > WIDTH or height > HEIGHT:
+            raise EngineError(f"The chart came out {width}x{height} pixels, over {WIDTH}x{HEIGHT}")
+        size = len(png)
+        if size <= max_bytes:
+            return png
+    raise InvalidInput(
+        f"The chart does not fit in {max_bytes} bytes (smallest: {size})",
+        suggestions=["Aggregate the result first, or use chart_format 'vega-lite'"],
+    )
+
+
+def _smaller(png: bytes) -> bytes:
+    """The same PNG with its image data deflated at zlib's best level: vl-convert compresses for speed,
+    and its charts come out about five times smaller this way (lossless)."""
+    pos, idat = 8, []
+    before: list[tuple[bytes, bytes]] = []
+    after: list[tuple[bytes, bytes]] = []
+    while pos + 8 <= len(png):
+        (length,) = struct.unpack(">I", png[pos : pos + 4])
+        tag, body = png[pos + 4 : pos + 8], png[pos + 8 : pos + 8 + length]
+        if tag == b"IDAT":
+            idat.append(body)
+        else:
+            (after if idat else before).append((tag, body))
+        pos += 12 + length
+    data = zlib.compress(zlib.decompress(b"".join(idat)), 9)
+    chunks = [*before, (b"IDAT", data), *after]
+    return png[:8] + b"".join(
+        struct.pack(">I", len(body)) + tag + body + struct.pack(">I", zlib.crc32(tag + body)) for tag, body in chunks
+    )
+
+
+# ------------------------------------------------------------------------------------------ in the server
+
+
+async def make_chart(
+    cfg: EngineConfig,
+    path: Path,
+    kind: str,
+    columns: list[str],
+    types: list[str],
+    fmt: str,
+    *,
+    max_bytes: int,
+    rows_total: int,
+    cost: Callable[[Visualization], int],
+    limit: int,
+    others: int = 0,
+    others_share: float = 0.5,
 ) -> Visualization:
-    """The visualization object: PNG (base64, shrunk until under `max_bytes`) and/or Vega-Lite."""
-    viz = Visualization(type=kind)
-    if fmt in ("png", "both"):
-        canvas = draw(kind, columns, types, rows)
-        data = canvas.png()
-        px = canvas.px
-        while len(data) > max_bytes and px.shape[1] > 80:
-            px = px[::2, ::2]
-            small = Canvas(px.shape[1], px.shape[0])
-            small.px = np.ascontiguousarray(px)
-            data = small.png()
-        if len(data) > max_bytes:
-            raise InvalidInput(f"The chart does not fit in {max_bytes} bytes")
-        viz.base64_image = base64.b64encode(data).decode()
-        viz.mime_type = "image/png"
-        viz.bytes = len(data)
+    """The visualization of a stored result: its Vega-Lite spec (`fmt` 'vega-lite' or 'both') and/or
+    the PNG drawn from that spec ('png' or 'both').
+
+    An inline spec is fitted to the reply's budget `limit`, as `cost` counts the reply holding the
+    visualization (and nothing else the reply may hold, which wants `others` tokens): when the whole
+    does not fit, what is left past the reply's fixed part goes to the chart, less at most
+    `others_share` of it for the others. DuckDB is then asked for fewer points (a smaller sample, fewer
+    bins, buckets, bars or cells) until the spec fits, and the spec is left out (noted) when even one
+    point does not. The PNG is drawn from the spec returned (from the full one when it was left out)."""
+    plan = roles(kind, columns, types)
+    full = await engine.offload(chart_data, cfg, path, plan, CAPS[kind])
+    shown = full
     if fmt in ("vega-lite", "both"):
-        viz.vega_lite = vega_lite(kind, columns, types, rows)
+        budget = (cost, limit, others, others_share)
+        shown = await _fit(cfg, path, plan, full, fmt, max_bytes, rows_total, budget)
+    else:
+        _cut_note(full, rows_total)
+    png = None
+    if fmt in ("png", "both"):
+        drawn = shown if shown.spec is not None else full
+        assert drawn.spec is not None
+        png = await engine.offload(render_png, cfg, drawn.spec, max_bytes)
+        shown = replace(shown, points=drawn.points)
+    return _visualization(kind, shown, fmt, png)
+
+
+def _cut_note(chart: Chart, rows_total: int) -> Chart:
+    """Say so when the stored rows (the chart's source) are only the first of the result's."""
+    if rows_total > chart.rows:
+        chart.notes.append(f"chart of the first {chart.rows:,} stored rows of {rows_total:,}")
+    return chart
+
+
+def _visualization(kind: str, chart: Chart, fmt: str, png: bytes | None, placeholder: int = 0) -> Visualization:
+    """The reply's object; `placeholder` (a byte count) stands for a PNG not drawn yet, so that its
+    fields are counted as they will be sent."""
+    from app.datasets.schemas import Visualization
+
+    viz = Visualization(type=kind, points=chart.points, source_rows=chart.rows, notes=chart.notes or None)
+    if fmt in ("vega-lite", "both"):
+        viz.vega_lite = chart.spec
+    if png is not None:
+        viz.base64_image, viz.mime_type, viz.bytes = base64.b64encode(png).decode(), "image/png", len(png)
+    elif placeholder and fmt == "both":
+        viz.base64_image, viz.mime_type, viz.bytes = "-", "image/png", placeholder
     return viz
+
+
+async def _fit(
+    cfg: EngineConfig,
+    path: Path,
+    plan: Roles,
+    chart: Chart,
+    fmt: str,
+    max_bytes: int,
+    rows_total: int,
+    budget: tuple[Callable[[Visualization], int], int, int, float],
+) -> Chart:
+    """`chart` with no more points than fit its share of the budget (see `make_chart`)."""
+    cost, limit, others, others_share = budget
+
+    def measure(c: Chart) -> int:
+        return cost(_visualization(plan.kind, c, fmt, None, max_bytes))
+
+    _cut_note(chart, rows_total)
+    used = await asyncio.to_thread(measure, chart)
+    if used + others <= limit:
+        return chart
+    assert chart.spec is not None
+    base = await asyncio.to_thread(measure, replace(chart, spec={**chart.spec, "data": {"values": []}}, points=0))
+    share = limit - min(others, int(max(0, limit - base) * others_share))
+    least = len(plan.values) if plan.kind == "line" else 1
+    notes = chart.notes
+    for _ in range(FIT_ROUNDS):
+        if used <= share:
+            return chart
+        if used <= base or base >= share:
+            break
+        target = min(chart.points - 1, int(chart.points * (share - base) / (used - base)))
+        if target < least:
+            break
+        chart = _cut_note(await engine.offload(chart_data, cfg, path, plan, target), rows_total)
+        chart.notes.append("fewer points to fit max_tokens")
+        used = await asyncio.to_thread(measure, chart)
+    if used <= share:
+        return chart
+    return replace(chart, spec=None, points=0, notes=[*notes, "vega_lite left out: over max_tokens"])

@@ -14,6 +14,7 @@ import base64
 import datetime as dt
 import decimal
 import difflib
+import json
 import math
 import os
 import re
@@ -46,6 +47,7 @@ from app.datasets.sandbox import (
     Lease,
     Lockdown,
     TimedOut,
+    duckdb_context,
     file_format,
     first_line,
     ident,
@@ -219,33 +221,144 @@ def offload_sync(
 
 
 # ---------------------------------------------------------------------------------------------- values
+#
+# One rendering rule for every value an answer shows (its table is in docs/datasets.md). Values Python
+# cannot take whole from DuckDB (an INTERVAL's months, nanoseconds, infinite dates) are rendered to text
+# in SQL by `_shown`, with every other date and time so that all of them read alike; `jsonable` renders
+# what reaches Python.
+
+# The largest integer a JSON reader (a float64) holds exactly: past it, integers travel as text.
+SAFE_INTEGER = 2**53 - 1
+_FRACTION_ZEROS = re.compile(r"(\.\d*?[1-9])0+(?=\D|$)")
+_WIDE = decimal.Context(prec=100, rounding=decimal.ROUND_HALF_UP)
+_DECIMAL_TYPE = re.compile(r"DECIMAL\((\d+),\s*(\d+)\)")
 
 
-def jsonable(value: Any) -> Any:
-    """A JSON-safe, bounded version of a DuckDB value."""
-    if value is None or isinstance(value, bool | int | str):
-        if isinstance(value, str) and len(value) > CELL_CHARS:
-            return value[:CELL_CHARS] + "…"
+def jsonable(value: Any, cut: bool = True) -> Any:
+    """A DuckDB value as JSON by the rendering rule: integers and decimals as numbers when a float64
+    holds them exactly (else their exact digits as a string), NaN and infinities as "NaN", "Infinity"
+    and "-Infinity", dates and times in ISO 8601 (UTC for TIMESTAMPTZ), UUIDs as text, blobs as
+    "base64:…", lists as arrays, structs and maps as objects. `cut` bounds it to what an answer shows
+    (CELL_CHARS characters of a text, BLOB_BYTES bytes of a blob, LIST_ITEMS items); an export keeps it
+    whole."""
+    if value is None or isinstance(value, bool):
         return value
+    if isinstance(value, int):
+        return value if -SAFE_INTEGER <= value <= SAFE_INTEGER else str(value)
+    if isinstance(value, str):
+        return value[:CELL_CHARS] + "…" if cut and len(value) > CELL_CHARS else value
     if isinstance(value, float):
-        return value if math.isfinite(value) else None
+        if math.isfinite(value):
+            return value
+        return "NaN" if math.isnan(value) else "Infinity" if value > 0 else "-Infinity"
     if isinstance(value, decimal.Decimal):
-        f = float(value)
-        return f if math.isfinite(f) else None
+        return _decimal(value)
     if isinstance(value, dt.datetime | dt.date | dt.time):
-        return value.isoformat()
-    if isinstance(value, dt.timedelta):
-        return str(value)
+        return _iso(value)
     if isinstance(value, uuid.UUID):
         return str(value)
     if isinstance(value, bytes | bytearray | memoryview):
         raw = bytes(value)
-        return "base64:" + base64.b64encode(raw[:96]).decode() + ("…" if len(raw) > 96 else "")
+        more = cut and len(raw) > BLOB_BYTES
+        return "base64:" + base64.b64encode(raw[:BLOB_BYTES] if more else raw).decode() + ("…" if more else "")
     if isinstance(value, dict):
-        return {str(k): jsonable(v) for k, v in list(value.items())[:50]}
+        items = list(value.items())
+        return {_key(k): jsonable(v, cut) for k, v in (items[:LIST_ITEMS] if cut else items)}
     if isinstance(value, list | tuple):
-        return [jsonable(v) for v in value[:50]]
-    return str(value)[:CELL_CHARS]
+        return [jsonable(v, cut) for v in (value[:LIST_ITEMS] if cut else value)]
+    text = str(value)
+    return text[:CELL_CHARS] if cut else text
+
+
+def _decimal(value: decimal.Decimal) -> Any:
+    exponent = value.as_tuple().exponent
+    if not isinstance(exponent, int) or not value.is_finite():
+        return str(value)
+    if exponent >= 0:  # DECIMAL(p, 0), e.g. a stored HUGEINT
+        return jsonable(int(value))
+    f = float(value)
+    # The test of `json_export_columns` in SQL: the float64 rounded to the value's scale gives it back.
+    back = _WIDE.quantize(decimal.Decimal(f), decimal.Decimal((0, (1,), exponent)))
+    return f if back == value else str(value)
+
+
+def _iso(value: dt.datetime | dt.date | dt.time) -> str:
+    """ISO 8601 as `_shown` renders it in SQL (UTC for an aware timestamp, no trailing zeros in a
+    fraction): for a date or time that reached Python without being rendered there."""
+    if isinstance(value, dt.datetime) and value.tzinfo is not None:
+        value = value.astimezone(dt.UTC)
+    return _FRACTION_ZEROS.sub(r"\1", value.isoformat())
+
+
+def _key(key: Any) -> str:
+    shown = jsonable(key)
+    return shown if isinstance(shown, str) else json.dumps(shown, ensure_ascii=False)
+
+
+def cell_text(value: Any) -> str:
+    """A rendered value (what `jsonable` gives) as the text of one CSV or spreadsheet cell: '' for
+    NULL, compact JSON for booleans, numbers, lists and objects."""
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def json_export_columns(con: duckdb.DuckDBPyConnection, relation: str) -> str:
+    """A select list of every column of `relation` for a JSON export: DECIMALs with a fraction, DOUBLEs
+    and REALs, at any depth, are written by the rendering rule (a DECIMAL as a number when its float64
+    reads back as the value, else its exact digits as text, which DuckDB's JSON reader, parsing every
+    number as a float64, would round; NaN and infinities as "NaN", "Infinity", "-Infinity" rather than
+    the bare words DuckDB writes and strict JSON readers refuse); everything else as DuckDB writes it."""
+    rel = con.sql(f"SELECT * FROM {relation}")
+    if rel is None:
+        return "*"
+    parts = [
+        f"{shown} AS {ident(name)}" if (shown := _json_number(ident(name), dtype, 0)) else ident(name)
+        for name, dtype in zip(rel.columns, rel.types, strict=True)
+    ]
+    return ", ".join(parts) or "*"
+
+
+def _json_number(expr: str, dtype: DuckDBPyType, depth: int) -> str | None:
+    """`expr` (of type `dtype`) with its numbers as `json_export_columns` writes them; None when DuckDB's
+    own writer already writes it so."""
+    kind = str(dtype.id)
+    decimal_type = _DECIMAL_TYPE.fullmatch(str(dtype))
+    if kind == "decimal" and decimal_type and int(decimal_type.group(2)) > 0:
+        back = f"TRY_CAST(CAST({expr} AS DOUBLE) AS {dtype})"
+        return (
+            f"CASE WHEN {back} = {expr} THEN CAST(CAST({expr} AS DOUBLE) AS JSON)"
+            f" ELSE to_json(CAST({expr} AS VARCHAR)) END"
+        )
+    if kind in ("float", "double"):
+        return (
+            f"CASE WHEN {expr} IS NULL OR isfinite({expr}) THEN CAST({expr} AS JSON)"
+            f""" WHEN isnan({expr}) THEN '"NaN"'::JSON WHEN {expr} > 0 THEN '"Infinity"'::JSON"""
+            """ ELSE '"-Infinity"'::JSON END"""
+        )
+    if kind not in ("list", "array", "struct", "map") or depth >= 8:
+        return None
+    members = [(name, sub) for name, sub in dtype.children if isinstance(sub, DuckDBPyType)]
+    var = f"_j{depth}"
+    if kind in ("list", "array"):
+        item = _json_number(var, members[0][1], depth + 1)
+        return None if item is None else f"[{item} FOR {var} IN {expr}]"
+    if kind == "map":
+        value = _json_number(f"{var}.value", members[1][1], depth + 1)
+        entries = f"map_entries({expr})"
+        return (
+            None
+            if value is None
+            else f"map_from_entries([{{'key': {var}.key, 'value': {value}}} FOR {var} IN {entries}])"
+        )
+    fields = [(name, f"struct_extract({expr}, {lit(name)})", sub) for name, sub in members]
+    shown = [(name, field, _json_number(field, sub, depth + 1)) for name, field, sub in fields]
+    if all(s is None for _, _, s in shown):
+        return None
+    packed = ", ".join(f"{ident(name)} := {s or field}" for name, field, s in shown)
+    return f"CASE WHEN {expr} IS NULL THEN NULL ELSE struct_pack({packed}) END"
 
 
 def rows_as_dicts(columns: list[str], rows: list[tuple[Any, ...]]) -> list[dict[str, Any]]:
@@ -253,7 +366,7 @@ def rows_as_dicts(columns: list[str], rows: list[tuple[Any, ...]]) -> list[dict[
     return [{c: jsonable(v) for c, v in zip(columns, row, strict=False)} for row in rows]
 
 
-# Types whose values have a small fixed size: nothing to cut.
+# Types whose values have a small fixed size and reach Python whole: nothing to cut or render.
 _FIXED = frozenset(
     {
         "boolean",
@@ -270,71 +383,88 @@ _FIXED = frozenset(
         "float",
         "double",
         "decimal",
-        "date",
-        "time",
-        "time_ns",
-        "time with time zone",
-        "timestamp",
-        "timestamp_s",
-        "timestamp_ms",
-        "timestamp_ns",
-        "timestamp with time zone",
-        "interval",
         "uuid",
         "enum",
         "null",
     }
 )
+# Rendered as DuckDB's text of them: an INTERVAL keeps its months, a TIME_NS its nanoseconds.
+_AS_TEXT = frozenset({"date", "time", "time_ns", "interval"})
+# Rendered as DuckDB's text in ISO 8601 (see `iso_text`): nanoseconds and infinities are kept.
+_TIMESTAMPS = frozenset(
+    {"timestamp", "timestamp_s", "timestamp_ms", "timestamp_ns", "timestamp with time zone", "time with time zone"}
+)
 # Type nodes one projection cuts item by item; past that (or 8 levels down) a value is cut as text.
 _CUT_NODES = 400
 
 
-def _cut(expr: str, dtype: DuckDBPyType, budget: list[int], depth: int) -> str | None:
-    """An expression giving what `jsonable` shows of `expr` (of type `dtype`) and nothing more: the first
-    CELL_CHARS + 1 characters of a text (so that it is still seen as cut), BLOB_BYTES + 1 bytes of a
-    blob, LIST_ITEMS items of a list, struct or map, each cut the same way. None when the value is
-    small whatever it holds."""
+def iso_text(text: str) -> str:
+    """An SQL expression: DuckDB's text of a timestamp or TIMETZ (`text`, an expression) in ISO 8601,
+    with a 'T' between date and time and an offset of whole hours written '+00:00' (locked databases
+    run in UTC, see `sandbox.open_locked`)."""
+    return f"regexp_replace(regexp_replace({text}, ' ', 'T'), '([+-][0-9][0-9])$', '\\1:00')"
+
+
+def _shown(expr: str, dtype: DuckDBPyType, budget: list[int], depth: int, cut: bool = True) -> str | None:
+    """An expression giving what `jsonable` shows of `expr` (of type `dtype`) and nothing more: dates and
+    times rendered to text (see `_AS_TEXT`, `_TIMESTAMPS`), and with `cut`, the first CELL_CHARS + 1
+    characters of a text (so that it is still seen as cut), BLOB_BYTES + 1 bytes of a blob, LIST_ITEMS
+    items of a list, struct or map, each cut the same way. None when the value reaches Python as it is
+    shown."""
     kind = str(dtype.id)
+    # format() rather than CAST: DuckDB's CSV reader answers a cast to VARCHAR of a column it reads
+    # with the column's raw text ('29/02/2024', '1:02:03'), not the text of the parsed value.
+    if kind in _TIMESTAMPS:
+        return iso_text(f"format('{{}}', {expr})")
+    if kind in _AS_TEXT:
+        return f"format('{{}}', {expr})"
     if kind in _FIXED:
         return None
     budget[0] -= 1
     if kind == "varchar":
-        return f"left({expr}, {CELL_CHARS + 1})"
+        return f"left({expr}, {CELL_CHARS + 1})" if cut else None
     if kind == "blob":
-        return f"{expr}[1:{BLOB_BYTES + 1}]"
+        return f"{expr}[1:{BLOB_BYTES + 1}]" if cut else None
     nested = kind in ("list", "array", "struct", "map", "union")
     members = [(name, sub) for name, sub in dtype.children if isinstance(sub, DuckDBPyType)] if nested else []
     if members and budget[0] > 0 and depth < 8:
         var = f"_v{depth}"
         if kind in ("list", "array"):
-            item = _cut(var, members[0][1], budget, depth + 1)
+            item = _shown(var, members[0][1], budget, depth + 1, cut)
             size = [n for name, n in dtype.children if name == "size" and isinstance(n, int)]
-            if item is None and size and size[0] <= LIST_ITEMS:
+            if item is None and (not cut or (size and size[0] <= LIST_ITEMS)):
                 return None
-            sliced = f"list_slice({expr}, 1, {LIST_ITEMS})"
+            sliced = f"list_slice({expr}, 1, {LIST_ITEMS})" if cut else expr
             return sliced if item is None else f"[{item} FOR {var} IN {sliced}]"
         if kind == "struct":
             fields = [(name, f"struct_extract({expr}, {lit(name)})", sub) for name, sub in members]
-            kept = [(name, field, _cut(field, sub, budget, depth + 1)) for name, field, sub in fields[:LIST_ITEMS]]
-            if len(fields) <= LIST_ITEMS and all(cut is None for _, _, cut in kept):
+            kept = [
+                (name, field, _shown(field, sub, budget, depth + 1, cut))
+                for name, field, sub in (fields[:LIST_ITEMS] if cut else fields)
+            ]
+            if len(kept) == len(fields) and all(shown is None for _, _, shown in kept):
                 return None
-            packed = ", ".join(f"{ident(name)} := {cut or field}" for name, field, cut in kept)
+            packed = ", ".join(f"{ident(name)} := {shown or field}" for name, field, shown in kept)
             return f"CASE WHEN {expr} IS NULL THEN NULL ELSE struct_pack({packed}) END"
         if kind == "map":
-            value = _cut(f"{var}.value", members[1][1], budget, depth + 1) or f"{var}.value"
-            entries = f"list_slice(map_entries({expr}), 1, {LIST_ITEMS})"
-            return f"map_from_entries([{{'key': {var}.key, 'value': {value}}} FOR {var} IN {entries}])"
-        if kind == "union" and all(_cut(var, sub, [_CUT_NODES], depth + 1) is None for _, sub in members):
+            value = _shown(f"{var}.value", members[1][1], budget, depth + 1, cut)
+            if value is None and not cut:
+                return None
+            entries = f"list_slice(map_entries({expr}), 1, {LIST_ITEMS})" if cut else f"map_entries({expr})"
+            return (
+                f"map_from_entries([{{'key': {var}.key, 'value': {value or var + '.value'}}} FOR {var} IN {entries}])"
+            )
+        if kind == "union" and all(_shown(var, sub, [_CUT_NODES], depth + 1, cut) is None for _, sub in members):
             return None
-    return f"left(CAST({expr} AS VARCHAR), {CELL_CHARS + 1})"
+    return f"left(CAST({expr} AS VARCHAR), {CELL_CHARS + 1})" if cut else None
 
 
 def capped_query(
-    con: duckdb.DuckDBPyConnection, source: str, columns: list[str] | None = None
+    con: duckdb.DuckDBPyConnection, source: str, columns: list[str] | None = None, cut: bool = True
 ) -> tuple[str, list[str]]:
-    """A query of the `columns` (default all) of the table expression `source` whose values are cut in
-    SQL to what `jsonable` shows of them (see `_cut`): a huge text or list never reaches Python whole.
-    Returns the query and the column names."""
+    """A query of the `columns` (default all) of the table expression `source` whose values are rendered
+    and (with `cut`) cut in SQL to what `jsonable` shows of them (see `_shown`): a huge text or list
+    never reaches Python whole. Returns the query and the column names."""
     picked = ", ".join(ident(c) for c in columns) if columns else "*"
     inner = f"SELECT {picked} FROM {source}"
     rel = con.sql(inner)
@@ -346,24 +476,31 @@ def capped_query(
     budget = [_CUT_NODES]
     # Positional aliases: a result may hold two columns of one name.
     aliases = [f"_c{i}" for i in range(len(names))]
-    cuts = [_cut(alias, dtype, budget, 0) for alias, dtype in zip(aliases, types, strict=True)]
-    if all(cut is None for cut in cuts):
+    cuts = [_shown(alias, dtype, budget, 0, cut) for alias, dtype in zip(aliases, types, strict=True)]
+    if all(c is None for c in cuts):
         return inner, names
-    exprs = ", ".join(f"{cut or alias} AS {ident(name)}" for alias, cut, name in zip(aliases, cuts, names, strict=True))
+    exprs = ", ".join(f"{c or alias} AS {ident(name)}" for alias, c, name in zip(aliases, cuts, names, strict=True))
     return f"SELECT {exprs} FROM ({inner}) AS _t({', '.join(aliases)})", names
 
 
-def capped_columns(con: duckdb.DuckDBPyConnection, relation: str, columns: list[str]) -> str:
-    """A select list of `columns` (distinct names) of `relation` (a view, or a table expression with
-    those columns) whose values are cut in SQL as `capped_query` cuts them, each named as its column."""
+def capped_exprs(con: duckdb.DuckDBPyConnection, relation: str, columns: list[str], cut: bool = True) -> list[str]:
+    """For each of `columns` (distinct names) of `relation` (a view, or a table expression with those
+    columns), an expression of it rendered and cut in SQL as `capped_query` does."""
     rel = con.sql(f"SELECT {', '.join(ident(c) for c in columns)} FROM {relation}")
     if rel is None:
-        return ", ".join(ident(c) for c in columns)
+        return [ident(c) for c in columns]
     budget = [_CUT_NODES]
-    parts = [
-        (ident(name), _cut(ident(name), dtype, budget, 0)) for name, dtype in zip(rel.columns, rel.types, strict=True)
+    return [
+        _shown(ident(name), dtype, budget, 0, cut) or ident(name)
+        for name, dtype in zip(rel.columns, rel.types, strict=True)
     ]
-    return ", ".join(f"{cut} AS {name}" if cut else name for name, cut in parts)
+
+
+def capped_columns(con: duckdb.DuckDBPyConnection, relation: str, columns: list[str], cut: bool = True) -> str:
+    """A select list of `columns` (distinct names) of `relation` whose values are rendered and cut in SQL
+    as `capped_query` does (see `capped_exprs`), each named as its column."""
+    exprs = capped_exprs(con, relation, columns, cut)
+    return ", ".join(e if e == ident(c) else f"{e} AS {ident(c)}" for c, e in zip(columns, exprs, strict=True))
 
 
 def fetch_capped(
@@ -423,7 +560,15 @@ _MISSING_COLUMN = re.compile(r'column "?([^"\s]+)"? not found', re.I)
 
 
 def translate(exc: BaseException, known_columns: list[str] | None = None) -> CairnError:
-    """A DuckDB exception as the caller's error, with bounded text and suggestions."""
+    """A DuckDB exception as the caller's error, with bounded text and suggestions, and the place in
+    the statement it points at (if any) as its query_context."""
+    err = _translate(exc, known_columns)
+    if isinstance(exc, duckdb.Error) and err.query_context is None:
+        err.query_context = duckdb_context(str(exc))
+    return err
+
+
+def _translate(exc: BaseException, known_columns: list[str] | None = None) -> CairnError:
     if isinstance(exc, CairnError):
         return exc
     if isinstance(exc, TimedOut):
@@ -584,8 +729,15 @@ def execute_to_store(
         if select:
             # What rel.limit(max_rows).write_parquet(...) runs, in one statement that also counts the rows.
             query = f"SELECT * FROM (\n{sql}\n) LIMIT {int(max_rows)}"
-            copy = f"COPY ({query}) TO {lit(str(tmp))} (FORMAT parquet, COMPRESSION zstd)"
-            stored = int(con.execute(copy).fetchone()[0])  # type: ignore[index]
+            kept = _storable(query, columns, rel.types)
+            try:
+                stored = _copy_parquet(con, kept or query, tmp)
+            except duckdb.ConversionException:
+                if kept is None:
+                    raise
+                # An integer past 38 digits: its column is stored as its exact text instead.
+                wide = _too_wide(con, query, rel.types)
+                stored = _copy_parquet(con, _storable(query, columns, rel.types, wide) or query, tmp)
         else:  # EXPLAIN: not a query a COPY can read; the relation holds its answer
             rel.limit(max_rows).write_parquet(str(tmp), compression="zstd")
             stored = int(con.execute(f"SELECT count(*) FROM read_parquet({lit(str(tmp))})").fetchone()[0])  # type: ignore[index]
@@ -608,6 +760,72 @@ def execute_to_store(
     result = run_locked(cfg, sources, work, result_views=result_views)
     result.elapsed_ms = int((time.perf_counter() - started) * 1000)
     return result
+
+
+def _copy_parquet(con: duckdb.DuckDBPyConnection, query: str, path: Path) -> int:
+    copy = f"COPY ({query}) TO {lit(str(path))} (FORMAT parquet, COMPRESSION zstd)"
+    return int(con.execute(copy).fetchone()[0])  # type: ignore[index]
+
+
+def _storable(
+    query: str, columns: list[str], types: list[DuckDBPyType], wide: frozenset[int] = frozenset()
+) -> str | None:
+    """`query` with the values Parquet cannot hold (at any depth) cast to a type it can: HUGEINT and
+    UHUGEINT to DECIMAL(38,0), or their text in the columns `wide` (Parquet keeps them only as a DOUBLE:
+    a sum of integers would come back as 3.0, a 20-digit one rounded), and INTERVAL to its text (Parquet
+    refuses a negative one and keeps only milliseconds). None when it holds none."""
+    stored = [_stored_type(t, "VARCHAR" if i in wide else "DECIMAL(38,0)") for i, t in enumerate(types)]
+    if all(t is None for t in stored):
+        return None
+    # Positional aliases: a result may hold two columns of one name.
+    aliases = [f"_c{i}" for i in range(len(types))]
+    exprs = ", ".join(
+        f"{a if t is None else f'CAST({a} AS {t})'} AS {ident(name)}"
+        for a, t, name in zip(aliases, stored, columns, strict=True)
+    )
+    return f"SELECT {exprs} FROM ({query}) AS _s({', '.join(aliases)})"
+
+
+def _too_wide(con: duckdb.DuckDBPyConnection, query: str, types: list[DuckDBPyType]) -> frozenset[int]:
+    """The columns of `query` holding a HUGEINT or UHUGEINT past 38 digits (any nested one counts)."""
+    bound = "99999999999999999999999999999999999999"
+    checks: dict[int, str] = {}
+    for i, t in enumerate(types):
+        kind = str(t.id)
+        if kind in ("hugeint", "uhugeint"):
+            checks[i] = f"bool_or(_c{i} > {bound}" + ("" if kind == "uhugeint" else f" OR _c{i} < -{bound}") + ")"
+        elif _stored_type(t, "DECIMAL(38,0)") != _stored_type(t, "VARCHAR"):  # one nested in a list or struct
+            checks[i] = "true"
+    if not checks:
+        return frozenset()
+    aliases = ", ".join(f"_c{i}" for i in range(len(types)))
+    row = con.execute(f"SELECT {', '.join(checks.values())} FROM ({query}) AS _s({aliases})").fetchone() or ()
+    return frozenset(i for i, hit in zip(checks, row, strict=True) if hit)
+
+
+def _stored_type(dtype: DuckDBPyType, integer: str) -> str | None:
+    """The type `dtype` is stored as (see `_storable`); None when Parquet holds it as it is."""
+    kind = str(dtype.id)
+    if kind in ("hugeint", "uhugeint"):
+        return integer
+    if kind == "interval":
+        return "VARCHAR"
+    if kind not in ("list", "array", "struct", "map", "union"):
+        return None
+    members = [(name, sub) for name, sub in dtype.children if isinstance(sub, DuckDBPyType)]
+    inner = [_stored_type(sub, integer) for _, sub in members]
+    if all(t is None for t in inner):
+        return None
+    parts = [t or str(sub) for (_, sub), t in zip(members, inner, strict=True)]
+    if kind == "list":
+        return f"{parts[0]}[]"
+    if kind == "array":
+        size = [n for name, n in dtype.children if name == "size" and isinstance(n, int)]
+        return f"{parts[0]}[{size[0]}]" if size else f"{parts[0]}[]"
+    if kind == "map":
+        return f"MAP({parts[0]}, {parts[1]})"
+    fields = ", ".join(f"{ident(name)} {part}" for (name, _), part in zip(members, parts, strict=True))
+    return f"{kind.upper()}({fields})"
 
 
 def _is_select(sql: str) -> bool:
@@ -659,15 +877,8 @@ def summarize_stored(cfg: EngineConfig, path: Path, offset: int = 0, max_columns
         else f"SELECT * FROM read_parquet({lit(str(path))})"
     )
 
-    # min and max come as text of the whole value: cut before they reach Python.
-    cut = CELL_CHARS + 1
-    summary = (
-        f"SELECT column_name, column_type, left(min, {cut}), left(max, {cut}), approx_unique, avg, std, q25, q50,"
-        f" q75, count, null_percentage FROM (SUMMARIZE {src})"
-    )
-
     def work(con: duckdb.DuckDBPyConnection) -> tuple[list[Any], int]:
-        rows = con.execute(summary).fetchall()
+        rows = con.execute(summary_query(con, src)).fetchall()
         count = int(con.execute(f"SELECT count(*) FROM ({src})").fetchone()[0])  # type: ignore[index]
         return rows, count
 
@@ -677,13 +888,11 @@ def summarize_stored(cfg: EngineConfig, path: Path, offset: int = 0, max_columns
         name, ctype, cmin, cmax, approx, avg, std = r[0], r[1], r[2], r[3], r[4], r[5], r[6]
         entry: dict[str, Any] = {
             "type": ctype,
-            "min": _short(cmin),
-            "max": _short(cmax),
+            "min": extreme(cmin, ctype),
+            "max": extreme(cmax, ctype),
             "distinct": approx,
             "null_pct": jsonable(r[11]),
         }
-        if is_numeric(ctype):
-            entry["min"], entry["max"] = _round(cmin), _round(cmax)
         if avg is not None and is_numeric(ctype):
             entry["mean"] = _round(avg)
             entry["std"] = _round(std)
@@ -694,6 +903,43 @@ def summarize_stored(cfg: EngineConfig, path: Path, offset: int = 0, max_columns
         "columns": cols,
         **({"columns_omitted": len(rows) - max_columns} if len(rows) > max_columns else {}),
     }
+
+
+def summary_query(con: duckdb.DuckDBPyConnection, query: str, described: list[tuple[Any, ...]] | None = None) -> str:
+    """DuckDB's SUMMARIZE of `query` (a SELECT), one row per column: name, type, min, max, approx_unique,
+    avg, std, q25, q50, q75, count, null_percentage. min and max are DuckDB's text of the value, cut
+    before they reach Python, a timestamp's or TIMETZ's in ISO 8601 as answers render it. `described`:
+    the rows of `DESCRIBE query` when the caller has them."""
+    cut = CELL_CHARS + 1
+    # SUMMARIZE cannot average a TIME_NS: such columns are summarized as their text (in time order).
+    described = described if described is not None else con.execute(f"DESCRIBE {query}").fetchall()
+    ns = [str(r[0]) for r in described if str(r[1]) == "TIME_NS"]
+    kind = "column_type"
+    if ns:
+        texts = ", ".join(f"CAST({ident(c)} AS VARCHAR) AS {ident(c)}" for c in ns)
+        query = f"SELECT * REPLACE ({texts}) FROM ({query})"
+        kind = f"CASE WHEN column_name IN ({', '.join(lit(c) for c in ns)}) THEN 'TIME_NS' ELSE column_type END"
+    ends = [
+        f"left(CASE WHEN column_type LIKE 'TIMESTAMP%' OR column_type = 'TIME WITH TIME ZONE' THEN {iso_text(e)}"
+        f" ELSE {e} END, {cut})"
+        for e in ("min", "max")
+    ]
+    return (
+        f"SELECT column_name, {kind}, {ends[0]}, {ends[1]}, approx_unique, avg, std, q25, q50, q75, count,"
+        f" null_percentage FROM (SUMMARIZE {query})"
+    )
+
+
+def extreme(text: str | None, ctype: str) -> Any:
+    """A min or max of `summary_query` as answers render the value: exact for numbers (an integer or
+    decimal by the rendering rule), else the text, cut to 40 characters."""
+    if text is not None and is_numeric(ctype):
+        try:
+            exact = float(text) if ctype.upper() in ("FLOAT", "DOUBLE", "REAL") else decimal.Decimal(text)
+            return jsonable(exact)
+        except (ValueError, decimal.InvalidOperation):
+            pass
+    return _short(text)
 
 
 def _short(value: Any) -> Any:
@@ -728,4 +974,4 @@ NUMERIC_TYPES = (*INTEGER_TYPES, "FLOAT", "DOUBLE", "REAL")
 
 def is_numeric(ctype: str) -> bool:
     """True for DuckDB's integer, floating-point and DECIMAL types."""
-    return ctype.upper() in NUMERIC_TYPES or ctype.upper().startswith("DECIMAL")
+    return ctype.upper() in NUMERIC_TYPES or _DECIMAL_TYPE.fullmatch(ctype.upper()) is not None

@@ -30,7 +30,15 @@ from typing import TYPE_CHECKING, BinaryIO
 import duckdb
 
 from app.core.errors import CairnError, Conflict, EngineError, Forbidden, InvalidInput, NotFound, TooLarge
-from app.datasets.engine import EngineConfig, jsonable, offload_sync, run_locked
+from app.datasets.engine import (
+    EngineConfig,
+    capped_columns,
+    cell_text,
+    json_export_columns,
+    jsonable,
+    offload_sync,
+    run_locked,
+)
 from app.datasets.sandbox import ident
 from app.datasets.sandbox import sql_string as lit
 
@@ -141,9 +149,24 @@ def output_name(args: ExportIn) -> str:
             f"filename '{name}' does not match format {args.format}"
             + (f" with {args.compression} compression" if suffix else "")
             + f": it must end in {' or '.join(endings)}",
-            suggestions=[f"For example {name.split('.')[0] or 'export'}{endings[0]}", "Or omit filename"],
+            suggestions=_name_hints(args, name, endings),
         )
     return name
+
+
+def _name_hints(args: ExportIn, name: str, endings: list[str]) -> list[str]:
+    """How to make a refused filename and the written content agree."""
+    lower = name.lower()
+    named = next((c for c, s in (("gzip", ".gz"), ("zstd", ".zst")) if lower.endswith(s)), None)
+    bare = lower.removesuffix(".gz").removesuffix(".zst")
+    stem = name[: len(bare)].rsplit(".", 1)[0] or "export"
+    hints = [f"Name it {stem}{endings[0]}"]
+    if args.format in ("csv", "json") and bare.endswith(EXTENSIONS[args.format]):
+        if named is not None:
+            hints.append(f"Or pass compression '{named}' (or no compression) to write {name} compressed")
+        else:
+            hints.append(f"Or pass compression 'none' to write {name} uncompressed")
+    return [*hints, "Or omit filename"]
 
 
 # ------------------------------------------------------------------------------------------------ places
@@ -329,16 +352,18 @@ def _copy(cfg: EngineConfig, source: Path, tmp: Path, args: ExportIn) -> None:
         opts.append("HEADER true")
     if args.partition_by:
         opts.append(f"PARTITION_BY ({ident(args.partition_by)})")
-    stmt = f"COPY (SELECT * FROM read_parquet({lit(str(source))})) TO {lit(str(tmp))} ({', '.join(opts)})"
-    offload_sync(copy_out, cfg, stmt)
+    target = f"TO {lit(str(tmp))} ({', '.join(opts)})"
+    offload_sync(copy_out, cfg, f"read_parquet({lit(str(source))})", target, args.format == "json")
 
 
-def copy_out(cfg: EngineConfig, stmt: str) -> None:
-    """Run one `COPY ... TO` statement built by `_copy` on a locked database (in a DuckDB worker)."""
+def copy_out(cfg: EngineConfig, relation: str, target: str, json_numbers: bool = False) -> None:
+    """Run `COPY (SELECT … FROM relation) target`, built by `_copy`, on a locked database (in a DuckDB
+    worker); with `json_numbers`, numbers are written as `engine.json_export_columns` renders them."""
 
     def work(con: duckdb.DuckDBPyConnection) -> None:
+        picked = json_export_columns(con, relation) if json_numbers else "*"
         try:
-            con.execute(stmt)
+            con.execute(f"COPY (SELECT {picked} FROM {relation}) {target}")
         except WRITE_ERRORS as exc:
             raise _duckdb_write_error(exc, "the export") from None
 
@@ -357,7 +382,10 @@ def _xlsx(cfg: EngineConfig, source: Path, tmp: Path, partition_by: str | None) 
         fh, {"constant_memory": True, "strings_to_numbers": False, "tmpdir": str(cfg.work / "tmp")}
     )
     try:
+        con.execute("SET TimeZone = 'UTC'")  # as in a locked database: TIMESTAMPTZ values render in UTC
         src = f"read_parquet({lit(str(source))})"
+        names = [str(d[0]) for d in con.execute(f"DESCRIBE SELECT * FROM {src}").fetchall()]
+        shown = capped_columns(con, src, names, cut=False)  # rendered whole as answers render values
         groups: list[object] = [None]
         if partition_by:
             groups = [
@@ -373,11 +401,10 @@ def _xlsx(cfg: EngineConfig, source: Path, tmp: Path, partition_by: str | None) 
             where = ""
             if partition_by:
                 where = f" WHERE {ident(partition_by)} IS NULL" if g is None else f" WHERE {ident(partition_by)} = $1"
-            cur = con.execute(f"SELECT * FROM {src}{where}", [g] if partition_by and g is not None else [])
-            cols = [d[0] for d in cur.description or []]
-            name = _sheet_name("data" if not partition_by else f"{partition_by}={g}", used)
+            cur = con.execute(f"SELECT {shown} FROM {src}{where}", [g] if partition_by and g is not None else [])
+            name = _sheet_name("data" if not partition_by else f"{partition_by}={cell_text(jsonable(g))}", used)
             sheet = book.add_worksheet(name)
-            sheet.write_row(0, 0, cols)
+            sheet.write_row(0, 0, names)
             r = 1
             while True:
                 chunk = cur.fetchmany(10_000)
@@ -400,10 +427,10 @@ def _xlsx(cfg: EngineConfig, source: Path, tmp: Path, partition_by: str | None) 
 
 
 def _cell(value: object) -> object:
-    v = jsonable(value)
-    if isinstance(v, dict | list):
-        return str(v)
-    return v
+    """A value as one xlsx cell: rendered whole by the rule of answers (`jsonable`), lists and objects
+    as JSON text."""
+    v = jsonable(value, cut=False)
+    return cell_text(v) if isinstance(v, dict | list) else v
 
 
 def _sheet_name(raw: str, used: set[str]) -> str:

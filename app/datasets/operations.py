@@ -69,7 +69,7 @@ async def profile_dataset(ctx: CallContext, args: ProfileIn) -> ProfileOut:
 async def execute_query(ctx: CallContext, args: QueryIn) -> QueryOut:
     """Run a read-only analytical query over dataset files and return a bounded answer.
 
-    query_type 'sql' runs on DuckDB (read_csv_auto / read_parquet / read_json_auto, globs, joins,
+    query_type 'sql' (the default) runs on DuckDB (read_csv_auto / read_parquet / read_json_auto, globs, joins,
     window functions); each entry of `files` becomes a view (dataset name, file stem or query_id; a
     single input is also `data`). Only one SELECT / WITH / DESCRIBE / SUMMARIZE / EXPLAIN statement is
     accepted; files outside the data roots, COPY, ATTACH, INSTALL/LOAD, SET and read_text are refused,
@@ -79,7 +79,13 @@ async def execute_query(ctx: CallContext, args: QueryIn) -> QueryOut:
     export_result, or use the query_id as a table name later). The response fits `max_tokens`:
     fewer rows, then rows plus a summary of the rest, then a summary alone (`truncated`,
     `degradation`, `rows_total`, `context_tokens_used`). Identical queries on unchanged files are
-    answered from the cache (`summary.cache_hit`)."""
+    answered from the cache (`summary.cache_hit`); an error points at its place in `query_context`.
+
+    generate_chart (with the rows) or return_format 'chart' (without) adds a chart of the whole
+    result (chart_type bar/line/scatter/histogram/heatmap): one Vega-Lite spec computed in DuckDB over
+    every row (binned, bucketed or sampled; a null is a gap in a line), returned inline
+    (chart_format 'vega-lite', fitted to max_tokens with fewer points) and/or drawn as a PNG from that
+    spec ('png', 'both'); `visualization.notes` says what was done to the data."""
     await ctx.progress(0, 1, "running query")
     with service.storage_errors():
         out = await service.execute_query(ctx, args)
@@ -151,7 +157,8 @@ async def export_result(ctx: CallContext, args: ExportIn) -> ExportOut:
     idempotent=True,
 )
 async def cache_invalidate(ctx: CallContext, args: InvalidateIn) -> InvalidateOut:
-    """Drop cached query results and profiles by key or label pattern (wildcards) or by input file."""
+    """Drop cached query results and profiles by key, label or query_id pattern (wildcards) or by input
+    file; lists what it dropped."""
     with service.storage_errors():
         return await service.cache_invalidate(ctx, args)
 

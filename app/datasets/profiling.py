@@ -13,11 +13,15 @@ from app.datasets.engine import (
     Source,
     _round,
     capped_columns,
+    capped_exprs,
+    cell_text,
+    extreme,
     human_bytes,
     is_numeric,
     jsonable,
     rows_as_dicts,
     run_locked,
+    summary_query,
 )
 from app.datasets.sandbox import ident
 
@@ -28,6 +32,8 @@ VALUE_CHARS = 60
 def semantic_type(duck_type: str, distinct: int | None, rows: int, max_categories: int) -> str:
     """The seed's type vocabulary from a DuckDB type."""
     t = duck_type.upper()
+    if t.endswith("]"):  # a list or array of dates or numbers is none of them
+        return "string"
     if t in ("BOOLEAN", "BOOL"):
         return "bool"
     if t.startswith(("DATE", "TIMESTAMP", "TIME")):
@@ -58,7 +64,7 @@ def profile(
         types = {r[0]: str(r[1]) for r in described}
         stats: dict[str, dict[str, Any]] = {}
         if compute_stats:
-            for r in con.execute(f"SUMMARIZE {view}").fetchall():
+            for r in con.execute(summary_query(con, f"SELECT * FROM {view}", described)).fetchall():
                 stats[r[0]] = {
                     "min": r[2],
                     "max": r[3],
@@ -84,7 +90,8 @@ def profile(
                 nonnull, distinct = int(one[1 + i]), int(one[1 + len(names) + i])
                 null_pct = 0.0 if row_count == 0 else 100.0 * (row_count - nonnull) / row_count
                 stats[n] = {"approx_unique": distinct, "null_pct": null_pct, "count": row_count}
-        head = con.execute(f"SELECT * FROM {view} LIMIT {int(sample_size)}")
+        # Rendered in SQL as answers show them (see engine.capped_query).
+        head = con.execute(f"SELECT {capped_columns(con, view, names)} FROM {view} LIMIT {int(sample_size)}")
         head_rows = head.fetchall()
         cats: dict[str, list[list[Any]]] = {}
         if compute_stats:
@@ -147,7 +154,8 @@ def _assemble(
         if compute_stats:
             detail: dict[str, Any] = {}
             if sem in ("int64", "float64"):
-                for key in ("min", "max", "avg", "std", "q25", "q50", "q75"):
+                detail = {"min": extreme(st.get("min"), types[name]), "max": extreme(st.get("max"), types[name])}
+                for key in ("avg", "std", "q25", "q50", "q75"):
                     detail["mean" if key == "avg" else key] = _round(st.get(key))
             elif sem == "datetime":
                 detail = {"min": jsonable(st.get("min")), "max": jsonable(st.get("max"))}
@@ -243,11 +251,15 @@ def sample(
 def _stratified(
     con: duckdb.DuckDBPyConnection, view: str, cols: list[str], strat: str, size: int, seed: int, total: int
 ) -> dict[str, Any]:
-    groups = con.execute(
-        f"SELECT {ident(strat)} AS g, count(*) AS n FROM {view} GROUP BY 1 ORDER BY n DESC, g NULLS LAST LIMIT 10001"
+    label = capped_exprs(con, view, [strat])[0]
+    found = con.execute(
+        f"SELECT {ident(strat)} AS g, count(*) AS n, any_value({label}) FROM {view} GROUP BY 1"
+        " ORDER BY n DESC, g NULLS LAST LIMIT 10001"
     ).fetchall()
-    groups_total = len(groups)
-    chosen = groups[:size]
+    groups_total = len(found)
+    # Groups are matched by the repr of their value: a list, struct or map value cannot be a dict key.
+    chosen = [(repr(g), n) for g, n, _ in found[:size]]
+    labels = {repr(g): jsonable(shown) for g, _, shown in found[:size]}
     # One row per group first (every group represented), then the rest proportionally.
     alloc = {g: 1 for g, _ in chosen}
     left = size - len(chosen)
@@ -265,13 +277,13 @@ def _stratified(
     for g, n in chosen:
         alloc[g] = min(alloc[g], int(n))
     top = max(alloc.values()) if alloc else 1
-    packed = ", ".join(f"{ident(c)} := {ident(c)}" for c in cols)
+    packed = ", ".join(f"{ident(c)} := {e}" for c, e in zip(cols, capped_exprs(con, view, cols), strict=True))
     rows_out: list[dict[str, Any]] = []
     per_group = con.execute(
         f"SELECT {ident(strat)} AS g, min_by(struct_pack({packed}), hash(__rn, {seed}), {top}) AS picks "
         f"FROM (SELECT *, row_number() OVER () AS __rn FROM {view}) GROUP BY 1"
     ).fetchall()
-    picked = {g: p for g, p in per_group}
+    picked = {repr(g): p for g, p in per_group}
     for g, _ in chosen:
         for item in (picked.get(g) or [])[: alloc[g]]:
             rows_out.append({c: jsonable(item.get(c)) for c in cols})
@@ -282,6 +294,6 @@ def _stratified(
         "info": {
             "groups_total": groups_total if groups_total <= 10000 else None,
             "groups_represented": len(chosen),
-            "allocation": {str(jsonable(g)): alloc[g] for g, _ in chosen[:50]},
+            "allocation": {"null" if labels[g] is None else cell_text(labels[g]): alloc[g] for g, _ in chosen[:50]},
         },
     }

@@ -9,10 +9,14 @@ The child process (`python -I`) gets:
 - an audit hook that refuses subprocesses, `os.system`/`exec*`/`fork`, `ctypes`, file writes and
   deletions, and reads outside the data roots and the Python installation;
 - a locked DuckDB connection `con` with the input views (the same sandbox as SQL); the `duckdb`
-  module itself is not importable by the code. `pd` is pandas when it is installed.
+  module itself is not importable by the code. `pd` is pandas when it is installed (the `pandas`
+  extra); without it, `pd` or `import pandas` fails with an error naming the extra (5001). A relative
+  path given to a pandas reader (`pd.read_csv('data.csv')`) is looked up in the readable roots in
+  order, like a `file_path`.
 
-The code sets `result` to a DuckDB relation, a pandas DataFrame, a list of dicts or a dict of lists;
-the child stores it as the Parquet result. Python-level isolation is defence in depth, not a
+The code sets `result` to a DuckDB relation, a pandas DataFrame or Series (an index other than the
+default one, as `describe()` gives, becomes a column), a list of dicts or a dict of lists; the child
+stores it as the Parquet result. Python-level isolation is defence in depth, not a
 security boundary against a determined attacker: enable this engine only for trusted callers.
 """
 
@@ -25,9 +29,10 @@ from pathlib import Path
 
 from app.core.errors import EngineError, QueryError, Timeout
 from app.datasets.engine import EngineConfig, Source
+from app.datasets.sandbox import query_context
 
 CHILD = r"""
-import ctypes, json, os, resource, sys
+import ctypes, json, os, resource, sys, textwrap
 spec = json.loads(sys.stdin.read())
 cpu, mem = spec["cpu_seconds"], spec["memory_mb"] * 1024 * 1024
 resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
@@ -41,9 +46,38 @@ except Exception:
     isolated = False
 import duckdb
 try:
+    import numpy  # before the audit hook: numpy imports ctypes
+except Exception:
+    pass
+try:
     import pandas as pd
 except Exception:
     pd = None
+NO_PANDAS = "pandas is not installed on this server (the cairn-server[pandas] extra)"
+class NoPandas:
+    def __getattr__(self, name):
+        raise ModuleNotFoundError(NO_PANDAS, name="pandas")
+def located(path):
+    # A relative path given to a pandas reader: the first readable root holding it, as for file_path.
+    if isinstance(path, str) and path and not os.path.isabs(path) and "://" not in path:
+        found = [os.path.join(r, path) for r in spec["roots"] if os.path.exists(os.path.join(r, path))]
+        return (found or [os.path.join(spec["roots"][0], path)])[0]
+    return path
+def reader(fn):
+    def read(*args, **kwargs):
+        if args:
+            args = (located(args[0]), *args[1:])
+        for key in ("filepath_or_buffer", "path", "io", "path_or_buf"):
+            if key in kwargs:
+                kwargs[key] = located(kwargs[key])
+        return fn(*args, **kwargs)
+    read.__name__, read.__doc__ = fn.__name__, fn.__doc__
+    return read
+if pd is not None:
+    for name in ("read_csv", "read_table", "read_fwf", "read_json", "read_parquet", "read_feather", "read_orc",
+                 "read_excel"):
+        if hasattr(pd, name):
+            setattr(pd, name, reader(getattr(pd, name)))
 con = duckdb.connect(":memory:", config={"autoinstall_known_extensions": False,
                                           "autoload_known_extensions": False,
                                           "memory_limit": spec["duckdb_memory"], "threads": 1})
@@ -71,6 +105,8 @@ def hook(event, args):
         raise PermissionError(f"{event} is not allowed in the python engine")
     if event == "import" and args[0].split(".")[0] in BLOCKED_MODULES:
         raise PermissionError(f"import {args[0]} is not allowed in the python engine")
+    if event == "import" and pd is None and args[0].split(".")[0] == "pandas":
+        raise ModuleNotFoundError(NO_PANDAS, name="pandas")
     if event == "open":
         path, mode = args[0], args[1] or "r"
         if isinstance(path, int):
@@ -84,32 +120,55 @@ def hook(event, args):
 sys.addaudithook(hook)
 for mod in [m for m in sys.modules if m.split(".")[0] in BLOCKED_MODULES]:
     sys.modules.pop(mod, None)
-namespace = {"con": con, "pd": pd, "inputs": spec["inputs"], "result": None, "__name__": "__cairn__"}
-code = compile(spec["code"], "<python query>", "exec")
+namespace = {"con": con, "pd": NoPandas() if pd is None else pd, "inputs": spec["inputs"], "result": None,
+             "__name__": "__cairn__"}
+def compiled(source):
+    # Code quoted from an example comes indented as a whole, and its first line loses its indent when the
+    # arguments are trimmed: when the code as sent is badly indented, try it dedented.
+    try:
+        return compile(source, "<python query>", "exec")
+    except IndentationError as exc:
+        first = exc
+    head, _, rest = source.partition("\n")
+    for variant in (textwrap.dedent(source), head.strip() + "\n" + textwrap.dedent(rest)):
+        try:
+            return compile(variant, "<python query>", "exec")
+        except SyntaxError:
+            pass
+    raise first
 state["armed"] = True
 try:
-    exec(code, namespace)
+    exec(compiled(spec["code"]), namespace)
     result = namespace.get("result")
     state["armed"] = False
     if result is None:
         raise ValueError("the code must set `result`")
-    if isinstance(result, list):
+    if isinstance(result, dict):  # a dict of lists: the columns
+        result = pd.DataFrame(result) if pd is not None else [dict(zip(result, r)) for r in zip(*result.values())]
+    if pd is not None and isinstance(result, pd.Series):
+        result = result.to_frame()
+    if pd is not None and isinstance(result, pd.DataFrame):
+        if not isinstance(result.index, pd.RangeIndex):  # describe(), groupby(): the index is data
+            result = result.reset_index()
+        rel = con.from_df(result)
+    elif isinstance(result, list):
         rel = con.sql("SELECT unnest($r, recursive := true)", params={"r": result}) if result else None
         if rel is None:
             raise ValueError("`result` is an empty list")
-    elif isinstance(result, dict) and pd is not None:
-        frame = pd.DataFrame(result)
-        rel = con.sql("SELECT * FROM frame")
-    elif pd is not None and isinstance(result, pd.DataFrame):
-        frame = result
-        rel = con.sql("SELECT * FROM frame")
     else:
         rel = result
     rel.write_parquet(dest)
     print(json.dumps({"ok": True, "isolated": isolated}))
 except BaseException as exc:
     state["armed"] = False
-    print(json.dumps({"ok": False, "error": f"{type(exc).__name__}: {exc}"[:400], "isolated": isolated}))
+    missing = pd is None and "pandas" in str(exc) and (isinstance(exc, ImportError) or "not installed" in str(exc))
+    line, tb = getattr(exc, "lineno", None) if isinstance(exc, SyntaxError) else None, exc.__traceback__
+    while tb is not None:  # the innermost line of the caller's code
+        if tb.tb_frame.f_code.co_filename == "<python query>":
+            line = tb.tb_lineno
+        tb = tb.tb_next
+    print(json.dumps({"ok": False, "error": f"{type(exc).__name__}: {exc}"[:400], "isolated": isolated,
+                      "missing": "pandas" if missing else None, "line": line}))
 """
 
 
@@ -130,6 +189,7 @@ def run_python(
         "views": {s.name: s.sql() for s in sources},
         "inputs": {s.name: s.pattern for s in sources},
         "allowed": [str(p) for p in cfg.allowed],
+        "roots": [str(p) for p in cfg.roots],
         "dest": str(dest),
         "cpu_seconds": cpu_seconds,
         "memory_mb": memory_mb,
@@ -156,13 +216,28 @@ def run_python(
             raise Timeout(f"The python code exceeded {kind} limit and was stopped")
         raise EngineError(f"The python engine failed (exit {proc.returncode}): {proc.stderr.strip()[-300:]}")
     report = json.loads(lines[-1])
+    if report.get("missing") == "pandas":
+        raise EngineError(
+            "The python engine has no pandas: it is not installed on this server",
+            suggestions=[
+                "Use `con` (DuckDB: con.sql(...)) in the code, or query_type 'sql'",
+                "The operator installs the pandas extra: pip install 'cairn-server[pandas]'",
+            ],
+        )
     if not report["ok"]:
+        lines = code.splitlines()
+        line = report.get("line")
         raise QueryError(
             f"python: {report['error']}",
             suggestions=[
                 "Set `result` to a DuckDB relation (con.sql(...)), a DataFrame or a list of "
                 "dicts; no network, subprocesses or file writes are allowed"
             ],
+            query_context=(
+                f"line {line}: {query_context(lines[line - 1])}"
+                if isinstance(line, int) and 0 < line <= len(lines)
+                else None
+            ),
         )
     return bool(report.get("isolated"))
 

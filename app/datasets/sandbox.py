@@ -177,6 +177,8 @@ def resolve_path(raw: str, roots: list[Path], *, must_exist: bool = True) -> tup
     `must_exist`; every match must also lie inside a root (symlinks resolved)."""
     if not raw or "\x00" in raw:
         raise InvalidInput("Empty or invalid path")
+    if _URL.match(raw):  # outside every root, whether or not it would exist as a relative name
+        raise _remote(raw)
     text = os.path.expanduser(raw) if raw.startswith("~") else raw
     candidates = [Path(text)] if os.path.isabs(text) else [root / text for root in roots]
     is_glob = any(ch in text for ch in "*?[")
@@ -252,13 +254,20 @@ def _strong_path(value: str) -> bool:
 _URL = re.compile(r"^[a-z][a-z0-9+.\-]{1,15}://", re.I)
 
 
+def _remote(raw: str) -> Forbidden:
+    return Forbidden(
+        f"Remote URLs are not allowed ('{raw[:100]}'): only files inside the data roots",
+        suggestions=[
+            "Upload the file with POST /api/v1/datasets/upload, or ask the operator to place it in a data root",
+            "list_datasets shows what is available",
+        ],
+    )
+
+
 def _literal_path(value: str, roots: list[Path]) -> str | None:
     """The absolute pattern a string literal names, None when it is not a path."""
     if _URL.match(value):
-        raise Forbidden(
-            "Remote URLs are not allowed; only files inside the data roots",
-            suggestions=["Upload the file with POST /api/v1/datasets/upload"],
-        )
+        raise _remote(value)
     if _strong_path(value):
         return resolve_path(value, roots)[0]
     if "/" in value or "\\" in value:
@@ -348,6 +357,53 @@ def first_line(message: str) -> str:
     return line[:400]
 
 
+CONTEXT_WIDTH = 160  # characters of a query_context
+_DUCKDB_SPOT = re.compile(r"^(LINE \d+: )(.*)\n( *)(\^+)", re.M)
+_NAMED = re.compile(r"'([^'\n]{1,80})'|\"([^\"\n]{1,80})\"|\b([A-Za-z_]\w{0,79})\(\)")
+
+
+def query_context(text: str, start: int | None = None, length: int = 0) -> str:
+    """The part of a query around `start` on one line (whitespace collapsed, at most about
+    CONTEXT_WIDTH characters, `…` where cut), the span `start..start+length` marked `>>>like this<<<`;
+    without `start`, the beginning of the query."""
+
+    def flat(piece: str) -> str:
+        return " ".join(piece.split())
+
+    if start is None or not 0 <= start <= len(text):
+        whole = flat(text)
+        return whole if len(whole) <= CONTEXT_WIDTH else whole[: CONTEXT_WIDTH - 1] + "…"
+    end = min(len(text), start + max(length, 1))
+    span = flat(text[start:end])[:80]
+    room = max(20, (CONTEXT_WIDTH - len(span)) // 2)
+    before, after = flat(text[:start]), flat(text[end:])
+    left = ("…" + before[-room:]) if len(before) > room else before
+    right = (after[:room] + "…") if len(after) > room else after
+    return f"{left}{' ' if left and text[start - 1 : start].isspace() else ''}>>>{span}<<<" + (
+        f"{' ' if right and text[end : end + 1].isspace() else ''}{right}"
+    )
+
+
+def duckdb_context(message: str) -> str | None:
+    """The query_context of a DuckDB error that points at a place (its `LINE n:` and `^^^` lines)."""
+    m = _DUCKDB_SPOT.search(message)
+    if m is None:
+        return None
+    col = len(m.group(3)) - len(m.group(1))
+    return query_context(m.group(2), col, len(m.group(4))) if col >= 0 else query_context(m.group(2))
+
+
+def context_in(query: str, message: str) -> str:
+    """The query_context of an error about `query`: the first name the message quotes ('x', "x" or
+    x()) that the query holds as a whole word, else the beginning of the query."""
+    for m in _NAMED.finditer(message):
+        word = next(g for g in m.groups() if g)
+        hit = re.search(r"(?<!\w)" + re.escape(word) + r"(?!\w)", query, re.I)
+        if hit:
+            return query_context(query, hit.start(), len(word))
+    return query_context(query)
+
+
 @dataclass(frozen=True)
 class Lockdown:
     """What a locked database is opened with; connections are pooled per lockdown."""
@@ -377,6 +433,8 @@ def open_locked(lock: Lockdown) -> duckdb.DuckDBPyConnection:
         dirs = ", ".join(sql_string(d.rstrip("/") + "/") for d in lock.allowed)
         con.execute(f"SET allowed_directories = [{dirs}]")
         con.execute(f"SET temp_directory = {sql_string(lock.temp_dir)}")
+        # TIMESTAMPTZ values read, rendered, summarized and exported alike whatever the host's zone.
+        con.execute("SET TimeZone = 'UTC'")
         con.execute("SET enable_external_access = false")
         con.execute("SET lock_configuration = true")
     except BaseException:

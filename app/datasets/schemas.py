@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 
 from app.core.schemas import PROJECT_NAME, StrictModel
 
@@ -95,9 +95,13 @@ class QueryIn(StrictModel):
     """Arguments of execute_query."""
 
     engine: Literal["polars", "duckdb", "pandas", "auto"] = Field(default="auto", description="Execution engine")
-    query_type: Literal["sql", "polars_expr", "python"] = Field(description="Type of query expression")
+    query_type: Literal["sql", "polars_expr", "python"] = Field(
+        default="sql",
+        description="Type of query expression (without one: polars_expr for engine polars, python for pandas)",
+    )
     query: str = Field(min_length=1, max_length=100_000, description="Query string or expression")
     files: list[str] = Field(
+        default_factory=list,
         max_length=50,
         description=(
             "Input files, globs, registered dataset names or query_ids; each becomes a view named after the "
@@ -106,15 +110,30 @@ class QueryIn(StrictModel):
     )
     return_limit: int = Field(default=100, ge=1, le=1000, description="Maximum rows to return")
     return_format: Literal["json", "csv", "summary", "chart"] = Field(default="json")
-    generate_chart: bool = Field(default=False)
-    chart_type: Literal["bar", "line", "scatter", "histogram", "heatmap"] | None = None
-    chart_format: Literal["png", "vega-lite", "both"] = Field(default="png")
+    generate_chart: bool = Field(default=False, description="Add a chart of the whole result (visualization)")
+    chart_type: Literal["bar", "line", "scatter", "histogram", "heatmap"] | None = Field(
+        default=None, description="Chart type (default bar)"
+    )
+    chart_format: Literal["png", "vega-lite", "both"] = Field(
+        default="png",
+        description="PNG (sent as image content), the Vega-Lite spec it is drawn from (inline, fitted to "
+        "max_tokens), or both",
+    )
     cache_key: str | None = Field(default=None, max_length=200, description="Label for the cached result")
     max_tokens: int | None = MaxTokens
     timeout_ms: int | None = Field(
         default=None, ge=100, le=600_000, description="Lower the server's query time limit for this call"
     )
     project: str | None = ProjectField
+
+    @model_validator(mode="before")
+    @classmethod
+    def _query_type_of_engine(cls, data: Any) -> Any:
+        """Without a query_type (or with null), the one the engine runs: sql for auto/duckdb."""
+        if not isinstance(data, dict) or data.get("query_type") is not None:
+            return data
+        kind = {"polars": "polars_expr", "pandas": "python"}.get(str(data.get("engine")), "sql")
+        return {**data, "query_type": kind}
 
 
 class QuerySummary(BaseModel):
@@ -126,15 +145,33 @@ class QuerySummary(BaseModel):
     engine_used: str
 
 
+def _unset(value: Any) -> bool:
+    return value is None
+
+
 class Visualization(BaseModel):
-    """A chart of the result."""
+    """A chart of the result: a Vega-Lite spec and/or the PNG drawn from it. Fields without a value are
+    left out of the reply (each costs tokens)."""
 
     type: str
-    data_url: str | None = None
-    base64_image: str | None = None
-    mime_type: str | None = None
-    bytes: int | None = None
-    vega_lite: dict[str, Any] | None = None
+    data_url: str | None = Field(default=None, exclude_if=_unset)
+    base64_image: str | None = Field(default=None, exclude_if=_unset, description="The PNG (MCP: image content)")
+    mime_type: str | None = Field(default=None, exclude_if=_unset)
+    bytes: int | None = Field(default=None, exclude_if=_unset, description="Size of the PNG")
+    vega_lite: dict[str, Any] | None = Field(
+        default=None, exclude_if=_unset, description="The Vega-Lite v5 spec the PNG is drawn from, data inline"
+    )
+    points: int | None = Field(
+        default=None, exclude_if=_unset, description="Data points drawn: bars, line values, points, bins or cells"
+    )
+    source_rows: int | None = Field(
+        default=None, exclude_if=_unset, description="Stored rows the chart was computed from (all of them)"
+    )
+    notes: list[str] | None = Field(
+        default=None,
+        exclude_if=_unset,
+        description="What was done to the data: sampled, binned, bucketed, cut, nulls left out",
+    )
 
 
 class QueryOut(BaseModel):
@@ -243,9 +280,22 @@ class ExportIn(StrictModel):
         "with partition_by, a directory name",
     )
     partition_by: str | None = Field(default=None, max_length=200)
-    compression: Literal["none", "gzip", "snappy", "zstd"] = "snappy"
+    compression: Literal["none", "gzip", "snappy", "zstd"] = Field(
+        default="snappy",
+        description="snappy (Parquet's; plain for csv/json), or the filename's .gz / .zst when omitted",
+    )
     overwrite: bool = Field(default=False, description="Replace an existing regular file of the same format")
     project: str | None = ProjectField
+
+    @model_validator(mode="before")
+    @classmethod
+    def _compression_of_name(cls, data: Any) -> Any:
+        """Without a compression (or with null), a filename ending in .gz or .zst names it."""
+        if not isinstance(data, dict) or data.get("compression") is not None:
+            return data
+        name = str(data.get("filename") or "").lower()
+        named = "gzip" if name.endswith(".gz") else "zstd" if name.endswith(".zst") else None
+        return {**data, "compression": named} if named else {k: v for k, v in data.items() if k != "compression"}
 
 
 class ExportedFile(BaseModel):
@@ -273,7 +323,9 @@ class ExportOut(BaseModel):
 class InvalidateIn(StrictModel):
     """Arguments of cache_invalidate."""
 
-    pattern: str | None = Field(default=None, max_length=200, description="Key or label pattern (* and ? wildcards)")
+    pattern: str | None = Field(
+        default=None, max_length=200, description="Key, label (cache_key) or query_id pattern (* and ? wildcards)"
+    )
     file_path: str | None = Field(default=None, max_length=1000, description="Drop every entry that read this file")
     project: str | None = ProjectField
 
@@ -282,7 +334,9 @@ class InvalidateOut(BaseModel):
     """Result of cache_invalidate."""
 
     invalidated_count: int
-    keys_removed: list[str]
+    keys_removed: list[str] = Field(
+        description="The dropped entries (at most 50): 'q_… <cache_key or query text>' or 'profile <file_path>'"
+    )
 
 
 # ------------------------------------------------------------------------------------------------ registry

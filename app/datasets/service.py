@@ -21,14 +21,22 @@ from pydantic import ValidationError
 
 from app.core import budget
 from app.core.context import CallContext
-from app.core.errors import Conflict, EngineError, InvalidInput, NotFound, invalid_field, validation_error
+from app.core.errors import (
+    CairnError,
+    Conflict,
+    EngineError,
+    InvalidInput,
+    NotFound,
+    invalid_field,
+    validation_error,
+)
 from app.core.schemas import PROJECT_NAME
 from app.datasets import engine, exporting, polars_expr, profiling, pysandbox
-from app.datasets.cache import Cache, fingerprint, get_cache, make_key, normalize_sql
+from app.datasets.cache import Cache, describe, fingerprint, get_cache, make_key, normalize_sql
 from app.datasets.config import data_roots, get_dataset_settings, projects_dir, work_dir
 from app.datasets.models import Dataset
 from app.datasets.repository import DatasetRepository, QueryRepository
-from app.datasets.sandbox import DATA_EXTENSIONS, check_sql, file_format, inside, resolve_path
+from app.datasets.sandbox import DATA_EXTENSIONS, check_sql, context_in, file_format, inside, resolve_path
 from app.datasets.schemas import (
     DATASET_NAME,
     DatasetOut,
@@ -56,11 +64,13 @@ from app.datasets.schemas import (
     UploadForm,
     UploadIn,
     UploadOut,
+    Visualization,
 )
 
 QUERY_ID = re.compile(r"\bq_[0-9a-f]{16}\b")
 _NAME_RE = re.compile(DATASET_NAME)
 MAX_LISTED_FILES = 200
+MAX_LISTED_ENTRIES = 50  # cache entries named in a cache_invalidate reply
 
 
 _PROJECT_RE = re.compile(PROJECT_NAME)
@@ -232,6 +242,7 @@ async def profile_dataset(ctx: CallContext, args: ProfileIn) -> ProfileOut:
             "payload": raw,
             "files": fingerprint(src.files),
             "label": f"profile:{src.pattern}",
+            "text": args.file_path,
             "project": space.project,
         }
         await asyncio.to_thread(cache.put, key, entry)
@@ -281,7 +292,18 @@ def _fit_profile(raw: dict[str, Any], args: ProfileIn, src: engine.Source, cache
 
 
 async def execute_query(ctx: CallContext, args: QueryIn) -> QueryOut:
-    """Run a query (or reuse a cached result), store the full result, answer within the budget."""
+    """Run a query (or reuse a cached result), store the full result, answer within the budget. Every
+    error carries a query_context: the place DuckDB (or the python engine) points at, else the name
+    the message quotes, else the beginning of the query."""
+    try:
+        return await _execute_query(ctx, args)
+    except CairnError as exc:
+        if exc.query_context is None:
+            exc.query_context = context_in(args.query, exc.message)
+        raise
+
+
+async def _execute_query(ctx: CallContext, args: QueryIn) -> QueryOut:
     cfg = get_dataset_settings()
     engine_used = _pick_engine(args, cfg.datasets_python_enabled)
     sql = args.query
@@ -362,6 +384,7 @@ async def execute_query(ctx: CallContext, args: QueryIn) -> QueryOut:
             "meta": meta,
             "files": fps,
             "label": args.cache_key,
+            "text": _text_of(args.query),
             "result_path": str(res.path),
             "project": space.project,
         }
@@ -392,6 +415,11 @@ def _checked_sql(sql: str, rts: list[Path]) -> tuple[str, list[Path]]:
     for pattern in patterns:
         files += resolve_path(pattern, rts)[1]
     return checked, files
+
+
+def _text_of(query: str) -> str:
+    """A query's text as a cache entry names it: whitespace collapsed, at most 200 characters."""
+    return " ".join(query.split())[:200]
 
 
 def _remember(cache: Cache, key: str, entry: dict[str, Any], result_ttl: float, stored: Path) -> None:
@@ -448,6 +476,7 @@ async def _run_python(
             "meta": meta,
             "files": fps,
             "label": args.cache_key,
+            "text": _text_of(args.query),
             "result_path": str(dest),
             "project": space.project,
         }
@@ -506,9 +535,59 @@ def _csv_lines(columns: list[str], rows: list[dict[str, Any]]) -> list[str]:
     lines = []
     for values in [columns] + [[r.get(c) for c in columns] for r in rows]:
         buf = io.StringIO()
-        csv.writer(buf, lineterminator="").writerow(["" if v is None else v for v in values])
-        lines.append(buf.getvalue())
+        # A "\r\n" terminator, cut off after, makes the writer quote a value holding a line break.
+        csv.writer(buf, lineterminator="\r\n").writerow([engine.cell_text(v) for v in values])
+        lines.append(buf.getvalue().removesuffix("\r\n"))
     return lines
+
+
+# Tokens an inline chart spec leaves below its share, for what the reply's last fields (degradation,
+# truncated, next_offset) may add once its rows are fitted.
+CHART_MARGIN = 8
+
+
+async def _chart(
+    args: QueryIn,
+    meta: dict[str, Any],
+    ecfg: engine.EngineConfig,
+    rows: list[dict[str, Any]],
+    whole: dict[str, Any] | None,
+    envelope: budget.Envelope,
+    limit: int,
+) -> Visualization:
+    """The chart of a stored result (see `charts.make_chart`): an inline Vega-Lite spec shares the budget
+    with the rows shown (which may take at most half of what the reply's fixed part leaves) or, in a
+    reply without rows, with the summary `whole` (at most a quarter); `envelope` builds the reply it
+    is counted in."""
+    from app.datasets import charts
+
+    images = budget.image_fields(QueryOut)
+
+    def cost(viz: Visualization) -> int:
+        payload = envelope([], None, "rows_and_summary")
+        payload["visualization"] = viz.model_dump(mode="json", by_alias=True)
+        return budget.tokens_of(budget.finalize(payload, image_fields=images), images)
+
+    def wanted() -> int:  # the tokens the rows or the summary would take
+        if rows:
+            return sum(budget.item_tokens(rows)) + len(rows)
+        return budget.tokens_of(whole) if whole is not None else 0
+
+    others = await asyncio.to_thread(wanted)
+    return await charts.make_chart(
+        ecfg,
+        Path(meta["result_path"]),
+        args.chart_type or "bar",
+        meta["columns"],
+        meta["types"],
+        args.chart_format,
+        max_bytes=get_dataset_settings().datasets_chart_max_bytes,
+        rows_total=meta["rows_total"],
+        cost=cost,
+        limit=limit - CHART_MARGIN,
+        others=others,
+        others_share=0.5 if rows else 0.25,
+    )
 
 
 async def _answer(
@@ -530,20 +609,7 @@ async def _answer(
         rows = head[:want]
     else:
         rows = await engine.offload(engine.read_rows, ecfg, path, 0, want) if want else []
-    visualization = None
-    if args.generate_chart or args.return_format == "chart":
-        from app.datasets import charts
-
-        chart_rows = await engine.offload(engine.read_rows, ecfg, path, 0, charts.MAX_POINTS)
-        visualization = await asyncio.to_thread(
-            charts.make_chart,
-            args.chart_type or "bar",
-            columns,
-            meta["types"],
-            chart_rows,
-            args.chart_format,
-            get_dataset_settings().datasets_chart_max_bytes,
-        )
+    visualization: Visualization | None = None
     summary = QuerySummary(
         rows_processed=meta["rows_total"],
         execution_time_ms=meta["elapsed_ms"],
@@ -577,8 +643,13 @@ async def _answer(
         )
         return out.model_dump(mode="json", by_alias=True)
 
+    whole = None
     if args.return_format == "summary" or (args.return_format == "chart" and not rows):
         whole = await engine.offload(engine.summarize_stored, ecfg, path, 0)
+    if args.generate_chart or args.return_format == "chart":
+        visualization = await _chart(args, meta, ecfg, rows, whole, envelope, limit)
+
+    if whole is not None:
         trimmed = budget.shrink_summary(
             whole,
             lambda s: budget.tokens_of(budget.finalize(envelope([], s, "none"), image_fields=images), images) <= limit,
@@ -717,7 +788,9 @@ async def cache_invalidate(ctx: CallContext, args: InvalidateIn) -> InvalidateOu
         src = await resolve_source(ctx, space, args.file_path)
         files = [str(p) for p in src.files]
     removed = await asyncio.to_thread(cache_of(ctx).invalidate, args.pattern, files, space.project)
-    return InvalidateOut(invalidated_count=len(removed), keys_removed=removed[:100])
+    return InvalidateOut(
+        invalidated_count=len(removed), keys_removed=[describe(e) for e in removed[:MAX_LISTED_ENTRIES]]
+    )
 
 
 # ------------------------------------------------------------------------------------------------ registry

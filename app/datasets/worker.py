@@ -17,7 +17,7 @@ DuckDB checks an interrupt only between vectors, so a scalar function busy on on
 - **IPC.** A socket pair per worker carries pickles (`multiprocessing.connection`). A request holds a
   reference to a module-level engine function (not its code) and that function's arguments: the
   `EngineConfig`, sources and paths. The reply holds the function's value or its `CairnError` (class,
-  message, suggestions, details). A query's full result never travels: the worker writes it to the
+  message, suggestions, details, query context). A query's full result never travels: the worker writes it to the
   result store as Parquet and answers with its metadata and first rows, cut to a reply's bounds.
 - **Time.** The worker's watchdog interrupts the statement when the call's time limit is reached (5003,
   and the worker is kept). If no answer has come `GRACE_S` later, the server kills the worker
@@ -273,7 +273,8 @@ class WorkerGone(Exception):
 @dataclass(frozen=True)
 class Reply:
     """A worker's answer: `status` 'ok' (`value` is the function's value), 'error' (`value` is a
-    CairnError's class, message, suggestions, details, headers) or 'crash' (`value` is the exception).
+    CairnError's class, message, suggestions, details, headers, query_context) or 'crash' (`value` is
+    the exception).
     `recycle`: the worker ends after this reply (out of memory, an unexpected error). `opened`: the
     databases the worker has opened so far."""
 
@@ -287,8 +288,8 @@ class Reply:
         if self.status == "ok":
             return self.value
         if self.status == "error":
-            cls, message, suggestions, details, headers = self.value
-            raise cls(message, suggestions=suggestions, details=details, headers=headers)
+            cls, message, suggestions, details, headers, context = self.value
+            raise cls(message, suggestions=suggestions, details=details, headers=headers, query_context=context)
         raise self.value
 
 
@@ -781,5 +782,5 @@ def _answer(message: tuple[Any, ...]) -> Reply:
 def _failure(exc: CairnError, recycle: bool = False) -> Reply:
     from app.datasets import sandbox
 
-    state = (type(exc), exc.message, exc.suggestions, exc.details, exc.headers)
+    state = (type(exc), exc.message, exc.suggestions, exc.details, exc.headers, exc.query_context)
     return Reply("error", state, recycle, sandbox.POOL.opened)

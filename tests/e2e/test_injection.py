@@ -42,15 +42,15 @@ SQLI = [
     "%_\\ ' \\' '' E'\\x27'",
 ]
 SECRET = "top-secret-canary-line"
-# Relative to the datasets root (the secret file sits one level up). All but the URL leave the root and
-# are refused; the URL is not a URL to the server but a (missing) relative name inside the root.
+# Relative to the datasets root (the secret file sits one level up). Each leaves the root and is refused;
+# a URL is refused before any path is made of it.
 ESCAPES = [
     ("../secret.csv", 4030),
     ("../../../../etc/passwd", 4030),
     ("/etc/passwd", 4030),
     ("sub/../../secret.csv", 4030),
     ("penguins.csv/../../secret.csv", 4030),
-    ("file:///etc/passwd", 4002),
+    ("file:///etc/passwd", 4030),
 ]
 OK = 0
 AID = "inj"

@@ -9,77 +9,17 @@ import errno
 import gzip
 import json
 import os
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
 import httpx
 import pytest
 
-from app.core.feature import build_registry
-from app.core.operations import ops as core_ops
 from app.datasets import exporting, service
-from app.features import FEATURES
-from tests.support.datasets import project_folder, root_of, tree
-from tests.support.server import ADMIN_KEY, BOUND_PROJECT, PROJECT_KEY, RunningServer, mcp_client
+from tests.support.datasets import Both, callers, project_folder, root_of, tree
+from tests.support.server import ADMIN_KEY, BOUND_PROJECT, RunningServer
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
-OK = 0
-ROUTES = {op.name: (op.method, op.path) for op in build_registry(core_ops, FEATURES).operations}
-
-
-class Both:
-    """Calls a tool over MCP and over REST with one key; each answer is (0 or the error code, body)."""
-
-    def __init__(self, server: RunningServer, key: str, mcp: Any) -> None:
-        self.server, self.key, self.mcp = server, key, mcp
-
-    async def mcp_call(self, tool: str, args: dict[str, Any]) -> tuple[int, dict[str, Any]]:
-        res = await self.mcp.call_tool(tool, args)
-        body = json.loads(res.content[0].text) if res.is_error else res.structured_content
-        return (body["error"]["code"] if res.is_error else OK), body
-
-    async def rest_call(self, tool: str, args: dict[str, Any]) -> tuple[int, dict[str, Any]]:
-        method, path = ROUTES[tool]
-        args = dict(args)
-        for name in [n for n in args if "{" + n + "}" in path]:
-            path = path.replace("{" + name + "}", quote(str(args.pop(name)), safe=""))
-        async with httpx.AsyncClient(
-            base_url=self.server.url, timeout=60, headers={"Authorization": f"Bearer {self.key}"}
-        ) as c:
-            if method == "GET":
-                r = await c.get(f"/api/v1{path}", params=args)
-            else:
-                r = await c.request(method, f"/api/v1{path}", json=args)
-        assert r.status_code < 500 or r.json()["error"]["code"] not in (5000, 5030), (tool, args, r.text)
-        body = r.json()
-        return (OK if r.status_code == 200 else body["error"]["code"]), body
-
-    async def both(self, tool: str, args: dict[str, Any]) -> list[tuple[int, dict[str, Any]]]:
-        return [await self.mcp_call(tool, args), await self.rest_call(tool, args)]
-
-    async def refused(self, tool: str, args: dict[str, Any], code: int, needle: str = "") -> dict[str, Any]:
-        """Both transports refuse with `code` (and a message holding `needle`); returns the REST error."""
-        answers = await self.both(tool, args)
-        for got, body in answers:
-            assert got == code, (tool, args, body)
-            assert needle.lower() in body["error"]["message"].lower(), (needle, body)
-            assert set(body["error"]) >= {"code", "category", "message", "suggestions"}
-        return answers[1][1]["error"]  # type: ignore[no-any-return]
-
-    async def ok(self, tool: str, args: dict[str, Any]) -> dict[str, Any]:
-        got, body = await self.rest_call(tool, args)
-        assert got == OK, (tool, args, body)
-        return body
-
-
-@asynccontextmanager
-async def callers(server: RunningServer) -> AsyncIterator[tuple[Both, Both]]:
-    """An unbound admin key and a key bound to BOUND_PROJECT, each with its MCP session."""
-    async with mcp_client(server.url, key=ADMIN_KEY) as a, mcp_client(server.url, key=PROJECT_KEY) as b:
-        yield Both(server, ADMIN_KEY, a), Both(server, PROJECT_KEY, b)
 
 
 @pytest.fixture

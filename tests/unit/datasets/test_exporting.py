@@ -35,6 +35,9 @@ def args(**kw: Any) -> ExportIn:
         ({"format": "parquet", "compression": "zstd", "filename": "p.pq"}, "p.pq"),
         ({"format": "csv", "partition_by": "k", "filename": "by_k"}, "by_k"),
         ({"format": "csv", "partition_by": "k", "compression": "gzip", "filename": "by_k.csv.gz"}, "by_k.csv.gz"),
+        # Without a compression, the name's .gz / .zst names it.
+        ({"format": "csv", "filename": "dec.csv.gz"}, "dec.csv.gz"),
+        ({"format": "json", "filename": "rows.jsonl.zst", "compression": None}, "rows.jsonl.zst"),
     ],
 )
 def test_output_names(kw: dict[str, Any], name: str) -> None:
@@ -46,7 +49,7 @@ def test_output_names(kw: dict[str, Any], name: str) -> None:
     [
         ({"format": "csv", "filename": "upstreams.yaml"}, "must end in .csv"),
         ({"format": "csv", "filename": "dec.csv", "compression": "gzip"}, "must end in .csv.gz"),
-        ({"format": "csv", "filename": "dec.csv.gz"}, "must end in .csv"),
+        ({"format": "csv", "filename": "dec.csv.gz", "compression": "snappy"}, "must end in .csv"),
         ({"format": "parquet", "filename": "x.csv"}, "must end in .parquet or .pq"),
         ({"format": "xlsx", "filename": "book"}, "must end in .xlsx"),
         ({"format": "xlsx", "partition_by": "k", "filename": "book"}, "must end in .xlsx"),

@@ -6,6 +6,7 @@ worker, workers never outlive the server, and one key cannot take every engine s
 from __future__ import annotations
 
 import asyncio
+import base64
 import os
 import signal
 import subprocess
@@ -14,6 +15,7 @@ import textwrap
 import threading
 import time
 from collections.abc import Iterator
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -408,6 +410,49 @@ def test_a_sample_cuts_long_values_in_sql(cfg: engine.EngineConfig) -> None:
     assert [len(note) for _, note in engine.run_locked(cfg, [src], fetched)] == [301] * 3
     sampled = profiling.sample(cfg, src, strategy="random", size=2, columns=None, stratify_column=None, seed=1)
     assert [row["note"] for row in sampled["rows"]] == ["n" * 300 + "…"] * 2
+
+
+def test_the_rendering_rule_of_values() -> None:
+    """docs/datasets.md, "Values": numbers a float64 cannot hold exactly travel as text."""
+    big = 2**53
+    assert [engine.jsonable(v) for v in (big - 1, big, -big, True)] == [big - 1, str(big), str(-big), True]
+    decimals = ["1.50", "0.1000000000", "123456789012345.678", "12345678901234567890", "-0.000"]
+    assert [engine.jsonable(Decimal(d)) for d in decimals] == [
+        1.5,
+        0.1,
+        "123456789012345.678",
+        "12345678901234567890",
+        -0.0,
+    ]
+    assert [engine.jsonable(float(f)) for f in ("nan", "inf", "-inf")] == ["NaN", "Infinity", "-Infinity"]
+    assert engine.jsonable(b"\x00\xff" * 100) == "base64:" + base64.b64encode(b"\x00\xff" * 48).decode() + "…"
+    assert engine.jsonable(b"\x00\xff" * 100, cut=False) == "base64:" + base64.b64encode(b"\x00\xff" * 100).decode()
+    assert engine.jsonable({1: [Decimal("2.5")], None: "x"}) == {"1": [2.5], "null": "x"}
+    assert [engine.cell_text(v) for v in (None, True, 1.5, [1, "a"], {"k": None}, "x")] == [
+        "",
+        "true",
+        "1.5",
+        '[1,"a"]',
+        '{"k":null}',
+        "x",
+    ]
+
+
+def test_dates_a_csv_writes_its_own_way_are_shown_in_iso(cfg: engine.EngineConfig) -> None:
+    """DuckDB answers a cast to VARCHAR of a CSV column with the column's raw text: what a sample and a
+    profile show is the text of the parsed value."""
+    path = cfg.roots[0] / "dmy.csv"
+    path.write_text("id,day,at\n1,29/02/2024,1:02:03\n2,01/03/2024,13:00:00\n")
+    src = engine.make_source("dmy", str(path), [path])
+    sampled = profiling.sample(cfg, src, strategy="head", size=2, columns=None, stratify_column=None, seed=1)
+    assert sampled["rows"] == [
+        {"id": 1, "day": "2024-02-29", "at": "01:02:03"},
+        {"id": 2, "day": "2024-03-01", "at": "13:00:00"},
+    ]
+    prof = profiling.profile(cfg, src, sample_size=100, compute_stats=True, max_categories=10)
+    day = next(c for c in prof["schema"]["columns"] if c["name"] == "day")
+    assert day["sample_values"] == ["2024-02-29", "2024-03-01"]
+    assert day["stats"] == {"min": "2024-02-29", "max": "2024-03-01"}
 
 
 def test_memory_caps_follow_the_duckdb_limit() -> None:
