@@ -483,15 +483,18 @@ def capped_query(
     return f"SELECT {exprs} FROM ({inner}) AS _t({', '.join(aliases)})", names
 
 
-def capped_exprs(con: duckdb.DuckDBPyConnection, relation: str, columns: list[str], cut: bool = True) -> list[str]:
+def capped_exprs(
+    con: duckdb.DuckDBPyConnection, relation: str, columns: list[str], cut: bool = True, prefix: str = ""
+) -> list[str]:
     """For each of `columns` (distinct names) of `relation` (a view, or a table expression with those
-    columns), an expression of it rendered and cut in SQL as `capped_query` does."""
+    columns), an expression of it rendered and cut in SQL as `capped_query` does; with `prefix` (e.g.
+    `"p."`), of `prefix + column` instead (a struct holding the relation's columns)."""
     rel = con.sql(f"SELECT {', '.join(ident(c) for c in columns)} FROM {relation}")
     if rel is None:
-        return [ident(c) for c in columns]
+        return [prefix + ident(c) for c in columns]
     budget = [_CUT_NODES]
     return [
-        _shown(ident(name), dtype, budget, 0, cut) or ident(name)
+        _shown(prefix + ident(name), dtype, budget, 0, cut) or prefix + ident(name)
         for name, dtype in zip(rel.columns, rel.types, strict=True)
     ]
 
