@@ -9,7 +9,7 @@
   (`created`: seconds, `updated_ms`: milliseconds).
 - `PATCH /v2/tickets/{id}` (`{"ticket": {...}}`) and `PATCH /v2/comments/{id}` (`{"comment": {...}}`)
   apply at once; after `hang_after` accepted PATCHes, the next ones hang for `hang_seconds` without
-  applying. Every `flaky_every`-th GET answers 503 (a retry gets through).
+  applying. Every `flaky_every`-th GET of a URL not yet refused answers 503 (its retry gets through).
 - `/__control/state` (GET: the records and counters; POST: set `hang_after`, `hang_seconds`,
   `flaky_every`), `/__control/reset`.
 """
@@ -84,6 +84,7 @@ class TicketsState:
         self.hang_after: int | None = None
         self.hang_seconds = 0.0
         self.flaky_every = 0
+        self.failed_once: set[str] = set()
         self.accepted = 0
         self.requests: Counter[str] = Counter()
         self.gets = 0
@@ -106,9 +107,10 @@ def create_tickets_app() -> tuple[Starlette, TicketsState]:
         state.requests[request.url.path] += 1
         if not _authorized(request):
             return JSONResponse({"error": "unauthorized"}, status_code=401)
-        if request.method == "GET":
+        if request.method == "GET" and str(request.url) not in state.failed_once:
             state.gets += 1
             if state.flaky_every and state.gets % state.flaky_every == 0:
+                state.failed_once.add(str(request.url))  # its retry gets through
                 return JSONResponse({"error": "try again"}, status_code=503)
         return None
 
