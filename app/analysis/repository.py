@@ -179,18 +179,19 @@ class AnalysisRepository(Repository):
             elif kind == "date":
                 cond = f"{ts_expr(f)} IS NOT NULL"
             elif kind == "any":
-                cond = f"(data->'{f}') IS NOT NULL"
+                cond = ""  # having the field is all that is asked: the presence column answers it
             else:
                 params[f"k{i}"] = kind
                 cond = f"jsonb_typeof(data->'{f}') = :k{i}"
             columns.append(
-                f"EXISTS (SELECT 1 FROM analysis_records WHERE {SCOPE} AND (data->'{f}') IS NOT NULL) AS p{i}, "
-                f"EXISTS (SELECT 1 FROM analysis_records WHERE {SCOPE} AND {cond}) AS c{i}"
+                f"EXISTS (SELECT 1 FROM analysis_records WHERE {SCOPE} AND (data->'{f}') IS NOT NULL) AS p{i}"
             )
+            if cond:
+                columns.append(f"EXISTS (SELECT 1 FROM analysis_records WHERE {SCOPE} AND {cond}) AS c{i}")
         if not columns:
             return []
         row = (await self.rows("SELECT " + ", ".join(columns), params))[0]
-        return [(bool(row[f"p{i}"]), bool(row[f"c{i}"])) for i in range(len(checks))]
+        return [(bool(row[f"p{i}"]), bool(row[f"c{i}" if f"c{i}" in row else f"p{i}"])) for i in range(len(checks))]
 
     async def count_records(self, pid: uuid.UUID, aid: str, model: str, w: Where | None = None) -> int:
         """Live records of a model in the session (optionally matching `w`)."""
