@@ -15,8 +15,7 @@ import httpx
 import pytest
 
 from app.core.tokens import count_tokens
-from app.datasets.config import get_dataset_settings
-from tests.support.datasets import penguins_csv, root_of
+from tests.support.datasets import penguins_csv, python_engine_on, root_of
 from tests.support.server import READ_KEY, RunningServer, error_of, mcp_client, text_of
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
@@ -449,13 +448,7 @@ async def test_polars_expr_and_charts(server: RunningServer, rest: httpx.AsyncCl
 @pytest.fixture
 def python_enabled(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """The operator switch on, with small limits, for one test (the settings are re-read)."""
-    monkeypatch.setenv("CAIRN_DATASETS_PYTHON_ENABLED", "true")
-    monkeypatch.setenv("CAIRN_DATASETS_PYTHON_CPU_SECONDS", "2")
-    monkeypatch.setenv("CAIRN_DATASETS_PYTHON_MEMORY_MB", "768")
-    get_dataset_settings.cache_clear()
-    yield
-    monkeypatch.undo()
-    get_dataset_settings.cache_clear()
+    yield from python_engine_on(monkeypatch, cpu_seconds=2, memory_mb=768)
 
 
 async def test_python_engine_when_enabled(

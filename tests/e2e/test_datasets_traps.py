@@ -13,8 +13,7 @@ from typing import Any
 
 import pytest
 
-from app.datasets.config import get_dataset_settings
-from tests.support.datasets import Both, callers, root_of
+from tests.support.datasets import Both, callers, python_engine_on, root_of
 from tests.support.server import RunningServer, mcp_client
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
@@ -227,13 +226,7 @@ async def test_url_paths_are_outside_the_roots(server: RunningServer, values: Pa
 @pytest.fixture
 def python_engine(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """The operator switch on for one test, with room for importing pandas."""
-    monkeypatch.setenv("CAIRN_DATASETS_PYTHON_ENABLED", "true")
-    monkeypatch.setenv("CAIRN_DATASETS_PYTHON_CPU_SECONDS", "20")
-    monkeypatch.setenv("CAIRN_DATASETS_PYTHON_MEMORY_MB", "1024")
-    get_dataset_settings.cache_clear()
-    yield
-    monkeypatch.undo()
-    get_dataset_settings.cache_clear()
+    yield from python_engine_on(monkeypatch, cpu_seconds=20, memory_mb=1024)
 
 
 # The seed's "Pandas Python query" example, quoted as the seed quotes it (indented), reading 'data.csv'.

@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import importlib.util
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
 import httpx
+import pytest
 
 from app.core.feature import build_registry
 from app.core.operations import ops as core_ops
+from app.datasets.config import get_dataset_settings
 from app.datasets.engine import EngineConfig
 from app.features import FEATURES
 from tests.support.server import ADMIN_KEY, PROJECT_KEY, RunningServer, mcp_client
@@ -121,3 +123,15 @@ async def callers(server: RunningServer) -> AsyncIterator[tuple[Both, Both]]:
     """An unbound admin key and a key bound to BOUND_PROJECT, each with its MCP session."""
     async with mcp_client(server.url, key=ADMIN_KEY) as a, mcp_client(server.url, key=PROJECT_KEY) as b:
         yield Both(server, ADMIN_KEY, a), Both(server, PROJECT_KEY, b)
+
+
+def python_engine_on(monkeypatch: pytest.MonkeyPatch, cpu_seconds: int, memory_mb: int) -> Iterator[None]:
+    """The operator switch of the python engine on, with these limits, for one test (a fixture's body:
+    the settings are re-read at the start and after the test)."""
+    monkeypatch.setenv("CAIRN_DATASETS_PYTHON_ENABLED", "true")
+    monkeypatch.setenv("CAIRN_DATASETS_PYTHON_CPU_SECONDS", str(cpu_seconds))
+    monkeypatch.setenv("CAIRN_DATASETS_PYTHON_MEMORY_MB", str(memory_mb))
+    get_dataset_settings.cache_clear()
+    yield
+    monkeypatch.undo()
+    get_dataset_settings.cache_clear()
