@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
-from app.core.tokens import count_tokens, get_tokenizer
+from app.core.tokens import count_tokens
 
 Payload = dict[str, Any]
 M = TypeVar("M", bound=BaseModel)
@@ -65,28 +65,33 @@ def tokens_of(data: Any, image_fields: Sequence[str] = ()) -> int:
 
 
 def finalize(payload: Payload, field: str = "context_tokens_used", image_fields: Sequence[str] = ()) -> Payload:
-    """Set `field` to the token count of the payload including that field itself.
+    """Set `field` to the token count of the payload including that field itself, counting the payload
+    once.
 
-    JSON punctuation around a number is mostly tokenised on its own, so the count with the real value
-    is estimated as the count with a one-token placeholder plus the tokens of the value's digits, minus
-    one. The estimate is then checked by counting the payload with it and lowered until it is not above
-    the real count: a number's digits do not always tokenise alike in place, and some payloads have no
-    value equal to their own count; the field then says one token less than was sent, never more (a
-    budget it reports as kept is kept)."""
+    The tokenizer splits text at whitespace and punctuation before it cuts words into pieces, and a
+    JSON number sits between a ':' and a ',' or '}': the payload with value `v` has exactly the tokens
+    of the payload with the one-token placeholder 0, minus one, plus the tokens of `v`'s digits. The
+    value is the fixed point of that count; some payloads have none (e.g. 359 digits count 360 and
+    360 counts 359), and the field then says one token less than was sent, never more (a budget it
+    reports as kept is kept)."""
     payload[field] = 0
     base = tokens_of(payload, image_fields)
+
+    def sent_with(value: int) -> int:
+        return base - 1 + count_tokens(str(value))
+
     value = base
     for _ in range(4):
-        nxt = base - 1 + count_tokens(str(value))
+        nxt = sent_with(value)
         if nxt == value:
             break
         value = nxt
     for _ in range(4):
-        payload[field] = value
-        actual = tokens_of(payload, image_fields)
+        actual = sent_with(value)
         if actual >= value:
             break
         value = actual
+    payload[field] = value
     return payload
 
 
@@ -104,11 +109,8 @@ def measured(out: M, field: str = "tokens") -> M:
 
 
 def item_tokens(items: Sequence[Any]) -> list[int]:
-    """Tokens of each item as compact JSON (one batched tokenizer call)."""
-    if not items:
-        return []
-    tokenizer = get_tokenizer()
-    return [len(e.ids) for e in tokenizer.encode_batch([dumps(i) for i in items], add_special_tokens=False)]
+    """Tokens of each item as compact JSON."""
+    return [count_tokens(dumps(i)) for i in items]
 
 
 def largest_fitting(n: int, fits: Callable[[int], bool]) -> int:
@@ -149,35 +151,55 @@ def fit_rows(
     budget: int,
     summarize_rest: Callable[[int], Payload],
     image_fields: Sequence[str] = (),
+    sent: Sequence[Any] | None = None,
 ) -> tuple[Payload, int, str]:
     """Build the largest response within `budget` tokens following the ladder above.
 
     `envelope(rows, summary, degradation)` builds a full response. Returns (payload, rows_kept, level).
-    Row counts are chosen from per-row token counts (a list's tokens are its items' tokens plus one
-    comma between items), then the chosen payload is counted exactly and trimmed if needed."""
-    per_row = item_tokens(rows)
+    `sent`: what each row is sent as when the envelope renders rows otherwise (e.g. a CSV line per row);
+    by default the rows themselves. Row counts are chosen from per-row token counts (a list's tokens
+    are its items' tokens plus one comma between items); the chosen payload is then counted exactly,
+    trimmed while it is over the budget and grown while rows are left and the count says more fit."""
     prefix = [0]
-    for t in per_row:
-        prefix.append(prefix[-1] + t)
+
+    def estimate(base: int, cap: int) -> int:
+        for m in range(cap, -1, -1):
+            if base + prefix[m] + max(0, m - 1) + 2 <= budget:
+                return m
+        return 0
 
     def best(summary: Payload | None, level: str, cap: int) -> tuple[int, Payload | None]:
         base = tokens_of(finalize(envelope([], summary, level), image_fields=image_fields), image_fields)
-        k = 0
-        for m in range(cap, -1, -1):
-            if base + prefix[m] + max(0, m - 1) + 2 <= budget:
-                k = m
-                break
+        k = estimate(base, cap)
         while k >= 0:
             payload = finalize(envelope(rows[:k], summary, level), image_fields=image_fields)
             if payload["context_tokens_used"] <= budget:
-                return k, payload
+                break
             k -= 1
-        return -1, None
+        else:
+            return -1, None
+        # An estimate that left room: the rows the exact count's slack is worth, if they fit.
+        for _ in range(6):
+            if k >= cap:
+                break
+            used = payload["context_tokens_used"]
+            more = k
+            while more < cap and used + prefix[more + 1] - prefix[k] + (more + 1 - k) <= budget:
+                more += 1
+            if more == k:
+                break
+            trial = finalize(envelope(rows[:more], summary, level), image_fields=image_fields)
+            if trial["context_tokens_used"] > budget:
+                break
+            k, payload = more, trial
+        return k, payload
 
     n = len(rows)
     full = finalize(envelope(rows, None, "none"), image_fields=image_fields)
     if full["context_tokens_used"] <= budget:
         return full, n, "none"
+    for t in item_tokens(rows if sent is None else sent):
+        prefix.append(prefix[-1] + t)
     k, payload = best(None, "fewer_rows", n)
     if payload is not None and k >= max(1, (n + 1) // 2):
         return payload, k, "fewer_rows"

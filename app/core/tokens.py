@@ -8,10 +8,16 @@ The tokenizer is the model's ``tokenizer.json``, shipped inside this package
 Long texts are cut at whitespace into segments that are tokenised in parallel with
 ``encode_batch``. That gives the same tokens as one call, because BERT pre-tokenisation
 splits on whitespace first and its normaliser works character by character.
+
+Counting ASCII text (what compact JSON replies mostly are) skips the library's per-call work: the
+text is lowercased and split as BERT's normaliser and pre-tokeniser would (words of letters and
+digits, each punctuation mark on its own), and each distinct word's WordPiece count is asked of the
+model once and remembered. ``tests/unit/core/test_tokens.py`` holds the two ways equal.
 """
 
 from __future__ import annotations
 
+import re
 import threading
 from pathlib import Path
 
@@ -110,11 +116,41 @@ def _spans(text: str, tokenizer: Tokenizer) -> list[tuple[int, int]]:
     return spans
 
 
+# BERT's pre-tokeniser on lowercased ASCII: runs of letters and digits, and every other printable
+# character (all of them are punctuation to BERT) on its own; whitespace separates and is dropped.
+_ASCII_WORDS = re.compile(r"[a-z0-9]+|[!-/:-@\[-`{-~]")
+# Control characters other than tab and line breaks: BERT's normaliser deletes them, joining their
+# neighbours into one word; such texts take the library's path.
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+# Distinct words remembered per tokenizer (the table is emptied when it is full).
+_WORDS_KEPT = 200_000
+_word_counts: dict[int, dict[str, int]] = {}
+
+
+def _ascii_count(text: str, tokenizer: Tokenizer) -> int:
+    counts = _word_counts.get(id(tokenizer))
+    if counts is None:
+        counts = _word_counts.setdefault(id(tokenizer), {})
+    total = 0
+    for word in _ASCII_WORDS.findall(text.lower()):
+        n = counts.get(word)
+        if n is None:
+            # The model's own WordPiece (its longest-match pieces, [UNK] past 100 characters).
+            n = len(tokenizer.model.tokenize(word)) if len(word) > 1 else 1
+            if len(counts) >= _WORDS_KEPT:
+                counts.clear()
+            counts[word] = n
+        total += n
+    return total
+
+
 def count_tokens(text: str, *, path: str | None = None) -> int:
     """Number of WordPiece tokens in ``text``, without special tokens."""
     if not text:
         return 0
     tokenizer = get_tokenizer(path)
+    if text.isascii() and _CONTROL.search(text) is None:
+        return _ascii_count(text, tokenizer)
     if len(text) <= _SEGMENT_CHARS:
         return len(tokenizer.encode(text, add_special_tokens=False).ids)
     segments = _segments(text)

@@ -157,7 +157,6 @@ class ToolsetRouter:
         self.catalog = catalog
         self.send_error = send_error
         self.json_app = json_app
-        self.streaming_tools = frozenset(op.tool for op in catalog.registry.operations if op.long_running)
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         path: str = scope.get("path", "")
@@ -178,7 +177,7 @@ class ToolsetRouter:
         scope = {**scope, "path": MCP_PATH, "raw_path": MCP_PATH.encode(), SCOPE_KEY: selection}
         if self.json_app is not None and scope.get("method") == "POST":
             body, receive = await read_body(receive)
-            if answers_in_json(body, scope.get("headers") or (), self.streaming_tools):
+            if answers_in_json(body, scope.get("headers") or ()):
                 await self.json_app(scope, receive, send)
                 return
         await self.app(scope, receive, send)
@@ -222,10 +221,11 @@ def _accepts(headers: Any) -> tuple[bool, bool]:
     )
 
 
-def answers_in_json(body: bytes, headers: Any, streaming_tools: frozenset[str]) -> bool:
+def answers_in_json(body: bytes, headers: Any) -> bool:
     """True when a single JSON body carries all an SSE stream would for this POST: a JSON-RPC request
-    without a progress token (Cairn sends no other message before a result) that is not a call of a
-    long-running tool, from a client that accepts both answers (others get the SSE path's checks)."""
+    without a progress token (progress notifications are the only messages Cairn sends before a
+    result, and only to a request that asks for them), from a client that accepts both answers
+    (others get the SSE path's checks)."""
     if body[:1] != b"{" or not all(_accepts(headers)):
         return False
     try:
@@ -238,8 +238,6 @@ def answers_in_json(body: bytes, headers: Any, streaming_tools: frozenset[str]) 
     if isinstance(params, dict):
         meta = params.get("_meta")
         if isinstance(meta, dict) and meta.get("progressToken") is not None:
-            return False
-        if message["method"] == "tools/call" and params.get("name") in streaming_tools:
             return False
     return True
 

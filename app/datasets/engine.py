@@ -634,10 +634,25 @@ def _translate(exc: BaseException, known_columns: list[str] | None = None) -> Ca
 def _create_views(
     lease: Lease, sources: list[Source], result_views: dict[str, Path], sample_size: int | None = None
 ) -> None:
-    for src in sources:
-        lease.create_view(src.name, f"SELECT * FROM {src.bound_sql(lease.con, sample_size)}")
+    wanted = {
+        src.name: (f"SELECT * FROM {src.bound_sql(lease.con, sample_size)}", _stamp(src.files)) for src in sources
+    }
     for name, path in result_views.items():
-        lease.create_view(name, f"SELECT * FROM read_parquet({lit(str(path))})")
+        wanted[name] = (f"SELECT * FROM read_parquet({lit(str(path))})", _stamp([path]))
+    lease.use_views(wanted)
+
+
+def _stamp(files: list[Path]) -> str:
+    """What `files` are now (size and modification time each): a view over them made when they were
+    otherwise is made again (a view keeps the column types it was made with)."""
+    parts = []
+    for f in files:
+        try:
+            st = os.stat(f)
+            parts.append(f"{st.st_size}:{st.st_mtime_ns}")
+        except OSError:
+            parts.append("-")
+    return ";".join(parts)
 
 
 _slots: dict[int, threading.BoundedSemaphore] = {}
@@ -870,8 +885,15 @@ def read_rows(
     return run_locked(cfg, [], work)
 
 
-def summarize_stored(cfg: EngineConfig, path: Path, offset: int = 0, max_columns: int = 40) -> dict[str, Any]:
-    """A compact per-column summary of a stored result from row `offset` on."""
+def summarize_stored(
+    cfg: EngineConfig,
+    path: Path,
+    offset: int = 0,
+    max_columns: int = 40,
+    described: list[tuple[str, str]] | None = None,
+) -> dict[str, Any]:
+    """A compact per-column summary of a stored result from row `offset` on. `described`: its columns'
+    names and types, when the caller knows them."""
     if not inside(path, [cfg.results]):
         raise _gone()
     src = (
@@ -880,32 +902,69 @@ def summarize_stored(cfg: EngineConfig, path: Path, offset: int = 0, max_columns
         else f"SELECT * FROM read_parquet({lit(str(path))})"
     )
 
-    def work(con: duckdb.DuckDBPyConnection) -> tuple[list[Any], int]:
-        rows = con.execute(summary_query(con, src)).fetchall()
-        count = int(con.execute(f"SELECT count(*) FROM ({src})").fetchone()[0])  # type: ignore[index]
-        return rows, count
+    def work(con: duckdb.DuckDBPyConnection) -> tuple[list[tuple[str, str]], tuple[Any, ...]]:
+        cols = (
+            described
+            if described is not None
+            else [(str(r[0]), str(r[1])) for r in con.execute(f"DESCRIBE {src}").fetchall()]
+        )
+        kept = cols[:max_columns]
+        row = con.execute(_rest_summary_query(src, cols, len(kept))).fetchone()
+        return cols, tuple(row or ())
 
-    rows, count = run_locked(cfg, [], work)
-    cols: dict[str, Any] = {}
-    for r in rows[:max_columns]:
-        name, ctype, cmin, cmax, approx, avg, std = r[0], r[1], r[2], r[3], r[4], r[5], r[6]
+    cols, row = run_locked(cfg, [], work)
+    count = int(row[0]) if row else 0
+    out: dict[str, Any] = {}
+    for i, (name, ctype) in enumerate(cols[:max_columns]):
+        cmin, cmax, approx, avg, std, values = row[1 + 6 * i : 7 + 6 * i]
         entry: dict[str, Any] = {
             "type": ctype,
             "min": extreme(cmin, ctype),
             "max": extreme(cmax, ctype),
             "distinct": approx,
-            "null_pct": jsonable(r[11]),
+            "null_pct": round(100.0 * (count - int(values)) / count, 2) if count else 0.0,
         }
         if avg is not None and is_numeric(ctype):
             entry["mean"] = _round(avg)
             entry["std"] = _round(std)
-        cols[name] = entry
+        out[name] = entry
     return {
         "rows": count,
         "from_row": offset,
-        "columns": cols,
-        **({"columns_omitted": len(rows) - max_columns} if len(rows) > max_columns else {}),
+        "columns": out,
+        **({"columns_omitted": len(cols) - max_columns} if len(cols) > max_columns else {}),
     }
+
+
+def _rest_summary_query(src: str, cols: list[tuple[str, str]], kept: int) -> str:
+    """One pass over `src` (a SELECT with the columns `cols`): the row count, then for each of the first
+    `kept` columns its min and max (as DuckDB's text, cut as `summary_query` cuts them), approximate
+    distinct count, mean and standard deviation (numbers only) and count of values. Lighter than
+    SUMMARIZE, which also computes quartiles."""
+    cut = CELL_CHARS + 1
+    aliases = [f"_c{i}" for i in range(len(cols))]
+    parts = ["count(*)"]
+    for alias, (_, ctype) in zip(aliases[:kept], cols[:kept], strict=True):
+        t = ctype.upper()
+        nested = t.endswith("]") or t.startswith(("STRUCT", "MAP", "UNION"))
+        ends = []
+        for fn in ("min", "max"):
+            if nested:
+                ends.append("NULL")
+                continue
+            text = f"CAST({fn}({alias}) AS VARCHAR)"
+            if t.startswith("TIMESTAMP") or t == "TIME WITH TIME ZONE":
+                text = iso_text(text)
+            ends.append(f"left({text}, {cut})")
+        numeric = is_numeric(t)
+        parts += [
+            *ends,
+            f"approx_count_distinct(hash({alias}))",
+            f"avg({alias})" if numeric else "NULL",
+            f"stddev_samp({alias})" if numeric else "NULL",
+            f"count({alias})",
+        ]
+    return f"SELECT {', '.join(parts)} FROM ({src}) AS _s({', '.join(aliases)})"
 
 
 def summary_query(con: duckdb.DuckDBPyConnection, query: str, described: list[tuple[Any, ...]] | None = None) -> str:

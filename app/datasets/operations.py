@@ -45,11 +45,14 @@ ops.toolset("datasets", "Datasets: profile, query (SQL), sample, export and char
 )
 async def profile_dataset(ctx: CallContext, args: ProfileIn) -> ProfileOut:
     """Profile a CSV/Parquet/JSON dataset without loading it into context: per-column type, null %,
-    distinct count, sample values and (compute_stats) min/max/mean/quartiles/top categories, plus row
-    count, file size, memory estimate, a 0..1 quality score and recommendations. The file is streamed
-    in one pass by DuckDB. `file_path` is a path or glob inside the data roots, or a registered dataset
-    name. The answer fits `max_tokens` (details dropped first, `truncated` set); cached by file
-    fingerprint."""
+    distinct count, sample values and (compute_stats) ranges or top categories with counts, plus row
+    count, file size, memory estimate, a 0..1 quality score and recommendations (including numbers,
+    booleans or dates stored as text, numbers mixed with text and padded values, found in a sample of
+    `sample_size` rows spread over the file). By default `schema.columns` is compact CSV lines, header
+    first; `detail: "full"` gives an object per column with DuckDB type, quartiles and up to
+    `max_categories` top values. DuckDB streams the file. `file_path` is a path or glob inside the data
+    roots, or a registered dataset name. The answer fits `max_tokens` (details dropped first,
+    `truncated` set); cached by file fingerprint."""
     await ctx.progress(0, 1, "profiling")
     with service.storage_errors():
         out = await service.profile_dataset(ctx, args)

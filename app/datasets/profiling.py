@@ -1,8 +1,13 @@
-"""Profiling and sampling: one streaming pass for statistics, bounded extra passes for categories."""
+"""Profiling and sampling: one streaming pass for statistics, bounded extra passes for categories and
+for a sample of rows."""
 
 from __future__ import annotations
 
+import contextlib
+import csv
+import io
 import math
+import re
 from typing import Any
 
 import duckdb
@@ -27,10 +32,28 @@ from app.datasets.sandbox import ident
 
 SAMPLE_VALUES = 3
 VALUE_CHARS = 60
+# A text column is a category when it holds at most this many distinct values, each seen at least
+# twice on average (non-null values >= 2 x distinct), whatever max_categories is: that argument only
+# bounds how many of its values a reply lists.
+CATEGORY_MAX_DISTINCT = 1000
+SAMPLE_SEED = 42
+_SAMPLE_TABLE = "__cairn_profile_sample"
+_BOOLEAN_WORDS = ("y", "n", "yes", "no", "true", "false", "t", "f", "1", "0")
+# Checks on the sampled text (RE2 patterns): a number, a leading currency sign, thousands commas, a date.
+_NUMBER = r"[-+]?(\d+(\.\d*)?|\.\d+)([eE][-+]?\d+)?"
+_CURRENCY = r"^([-+]?)[$€£¥]\s*"
+_THOUSANDS = r"[-+]?\d{1,3}(,\d{3})+(\.\d+)?"
+_DATE = r"\d{4}[-/.]\d{1,2}[-/.]\d{1,2}([ T]\d{1,2}:\d{2}.*)?|\d{1,2}[-/.]\d{1,2}[-/.]\d{4}( \d{1,2}:\d{2}.*)?"
+# What a `detail: "summary"` reply keeps of a column (see `summary_line`).
+SUMMARY_FIELDS = ("name", "type", "null_pct", "unique_count", "sample_values", "stats")
+SUMMARY_VALUES = 2
+SUMMARY_TOP = 3
+SUMMARY_CHARS = 20
 
 
-def semantic_type(duck_type: str, distinct: int | None, rows: int, max_categories: int) -> str:
-    """The seed's type vocabulary from a DuckDB type."""
+def semantic_type(duck_type: str, distinct: int | None, filled: int) -> str:
+    """The seed's type vocabulary from a DuckDB type; a text column with few distinct values (see
+    CATEGORY_MAX_DISTINCT) among its `filled` (non-null) values is a category."""
     t = duck_type.upper()
     if t.endswith("]"):  # a list or array of dates or numbers is none of them
         return "string"
@@ -42,7 +65,7 @@ def semantic_type(duck_type: str, distinct: int | None, rows: int, max_categorie
         return "int64"
     if is_numeric(t):
         return "float64"
-    if t == "VARCHAR" and distinct is not None and 0 < distinct <= max_categories and rows >= 2 * distinct:
+    if t == "VARCHAR" and distinct is not None and 0 < distinct <= CATEGORY_MAX_DISTINCT and filled >= 2 * distinct:
         return "category"
     return "string"
 
@@ -54,7 +77,11 @@ def _width(sem: str, avg_len: float) -> float:
 def profile(
     cfg: EngineConfig, src: Source, *, sample_size: int, compute_stats: bool, max_categories: int
 ) -> dict[str, Any]:
-    """Schema, statistics, quality score and recommendations of one source, streaming."""
+    """Schema, statistics, quality score and recommendations of one source, in full detail.
+
+    Counts, nulls, distinct values and statistics come from one streaming pass over every row; the top
+    values of categories from one more pass (`_top_values`); sample values and the checks of text
+    columns behind the recommendations from `sample_size` rows spread over the file (`_inspect`)."""
     file_bytes = sum(p.stat().st_size for p in src.files)
 
     def work(con: duckdb.DuckDBPyConnection) -> dict[str, Any]:
@@ -90,26 +117,131 @@ def profile(
                 nonnull, distinct = int(one[1 + i]), int(one[1 + len(names) + i])
                 null_pct = 0.0 if row_count == 0 else 100.0 * (row_count - nonnull) / row_count
                 stats[n] = {"approx_unique": distinct, "null_pct": null_pct, "count": row_count}
-        # Rendered in SQL as answers show them (see engine.capped_query).
-        head = con.execute(f"SELECT {capped_columns(con, view, names)} FROM {view} LIMIT {int(sample_size)}")
-        head_rows = head.fetchall()
-        cats: dict[str, list[list[Any]]] = {}
-        if compute_stats:
-            wanted = [
-                n
-                for n in names
-                if types[n] == "VARCHAR" and 0 < int(stats.get(n, {}).get("approx_unique") or 0) <= max_categories
-            ]
-            if wanted:
-                parts = [f"histogram({ident(n)})" for n in wanted]
-                hist = con.execute(f"SELECT {', '.join(parts)} FROM {view}").fetchone() or ()
-                for n, h in zip(wanted, hist, strict=False):
-                    pairs = sorted((h or {}).items(), key=lambda kv: (-kv[1], str(kv[0])))
-                    cats[n] = [[_clip(k), int(v)] for k, v in pairs[:max_categories]]
-        return {"names": names, "types": types, "stats": stats, "rows": row_count, "head": head_rows, "cats": cats}
+        cats = _top_values(con, view, names, types, stats, max_categories) if compute_stats and row_count else {}
+        head_rows, checks = _inspect(con, view, names, types, row_count, sample_size)
+        return {
+            "names": names,
+            "types": types,
+            "stats": stats,
+            "rows": row_count,
+            "head": head_rows,
+            "cats": cats,
+            "checks": checks,
+        }
 
-    raw = run_locked(cfg, [src], work, sample_size=sample_size)
-    return _assemble(raw, src, file_bytes, compute_stats, max_categories)
+    # The view reads the file as execute_query does (DuckDB's own type detection): sniffing fewer rows
+    # than DuckDB's default only risks a type that a later row fails to convert to.
+    raw = run_locked(cfg, [src], work)
+    return _assemble(raw, src, file_bytes, compute_stats)
+
+
+def _top_values(
+    con: duckdb.DuckDBPyConnection,
+    view: str,
+    names: list[str],
+    types: dict[str, str],
+    stats: dict[str, dict[str, Any]],
+    max_categories: int,
+) -> dict[str, dict[str, Any]]:
+    """The `max_categories` most frequent values (with counts, most frequent first), the exact distinct
+    count and the non-null rows of every text column that may be a category by its approximate
+    distinct count (see `semantic_type`), in one pass whose state is bounded by CATEGORY_MAX_DISTINCT."""
+
+    def may_be_category(n: str) -> bool:
+        st = stats.get(n, {})
+        approx = int(st.get("approx_unique") or 0)
+        filled = int(st.get("count") or 0) * (1.0 - float(st.get("null_pct") or 0.0) / 100.0)
+        # HyperLogLog may be a few percent off either way: the exact counts decide.
+        return 0 < approx <= 1.1 * CATEGORY_MAX_DISTINCT and 2 * approx <= 1.1 * filled
+
+    wanted = [n for n in names if types[n] == "VARCHAR" and may_be_category(n)]
+    if not wanted:
+        return {}
+    inner = ", ".join(f"histogram({ident(n)}) AS h{i}, count({ident(n)}) AS c{i}" for i, n in enumerate(wanted))
+    # Sorted by (-count, value): most frequent first, ties in value order; values cut as answers show them.
+    pairs = f"{{'n': -CAST(e.value AS BIGINT), 'v': left(e.key, {VALUE_CHARS + 1})}}"
+    outer = ", ".join(
+        f"list_slice(list_sort([{pairs} FOR e IN map_entries(h{i})]), 1, {int(max_categories)}),"
+        f" cardinality(h{i}), c{i}"
+        for i in range(len(wanted))
+    )
+    row = con.execute(f"SELECT {outer} FROM (SELECT {inner} FROM {view})").fetchone() or ()
+    out: dict[str, dict[str, Any]] = {}
+    for i, n in enumerate(wanted):
+        top, distinct, nonnull = row[3 * i], row[3 * i + 1], row[3 * i + 2]
+        if top is None:
+            continue
+        found = [[_clip(p["v"]), -int(p["n"])] for p in top]
+        out[n] = {"top": found, "distinct": int(distinct or 0), "rows": int(nonnull or 0)}
+    return out
+
+
+def _inspect(
+    con: duckdb.DuckDBPyConnection, view: str, names: list[str], types: dict[str, str], rows: int, size: int
+) -> tuple[list[tuple[Any, ...]], dict[str, dict[str, Any]]]:
+    """The rows of the sample (rendered and cut as answers show values) and, for each text column, the
+    counts behind the messy-column recommendations, all computed on the sample: every row when the file
+    has at most `size`, else a reservoir sample of `size` rows drawn over the whole file (seeded, so a
+    file gives the same sample again)."""
+    if rows == 0 or not names:
+        return [], {}
+    picked = f"SELECT * FROM {view}"
+    if rows > size:
+        picked += f" USING SAMPLE reservoir({int(size)} ROWS) REPEATABLE ({SAMPLE_SEED})"
+    table = ident(_SAMPLE_TABLE)
+    con.execute(f"CREATE TEMP TABLE {table} AS {picked}")
+    try:
+        head = con.execute(f"SELECT {capped_columns(con, table, names)} FROM {table}").fetchall()
+        texts = [n for n in names if types[n] == "VARCHAR"]
+        checks: dict[str, dict[str, Any]] = {}
+        if texts:
+            for found in con.execute(_text_checks(table, texts)).fetchall():
+                checks[found[0]] = dict(zip(_CHECKS, found[1:], strict=True))
+    finally:
+        # The table is the call's connection's and goes with it; dropping it early frees its memory.
+        with contextlib.suppress(duckdb.Error):
+            con.execute(f"DROP TABLE IF EXISTS {table}")
+    return head, checks
+
+
+_CHECKS = (
+    "n",
+    "padded",
+    "numbers",
+    "text_example",
+    "money",
+    "commas",
+    "spaced",
+    "percent",
+    "zeros",
+    "booleans",
+    "spellings",
+    "dates",
+)
+
+
+def _text_checks(table: str, texts: list[str]) -> str:
+    """A query of one row per text column of `table` that has values: its name, then the counts named
+    by _CHECKS over its non-null values: values; values with leading or trailing spaces; numbers once
+    spaces, a currency sign, thousands commas and a percent sign are taken off, and of those the ones
+    written with each and the ones with a leading zero; the most common value that is not a number;
+    boolean words and their distinct spellings; dates."""
+    # The columns are unpivoted into (col, v) so the expressions are planned once, not once per column.
+    words = ", ".join(repr(w) for w in _BOOLEAN_WORDS)
+    values = f"UNPIVOT (SELECT {', '.join(ident(n) for n in texts)} FROM {table}) ON COLUMNS(*) INTO NAME col VALUE v"
+    bare = f"regexp_replace(regexp_replace(trim(v), '{_CURRENCY}', '\\1'), '\\s*%$', '')"
+    cleaned = f"CASE WHEN regexp_full_match(b, '{_THOUSANDS}') THEN replace(b, ',', '') ELSE b END"
+    return (
+        "SELECT col, count(v), count_if(v <> t), count_if(num), "
+        f"left(mode(v) FILTER (WHERE NOT num), {VALUE_CHARS + 1}), "
+        "count_if(num AND regexp_matches(t, '[$€£¥]')), count_if(num AND contains(t, ',')), "
+        "count_if(num AND v <> t), count_if(num AND ends_with(t, '%')), "
+        "count_if(num AND regexp_matches(t, '^[-+]?0\\d')), "
+        f"count_if(lower(t) IN ({words})), count(DISTINCT v) FILTER (WHERE lower(t) IN ({words})), "
+        f"count_if(regexp_full_match(t, '{_DATE}')) "
+        f"FROM (SELECT col, v, t, regexp_full_match({cleaned}, '{_NUMBER}') AS num "
+        f"FROM (SELECT col, v, trim(v) AS t, {bare} AS b FROM ({values}))) GROUP BY col"
+    )
 
 
 def _clip(value: Any) -> Any:
@@ -117,10 +249,8 @@ def _clip(value: Any) -> Any:
     return v[:VALUE_CHARS] + "…" if isinstance(v, str) and len(v) > VALUE_CHARS else v
 
 
-def _assemble(
-    raw: dict[str, Any], src: Source, file_bytes: int, compute_stats: bool, max_categories: int
-) -> dict[str, Any]:
-    names, types, stats, rows = raw["names"], raw["types"], raw["stats"], raw["rows"]
+def _assemble(raw: dict[str, Any], src: Source, file_bytes: int, compute_stats: bool) -> dict[str, Any]:
+    names, types, stats, rows, cats = raw["names"], raw["types"], raw["stats"], raw["rows"], raw["cats"]
     columns: list[dict[str, Any]] = []
     recommendations: list[str] = []
     completeness: list[float] = []
@@ -130,7 +260,10 @@ def _assemble(
         null_pct = float(st.get("null_pct") or 0.0)
         distinct = int(st.get("approx_unique") or 0)
         distinct = min(distinct, rows) if rows else distinct
-        sem = semantic_type(types[name], distinct, rows, max_categories)
+        filled = round(rows * (1.0 - null_pct / 100.0))
+        if name in cats:  # the exact counts, from the pass that found the top values
+            distinct, filled = cats[name]["distinct"], cats[name]["rows"]
+        sem = semantic_type(types[name], distinct, filled)
         values: list[Any] = []
         lens: list[int] = []
         for row in raw["head"]:
@@ -159,20 +292,24 @@ def _assemble(
                     detail["mean" if key == "avg" else key] = _round(st.get(key))
             elif sem == "datetime":
                 detail = {"min": jsonable(st.get("min")), "max": jsonable(st.get("max"))}
-            if name in raw["cats"]:
-                detail["top_values"] = raw["cats"][name]
+            if sem == "category" and name in cats:
+                top = cats[name]["top"]
+                detail["top_values"] = top
+                detail["other_values"] = max(0, distinct - len(top))
+                detail["other_rows"] = max(0, cats[name]["rows"] - sum(n for _, n in top))
             if detail:
                 col["stats"] = detail
         columns.append(col)
         completeness.append(1.0 - null_pct / 100.0)
         if null_pct >= 30:
-            recommendations.append(f"Column '{name}' is {null_pct:.0f}% empty: filter or impute before aggregating")
+            recommendations.append(f"'{name}' is {null_pct:.0f}% empty: filter or impute it")
         if rows > 1 and distinct <= 1 and null_pct < 100:
-            recommendations.append(f"Column '{name}' holds a single value: it can be dropped")
+            recommendations.append(f"'{name}' holds one value: drop it")
         if sem == "string" and rows and distinct >= 0.95 * rows and i == 0:
-            recommendations.append(f"Column '{name}' looks like an identifier (nearly unique)")
-        if sem == "string" and values and all(_looks_like_date(v) for v in values):
-            recommendations.append(f"Column '{name}' looks like dates stored as text: cast it with strptime")
+            recommendations.append(f"'{name}' looks like an identifier (nearly unique)")
+        advice = _advice(name, raw["checks"].get(name))
+        if advice:
+            recommendations.append(advice)
     constant = sum(1 for c in columns if c["unique_count"] <= 1 and rows > 1)
     quality = (sum(completeness) / len(completeness)) if completeness else 0.0
     if columns:
@@ -196,9 +333,102 @@ def _assemble(
     }
 
 
-def _looks_like_date(value: Any) -> bool:
-    s = str(value)
-    return len(s) >= 8 and s[:4].isdigit() and s[4:5] in ("-", "/") and s[5:7].isdigit()
+def _advice(name: str, check: dict[str, Any] | None) -> str | None:
+    """The one recommendation (or none) for a text column from the checks of its sampled values
+    (`_text_checks`): boolean words spelt several ways, numbers stored as text, numbers mixed with text,
+    dates stored as text, padded values."""
+    n = int((check or {}).get("n") or 0)
+    if check is None or n == 0:
+        return None
+    spellings = int(check["spellings"] or 0)
+    if check["booleans"] == n and spellings > 2:
+        return f"'{name}' spells booleans {spellings} ways: map them to true/false"
+    numbers = int(check["numbers"])
+    if numbers == n:
+        kinds = (("money", "currency signs"), ("commas", "commas"), ("percent", "% signs"), ("spaced", "spaces"))
+        strip = [w for k, w in kinds if check[k]]
+        if strip:
+            return f"'{name}' holds numbers as text: strip {', '.join(strip)}, then CAST AS DOUBLE"
+        # Digits with leading zeros (postal codes, account numbers) are codes, text on purpose.
+        return None if check["zeros"] else f"'{name}' holds numbers as text: CAST it AS DOUBLE"
+    if 2 * numbers > n:
+        share = _pct(100.0 * (n - numbers) / n)
+        example = _quoted(check["text_example"])
+        return f"'{name}' is numbers with {share} text (e.g. {example}): TRY_CAST nulls those"
+    if check["dates"] == n:
+        return f"'{name}' holds dates as text: cast it with strptime"
+    if check["padded"]:
+        share = _pct(100.0 * int(check["padded"]) / n)
+        return f"'{name}' is space-padded in {share} of values: trim() it"
+    return None
+
+
+def _pct(p: float) -> str:
+    """12.5 -> '12%', 4.0 -> '4%', 0.3 -> '0.3%', 0.02 -> '<0.1%'."""
+    if 0 < p < 0.05:
+        return "<0.1%"
+    return (f"{p:.1f}".rstrip("0").rstrip(".") if p < 10 else f"{p:.0f}") + "%"
+
+
+def _quoted(value: Any) -> str:
+    text = str(value)
+    return "'" + (text[:SUMMARY_CHARS] + "…" if len(text) > SUMMARY_CHARS else text) + "'"
+
+
+def _short(value: Any) -> Any:
+    return value[:SUMMARY_CHARS] + "…" if isinstance(value, str) and len(value) > SUMMARY_CHARS else value
+
+
+def summary_header() -> str:
+    """The first line of a `detail: "summary"` reply's columns: the names of the entries of each line."""
+    return ",".join(SUMMARY_FIELDS)
+
+
+def summary_line(column: dict[str, Any]) -> str:
+    """A column of a full profile as a `detail: "summary"` CSV line, its entries in SUMMARY_FIELDS
+    order: null % to one decimal; sample values (at most SUMMARY_VALUES, each cut to SUMMARY_CHARS
+    characters, joined by ' | '), given only when there are no statistics to stand for them; and, when
+    the profile has statistics, a short text of them: a number's or date's range `min..max`, or a
+    category's top SUMMARY_TOP values with their counts and what else it holds, e.g. `north 48; east
+    39 (+8 more: 313 rows)`. Timestamps leave out zero seconds, and a midnight its time."""
+
+    def brief(value: Any) -> str:
+        """The value as a summary shows it: its text (JSON for a list or struct), cut; a time whole."""
+        if column["type"] == "datetime":
+            return cell_text(_brief_time(value))
+        return str(_short(cell_text(value)))
+
+    stats = column.get("stats") or {}
+    text = ""
+    if "top_values" in stats:
+        top = stats["top_values"]
+        text = "; ".join(f"{cell_text(_short(v))} {n}" for v, n in top[:SUMMARY_TOP])
+        more = int(stats.get("other_values") or 0) + len(top[SUMMARY_TOP:])
+        rest = int(stats.get("other_rows") or 0) + sum(n for _, n in top[SUMMARY_TOP:])
+        text += f" (+{more} more: {rest} rows)" if more else ""
+    elif stats.get("min") is not None or stats.get("max") is not None:
+        text = f"{brief(stats.get('min'))}..{brief(stats.get('max'))}"
+    values = [] if text else column["sample_values"][:SUMMARY_VALUES]
+    null = round(float(column["null_pct"]), 1)
+    cells = [column["name"], column["type"], int(null) if null.is_integer() else null, column["unique_count"]]
+    cells += [" | ".join(brief(v) for v in values), text]
+    out = io.StringIO()
+    csv.writer(out, lineterminator="").writerow(cells)
+    return out.getvalue()
+
+
+_TIMESTAMP = re.compile(r"(\d{4}-\d\d-\d\d)T(\d\d:\d\d)(:\d\d(?:\.\d+)?)?(.*)")
+
+
+def _brief_time(value: Any) -> Any:
+    """'2024-01-01T06:39:00' -> '2024-01-01T06:39', '2024-01-01T00:00:00' -> '2024-01-01' (an offset
+    keeps the time)."""
+    m = _TIMESTAMP.fullmatch(value) if isinstance(value, str) else None
+    if m is None:
+        return value
+    day, clock, seconds, zone = m.groups()
+    seconds = "" if seconds in (None, ":00") else seconds
+    return day if clock == "00:00" and not seconds and not zone else f"{day}T{clock}{seconds}{zone}"
 
 
 # ---------------------------------------------------------------------------------------------- sampling

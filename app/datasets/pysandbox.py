@@ -23,6 +23,7 @@ security boundary against a determined attacker: enable this engine only for tru
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -32,7 +33,7 @@ from app.datasets.engine import EngineConfig, Source
 from app.datasets.sandbox import query_context
 
 CHILD = r"""
-import ctypes, json, os, resource, sys, textwrap
+import ctypes, importlib, json, os, resource, sys, textwrap
 spec = json.loads(sys.stdin.read())
 cpu, mem = spec["cpu_seconds"], spec["memory_mb"] * 1024 * 1024
 resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
@@ -53,6 +54,11 @@ try:
     import pandas as pd
 except Exception:
     pd = None
+for name in spec["preload"]:  # modules the code imports that load ctypes or subprocess helpers themselves
+    try:
+        importlib.import_module(name)
+    except Exception:  # not installed: the code's own import says so
+        pass
 NO_PANDAS = "pandas is not installed on this server (the cairn-server[pandas] extra)"
 class NoPandas:
     def __getattr__(self, name):
@@ -98,9 +104,14 @@ DENY = ("socket.", "subprocess.", "os.system", "os.exec", "os.spawn", "os.posix_
 BLOCKED_MODULES = {"ctypes", "_ctypes", "socket", "_socket", "ssl", "subprocess", "_posixsubprocess",
                    "multiprocessing", "duckdb", "_duckdb", "gc", "cffi", "pty"}
 state = {"armed": False}
+def inside_readable(path):
+    real = os.path.realpath(os.fsdecode(path))
+    return (real + os.sep).startswith(readable) or real.startswith(readable)
 def hook(event, args):
     if not state["armed"]:
         return
+    if event in ("os.listdir", "os.scandir") and isinstance(args[0], (str, bytes)) and inside_readable(args[0]):
+        return  # the import system lists the folders it loads a module from (a lazy import in a library)
     if event.startswith(DENY):
         raise PermissionError(f"{event} is not allowed in the python engine")
     if event == "import" and args[0].split(".")[0] in BLOCKED_MODULES:
@@ -115,7 +126,7 @@ def hook(event, args):
         writing = any(ch in str(mode) for ch in "wax+") or (isinstance(args[2], int) and args[2] & 0o3)
         if writing and real != dest:
             raise PermissionError("writing files is not allowed in the python engine")
-        if not writing and not (real + os.sep).startswith(readable) and not real.startswith(readable):
+        if not writing and not inside_readable(real):
             raise PermissionError(f"reading {path!r} is not allowed (outside the data roots)")
 sys.addaudithook(hook)
 for mod in [m for m in sys.modules if m.split(".")[0] in BLOCKED_MODULES]:
@@ -172,6 +183,17 @@ except BaseException as exc:
 """
 
 
+# Packages whose modules load ctypes (and joblib's process helpers) when imported, which the audit
+# hook refuses once the code runs: the modules of these that the code imports are imported before.
+PRELOADABLE = ("sklearn", "scipy")
+_IMPORTED = re.compile(r"^[ \t]*(?:from|import)[ \t]+((?:" + "|".join(PRELOADABLE) + r")(?:\.\w+)*)", re.M)
+
+
+def preloaded(code: str) -> list[str]:
+    """The modules of `PRELOADABLE` packages that `code` imports (at most 20), in order."""
+    return list(dict.fromkeys(_IMPORTED.findall(code)))[:20]
+
+
 def run_python(
     cfg: EngineConfig,
     code: str,
@@ -186,6 +208,7 @@ def run_python(
     namespace isolation was in force."""
     spec = {
         "code": code,
+        "preload": preloaded(code),
         "views": {s.name: s.sql() for s in sources},
         "inputs": {s.name: s.pattern for s in sources},
         "allowed": [str(p) for p in cfg.allowed],

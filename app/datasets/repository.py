@@ -4,9 +4,9 @@ names and stored results belong to one project."""
 from __future__ import annotations
 
 import uuid
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import delete, func, select
+from sqlalchemy import Table, delete, func, select
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -100,10 +100,10 @@ class QueryRepository(Repository):
 
     async def save(self, values: dict[str, Any]) -> None:
         """Record a result (no-op when the query_id exists)."""
+        # A Core insert on the table: the ORM's bulk-insert path costs a millisecond a call here.
+        table = cast(Table, DatasetQuery.__table__)
         await self.session.execute(
-            insert(DatasetQuery)
-            .values(**values, project=self.project)
-            .on_conflict_do_nothing(index_elements=[DatasetQuery.query_id])
+            insert(table).values(**values, project=self.project).on_conflict_do_nothing(index_elements=["query_id"])
         )
 
     async def get(self, query_id: str) -> DatasetQuery | None:

@@ -34,7 +34,10 @@ Layers, outermost first:
 
 from __future__ import annotations
 
+import atexit
 import glob as globmod
+import heapq
+import itertools
 import os
 import re
 import threading
@@ -42,7 +45,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -459,37 +462,58 @@ STATEMENT_ERRORS: tuple[type[BaseException], ...] = (
     duckdb.PermissionException,
 )
 
-# A pooled database goes back only when this counts 0: no table, view or sequence left in it and no
-# database attached beyond the built-in ones (the configuration itself is locked).
+# A pooled database goes back only when this lists the names of the views the pool made in it and
+# nothing else: no table or sequence ('' rows), no database attached beyond the built-in ones (the
+# configuration itself is locked). A view's definition is not read back (rendering it costs more than
+# the rest): calls cannot replace a view (check_sql passes no DDL).
 _LEFTOVERS = (
-    "SELECT count(*) FROM (SELECT 1 FROM duckdb_tables() UNION ALL SELECT 1 FROM duckdb_views() WHERE NOT internal"
-    " UNION ALL SELECT 1 FROM duckdb_sequences()"
-    " UNION ALL SELECT 1 FROM duckdb_databases() WHERE NOT internal AND database_name <> 'memory')"
+    "SELECT view_name FROM duckdb_views() WHERE NOT internal UNION ALL SELECT '' FROM duckdb_tables()"
+    " UNION ALL SELECT '' FROM duckdb_sequences()"
+    " UNION ALL SELECT '' FROM duckdb_databases() WHERE NOT internal AND database_name <> 'memory'"
 )
 
 
 class Lease:
     """One call's use of a pooled locked database: `con` is a fresh connection (a cursor) to it, so
     connection state (temporary objects, prepared statements, variables, a pending interrupt) ends
-    with the call. Views made with `create_view` are dropped when the lease ends."""
+    with the call. The call's views are set with `use_views`; they stay in the database for a later
+    call that wants the same ones (creating a view costs about half a millisecond)."""
 
     def __init__(self, pool: ConnectionPool, lock: Lockdown, keep: int) -> None:
         self._pool = pool
         self._lock = lock
         self._keep = keep
-        self._db = pool._take(lock)
+        self._pooled = pool._take(lock)
         try:
-            self.con = self._db.cursor()
+            self.con = self._pooled.db.cursor()
         except BaseException:
-            self._db.close()
+            self._pooled.db.close()
             raise
-        self._views: list[str] = []
         self.reusable = True
 
-    def create_view(self, name: str, body: str) -> None:
-        """`CREATE VIEW name AS body` for this call only."""
-        self._views.append(name)
-        self.con.execute(f"CREATE VIEW {ident(name)} AS {body}")
+    def use_views(self, wanted: dict[str, tuple[str, str]]) -> None:
+        """Make the database hold exactly the views `wanted`: name -> (body, stamp). A view left by an
+        earlier call is kept when its body and stamp (what its files were then: size and modification
+        time) are the same, replaced when not, and dropped when this call does not name it."""
+        pooled = self._pooled
+        changed = False
+        for name in [n for n in pooled.views if n not in wanted]:
+            changed = True
+            del pooled.views[name]
+            self.con.execute(f"DROP VIEW IF EXISTS {ident(name)}")
+        for name, spec in wanted.items():
+            if pooled.views.get(name) == spec:
+                continue
+            changed = True
+            pooled.views.pop(name, None)
+            self.con.execute(f"CREATE OR REPLACE VIEW {ident(name)} AS {spec[0]}")
+            pooled.views[name] = spec
+        if changed:
+            pooled.catalog = self._catalog()
+
+    def _catalog(self) -> list[str]:
+        """What the database holds beyond its built-in objects (see `_LEFTOVERS`), sorted."""
+        return sorted(str(r[0]) for r in self._pooled.db.execute(_LEFTOVERS).fetchall())
 
     def discard(self) -> None:
         """Close the database at the end of the lease instead of reusing it."""
@@ -501,20 +525,27 @@ class Lease:
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
         if exc is not None and not isinstance(exc, STATEMENT_ERRORS):
             self.reusable = False
-        self._pool._release(self._lock, self._db, self._reset(), self._keep)
+        self._pool._release(self._lock, self._pooled, self._reset(), self._keep)
 
     def _reset(self) -> bool:
-        """Drop this call's views and close its connection; True when the database is clean."""
+        """Close this call's connection; True when the database holds only the views `use_views` made."""
         try:
-            if self.reusable:
-                for name in reversed(self._views):
-                    self.con.execute(f"DROP VIEW IF EXISTS {ident(name)}")
             self.con.close()
             if not self.reusable:
                 return False
-            return self._db.execute(_LEFTOVERS).fetchone() == (0,)
+            return self._catalog() == self._pooled.catalog
         except Exception:
             return False
+
+
+@dataclass
+class _Pooled:
+    """A locked database, the views it holds (name -> (body, stamp)) and its catalog as `Lease._catalog`
+    read it after they were made."""
+
+    db: duckdb.DuckDBPyConnection
+    views: dict[str, tuple[str, str]] = field(default_factory=dict)
+    catalog: list[str] = field(default_factory=list)
 
 
 class ConnectionPool:
@@ -523,7 +554,7 @@ class ConnectionPool:
     ones, and only the `max_lockdowns` most recently used lockdowns keep any."""
 
     def __init__(self, max_lockdowns: int = 4) -> None:
-        self._idle: OrderedDict[Lockdown, list[duckdb.DuckDBPyConnection]] = OrderedDict()
+        self._idle: OrderedDict[Lockdown, list[_Pooled]] = OrderedDict()
         self._mutex = threading.Lock()
         self._max_lockdowns = max_lockdowns
         self.opened = 0
@@ -532,17 +563,17 @@ class ConnectionPool:
         """A lease on an idle database of `lock`, or on a newly opened one."""
         return Lease(self, lock, keep)
 
-    def _take(self, lock: Lockdown) -> duckdb.DuckDBPyConnection:
+    def _take(self, lock: Lockdown) -> _Pooled:
         with self._mutex:
             idle = self._idle.get(lock)
             if idle:
                 self._idle.move_to_end(lock)
                 return idle.pop()
             self.opened += 1
-        return open_locked(lock)
+        return _Pooled(open_locked(lock))
 
-    def _release(self, lock: Lockdown, db: duckdb.DuckDBPyConnection, clean: bool, keep: int) -> None:
-        closing: list[duckdb.DuckDBPyConnection] = []
+    def _release(self, lock: Lockdown, db: _Pooled, clean: bool, keep: int) -> None:
+        closing: list[_Pooled] = []
         with self._mutex:
             idle = self._idle.setdefault(lock, [])
             self._idle.move_to_end(lock)
@@ -552,8 +583,8 @@ class ConnectionPool:
                 closing.append(db)
             while len(self._idle) > self._max_lockdowns:
                 closing += self._idle.popitem(last=False)[1]
-        for con in closing:
-            con.close()
+        for pooled in closing:
+            pooled.db.close()
 
     def idle(self, lock: Lockdown) -> int:
         """How many databases of `lock` wait for a call."""
@@ -563,36 +594,101 @@ class ConnectionPool:
     def clear(self) -> None:
         """Close every idle database."""
         with self._mutex:
-            closing = [con for idle in self._idle.values() for con in idle]
+            closing = [pooled for idle in self._idle.values() for pooled in idle]
             self._idle.clear()
-        for con in closing:
-            con.close()
+        for pooled in closing:
+            pooled.db.close()
 
 
 POOL = ConnectionPool()
 
 
+class _Watchdogs:
+    """One thread that interrupts connections whose deadline passed (a timer thread per statement cost
+    a thread start and join each, a tenth of a millisecond or more)."""
+
+    def __init__(self) -> None:
+        self._cv = threading.Condition()
+        self._heap: list[tuple[float, int, _Watchdog]] = []
+        self._order = itertools.count()
+        self._thread: threading.Thread | None = None
+        self._cancelled = 0  # cancelled entries still in the heap (about)
+        self._stopping = False
+
+    def add(self, dog: _Watchdog, seconds: float) -> None:
+        """Interrupt `dog`'s connection in `seconds` unless it is cancelled first."""
+        with self._cv:
+            heapq.heappush(self._heap, (time.monotonic() + seconds, next(self._order), dog))
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, name="cairn-duckdb-watchdog", daemon=True)
+                self._thread.start()
+            self._cv.notify()
+
+    def cancel(self, dog: _Watchdog) -> None:
+        """No interrupt for `dog` from now on; one already under way has landed when this returns (the
+        interrupt is sent holding the lock this takes)."""
+        with self._cv:
+            dog.cancelled = True
+            dog.con = None  # its entry may wait in the heap until its deadline: not the connection
+            self._cancelled += 1
+            if self._cancelled > 64 and self._cancelled * 2 > len(self._heap):
+                self._heap = [entry for entry in self._heap if not entry[2].cancelled]
+                heapq.heapify(self._heap)
+                self._cancelled = 0
+
+    def stop(self) -> None:
+        """End the thread (at exit: a thread left waiting keeps DuckDB's module from being torn down
+        cleanly)."""
+        with self._cv:
+            thread, self._thread = self._thread, None
+            self._stopping = True
+            self._cv.notify()
+        if thread is not None:
+            thread.join(timeout=5)
+        with self._cv:
+            self._stopping = False
+
+    def _run(self) -> None:
+        with self._cv:
+            while not self._stopping:
+                while self._heap and self._heap[0][2].cancelled:
+                    heapq.heappop(self._heap)
+                    self._cancelled = max(0, self._cancelled - 1)
+                if not self._heap:
+                    self._cv.wait()
+                    continue
+                due = self._heap[0][0] - time.monotonic()
+                if due > 0:
+                    self._cv.wait(due)
+                    continue
+                dog = heapq.heappop(self._heap)[2]
+                dog.fired = True
+                try:
+                    if dog.con is not None:
+                        dog.con.interrupt()
+                except Exception:  # the connection may already be closed
+                    pass
+                dog.con = None
+                del dog  # this thread outlives its calls: it keeps no connection alive
+
+
+_WATCHDOGS = _Watchdogs()
+atexit.register(_WATCHDOGS.stop)
+
+
 class _Watchdog:
     def __init__(self, con: duckdb.DuckDBPyConnection, seconds: float) -> None:
         self.fired = False
-        self._con = con
-        self._timer = threading.Timer(seconds, self._fire)
-        self._timer.daemon = True
-
-    def _fire(self) -> None:
-        self.fired = True
-        try:
-            self._con.interrupt()
-        except Exception:  # the connection may already be closed
-            pass
+        self.cancelled = False
+        self.con: duckdb.DuckDBPyConnection | None = con
+        self._seconds = seconds
 
     def __enter__(self) -> _Watchdog:
-        self._timer.start()
+        _WATCHDOGS.add(self, self._seconds)
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        self._timer.cancel()
-        self._timer.join()  # an interrupt already under way lands before `fired` is read
+        _WATCHDOGS.cancel(self)
 
 
 # When the current call must end (`time.monotonic()`), set by a worker process for each request it

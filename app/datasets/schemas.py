@@ -34,32 +34,63 @@ class ProfileIn(StrictModel):
         max_length=1000,
         description="Dataset file, glob or registered dataset name, inside the data roots",
     )
-    sample_size: int = Field(default=1000, ge=100, le=10_000, description="Rows sampled for type inference")
+    sample_size: int = Field(
+        default=1000,
+        ge=100,
+        le=10_000,
+        description="Number of rows to sample for type inference: rows spread over the file whose values "
+        "give sample_values and the checks of text columns (numbers, booleans or dates stored as text, "
+        "mixed numbers and text, padding) behind the recommendations",
+    )
     compute_stats: bool = Field(default=True, description="Compute detailed statistics")
     max_categories: int = Field(
-        default=50, ge=1, le=500, description="Most categories reported for a categorical column"
+        default=50,
+        ge=1,
+        le=500,
+        description="Maximum unique categories to report for categorical columns: the most frequent, with "
+        "counts (a summary shows at most 3); a column stays a category whatever this is",
+    )
+    detail: Literal["summary", "full"] = Field(
+        default="summary",
+        description="summary: schema.columns as compact CSV lines, header first (ranges, top 3 categories, "
+        "2 short sample values); full: an object per column with its DuckDB type, quartiles and top values",
     )
     max_tokens: int | None = MaxTokens
     project: str | None = ProjectField
 
 
+def _nothing(value: Any) -> bool:
+    """A profile field left out of the reply: no statistics, or no columns omitted."""
+    return value is None or (isinstance(value, int) and value == 0)
+
+
 class ColumnProfile(BaseModel):
-    """One column of a profile."""
+    """One column of a profile (detail 'full')."""
 
     name: str
     type: Literal["int64", "float64", "string", "bool", "datetime", "category"]
     null_pct: float
-    unique_count: int = Field(description="Approximate distinct values (HyperLogLog)")
+    unique_count: int = Field(description="Distinct values: exact for a category, else approximate (HyperLogLog)")
     sample_values: list[Any]
     duckdb_type: str
-    stats: dict[str, Any] | None = Field(default=None, description="min/max/mean/std/quartiles or top_values")
+    stats: dict[str, Any] | None = Field(
+        default=None,
+        exclude_if=_nothing,
+        description="min/max/mean/std/quartiles, or a category's top_values ([value, count], most frequent "
+        "first) with other_values and other_rows (the distinct values and rows not listed)",
+    )
 
 
 class ProfileSchema(BaseModel):
-    """Columns of a profile."""
+    """Columns of a profile: objects (detail 'full') or CSV lines (detail 'summary')."""
 
-    columns: list[ColumnProfile]
-    columns_omitted: int = 0
+    columns: list[ColumnProfile] | list[str] = Field(
+        description="detail 'full': one object per column; 'summary': CSV lines, the header "
+        "'name,type,null_pct,unique_count,sample_values,stats' first, then one per column: sample values "
+        "joined by ' | ' (only where stats is empty), stats a range 'min..max' or a category's top values "
+        "'value count; …' with '(+N more: M rows)' for the rest"
+    )
+    columns_omitted: int = Field(default=0, exclude_if=_nothing, description="Columns left out to fit the budget")
 
 
 class ProfileStatistics(BaseModel):

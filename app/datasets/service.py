@@ -12,11 +12,12 @@ import os
 import re
 import stat
 import uuid
-from collections.abc import Iterator
+from collections.abc import Awaitable, Iterator
 from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
+from cachetools import TTLCache
 from pydantic import ValidationError
 
 from app.core import budget
@@ -113,6 +114,18 @@ def _make_space(data_dir: Path, project: str) -> Space:
     return Space(project=project, folder=folder, shared=shared, work=mine)
 
 
+# Spaces made (folders created and checked) in the last few seconds, by data directory, project and
+# the settings that place the folders: most calls then need no filesystem work (nor a thread) for it.
+_SPACES: TTLCache[tuple[Any, ...], Space] = TTLCache(maxsize=256, ttl=10)
+
+
+def _still_there(space: Space) -> bool:
+    """True while a remembered space's folders exist (folders removed meanwhile are made again). Two
+    stats of local folders, run on the event loop: microseconds, against a thread hop's fraction of a
+    millisecond."""
+    return os.path.isdir(space.work / "results") and os.path.isdir(space.folder)
+
+
 async def space_of(ctx: CallContext, requested: str | None) -> Space:
     """The caller's space: the effective project (`ctx.project`: a bound key keeps to its own) and its
     folders, created if missing."""
@@ -120,7 +133,19 @@ async def space_of(ctx: CallContext, requested: str | None) -> Space:
     if not _PROJECT_RE.fullmatch(project):
         raise InvalidInput(f"Invalid project name {project[:80]!r}")
     engine.set_caller(ctx.principal.key_id or ctx.principal.name)  # whose share of the DuckDB slots
-    return await asyncio.to_thread(_make_space, ctx.settings.data_dir, project)
+    cfg = get_dataset_settings()
+    key = (
+        ctx.settings.data_dir,
+        project,
+        tuple(str(r) for r in cfg.data_roots),
+        cfg.datasets_projects_dir,
+        cfg.datasets_work_dir,
+    )
+    space = _SPACES.get(key)
+    if space is None or not _still_there(space):
+        space = await asyncio.to_thread(_make_space, ctx.settings.data_dir, project)
+        _SPACES[key] = space
+    return space
 
 
 def config(space: Space, timeout_ms: int | None = None) -> engine.EngineConfig:
@@ -212,7 +237,9 @@ async def resolve_source(ctx: CallContext, space: Space, ref: str, taken: set[st
 
 
 async def profile_dataset(ctx: CallContext, args: ProfileIn) -> ProfileOut:
-    """Profile one dataset (cached by file fingerprint and options)."""
+    """Profile one dataset (cached by file fingerprint and options). The cached profile is the full
+    one: `detail` only shapes the reply, so it is not part of the key and either detail of one profile
+    is answered from the same entry."""
     space = await space_of(ctx, args.project)
     src = await resolve_source(ctx, space, args.file_path)
     cache = cache_of(ctx)
@@ -246,18 +273,28 @@ async def profile_dataset(ctx: CallContext, args: ProfileIn) -> ProfileOut:
             "project": space.project,
         }
         await asyncio.to_thread(cache.put, key, entry)
-    return _fit_profile(raw, args, src, cache_hit)
+    return await asyncio.to_thread(_fit_profile, raw, args, src, cache_hit)
 
 
 def _fit_profile(raw: dict[str, Any], args: ProfileIn, src: engine.Source, cache_hit: bool) -> ProfileOut:
+    """The reply of a full profile `raw` in `args.detail`, within the token budget. Ladder: top-value
+    lists cut to 5 (full), then column statistics dropped, then sample values cut to one, then whole
+    columns (`columns_omitted`), then recommendations; each step sets `truncated`. A budget too small
+    for even the statistics is refused (4001) with the least that fits."""
     limit = budget_of(args.max_tokens)
+    full = args.detail == "full"
     columns: list[dict[str, Any]] = [dict(c) for c in raw["schema"]["columns"]]
+    recommendations: list[str] = list(raw["recommendations"])
 
-    def build(cols: list[dict[str, Any]], omitted: int, truncated: bool) -> dict[str, Any]:
+    def build(cols: list[dict[str, Any]], omitted: int, truncated: bool, recs: list[str]) -> dict[str, Any]:
+        schema: dict[str, Any] = {"columns": cols, "columns_omitted": omitted}
+        if not full:
+            lines = [profiling.summary_line(c) for c in cols]
+            schema["columns"] = [profiling.summary_header(), *lines] if lines else []
         out = ProfileOut(
-            schema=ProfileSchema.model_validate({"columns": cols, "columns_omitted": omitted}),
+            schema=ProfileSchema.model_validate(schema),
             statistics=ProfileStatistics.model_validate(raw["statistics"]),
-            recommendations=raw["recommendations"],
+            recommendations=recs,
             context_tokens_used=0,
             file_path=src.pattern,
             format=raw["format"],
@@ -267,25 +304,50 @@ def _fit_profile(raw: dict[str, Any], args: ProfileIn, src: engine.Source, cache
         )
         return budget.finalize(out.model_dump(mode="json", by_alias=True))
 
-    payload = build(columns, 0, False)
+    payload = build(columns, 0, False, recommendations)
     if payload["context_tokens_used"] <= limit:
         return ProfileOut.model_validate(payload)
-    # Degrade: shorter category lists, then no stats, then no sample values, then fewer columns.
-    for step in ("top5", "nostats", "novalues"):
+    steps = ("top5", "nostats", "novalues") if full else ("nostats", "novalues")
+    for step in steps:
         for c in columns:
             if step == "top5" and c.get("stats") and "top_values" in c["stats"]:
-                c["stats"] = {**c["stats"], "top_values": c["stats"]["top_values"][:5]}
+                st = c["stats"]
+                kept, cut = st["top_values"][:5], st["top_values"][5:]
+                c["stats"] = {
+                    **st,
+                    "top_values": kept,
+                    "other_values": int(st.get("other_values") or 0) + len(cut),
+                    "other_rows": int(st.get("other_rows") or 0) + sum(n for _, n in cut),
+                }
             elif step == "nostats":
                 c["stats"] = None
             elif step == "novalues":
                 c["sample_values"] = c["sample_values"][:1]
-        payload = build(columns, 0, True)
+        payload = build(columns, 0, True, recommendations)
         if payload["context_tokens_used"] <= limit:
             return ProfileOut.model_validate(payload)
     k = budget.largest_fitting(
-        len(columns), lambda m: build(columns[:m], len(columns) - m, True)["context_tokens_used"] <= limit
+        len(columns),
+        lambda m: build(columns[:m], len(columns) - m, True, recommendations)["context_tokens_used"] <= limit,
     )
-    return ProfileOut.model_validate(build(columns[:k], len(columns) - k, True))
+    if k == 0:
+        r = budget.largest_fitting(
+            len(recommendations),
+            lambda m: build([], len(columns), True, recommendations[:m])["context_tokens_used"] <= limit,
+        )
+        recommendations = recommendations[:r]
+    payload = build(columns[:k], len(columns) - k, True, recommendations)
+    if payload["context_tokens_used"] > limit:
+        # Not even the statistics and the file fit: refused rather than answered over the budget (the
+        # profile is cached, so asking again with a larger max_tokens costs no second pass).
+        least = payload["context_tokens_used"]
+        raise invalid_field(
+            "max_tokens",
+            f"max_tokens {limit} is below the smallest profile of this dataset ({least} tokens)",
+            rule="too_small",
+            suggestions=[f"Pass max_tokens of at least {least}"],
+        )
+    return ProfileOut.model_validate(payload)
 
 
 # ------------------------------------------------------------------------------------------------ query
@@ -329,37 +391,45 @@ async def _execute_query(ctx: CallContext, args: QueryIn) -> QueryOut:
         taken.add("data")
     if engine_used == "python":
         return await _run_python(ctx, space, args, sources, sorted(taken))
-    checked, literal_files = await asyncio.to_thread(_checked_sql, sql, rts)
-    result_ids += [q for q in QUERY_ID.findall(checked) if q not in result_ids]
     queries = QueryRepository(ctx.session, space.project)
-    stored = await queries.get_many(result_ids)
-    missing = [q for q in result_ids if q not in stored]
-    if missing:
-        raise NotFound(f"Unknown query_id {missing[0]}", suggestions=["Run execute_query to get a query_id"])
-    gone = [q for q in result_ids if not inside(Path(stored[q].result_path), [space.work / "results"])]
-    if gone:  # stored before results were kept per project
-        raise NotFound(f"The stored result {gone[0]} is gone", suggestions=["Run its query again"])
-    result_views = {q: Path(stored[q].result_path) for q in result_ids}
-    all_files = [f for s in sources for f in s.files] + literal_files + list(result_views.values())
+    # Stored results the query may name (a superset: the text before it is checked), read before the
+    # one thread hop that checks the query and looks its result up in the cache.
+    named = await queries.get_many(list(dict.fromkeys(result_ids + QUERY_ID.findall(sql))))
     cache = cache_of(ctx)
     views = {s.name: s.sql() for s in sources}
+    results_dir = space.work / "results"
 
-    def lookup() -> tuple[list[list[Any]], str, dict[str, Any] | None]:
+    def check_and_lookup() -> tuple[str, list[str], dict[str, Path], list[list[Any]], str, dict[str, Any] | None]:
+        checked, literal_files = _checked_sql(sql, rts)
+        ids = result_ids + [q for q in QUERY_ID.findall(checked) if q not in result_ids]
+        present = {
+            q: Path(named[q].result_path)
+            for q in ids
+            if q in named and inside(Path(named[q].result_path), [results_dir])
+        }
+        all_files = [f for s in sources for f in s.files] + literal_files + list(present.values())
         fps = fingerprint(all_files)
         key = make_key(
             "query",
             project=space.project,
             sql=normalize_sql(checked),
             views=views,
-            results=sorted(result_ids),
+            results=sorted(ids),
             files=fps,
             max_rows=cfg.datasets_result_max_rows,
         )
-        return fps, key, cache.get(key)
+        return checked, ids, present, fps, key, (cache.get(key) if len(present) == len(ids) else None)
 
-    fps, key, hit = await asyncio.to_thread(lookup)
+    checked, result_ids, result_views, fps, key, hit = await asyncio.to_thread(check_and_lookup)
+    missing = [q for q in result_ids if q not in named]
+    if missing:
+        raise NotFound(f"Unknown query_id {missing[0]}", suggestions=["Run execute_query to get a query_id"])
+    gone = [q for q in result_ids if q not in result_views]
+    if gone:  # stored before results were kept per project
+        raise NotFound(f"The stored result {gone[0]} is gone", suggestions=["Run its query again"])
     ecfg = config(space, args.timeout_ms)
     head: list[dict[str, Any]] | None = None
+    pending: list[Awaitable[Any]] = []
     if hit is not None:
         meta, cache_hit = hit["meta"], True
     else:
@@ -388,21 +458,25 @@ async def _execute_query(ctx: CallContext, args: QueryIn) -> QueryOut:
             "result_path": str(res.path),
             "project": space.project,
         }
-        await asyncio.to_thread(_remember, cache, key, entry, cfg.datasets_result_ttl_seconds, res.path)
-    await queries.save(
-        {
-            "query_id": meta["query_id"],
-            "sql": checked[:100_000],
-            "files": [f[0] for f in fps],
-            "columns": [[c, t] for c, t in zip(meta["columns"], meta["types"], strict=False)],
-            "rows_stored": meta["rows_stored"],
-            "rows_total": meta["rows_total"],
-            "result_path": meta["result_path"],
-            "cache_key": key[:64],
-            "label": args.cache_key,
-            "created_by": ctx.principal.key_id,
-        }
+        # The cache entry is written while the database records the result.
+        pending.append(asyncio.to_thread(_remember, cache, key, entry, cfg.datasets_result_ttl_seconds, res.path))
+    pending.append(
+        queries.save(
+            {
+                "query_id": meta["query_id"],
+                "sql": checked[:100_000],
+                "files": [f[0] for f in fps],
+                "columns": [[c, t] for c, t in zip(meta["columns"], meta["types"], strict=False)],
+                "rows_stored": meta["rows_stored"],
+                "rows_total": meta["rows_total"],
+                "result_path": meta["result_path"],
+                "cache_key": key[:64],
+                "label": args.cache_key,
+                "created_by": ctx.principal.key_id,
+            }
+        )
     )
+    await asyncio.gather(*pending)
     # Reading the stored result back runs under the server's time limit, not the query's own.
     reader = dataclasses.replace(ecfg, timeout_s=cfg.datasets_query_timeout_ms / 1000.0)
     return await _answer(args, meta, cache_hit, engine_used, checked, sorted(taken), reader, head)
@@ -604,6 +678,10 @@ async def _answer(
     stored them (else they are read from the stored file)."""
     path = Path(meta["result_path"])
     columns: list[str] = meta["columns"]
+    # The stored file's types, when they are the result's: HUGEINT and INTERVAL values are stored as
+    # another type (engine._storable), and the summary then reads the file's own.
+    stored_as_is = not any("HUGEINT" in t or "INTERVAL" in t for t in meta["types"])
+    described = list(zip(columns, meta["types"], strict=True)) if stored_as_is else None
     want = min(_rows_shown(args), meta["rows_stored"])
     if head is not None:
         rows = head[:want]
@@ -645,7 +723,7 @@ async def _answer(
 
     whole = None
     if args.return_format == "summary" or (args.return_format == "chart" and not rows):
-        whole = await engine.offload(engine.summarize_stored, ecfg, path, 0)
+        whole = await engine.offload(engine.summarize_stored, ecfg, path, 0, described=described)
     if args.generate_chart or args.return_format == "chart":
         visualization = await _chart(args, meta, ecfg, rows, whole, envelope, limit)
 
@@ -659,15 +737,16 @@ async def _answer(
         payload["truncated"] = level != "none"
         return QueryOut.model_validate(budget.finalize(payload, image_fields=images))
 
+    summaries: dict[int, dict[str, Any]] = {}
+
     def rest_summary(offset: int) -> dict[str, Any]:
-        return engine.offload_sync(engine.summarize_stored, ecfg, path, offset)
+        if offset not in summaries:  # the ladder may ask twice for one offset: each is a worker call
+            summaries[offset] = engine.offload_sync(engine.summarize_stored, ecfg, path, offset, described=described)
+        return summaries[offset]
 
     def fit() -> dict[str, Any]:
-        # The whole answer usually fits: count it once, and walk the ladder only when it does not.
-        full = budget.finalize(envelope(rows, None, "none"), image_fields=images)
-        if full["context_tokens_used"] <= limit:
-            return full
-        return budget.fit_rows(envelope, rows, limit, rest_summary, images)[0]
+        sent = _csv_lines(columns, rows)[1:] if args.return_format == "csv" else None
+        return budget.fit_rows(envelope, rows, limit, rest_summary, images, sent)[0]
 
     return QueryOut.model_validate(await asyncio.to_thread(fit))
 

@@ -268,7 +268,7 @@ async def test_progress_notifications(server: RunningServer) -> None:
 
 async def test_mcp_answers_in_one_json_body_unless_the_call_can_stream(server: RunningServer) -> None:
     """`CAIRN_MCP_JSON_RESPONSE=auto`: a request that cannot stream anything before its result gets
-    the JSON-RPC response as one JSON body; a call with a progress token, or of a long-running tool,
+    the JSON-RPC response as one JSON body (a long-running tool's too); a call with a progress token
     gets an SSE stream (progress first). Every answer carries the request id."""
     headers = {"Authorization": f"Bearer {ADMIN_KEY}", "Accept": "application/json, text/event-stream"}
 
@@ -291,7 +291,8 @@ async def test_mcp_answers_in_one_json_body_unless_the_call_can_stream(server: R
         assert [e.get("method") for e in events] == ["notifications/progress"] * 2 + [None]
         assert events[-1]["id"] == 7 and not events[-1]["result"].get("isError")
         long_running = await client.post("/mcp", json=call("test_progress", {"steps": 1}))
-        assert long_running.headers["content-type"].startswith("text/event-stream")
+        assert long_running.headers["content-type"].startswith("application/json")
+        assert long_running.json()["id"] == 7 and not long_running.json()["result"].get("isError")
         # A client that does not accept SSE still gets the SSE path's answer (406), as before.
         refused = await client.post("/mcp", json=call("list_projects", {}), headers={"Accept": "application/json"})
         assert refused.status_code == 406

@@ -65,7 +65,7 @@ async def post(rest: httpx.AsyncClient, path: str, body: dict[str, Any], status:
 
 
 async def test_profile_rest_and_mcp(server: RunningServer, rest: httpx.AsyncClient, data: Path) -> None:
-    out = await post(rest, "/datasets/profile", {"file_path": "penguins.csv"})
+    out = await post(rest, "/datasets/profile", {"file_path": "penguins.csv", "detail": "full"})
     cols = {c["name"]: c for c in out["schema"]["columns"]}
     assert out["statistics"]["row_count"] == 344 and out["statistics"]["column_count"] == 8
     assert cols["species"]["type"] == "category" and cols["species"]["unique_count"] == 3
@@ -80,7 +80,7 @@ async def test_profile_rest_and_mcp(server: RunningServer, rest: httpx.AsyncClie
     assert again["cache_hit"] is True and again["statistics"] == out["statistics"]
     async with mcp_client(server.url) as mcp:
         res = await mcp.call_tool(
-            "profile_dataset", {"file_path": "sales_*.csv", "compute_stats": False, "max_tokens": 300}
+            "profile_dataset", {"file_path": "sales_*.csv", "compute_stats": False, "max_tokens": 300, "detail": "full"}
         )
         assert not res.is_error, res.content
         prof = res.structured_content

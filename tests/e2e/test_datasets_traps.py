@@ -239,7 +239,7 @@ SEED_EXAMPLE = """
     df['normalized'] = scaler.fit_transform(df[['value']])
     result = df.describe()
   """
-# The same without scikit-learn, which is not installed: StandardScaler is (x - mean) / population std.
+# The seed's example without scikit-learn: StandardScaler is (x - mean) / population std.
 SEED_EXAMPLE_PANDAS_ONLY = """
     import pandas as pd
 
@@ -249,27 +249,35 @@ SEED_EXAMPLE_PANDAS_ONLY = """
   """
 
 
+def assert_described(answer: dict[str, Any]) -> None:
+    """`df.describe()` of data.csv with its normalized column, as either example computes it."""
+    assert answer["columns"] == ["index", "id", "value", "normalized"]
+    stats = {row["index"]: row for row in answer["data"]}
+    assert list(stats) == ["count", "mean", "std", "min", "25%", "50%", "75%", "max"]
+    assert stats["count"]["value"] == 3 and stats["mean"]["value"] == 30
+    assert abs(stats["mean"]["normalized"]) < 1e-9 and stats["max"]["normalized"] == pytest.approx(1.38873, 1e-4)
+    assert answer["summary"]["engine_used"] == "python"
+
+
 async def test_the_seed_pandas_example_runs(server: RunningServer, values: Path, python_engine: None) -> None:
     (values / "data.csv").write_text("id,value\n1,10\n2,20\n3,60\n")
     async with callers(server) as (admin, _):
-        for answer in await both_ok(
-            admin, "execute_query", {"engine": "pandas", "query_type": "python", "query": SEED_EXAMPLE_PANDAS_ONLY}
-        ):
-            assert answer["columns"] == ["index", "id", "value", "normalized"]
-            stats = {row["index"]: row for row in answer["data"]}
-            assert list(stats) == ["count", "mean", "std", "min", "25%", "50%", "75%", "max"]
-            assert stats["count"]["value"] == 3 and stats["mean"]["value"] == 30
-            assert abs(stats["mean"]["normalized"]) < 1e-9 and stats["max"]["normalized"] == pytest.approx(
-                1.38873, 1e-4
-            )
-            assert answer["summary"]["engine_used"] == "python"
+        # The seed's example verbatim (scikit-learn comes with the `ml` extra), and without scikit-learn.
+        for code in (SEED_EXAMPLE, SEED_EXAMPLE_PANDAS_ONLY):
+            for answer in await both_ok(
+                admin, "execute_query", {"engine": "pandas", "query_type": "python", "query": code}
+            ):
+                assert_described(answer)
         # engine pandas alone implies query_type python; a view of `files` reads as a DataFrame too.
         code = "df = con.sql('SELECT grp, value FROM data').df()\nresult = df.groupby('grp')['value'].sum()"
         for answer in await both_ok(
             admin, "execute_query", {"engine": "pandas", "query": code, "files": ["traps_values.csv"]}
         ):
             assert answer["data"] == [{"grp": "a", "value": 420}, {"grp": "b", "value": 360}]
-        # The verbatim example needs scikit-learn: a clear error pointing at its line (of the trimmed code).
-        for got, body in await admin.both("execute_query", {"engine": "pandas", "query": SEED_EXAMPLE}):
-            assert got == 4004 and "No module named 'sklearn'" in body["error"]["message"]
-            assert body["error"]["query_context"] == "line 2: from sklearn.preprocessing import StandardScaler"
+        # A module the server does not have: a clear error pointing at its line (of the trimmed code).
+        missing = SEED_EXAMPLE.replace("sklearn.preprocessing", "sklearn_not_installed.preprocessing")
+        for got, body in await admin.both("execute_query", {"engine": "pandas", "query": missing}):
+            assert got == 4004 and "No module named 'sklearn_not_installed'" in body["error"]["message"]
+            assert body["error"]["query_context"] == (
+                "line 2: from sklearn_not_installed.preprocessing import StandardScaler"
+            )

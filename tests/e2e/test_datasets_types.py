@@ -381,7 +381,7 @@ async def round_trip(both: Both, every_type: dict[str, Path], fmt: str) -> None:
 
     # profile_dataset: the file's types, its values shown by the rule, exact extremes of numbers and times.
     for via in VIAS:
-        prof = await both.call(via, "profile_dataset", {"file_path": name, "max_tokens": 20000})
+        prof = await both.call(via, "profile_dataset", {"file_path": name, "max_tokens": 20000, "detail": "full"})
         assert prof["truncated"] is False and prof["statistics"]["row_count"] == 3
         profiled = {c["name"]: c for c in prof["schema"]["columns"]}
         for c in cols:

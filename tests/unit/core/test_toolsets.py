@@ -127,20 +127,20 @@ def _rpc(method: str, params: dict[str, Any] | None = None) -> bytes:
 
 
 def test_requests_that_cannot_stream_are_answered_in_json() -> None:
-    streaming = frozenset({"ingest"})
-    assert answers_in_json(_rpc("tools/call", {"name": "search", "arguments": {}}), BOTH, streaming)
-    assert answers_in_json(_rpc("tools/list"), BOTH, streaming)
-    assert answers_in_json(_rpc("tools/call", {"name": "search"}), [(b"accept", b"*/*")], streaming)
-    # a progress token or a long-running tool may stream progress before the result: SSE
+    assert answers_in_json(_rpc("tools/call", {"name": "search", "arguments": {}}), BOTH)
+    assert answers_in_json(_rpc("tools/list"), BOTH)
+    assert answers_in_json(_rpc("tools/call", {"name": "search"}), [(b"accept", b"*/*")])
+    # a long-running tool streams nothing before its result unless the call asks for progress
+    assert answers_in_json(_rpc("tools/call", {"name": "ingest"}), BOTH)
+    # a progress token: its progress notifications come before the result, on an SSE stream
     with_token = {"name": "search", "_meta": {"progressToken": "t"}}
-    assert not answers_in_json(_rpc("tools/call", with_token), BOTH, streaming)
-    assert not answers_in_json(_rpc("tools/call", {"name": "ingest"}), BOTH, streaming)
+    assert not answers_in_json(_rpc("tools/call", with_token), BOTH)
     # notifications, batches, broken JSON and clients refusing SSE keep the SSE path (and its checks)
-    assert not answers_in_json(b'{"jsonrpc": "2.0", "method": "notifications/initialized"}', BOTH, streaming)
-    assert not answers_in_json(b"[" + _rpc("tools/list") + b"]", BOTH, streaming)
-    assert not answers_in_json(b"{not json", BOTH, streaming)
-    assert not answers_in_json(_rpc("tools/list"), [(b"accept", b"application/json")], streaming)
-    assert not answers_in_json(_rpc("tools/list"), [], streaming)
+    assert not answers_in_json(b'{"jsonrpc": "2.0", "method": "notifications/initialized"}', BOTH)
+    assert not answers_in_json(b"[" + _rpc("tools/list") + b"]", BOTH)
+    assert not answers_in_json(b"{not json", BOTH)
+    assert not answers_in_json(_rpc("tools/list"), [(b"accept", b"application/json")])
+    assert not answers_in_json(_rpc("tools/list"), [])
 
 
 async def test_read_body_hands_the_body_to_the_app_again() -> None:

@@ -85,3 +85,27 @@ def test_without_pandas_the_engine_says_so(tmp_path: Path, no_pandas: None, code
 def test_without_pandas_the_rest_still_works(tmp_path: Path, no_pandas: None) -> None:
     assert run(tmp_path, "result = {'x': [1, 2]}") == [(1,), (2,)]
     assert run(tmp_path, "result = con.sql('SELECT count(*) AS n FROM a')") == [(3,)]
+
+
+def test_folders_are_listed_inside_the_roots_only(tmp_path: Path) -> None:
+    listed = run(tmp_path, "import os\nresult = [{'n': len(os.listdir(inputs['a'].rsplit('/', 1)[0]))}]")
+    assert int(str(listed[0][0])) >= 1
+    err = refused(tmp_path, "import os\nresult = [{'n': len(os.listdir('/etc'))}]")
+    assert "os.listdir is not allowed" in err.message
+    err = refused(tmp_path, "import os\nresult = [{'n': len(list(os.scandir('/')))}]")
+    assert "os.scandir is not allowed" in err.message
+
+
+def test_modules_of_scikit_learn_are_preloaded_for_the_code_that_imports_them(tmp_path: Path) -> None:
+    assert pysandbox.preloaded("import pandas as pd\n  from sklearn.preprocessing import StandardScaler\n") == [
+        "sklearn.preprocessing"
+    ]
+    assert pysandbox.preloaded("x = 'import scipy.stats'\nimport scipy.stats as st\nimport os") == ["scipy.stats"]
+    code = (
+        "from sklearn.preprocessing import StandardScaler\n"
+        "df = con.sql('SELECT x FROM a').df()\n"
+        "df['z'] = StandardScaler().fit_transform(df[['x']])\n"
+        "result = df"
+    )
+    rows = run(tmp_path, code)
+    assert len(rows) == 3 and abs(sum(float(str(r[1])) for r in rows)) < 1e-9  # standardized: mean 0
