@@ -36,7 +36,7 @@ VALUE_CHARS = 60
 # twice on average (non-null values >= 2 x distinct), whatever max_categories is: that argument only
 # bounds how many of its values a reply lists.
 CATEGORY_MAX_DISTINCT = 1000
-SAMPLE_SEED = 42
+SAMPLE_MODULUS = 1_000_003
 _SAMPLE_TABLE = "__cairn_profile_sample"
 _BOOLEAN_WORDS = ("y", "n", "yes", "no", "true", "false", "t", "f", "1", "0")
 # Checks on the sampled text (RE2 patterns): a number, a leading currency sign, thousands commas, a date.
@@ -181,27 +181,38 @@ def _inspect(
 ) -> tuple[list[tuple[Any, ...]], dict[str, dict[str, Any]]]:
     """The rows of the sample (rendered and cut as answers show values) and, for each text column, the
     counts behind the messy-column recommendations, all computed on the sample: every row when the file
-    has at most `size`, else a reservoir sample of `size` rows drawn over the whole file (seeded, so a
+    has at most `size`, else `size` rows picked over the whole file by the hash of their values (so a
     file gives the same sample again)."""
     if rows == 0 or not names:
         return [], {}
-    picked = f"SELECT * FROM {view}"
-    if rows > size:
-        picked += f" USING SAMPLE reservoir({int(size)} ROWS) REPEATABLE ({SAMPLE_SEED})"
-    table = ident(_SAMPLE_TABLE)
-    con.execute(f"CREATE TEMP TABLE {table} AS {picked}")
-    try:
+    texts = [n for n in names if types[n] == "VARCHAR"]
+
+    def inspect(table: str) -> tuple[list[tuple[Any, ...]], dict[str, dict[str, Any]]]:
         head = con.execute(f"SELECT {capped_columns(con, table, names)} FROM {table}").fetchall()
-        texts = [n for n in names if types[n] == "VARCHAR"]
         checks: dict[str, dict[str, Any]] = {}
         if texts:
             for found in con.execute(_text_checks(table, texts)).fetchall():
                 checks[found[0]] = dict(zip(_CHECKS, found[1:], strict=True))
+        return head, checks
+
+    if rows <= size:  # the whole file: read twice rather than copied (a small file costs less so)
+        return inspect(view)
+    # Rows picked by the hash of their values: the same rows each time, like a seeded sample, but read
+    # in parallel (DuckDB draws a seeded reservoir sample on one thread: 2.3 s against 1.5 s on a
+    # 10M-row CSV). About a quarter more than `size` pass the filter; the lowest hashes stay.
+    keep = max(1, math.ceil(SAMPLE_MODULUS * min(1.0, 1.25 * size / rows)))
+    picked = (
+        f"SELECT * EXCLUDE (__h) FROM (SELECT *, hash(__t) AS __h FROM {view} AS __t)"
+        f" WHERE __h % {SAMPLE_MODULUS} < {keep} ORDER BY __h LIMIT {int(size)}"
+    )
+    table = ident(_SAMPLE_TABLE)
+    con.execute(f"CREATE TEMP TABLE {table} AS {picked}")
+    try:
+        return inspect(table)
     finally:
         # The table is the call's connection's and goes with it; dropping it early frees its memory.
         with contextlib.suppress(duckdb.Error):
             con.execute(f"DROP TABLE IF EXISTS {table}")
-    return head, checks
 
 
 _CHECKS = (
