@@ -71,9 +71,9 @@ def finalize(payload: Payload, field: str = "context_tokens_used", image_fields:
     The tokenizer splits text at whitespace and punctuation before it cuts words into pieces, and a
     JSON number sits between a ':' and a ',' or '}': the payload with value `v` has exactly the tokens
     of the payload with the one-token placeholder 0, minus one, plus the tokens of `v`'s digits. The
-    value is the fixed point of that count; some payloads have none (e.g. 359 digits count 360 and
-    360 counts 359), and the field then says one token less than was sent, never more (a budget it
-    reports as kept is kept)."""
+    value is the fixed point of that count. Some payloads have none (with 359 in the field the payload
+    counts 360 tokens, with 360 it counts 359); the field then says one token less than was sent,
+    never more (a budget it reports as kept is kept)."""
     payload[field] = 0
     base = tokens_of(payload, image_fields)
 

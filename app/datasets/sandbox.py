@@ -497,15 +497,16 @@ class Lease:
         time) are the same, replaced when not, and dropped when this call does not name it."""
         pooled = self._pooled
         changed = False
+        # Each record changes only once its statement succeeded: a view that failed to change is still
+        # the old one, recorded as such, and dropped by the next call that does not name it.
         for name in [n for n in pooled.views if n not in wanted]:
             changed = True
-            del pooled.views[name]
             self.con.execute(f"DROP VIEW IF EXISTS {ident(name)}")
+            del pooled.views[name]
         for name, spec in wanted.items():
             if pooled.views.get(name) == spec:
                 continue
             changed = True
-            pooled.views.pop(name, None)
             self.con.execute(f"CREATE OR REPLACE VIEW {ident(name)} AS {spec[0]}")
             pooled.views[name] = spec
         if changed:

@@ -10,7 +10,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from app.core.errors import Forbidden, QueryError, SchemaError, Timeout
+from app.core.errors import CairnError, Forbidden, QueryError, SchemaError, Timeout
 from app.datasets import engine
 from app.datasets.sandbox import POOL, ConnectionPool, open_locked, run_with_timeout
 from tests.support.datasets import small_engine_config
@@ -41,6 +41,31 @@ def test_a_database_is_reused_and_a_calls_views_are_gone_for_the_next(cfg: engin
     with pytest.raises(SchemaError):
         engine.run_locked(cfg, [], lambda con: con.execute("SELECT * FROM a").fetchall())
     assert POOL.opened == opened + 1 and POOL.idle(cfg.lockdown()) == 1
+
+
+def test_a_view_is_kept_for_the_next_call_and_made_again_when_its_file_changes(cfg: engine.EngineConfig) -> None:
+    def oid_and_columns(con: duckdb.DuckDBPyConnection) -> tuple[object, list[str]]:
+        oid = con.execute("SELECT view_oid FROM duckdb_views() WHERE view_name = 'a'").fetchone()
+        rel = con.sql("SELECT * FROM a")
+        assert oid is not None and rel is not None
+        return oid[0], list(rel.columns)
+
+    first = engine.run_locked(cfg, [source(cfg)], oid_and_columns)
+    assert engine.run_locked(cfg, [source(cfg)], oid_and_columns) == first  # the same view, kept
+    path = cfg.roots[0] / "a.csv"
+    path.write_text(path.read_text().replace("x,y", "x,y2", 1) + "9,9\n")
+    again = engine.run_locked(cfg, [source(cfg)], oid_and_columns)
+    assert again[0] != first[0] and again[1] == ["x", "y2"]  # made again over the file as it is now
+
+
+def test_a_view_that_failed_to_change_is_not_left_for_the_next_call(cfg: engine.EngineConfig) -> None:
+    engine.run_locked(cfg, [source(cfg)], lambda con: con.execute("SELECT count(*) FROM a").fetchall())
+    missing = cfg.roots[0] / "gone.csv"
+    with pytest.raises(CairnError):
+        engine.run_locked(cfg, [engine.make_source("a", str(missing), [missing])], views)
+    assert engine.run_locked(cfg, [], views) == []
+    with pytest.raises(SchemaError):
+        engine.run_locked(cfg, [], lambda con: con.execute("SELECT * FROM a").fetchall())
 
 
 def test_connection_state_ends_with_the_call(cfg: engine.EngineConfig) -> None:
