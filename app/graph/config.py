@@ -25,6 +25,19 @@ class GraphSettings(BaseSettings):
     cooc_weight: float = Field(default=0.2, ge=0.0)
     cooc_scale: float = Field(default=5.0, gt=0.0)
     candidate_multiplier: int = Field(default=4, ge=1, le=50)
+    semantic_floor: float = Field(
+        default=0.2,
+        ge=0.0,
+        le=1.0,
+        description=(
+            "search_semantic: a candidate found by meaning only (no query word in its text) whose cosine "
+            "similarity is below this is no answer: it is neither returned nor counted as accessed"
+        ),
+    )
+    archived_statuses: list[str] = Field(
+        default_factory=lambda: ["archivado", "archived"],
+        description="Statuses search_semantic leaves out unless include_archived is set",
+    )
     cooc_top: int = Field(default=10, ge=2, le=50, description="Top results whose pairs count as co-occurring")
     reference_reply_tokens: int = Field(
         default=20_000,

@@ -269,6 +269,7 @@ class SearchSemanticIn(ProjectIn):
     )
     entity_type: str | None = Field(default=None, max_length=128)
     include_observations: int = Field(default=3, ge=0, le=20, description="Observations shown per result")
+    include_archived: bool = Field(default=False, description="Also return archived entities")
 
 
 class SemanticHit(BaseModel):

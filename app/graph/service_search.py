@@ -27,6 +27,13 @@ def _treatment(requested: str, ratio: float) -> int:
     return LIMBIC if random.random() < ratio else BASELINE
 
 
+def _an_answer(cosine: float, text_score: float, by_meaning: bool, s: GraphSettings) -> bool:
+    """Whether a candidate answers the query at all: a query word in its text, or (when the query was
+    embedded) a cosine similarity of at least `semantic_floor`. Vector search always finds nearest
+    neighbours, relevant or not; counting noise as accessed would make it rank higher next time."""
+    return text_score > 0 or (by_meaning and cosine >= s.semantic_floor)
+
+
 async def search_semantic(ctx: CallContext, args: SearchSemanticIn) -> SearchSemanticOut:
     """Hybrid candidates re-ranked by the limbic score; logged as a search event with its results."""
     s = ctx.feature_settings(GraphSettings)
@@ -53,6 +60,7 @@ async def search_semantic(ctx: CallContext, args: SearchSemanticIn) -> SearchSem
     ids = list(dict.fromkeys([i for i, _ in vec] + [i for i, _ in txt]))
     inputs = await repo.score_inputs(ids, qvec, ctx.embedder.dimension, model, words) if ids else []
     pending = {int(r["id"]) for r in inputs if not r["has_vector"]}
+    archived = set() if args.include_archived else set(s.archived_statuses)
     cands = [
         scoring.Candidate(
             id=int(r["id"]),
@@ -65,7 +73,9 @@ async def search_semantic(ctx: CallContext, args: SearchSemanticIn) -> SearchSem
             days_since_access=float(r["days_since"]),
         )
         for r in inputs
+        if r["status"] not in archived and _an_answer(float(r["cos"]), float(r["ts"]), qvec is not None, s)
     ]
+    ids = [c.id for c in cands]
     baseline = scoring.score(cands, await repo.cooccurrences(ids) if ids else [], s)
     served = (sorted(baseline, key=lambda c: (-c.limbic_score, c.baseline_rank)) if treatment == LIMBIC else baseline)[
         : args.limit
@@ -124,5 +134,12 @@ async def search_semantic(ctx: CallContext, args: SearchSemanticIn) -> SearchSem
         treatment="limbic" if treatment == LIMBIC else "baseline",
         engine=engine,
         duration_ms=round(duration, 3),
-        notice=None if qvec is not None else "The embedding model is unavailable: ranked by text alone",
+        notice=(
+            "The embedding model is unavailable: ranked by text alone"
+            if qvec is None
+            else None
+            if hits or not inputs
+            else f"No entity is close enough to the query (cosine similarity {s.semantic_floor} or a query "
+            "word in its text): try other words"
+        ),
     )

@@ -99,6 +99,31 @@ async def test_search_semantic_logs_and_counts(server: RunningServer, pg: PgClus
         await conn.close()
 
 
+async def test_noise_is_no_answer_and_archived_entities_stay_out(server: RunningServer, pg: PgCluster) -> None:
+    """A query nothing answers (no entity near it in meaning, no query word in any text) returns nothing,
+    with a notice, and counts no entity as accessed; an archived entity comes back only when asked."""
+    async with mcp_client(server.url) as mcp:
+        await seed(mcp)
+        noise = await call(mcp, "search_semantic", {"query": "zzqx qwvb plokm", "treatment": "baseline"})
+        assert noise["results"] == [] and "close enough" in noise["notice"]
+        conn = await db(pg)
+        try:
+            assert await conn.fetchval("SELECT count(*) FROM graph_entity_access") == 0
+            assert await conn.fetchval("SELECT count(*) FROM graph_cooccurrences") == 0
+        finally:
+            await conn.close()
+        query = {"query": "who designed the early mechanical computer", "treatment": "baseline", "limit": 5}
+        found = [h["name"] for h in (await call(mcp, "search_semantic", query))["results"]]
+        assert "Charles Babbage" in found
+        for h in (await call(mcp, "search_semantic", query))["results"]:  # each answer clears the floor
+            assert h["text_score"] > 0 or h["cosine_sim"] >= 0.2
+        await call(mcp, "set_entity_status", {"entity_name": "Charles Babbage", "status": "archivado"})
+        kept = [h["name"] for h in (await call(mcp, "search_semantic", query))["results"]]
+        assert "Charles Babbage" not in kept and kept
+        asked = await call(mcp, "search_semantic", {**query, "include_archived": True})
+        assert "Charles Babbage" in [h["name"] for h in asked["results"]]
+
+
 async def test_limbic_reranks_and_quality_report(server: RunningServer, rest: httpx.AsyncClient, pg: PgCluster) -> None:
     ents = [
         {"name": f"Report {c}", "entityType": "doc", "observations": ["quarterly revenue summary for the board"]}
