@@ -181,18 +181,22 @@ class SearchRepository(Repository):
     async def record_feedback(
         self, project_id: uuid.UUID, ids: Sequence[int], window_seconds: int, session_id: str | None
     ) -> int:
-        """Mark entities re-opened within the window after a search that returned them as relevant."""
+        """Mark entities re-opened within the window after a search that returned them as relevant: each
+        entity credits the most recent search event of the window that returned it, and only that one
+        (crediting every earlier search too would count one open many times)."""
         if not ids:
             return 0
         rows = await self.rows(
             """INSERT INTO graph_implicit_feedback (event_id, entity_id, entity_name, re_accessed, access_delta,
                                                     session_id)
-               SELECT r.event_id, r.entity_id, r.entity_name, 1,
-                      GREATEST(0, EXTRACT(EPOCH FROM (clock_timestamp() - ev.timestamp)))::int, :sid
-               FROM graph_search_results r JOIN graph_search_events ev ON ev.event_id = r.event_id
-               WHERE ev.project_id = :pid AND r.entity_id = ANY(CAST(:ids AS bigint[]))
-                 AND ev.timestamp >= clock_timestamp() - make_interval(secs => :w)
-               ORDER BY r.event_id, r.entity_name
+               SELECT event_id, entity_id, entity_name, 1, delta, :sid
+               FROM (SELECT DISTINCT ON (r.entity_id) r.event_id, r.entity_id, r.entity_name,
+                            GREATEST(0, EXTRACT(EPOCH FROM (clock_timestamp() - ev.timestamp)))::int AS delta
+                     FROM graph_search_results r JOIN graph_search_events ev ON ev.event_id = r.event_id
+                     WHERE ev.project_id = :pid AND r.entity_id = ANY(CAST(:ids AS bigint[]))
+                       AND ev.timestamp >= clock_timestamp() - make_interval(secs => :w)
+                     ORDER BY r.entity_id, r.event_id DESC) AS latest
+               ORDER BY event_id, entity_name
                ON CONFLICT (event_id, entity_name) DO NOTHING RETURNING feedback_id""",
             {"pid": project_id, "ids": list(ids), "w": float(window_seconds), "sid": session_id},
         )

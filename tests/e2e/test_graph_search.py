@@ -124,6 +124,21 @@ async def test_noise_is_no_answer_and_archived_entities_stay_out(server: Running
         assert "Charles Babbage" in [h["name"] for h in asked["results"]]
 
 
+async def test_one_open_credits_the_latest_search_that_returned_it(server: RunningServer, pg: PgCluster) -> None:
+    async with mcp_client(server.url) as mcp:
+        await seed(mcp)
+        query = {"query": "who designed the early mechanical computer", "treatment": "baseline", "limit": 3}
+        events = [(await call(mcp, "search_semantic", query))["event_id"] for _ in range(8)]
+        await call(mcp, "open_nodes", {"names": ["Charles Babbage"]})
+        await call(mcp, "open_nodes", {"names": ["Charles Babbage"]})  # again: nothing more to credit
+    conn = await db(pg)
+    try:
+        rows = await conn.fetch("SELECT event_id, entity_name FROM graph_implicit_feedback")
+    finally:
+        await conn.close()
+    assert [(r["event_id"], r["entity_name"]) for r in rows] == [(max(events), "Charles Babbage")]
+
+
 async def test_limbic_reranks_and_quality_report(server: RunningServer, rest: httpx.AsyncClient, pg: PgCluster) -> None:
     ents = [
         {"name": f"Report {c}", "entityType": "doc", "observations": ["quarterly revenue summary for the board"]}
@@ -153,11 +168,11 @@ async def test_limbic_reranks_and_quality_report(server: RunningServer, rest: ht
         report = await call(mcp, "search_quality_report", {"k": 5})
     by = {t["treatment"]: t for t in report["treatments"]}
     assert by["limbic"]["events"] == 1 and by["baseline"]["events"] == 1
-    # the open also re-accessed the baseline event's result (rank 1 there)
     assert by["limbic"]["events_with_feedback"] == 1
     assert math.isclose(by["limbic"]["ndcg_at_k"], 1 / math.log2(3), abs_tol=1e-5)
     assert math.isclose(by["limbic"]["mrr"], 0.5) and math.isclose(by["limbic"]["mrr_baseline_order"], 1.0)
-    assert by["baseline"]["mrr"] == 1.0
+    # the baseline search returned it too, earlier: one open credits the most recent search only
+    assert by["baseline"]["events_with_feedback"] == 0 and by["baseline"]["mrr"] is None
     r = await rest.get(f"{API}/search/quality", params={"k": 0})
     assert r.status_code == 400 and r.json()["error"]["details"]["errors"][0]["field"] == "k"
 
