@@ -56,6 +56,7 @@ class Scope:
     exclude_id: uuid.UUID | None = None
     thought_type: str | None = None
     topic: str | None = None
+    topic_nocase: str | None = None
     person: str | None = None
     days: int | None = None
     kinds: list[str] | None = None
@@ -96,6 +97,13 @@ class Scope:
         if self.topic is not None:
             conds.append(f"{a}.metadata @> jsonb_build_object('topics', jsonb_build_array(CAST(:f_topic AS text)))")
             p["f_topic"] = self.topic
+        if self.topic_nocase is not None:
+            conds.append(
+                f"EXISTS (SELECT 1 FROM jsonb_array_elements_text(CASE WHEN jsonb_typeof({a}.metadata -> 'topics')"
+                f" = 'array' THEN {a}.metadata -> 'topics' END) AS t(v)"
+                " WHERE lower(t.v) = lower(CAST(:f_topic_nc AS text)))"
+            )
+            p["f_topic_nc"] = self.topic_nocase
         if self.person is not None:
             conds.append(f"{a}.metadata @> jsonb_build_object('people', jsonb_build_array(CAST(:f_person AS text)))")
             p["f_person"] = self.person

@@ -18,8 +18,25 @@ from app.core.schemas import (
 from app.memory.schemas import Provider, RetrievalMode, SearchMode, Signal, Strategy, move_aliases
 
 Label = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=200)]
+# What a missing project means differs by tool: reads cover every project (a project-bound key: its
+# own), a new thought goes to 'default', an updated one stays where it is.
 ProjectRef = Annotated[
+    str | None, Field(default=None, pattern=PROJECT_NAME, description="Project name (default: every project)")
+]
+ProjectForNew = Annotated[
     str | None, Field(default=None, pattern=PROJECT_NAME, description="Project name (default 'default')")
+]
+ProjectMove = Annotated[
+    str | None, Field(default=None, pattern=PROJECT_NAME, description="Move it to this project (default: it stays)")
+]
+ProjectSummarized = Annotated[
+    str | None,
+    Field(
+        default=None,
+        pattern=PROJECT_NAME,
+        description="Project whose thoughts are summarized and where the summary is kept (default: every "
+        "project; kept in 'default')",
+    ),
 ]
 
 
@@ -57,7 +74,7 @@ class CaptureThoughtIn(StrictModel):
     """Arguments of capture_thought."""
 
     content: str = Field(min_length=1, description="The thought's text")
-    project: ProjectRef
+    project: ProjectForNew
     metadata: ThoughtMetadata | None = None
     wait_for_embedding: bool | None = wait_for_embedding_field()
 
@@ -109,7 +126,7 @@ class UpdateThoughtIn(StrictModel):
     id: uuid.UUID
     content: str | None = Field(default=None, min_length=1)
     metadata: ThoughtMetadata | None = Field(default=None, description="Replaces the metadata")
-    project: ProjectRef
+    project: ProjectMove
     wait_for_embedding: bool | None = wait_for_embedding_field()
 
 
@@ -224,7 +241,7 @@ class ProjectContextOut(BaseModel):
 class SummarizeThoughtsIn(StrictModel):
     """Arguments of summarize_thoughts."""
 
-    project: ProjectRef
+    project: ProjectSummarized
     query: str | None = Field(
         default=None,
         min_length=1,

@@ -339,6 +339,13 @@ async def summarize(ctx: CallContext, args: SummarizeThoughtsIn) -> SummarizeTho
         )
         mode = found.retrieval_mode
         picked = [rows[h.id] for h in found.hits if h.id in rows]
+        # A thought whose metadata names the query as a topic is about it, whatever its words say: those
+        # come first, then what retrieval found.
+        exists, project_id = await common.project_filter(ctx, args.project)
+        scope = Scope(project_id=project_id, kinds=kinds, days=args.days, topic_nocase=args.query.strip())
+        tagged = await repo.list_memories(scope, ctx.embedder.model, args.limit) if exists else []
+        merged = {r["id"]: r for r in [*tagged, *picked]}
+        picked = list(merged.values())[: args.limit]
     else:
         exists, project_id = await common.project_filter(ctx, args.project)
         picked = (

@@ -119,6 +119,12 @@ async def test_search_recall_context_related_stats(server: RunningServer, rest: 
             )
         ).structured_content
         assert again["upserted_memory_id"] == summ["upserted_memory_id"]
+        # A query naming a topic brings the thoughts tagged with it, whatever their words (case aside):
+        # "security" is in no thought's text, only in Bob's topics.
+        topical = (
+            await mcp.call_tool("summarize_thoughts", {"project": "amcs", "query": "Security", "limit": 3})
+        ).structured_content
+        assert topical["source_memory_ids"][0] == ids[1]
     err = await api(rest, "/thoughts/project-context", {"project": "missing-proj"}, status=404)
     assert err["error"]["code"] == 4002
     # search through REST with an unknown project: empty, not an error
