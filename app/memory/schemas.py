@@ -160,6 +160,7 @@ class SearchOut(BaseModel):
     mode: SearchMode
     retrieval_mode: RetrievalMode
     model: str
+    notice: str | None = Field(default=None, exclude_if=lambda v: v is None, description="Why nothing was searched")
 
 
 class PushIn(_ProjectTypeAliases):

@@ -29,7 +29,7 @@ from app.memory.schemas import (
     SummarizeOut,
     TimeRange,
 )
-from app.memory.service_search import build_context, clip, retrieve, row_time
+from app.memory.service_search import build_context, clip, query_terms, retrieve, row_time
 from app.memory.summarize import summarize as make_summary
 
 
@@ -180,6 +180,10 @@ async def search(ctx: CallContext, args: SearchIn) -> SearchOut:
         retrieval_mode=args.mode,
         model=ctx.embedder.model,
     )
+    if not query_terms(args.query_text):
+        # Nearest neighbours of "the" are arbitrary notes, and no text search finds a function word.
+        out.notice = "The query holds only common words (such as 'the' or 'what'): name what to find"
+        return out
     if project is None or coll is None:
         return out
     tr = args.time_range or TimeRange()

@@ -58,6 +58,10 @@ async def test_push_search_over_both_transports(server: RunningServer, rest: htt
     texts = [r["text"] for r in body["results"]]
     assert len(texts) == 2 and all("migration" in t for t in texts)
     assert all(set(r["signals"]) == {"lexical"} for r in body["results"])
+    # a query of function words only finds nothing in any mode, and says why
+    for mode in ("hybrid", "semantic", "lexical"):
+        body = await api(rest, "/memory/search", {"query_text": "the", "project": "ops", "mode": mode})
+        assert body["results"] == [] and "only common words" in body["notice"]
     # web-search syntax is honoured as written: a quoted phrase, an excluded word
     body = await api(rest, "/memory/search", {"query_text": '"statement timeout"', "project": "ops", "mode": "lexical"})
     assert [r["text"] for r in body["results"]] == [NOTES[1][0]]
