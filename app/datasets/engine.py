@@ -42,6 +42,7 @@ from app.core.errors import (
     Timeout,
 )
 from app.datasets import worker
+from app.datasets.cache import fingerprint
 from app.datasets.sandbox import (
     POOL,
     Lease,
@@ -634,25 +635,14 @@ def _translate(exc: BaseException, known_columns: list[str] | None = None) -> Ca
 def _create_views(
     lease: Lease, sources: list[Source], result_views: dict[str, Path], sample_size: int | None = None
 ) -> None:
+    # A view is made again when its files changed (it keeps the column types it was made with).
     wanted = {
-        src.name: (f"SELECT * FROM {src.bound_sql(lease.con, sample_size)}", _stamp(src.files)) for src in sources
+        src.name: (f"SELECT * FROM {src.bound_sql(lease.con, sample_size)}", str(fingerprint(src.files)))
+        for src in sources
     }
     for name, path in result_views.items():
-        wanted[name] = (f"SELECT * FROM read_parquet({lit(str(path))})", _stamp([path]))
+        wanted[name] = (f"SELECT * FROM read_parquet({lit(str(path))})", str(fingerprint([path])))
     lease.use_views(wanted)
-
-
-def _stamp(files: list[Path]) -> str:
-    """What `files` are now (size and modification time each): a view over them made when they were
-    otherwise is made again (a view keeps the column types it was made with)."""
-    parts = []
-    for f in files:
-        try:
-            st = os.stat(f)
-            parts.append(f"{st.st_size}:{st.st_mtime_ns}")
-        except OSError:
-            parts.append("-")
-    return ";".join(parts)
 
 
 _slots: dict[int, threading.BoundedSemaphore] = {}

@@ -450,32 +450,10 @@ async def _execute_query(ctx: CallContext, args: QueryIn) -> QueryOut:
             "elapsed_ms": res.elapsed_ms,
         }
         cache_hit = False
-        entry = {
-            "meta": meta,
-            "files": fps,
-            "label": args.cache_key,
-            "text": _text_of(args.query),
-            "result_path": str(res.path),
-            "project": space.project,
-        }
+        entry = _cache_entry(meta, fps, args, space)
         # The cache entry is written while the database records the result.
         pending.append(asyncio.to_thread(_remember, cache, key, entry, cfg.datasets_result_ttl_seconds, res.path))
-    pending.append(
-        queries.save(
-            {
-                "query_id": meta["query_id"],
-                "sql": checked[:100_000],
-                "files": [f[0] for f in fps],
-                "columns": [[c, t] for c, t in zip(meta["columns"], meta["types"], strict=False)],
-                "rows_stored": meta["rows_stored"],
-                "rows_total": meta["rows_total"],
-                "result_path": meta["result_path"],
-                "cache_key": key[:64],
-                "label": args.cache_key,
-                "created_by": ctx.principal.key_id,
-            }
-        )
-    )
+    pending.append(queries.save(_result_row(ctx, meta, checked[:100_000], fps, key, args)))
     await asyncio.gather(*pending)
     # Reading the stored result back runs under the server's time limit, not the query's own.
     reader = dataclasses.replace(ecfg, timeout_s=cfg.datasets_query_timeout_ms / 1000.0)
@@ -489,6 +467,36 @@ def _checked_sql(sql: str, rts: list[Path]) -> tuple[str, list[Path]]:
     for pattern in patterns:
         files += resolve_path(pattern, rts)[1]
     return checked, files
+
+
+def _cache_entry(meta: dict[str, Any], fps: list[list[Any]], args: QueryIn, space: Space) -> dict[str, Any]:
+    """The cache entry of a stored result: its metadata, the files it read and how callers name it."""
+    return {
+        "meta": meta,
+        "files": fps,
+        "label": args.cache_key,
+        "text": _text_of(args.query),
+        "result_path": meta["result_path"],
+        "project": space.project,
+    }
+
+
+def _result_row(
+    ctx: CallContext, meta: dict[str, Any], sql: str, fps: list[list[Any]], key: str, args: QueryIn
+) -> dict[str, Any]:
+    """The `dataset_queries` row of a stored result whose query text is `sql`."""
+    return {
+        "query_id": meta["query_id"],
+        "sql": sql,
+        "files": [f[0] for f in fps],
+        "columns": [[c, t] for c, t in zip(meta["columns"], meta["types"], strict=False)],
+        "rows_stored": meta["rows_stored"],
+        "rows_total": meta["rows_total"],
+        "result_path": meta["result_path"],
+        "cache_key": key[:64],
+        "label": args.cache_key,
+        "created_by": ctx.principal.key_id,
+    }
 
 
 def _text_of(query: str) -> str:
@@ -546,29 +554,9 @@ async def _run_python(
             "elapsed_ms": int((asyncio.get_running_loop().time() - started) * 1000),
         }
         cache_hit = False
-        entry = {
-            "meta": meta,
-            "files": fps,
-            "label": args.cache_key,
-            "text": _text_of(args.query),
-            "result_path": str(dest),
-            "project": space.project,
-        }
-        await asyncio.to_thread(cache.put, key, entry)
-    await QueryRepository(ctx.session, space.project).save(
-        {
-            "query_id": meta["query_id"],
-            "sql": "-- python\n" + args.query[:100_000],
-            "files": [f[0] for f in fps],
-            "columns": [[c, t] for c, t in zip(meta["columns"], meta["types"], strict=False)],
-            "rows_stored": meta["rows_stored"],
-            "rows_total": meta["rows_total"],
-            "result_path": meta["result_path"],
-            "cache_key": key[:64],
-            "label": args.cache_key,
-            "created_by": ctx.principal.key_id,
-        }
-    )
+        await asyncio.to_thread(cache.put, key, _cache_entry(meta, fps, args, space))
+    row = _result_row(ctx, meta, "-- python\n" + args.query[:100_000], fps, key, args)
+    await QueryRepository(ctx.session, space.project).save(row)
     return await _answer(args, meta, cache_hit, "python", "", views, config(space))
 
 

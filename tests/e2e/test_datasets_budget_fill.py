@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import random
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -32,20 +33,22 @@ def wide(server: RunningServer) -> Path:
     return root
 
 
+def every_row(fmt: str, limit: int) -> dict[str, Any]:
+    """execute_query arguments asking for all 1,000 rows of fill_wide.csv in `fmt` within `limit` tokens."""
+    return {
+        "query": "SELECT * FROM fill_wide",
+        "files": ["fill_wide.csv"],
+        "return_format": fmt,
+        "return_limit": 1000,
+        "max_tokens": limit,
+    }
+
+
 @pytest.mark.parametrize("fmt", ["csv", "json"])
 @pytest.mark.parametrize("limit", [20_000, 6_000])
 async def test_rows_fill_the_budget(server: RunningServer, wide: Path, fmt: str, limit: int) -> None:
     async with callers(server) as (admin, _):
-        out = await admin.ok(
-            "execute_query",
-            {
-                "query": "SELECT * FROM fill_wide",
-                "files": ["fill_wide.csv"],
-                "return_format": fmt,
-                "return_limit": 1000,
-                "max_tokens": limit,
-            },
-        )
+        out = await admin.ok("execute_query", every_row(fmt, limit))
     used, shown = out["context_tokens_used"], out["rows_returned"]
     assert out["degradation"] in ("fewer_rows", "rows_and_summary") and 0 < shown < 1000
     assert used <= limit
@@ -63,15 +66,6 @@ async def test_csv_shows_more_rows_than_json_in_one_budget(server: RunningServer
     shown = {}
     async with callers(server) as (admin, _):
         for fmt in ("csv", "json"):
-            out = await admin.ok(
-                "execute_query",
-                {
-                    "query": "SELECT * FROM fill_wide",
-                    "files": ["fill_wide.csv"],
-                    "return_format": fmt,
-                    "return_limit": 1000,
-                    "max_tokens": 20_000,
-                },
-            )
+            out = await admin.ok("execute_query", every_row(fmt, 20_000))
             shown[fmt] = out["rows_returned"]
     assert shown["csv"] > 1.3 * shown["json"], shown
