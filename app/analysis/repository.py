@@ -15,8 +15,9 @@ from typing import Any
 from sqlalchemy import text
 
 from app.analysis.validation import FIELD, Where
+from app.core.knn import KnnQuery, nearest_rows
 from app.core.repository import ProjectRepository, Repository
-from app.core.vectors import EmbeddedRows, vector_param
+from app.core.vectors import EmbeddedRows
 
 
 def _key(field: str) -> str:
@@ -500,30 +501,21 @@ class AnalysisRepository(Repository):
     async def semantic(
         self, pid: uuid.UUID, aid: str, vector: list[float], model: str, top_k: int, category: str | None
     ) -> list[tuple[int, str, str, dict[str, Any], float]]:
-        """Nearest live findings of the session by cosine distance."""
-        dim = len(vector)
-        await self.iterative_hnsw_scan()
-        dist = f"(e.embedding::vector({dim})) <=> CAST(:q AS vector({dim}))"
-        cat = "AND f.category = :cat" if category else ""
-        rows = await self.rows(
-            f"SELECT f.id, f.category, f.finding, f.metadata, 1 - ({dist}) AS score "
-            "FROM analysis_finding_embeddings e JOIN analysis_findings f ON f.id = e.owner_id "
-            f"WHERE e.model = :model AND e.dim = :dim AND f.project_id = :pid AND f.analysis_id = :aid {cat} "
-            "AND (f.expires_at IS NULL OR f.expires_at > now()) "
-            f"ORDER BY {dist} LIMIT :k",
-            {
-                "q": vector_param(vector),
-                "model": model,
-                "dim": dim,
-                "pid": pid,
-                "aid": aid,
-                "cat": category,
-                "k": top_k,
-            },
+        """The `top_k` live findings of the session nearest to `vector` (`app.core.knn`): id, category,
+        finding, metadata and cosine similarity, best first."""
+        live = "f.project_id = :pid AND f.analysis_id = :aid AND (f.expires_at IS NULL OR f.expires_at > now())"
+        query = KnnQuery(
+            FINDING_VECTORS,
+            model,
+            vector,
+            top_k,
+            alias="f",
+            where=live + (" AND f.category = :cat" if category else ""),
+            params={"pid": pid, "aid": aid, "cat": category} if category else {"pid": pid, "aid": aid},
+            columns=("f.category", "f.finding", "f.metadata"),
         )
-        hits = [(int(r["id"]), r["category"], r["finding"], r["metadata"], float(r["score"])) for r in rows]
-        hits.sort(key=lambda h: -h[4])  # relaxed order: restore the exact ranking
-        return hits
+        rows = await nearest_rows(self, query)
+        return [(int(r["owner"]), r["category"], r["finding"], r["metadata"], float(r["cosine"])) for r in rows]
 
     async def count_findings(self, pid: uuid.UUID, aid: str) -> int:
         """Live findings of the session."""

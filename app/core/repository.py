@@ -48,17 +48,6 @@ class Repository:
         result: CursorResult[Any] = await self.session.execute(_statement(sql), params)  # type: ignore[assignment]
         return result
 
-    async def iterative_hnsw_scan(self, ef_search: int | None = None) -> None:
-        """For the rest of the transaction: pgvector's iterative HNSW scans (relaxed order, so a
-        filtered search still finds its `k` rows; re-sort the hits) and, when given, `ef_search`.
-        One statement for both settings: `SET LOCAL` takes a round trip each."""
-        scan = "SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true)"
-        if ef_search is None:
-            await self.session.execute(text(scan))
-        else:
-            ef = ", set_config('hnsw.ef_search', :ef, true)"
-            await self.session.execute(text(scan + ef), {"ef": str(int(ef_search))})
-
     async def rowcount(self, sql: Statement, params: Params = None) -> int:
         """Run a write and return how many rows it touched."""
         return int((await self.execute(sql, params)).rowcount or 0)

@@ -6,8 +6,9 @@ functions the embedding queue calls, whose SQL is `app.core.repository.VectorRep
 
 Every vector parameter, stored or searched with, is `vector_param(values)`: pgvector's binary form,
 sent as it is by the binary codec of the `vector` type that the engine registers on each connection
-(`app.core.db.register_vector_codec`). SQL keeps casting the parameter (`CAST(:q AS vector(384))`,
-`CAST(:vectors AS vector[])`), so each statement reads, and plans, as it did with text literals.
+(`app.core.db.register_vector_codec`). SQL keeps casting the parameter (`CAST(:knn_q AS vector(384))`
+in `app.core.knn`, `CAST(:vectors AS vector[])`), so each statement reads, and plans, as it did with
+text literals. A query vector is bound by `app.core.knn` alone, the only module that writes distances.
 """
 
 from __future__ import annotations

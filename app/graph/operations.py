@@ -3,6 +3,7 @@ maintenance. Each is an MCP tool and a REST route under /api/v1/graph."""
 
 from __future__ import annotations
 
+from app.core.budget import measured
 from app.core.context import CallContext
 from app.core.registry import OperationSet
 from app.graph import service, service_maintenance, service_reflections, service_search, service_stats
@@ -35,6 +36,7 @@ from app.graph.schemas import (
     ReadGraphOut,
     RelationRefIn,
     SearchNodesIn,
+    SearchNodesOut,
     SearchReflectionsIn,
     SearchReflectionsOut,
     SearchSemanticIn,
@@ -167,18 +169,19 @@ async def read_graph(ctx: CallContext, args: ReadGraphIn) -> ReadGraphOut:
 @ops.operation(
     name="search_nodes",
     input=SearchNodesIn,
-    output=GraphOut,
+    output=SearchNodesOut,
     path="/graph/nodes/search",
     method="GET",
     read_only=True,
     title="Search Nodes",
 )
-async def search_nodes(ctx: CallContext, args: SearchNodesIn) -> GraphOut:
+async def search_nodes(ctx: CallContext, args: SearchNodesIn) -> SearchNodesOut:
     """Search for nodes in the knowledge graph based on a query.
 
     Case-insensitive substring match on entity names, types and observations; returns matching
     entities (paginated) and the relations touching them. For meaning-based search use search_semantic."""
-    return await service.search_nodes(ctx, args)
+    found = await service.search_nodes(ctx, args)
+    return measured(SearchNodesOut(**dict(found)), "tokens")
 
 
 @ops.operation(

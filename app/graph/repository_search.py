@@ -8,40 +8,26 @@ from typing import Any
 
 from sqlalchemy import text
 
+from app.core.knn import KnnQuery, nearest, prepare_scan, query_params, similarity_sql
 from app.core.repository import Repository
-from app.core.vectors import EmbeddedRows, vector_param
-from app.graph.repository import REFLECTION_TARGET
+from app.core.vectors import EmbeddedRows
+from app.graph.repository import ENTITY_VECTORS, REFLECTION_TARGET
 
 TEXT_SCAN_CAP = 2000  # full-text matches ranked at most (very common words match most of a large graph)
 REFLECTION_VECTORS = EmbeddedRows(REFLECTION_TARGET, "graph_reflections", "graph_reflection_embeddings", text="content")
 
 
-def _dist(dim: int) -> str:
-    # The same expression as the partial HNSW index, so the planner can use it.
-    return f"(e.embedding::vector({dim})) <=> CAST(:q AS vector({dim}))"
-
-
 class SearchRepository(Repository):
     """Candidates, score inputs, counters and logs of search_semantic; reflections."""
-
-    async def _iterative_scan(self, ef: int) -> None:
-        await self.iterative_hnsw_scan(max(40, min(int(ef), 1000)))
 
     async def vector_candidates(
         self, project_id: uuid.UUID, qvec: Sequence[float], model: str, n: int, entity_type: str | None
     ) -> list[tuple[int, float]]:
-        """Nearest entities by cosine distance: (id, cosine similarity)."""
-        await self._iterative_scan(n)
-        dim = len(qvec)
-        type_cond = " AND g.entity_type = :t" if entity_type else ""
-        rows = await self.rows(
-            f"""SELECT e.owner_id, 1 - ({_dist(dim)}) AS cos FROM graph_embeddings e
-                JOIN graph_entities g ON g.id = e.owner_id
-                WHERE e.model = :model AND g.project_id = :pid{type_cond}
-                ORDER BY {_dist(dim)} LIMIT :n""",
-            {"q": vector_param(qvec), "model": model, "pid": project_id, "t": entity_type, "n": n},
-        )
-        return [(int(r["owner_id"]), float(r["cos"])) for r in rows]
+        """The `n` entities of the project nearest to `qvec` (`app.core.knn`): (id, cosine similarity)."""
+        where = "g.project_id = :pid" + (" AND g.entity_type = :t" if entity_type else "")
+        params = {"pid": project_id, "t": entity_type} if entity_type else {"pid": project_id}
+        query = KnnQuery(ENTITY_VECTORS, model, qvec, n, alias="g", where=where, params=params)
+        return [(int(owner), cos) for owner, cos in await nearest(self, query)]
 
     async def text_candidates(
         self, project_id: uuid.UUID, words: list[str], n: int, entity_type: str | None
@@ -66,7 +52,7 @@ class SearchRepository(Repository):
         whether the entity has a vector of `model`, text score, access count, days since last access."""
         return await self.rows(
             f"""SELECT g.id, g.name, g.entity_type, g.status,
-                       COALESCE(1 - ({_dist(dim)}), 0) AS cos, e.owner_id IS NOT NULL AS has_vector,
+                       COALESCE({similarity_sql(dim)}, 0) AS cos, e.owner_id IS NOT NULL AS has_vector,
                        CASE WHEN cardinality(CAST(:w AS text[])) = 0 THEN 0 ELSE
                          ts_rank_cd(g.tsv, to_tsquery('simple', array_to_string(CAST(:w AS text[]), ' | ')), 32)
                        END AS ts,
@@ -76,7 +62,7 @@ class SearchRepository(Repository):
                 LEFT JOIN graph_embeddings e ON e.owner_id = g.id AND e.model = :model
                 LEFT JOIN graph_entity_access a ON a.entity_id = g.id
                 WHERE g.id = ANY(CAST(:ids AS bigint[]))""",
-            {"q": None if qvec is None else vector_param(qvec), "model": model, "w": words, "ids": list(ids)},
+            {**query_params(qvec), "model": model, "w": words, "ids": list(ids)},
         )
 
     async def cooccurrences(self, ids: Sequence[int]) -> list[tuple[int, int, int]]:
@@ -316,33 +302,28 @@ class SearchRepository(Repository):
         target_type: str | None,
         author: str | None,
     ) -> list[Any]:
-        """Hybrid candidates (vector or text; text alone without a query vector) with cosine and text scores."""
-        await self._iterative_scan(n)
+        """Hybrid candidates with cosine and text scores: the `n` nearest by vector (`app.core.knn`; none
+        without a query vector) and the `n` best by full text."""
         filters = "".join([" AND r.target_type = :tt" if target_type else "", " AND r.author = :au" if author else ""])
-        params = {
-            "q": None if qvec is None else vector_param(qvec),
-            "has_q": qvec is not None,
-            "m": model,
-            "pid": project_id,
-            "n": n,
-            "tt": target_type,
-            "au": author,
-            "w": words,
-        }
+        scope = {"pid": project_id, "tt": target_type, "au": author}
+        params: dict[str, Any] = {**scope, "m": model, "n": n, "w": words, **query_params(qvec)}
+        vec, cand = "", "SELECT id FROM txt"
+        if qvec is not None:
+            knn = KnnQuery(
+                REFLECTION_VECTORS, model, qvec, n, alias="r", where=f"r.project_id = :pid{filters}", params=scope
+            )
+            await prepare_scan(self, n)
+            vec, cand = f"vec AS ({knn.sql}), ", "SELECT owner AS id FROM vec UNION SELECT id FROM txt"
+            params.update(knn.parameters)
         return await self.rows(
-            f"""WITH vec AS (
-                    SELECT e.owner_id AS id FROM graph_reflection_embeddings e
-                    JOIN graph_reflections r ON r.id = e.owner_id
-                    WHERE :has_q AND e.model = :m AND r.project_id = :pid{filters}
-                    ORDER BY {_dist(dim)} LIMIT :n),
-                txt AS (
+            f"""WITH {vec}txt AS (
                     SELECT r.id FROM graph_reflections r,
                            to_tsquery('simple', array_to_string(CAST(:w AS text[]), ' | ')) AS tq
                     WHERE cardinality(CAST(:w AS text[])) > 0 AND r.project_id = :pid AND r.tsv @@ tq{filters}
                     ORDER BY ts_rank_cd(r.tsv, tq, 32) DESC LIMIT :n),
-                cand AS (SELECT id FROM vec UNION SELECT id FROM txt)
+                cand AS ({cand})
                 SELECT r.id, r.target_type, r.target_id, g.name AS target_name, r.author, r.content, r.mood,
-                       r.created_at, COALESCE(1 - ({_dist(dim)}), 0) AS cos,
+                       r.created_at, COALESCE({similarity_sql(dim)}, 0) AS cos,
                        CASE WHEN cardinality(CAST(:w AS text[])) = 0 THEN 0 ELSE ts_rank_cd(r.tsv,
                          to_tsquery('simple', array_to_string(CAST(:w AS text[]), ' | ')), 32) END AS ts
                 FROM cand JOIN graph_reflections r ON r.id = cand.id

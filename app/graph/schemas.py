@@ -248,6 +248,15 @@ class GraphOut(BaseModel):
     not_found: list[str] = Field(default_factory=list)
 
 
+REPLY_TOKENS = "Tokens of this reply as sent: its compact JSON, this field included (the embedding model's tokenizer)"
+
+
+class SearchNodesOut(GraphOut):
+    """Result of search_nodes: matching entities and the relations touching them, bounded."""
+
+    tokens: int = Field(default=0, description=REPLY_TOKENS)
+
+
 class OpenNodesIn(ProjectIn):
     """Arguments of open_nodes."""
 
@@ -303,6 +312,7 @@ class SearchSemanticOut(BaseModel):
     engine: str
     duration_ms: float
     notice: str | None = Field(default=None, exclude_if=lambda v: v is None)
+    tokens: int = Field(default=0, description=REPLY_TOKENS)
 
 
 class ObservationOut(BaseModel):

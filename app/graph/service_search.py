@@ -6,6 +6,7 @@ import hashlib
 import random
 import time
 
+from app.core.budget import measured
 from app.core.context import CallContext
 from app.graph import scoring
 from app.graph.config import GraphSettings
@@ -42,13 +43,14 @@ async def search_semantic(ctx: CallContext, args: SearchSemanticIn) -> SearchSem
     pid = await project_id(ctx, args.project, create=False)
     treatment = _treatment(args.treatment, s.ab_limbic_ratio)
     if pid is None:
-        return SearchSemanticOut(
+        empty = SearchSemanticOut(
             results=[],
             event_id=0,
             treatment="limbic" if treatment == LIMBIC else "baseline",
             engine="none",
             duration_ms=0.0,
         )
+        return measured(empty, "tokens")
     repo = SearchRepository(ctx.session)
     treatment = _treatment(args.treatment, s.ab_limbic_ratio)
     words = query_words(args.query)
@@ -128,7 +130,7 @@ async def search_semantic(ctx: CallContext, args: SearchSemanticIn) -> SearchSem
     await repo.log_results(event_id, logged)
     top = [c.id for c in served[: s.cooc_top]]
     await repo.record_access([c.id for c in served], [(a, b) for i, a in enumerate(top) for b in top[i + 1 :]])
-    return SearchSemanticOut(
+    out = SearchSemanticOut(
         results=hits,
         event_id=event_id,
         treatment="limbic" if treatment == LIMBIC else "baseline",
@@ -143,3 +145,4 @@ async def search_semantic(ctx: CallContext, args: SearchSemanticIn) -> SearchSem
             "word in its text): try other words"
         ),
     )
+    return measured(out, "tokens")

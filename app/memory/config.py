@@ -42,13 +42,16 @@ class MemorySettings(BaseSettings):
     search_default_score_threshold: float = Field(default=0.25, ge=0.0, le=1.0)
 
     # Search
-    memory_rrf_k: int = Field(
-        default=10, ge=1, le=1000, description="Reciprocal rank fusion constant (tuned on SciFact's train split)"
-    )
-    memory_candidates: int = Field(default=50, ge=10, le=1000, description="Candidates per signal before fusion")
+    memory_candidates: int = Field(default=50, ge=10, le=1000, description="Candidates per ranking in hybrid search")
     memory_ef_search: int = Field(default=100, ge=10, le=1000, description="HNSW ef_search of vector scans")
+    memory_lexical_ef_search: int = Field(
+        default=400, ge=10, le=1000, description="HNSW ef_search of BM25 scans (sparse vectors need a wider beam)"
+    )
     memory_context_tokens: int = Field(
-        default=1000, ge=50, le=12_000, description="Cap of a search reply's context block, in tokens"
+        default=1200,
+        ge=50,
+        le=12_000,
+        description="Cap of a search reply's context block (the results' texts), in tokens",
     )
     memory_result_tokens: int = Field(default=300, ge=25, le=5000, description="Cap of one result's text, in tokens")
 

@@ -1,4 +1,4 @@
-"""Tables of the memory store (the migration memory_0001 creates them)."""
+"""Tables of the memory store (migrations memory_0001 to memory_0003)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import uuid
 from datetime import datetime
 from typing import Any
 
-from pgvector.sqlalchemy import Vector
+from pgvector.sqlalchemy import SPARSEVEC, Vector
 from sqlalchemy import (
     ARRAY,
     BigInteger,
@@ -68,6 +68,13 @@ class Memory(Base):
         Index("ix_memories_tags", "tags", postgresql_using="gin"),
         Index("ix_memories_tsv", "tsv", postgresql_using="gin"),
         Index(
+            "ix_memories_lexical",
+            "lexical",
+            postgresql_using="hnsw",
+            postgresql_ops={"lexical": "sparsevec_ip_ops"},
+            postgresql_with={"m": 8, "ef_construction": 32},
+        ),
+        Index(
             "ix_memories_metadata", "metadata", postgresql_using="gin", postgresql_ops={"metadata": "jsonb_path_ops"}
         ),
     )
@@ -88,7 +95,10 @@ class Memory(Base):
     archived: Mapped[bool] = mapped_column(Boolean, default=False)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=sa_func.now())
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=sa_func.now())
-    tsv: Mapped[Any] = mapped_column(TSVECTOR, Computed("to_tsvector('simple'::regconfig, content)"))
+    tsv: Mapped[Any] = mapped_column(TSVECTOR, Computed("to_tsvector('english'::regconfig, content)"))
+    lexical: Mapped[Any] = mapped_column(
+        SPARSEVEC(1_000_000_000), Computed("bm25_document(to_tsvector('english'::regconfig, content))")
+    )
 
 
 class MemoryEmbedding(Base):

@@ -76,8 +76,8 @@ ops.toolset(
 async def search(ctx: CallContext, args: SearchIn) -> SearchOut:
     """Search indexed memories (hybrid vector + full-text by default). Keep query_text short and narrow
     the search with filters (project_id, memory_type, tags, time_range, collection). Returns scored
-    results with the signals that found them, and `context`: prompt-ready text citing each memory as
-    [id]."""
+    results and `context`: their texts, one line `[n] text` per result, n its 1-based position in
+    results. explain=true adds the signals that found each result."""
     return await service.search(ctx, args)
 
 
@@ -237,7 +237,8 @@ async def search_thoughts(ctx: CallContext, args: SearchThoughtsIn) -> SearchTho
     read_only=True,
 )
 async def recall_context(ctx: CallContext, args: RecallContextIn) -> RecallContextOut:
-    """A compact context block for a query: the most relevant thoughts, each cited as [id], within max_chars."""
+    """A compact context block for a query: the most relevant thoughts within max_chars, each cited as [n],
+    n its 1-based position in items."""
     return await thoughts.recall(ctx, args)
 
 

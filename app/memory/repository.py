@@ -10,14 +10,17 @@ from typing import Any, Literal
 
 from sqlalchemy import text
 
+from app.core.knn import KnnQuery, model_literal, nearest, prepare_scan, query_params, similarity_sql
+from app.core.lexical import LexicalIndex, LexicalQuery, lexical_query, ranked
 from app.core.repository import Repository
-from app.core.vectors import EmbeddedRows, vector_param
+from app.core.vectors import EmbeddedRows
 from app.memory.models import MemoryCollection
 
 MEMORY_TARGET = "memory"  # the embedding queue's name for memory (chunk, thought, summary) vectors
 MEMORY_VECTORS = EmbeddedRows(
     MEMORY_TARGET, "memories", "memory_embeddings", text="content", key_type="uuid", owner="memory_id"
 )
+MEMORY_LEXICAL = LexicalIndex("memories")  # tsv (english) and lexical (bm25_document), memory_0003
 
 Facet = Literal["type", "memory_type", "topics", "people"]
 
@@ -35,11 +38,6 @@ _FACETS: dict[str, str] = {
     "topics": _elements("topics"),
     "people": _elements("people"),
 }
-
-
-def sql_literal(value: str) -> str:
-    """A SQL string literal (for the model name, which must be a literal for the partial HNSW index to apply)."""
-    return "'" + value.replace("'", "''") + "'"
 
 
 @dataclass
@@ -409,7 +407,7 @@ class MemoryRepository(Repository):
         where, params = scope.where()
         rows = await self.dicts(
             f"SELECT EXISTS (SELECT 1 FROM memory_embeddings e JOIN memories m ON m.id = e.memory_id "
-            f"WHERE e.model = {sql_literal(model)} AND {where}) AS ok",
+            f"WHERE e.model = {model_literal(model)} AND {where}) AS ok",
             params,
         )
         return bool(rows[0]["ok"])
@@ -419,87 +417,71 @@ class MemoryRepository(Repository):
     ) -> list[tuple[uuid.UUID, float]]:
         """The `k` memories in scope nearest to `vector` (cosine), filters applied inside the scan.
 
-        Uses the partial HNSW index of the model when it has one, with pgvector's iterative index
-        scans so that filtered searches still return `k` rows; `exact` forces a sequential scan.
+        `app.core.knn`: the model's partial HNSW index with iterative scans (`ef_search` is the
+        setting), so that filtered searches still return `k` rows; `exact` forces a sequential scan.
         """
-        dim = len(vector)
-        await self.iterative_hnsw_scan(max(int(ef_search), k, 10))
-        if exact:
-            await self.session.execute(text("SET LOCAL enable_indexscan = off"))
         where, params = scope.where()
-        expr = f"(e.embedding::vector({dim})) <=> CAST(:q AS vector({dim}))"
-        rows = await self.dicts(
-            f"SELECT e.memory_id AS id, {expr} AS distance FROM memory_embeddings e "
-            f"JOIN memories m ON m.id = e.memory_id WHERE e.model = {sql_literal(model)} AND e.dim = {dim} "
-            f"AND {where} ORDER BY {expr} LIMIT :k",
-            {**params, "q": vector_param(vector), "k": k},
-        )
-        if exact:
-            await self.session.execute(text("SET LOCAL enable_indexscan = on"))
-        hits = [(r["id"], 1.0 - float(r["distance"])) for r in rows]
-        hits.sort(key=lambda h: -h[1])  # relaxed order: re-sort
-        return hits
+        query = KnnQuery(MEMORY_VECTORS, model, vector, k, alias="m", where=where, params=params)
+        return await nearest(self, query, ef_search=ef_search, exact=exact)
 
-    async def lexical(
-        self, scope: Scope, query: str, k: int, websearch: bool, normalization: int
-    ) -> list[tuple[uuid.UUID, float]]:
-        """The `k` memories in scope best ranked by full text (ts_rank_cd over the `simple` config)."""
+    async def lexical(self, scope: Scope, query: str, terms: LexicalQuery, k: int) -> list[tuple[uuid.UUID, float]]:
+        """The `k` memories in scope matching a query in web-search syntax (quotes, `-word`, `or`) under
+        the `english` configuration, ranked by their BM25 score for `terms`, best first."""
         where, params = scope.where()
-        fn = "websearch_to_tsquery" if websearch else "to_tsquery"
+        score = MEMORY_LEXICAL.score_sql("m") if terms.terms else "0::float8"
         rows = await self.dicts(
-            f"SELECT m.id, ts_rank_cd(m.tsv, q, {int(normalization)}) AS rank FROM memories m, "
-            f"{fn}('simple', :tsq) AS q WHERE m.tsv @@ q AND {where} ORDER BY rank DESC, m.created_at DESC LIMIT :k",
-            {**params, "tsq": query, "k": k},
-        )
-        return [(r["id"], float(r["rank"])) for r in rows]
-
-    async def lexical_bm25(
-        self, scope: Scope, groups: list[tuple[list[str], float]], k: int, k1: float = 1.2, b: float = 0.75
-    ) -> list[tuple[uuid.UUID, float]]:
-        """BM25 over the `simple` tsvector. Each group is a query word with its variants (e.g. singular and
-        plural) and one idf; term frequency comes from the lexeme positions, document length is the number
-        of distinct lexemes (averaged over the matching memories)."""
-        if not groups:
-            return []
-        where, params = scope.where()
-        lexemes = [(lex, g, idf) for g, (forms, idf) in enumerate(groups) for lex in forms]
-        tsq = " | ".join(f"'{lex}'" for lex, _, _ in lexemes)
-        rows = await self.dicts(
-            f"WITH q AS (SELECT * FROM unnest(CAST(:terms AS text[]), CAST(:grps AS int[]), "
-            f"CAST(:idfs AS float8[])) AS q(term, grp, idf)), "
-            f"cand AS MATERIALIZED (SELECT m.id, m.tsv, length(m.tsv)::float8 AS dl FROM memories m "
-            f"WHERE m.tsv @@ to_tsquery('simple', :tsq) AND {where}), "
-            f"s AS (SELECT greatest(avg(dl), 1.0) AS avgdl FROM cand), "
-            f"tf AS (SELECT c.id, c.dl, q.grp, max(q.idf) AS idf, sum(cardinality(u.positions))::float8 AS tf "
-            f"FROM cand c CROSS JOIN LATERAL unnest(c.tsv) AS u(lexeme, positions, weights) "
-            f"JOIN q ON u.lexeme = q.term GROUP BY c.id, c.dl, q.grp) "
-            f"SELECT tf.id, sum(tf.idf * (tf.tf * (:k1 + 1)) / (tf.tf + :k1 * (1 - :b + :b * tf.dl / s.avgdl))) "
-            f"AS score FROM tf CROSS JOIN s GROUP BY tf.id ORDER BY score DESC, tf.id LIMIT :k",
-            {
-                **params,
-                "terms": [t for t, _, _ in lexemes],
-                "grps": [g for _, g, _ in lexemes],
-                "idfs": [i for _, _, i in lexemes],
-                "tsq": tsq,
-                "k": k,
-                "k1": k1,
-                "b": b,
-            },
+            f"SELECT m.id, {score} AS score FROM memories m, websearch_to_tsquery('english', :tsq) AS q "
+            f"WHERE m.tsv @@ q AND {where} ORDER BY score DESC, m.created_at DESC LIMIT :k",
+            {**params, "tsq": query, "k": k, **({"lq": terms.vector} if terms.terms else {})},
         )
         return [(r["id"], float(r["score"])) for r in rows]
 
-    async def group_frequencies(self, scope: Scope, groups: list[list[str]]) -> list[int]:
-        """How many memories in scope contain any word of each group (document frequency)."""
-        if not groups:
+    async def lexical_query(self, query: str) -> LexicalQuery:
+        """The query's stems found in memories, with their idf (`app.core.lexical`)."""
+        return await lexical_query(self, MEMORY_LEXICAL, query)
+
+    async def bm25(self, scope: Scope, query: LexicalQuery, k: int, ef_search: int) -> list[tuple[uuid.UUID, float]]:
+        """The `k` memories in scope with the best BM25 score for `query`, best first; memories sharing
+        no lexeme with the query are left out. One scan of the inner-product HNSW index of
+        `memories.lexical` (iterative, so that filters keep `k` rows), plus the memories holding a rare
+        query lexeme through the GIN index (`LexicalIndex.top_sql`)."""
+        if not query.terms:
             return []
         where, params = scope.where()
-        queries = [" | ".join(f"'{w}'" for w in forms) for forms in groups]
+        rare = query.rare()
+        await prepare_scan(self, k, setting=ef_search)
         rows = await self.dicts(
-            f"SELECT i, (SELECT count(*) FROM memories m WHERE m.tsv @@ to_tsquery('simple', x) AND {where}) AS n "
-            f"FROM unnest(CAST(:queries AS text[])) WITH ORDINALITY AS u(x, i) ORDER BY i",
-            {**params, "queries": queries},
+            MEMORY_LEXICAL.top_sql("m", where, rare is not None),
+            {**params, "lq": query.vector, "k": k, **({"rare": rare} if rare else {})},
         )
-        return [int(r["n"]) for r in rows]
+        return ranked(rows)[:k]
+
+    async def signals(
+        self, ids: Sequence[uuid.UUID], query: LexicalQuery | None, model: str, vector: Sequence[float] | None
+    ) -> dict[uuid.UUID, tuple[float | None, float]]:
+        """Per memory of `ids`: its cosine to `vector` under `model` (None without a stored vector or a
+        query vector) and its BM25 score for `query` (0 without one); the signals a candidate found by
+        one ranking lacks."""
+        if not ids:
+            return {}
+        dim = len(vector) if vector is not None else 0
+        cosine = f"{similarity_sql(dim)}" if vector is not None else "NULL::float8"
+        join = (
+            f"LEFT JOIN memory_embeddings e ON e.memory_id = m.id AND e.model = {model_literal(model)} "
+            f"AND e.dim = {dim} "
+            if vector is not None
+            else ""
+        )
+        score = MEMORY_LEXICAL.score_sql("m") if query is not None and query.terms else "0::float8"
+        rows = await self.dicts(
+            f"SELECT m.id, {cosine} AS cosine, {score} AS score FROM memories m {join}WHERE m.id = ANY(:ids)",
+            {
+                "ids": list(ids),
+                **(query_params(vector) if vector is not None else {}),
+                **({"lq": query.vector} if query is not None and query.terms else {}),
+            },
+        )
+        return {r["id"]: (None if r["cosine"] is None else float(r["cosine"]), float(r["score"] or 0.0)) for r in rows}
 
     # Backfill ----------------------------------------------------------------------------------
 

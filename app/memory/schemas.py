@@ -110,10 +110,11 @@ class SearchIn(_ProjectTypeAliases):
     time_range: TimeRange | None = Field(default=None, description="{start?, end?}; start <= end")
     limit: int | None = Field(default=None, ge=1, description="1..SEARCH_MAX_LIMIT (default SEARCH_DEFAULT_LIMIT)")
     score_threshold: float | None = Field(
-        default=None, ge=0.0, le=1.0, description="0..1 minimum cosine similarity of semantic matches"
+        default=None, ge=0.0, le=1.0, description="0..1 minimum relevance (score), every mode"
     )
     collection: CollectionName
-    mode: SearchMode = Field(default="hybrid", description="hybrid (vector + full-text, fused) | semantic | lexical")
+    mode: SearchMode = Field(default="hybrid", description="hybrid (meaning + words) | semantic | lexical (BM25)")
+    explain: bool = Field(default=False, description="Add each result's signals: which searches found it, rank, score")
 
     @model_validator(mode="before")
     @classmethod
@@ -122,28 +123,58 @@ class SearchIn(_ProjectTypeAliases):
 
 
 class Signal(BaseModel):
-    """How one retrieval signal ranked a result."""
+    """One signal of a result: its value (cosine, or lexical coverage in [0, 1]) and, when that ranking
+    found the result, its rank there."""
 
-    rank: int
+    rank: int | None = Field(default=None, exclude_if=lambda v: v is None)
     score: float
 
 
+def compact_time(value: datetime) -> str:
+    """A timestamp as short ISO 8601 in UTC: to the minute (`2026-11-24T23:05Z`), or the date alone at
+    midnight (`2026-11-24`)."""
+    t = value.astimezone(UTC) if value.tzinfo is not None else value
+    if t.hour == 0 and t.minute == 0:
+        return t.date().isoformat()
+    return t.strftime("%Y-%m-%dT%H:%MZ")
+
+
+def round_score(value: float) -> float:
+    """A score as replies show it: three decimals."""
+    return round(value, 3)
+
+
+COMPACT_TIME_DESCRIPTION = "ISO 8601, UTC, to the minute (the date alone at midnight)"
+REPLY_TOKENS_DESCRIPTION = (
+    "Tokens of this reply as sent: its compact JSON, this field included (the embedding model's tokenizer)"
+)
+
+
+def _absent(value: Any) -> bool:
+    return value is None
+
+
 class SearchHit(BaseModel):
-    """One search result."""
+    """One search result. Its text is the line of `context` cited with its position in `results`."""
 
     id: str
-    score: float = Field(description="Fused score (hybrid), cosine similarity (semantic) or text rank (lexical)")
-    text: str | None = None
-    truncated: bool = False
-    project_id: str
-    memory_type: str
-    tags: list[str]
-    timestamp: datetime
-    source_uri: str | None = None
-    collection: str
-    signals: dict[str, Signal] = Field(description="Which signals found it: semantic and/or lexical")
+    score: float = Field(description="Relevance in [0, 1], one scale in every mode")
+    memory_type: str | None = Field(
+        default=None, exclude_if=_absent, description="Left out when used_filters names the memory type"
+    )
+    tags: list[str] | None = Field(default=None, exclude_if=_absent, description="Left out when it has none")
+    timestamp: str = Field(description=COMPACT_TIME_DESCRIPTION)
+    source_uri: str | None = Field(default=None, exclude_if=_absent)
+    truncated: bool | None = Field(
+        default=None,
+        exclude_if=_absent,
+        description="true: its line in context is cut short or missing (budget spent); get_thought reads it whole",
+    )
     embedding: Literal["pending"] | None = Field(
-        default=None, exclude_if=lambda v: v is None, description="pending: found by text; its vector is not made yet"
+        default=None, exclude_if=_absent, description="pending: found by text; its vector is not made yet"
+    )
+    signals: dict[str, Signal] | None = Field(
+        default=None, exclude_if=_absent, description="With explain: the searches that found it, rank and score"
     )
 
 
@@ -151,16 +182,20 @@ class SearchOut(BaseModel):
     """Result of search."""
 
     results: list[SearchHit]
-    context: str | None = Field(default=None, description="Prompt-ready text with [id] citations")
+    context: str | None = Field(
+        default=None,
+        description="Prompt-ready text: one line '[n] text' per result, n its 1-based position in results",
+    )
     collection: str
     limit: int
     score_threshold: float
     scoreThreshold: float
-    used_filters: dict[str, Any]
+    used_filters: dict[str, Any] = Field(description="Applied filters; they hold for every result")
     mode: SearchMode
     retrieval_mode: RetrievalMode
     model: str
-    notice: str | None = Field(default=None, exclude_if=lambda v: v is None, description="Why nothing was searched")
+    notice: str | None = Field(default=None, exclude_if=_absent, description="Why nothing came back")
+    tokens: int = Field(default=0, description=REPLY_TOKENS_DESCRIPTION)
 
 
 class PushIn(_ProjectTypeAliases):

@@ -15,7 +15,16 @@ from app.core.schemas import (
     StrictModel,
     wait_for_embedding_field,
 )
-from app.memory.schemas import Provider, RetrievalMode, SearchMode, Signal, Strategy, move_aliases
+from app.memory.schemas import (
+    COMPACT_TIME_DESCRIPTION,
+    REPLY_TOKENS_DESCRIPTION,
+    Provider,
+    RetrievalMode,
+    SearchMode,
+    Signal,
+    Strategy,
+    move_aliases,
+)
 
 Label = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=200)]
 # What a missing project means differs by tool: reads cover every project (a project-bound key: its
@@ -165,10 +174,15 @@ class SearchThoughtsIn(StrictModel):
     project: ProjectRef
     limit: int = Field(default=10, ge=1, le=50)
     threshold: float | None = Field(
-        default=None, ge=0.0, le=1.0, description="Minimum cosine similarity of semantic matches"
+        default=None, ge=0.0, le=1.0, description="Minimum relevance (similarity), every mode"
     )
     mode: SearchMode = "hybrid"
     include_archived: bool = False
+    explain: bool = Field(default=False, description="Add each result's signals: which searches found it, rank, score")
+
+
+def _absent(value: Any) -> bool:
+    return value is None
 
 
 class ThoughtHit(BaseModel):
@@ -176,12 +190,16 @@ class ThoughtHit(BaseModel):
 
     id: str
     content: str
-    truncated: bool
-    similarity: float = Field(description="Relevance: fused, cosine or text-rank score, per retrieval_mode")
+    truncated: bool | None = Field(
+        default=None, exclude_if=_absent, description="true: content is cut (CAIRN_MEMORY_RESULT_TOKENS)"
+    )
+    similarity: float = Field(description="Relevance in [0, 1], one scale in every mode")
     project: str
-    metadata: dict[str, Any]
-    created_at: datetime
-    signals: dict[str, Signal]
+    metadata: dict[str, Any] | None = Field(default=None, exclude_if=_absent, description="Left out when empty")
+    created_at: str = Field(description=COMPACT_TIME_DESCRIPTION)
+    signals: dict[str, Signal] | None = Field(
+        default=None, exclude_if=_absent, description="With explain: the searches that found it, rank and score"
+    )
 
 
 class SearchThoughtsOut(BaseModel):
@@ -190,6 +208,7 @@ class SearchThoughtsOut(BaseModel):
     results: list[ThoughtHit]
     retrieval_mode: RetrievalMode
     model: str
+    tokens: int = Field(default=0, description=REPLY_TOKENS_DESCRIPTION)
 
 
 class RecallContextIn(StrictModel):
@@ -206,16 +225,17 @@ class CitedItem(BaseModel):
 
     id: str
     score: float
-    created_at: datetime
+    created_at: str = Field(description=COMPACT_TIME_DESCRIPTION)
 
 
 class RecallContextOut(BaseModel):
-    """A compact context block with [id] citations."""
+    """A compact context block citing each thought as [n], n its 1-based position in items."""
 
-    context: str
+    context: str = Field(description="One line '[n] text' per item, n its 1-based position in items")
     items: list[CitedItem]
     retrieval_mode: RetrievalMode
     truncated: bool
+    tokens: int = Field(default=0, description=REPLY_TOKENS_DESCRIPTION)
 
 
 class ProjectContextIn(StrictModel):
@@ -276,6 +296,7 @@ class RelatedThoughtsIn(StrictModel):
     id: uuid.UUID
     limit: int = Field(default=5, ge=1, le=50)
     include_archived: bool = False
+    explain: bool = Field(default=False, description="Add each result's signals: which search found it, rank, score")
 
 
 class RelatedThoughtsOut(BaseModel):
@@ -284,6 +305,7 @@ class RelatedThoughtsOut(BaseModel):
     id: str
     results: list[ThoughtHit]
     retrieval_mode: RetrievalMode
+    tokens: int = Field(default=0, description=REPLY_TOKENS_DESCRIPTION)
 
 
 class ThoughtStatsIn(StrictModel):

@@ -7,6 +7,7 @@ import json
 import uuid
 from typing import Any
 
+from app.core import budget
 from app.core.context import CallContext
 from app.core.errors import Forbidden, InvalidInput, NotFound, TooLarge, invalid_field
 from app.core.repository import ProjectRepository
@@ -28,8 +29,10 @@ from app.memory.schemas import (
     SummarizeIn,
     SummarizeOut,
     TimeRange,
+    compact_time,
+    round_score,
 )
-from app.memory.service_search import build_context, clip, query_terms, retrieve, row_time
+from app.memory.service_search import cite, query_terms, retrieve
 from app.memory.summarize import summarize as make_summary
 
 
@@ -153,7 +156,9 @@ def _limit(requested: int | None, default: int, cap: int, field: str = "limit") 
 
 
 async def search(ctx: CallContext, args: SearchIn) -> SearchOut:
-    """Hybrid (default), semantic or lexical search with every filter applied in SQL; a cited context block."""
+    """Hybrid (default), semantic or lexical search with every filter applied in SQL. The results' texts
+    are the lines of one context block citing each result by its position; a result states only what
+    the reply does not already state once, and the reply states its own size in tokens."""
     cfg = common.settings(ctx)
     limit = _limit(args.limit, cfg.search_default_limit, cfg.search_max_limit)
     threshold = cfg.search_default_score_threshold if args.score_threshold is None else args.score_threshold
@@ -183,9 +188,9 @@ async def search(ctx: CallContext, args: SearchIn) -> SearchOut:
     if not query_terms(args.query_text):
         # Nearest neighbours of "the" are arbitrary notes, and no text search finds a function word.
         out.notice = "The query holds only common words (such as 'the' or 'what'): name what to find"
-        return out
+        return budget.measured(out, "tokens")
     if project is None or coll is None:
-        return out
+        return budget.measured(out, "tokens")
     tr = args.time_range or TimeRange()
     scope = Scope(
         project_id=project.id,
@@ -209,35 +214,40 @@ async def search(ctx: CallContext, args: SearchIn) -> SearchOut:
         embed_query=False,
     )
     rows = await repo.fetch([h.id for h in found.hits], ctx.embedder.model)
-    results: list[SearchHit] = []
-    for hit in found.hits:
-        row = rows.get(hit.id)
-        if row is None:
-            continue
-        body, cut = clip(row["content"], cfg.memory_result_tokens, "tokens")
-        results.append(
-            SearchHit(
-                id=str(hit.id),
-                score=hit.score,
-                text=body,
-                truncated=cut,
-                project_id=row["project"],
-                memory_type=row["memory_type"],
-                tags=row["tags"],
-                timestamp=row["created_at"],
-                source_uri=row["source_uri"],
-                collection=row["collection"],
-                embedding=None if row.get("has_embedding") else "pending",
-                signals={k: Signal(rank=int(v["rank"]), score=v["score"]) for k, v in hit.signals.items()},
-            )
-        )
-    context, _ = build_context(
-        [(r.id, rows[uuid.UUID(r.id)]["content"], row_time(rows[uuid.UUID(r.id)])) for r in results],
+    hits = [(hit, rows[hit.id]) for hit in found.hits if hit.id in rows]
+    # Result n is cited [n]: its text is in the context block once, not again in the result.
+    context, cut = cite(
+        [(str(n), row["content"], None) for n, (_, row) in enumerate(hits, start=1)],
         cfg.memory_context_tokens,
         "tokens",
+        cfg.memory_result_tokens,
     )
-    out.results, out.context, out.retrieval_mode = results, context or None, found.retrieval_mode
-    return out
+    # Project and collection are the same for every result (used_filters names them), and so is the
+    # memory type when the search filtered on it.
+    out.results = [
+        SearchHit(
+            id=str(hit.id),
+            score=round_score(hit.score),
+            memory_type=None if args.memory_type else row["memory_type"],
+            tags=row["tags"] or None,
+            timestamp=compact_time(row["created_at"]),
+            source_uri=row["source_uri"],
+            truncated=True if shortened else None,
+            embedding=None if row.get("has_embedding") else "pending",
+            signals=(
+                {
+                    k: Signal(rank=int(v["rank"]) if "rank" in v else None, score=round_score(v["score"]))
+                    for k, v in hit.signals.items()
+                }
+                if args.explain
+                else None
+            ),
+        )
+        for (hit, row), shortened in zip(hits, cut, strict=True)
+    ]
+    out.context, out.retrieval_mode = context or None, found.retrieval_mode
+    out.notice = found.notice(threshold)
+    return budget.measured(out, "tokens")
 
 
 async def summarize(ctx: CallContext, args: SummarizeIn) -> SummarizeOut:

@@ -1,16 +1,17 @@
-"""The one search engine of both dialects: vector (pgvector), full text (tsvector) and their fusion.
+"""The one search engine of both dialects: vector (pgvector), full text (BM25) and their relevance.
 
-`hybrid` fuses the cosine ranking and the full-text ranking (BM25 over the `simple` tsvector for plain
-queries, `websearch_to_tsquery` + `ts_rank_cd` for queries written in web-search syntax) by reciprocal
-rank fusion; `semantic` and `lexical` use one signal. When the active model has no vectors in the searched scope (or the
-embedder is unreachable), semantic and hybrid searches fall back to full text and say so
-(`retrieval_mode = "lexical_fallback"`).
+Every hit's `score` is its relevance in [0, 1] (`app.core.relevance`): the cosine similarity in
+`semantic` mode, the lexical relevance of its BM25 coverage in `lexical` mode (`app.core.lexical`,
+English stems; queries in web-search syntax go through `websearch_to_tsquery` and `ts_rank_cd`), both
+combined in `hybrid` mode, where each ranking brings its candidates and every candidate is scored with
+both signals (`app.memory.fusion`). `score_threshold` applies to that relevance in every mode. When the
+active model has no vectors in the searched scope (or the embedder is unreachable), semantic and hybrid
+searches fall back to full text and say so (`retrieval_mode = "lexical_fallback"`).
 """
 
 from __future__ import annotations
 
 import logging
-import math
 import re
 import uuid
 from collections.abc import Sequence
@@ -19,9 +20,10 @@ from datetime import datetime
 from typing import Any, Literal
 
 from app.core.embedding import EmbeddingProvider, EmbeddingUnavailable
+from app.core.lexical import LexicalQuery
 from app.core.tokens import count_tokens, truncate_to_tokens
 from app.memory.config import MemorySettings
-from app.memory.fusion import Hit, fuse
+from app.memory.fusion import Hit, fuse, single
 from app.memory.repository import MemoryRepository, Scope
 from app.memory.schemas import RetrievalMode, SearchMode
 
@@ -37,22 +39,29 @@ under until up very was we were what when where which while who whom why will wi
 """.split()
 )
 
-_WEBSEARCH_SYNTAX = re.compile(r'"|(?:^|\s)-\w|\sor\s', re.IGNORECASE)
+_WEBSEARCH_SYNTAX = re.compile(r'"|(?:^|\s)-\w')  # quotes or an excluded word; 'or' is any-word BM25 already
 _WORD = re.compile(r"\w+", re.UNICODE)
-
-# Lexical ranking: ts_rank_cd normalisation 1 divides by 1 + log(document length).
-TS_NORMALIZATION = 1
-# A term in more than this share of the scope (with enough documents) is too common to help ranking.
-COMMON_TERM_SHARE = 0.35
-COMMON_TERM_MIN_DOCS = 50
+_EXCLUDED = re.compile(r"(?:^|\s)-\S+")
 
 
 @dataclass
 class Retrieval:
-    """The ranked hits and the retrieval mode actually used."""
+    """The ranked hits, the retrieval mode actually used, and the candidates left under the threshold
+    (how many, and the best relevance among them)."""
 
     hits: list[Hit]
     retrieval_mode: RetrievalMode
+    below: int = 0
+    best_below: float = 0.0
+
+    def notice(self, threshold: float) -> str | None:
+        """Why nothing came back although candidates were found, or None."""
+        if self.hits or not self.below:
+            return None
+        return (
+            f"{self.below} candidate(s) scored under the relevance threshold {threshold:g} (best "
+            f"{self.best_below:.2f}): nothing matches well; lower score_threshold to see them"
+        )
 
 
 def query_terms(query: str) -> list[str]:
@@ -64,61 +73,18 @@ def query_terms(query: str) -> list[str]:
     return list(seen)
 
 
-BM25_K1 = 1.2
-BM25_B = 0.75
-
-
-def variants(word: str) -> list[str]:
-    """The word with its singular/plural twin (the `simple` config does not stem): `vaccines` <-> `vaccine`."""
-    forms = [word]
-    if len(word) < 4 or not word.isalpha():
-        return forms
-    if word.endswith("ies"):
-        forms.append(word[:-3] + "y")
-    elif word.endswith(("ches", "shes", "xes", "sses")):
-        forms.append(word[:-2])
-    elif word.endswith("s") and not word.endswith(("ss", "us", "is")):
-        forms.append(word[:-1])
-    elif word.endswith("y") and word[-2] not in "aeiou":
-        forms.append(word[:-1] + "ies")
-    elif word.endswith(("ch", "sh", "x", "ss")):
-        forms.append(word + "es")
-    else:
-        forms.append(word + "s")
-    return forms
-
-
-async def bm25_hits(repo: MemoryRepository, scope: Scope, terms: list[str], k: int) -> list[tuple[uuid.UUID, float]]:
-    """BM25 ranking of the memories holding any of `terms` (or their singular/plural twins), with idf from
-    the scope's document frequencies. Words in more than COMMON_TERM_SHARE of a large enough scope are
-    dropped (they rank nothing)."""
-    groups: list[list[str]] = []
-    seen: set[str] = set()
-    for term in terms:
-        forms = [f for f in variants(term) if f not in seen]
-        if forms:
-            seen.update(forms)
-            groups.append(forms)
-    df = await repo.group_frequencies(scope, groups)
-    size = await repo.count(scope)
-    weighted = []
-    for forms, n in zip(groups, df, strict=True):
-        if n == 0 or (size >= COMMON_TERM_MIN_DOCS and n > COMMON_TERM_SHARE * size and len(groups) > 2):
-            continue
-        weighted.append((forms, math.log(1 + (size - n + 0.5) / (n + 0.5))))
-    return await repo.lexical_bm25(scope, weighted, k, BM25_K1, BM25_B)
-
-
-async def lexical_hits(repo: MemoryRepository, scope: Scope, query: str, k: int) -> list[tuple[uuid.UUID, float]]:
-    """Full-text ranking. Web-search syntax (quotes, `-word`, `or`) goes through websearch_to_tsquery and
-    ts_rank_cd as written; otherwise any content word may match (OR) and BM25 ranks the matches, so long
-    natural-language queries still find documents and rare words weigh more than common ones."""
+async def lexical_hits(
+    repo: MemoryRepository, scope: Scope, query: str, k: int, ef_search: int
+) -> tuple[list[tuple[uuid.UUID, float]], LexicalQuery]:
+    """Full-text ranking as (id, coverage in [0, 1]), best first, and the BM25 query. Any query is ranked
+    by BM25 over English stems (`app.core.lexical`), where any stem may match and rare ones weigh more;
+    a query in web-search syntax (quotes, `-word`, `or`) first selects the memories it matches as
+    written (`websearch_to_tsquery`), and its excluded words do not count in the ranking."""
     if _WEBSEARCH_SYNTAX.search(query):
-        return await repo.lexical(scope, query, k, websearch=True, normalization=TS_NORMALIZATION)
-    terms = query_terms(query)
-    if not terms:
-        return await repo.lexical(scope, query, k, websearch=True, normalization=TS_NORMALIZATION)
-    return await bm25_hits(repo, scope, terms, k)
+        lq = await repo.lexical_query(_EXCLUDED.sub(" ", query))
+        return [(mid, lq.coverage(score)) for mid, score in await repo.lexical(scope, query, lq, k)], lq
+    lq = await repo.lexical_query(query)
+    return [(mid, lq.coverage(score)) for mid, score in await repo.bm25(scope, lq, k, ef_search)], lq
 
 
 async def retrieve(
@@ -135,14 +101,17 @@ async def retrieve(
     exact: bool = False,
     embed_query: bool = True,
 ) -> Retrieval:
-    """Search `scope` for `query` in `mode`, returning at most `limit` hits.
+    """Search `scope` for `query` in `mode`: at most `limit` hits whose relevance (`app.core.relevance`:
+    the cosine in semantic mode, the lexical relevance in lexical mode, both combined in hybrid mode) is
+    at least `threshold`, best first.
 
-    `threshold` is the minimum cosine similarity of semantic matches (full-text matches are not
-    thresholded: their scores are not similarities). `vector` replaces embedding the query; without
-    it and with `embed_query` false (the model was unavailable) the search falls back to full text.
+    `vector` replaces embedding the query; without it and with `embed_query` false (the model was
+    unavailable) the search falls back to full text. Hybrid search takes `memory_candidates` from each
+    ranking and scores every candidate with both signals.
     """
     model = embedder.model
     sem: list[tuple[uuid.UUID, float]] = []
+    qvec: list[float] | None = None
     used: RetrievalMode = mode
     if mode in ("hybrid", "semantic"):
         if not await repo.has_vectors(scope, model):
@@ -158,26 +127,20 @@ async def retrieve(
             else:
                 depth = limit if mode == "semantic" else max(limit, settings.memory_candidates)
                 sem = await repo.semantic(scope, model, qvec, depth, settings.memory_ef_search, exact=exact)
-                sem = [(mid, s) for mid, s in sem if s >= threshold]
     if used == "semantic":
-        return Retrieval(
-            [
-                Hit(mid, round(s, 6), {"semantic": {"rank": i, "score": round(s, 6)}})
-                for i, (mid, s) in enumerate(sem[:limit], start=1)
-            ],
-            used,
-        )
-    depth = limit if used != "hybrid" else max(limit, settings.memory_candidates)
-    lex = await lexical_hits(repo, scope, query, depth)
-    if used == "hybrid":
-        return Retrieval(fuse({"semantic": sem, "lexical": lex}, settings.memory_rrf_k)[:limit], used)
-    return Retrieval(
-        [
-            Hit(mid, round(s, 6), {"lexical": {"rank": i, "score": round(s, 6)}})
-            for i, (mid, s) in enumerate(lex[:limit], start=1)
-        ],
-        used,
-    )
+        hits = single("semantic", sem)
+    else:
+        depth = limit if used != "hybrid" else max(limit, settings.memory_candidates)
+        lex, lq = await lexical_hits(repo, scope, query, depth, settings.memory_lexical_ef_search)
+        if used == "hybrid":
+            found = {mid for mid, _ in sem} ^ {mid for mid, _ in lex}
+            filled = await repo.signals(sorted(found), lq, model, qvec)
+            filled = {mid: (c, lq.coverage(v)) for mid, (c, v) in filled.items()}
+            hits = fuse(sem, lex, filled)
+        else:
+            hits = single("lexical", lex)
+    under = [h.score for h in hits if h.score < threshold]
+    return Retrieval([h for h in hits if h.score >= threshold][:limit], used, len(under), max(under, default=0.0))
 
 
 Unit = Literal["chars", "tokens"]
@@ -195,32 +158,47 @@ def clip(text: str, cap: int, unit: Unit = "chars") -> tuple[str, bool]:
     return head[: cut if cut > len(head) // 2 else len(head)].rstrip() + "…", True
 
 
-def build_context(
-    items: Sequence[tuple[str, str, datetime | None]], limit: int, unit: Unit = "chars"
-) -> tuple[str, bool]:
-    """A prompt-ready block: one `[id] text` paragraph per item, within `limit` characters or tokens;
-    each item's text is cut to at most 600 characters (150 tokens)."""
-    per_item = 600 if unit == "chars" else 150
+def cite(
+    items: Sequence[tuple[str, str, datetime | None]],
+    limit: int,
+    unit: Unit = "chars",
+    per_item: int | None = None,
+) -> tuple[str, list[bool]]:
+    """A prompt-ready block: one line `[label] text` per item (`[label] (date) text` when the item has a
+    date), within `limit` characters or tokens; each text has its whitespace collapsed and is cut to
+    `per_item` (default 600 characters or 150 tokens). Items follow in order until the limit runs out:
+    the first that does not fit whole is cut to the room left (when that is worth it), later ones are
+    left out. Returns the block and, per item, whether its text there is cut short or missing."""
+    cap = per_item if per_item is not None else (600 if unit == "chars" else 150)
     measure = len if unit == "chars" else count_tokens
+    # A line break between lines: one character, and no token (the tokenizer drops whitespace).
+    sep = 1 if unit == "chars" else 0
     parts: list[str] = []
+    cut = [True] * len(items)
     used = 0
-    truncated = False
-    for mid, content, when in items:
+    for i, (label, content, when) in enumerate(items):
         stamp = f" ({when:%Y-%m-%d})" if when is not None else ""
-        body, cut = clip(" ".join(content.split()), per_item, unit)
-        line = f"[{mid}]{stamp} {body}"
-        size = measure(line) + 2
+        body, shortened = clip(" ".join(content.split()), cap, unit)
+        line = f"[{label}]{stamp} {body}"
+        size = measure(line) + (sep if parts else 0)
         if used + size > limit:
-            room = limit - used - 2
+            room = limit - used - (sep if parts else 0)
             if room > (80 if unit == "chars" else 20):
                 line, _ = clip(line, room, unit)
                 parts.append(line)
-            truncated = True
             break
-        truncated = truncated or cut
+        cut[i] = shortened
         parts.append(line)
         used += size
-    return "\n\n".join(parts), truncated
+    return "\n".join(parts), cut
+
+
+def build_context(
+    items: Sequence[tuple[str, str, datetime | None]], limit: int, unit: Unit = "chars"
+) -> tuple[str, bool]:
+    """`cite` with the default per-item cap, and whether any item's text is cut short or missing."""
+    block, cut = cite(items, limit, unit)
+    return block, any(cut)
 
 
 def row_time(row: dict[str, Any]) -> datetime | None:

@@ -6,12 +6,13 @@ import json
 import uuid
 from typing import Any
 
+from app.core import budget
 from app.core.context import CallContext
 from app.core.errors import NotFound, TooLarge
 from app.core.repository import ProjectRepository
 from app.memory import service_common as common
 from app.memory.repository import MemoryRepository, Scope
-from app.memory.schemas import RetrievalMode, SearchMode, Signal
+from app.memory.schemas import RetrievalMode, SearchMode, Signal, compact_time, round_score
 from app.memory.schemas_thoughts import (
     ArchiveThoughtIn,
     BackfillFailure,
@@ -202,7 +203,9 @@ async def delete(ctx: CallContext, memory_id: uuid.UUID) -> DeleteThoughtOut:
     return DeleteThoughtOut(id=str(memory_id), deleted=deleted > 0)
 
 
-def _hits(found: Retrieval, rows: dict[uuid.UUID, dict[str, Any]], cap: int) -> list[ThoughtHit]:
+def _hits(found: Retrieval, rows: dict[uuid.UUID, dict[str, Any]], cap: int, explain: bool) -> list[ThoughtHit]:
+    """The hits as replies show them: empty metadata, a false `truncated` and (unless asked) the signals
+    left out."""
     out = []
     for hit in found.hits:
         row = rows.get(hit.id)
@@ -213,12 +216,19 @@ def _hits(found: Retrieval, rows: dict[uuid.UUID, dict[str, Any]], cap: int) -> 
             ThoughtHit(
                 id=str(hit.id),
                 content=body,
-                truncated=cut,
-                similarity=hit.score,
+                truncated=True if cut else None,
+                similarity=round_score(hit.score),
                 project=row["project"],
-                metadata=row["metadata"],
-                created_at=row["created_at"],
-                signals={k: Signal(rank=int(v["rank"]), score=v["score"]) for k, v in hit.signals.items()},
+                metadata=row["metadata"] or None,
+                created_at=compact_time(row["created_at"]),
+                signals=(
+                    {
+                        k: Signal(rank=int(v["rank"]) if "rank" in v else None, score=round_score(v["score"]))
+                        for k, v in hit.signals.items()
+                    }
+                    if explain
+                    else None
+                ),
             )
         )
     return out
@@ -270,27 +280,31 @@ async def search(ctx: CallContext, args: SearchThoughtsIn) -> SearchThoughtsOut:
         mode=args.mode,
         include_archived=args.include_archived,
     )
-    return SearchThoughtsOut(
-        results=_hits(found, rows, common.settings(ctx).memory_result_tokens),
+    out = SearchThoughtsOut(
+        results=_hits(found, rows, common.settings(ctx).memory_result_tokens, args.explain),
         retrieval_mode=found.retrieval_mode,
         model=ctx.embedder.model,
     )
+    return budget.measured(out, "tokens")
 
 
 def _cited(found: Retrieval, rows: dict[uuid.UUID, dict[str, Any]]) -> list[CitedItem]:
     return [
-        CitedItem(id=str(h.id), score=h.score, created_at=rows[h.id]["created_at"]) for h in found.hits if h.id in rows
+        CitedItem(id=str(h.id), score=round_score(h.score), created_at=compact_time(rows[h.id]["created_at"]))
+        for h in found.hits
+        if h.id in rows
     ]
 
 
 async def recall(ctx: CallContext, args: RecallContextIn) -> RecallContextOut:
-    """A compact cited context block for a query."""
+    """A compact context block for a query, citing each thought as [n], its position in `items`."""
     found, rows = await _search(ctx, args.project, args.query, limit=args.limit, threshold=None)
     items = _cited(found, rows)
     context, truncated = build_context(
-        [(i.id, rows[uuid.UUID(i.id)]["content"], i.created_at) for i in items], args.max_chars
+        [(str(n), rows[uuid.UUID(i.id)]["content"], None) for n, i in enumerate(items, start=1)], args.max_chars
     )
-    return RecallContextOut(context=context, items=items, truncated=truncated, retrieval_mode=found.retrieval_mode)
+    out = RecallContextOut(context=context, items=items, truncated=truncated, retrieval_mode=found.retrieval_mode)
+    return budget.measured(out, "tokens")
 
 
 async def project_context(ctx: CallContext, args: ProjectContextIn) -> ProjectContextOut:
@@ -302,8 +316,9 @@ async def project_context(ctx: CallContext, args: ProjectContextIn) -> ProjectCo
     repo = MemoryRepository(ctx.session)
     scope = Scope(project_id=project.id)
     recent_rows = await repo.list_memories(scope, ctx.embedder.model, args.limit)
-    recent = [CitedItem(id=str(r["id"]), score=1.0, created_at=r["created_at"]) for r in recent_rows]
+    recent = [CitedItem(id=str(r["id"]), score=1.0, created_at=compact_time(r["created_at"])) for r in recent_rows]
     texts = {str(r["id"]): r["content"] for r in recent_rows}
+    times = {str(r["id"]): r["created_at"] for r in recent_rows}
     relevant: list[CitedItem] = []
     mode: RetrievalMode | None = None
     if args.query:
@@ -311,11 +326,12 @@ async def project_context(ctx: CallContext, args: ProjectContextIn) -> ProjectCo
         mode = found.retrieval_mode
         relevant = [i for i in _cited(found, rows) if i.id not in texts][: args.limit]
         texts.update({i.id: rows[uuid.UUID(i.id)]["content"] for i in relevant})
+        times.update({i.id: rows[uuid.UUID(i.id)]["created_at"] for i in relevant})
     half = args.max_chars // 2 if relevant else args.max_chars
-    recent_block, _ = build_context([(i.id, texts[i.id], i.created_at) for i in recent], half)
+    recent_block, _ = build_context([(i.id, texts[i.id], times[i.id]) for i in recent], half)
     parts = [f"Recent thoughts of {args.project}:\n{recent_block}" if recent_block else ""]
     if relevant:
-        rel_block, _ = build_context([(i.id, texts[i.id], i.created_at) for i in relevant], args.max_chars - half)
+        rel_block, _ = build_context([(i.id, texts[i.id], times[i.id]) for i in relevant], args.max_chars - half)
         parts.append(f"Relevant to the query:\n{rel_block}")
     return ProjectContextOut(
         project=args.project,
@@ -422,9 +438,12 @@ async def related(ctx: CallContext, args: RelatedThoughtsIn) -> RelatedThoughtsO
         found = await retrieve(repo, ctx.embedder, cfg, scope, query, mode="lexical", limit=args.limit, threshold=0.0)
         found.retrieval_mode = "lexical_fallback"
     rows = await repo.fetch([h.id for h in found.hits], ctx.embedder.model)
-    return RelatedThoughtsOut(
-        id=str(args.id), results=_hits(found, rows, cfg.memory_result_tokens), retrieval_mode=found.retrieval_mode
+    out = RelatedThoughtsOut(
+        id=str(args.id),
+        results=_hits(found, rows, cfg.memory_result_tokens, args.explain),
+        retrieval_mode=found.retrieval_mode,
     )
+    return budget.measured(out, "tokens")
 
 
 def _counts(pairs: list[tuple[str, int]]) -> list[CountItem]:

@@ -12,6 +12,7 @@ import httpx
 
 from tests.support.fake_embedder import FakeEmbeddingServer
 from tests.support.memory import api
+from tests.support.replies import hit_texts
 from tests.support.server import ADMIN_KEY, PgCluster, free_port, server_settings, start_server, stop_server
 
 ENTITIES = [
@@ -40,8 +41,11 @@ async def test_async_writes_answer_pending_and_wait_gives_read_your_writes(pg: P
             pushed = await api(c, "/memory/push", {"text": "Queue me later, please.", "project": "q"})
             assert pushed["embedding"] == "pending"
             # search finds the rows by their text meanwhile
-            found = await api(c, "/memory/search", {"query_text": "queue later", "project": "q", "mode": "hybrid"})
+            found = await api(
+                c, "/memory/search", {"query_text": "queue later", "project": "q", "mode": "hybrid", "explain": True}
+            )
             assert found["results"] and "lexical" in found["results"][0]["signals"]
+            assert found["results"][0]["embedding"] == "pending"
             drained = await api(c, "/embeddings/wait", {"timeout_seconds": 60})
             assert drained["drained"] is True and drained["depth"] == 0
             assert await _count(pg, "SELECT count(*) FROM graph_embeddings") == len(ENTITIES)
@@ -54,7 +58,7 @@ async def test_async_writes_answer_pending_and_wait_gives_read_your_writes(pg: P
             )
             assert waited["embedding"] == "done"
             sem = await api(c, "/memory/search", {"query_text": "read my write", "project": "q", "mode": "semantic"})
-            assert sem["results"][0]["text"] == "Read my write at once."
+            assert hit_texts(sem)[0] == "Read my write at once." and "embedding" not in sem["results"][0]
             health = await api(c, "/resources/health", {}, method="GET")
             assert health["embedding_queue"]["depth"] == 0
     finally:

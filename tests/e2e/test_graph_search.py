@@ -10,7 +10,8 @@ import httpx
 import pytest
 
 from tests.support.graph import API, PEOPLE, call, seed
-from tests.support.server import PgCluster, RunningServer, error_of, mcp_client
+from tests.support.replies import assert_states_its_size
+from tests.support.server import PgCluster, RunningServer, error_of, mcp_client, text_of
 
 COMPONENTS = {
     "limbic_score",
@@ -44,6 +45,22 @@ def test_worked_example_of_docs() -> None:
     assert [out[n].baseline_rank for n in ("Difference Engine", "Charles Babbage", "Ada Lovelace")] == [1, 2, 3]
     assert round(out["Charles Babbage"].cooc_boost, 4) == 0.4512
     assert math.isclose(scoring.ndcg([2], 10), 1 / math.log2(3)) and scoring.reciprocal_rank([3, 2]) == 0.5
+
+
+async def test_search_replies_state_their_size(server: RunningServer, rest: httpx.AsyncClient) -> None:
+    async with mcp_client(server.url) as mcp:
+        await seed(mcp)
+        query = {"query": "who designed the early mechanical computer", "limit": 3}
+        semantic = assert_states_its_size(text_of(await mcp.call_tool("search_semantic", query)))
+        nodes = assert_states_its_size(text_of(await mcp.call_tool("search_nodes", {"query": "engine"})))
+        none = assert_states_its_size(
+            text_of(await mcp.call_tool("search_semantic", {**query, "project": "no-such-graph"}))
+        )
+        opened = await mcp.call_tool("open_nodes", {"names": ["Charles Babbage"]})
+    assert len(semantic["results"]) == 3 and nodes["entities"] and none["results"] == []
+    assert "tokens" not in opened.structured_content  # only the search replies report it
+    r = await rest.get(f"{API}/nodes/search", params={"query": "engine"})
+    assert assert_states_its_size(r.text) == nodes
 
 
 async def db(pg: PgCluster) -> asyncpg.Connection:

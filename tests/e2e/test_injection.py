@@ -26,6 +26,7 @@ from app.features import FEATURES
 from tests.support import analysis as analysis_helpers
 from tests.support.analysis import Upstream
 from tests.support.datasets import penguins_csv, root_of
+from tests.support.replies import hit_texts
 from tests.support.server import PgCluster, RunningServer, mcp_client
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
@@ -372,8 +373,9 @@ async def test_text_taken_as_data_round_trips_exactly(server: RunningServer, res
     hostile = SQLI[0]
     await ok("/memory/push", {"text": f"quarterly budget {hostile}", "tags": [hostile, "plain"]})
     await ok("/memory/push", {"text": "an unrelated note about rivers", "tags": ["plain"]})
-    hits = (await ok("/memory/search", {"query_text": "budget", "tags": [hostile], "mode": "lexical"}))["results"]
-    assert len(hits) == 1 and hostile in hits[0]["text"] and hostile in hits[0]["tags"]
+    found = await ok("/memory/search", {"query_text": "budget", "tags": [hostile], "mode": "lexical"})
+    hits = found["results"]
+    assert len(hits) == 1 and hostile in (hit_texts(found)[0] or "") and hostile in hits[0]["tags"]
     # Wildcards in a tag or a search are characters, not patterns.
     assert (await ok("/memory/search", {"query_text": "note", "tags": ["%"], "mode": "lexical"}))["results"] == []
 

@@ -46,7 +46,8 @@ async def test_model_switch_fallback_then_backfill(
                 base_url=url, timeout=60, headers={"Authorization": f"Bearer {ADMIN_KEY}"}
             ) as other:
                 # no vectors of the new model: every query-based tool falls back to full text
-                body = await api(other, "/memory/search", {"query_text": "database migration timeout", "project": "sw"})
+                query = {"query_text": "database migration timeout", "project": "sw", "explain": True}
+                body = await api(other, "/memory/search", query)
                 assert body["model"] == "minilm-http" and body["retrieval_mode"] == "lexical_fallback"
                 assert body["results"] and all(set(r["signals"]) == {"lexical"} for r in body["results"])
                 stats = await api(other, "/thoughts/stats", {"project": "sw"}, method="GET")
@@ -63,7 +64,7 @@ async def test_model_switch_fallback_then_backfill(
                 assert report["model"] == "minilm-http" and report["scanned"] == 7 and report["queued"] == 7
                 assert report["embedded"] == 6 and report["failed"] == 1 and report["embedding"] == "pending"
                 assert report["failures"][0]["id"] == failed["thought"]["id"]
-                body = await api(other, "/memory/search", {"query_text": "database migration timeout", "project": "sw"})
+                body = await api(other, "/memory/search", query)
                 assert body["retrieval_mode"] == "hybrid"
                 assert any("semantic" in r["signals"] for r in body["results"])
                 sem = await api(

@@ -4,13 +4,17 @@ over MCP and REST, with the real database and model."""
 from __future__ import annotations
 
 import json
+import re
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
 
+from app.core.tokens import count_tokens
+from app.memory.config import MemorySettings
 from tests.support.memory import NOTES, api, seed_notes
-from tests.support.server import BOUND_PROJECT, PROJECT_KEY, RunningServer, error_of, mcp_client
+from tests.support.replies import assert_states_its_size, cited, hit_texts
+from tests.support.server import BOUND_PROJECT, PROJECT_KEY, RunningServer, error_of, mcp_client, overridden, text_of
 
 DOC = """Cairn keeps long-term memory for agents in PostgreSQL with pgvector.
 
@@ -40,9 +44,14 @@ async def test_push_search_over_both_transports(server: RunningServer, rest: htt
         ids = [r["id"] for r in body["results"]]
         assert 2 <= len(ids) <= 3
         top = body["results"][0]
-        assert "migration" in top["text"] and top["memory_type"] == "episodic" and top["project_id"] == "ops"
-        assert set(top["signals"]) <= {"semantic", "lexical"} and top["signals"]
-        assert f"[{ids[0]}]" in body["context"]
+        assert "migration" in (hit_texts(body)[0] or "") and top["memory_type"] == "episodic"
+        assert "signals" not in top
+        explained = await mcp.call_tool(
+            "search",
+            {"query_text": "why did the database migration fail?", "project": "ops", "k": 3, "explain": True},
+        )
+        signals = explained.structured_content["results"][0]["signals"]
+        assert set(signals) <= {"semantic", "lexical"} and signals
         # memory_type filter applies inside the search: the semantic 'guide' document is not episodic
         res = await mcp.call_tool(
             "search", {"query_text": "chunks tokens", "project_id": "docs", "memory_type": "episodic"}
@@ -55,8 +64,13 @@ async def test_push_search_over_both_transports(server: RunningServer, rest: htt
         {"query_text": "migration", "project": "ops", "tags": ["ops"], "mode": "lexical", "limit": 10},
     )
     assert body["retrieval_mode"] == "lexical"
-    texts = [r["text"] for r in body["results"]]
-    assert len(texts) == 2 and all("migration" in t for t in texts)
+    texts = hit_texts(body)
+    assert len(texts) == 2 and all(t and "migration" in t for t in texts)
+    body = await api(
+        rest,
+        "/memory/search",
+        {"query_text": "migration", "project": "ops", "tags": ["ops"], "mode": "lexical", "explain": True},
+    )
     assert all(set(r["signals"]) == {"lexical"} for r in body["results"])
     # a query of function words only finds nothing in any mode, and says why
     for mode in ("hybrid", "semantic", "lexical"):
@@ -64,19 +78,93 @@ async def test_push_search_over_both_transports(server: RunningServer, rest: htt
         assert body["results"] == [] and "only common words" in body["notice"]
     # web-search syntax is honoured as written: a quoted phrase, an excluded word
     body = await api(rest, "/memory/search", {"query_text": '"statement timeout"', "project": "ops", "mode": "lexical"})
-    assert [r["text"] for r in body["results"]] == [NOTES[1][0]]
+    assert hit_texts(body) == [NOTES[1][0]]
     body = await api(
         rest, "/memory/search", {"query_text": "migration -succeeded", "project": "ops", "mode": "lexical"}
     )
-    assert [r["text"] for r in body["results"]] == [NOTES[0][0]]
+    assert hit_texts(body) == [NOTES[0][0]]
     # semantic mode: scores are cosine similarities above the threshold
     body = await api(
         rest,
         "/memory/search",
         {"query_text": "marine animal biology facts", "project": "ops", "mode": "semantic", "score_threshold": 0.2},
     )
-    assert body["results"] and "Octopuses" in body["results"][0]["text"]
+    assert body["results"] and "Octopuses" in (hit_texts(body)[0] or "")
     assert all(r["score"] >= 0.2 for r in body["results"])
+
+
+async def test_search_reply_cites_each_text_once_and_states_its_size(
+    server: RunningServer, rest: httpx.AsyncClient
+) -> None:
+    await seed_notes(rest)
+    checklist = "Deploy checklist: dry-run the migration, then watch the timeout graphs."
+    await api(rest, "/memory/push", {"text": checklist, "project": "ops", "source_uri": "notes/checklist.md"})
+    args = {"query_text": "deployment migration timeout", "project": "ops", "k": 5, "score_threshold": 0.0}
+    async with mcp_client(server.url) as mcp:
+        res = await mcp.call_tool("search", args)
+        assert not res.is_error, res
+        sent = text_of(res)
+        explained = await mcp.call_tool("search", {**args, "explain": True})
+        filtered = await mcp.call_tool("search", {**args, "memory_type": "episodic"})
+    body = assert_states_its_size(sent)
+    assert body == res.structured_content
+    # REST sends the same reply
+    r = await rest.post("/api/v1/memory/search", json=args)
+    assert r.status_code == 200 and assert_states_its_size(r.text) == body
+    results = body["results"]
+    assert len(results) == 5
+    # [n] cites results[n-1], whose id reads back the very text of that line
+    lines = cited(body["context"])
+    assert sorted(lines) == [1, 2, 3, 4, 5]
+    for n, hit in enumerate(results, start=1):
+        stored = await api(rest, f"/thoughts/{hit['id']}", method="GET")
+        assert lines[n] == " ".join(stored["thought"]["content"].split())
+    # no text twice: each note is sent once, in the context; results hold no text
+    for text in {*(t for t, _ in NOTES), checklist}:
+        assert sent.count(text) <= 1
+    assert all(sent.count(line) == 1 for line in lines.values())
+    # only what serves: no field the reply states once, nothing empty, null or default
+    for hit in results:
+        assert {"id", "score", "memory_type", "timestamp"} <= set(hit)
+        assert not {"text", "project_id", "collection", "signals", "truncated", "embedding"} & set(hit)
+        assert round(hit["score"], 3) == hit["score"]
+        assert re.fullmatch(r"\d{4}-\d\d-\d\d(T\d\d:\d\dZ)?", hit["timestamp"]), hit["timestamp"]
+        when = datetime.fromisoformat(hit["timestamp"])  # the date alone stands for midnight UTC
+        assert abs(when.replace(tzinfo=UTC) - datetime.now(UTC)) < timedelta(minutes=5)
+        assert hit.get("tags") != [] and hit.get("source_uri", "left out") is not None
+    assert [h.get("source_uri") for h in results].count("notes/checklist.md") == 1
+    assert body["used_filters"] == {"project_id": "ops", "collection": "cairn-memory"}
+    # the memory type is stated once when the search filters on it
+    only = assert_states_its_size(text_of(filtered))
+    assert only["results"] and all("memory_type" not in h for h in only["results"])
+    assert only["used_filters"]["memory_type"] == "episodic"
+    # explain=true brings back why each result was found
+    why = assert_states_its_size(text_of(explained))
+    assert [h["id"] for h in why["results"]] == [h["id"] for h in results]
+    for hit in why["results"]:
+        assert hit["signals"] and set(hit["signals"]) <= {"semantic", "lexical"}
+        assert all(s["rank"] >= 1 and round(s["score"], 3) == s["score"] for s in hit["signals"].values())
+    assert why["tokens"] > body["tokens"]
+    # an empty search states its size too
+    empty = await rest.post("/api/v1/memory/search", json={"query_text": "the", "project": "ops"})
+    assert assert_states_its_size(empty.text)["results"] == []
+
+
+async def test_results_past_the_context_budget_are_listed_without_text(
+    server: RunningServer, rest: httpx.AsyncClient
+) -> None:
+    await seed_notes(rest)
+    args = {"query_text": "deployment migration timeout", "project": "ops", "k": 5, "score_threshold": 0.0}
+    with overridden(server, MemorySettings, memory_context_tokens=60):
+        r = await rest.post("/api/v1/memory/search", json=args)
+    body = assert_states_its_size(r.text)
+    assert count_tokens(body["context"]) <= 60
+    lines = cited(body["context"])
+    assert len(body["results"]) >= 3 and 1 in lines and len(lines) < len(body["results"])
+    for n, hit in enumerate(body["results"], start=1):
+        whole = n in lines and not lines[n].endswith("…")
+        assert hit.get("truncated") is (None if whole else True), (n, lines.get(n), hit)
+        assert "text" not in hit
 
 
 async def test_filtered_search_still_returns_limit(server: RunningServer, rest: httpx.AsyncClient) -> None:
@@ -103,7 +191,8 @@ async def test_filtered_search_still_returns_limit(server: RunningServer, rest: 
         },
     )
     assert len(body["results"]) == 8
-    assert all(r["project_id"] == "target" for r in body["results"])
+    assert body["used_filters"]["project_id"] == "target"
+    assert all(t and t.startswith("Kept note") for t in hit_texts(body))
 
 
 async def test_push_dedupe_and_source_update(server: RunningServer, rest: httpx.AsyncClient) -> None:

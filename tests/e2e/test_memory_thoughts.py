@@ -9,7 +9,8 @@ import asyncpg
 import httpx
 
 from tests.support.memory import api
-from tests.support.server import BOUND_PROJECT, PROJECT_KEY, PgCluster, RunningServer, error_of, mcp_client
+from tests.support.replies import assert_states_its_size, cited
+from tests.support.server import BOUND_PROJECT, PROJECT_KEY, PgCluster, RunningServer, error_of, mcp_client, text_of
 
 THOUGHTS: list[tuple[str, dict[str, Any]]] = [
     (
@@ -92,7 +93,7 @@ async def test_search_recall_context_related_stats(server: RunningServer, rest: 
         assert res["retrieval_mode"] == "hybrid" and res["model"] == "all-MiniLM-L6-v2"
         assert {r["id"] for r in res["results"]} == {ids[0], ids[2]}
         recall = (await mcp.call_tool("recall_context", {"query": "key rotation", "limit": 2})).structured_content
-        assert recall["items"][0]["id"] == ids[1] and f"[{ids[1]}]" in recall["context"]
+        assert recall["items"][0]["id"] == ids[1] and cited(recall["context"])[1] == THOUGHTS[1][0]
         ctx = (
             await mcp.call_tool("get_project_context", {"project": "amcs", "query": "cold start speed", "limit": 1})
         ).structured_content
@@ -130,6 +131,41 @@ async def test_search_recall_context_related_stats(server: RunningServer, rest: 
     # search through REST with an unknown project: empty, not an error
     empty = await api(rest, "/thoughts/search", {"query": "anything", "project": "nobody"})
     assert empty["results"] == []
+
+
+async def test_thought_search_replies_are_compact_and_state_their_size(
+    server: RunningServer, rest: httpx.AsyncClient
+) -> None:
+    async with mcp_client(server.url) as mcp:
+        ids = await capture_all(mcp)
+        plain = "Cold starts got faster after the cache change."
+        extra = (await mcp.call_tool("capture_thought", {"content": plain, "project": "amcs"})).structured_content
+        args = {"query": "why are cold starts slow?", "project": "amcs", "limit": 3}
+        found = assert_states_its_size(text_of(await mcp.call_tool("search_thoughts", args)))
+        explained = assert_states_its_size(text_of(await mcp.call_tool("search_thoughts", {**args, "explain": True})))
+        recall = assert_states_its_size(
+            text_of(await mcp.call_tool("recall_context", {"query": "cold starts", "limit": 3}))
+        )
+        related = assert_states_its_size(text_of(await mcp.call_tool("related_thoughts", {"id": ids[2]})))
+    contents = {t: c for t, (c, _) in zip(ids, THOUGHTS, strict=True)} | {extra["thought"]["id"]: plain}
+    assert len(found["results"]) == 3
+    for hit in found["results"]:
+        assert hit["content"] == contents[hit["id"]] and hit["project"] == "amcs"
+        # metadata is left out when there is none
+        assert ("metadata" in hit) is (hit["id"] != extra["thought"]["id"])
+        assert not {"signals", "truncated"} & set(hit) and round(hit["similarity"], 3) == hit["similarity"]
+        assert len(hit["created_at"]) in (10, 17)
+    assert [h["id"] for h in explained["results"]] == [h["id"] for h in found["results"]]
+    assert all(h["signals"] for h in explained["results"])
+    # recall cites [n], the n-th item; the texts are in the context once, the items hold none
+    lines = cited(recall["context"])
+    assert sorted(lines) == list(range(1, len(recall["items"]) + 1)) and len(lines) == 3
+    for n, item in enumerate(recall["items"], start=1):
+        stored = await api(rest, f"/thoughts/{item['id']}", method="GET")
+        assert lines[n] == stored["thought"]["content"] and set(item) == {"id", "score", "created_at"}
+    assert related["results"] and all("signals" not in h for h in related["results"])
+    rest_found = await rest.post("/api/v1/thoughts/search", json=args)
+    assert assert_states_its_size(rest_found.text) == found
 
 
 async def test_lexical_fallback_and_backfill(server: RunningServer, rest: httpx.AsyncClient, pg: PgCluster) -> None:

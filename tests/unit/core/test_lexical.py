@@ -1,0 +1,51 @@
+"""app/core/lexical.py: the query vector, idf, coverage, the rare-word tsquery and the statement."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from app.core.lexical import DIMENSIONS, K1, LexicalIndex, LexicalQuery, Term, idf, ranked
+
+
+def test_idf_is_bm25s_and_always_positive() -> None:
+    assert math.isclose(idf(100, 10), math.log(1 + 90.5 / 10.5))
+    assert idf(100, 100) > 0 and idf(100, 1) > idf(100, 50)
+
+
+def test_the_query_vector_sorts_dimensions_and_adds_colliding_lexemes() -> None:
+    query = LexicalQuery((Term("b", 7, 3, 1.5), Term("a", 2, 1, 2.0), Term("c", 7, 9, 0.25)))
+    assert query.vector == f"{{2:2,7:1.75}}/{DIMENSIONS}"
+    assert math.isclose(query.best, 3.75 * (K1 + 1))
+    assert query.coverage(query.best / 2) == pytest.approx(0.5)
+    assert query.coverage(query.best * 3) == 1.0 and query.coverage(-1) == 0.0
+    assert LexicalQuery(()).coverage(5.0) == 0.0 and LexicalQuery(()).vector == f"{{}}/{DIMENSIONS}"
+
+
+def test_rare_lexemes_become_a_quoted_tsquery() -> None:
+    query = LexicalQuery((Term("o'neil", 1, 5, 3.0), Term("back\\slash", 2, 50, 2.0), Term("cell", 3, 9000, 0.1)))
+    assert query.rare(100) == "'o''neil' | 'back\\\\slash'"
+    assert query.rare(1) is None
+
+
+def test_the_statement_adds_the_rare_word_scan_only_when_asked() -> None:
+    index = LexicalIndex("memories")
+    plain = index.top_sql("m", "m.project_id = :p", rare=False)
+    assert "ORDER BY m.lexical <#> CAST(:lq AS sparsevec) LIMIT :k" in plain and ":rare" not in plain
+    both = index.top_sql("m", "m.project_id = :p", rare=True)
+    assert both.count("UNION ALL") == 1 and "m.tsv @@ CAST(:rare AS tsquery)" in both
+    assert index.score_sql("m") == "(-(m.lexical <#> CAST(:lq AS sparsevec)))"
+
+
+@pytest.mark.parametrize("name", ["Memories", "memories; drop", "1table"])
+def test_names_must_be_plain_identifiers(name: str) -> None:
+    with pytest.raises(ValueError):
+        LexicalIndex(name)
+    with pytest.raises(ValueError):
+        LexicalIndex("memories").top_sql(name, "TRUE", rare=False)
+
+
+def test_ranked_drops_zero_scores_and_sorts() -> None:
+    rows = [{"id": 1, "score": 0.5}, {"id": 2, "score": 0.0}, {"id": 3, "score": 2.0}]
+    assert ranked(rows) == [(3, 2.0), (1, 0.5)]
