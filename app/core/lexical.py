@@ -47,7 +47,9 @@ REFERENCE_LENGTH = 100
 DIMENSIONS = 1_000_000_000  # the sparsevec dimension of bm25_document and of the query vector
 COUNT_CAP = 10_000  # a rare lexeme's count through the GIN index stops here
 STATS_TTL = 60.0  # seconds a table's statistics are reused
-RARE_DF = 2_000  # lexemes in at most this many rows are also looked up through the GIN index
+RARE_DF = 2_000  # lexemes in at most this many rows (and RARE_SHARE of them) are also looked up through
+RARE_SHARE = 0.01  # the GIN index; any lexeme in at most RARE_FLOOR rows is (a small table: every one)
+RARE_FLOOR = 50
 
 
 @dataclass(frozen=True)
@@ -110,6 +112,7 @@ class LexicalQuery:
     """A query's lexemes found in the table, with their idf; empty when none is."""
 
     terms: tuple[Term, ...]
+    rows: int = 0  # the table's row count the idf came from
 
     @property
     def best(self) -> float:
@@ -125,8 +128,11 @@ class LexicalQuery:
         body = ",".join(f"{d}:{w:.6g}" for d, w in sorted(dims.items()))
         return f"{{{body}}}/{DIMENSIONS}"
 
-    def rare(self, cap: float = RARE_DF) -> str | None:
-        """A tsquery of the lexemes in at most `cap` rows (`'a' | 'b'`), None when there is none."""
+    def rare(self, cap: float | None = None) -> str | None:
+        """A tsquery of the lexemes in at most `cap` rows (`'a' | 'b'`; default: `RARE_DF` and
+        `RARE_SHARE` of the table, but never under `RARE_FLOOR`), None when there is none."""
+        if cap is None:
+            cap = max(RARE_FLOOR, min(RARE_DF, RARE_SHARE * self.rows))
         found = [t.lexeme for t in self.terms if t.df <= cap]
         return " | ".join("'" + lex.replace("\\", "\\\\").replace("'", "''") + "'" for lex in found) or None
 
@@ -203,7 +209,7 @@ async def lexical_query(repo: Repository, index: LexicalIndex, text: str) -> Lex
         df = float(r["df"]) if r["df"] is not None else stats.frequent[r["lexeme"]] * n
         if df > 0:
             terms.append(Term(str(r["lexeme"]), int(r["dim"]), df, idf(n, min(df, n))))
-    return LexicalQuery(tuple(terms))
+    return LexicalQuery(tuple(terms), n)
 
 
 def ranked(rows: Sequence[Any], key: str = "id", score: str = "score") -> list[tuple[Any, float]]:

@@ -12,7 +12,9 @@ splits on whitespace first and its normaliser works character by character.
 Counting ASCII text (what compact JSON replies mostly are) skips the library's per-call work: the
 text is lowercased and split as BERT's normaliser and pre-tokeniser would (words of letters and
 digits, each punctuation mark on its own), and each distinct word's WordPiece count is asked of the
-model once and remembered. ``tests/unit/core/test_tokens.py`` holds the two ways equal.
+model once and remembered. Text with other characters is cut at whitespace (BERT never joins across
+it, and its normaliser works character by character): ASCII pieces are counted so, each other piece
+by the library once and remembered. ``tests/unit/core/test_tokens.py`` holds the ways equal.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ __all__ = [
     "load_tokenizer",
     "token_spans",
     "truncate_to_tokens",
+    "words_within",
 ]
 
 TOKENIZER_FILE = Path(__file__).resolve().parent / "assets" / "all-MiniLM-L6-v2.tokenizer.json"
@@ -122,6 +125,10 @@ _ASCII_WORDS = re.compile(r"[a-z0-9]+|[!-/:-@\[-`{-~]")
 # Control characters other than tab and line breaks: BERT's normaliser deletes them, joining their
 # neighbours into one word; such texts take the library's path.
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+# Whitespace and invisible characters outside ASCII (C1 controls, no-break and other spaces, zero-width
+# characters, line and paragraph separators, BOM): where BERT splits or deletes differs from
+# `str.split`, so such texts take the library's path.
+_UNICODE_SPACE = re.compile(r"[\x80-\xa0\u1680\u180e\u2000-\u200f\u2028-\u202f\u205f-\u206f\u3000\ufeff]")
 # Distinct words remembered per tokenizer (the table is emptied when it is full).
 _WORDS_KEPT = 200_000
 _word_counts: dict[int, dict[str, int]] = {}
@@ -144,18 +151,61 @@ def _ascii_count(text: str, tokenizer: Tokenizer) -> int:
     return total
 
 
+def _mixed_count(text: str, tokenizer: Tokenizer) -> int:
+    counts = _word_counts.get(id(tokenizer))
+    if counts is None:
+        counts = _word_counts.setdefault(id(tokenizer), {})
+    total = 0
+    for piece in text.split():
+        if piece.isascii():
+            total += _ascii_count(piece, tokenizer)
+            continue
+        n = counts.get(piece)
+        if n is None:
+            n = len(tokenizer.encode(piece, add_special_tokens=False).ids)
+            if len(counts) >= _WORDS_KEPT:
+                counts.clear()
+            counts[piece] = n
+        total += n
+    return total
+
+
 def count_tokens(text: str, *, path: str | None = None) -> int:
     """Number of WordPiece tokens in ``text``, without special tokens."""
     if not text:
         return 0
     tokenizer = get_tokenizer(path)
-    if text.isascii() and _CONTROL.search(text) is None:
-        return _ascii_count(text, tokenizer)
+    if _CONTROL.search(text) is None:
+        if text.isascii():
+            return _ascii_count(text, tokenizer)
+        if _UNICODE_SPACE.search(text) is None:
+            return _mixed_count(text, tokenizer)
     if len(text) <= _SEGMENT_CHARS:
         return len(tokenizer.encode(text, add_special_tokens=False).ids)
     segments = _segments(text)
     encodings = tokenizer.encode_batch([text[a:b] for a, b in segments], add_special_tokens=False)
     return sum(len(enc.ids) for enc in encodings)
+
+
+_PIECE = re.compile(r"\S+")
+
+
+def words_within(text: str, max_tokens: int, *, path: str | None = None) -> int | None:
+    """End of the longest prefix of ``text`` that ends a whitespace-separated word and holds at most
+    ``max_tokens`` tokens (0 when even the first word does not fit); None for a text the counting
+    fast paths do not take (control characters, spaces outside ASCII), whose cut needs
+    `truncate_to_tokens`. Counts add up across whitespace, so no prefix is tokenised again."""
+    if _CONTROL.search(text) is not None or (not text.isascii() and _UNICODE_SPACE.search(text) is not None):
+        return None
+    tokenizer = get_tokenizer(path)
+    end, used = 0, 0
+    for match in _PIECE.finditer(text):
+        piece = match.group()
+        used += _ascii_count(piece, tokenizer) if piece.isascii() else _mixed_count(piece, tokenizer)
+        if used > max_tokens:
+            break
+        end = match.end()
+    return end
 
 
 def token_spans(text: str, *, path: str | None = None) -> list[tuple[int, int]]:

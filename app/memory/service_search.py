@@ -21,7 +21,7 @@ from typing import Any, Literal
 
 from app.core.embedding import EmbeddingProvider, EmbeddingUnavailable
 from app.core.lexical import LexicalQuery
-from app.core.tokens import count_tokens, truncate_to_tokens
+from app.core.tokens import count_tokens, truncate_to_tokens, words_within
 from app.memory.config import MemorySettings
 from app.memory.fusion import Hit, fuse, single
 from app.memory.repository import MemoryRepository, Scope
@@ -78,8 +78,9 @@ async def lexical_hits(
 ) -> tuple[list[tuple[uuid.UUID, float]], LexicalQuery]:
     """Full-text ranking as (id, coverage in [0, 1]), best first, and the BM25 query. Any query is ranked
     by BM25 over English stems (`app.core.lexical`), where any stem may match and rare ones weigh more;
-    a query in web-search syntax (quotes, `-word`, `or`) first selects the memories it matches as
-    written (`websearch_to_tsquery`), and its excluded words do not count in the ranking."""
+    a query with quotes or an excluded word (`-word`) first selects the memories it matches as written
+    (`websearch_to_tsquery`), and its excluded words do not count in the ranking. A plain `or` changes
+    nothing: any stem matches already."""
     if _WEBSEARCH_SYNTAX.search(query):
         lq = await repo.lexical_query(_EXCLUDED.sub(" ", query))
         return [(mid, lq.coverage(score)) for mid, score in await repo.lexical(scope, query, lq, k)], lq
@@ -153,6 +154,8 @@ def clip(text: str, cap: int, unit: Unit = "chars") -> tuple[str, bool]:
     if size <= cap:
         return text, False
     # One unit of the cap is kept for the ellipsis.
+    if unit == "tokens" and (end := words_within(text, cap - 1)) is not None and end > 0:
+        return text[:end].rstrip() + "…", True
     head = text[: cap - 1] if unit == "chars" else truncate_to_tokens(text, cap - 1)
     cut = head.rfind(" ")
     return head[: cut if cut > len(head) // 2 else len(head)].rstrip() + "…", True

@@ -49,3 +49,10 @@ def test_names_must_be_plain_identifiers(name: str) -> None:
 def test_ranked_drops_zero_scores_and_sorts() -> None:
     rows = [{"id": 1, "score": 0.5}, {"id": 2, "score": 0.0}, {"id": 3, "score": 2.0}]
     assert ranked(rows) == [(3, 2.0), (1, 0.5)]
+
+
+def test_rare_means_a_share_of_the_table_within_a_floor_and_a_ceiling() -> None:
+    terms = tuple(Term(f"t{df}", df, df, 1.0) for df in (10, 49, 60, 900, 1500, 2500))
+    assert LexicalQuery(terms, rows=45).rare() == "'t10' | 't49'"  # a small table: the floor, 50 rows
+    assert LexicalQuery(terms, rows=100_000).rare() == "'t10' | 't49' | 't60' | 't900'"  # 1%: 1,000 rows
+    assert LexicalQuery(terms, rows=10_000_000).rare() == "'t10' | 't49' | 't60' | 't900' | 't1500'"  # 2,000

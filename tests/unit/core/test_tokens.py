@@ -24,6 +24,25 @@ def test_ascii_counts_equal_the_librarys_on_random_printable_text() -> None:
         assert count_tokens(text) == library_count(text), repr(text)
 
 
+# Letters with accents and combining marks, Greek, Cyrillic, CJK, symbols, emoji, typographic
+# punctuation, and the characters the library path must keep (no-break and zero-width spaces, C1).
+UNICODE = "éèçñüßøÅ\u0301αβγΔμ±≤≥°µ×→∞ЖжЩ中文字日本語한국😀🙂‘’“”–—…•"  # noqa: RUF001
+INVISIBLE = "\u00a0\u200b\u2028\u0085\ufeff"
+
+
+@pytest.mark.parametrize("invisible", [False, True])
+def test_counts_equal_the_librarys_on_random_mixed_text(invisible: bool) -> None:
+    rng = random.Random(12)
+    alphabet = string.printable.replace("\x0b", "").replace("\x0c", "") + UNICODE * 3
+    alphabet += INVISIBLE if invisible else ""
+    pieces = 0
+    for _ in range(4000):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.choice([1, 2, 5, 30, 300])))
+        assert count_tokens(text) == library_count(text), repr(text)
+        pieces += not text.isascii() and tokens._UNICODE_SPACE.search(text) is None
+    assert invisible or pieces > 2000  # most texts took the piece-by-piece path
+
+
 @pytest.mark.parametrize(
     "text",
     [
@@ -34,7 +53,9 @@ def test_ascii_counts_equal_the_librarys_on_random_printable_text() -> None:
         "a\x00b c\x07d",  # control characters are deleted, joining their neighbours (the library's path)
         "tab\there\nnew line\r\nCRLF",
         "MiXeD CaSe UPPER lower 0123456789 3.14159e-10",
-        "naïve café 中文 emoji 🙂 mixed with ascii",  # not ASCII: the library's path
+        "naïve café 中文 emoji 🙂 mixed with ascii",  # not ASCII: pieces at whitespace
+        "IL-1β and TNF-α (p < 0.05; n = 12 ± 3) in µg/ml — “quoted” …",  # noqa: RUF001
+        "no\u00a0break and zero\u200bwidth",  # such spaces: the library's path
     ],
 )
 def test_counts_equal_the_librarys_on_chosen_texts(text: str) -> None:
@@ -57,3 +78,19 @@ def test_the_word_table_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     text = " ".join(f"w{i}x" for i in range(400))
     assert count_tokens(text) == library_count(text)
     assert all(len(table) <= 50 for table in tokens._word_counts.values())
+
+
+def test_words_within_is_the_longest_whole_word_prefix_that_fits() -> None:
+    rng = random.Random(13)
+    words = ["cell", "rotation", "IL-1β", "naïve", "中文", "x" * 40, "3.14", "(p<0.05)", "embeddings,"]
+    for _ in range(500):
+        text = " ".join(rng.choice(words) for _ in range(rng.randint(1, 40)))
+        cap = rng.randint(0, 60)
+        end = tokens.words_within(text, cap)
+        assert end is not None
+        assert library_count(text[:end]) <= cap and (end == 0 or not text[end : end + 1].strip())
+        following = text.find(" ", end + 1)
+        longer = len(text) if following < 0 else following
+        if end < len(text):
+            assert library_count(text[:longer]) > cap  # the next word does not fit
+    assert tokens.words_within("a\x00b", 5) is None and tokens.words_within("no\u00a0break", 5) is None
