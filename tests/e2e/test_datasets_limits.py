@@ -256,15 +256,22 @@ def test_the_server_stops_its_workers_on_sigterm(workers: int) -> None:
             except httpx.HTTPError:
                 pass
             time.sleep(0.2)
-        with httpx.Client(base_url=base, timeout=60) as c:
-            for i in range(4):  # new connections: with two workers, both serve some
-                answer = c.post(
-                    "/api/v1/datasets/query", json={"query_type": "sql", "query": f"SELECT {i} AS n", "files": []}
-                )
-                assert answer.status_code == 200 and answer.json()["data"] == [{"n": i}], answer.text
-        found = _duckdb_workers(proc.pid)
-        # each server process starts its own: two slots and a spare each
-        assert len(found) == (2 + worker.SPARE) * workers
+        # Each server process starts its own pool: two slots and a spare. A query on a new connection
+        # each time (the kernel spreads them over the processes) until every pool is up.
+        expected, i = (2 + worker.SPARE) * workers, 0
+        while True:
+            answer = httpx.post(
+                f"{base}/api/v1/datasets/query",
+                json={"query_type": "sql", "query": f"SELECT {i} AS n", "files": []},
+                timeout=60,
+            )
+            assert answer.status_code == 200 and answer.json()["data"] == [{"n": i}], answer.text
+            found = _duckdb_workers(proc.pid)
+            if len(found) >= expected or time.monotonic() > deadline:
+                break
+            i += 1
+            time.sleep(0.1)
+        assert len(found) == expected
         proc.send_signal(signal.SIGTERM)
         # uvicorn raises the signal again once it has shut down gracefully (lifespan hooks included).
         assert proc.wait(timeout=60) in (0, -signal.SIGTERM)
