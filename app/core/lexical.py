@@ -32,10 +32,11 @@ identifiers all the same; the query text is always a bound parameter.
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+from cachetools import TTLCache
 
 from app.core.vectors import identifier
 
@@ -152,10 +153,9 @@ def idf(n: int, df: float) -> float:
 class _Stats:
     rows: int
     frequent: dict[str, float]  # lexeme -> share of rows, for the lexemes the planner tracks
-    at: float
 
 
-_STATS: dict[tuple[str, str], _Stats] = {}
+_STATS: TTLCache[tuple[str, str], _Stats] = TTLCache(maxsize=64, ttl=STATS_TTL)
 # A lexeme as a one-lexeme tsquery: quoted, its backslashes and quotes escaped (as `rare` does).
 _QUOTED = "chr(39) || replace(replace(u.lexeme, chr(92), chr(92) || chr(92)), chr(39), chr(39) || chr(39)) || chr(39)"
 
@@ -163,8 +163,7 @@ _QUOTED = "chr(39) || replace(replace(u.lexeme, chr(92), chr(92) || chr(92)), ch
 async def _table_stats(repo: Repository, index: LexicalIndex) -> _Stats:
     place = (str(getattr(repo.session.bind, "url", "")), index.table)  # one process may serve several databases
     cached = _STATS.get(place)
-    now = time.monotonic()
-    if cached is not None and now - cached.at < STATS_TTL:
+    if cached is not None:
         return cached
     row = await repo.row(
         "SELECT c.reltuples::bigint AS rows, s.most_common_elems::text::text[] AS elems, "
@@ -182,7 +181,7 @@ async def _table_stats(repo: Repository, index: LexicalIndex) -> _Stats:
         # Never analysed (a new or small table): count, and count every lexeme.
         rows = int(await repo.scalar(f"SELECT count(*) FROM {index.table}"))
         frequent = {}
-    stats = _Stats(rows=rows, frequent=frequent, at=now)
+    stats = _Stats(rows=rows, frequent=frequent)
     _STATS[place] = stats
     return stats
 
