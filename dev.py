@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import subprocess
 import sys
 import venv
@@ -85,6 +86,23 @@ def write_lock() -> int:
     return 0
 
 
+def ensure_browser() -> None:
+    """The console's browser tests drive a real headless Chromium: Debian's `chromium` package (the
+    browser Playwright downloads itself cannot be fetched on every machine). Installed with apt-get when
+    missing and this user may; `CAIRN_TEST_CHROMIUM` names another binary."""
+    if os.environ.get("CAIRN_TEST_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser"):
+        return
+    apt = shutil.which("apt-get")
+    if apt is None or not hasattr(os, "geteuid") or os.geteuid() != 0:
+        sys.exit(
+            "The browser tests need Chromium: install your system's chromium package "
+            "(Debian/Ubuntu: sudo apt-get install chromium) or set CAIRN_TEST_CHROMIUM to its path"
+        )
+    quiet = {"DEBIAN_FRONTEND": "noninteractive", **os.environ}
+    run([apt, "-q", "update"], env=quiet)
+    run([apt, "install", "-y", "-q", "chromium"], env=quiet)
+
+
 def main(argv: list[str]) -> int:
     """Dispatch the sub-command."""
     if not argv or argv[0] in ("-h", "--help"):
@@ -99,6 +117,7 @@ def main(argv: list[str]) -> int:
             os.execv(str(BIN / "cairn"), [str(BIN / "cairn"), "serve", *rest])
         return subprocess.call([str(BIN / "cairn"), "serve", *rest], cwd=ROOT, env=env)
     if cmd == "test":
+        ensure_browser()
         code = subprocess.call([str(PY), "-m", "pytest", *rest], cwd=ROOT, env=env)
         return 0 if code == 0 else code
     if cmd == "lint":

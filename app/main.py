@@ -17,7 +17,7 @@ from fastapi_offline import FastAPIOffline
 from uvicorn.config import STARTUP_FAILURE
 
 from app import __version__
-from app.core import metrics, migrations
+from app.core import metrics, migrations, ui, ui_admin
 from app.core.auth import (
     KeyStore,
     OpenModeGuard,
@@ -389,7 +389,9 @@ def create_app(settings: Settings | None = None, extra: list[OperationSet] | Non
     app.add_middleware(McpFastPath, mcp=mcp_router, store=store, streams=streams)
 
     @app.exception_handler(CairnError)
-    async def cairn_error(request: Request, exc: CairnError) -> JSONResponse:
+    async def cairn_error(request: Request, exc: CairnError) -> Response:
+        if request.url.path.startswith(ui.CONSOLE_PATH + "/"):
+            return ui.error_page(request, exc)
         return error_response(exc)
 
     @app.get("/healthz", include_in_schema=False)
@@ -431,6 +433,9 @@ def create_app(settings: Settings | None = None, extra: list[OperationSet] | Non
     for feature in features:
         for router in feature.routers:
             app.include_router(router)
+
+    sections = [*(s for feature in features for s in feature.console), *ui_admin.sections()]
+    ui.install(app, state, sections, store, guard)
 
     @app.api_route("/api/v1/{rest:path}", methods=["GET", "POST", "PUT", "PATCH", "DELETE"], include_in_schema=False)
     async def unknown_route(rest: str) -> Response:

@@ -14,8 +14,10 @@ from pathlib import Path
 import asyncpg
 import httpx
 import pytest
+from playwright.async_api import Browser
 
 from app.core.pgembedded import start_embedded
+from tests.support.browser import launched
 from tests.support.instrumentation import ops as test_ops
 from tests.support.server import ADMIN_KEY, PgCluster, RunningServer, server_settings, start_server, stop_server
 
@@ -46,6 +48,13 @@ def server(pg: PgCluster) -> Iterator[RunningServer]:
         yield RunningServer(url=f"http://127.0.0.1:{settings.port}", settings=settings, app=app)
     finally:
         stop_server(srv, thread)
+
+
+@pytest.fixture(scope="session")
+async def browser() -> AsyncIterator[Browser]:
+    """One headless Chromium for the whole run (each test opens its own context: its own cookies)."""
+    async with launched() as chromium:
+        yield chromium
 
 
 @pytest.fixture(autouse=True)

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from app.analysis import cli, lifecycle
+from app.analysis import cli, lifecycle, pages
 from app.analysis.config import AnalysisSettings
-from app.analysis.operations import ops
+from app.analysis.operations_sessions import ops  # the analysis operations, the session listing included
 from app.analysis.service import EMBEDDING_TARGET
 from app.core.feature import Feature
 
@@ -16,4 +16,5 @@ FEATURE = Feature(
     shutdown=lifecycle.shutdown,
     cli=cli.register,
     embedding_targets=(EMBEDDING_TARGET,),
+    console=pages.SECTIONS,
 )

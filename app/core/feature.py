@@ -21,6 +21,7 @@ from app.core.registry import OperationSet, Registry
 if TYPE_CHECKING:
     from app.core.context import AppState
     from app.core.embedding_queue import EmbeddingTarget
+    from app.core.ui import ConsoleSection
 
 Hook = Callable[["AppState"], Awaitable[None]]
 
@@ -41,6 +42,8 @@ class Feature:
       in reverse.
     - `cli`: `register(subparsers)` adding `cairn <command>` sub-commands.
     - `embedding_targets`: the kinds of rows it keeps a vector of, served by the core embedding queue.
+    - `console`: its sections of the web console at `/ui` (`app.core.ui.ConsoleSection`: a navigation
+      entry, pages whose every read and write is an operation run by the executor, and templates).
     """
 
     name: str
@@ -53,6 +56,7 @@ class Feature:
     shutdown: Hook | None = None
     cli: Callable[[Any], None] | None = None
     embedding_targets: tuple[EmbeddingTarget, ...] = ()
+    console: tuple[ConsoleSection, ...] = ()
 
     def __post_init__(self) -> None:
         if self.operations.feature != self.name:

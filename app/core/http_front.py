@@ -10,7 +10,9 @@ One pure-ASGI middleware (no task or response wrapper per request, one look at t
   and without one `Sec-Fetch-Site: cross-site` is refused unless it is a top-level GET navigation
   (cross-site requests, 403 / 4030);
 - the body's type: a POST, PUT, PATCH or DELETE that carries a body or declares a type must declare
-  `application/json` (4001), and `POST /mcp` always must. Routes that take `multipart/form-data` (a
+  `application/json` (4001), and `POST /mcp` always must. The console's forms (`/ui/...`) may post
+  `application/x-www-form-urlencoded` from a browser that names their origin (an allowed `Origin`,
+  or `Sec-Fetch-Site: same-origin`); else 403 / 4030. Routes that take `multipart/form-data` (a
   type any cross-site form can post) take it only with `Authorization: Bearer …` or
   `X-Requested-With` (headers such a form cannot add), or from a browser that says where the request
   comes from (an allowed `Origin`, `Sec-Fetch-Site: same-origin`); else 403 / 4030 on an open server,
@@ -47,6 +49,8 @@ _SAFE_ID = re.compile(r"[A-Za-z0-9._:-]{1,64}")
 _WITH_BODY = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 _JSON = b"application/json"
 _MULTIPART = b"multipart/form-data"
+_FORM = b"application/x-www-form-urlencoded"
+CONSOLE_PREFIX = "/ui/"
 # A JSON string (skipped when measuring nesting), and the bytes that are not brackets.
 _JSON_STRING = re.compile(rb'"(?:[^"\\]+|\\.)*"')
 _NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
@@ -335,6 +339,15 @@ class HttpFront:
         media = declared.split(b";", 1)[0].strip().lower()
         if media == _JSON:
             return None
+        if media in (_FORM, _MULTIPART) and path.startswith(CONSOLE_PREFIX):
+            # The console's forms: only from a browser that says the page is this server's (an Origin,
+            # already checked above, or Sec-Fetch-Site); the console also checks its CSRF token.
+            if b"origin" in headers or headers.get(b"sec-fetch-site") == b"same-origin":
+                return None
+            return Forbidden(
+                "A console form must come from a console page of this server (no Origin header was sent)",
+                suggestions=["Open the console in a browser at /ui"],
+            )
         if media == _MULTIPART and path in self.multipart:
             # Safe: a header a cross-site form cannot add, or a browser's word that the request is not
             # cross-site (an Origin, already checked, or Sec-Fetch-Site), e.g. the /docs page.

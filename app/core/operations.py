@@ -12,6 +12,8 @@ from app.core.schemas import (
     AuditEntryOut,
     AuditLogIn,
     AuditLogOut,
+    CreateKeyIn,
+    CreateKeyOut,
     CreateProjectIn,
     CreateProjectOut,
     DatabaseInfo,
@@ -19,9 +21,13 @@ from app.core.schemas import (
     EmbedIn,
     EmbedOut,
     HealthOut,
+    ListKeysIn,
+    ListKeysOut,
     ListProjectsIn,
     ListProjectsOut,
     QueueInfo,
+    RevokeKeyIn,
+    RevokeKeyOut,
     SettingsOut,
     ToolsetInfo,
     ToolsetsOut,
@@ -115,6 +121,52 @@ async def audit_log(ctx: CallContext, args: AuditLogIn) -> AuditLogOut:
     entries = [AuditEntryOut.model_validate(r, from_attributes=True) for r in rows]
     nxt = entries[-1].id if len(entries) == args.limit else None
     return AuditLogOut(entries=entries, next_before_id=nxt)
+
+
+@ops.operation(
+    name="list_keys",
+    input=ListKeysIn,
+    output=ListKeysOut,
+    path="/keys",
+    method="GET",
+    read_only=True,
+    scope="admin",
+    mcp=False,
+)
+async def list_keys(ctx: CallContext, args: ListKeysIn) -> ListKeysOut:
+    """Admin: list the stored API keys (id, display prefix, scopes, project, last use), never the keys
+    themselves. A key bound to a project lists that project's keys only."""
+    return ListKeysOut(keys=await service.list_keys(ctx, args.include_revoked))
+
+
+@ops.operation(
+    name="create_key",
+    input=CreateKeyIn,
+    output=CreateKeyOut,
+    path="/keys",
+    scope="admin",
+    mcp=False,
+)
+async def create_key(ctx: CallContext, args: CreateKeyIn) -> CreateKeyOut:
+    """Admin: create an API key; the reply holds the key this once (only its hash is stored). A key
+    bound to a project creates keys bound to that project. On an open server, the first key locks it."""
+    return await service.create_key(ctx, args)
+
+
+@ops.operation(
+    name="revoke_key",
+    input=RevokeKeyIn,
+    output=RevokeKeyOut,
+    path="/keys/{key_id}/revoke",
+    scope="admin",
+    destructive=True,
+    idempotent=True,
+    mcp=False,
+)
+async def revoke_key(ctx: CallContext, args: RevokeKeyIn) -> RevokeKeyOut:
+    """Admin: revoke a stored API key by id or display prefix; it stops working within the key cache's
+    seconds (CAIRN_KEY_CACHE_SECONDS). A key bound to a project revokes that project's keys only."""
+    return RevokeKeyOut(revoked=await service.revoke_key(ctx, args.key_id))
 
 
 @ops.operation(

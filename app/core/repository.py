@@ -181,11 +181,13 @@ class ApiKeyRepository(Repository):
         stmt = select(ApiKey).where(ApiKey.key_hash == key_hash, ApiKey.revoked_at.is_(None))
         return await self.session.scalar(stmt)
 
-    async def list(self, include_revoked: bool = False) -> list[ApiKey]:
-        """Keys, newest first."""
+    async def list(self, include_revoked: bool = False, project: str | None = None) -> list[ApiKey]:
+        """Keys, newest first (only those bound to `project` when given)."""
         stmt = select(ApiKey).order_by(ApiKey.created_at.desc())
         if not include_revoked:
             stmt = stmt.where(ApiKey.revoked_at.is_(None))
+        if project is not None:
+            stmt = stmt.where(ApiKey.project == project)
         return list((await self.session.scalars(stmt)).all())
 
     async def count_active(self) -> int:
@@ -193,14 +195,17 @@ class ApiKeyRepository(Repository):
         stmt = select(func.count()).select_from(ApiKey).where(ApiKey.revoked_at.is_(None))
         return int(await self.session.scalar(stmt) or 0)
 
-    async def revoke(self, key_id_or_prefix: str) -> int:
-        """Revoke by id or by display prefix; returns how many keys were revoked."""
+    async def revoke(self, key_id_or_prefix: str, project: str | None = None) -> int:
+        """Revoke by id or by display prefix (only a key bound to `project` when given); returns how
+        many keys were revoked."""
         cond = ApiKey.prefix == key_id_or_prefix
         try:
             cond = cond | (ApiKey.id == uuid.UUID(key_id_or_prefix))
         except ValueError:
             pass
         stmt = update(ApiKey).where(cond, ApiKey.revoked_at.is_(None)).values(revoked_at=datetime.now(UTC))
+        if project is not None:
+            stmt = stmt.where(ApiKey.project == project)
         result = await self.session.execute(stmt)
         return int(result.rowcount or 0)  # type: ignore[attr-defined]
 

@@ -234,3 +234,61 @@ class AuditLogOut(BaseModel):
 
     entries: list[AuditEntryOut]
     next_before_id: int | None = None
+
+
+class KeyOut(BaseModel):
+    """An API key as listed: never the key itself, only its id and display prefix."""
+
+    id: str
+    name: str
+    prefix: str
+    scopes: list[str]
+    project: str | None
+    toolsets: list[str] | None
+    created_at: datetime
+    last_used_at: datetime | None
+    revoked_at: datetime | None
+
+
+class ListKeysIn(StrictModel):
+    """Arguments of list_keys."""
+
+    include_revoked: bool = Field(default=False, description="Also list revoked keys")
+
+
+class ListKeysOut(BaseModel):
+    """Stored keys, newest first (static keys from CAIRN_API_KEYS are not listed)."""
+
+    keys: list[KeyOut]
+
+
+class CreateKeyIn(StrictModel):
+    """Arguments of create_key."""
+
+    name: str = Field(default="", max_length=128, description="A label shown in listings")
+    scopes: list[Literal["read", "write", "admin"]] = Field(min_length=1, max_length=3)
+    project: str | None = Field(
+        default=None, pattern=PROJECT_NAME, description="Bind the key to this project (a bound caller's own)"
+    )
+    toolsets: list[str] | None = Field(
+        default=None, max_length=20, description="What plain /mcp lists for the key (default: the server's)"
+    )
+
+
+class CreateKeyOut(BaseModel):
+    """The new key: `token` is shown this once and never stored."""
+
+    key: KeyOut
+    token: str
+
+
+class RevokeKeyIn(StrictModel):
+    """Arguments of revoke_key."""
+
+    key_id: str = Field(min_length=1, max_length=64, description="The key's id or display prefix")
+
+
+class RevokeKeyOut(BaseModel):
+    """How many keys were revoked (0 or 1)."""
+
+    revoked: int

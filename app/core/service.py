@@ -1,14 +1,15 @@
-"""Core use cases: projects and the embedding probe."""
+"""Core use cases: projects, API keys and the embedding probe."""
 
 from __future__ import annotations
 
 import time
 
+from app.core.auth import hash_key, new_key, parse_toolsets
 from app.core.context import CallContext
-from app.core.errors import Unavailable
-from app.core.models import Project
-from app.core.repository import ProjectRepository
-from app.core.schemas import ProjectOut
+from app.core.errors import NotFound, Unavailable
+from app.core.models import ApiKey, Project
+from app.core.repository import ApiKeyRepository, ProjectRepository
+from app.core.schemas import CreateKeyIn, CreateKeyOut, KeyOut, ProjectOut
 from app.core.tokens import count_tokens
 
 
@@ -66,3 +67,56 @@ async def wait_for_embeddings(ctx: CallContext, timeout: float) -> dict[str, obj
         "depth": stats.depth,
         "waited_ms": round((time.perf_counter() - started) * 1000, 1),
     }
+
+
+def key_out(k: ApiKey) -> KeyOut:
+    """API shape of a key row (its hash stays in the database)."""
+    return KeyOut(
+        id=str(k.id),
+        name=k.name,
+        prefix=k.prefix,
+        scopes=list(k.scopes),
+        project=k.project,
+        toolsets=list(k.toolsets) if k.toolsets else None,
+        created_at=k.created_at,
+        last_used_at=k.last_used_at,
+        revoked_at=k.revoked_at,
+    )
+
+
+async def list_keys(ctx: CallContext, include_revoked: bool) -> list[KeyOut]:
+    """Stored keys, newest first; a key bound to a project sees that project's keys only."""
+    rows = await ApiKeyRepository(ctx.session).list(include_revoked, project=ctx.bound_project)
+    return [key_out(k) for k in rows]
+
+
+async def create_key(ctx: CallContext, args: CreateKeyIn) -> CreateKeyOut:
+    """Store a new key's hash and return the key once. A caller bound to a project creates keys
+    bound to it (naming another project is 4030)."""
+    project = ctx.project(args.project) if ctx.bound_project is not None else args.project
+    token = new_key()
+    row = await ApiKeyRepository(ctx.session).add(
+        name=args.name,
+        prefix=token[:12],
+        key_hash=hash_key(token),
+        scopes=[s for s in ("read", "write", "admin") if s in args.scopes],
+        project=project,
+        toolsets=parse_toolsets(args.toolsets),
+    )
+    await ctx.session.refresh(row)
+    return CreateKeyOut(key=key_out(row), token=token)
+
+
+async def revoke_key(ctx: CallContext, key_id: str) -> int:
+    """Revoke a stored key by id or prefix (a bound caller: only its project's keys).
+
+    Raises:
+        NotFound: no active key of that id or prefix that the caller may see.
+    """
+    revoked = await ApiKeyRepository(ctx.session).revoke(key_id, project=ctx.bound_project)
+    if revoked == 0:
+        raise NotFound(
+            f"No active key {key_id[:64]!r} to revoke",
+            suggestions=["list_keys shows the ids and prefixes (static keys from CAIRN_API_KEYS cannot be revoked)"],
+        )
+    return revoked

@@ -4,11 +4,16 @@ re-ranking (seed 003), a drop-in for the reference memory server."""
 from __future__ import annotations
 
 from app.core.feature import Feature
-from app.graph import cli
+from app.graph import cli, pages
 from app.graph.config import GraphSettings
 from app.graph.operations_reference import ops  # the graph's operations, the reference toolset included
 from app.graph.service_common import EMBEDDING_TARGETS
 
 FEATURE = Feature(
-    name="graph", operations=ops, settings=GraphSettings, cli=cli.register, embedding_targets=EMBEDDING_TARGETS
+    name="graph",
+    operations=ops,
+    settings=GraphSettings,
+    cli=cli.register,
+    embedding_targets=EMBEDDING_TARGETS,
+    console=pages.SECTIONS,
 )

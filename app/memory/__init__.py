@@ -7,7 +7,7 @@ from pydantic import BaseModel
 
 from app.core.context import AppState, feature_settings_of
 from app.core.feature import Feature
-from app.memory import cli
+from app.memory import cli, pages
 from app.memory.config import MemorySettings
 from app.memory.lifecycle import BackfillRunner
 from app.memory.operations import ops
@@ -49,4 +49,5 @@ FEATURE = Feature(
     startup=startup,
     shutdown=shutdown,
     embedding_targets=(EMBEDDING_TARGET,),
+    console=pages.SECTIONS,
 )

@@ -7,6 +7,7 @@ from app.core.context import CallContext
 from app.core.registry import OperationSet
 from app.core.schemas import Empty
 from app.memory import service
+from app.memory import service_items as items
 from app.memory import service_thoughts as thoughts
 from app.memory.schemas import (
     CollectionsOut,
@@ -23,6 +24,14 @@ from app.memory.schemas import (
     SummarizeIn,
     SummarizeOut,
     UsageOut,
+)
+from app.memory.schemas_items import (
+    DeleteMemoryIn,
+    DeleteMemoryOut,
+    GetMemoryIn,
+    GetMemoryOut,
+    UpdateMemoryIn,
+    UpdateMemoryOut,
 )
 from app.memory.schemas_thoughts import (
     ArchiveThoughtIn,
@@ -65,6 +74,12 @@ ops.toolset(
     "thoughts",
     "Thoughts: capture, search, recall and curate short notes per project, with stats and summaries.",
     includes=("create_project", "list_projects"),
+)
+# Curating stored memories by id is an operator's task (the web console's memory page), not a step
+# of an agent's push/search loop: a toolset of its own keeps the default tool list as it is.
+ops.toolset(
+    "memory_items",
+    "Stored memories by id: read one with its document's chunks and vector status, retag, delete.",
 )
 
 # Rusty Memory dialect (seed 001) -------------------------------------------------------------------
@@ -177,6 +192,59 @@ async def usage(ctx: CallContext) -> UsageOut:
 async def project_tags(ctx: CallContext, project_id: str) -> ProjectTagsOut:
     """Distinct tags used in one project."""
     return ProjectTagsOut(project_id=project_id, tags=await service.project_tags(ctx, project_id))
+
+
+# One stored memory by id -------------------------------------------------------------------------
+
+
+@ops.operation(
+    name="get_memory",
+    title="Get Memory",
+    toolsets=("memory_items",),
+    input=GetMemoryIn,
+    output=GetMemoryOut,
+    path="/memory/items/{id}",
+    method="GET",
+    read_only=True,
+)
+async def get_memory(ctx: CallContext, args: GetMemoryIn) -> GetMemoryOut:
+    """One stored memory by id (a search result's id): its text, kind, tags, metadata, source and times,
+    the chunks of its document in order (chunk_offset, chunk_limit) with the models holding a vector of
+    each, and per model how many of the document's memories are embedded, missing or queued."""
+    return await items.get(ctx, args)
+
+
+@ops.operation(
+    name="update_memory",
+    title="Retag Memory",
+    toolsets=("memory_items",),
+    input=UpdateMemoryIn,
+    output=UpdateMemoryOut,
+    path="/memory/items/{id}",
+    method="PATCH",
+    idempotent=True,
+)
+async def update_memory(ctx: CallContext, args: UpdateMemoryIn) -> UpdateMemoryOut:
+    """Replace the tags of a stored memory ([] clears them); document=true retags every chunk of its
+    document. Text and vectors are unchanged."""
+    return await items.update(ctx, args)
+
+
+@ops.operation(
+    name="delete_memory",
+    title="Delete Memory",
+    toolsets=("memory_items",),
+    input=DeleteMemoryIn,
+    output=DeleteMemoryOut,
+    path="/memory/items/{id}",
+    method="DELETE",
+    destructive=True,
+    idempotent=True,
+)
+async def delete_memory(ctx: CallContext, args: DeleteMemoryIn) -> DeleteMemoryOut:
+    """Delete a stored memory and its vectors permanently; document=true deletes every chunk of its
+    document."""
+    return await items.delete(ctx, args)
 
 
 # AMCS thoughts dialect (seed 004) ------------------------------------------------------------------

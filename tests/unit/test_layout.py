@@ -117,3 +117,17 @@ def test_sql_lives_in_repositories() -> None:
             ):
                 bad.append(f"{path.relative_to(APP.parent)}:{node.lineno} runs {ast.unparse(node.func)}")
     assert bad == []
+
+
+def test_console_pages_only_call_operations() -> None:
+    """A family's console pages (`pages.py`) and the core's (`ui*.py`) reach data through the executor
+    only: they import no service, repository or database module of any family."""
+    bad = []
+    pages = [APP / f / "pages.py" for f in FAMILIES if (APP / f / "pages.py").exists()]
+    pages += sorted((APP / "core").glob("ui*.py"))
+    for path in pages:
+        for line, module in _imports(path):
+            leaf = module.split(".")[-1] if module.startswith("app.") else ""
+            if leaf.startswith(("service", "repository", "models", "db")) or module.startswith("sqlalchemy"):
+                bad.append(f"{path.relative_to(APP.parent)}:{line} imports {module}")
+    assert bad == []

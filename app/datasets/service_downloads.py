@@ -1,0 +1,82 @@
+"""download_export: check that the caller's project may read a file of its own folder (an export or
+an upload) before the console streams it. Only the project's private folder is served: never a shared
+data root, another project's folder, a hidden file (an export or upload being written) or anything
+reached through a symbolic link."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import stat
+from pathlib import Path
+
+from app.core.context import CallContext
+from app.core.errors import Forbidden, InvalidInput, NotFound
+from app.datasets.exporting import storage_error
+from app.datasets.schemas_downloads import DownloadIn, DownloadOut
+from app.datasets.service import space_of
+
+MEDIA_TYPES = {
+    ".csv": "text/csv",
+    ".tsv": "text/tab-separated-values",
+    ".json": "application/json",
+    ".jsonl": "application/x-ndjson",
+    ".ndjson": "application/x-ndjson",
+    ".parquet": "application/vnd.apache.parquet",
+    ".pq": "application/vnd.apache.parquet",
+    ".xlsx": "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet",
+    ".gz": "application/gzip",
+    ".zst": "application/zstd",
+}
+
+
+def media_type(name: str) -> str:
+    """The media type a download is sent with (by its last extension)."""
+    return MEDIA_TYPES.get(Path(name).suffix.lower(), "application/octet-stream")
+
+
+def checked_file(folder: Path, raw: str) -> DownloadOut:
+    """The regular file `raw` names inside `folder`, reached without a symbolic link.
+
+    Raises:
+        InvalidInput: an empty path or one naming the folder itself.
+        Forbidden: a path outside the folder, or a symbolic link on the way.
+        NotFound: no such file, a hidden one, or not a regular file.
+    """
+    text = raw.strip()
+    if not text or "\x00" in text:
+        raise InvalidInput("path is empty or invalid")
+    path = Path(os.path.normpath(text if os.path.isabs(text) else folder / text))
+    if path == folder:
+        raise InvalidInput("path names the project's folder, not a file")
+    if not path.is_relative_to(folder):
+        raise Forbidden(
+            f"'{raw[:200]}' is outside this project's folder: only its own exports and uploads are downloaded",
+            suggestions=["Use the path export_result reported, with the project that exported it"],
+        )
+    rel = path.relative_to(folder)
+    gone = NotFound(f"No file '{rel}' in this project's folder", suggestions=["Export the result again"])
+    if any(part.startswith(".") for part in rel.parts):
+        raise gone
+    current = folder
+    try:
+        for part in rel.parts:
+            current = current / part
+            st = os.lstat(current)
+            if stat.S_ISLNK(st.st_mode):
+                raise Forbidden(f"'{part}' is a symbolic link: downloads never follow links")
+    except (FileNotFoundError, NotADirectoryError):
+        raise gone from None
+    except OSError as exc:
+        raise storage_error(exc, f"the file '{rel}'") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise NotFound(f"'{rel}' is not a file", suggestions=["Partitioned exports are folders: download each file"])
+    return DownloadOut(
+        path=str(path), relative_path=str(rel), name=path.name, size_bytes=st.st_size, media_type=media_type(path.name)
+    )
+
+
+async def download_export(ctx: CallContext, args: DownloadIn) -> DownloadOut:
+    """The file of the caller's project folder that `args.path` names, checked for download."""
+    space = await space_of(ctx, args.project)
+    return await asyncio.to_thread(checked_file, space.folder, args.path)

@@ -1,0 +1,362 @@
+"""The console's memory pages: "Memories" at `/ui/memory` (search with each hit's signals, a memory's
+page with its chunks and vector status, retag, delete, summarize a window) and "Thoughts" at
+`/ui/thoughts` (list or search with metadata facets, a thought with its related ones, edit, archive,
+delete).
+
+Every read and write is an operation call through the executor (`Viewer.call`); this module imports
+only the core and the family's schemas. Each page makes one or two calls.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote, urlencode
+
+from fastapi import Request
+from fastapi.responses import Response
+
+from app.core.errors import CairnError, InvalidInput, Unauthenticated
+from app.core.ui import CONSOLE_PATH, ConsoleSection, console_router, viewer
+from app.memory.schemas import MAX_TAGS
+
+MEMORY_PATH = CONSOLE_PATH + "/memory"
+THOUGHTS_PATH = CONSOLE_PATH + "/thoughts"
+TEMPLATES = Path(__file__).parent / "templates"
+memory_router = console_router("/memory")
+thoughts_router = console_router("/thoughts")
+SECTIONS = (
+    ConsoleSection(title="Memories", path=MEMORY_PATH, router=memory_router, templates=TEMPLATES),
+    ConsoleSection(title="Thoughts", path=THOUGHTS_PATH, router=thoughts_router, templates=TEMPLATES),
+)
+
+MODES = ("hybrid", "semantic", "lexical")
+MEMORY_TYPES = ("episodic", "semantic", "procedural")
+STRATEGIES = ("auto", "extractive", "abstractive")
+CHUNKS_PAGE = 20
+THOUGHTS_PAGE = 25
+MAX_TEXT = 20_000
+# What each signal of a search hit measures, as the page names it.
+SIGNAL_NAMES = {"semantic": "cosine", "lexical": "lexical coverage"}
+_CITED = re.compile(r"^\[(\d+)\](?: \(\d{4}-\d{2}-\d{2}\))? (.*)$")
+
+
+# ------------------------------------------------------------------------------------------ helpers
+
+
+def _text(fields: dict[str, Any], name: str, limit: int = 2000) -> str:
+    """One field of a posted form, stripped."""
+    value = fields.get(name, "")
+    if isinstance(value, list):
+        raise InvalidInput(f"'{name}' was sent more than once")
+    text = str(value).strip()
+    if len(text) > limit:
+        raise InvalidInput(f"'{name}' is longer than {limit} characters")
+    return text
+
+
+def _words(value: str) -> list[str]:
+    """A comma-separated list (tags, topics, people), trimmed, empty items dropped, order kept."""
+    return list(dict.fromkeys(p.strip() for p in value.split(",") if p.strip()))
+
+
+def _query(request: Request, *names: str) -> dict[str, str]:
+    """The named query parameters that are not blank, stripped."""
+    query = request.query_params
+    return {n: query[n].strip()[:2000] for n in names if query.get(n, "").strip()}
+
+
+def _refusal(exc: CairnError) -> dict[str, Any]:
+    """A call's error as the page shows it in place (a refused key still goes to the sign-in page)."""
+    if isinstance(exc, Unauthenticated):
+        raise exc
+    error: dict[str, Any] = exc.body()["error"]
+    return error
+
+
+def cited(context: str | None) -> dict[int, str]:
+    """The lines of a reply's `context` block by their citation number (`[n] text`)."""
+    out: dict[int, str] = {}
+    for line in (context or "").splitlines():
+        match = _CITED.match(line)
+        if match:
+            out[int(match.group(1))] = match.group(2)
+    return out
+
+
+def _item_url(memory_id: str) -> str:
+    return f"{MEMORY_PATH}/items/{quote(memory_id, safe='')}"
+
+
+def _stamp(value: datetime) -> str:
+    """A `datetime-local` input's value."""
+    return value.strftime("%Y-%m-%dT%H:%M")
+
+
+# ------------------------------------------------------------------------------------------ memories
+
+
+@memory_router.get("")
+async def search_page(request: Request) -> Response:
+    """Search memories (hybrid, semantic or lexical, with filters); each hit with its signals."""
+    view = await viewer(request)
+    form = _query(request, "q", "mode", "project", "collection", "tags", "memory_type", "limit")
+    if form.get("mode") not in MODES:
+        form["mode"] = "hybrid"
+    reply: dict[str, Any] | None = None
+    error: dict[str, Any] | None = None
+    hits: list[dict[str, Any]] = []
+    if form.get("q"):
+        args: dict[str, Any] = {"query_text": form["q"][:512], "mode": form["mode"], "explain": True}
+        for field, name in (("project_id", "project"), ("collection", "collection"), ("memory_type", "memory_type")):
+            if name in form:
+                args[field] = form[name]
+        if "tags" in form:
+            args["tags"] = _words(form["tags"])[:MAX_TAGS]
+        if "limit" in form:
+            args["limit"] = form["limit"]
+        try:
+            reply = await view.call("search", args)
+        except CairnError as exc:
+            error = _refusal(exc)
+        if reply is not None:
+            texts = cited(reply.get("context"))
+            hits = [
+                {**hit, "text": texts.get(n), "signals": _signals(hit.get("signals"))}
+                for n, hit in enumerate(reply["results"], start=1)
+            ]
+    return view.render(
+        "memory/search.html", form=form, modes=MODES, memory_types=MEMORY_TYPES, reply=reply, hits=hits, error=error
+    )
+
+
+def _signals(signals: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """A hit's signals as (name, what it measures, value, rank) rows, semantic first."""
+    rows = []
+    for key in sorted((signals or {}), key=lambda k: (k != "semantic", k)):
+        value = signals[key] if signals else {}
+        rows.append(
+            {"key": key, "name": SIGNAL_NAMES.get(key, key), "score": value.get("score"), "rank": value.get("rank")}
+        )
+    return rows
+
+
+@memory_router.get("/items/{memory_id}")
+async def item_page(request: Request, memory_id: str) -> Response:
+    """One memory: text, tags, source and metadata, its document's chunks, vector status per model."""
+    view = await viewer(request)
+    try:
+        offset = max(0, int(request.query_params.get("offset", "0")))
+    except ValueError:
+        raise InvalidInput("offset must be a whole number") from None
+    item = await view.call("get_memory", {"id": memory_id, "chunk_offset": offset, "chunk_limit": CHUNKS_PAGE})
+    return view.render("memory/item.html", item=item, memory=item["memory"], offset=offset, page=CHUNKS_PAGE)
+
+
+@memory_router.post("/items/{memory_id}/tags")
+async def retag(request: Request, memory_id: str) -> Response:
+    """Replace the tags of a memory (or of every chunk of its document)."""
+    view = await viewer(request)
+    fields = await view.form()
+    tags = _words(_text(fields, "tags", 8000))
+    out = await view.call("update_memory", {"id": memory_id, "tags": tags, "document": fields.get("document") == "1"})
+    shown = ", ".join(out["tags"]) or "no tags"
+    return view.redirect(_item_url(memory_id), flash=f"Tags saved on {out['updated']} memory(ies): {shown}")
+
+
+@memory_router.post("/items/{memory_id}/delete")
+async def delete(request: Request, memory_id: str) -> Response:
+    """Delete a memory (or every chunk of its document) and its vectors."""
+    view = await viewer(request)
+    fields = await view.form()
+    out = await view.call("delete_memory", {"id": memory_id, "document": fields.get("document") == "1"})
+    return view.redirect(MEMORY_PATH, flash=f"Deleted {out['deleted']} memory(ies)")
+
+
+def _summarize_form(request_form: dict[str, str]) -> dict[str, str]:
+    now = datetime.now(UTC).replace(second=0, microsecond=0)
+    defaults = {
+        "memory_type": "episodic",
+        "strategy": "auto",
+        "start": _stamp(now - timedelta(days=7)),
+        "end": _stamp(now + timedelta(minutes=1)),
+        "limit": "50",
+    }
+    return {**defaults, **request_form}
+
+
+@memory_router.get("/summarize")
+async def summarize_page(request: Request) -> Response:
+    """The form that summarizes a window of memories (no call until it is sent)."""
+    view = await viewer(request)
+    form = _summarize_form(_query(request, "project", "collection", "tags", "memory_type", "start", "end"))
+    return view.render("memory/summarize.html", form=form, result=None, error=None, **_choices())
+
+
+def _choices() -> dict[str, Any]:
+    return {"memory_types": MEMORY_TYPES, "strategies": STRATEGIES}
+
+
+@memory_router.post("/summarize")
+async def summarize(request: Request) -> Response:
+    """Summarize a window of memories into one stored summary memory; shows it and its sources."""
+    view = await viewer(request)
+    fields = await view.form()
+    names = ("project", "collection", "tags", "memory_type", "start", "end", "strategy", "max_words", "limit")
+    form = _summarize_form({n: v for n in names if (v := _text(fields, n, 2000))})
+    args: dict[str, Any] = {
+        "time_range": {"start": form["start"], "end": form["end"]},
+        "memory_type": form["memory_type"],
+        "strategy": form["strategy"],
+        "limit": form["limit"],
+    }
+    for field, name in (("project_id", "project"), ("collection", "collection"), ("max_words", "max_words")):
+        if name in form:
+            args[field] = form[name]
+    if "tags" in form:
+        args["tags"] = _words(form["tags"])[:MAX_TAGS]
+    result: dict[str, Any] | None = None
+    error: dict[str, Any] | None = None
+    try:
+        result = await view.call("summarize", args)
+    except CairnError as exc:
+        error = _refusal(exc)
+    return view.render("memory/summarize.html", form=form, result=result, error=error, **_choices())
+
+
+# ------------------------------------------------------------------------------------------ thoughts
+
+THOUGHT_FILTERS = ("project", "type", "topic", "person")
+
+
+def _thoughts_url(filters: dict[str, str], **change: str | None) -> str:
+    """The thoughts page with `filters` changed (a None value drops the filter)."""
+    merged = {**filters, **change}
+    params = {k: v for k, v in merged.items() if v}
+    return THOUGHTS_PATH + (f"?{urlencode(params)}" if params else "")
+
+
+@thoughts_router.get("")
+async def thoughts_page(request: Request) -> Response:
+    """Thoughts newest first (or found by a query), filtered by the metadata facets beside them."""
+    view = await viewer(request)
+    form = _query(request, "q", "mode", *THOUGHT_FILTERS, "archived", "offset")
+    if form.get("mode") not in MODES:
+        form["mode"] = "hybrid"
+    archived = form.get("archived") == "1"
+    error: dict[str, Any] | None = None
+    listed: dict[str, Any] | None = None
+    found: dict[str, Any] | None = None
+    project = {"project": form["project"]} if "project" in form else {}
+    try:
+        if form.get("q"):
+            found = await view.call(
+                "search_thoughts",
+                {**project, "query": form["q"], "mode": form["mode"], "include_archived": archived, "explain": True},
+            )
+        else:
+            args: dict[str, Any] = {k: form[k] for k in THOUGHT_FILTERS if k in form}
+            listed = await view.call(
+                "list_thoughts",
+                {**args, "include_archived": archived, "limit": THOUGHTS_PAGE, "offset": form.get("offset", "0")},
+            )
+        stats = await view.call("thought_stats", project)
+    except CairnError as exc:
+        error, stats = _refusal(exc), None
+    filters = {k: form[k] for k in (*THOUGHT_FILTERS, "archived") if k in form}
+    facets = []
+    if stats is not None:
+        for key, label, rows in (
+            ("type", "Type", stats["by_type"]),
+            ("topic", "Topics", stats["top_topics"]),
+            ("person", "People", stats["top_people"]),
+        ):
+            facets.append(
+                {
+                    "key": key,
+                    "label": label,
+                    "values": [
+                        {
+                            **row,
+                            "current": filters.get(key) == row["value"],
+                            "href": _thoughts_url(
+                                filters, **{key: None if filters.get(key) == row["value"] else row["value"]}
+                            ),
+                        }
+                        for row in rows
+                    ],
+                }
+            )
+    hits = [{**hit, "signals": _signals(hit.get("signals"))} for hit in (found or {}).get("results", [])]
+    next_url = None
+    if listed is not None and listed.get("next_offset") is not None:
+        next_url = _thoughts_url(filters, offset=str(listed["next_offset"]))
+    return view.render(
+        "thoughts/list.html",
+        form=form,
+        modes=MODES,
+        filters=filters,
+        clear_url=_thoughts_url({k: v for k, v in filters.items() if k == "project"}),
+        listed=listed,
+        found=found,
+        hits=hits,
+        stats=stats,
+        facets=facets,
+        next_url=next_url,
+        error=error,
+    )
+
+
+@thoughts_router.get("/{thought_id}")
+async def thought_page(request: Request, thought_id: str) -> Response:
+    """One thought: content, metadata, vector status, its related thoughts, and the forms that change it."""
+    view = await viewer(request)
+    got = await view.call("get_thought", {"id": thought_id})
+    related = await view.call("related_thoughts", {"id": thought_id, "limit": 5, "explain": True})
+    hits = [{**hit, "signals": _signals(hit.get("signals"))} for hit in related["results"]]
+    return view.render("thoughts/thought.html", thought=got["thought"], related=related, hits=hits)
+
+
+@thoughts_router.post("/{thought_id}/edit")
+async def edit_thought(request: Request, thought_id: str) -> Response:
+    """Change a thought's content and its type, topics and people (other metadata is kept)."""
+    view = await viewer(request)
+    fields = await view.form()
+    content = _text(fields, "content", MAX_TEXT)
+    current = (await view.call("get_thought", {"id": thought_id}))["thought"]
+    metadata = dict(current.get("metadata") or {})
+    kind = _text(fields, "type", 200)
+    if kind:
+        metadata["type"] = kind
+    else:
+        metadata.pop("type", None)
+    metadata["topics"] = _words(_text(fields, "topics", 8000))
+    metadata["people"] = _words(_text(fields, "people", 8000))
+    args: dict[str, Any] = {"id": thought_id, "metadata": metadata}
+    if content and content != current["content"]:
+        args["content"] = content
+    await view.call("update_thought", args)
+    return view.redirect(f"{THOUGHTS_PATH}/{quote(thought_id, safe='')}", flash="Thought saved")
+
+
+@thoughts_router.post("/{thought_id}/archive")
+async def archive_thought(request: Request, thought_id: str) -> Response:
+    """Archive a thought, or restore it (`archived=0`)."""
+    view = await viewer(request)
+    fields = await view.form()
+    archived = fields.get("archived", "1") != "0"
+    await view.call("archive_thought", {"id": thought_id, "archived": archived})
+    return view.redirect(
+        f"{THOUGHTS_PATH}/{quote(thought_id, safe='')}", flash="Thought archived" if archived else "Thought restored"
+    )
+
+
+@thoughts_router.post("/{thought_id}/delete")
+async def delete_thought(request: Request, thought_id: str) -> Response:
+    """Delete a thought and its vectors."""
+    view = await viewer(request)
+    await view.form()
+    await view.call("delete_thought", {"id": thought_id})
+    return view.redirect(THOUGHTS_PATH, flash="Thought deleted")
