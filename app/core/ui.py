@@ -267,15 +267,12 @@ class Viewer:
             data = await self.request.form(max_files=0, max_fields=MAX_FORM_FIELDS, max_part_size=MAX_FORM_BYTES)
         except Exception as exc:  # a malformed or oversized body: python-multipart's and Starlette's errors
             raise InvalidInput(f"The form could not be read: {str(exc)[:200]}") from None
+        if any(not isinstance(value, str) for _, value in data.multi_items()):
+            raise InvalidInput("Console forms take no files")
         fields: dict[str, Any] = {}
-        for key, value in data.multi_items():
-            if not isinstance(value, str):
-                raise InvalidInput("Console forms take no files")
-            fields[key] = (
-                [*fields[key], value]
-                if isinstance(fields.get(key), list)
-                else ([fields[key], value] if key in fields else value)
-            )
+        for key in data:
+            values = data.getlist(key)
+            fields[key] = values if len(values) > 1 else values[0]
         token = fields.pop("csrf", "")
         if self.new_seed or not isinstance(token, str) or not hmac.compare_digest(token, self.csrf):
             raise Forbidden(

@@ -1,4 +1,4 @@
-"""Tables of the memory store (migrations memory_0001 to memory_0003)."""
+"""Tables of the memory store (migrations memory_0001 to memory_0004)."""
 
 from __future__ import annotations
 
@@ -57,6 +57,7 @@ class Memory(Base):
             "source_uri",
             postgresql_where=text("source_uri IS NOT NULL"),
         ),
+        Index("ix_memories_document", "document_id", postgresql_where=text("document_id IS NOT NULL")),
         Index(
             "ix_memories_summary_key",
             "project_id",

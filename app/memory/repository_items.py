@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 from app.core.repository import Repository
@@ -13,37 +12,25 @@ from app.memory.repository import MEMORY_COLUMNS, MEMORY_FROM, MEMORY_TARGET
 
 @dataclass(frozen=True)
 class Members:
-    """The memories a document-wide call covers: the document's chunks, or one memory.
-
-    A document's chunks share `document_id` within a project and collection. There is no index on
-    `document_id`, so the condition also names what an index covers: the `source_uri` the chunks
-    were pushed from (ix_memories_source), or else the creation time they share (ix_memories_scope:
-    a push without a source_uri inserts every chunk in one transaction, and only a push with the
-    same source_uri ever changes a document's chunks)."""
+    """The memories a document-wide call covers: the chunks of one push (they share `document_id`,
+    indexed by ix_memories_document), or the memory alone when it has no document."""
 
     memory_id: uuid.UUID
     project_id: uuid.UUID
     collection_id: uuid.UUID
     document_id: uuid.UUID | None
-    source_uri: str | None
-    created_at: datetime
 
     @classmethod
     def of(cls, row: dict[str, Any]) -> Members:
         """The members of the document of the memory `row` (`MemoryItemsRepository.get`)."""
-        return cls(
-            row["id"], row["project_id"], row["collection_id"], row["document_id"], row["source_uri"], row["created_at"]
-        )
+        return cls(row["id"], row["project_id"], row["collection_id"], row["document_id"])
 
     def where(self, document: bool = True) -> tuple[str, dict[str, Any]]:
         """The WHERE clause (alias `m`) and its parameters: the document's chunks, or the memory alone."""
         if not document or self.document_id is None:
             return "m.id = :m_id", {"m_id": self.memory_id}
         params: dict[str, Any] = {"m_p": self.project_id, "m_c": self.collection_id, "m_d": self.document_id}
-        sql = "m.project_id = :m_p AND m.collection_id = :m_c AND m.document_id = :m_d"
-        if self.source_uri is not None:
-            return sql + " AND m.source_uri = :m_s", {**params, "m_s": self.source_uri}
-        return sql + " AND m.source_uri IS NULL AND m.created_at = :m_t", {**params, "m_t": self.created_at}
+        return "m.document_id = :m_d AND m.project_id = :m_p AND m.collection_id = :m_c", params
 
 
 class MemoryItemsRepository(Repository):

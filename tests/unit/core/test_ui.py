@@ -1,0 +1,47 @@
+"""The console's pure parts: where a sign-in may send the browser, the CSRF token, data for scripts."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from app.core.ui import _csrf_of, _fmt_time, _json_script, safe_next
+
+
+@pytest.mark.parametrize(
+    ("target", "expected"),
+    [
+        (None, "/ui/"),
+        ("", "/ui/"),
+        ("/ui/memory?q=a", "/ui/memory?q=a"),
+        ("/ui/graph/entities/a%2Fb", "/ui/graph/entities/a%2Fb"),
+        ("https://evil.example/ui/", "/ui/"),
+        ("//evil.example/ui/", "/ui/"),
+        ("/api/v1/keys", "/ui/"),
+        ("/ui\\@evil.example", "/ui/"),
+        ("javascript:alert(1)", "/ui/"),
+    ],
+)
+def test_only_console_paths_are_followed_after_sign_in(target: str | None, expected: str) -> None:
+    assert safe_next(target) == expected
+
+
+def test_the_csrf_token_belongs_to_its_seed() -> None:
+    seed = "s" * 43
+    assert _csrf_of(seed) == _csrf_of(seed)
+    assert _csrf_of(seed) != _csrf_of(seed[:-1] + "t")
+    assert len(_csrf_of(seed)) == 40 and seed not in _csrf_of(seed)
+
+
+def test_script_data_cannot_close_its_element() -> None:
+    value = {"label": "</script><script>alert(1)</script>", "amp": "a & b"}
+    text = str(_json_script(value))
+    assert "<" not in text and ">" not in text and "&" not in text
+    assert json.loads(text) == value
+
+
+def test_times_read_as_iso_text_or_datetimes() -> None:
+    assert _fmt_time("2026-11-25T02:14:26.123+00:00") == "2026-11-25 02:14:26"
+    assert _fmt_time("not a time") == "not a time"
+    assert _fmt_time(None) == ""
