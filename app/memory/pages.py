@@ -9,7 +9,9 @@ only the core and the family's schemas. Each page makes one or two calls.
 
 from __future__ import annotations
 
+import asyncio
 import re
+from collections.abc import Awaitable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -66,6 +68,14 @@ def _query(request: Request, *names: str) -> dict[str, str]:
     """The named query parameters that are not blank, stripped."""
     query = request.query_params
     return {n: query[n].strip()[:2000] for n in names if query.get(n, "").strip()}
+
+
+async def _attempt(call: Awaitable[dict[str, Any]]) -> dict[str, Any] | CairnError:
+    """A call's result, or the error it failed with (so that calls made together all finish)."""
+    try:
+        return await call
+    except CairnError as exc:
+        return exc
 
 
 def _refusal(exc: CairnError) -> dict[str, Any]:
@@ -250,21 +260,33 @@ async def thoughts_page(request: Request) -> Response:
     listed: dict[str, Any] | None = None
     found: dict[str, Any] | None = None
     project = {"project": form["project"]} if "project" in form else {}
-    try:
-        if form.get("q"):
-            found = await view.call(
-                "search_thoughts",
-                {**project, "query": form["q"], "mode": form["mode"], "include_archived": archived, "explain": True},
-            )
+    if form.get("q"):
+        name = "search_thoughts"
+        args: dict[str, Any] = {
+            **project,
+            "query": form["q"],
+            "mode": form["mode"],
+            "include_archived": archived,
+            "explain": True,
+        }
+    else:
+        name = "list_thoughts"
+        args = {k: form[k] for k in THOUGHT_FILTERS if k in form}
+        args.update(include_archived=archived, limit=THOUGHTS_PAGE, offset=form.get("offset", "0"))
+    # Two calls, two transactions: the facets are counted while the page of thoughts is read.
+    listing, counted = await asyncio.gather(
+        _attempt(view.call(name, args)), _attempt(view.call("thought_stats", project))
+    )
+    stats: dict[str, Any] | None = None
+    failure = next((r for r in (listing, counted) if isinstance(r, CairnError)), None)
+    if failure is not None:
+        error = _refusal(failure)
+    elif isinstance(listing, dict) and isinstance(counted, dict):
+        stats = counted
+        if name == "search_thoughts":
+            found = listing
         else:
-            args: dict[str, Any] = {k: form[k] for k in THOUGHT_FILTERS if k in form}
-            listed = await view.call(
-                "list_thoughts",
-                {**args, "include_archived": archived, "limit": THOUGHTS_PAGE, "offset": form.get("offset", "0")},
-            )
-        stats = await view.call("thought_stats", project)
-    except CairnError as exc:
-        error, stats = _refusal(exc), None
+            listed = listing
     filters = {k: form[k] for k in (*THOUGHT_FILTERS, "archived") if k in form}
     facets = []
     if stats is not None:

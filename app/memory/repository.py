@@ -388,17 +388,38 @@ class MemoryRepository(Repository):
         )
         return [r["t"] for r in rows]
 
-    async def counts_by(self, scope: Scope, facet: Facet, limit: int = 20) -> list[tuple[str, int]]:
-        """The most frequent values of one facet (a thought's `type`, the memory type, or each element
-        of the `topics` / `people` metadata lists) over memories in scope, with their counts."""
-        expression = _FACETS[facet]
+    async def facet_counts(self, scope: Scope, limit: int = 20) -> tuple[int, int, dict[str, list[tuple[str, int]]]]:
+        """In one read of the table: how many memories are in `scope` (archived ones included or not,
+        as the scope says), how many are not archived, and per facet (a thought's `type`, the memory
+        type, each element of the `topics` / `people` metadata lists) the most frequent values among
+        those not archived, with their counts. Only memories with metadata are kept for the metadata
+        facets, so the kept rows stay small whatever the table holds."""
         where, params = scope.where()
+        metadata_facets = [
+            f"(SELECT '{facet}' AS facet, v, count(*) AS n FROM s m, LATERAL ({expression}) AS x(v) "
+            "WHERE NOT m.archived AND m.metadata IS NOT NULL AND v IS NOT NULL "
+            "GROUP BY v ORDER BY n DESC, v LIMIT :lim)"
+            for facet, expression in _FACETS.items()
+            if facet != "memory_type"
+        ]
         rows = await self.dicts(
-            f"SELECT v, count(*) AS n FROM memories m, LATERAL ({expression}) AS x(v) WHERE {where} AND v IS NOT NULL "
-            f"GROUP BY v ORDER BY n DESC, v LIMIT :lim",
+            "WITH s AS MATERIALIZED (SELECT m.archived, m.memory_type, "
+            "CASE WHEN m.metadata <> '{}'::jsonb THEN m.metadata END AS metadata "
+            f"FROM memories m WHERE {where}), "
+            "t AS (SELECT memory_type, count(*) AS total, count(*) FILTER (WHERE NOT archived) AS active "
+            "FROM s GROUP BY memory_type) "
+            "SELECT 'total' AS facet, NULL AS v, coalesce(sum(total), 0) AS n FROM t "
+            "UNION ALL SELECT 'active', NULL, coalesce(sum(active), 0) FROM t "
+            "UNION ALL (SELECT 'memory_type', memory_type, active FROM t WHERE active > 0 AND memory_type IS NOT NULL "
+            "ORDER BY active DESC, memory_type LIMIT :lim) UNION ALL " + " UNION ALL ".join(metadata_facets),
             {**params, "lim": limit},
         )
-        return [(str(r["v"]), int(r["n"])) for r in rows]
+        totals = {r["facet"]: int(r["n"]) for r in rows if r["v"] is None}
+        facets: dict[str, list[tuple[str, int]]] = {facet: [] for facet in _FACETS}
+        for r in rows:
+            if r["v"] is not None:
+                facets[r["facet"]].append((str(r["v"]), int(r["n"])))
+        return totals["total"], totals["active"], facets
 
     # Search ------------------------------------------------------------------------------------
 

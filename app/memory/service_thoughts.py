@@ -467,18 +467,16 @@ async def stats(ctx: CallContext, args: ThoughtStatsIn) -> ThoughtStatsOut:
             model=model,
         )
     repo = MemoryRepository(ctx.session)
-    everything = Scope(project_id=project_id, include_archived=True)
-    active = Scope(project_id=project_id)
-    total, live = await repo.count(everything), await repo.count(active)
+    total, live, facets = await repo.facet_counts(Scope(project_id=project_id, include_archived=True))
 
     return ThoughtStatsOut(
         total=total,
         active=live,
         archived=total - live,
-        by_type=_counts(await repo.counts_by(active, "type")),
-        by_memory_type=_counts(await repo.counts_by(active, "memory_type")),
-        top_topics=_counts(await repo.counts_by(active, "topics")),
-        top_people=_counts(await repo.counts_by(active, "people")),
+        by_type=_counts(facets["type"]),
+        by_memory_type=_counts(facets["memory_type"]),
+        top_topics=_counts(facets["topics"]),
+        top_people=_counts(facets["people"]),
         missing_embeddings=await repo.count_missing(model, project_id),
         model=model,
     )

@@ -3,6 +3,7 @@ search with lexical fallback, recall, project context, summaries, related though
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 import asyncpg
@@ -247,3 +248,32 @@ async def test_project_bound_key_sees_only_its_project(server: RunningServer, re
     assert r.status_code == 403
     r = await rest.get("/api/v1/memory/projects", headers=headers)
     assert r.json() == {"projects": [BOUND_PROJECT]}
+
+
+async def test_stats_count_archived_apart_and_every_facet(server: RunningServer, rest: httpx.AsyncClient) -> None:
+    """thought_stats reads the table once: totals with archived thoughts and pushed chunks, and each
+    facet over the live ones only, in count order."""
+    async with mcp_client(server.url) as mcp:
+        ids = await capture_all(mcp)
+        await mcp.call_tool("archive_thought", {"id": ids[0]})  # Alice's idea: deploy, performance
+    pushed = await rest.post(
+        "/api/v1/memory/push", json={"text": "A plain note with no metadata.", "project_id": "amcs"}
+    )
+    assert pushed.status_code == 200, pushed.text
+    stats = (await rest.get("/api/v1/thoughts/stats", params={"project": "amcs"})).json()
+    live = THOUGHTS[1:]
+    assert (stats["total"], stats["active"], stats["archived"]) == (len(THOUGHTS) + 1, len(live) + 1, 1)
+    types = Counter(meta["type"] for _, meta in live)
+    assert stats["by_type"] == [{"value": v, "count": n} for v, n in sorted(types.items(), key=lambda x: (-x[1], x[0]))]
+    topics = Counter(t for _, meta in live for t in meta.get("topics", []))
+    assert stats["top_topics"] == [
+        {"value": v, "count": n} for v, n in sorted(topics.items(), key=lambda x: (-x[1], x[0]))
+    ]
+    people = Counter(p for _, meta in live for p in meta.get("people", []))
+    assert "Alice" not in people and people
+    assert stats["top_people"] == [
+        {"value": v, "count": n} for v, n in sorted(people.items(), key=lambda x: (-x[1], x[0]))
+    ]
+    assert sum(row["count"] for row in stats["by_memory_type"]) == len(live) + 1
+    other = (await rest.get("/api/v1/thoughts/stats", params={"project": "nobody-here"})).json()
+    assert other["total"] == 0 and other["by_type"] == []
