@@ -58,6 +58,7 @@ class Memory(Base):
             postgresql_where=text("source_uri IS NOT NULL"),
         ),
         Index("ix_memories_document", "document_id", postgresql_where=text("document_id IS NOT NULL")),
+        Index("ix_memories_live", "created_at", postgresql_include=["id"], postgresql_where=text("NOT archived")),
         Index(
             "ix_memories_summary_key",
             "project_id",
