@@ -16,9 +16,9 @@ Sign-in and forms:
   `cairn_seed` cookie (HttpOnly, `SameSite=Strict`, renewed at sign-in), compared in constant time.
   The HTTP front also refuses a form body unless the browser says it comes from an allowed origin
   (an `Origin` header, or `Sec-Fetch-Site: same-origin`).
-- **Pages** are sent with a content security policy of their own origin only (scripts and styles
-  are package assets under `/ui/static`, charts are data: images), no framing, no referrer to
-  other sites.
+- **Pages** are sent with a content security policy of their own origin only (scripts are package
+  assets under `/ui/static`, never inline; charts are data: images; inline style attributes are
+  allowed for the graph library), no framing, no referrer to other sites.
 - **Errors** of a call are shown on the page with their code, message and suggestions; a request
   without a valid key goes to the sign-in page.
 """
@@ -64,6 +64,8 @@ _HERE = Path(__file__).parent
 TEMPLATES = _HERE / "templates"
 STATIC = _HERE / "static"
 _STATIC_TYPES = {".css": "text/css", ".js": "text/javascript", ".txt": "text/plain", ".svg": "image/svg+xml"}
+# Styles allow 'unsafe-inline' because the graph library sets style attributes on the elements it draws;
+# scripts stay strictly same-origin (no inline script runs).
 SECURITY_HEADERS = {
     "Content-Security-Policy": (
         "default-src 'self'; img-src 'self' data:; style-src 'self' 'unsafe-inline'; script-src 'self'; "

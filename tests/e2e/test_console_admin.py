@@ -93,3 +93,53 @@ async def test_pages_are_keyboard_reachable_and_break_no_policy(server: RunningS
         for path in ("/ui/admin/audit", "/ui/admin/health", "/ui/admin/settings"):
             await page.goto(f"{server.url}{path}")
         assert problems == []
+
+
+async def test_no_page_breaks_the_content_policy(
+    server: RunningServer, browser: Browser, rest: httpx.AsyncClient
+) -> None:
+    """One page of each section, data in it, opened in Chromium: no script error and no content the
+    page's policy refused (Chromium reports both on the console)."""
+    pushed = await rest.post(
+        "/api/v1/memory/push",
+        json={"text": "The nightly export failed twice this week.", "tags": ["ops"], "wait_for_embedding": True},
+    )
+    assert pushed.status_code == 200, pushed.text
+    found = await rest.post("/api/v1/memory/search", json={"query_text": "nightly export"})
+    assert found.status_code == 200, found.text
+    memory_id = found.json()["results"][0]["id"]
+    await rest.post(
+        "/api/v1/thoughts", json={"content": "Check the export job's disk quota.", "metadata": {"type": "task"}}
+    )
+    await rest.post(
+        "/api/v1/graph/entities",
+        json={"entities": [{"name": "export job", "entityType": "job"}, {"name": "disk", "entityType": "thing"}]},
+    )
+    await rest.post(
+        "/api/v1/graph/relations",
+        json={"relations": [{"from": "export job", "to": "disk", "relationType": "writes to"}]},
+    )
+    paths = [
+        "/ui/memory?q=export+failed",
+        "/ui/thoughts",
+        "/ui/graph?q=export",
+        "/ui/graph/entities/export%20job",
+        "/ui/analysis",
+        "/ui/datasets",
+        "/ui/admin/audit",
+        f"/ui/memory/items/{memory_id}",
+    ]
+    async with new_page(browser) as page:
+        problems: list[str] = []
+        page.on(
+            "console",
+            lambda msg: problems.append(f"{page.url}: {msg.text[:160]}") if msg.type in ("error", "warning") else None,
+        )
+        page.on("pageerror", lambda exc: problems.append(f"{page.url}: {exc}"))
+        await sign_in(page, server.url, ADMIN_KEY)
+        for path in paths:
+            answer = await page.goto(f"{server.url}{path}")
+            assert answer is not None and answer.status == 200, path
+        await page.goto(f"{server.url}/ui/graph/entities/export%20job")
+        await expect(page.locator("[data-graph]")).to_have_attribute("data-ready", "2")
+        assert problems == []

@@ -10,7 +10,9 @@ from collections.abc import AsyncIterator
 
 import httpx
 import pytest
+from fastapi.routing import APIRoute
 
+from app.core import ui
 from tests.support.server import (
     ADMIN_KEY,
     PROJECT_KEY,
@@ -186,3 +188,42 @@ def test_an_open_server_serves_the_console_until_a_key_exists(pg: PgCluster) -> 
             assert client.get("/ui/").status_code == 200
     finally:
         stop_server(srv, thread)
+
+
+async def test_no_console_page_answers_a_server_error_to_junk(server: RunningServer) -> None:
+    """Every console page, signed in as admin, with junk in its path and query: an error page or a
+    redirect, never a 5xx."""
+    console = server.app.state.console
+    routes = [r for router in (ui.core_router, *(s.router for s in console.sections)) for r in router.routes]
+    assert all(isinstance(r, APIRoute) for r in routes)
+    junk = {
+        "offset": "abc",
+        "limit": "-5",
+        "q": "\x00'\"<x>",
+        "mode": "nope",
+        "days": "1e9",
+        "k": "9999999999999",
+        "project": "../etc",
+        "path": "/etc/passwd",
+        "since": "yesterday",
+        "before_id": "x",
+        "revoked": "2",
+    }
+    async with httpx.AsyncClient(base_url=server.url, timeout=60, headers={"Origin": server.url}) as client:
+        csrf = await _signed_in(client, ADMIN_KEY)
+        seen = 0
+        for route in routes:
+            path = route.path.replace("{rest:path}", "x/y").replace("{name:path}", "a%2Fb")
+            for name in route.param_convertors:
+                path = path.replace("{" + name + "}", "not-an-id")
+            for method in route.methods or ():
+                if method == "GET":
+                    answer = await client.get(path, params=junk)
+                elif method == "POST" and path not in ("/ui/login", "/ui/logout"):  # stay signed in
+                    answer = await client.post(path, data={**junk, "csrf": csrf})
+                else:
+                    continue
+                seen += 1
+                assert answer.status_code != 303 or "login" not in answer.headers["location"], path
+                assert answer.status_code < 500, (method, path, answer.status_code, answer.text[:300])
+    assert seen > 30
