@@ -46,7 +46,14 @@ def test_plain_pip_install_serves_and_is_ready(tmp_path: Path) -> None:
     assert shown.returncode == 0, shown.stderr
     files = shown.stdout
     assert "Editable project location" not in files
-    for packaged in ("app/core/alembic/env.py", "app/memory/migrations/", "all-MiniLM-L6-v2.tokenizer.json"):
+    for packaged in (
+        "app/core/alembic/env.py",
+        "app/memory/migrations/",
+        "all-MiniLM-L6-v2.tokenizer.json",
+        "app/core/templates/console/base.html",
+        "app/graph/templates/graph/entity.html",
+        "app/core/static/cytoscape.min.js",
+    ):
         assert packaged in files, packaged
     assert not any(line.strip().startswith("alembic/") for line in files.splitlines()), "the wheel shadows alembic"
 
@@ -78,6 +85,12 @@ def test_plain_pip_install_serves_and_is_ready(tmp_path: Path) -> None:
                 assert embedded.json()["dimension"] == 384 and embedded.json()["tokens"] == count_tokens(text), (
                     embedded.text
                 )
+                # The console's templates and assets are in the wheel: an open server serves its pages.
+                for page in ("/ui/", "/ui/memory", "/ui/graph", "/ui/analysis", "/ui/datasets", "/ui/admin"):
+                    shown_page = client.get(page)
+                    assert shown_page.status_code == 200 and "Cairn console" in shown_page.text, page
+                for asset in ("console.css", "console.js", "cytoscape.min.js", "favicon.svg"):
+                    assert client.get(f"/ui/static/{asset}").status_code == 200, asset
             proc.send_signal(signal.SIGTERM)
             proc.wait(timeout=60)
         finally:
