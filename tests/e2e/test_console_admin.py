@@ -143,3 +143,10 @@ async def test_no_page_breaks_the_content_policy(
         await page.goto(f"{server.url}/ui/graph/entities/export%20job")
         await expect(page.locator("[data-graph]")).to_have_attribute("data-ready", "2")
         assert problems == []
+    # At a phone's width no page is wider than the screen (wide tables scroll inside their box).
+    async with new_page(browser, PHONE) as page:
+        await sign_in(page, server.url, ADMIN_KEY)
+        for path in paths:
+            await page.goto(f"{server.url}{path}")
+            width = await page.evaluate("document.documentElement.scrollWidth")
+            assert width <= PHONE["width"], (path, width)
