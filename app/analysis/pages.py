@@ -18,7 +18,16 @@ from fastapi.responses import Response
 
 from app.core.charts import vega_lite_png
 from app.core.errors import CairnError, Forbidden, InvalidInput, Unauthenticated
-from app.core.ui import ConsoleSection, Viewer, console_router, viewer
+from app.core.ui import (
+    ConsoleSection,
+    Viewer,
+    chosen_project,
+    console_router,
+    form_text,
+    viewer,
+    whole_number,
+    with_project,
+)
 
 log = logging.getLogger("cairn.console.analysis")
 
@@ -35,13 +44,6 @@ LABEL_CHARS = 40
 # ---------------------------------------------------------------------------------------------- helpers
 
 
-def _text(fields: dict[str, Any], name: str) -> str:
-    value = fields.get(name, "")
-    if isinstance(value, list):
-        raise InvalidInput(f"'{name}' was sent more than once")
-    return str(value).strip()
-
-
 def _json_field(raw: str, name: str) -> dict[str, Any] | None:
     """A JSON object typed into a form field (None when empty)."""
     if not raw:
@@ -56,24 +58,6 @@ def _json_field(raw: str, name: str) -> dict[str, Any] | None:
     if not isinstance(value, dict):
         raise InvalidInput(f"'{name}' must be a JSON object", suggestions=['e.g. {"status": "completed"}'])
     return value
-
-
-def _int(raw: str, name: str) -> int | None:
-    if not raw:
-        return None
-    try:
-        return int(raw)
-    except ValueError:
-        raise InvalidInput(f"'{name}' must be a whole number") from None
-
-
-def _project(request: Request, fields: dict[str, Any] | None = None) -> str:
-    raw = _text(fields, "project") if fields is not None else request.query_params.get("project", "").strip()
-    return raw[:128]
-
-
-def _with_project(args: dict[str, Any], project: str) -> dict[str, Any]:
-    return {**args, "project": project} if project else args
 
 
 def _session_url(aid: str, project: str) -> str:
@@ -143,9 +127,9 @@ def aggregate_spec(field: str, groups: list[dict[str, Any]]) -> dict[str, Any]:
 async def sessions_page(request: Request) -> Response:
     """The project's analysis sessions, most recently active first."""
     view = await viewer(request)
-    project = _project(request)
-    offset = max(_int(request.query_params.get("offset", ""), "offset") or 0, 0)
-    listed = await view.call("analysis_sessions", _with_project({"limit": PAGE, "offset": offset}, project))
+    project = chosen_project(request)
+    offset = max(whole_number(request.query_params.get("offset", ""), "offset") or 0, 0)
+    listed = await view.call("analysis_sessions", with_project({"limit": PAGE, "offset": offset}, project))
     return view.render(
         "analysis/sessions.html",
         listed=listed,
@@ -161,38 +145,38 @@ async def start_session(request: Request) -> Response:
     """Ingest a model into a session (new or existing), then open the session."""
     view = await viewer(request)
     fields = await view.form()
-    project = _project(request, fields)
-    aid = _text(fields, "analysis_id")
+    project = chosen_project(request, fields)
+    aid = form_text(fields, "analysis_id")
     ingest = await _ingest(view, fields, aid, project)
     return view.redirect(_session_url(aid, project), flash=ingest["message"])
 
 
 async def _ingest(view: Viewer, fields: dict[str, Any], aid: str, project: str) -> dict[str, Any]:
-    args: dict[str, Any] = {"analysis_id": aid, "model": _text(fields, "model")}
-    per_page = _int(_text(fields, "per_page"), "per_page")
+    args: dict[str, Any] = {"analysis_id": aid, "model": form_text(fields, "model")}
+    per_page = whole_number(form_text(fields, "per_page"), "per_page")
     if per_page is not None:
         args["per_page"] = per_page
-    page = _int(_text(fields, "page"), "page")
+    page = whole_number(form_text(fields, "page"), "page")
     if page is not None:
         args["page"] = page
-    filters = _json_field(_text(fields, "filters"), "filters")
+    filters = _json_field(form_text(fields, "filters"), "filters")
     if filters:
         args["filters"] = filters
     for flag in ("ingest_all", "resume"):
-        if _text(fields, flag):
+        if form_text(fields, flag):
             args[flag] = True
-    return await view.call("analysis_ingest", _with_project(args, project))
+    return await view.call("analysis_ingest", with_project(args, project))
 
 
 async def _session(view: Viewer, aid: str, project: str) -> dict[str, Any]:
-    return await view.call("analysis_session", _with_project({"analysis_id": aid}, project))
+    return await view.call("analysis_session", with_project({"analysis_id": aid}, project))
 
 
 @router.get("/sessions/{analysis_id}")
 async def session_page(request: Request, analysis_id: str) -> Response:
     """One session; with `mode` in the query string, the result of that analysis_query too."""
     view = await viewer(request)
-    project = _project(request)
+    project = chosen_project(request)
     session = await _session(view, analysis_id, project)
     params = request.query_params
     query: dict[str, Any] = {k: params.get(k, "").strip() for k in ("mode", "model", "group_by", "where", "query")}
@@ -221,7 +205,7 @@ async def _run_query(view: Viewer, aid: str, project: str, query: dict[str, Any]
             args["where"] = where
     if mode == "semantic" and query["query"]:
         args["query"] = query["query"]
-    limit = _int(query["limit"], "limit")
+    limit = whole_number(query["limit"], "limit")
     if limit is not None:
         if mode in ("aggregate", "filter"):
             args["limit"] = limit
@@ -229,7 +213,7 @@ async def _run_query(view: Viewer, aid: str, project: str, query: dict[str, Any]
             args["sample_size"] = limit
         elif mode == "semantic":
             args["top_k"] = limit
-    result = await view.call("analysis_query", _with_project(args, project))
+    result = await view.call("analysis_query", with_project(args, project))
     chart = None
     if mode == "aggregate" and result.get("groups"):
         chart = await vega_lite_png(aggregate_spec(query["group_by"], result["groups"]))
@@ -260,9 +244,11 @@ async def act(request: Request, analysis_id: str) -> Response:
     """Run analysis_act (a dry run unless asked otherwise) and show what succeeded and failed."""
     view = await viewer(request)
     fields = await view.form()
-    project = _project(request, fields)
-    form: dict[str, Any] = {k: _text(fields, k) for k in ("model", "action", "where", "attributes", "deadline_seconds")}
-    form["dry_run"] = bool(_text(fields, "dry_run"))
+    project = chosen_project(request, fields)
+    form: dict[str, Any] = {
+        k: form_text(fields, k) for k in ("model", "action", "where", "attributes", "deadline_seconds")
+    }
+    form["dry_run"] = bool(form_text(fields, "dry_run"))
     result, error = None, None
     try:
         args: dict[str, Any] = {
@@ -277,10 +263,10 @@ async def act(request: Request, analysis_id: str) -> Response:
         attributes = _json_field(form["attributes"], "attributes")
         if attributes:
             args["attributes"] = attributes
-        deadline = _int(form["deadline_seconds"], "deadline_seconds")
+        deadline = whole_number(form["deadline_seconds"], "deadline_seconds")
         if deadline is not None:
             args["deadline_seconds"] = deadline
-        result = await view.call("analysis_act", _with_project(args, project))
+        result = await view.call("analysis_act", with_project(args, project))
     except CairnError as exc:
         error = _error(exc)
     session = await _session(view, analysis_id, project)
@@ -292,7 +278,7 @@ async def ingest_more(request: Request, analysis_id: str) -> Response:
     """Ingest (more of) a model into this session."""
     view = await viewer(request)
     fields = await view.form()
-    project = _project(request, fields)
+    project = chosen_project(request, fields)
     try:
         done = await _ingest(view, fields, analysis_id, project)
     except CairnError as exc:
@@ -306,7 +292,7 @@ async def clear(request: Request, analysis_id: str) -> Response:
     """Delete the session's records and findings."""
     view = await viewer(request)
     fields = await view.form()
-    project = _project(request, fields)
-    done = await view.call("analysis_clear", _with_project({"analysis_id": analysis_id}, project))
+    project = chosen_project(request, fields)
+    done = await view.call("analysis_clear", with_project({"analysis_id": analysis_id}, project))
     back = "/ui/analysis" + (f"?{urlencode({'project': project})}" if project else "")
     return view.redirect(back, flash=done["message"])

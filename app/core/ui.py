@@ -331,6 +331,47 @@ class Viewer:
         return response
 
 
+def form_text(fields: Mapping[str, Any], name: str, limit: int | None = None) -> str:
+    """One field of a posted form, stripped ("" when absent).
+
+    Raises:
+        InvalidInput: the field was sent more than once, or is longer than `limit` characters.
+    """
+    value = fields.get(name, "")
+    if isinstance(value, list):
+        raise InvalidInput(f"'{name}' was sent more than once")
+    text = str(value).strip()
+    if limit is not None and len(text) > limit:
+        raise InvalidInput(f"'{name}' is longer than {limit} characters")
+    return text
+
+
+def whole_number(raw: str | None, name: str) -> int | None:
+    """A whole number typed into a form or a query string (None when empty).
+
+    Raises:
+        InvalidInput: not a whole number.
+    """
+    if raw is None or not raw.strip():
+        return None
+    try:
+        return int(raw)
+    except ValueError:
+        raise InvalidInput(f"'{name}' must be a whole number") from None
+
+
+def chosen_project(request: Request, fields: Mapping[str, Any] | None = None) -> str:
+    """The project a page was asked for: the posted form's `project` field, else the query string's
+    ("" for none; the operations check the name and the key's binding)."""
+    raw = form_text(fields, "project") if fields is not None else request.query_params.get("project", "").strip()
+    return raw[:128]
+
+
+def with_project(args: dict[str, Any], project: str) -> dict[str, Any]:
+    """`args` with the page's project, when one was chosen (else the key's or the default applies)."""
+    return {**args, "project": project} if project else args
+
+
 def _data(result: BaseModel) -> dict[str, Any]:
     data: dict[str, Any] = result.model_dump(mode="json", by_alias=True)
     return data

@@ -7,8 +7,7 @@ from typing import Any
 from fastapi import Request
 from fastapi.responses import Response
 
-from app.core.errors import InvalidInput
-from app.core.ui import ConsoleSection, console_router, viewer
+from app.core.ui import ConsoleSection, console_router, form_text, viewer
 
 router = console_router("/admin")
 SCOPES = ("read", "write", "admin")
@@ -17,13 +16,6 @@ SCOPES = ("read", "write", "admin")
 def sections() -> list[ConsoleSection]:
     """The admin section (shown to admin keys; the operations check their scope themselves)."""
     return [ConsoleSection(title="Admin", path="/ui/admin", router=router, scope="admin")]
-
-
-def _text(fields: dict[str, Any], name: str) -> str:
-    value = fields.get(name, "")
-    if isinstance(value, list):
-        raise InvalidInput(f"'{name}' was sent more than once")
-    return str(value).strip()
 
 
 @router.get("")
@@ -42,10 +34,10 @@ async def create_key(request: Request) -> Response:
     fields = await view.form()
     scopes = fields.get("scopes", [])
     args: dict[str, Any] = {
-        "name": _text(fields, "name"),
+        "name": form_text(fields, "name"),
         "scopes": scopes if isinstance(scopes, list) else [scopes],
     }
-    project = _text(fields, "project")
+    project = form_text(fields, "project")
     if project:
         args["project"] = project
     created = await view.call("create_key", args)

@@ -13,7 +13,17 @@ from fastapi import Request
 from fastapi.responses import FileResponse, Response
 
 from app.core.errors import CairnError, Forbidden, InvalidInput, Unauthenticated
-from app.core.ui import SECURITY_HEADERS, ConsoleSection, Viewer, console_router, viewer
+from app.core.ui import (
+    SECURITY_HEADERS,
+    ConsoleSection,
+    Viewer,
+    chosen_project,
+    console_router,
+    form_text,
+    viewer,
+    whole_number,
+    with_project,
+)
 
 router = console_router("/datasets")
 SECTIONS = (
@@ -28,29 +38,9 @@ MAX_TOKENS = 20_000  # the console shows more than an agent's default answer
 ROWS_SHOWN = 100
 
 
-def _text(fields: dict[str, Any], name: str) -> str:
-    value = fields.get(name, "")
-    if isinstance(value, list):
-        raise InvalidInput(f"'{name}' was sent more than once")
-    return str(value).strip()
-
-
 def _int(raw: str, name: str, default: int) -> int:
-    if not raw:
-        return default
-    try:
-        return int(raw)
-    except ValueError:
-        raise InvalidInput(f"'{name}' must be a whole number") from None
-
-
-def _project(request: Request, fields: dict[str, Any] | None = None) -> str:
-    raw = _text(fields, "project") if fields is not None else request.query_params.get("project", "").strip()
-    return raw[:128]
-
-
-def _with_project(args: dict[str, Any], project: str) -> dict[str, Any]:
-    return {**args, "project": project} if project else args
+    number = whole_number(raw, name)
+    return default if number is None else number
 
 
 def _url(page: str, /, **params: Any) -> str:
@@ -83,9 +73,9 @@ def _files(raw: str) -> list[str]:
 async def datasets_page(request: Request) -> Response:
     """Registered datasets and the data files of the project's readable folders."""
     view = await viewer(request)
-    project = _project(request)
+    project = chosen_project(request)
     offset = max(_int(request.query_params.get("offset", ""), "offset", 0), 0)
-    listed = await view.call("list_datasets", _with_project({"limit": PAGE, "offset": offset}, project))
+    listed = await view.call("list_datasets", with_project({"limit": PAGE, "offset": offset}, project))
     return view.render("datasets/list.html", listed=listed, project=project, offset=offset, page=PAGE, url=_url)
 
 
@@ -94,9 +84,9 @@ async def register(request: Request) -> Response:
     """Give a file of the data roots a name."""
     view = await viewer(request)
     fields = await view.form()
-    project = _project(request, fields)
-    args = {k: _text(fields, k) for k in ("name", "path", "description")}
-    done = await view.call("register_dataset", _with_project(args, project))
+    project = chosen_project(request, fields)
+    args = {k: form_text(fields, k) for k in ("name", "path", "description")}
+    done = await view.call("register_dataset", with_project(args, project))
     verb = "registered" if done["created"] else "already registered"
     return view.redirect(
         _url("", project=project), flash=f"Dataset {done['dataset']['name']} {verb} ({done['dataset']['path']})"
@@ -110,13 +100,13 @@ async def register(request: Request) -> Response:
 async def profile_page(request: Request) -> Response:
     """A dataset's profile: statistics, recommendations, every column, histograms of numeric columns."""
     view = await viewer(request)
-    project = _project(request)
+    project = chosen_project(request)
     file = request.query_params.get("file", "").strip()
     if not file:
         raise InvalidInput("Say which dataset to profile (?file=name or path)")
     profile = await view.call(
         "profile_dataset",
-        _with_project({"file_path": file, "detail": "full", "max_categories": 10, "max_tokens": MAX_TOKENS}, project),
+        with_project({"file_path": file, "detail": "full", "max_categories": 10, "max_tokens": MAX_TOKENS}, project),
     )
     histograms: dict[str, Any] = {}
     numeric = [c["name"] for c in profile["schema"]["columns"] if isinstance(c, dict) and c["type"] in NUMERIC]
@@ -138,7 +128,7 @@ async def _histogram(view: Viewer, file: str, column: str, project: str) -> dict
     try:
         out = await view.call(
             "execute_query",
-            _with_project(
+            with_project(
                 {
                     "query": f"SELECT {quoted(column)} FROM data",
                     "files": [file],
@@ -167,7 +157,7 @@ def _default_sql(file: str) -> str:
 async def query_page(request: Request) -> Response:
     """The SQL form (its inputs prefilled from ?file=)."""
     view = await viewer(request)
-    project = _project(request)
+    project = chosen_project(request)
     file = request.query_params.get("file", "").strip()
     form = {"query": _default_sql(file), "files": file, "chart_type": "", "return_limit": str(ROWS_SHOWN)}
     return _render_query(view, project, form)
@@ -192,8 +182,8 @@ async def run_query(request: Request) -> Response:
     """Run execute_query and show its first rows, the chart and the stored result's export form."""
     view = await viewer(request)
     fields = await view.form()
-    project = _project(request, fields)
-    form = {k: _text(fields, k) for k in ("query", "files", "chart_type", "return_limit")}
+    project = chosen_project(request, fields)
+    form = {k: form_text(fields, k) for k in ("query", "files", "chart_type", "return_limit")}
     result, error = None, None
     try:
         args: dict[str, Any] = {
@@ -207,7 +197,7 @@ async def run_query(request: Request) -> Response:
             if form["chart_type"] not in CHART_TYPES:
                 raise InvalidInput(f"Unknown chart type {form['chart_type'][:40]!r}")
             args.update(generate_chart=True, chart_type=form["chart_type"], chart_format="png")
-        result = await view.call("execute_query", _with_project(args, project))
+        result = await view.call("execute_query", with_project(args, project))
     except CairnError as exc:
         error = _error(exc)
     return _render_query(view, project, form, result=result, error=error)
@@ -217,11 +207,11 @@ async def run_query(request: Request) -> Response:
 async def result_page(request: Request, query_id: str) -> Response:
     """A page of a stored result (get_result), with the export form."""
     view = await viewer(request)
-    project = _project(request)
+    project = chosen_project(request)
     offset = max(_int(request.query_params.get("offset", ""), "offset", 0), 0)
     page = await view.call(
         "get_result",
-        _with_project({"query_id": query_id, "offset": offset, "limit": ROWS_SHOWN, "max_tokens": MAX_TOKENS}, project),
+        with_project({"query_id": query_id, "offset": offset, "limit": ROWS_SHOWN, "max_tokens": MAX_TOKENS}, project),
     )
     return view.render(
         "datasets/result.html", page=page, project=project, formats=EXPORT_FORMATS, url=_url, exported=None
@@ -236,20 +226,20 @@ async def export(request: Request) -> Response:
     """Export a stored result into the project's folder, then offer its files for download."""
     view = await viewer(request)
     fields = await view.form()
-    project = _project(request, fields)
+    project = chosen_project(request, fields)
     args: dict[str, Any] = {
-        "query_id": _text(fields, "query_id"),
-        "format": _text(fields, "format") or "csv",
-        "destination": _text(fields, "destination") or "exports",
+        "query_id": form_text(fields, "query_id"),
+        "format": form_text(fields, "format") or "csv",
+        "destination": form_text(fields, "destination") or "exports",
     }
-    filename = _text(fields, "filename")
+    filename = form_text(fields, "filename")
     if filename:
         args["filename"] = filename
-    if _text(fields, "overwrite"):
+    if form_text(fields, "overwrite"):
         args["overwrite"] = True
     exported, error = None, None
     try:
-        exported = await view.call("export_result", _with_project(args, project))
+        exported = await view.call("export_result", with_project(args, project))
     except CairnError as exc:
         error = _error(exc)
     return view.render(
@@ -267,8 +257,8 @@ async def export(request: Request) -> Response:
 async def download(request: Request) -> Response:
     """Stream a file of the project's folder, once download_export has checked the caller may read it."""
     view = await viewer(request)
-    project = _project(request)
-    checked = await view.call("download_export", _with_project({"path": request.query_params.get("path", "")}, project))
+    project = chosen_project(request)
+    checked = await view.call("download_export", with_project({"path": request.query_params.get("path", "")}, project))
     headers = {k: v for k, v in SECURITY_HEADERS.items() if k != "Content-Security-Policy"}
     return FileResponse(
         checked["path"],

@@ -18,7 +18,7 @@ from fastapi.responses import Response
 
 from app.core.charts import vega_lite_png
 from app.core.errors import InvalidInput
-from app.core.ui import CONSOLE_PATH, ConsoleSection, Viewer, console_router, viewer
+from app.core.ui import CONSOLE_PATH, ConsoleSection, Viewer, console_router, form_text, viewer
 from app.graph.schemas import MAX_NAME_CHARS, MAX_OBSERVATION_CHARS
 
 SECTION_PATH = CONSOLE_PATH + "/graph"
@@ -49,14 +49,8 @@ SIGNALS = (
 
 
 def _text(fields: dict[str, Any], name: str, limit: int = MAX_OBSERVATION_CHARS) -> str:
-    """One text field of a posted form, stripped."""
-    value = fields.get(name, "")
-    if isinstance(value, list):
-        raise InvalidInput(f"'{name}' was sent more than once")
-    text = str(value).strip()
-    if len(text) > limit:
-        raise InvalidInput(f"'{name}' is longer than {limit} characters")
-    return text
+    """One text field of a posted form, stripped, at most an observation's length by default."""
+    return form_text(fields, name, limit)
 
 
 def _int(value: str | None, default: int, low: int, high: int) -> int:

@@ -21,7 +21,7 @@ from fastapi import Request
 from fastapi.responses import Response
 
 from app.core.errors import CairnError, InvalidInput, Unauthenticated
-from app.core.ui import CONSOLE_PATH, ConsoleSection, console_router, viewer
+from app.core.ui import CONSOLE_PATH, ConsoleSection, console_router, form_text, viewer
 from app.memory.schemas import MAX_TAGS
 
 MEMORY_PATH = CONSOLE_PATH + "/memory"
@@ -49,14 +49,8 @@ _CITED = re.compile(r"^\[(\d+)\](?: \(\d{4}-\d{2}-\d{2}\))? (.*)$")
 
 
 def _text(fields: dict[str, Any], name: str, limit: int = 2000) -> str:
-    """One field of a posted form, stripped."""
-    value = fields.get(name, "")
-    if isinstance(value, list):
-        raise InvalidInput(f"'{name}' was sent more than once")
-    text = str(value).strip()
-    if len(text) > limit:
-        raise InvalidInput(f"'{name}' is longer than {limit} characters")
-    return text
+    """One field of a posted form, stripped, at most `limit` characters."""
+    return form_text(fields, name, limit)
 
 
 def _words(value: str) -> list[str]:

@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from app.core.ui import _csrf_of, _fmt_time, _json_script, safe_next
+from app.core.errors import InvalidInput
+from app.core.ui import _csrf_of, _fmt_time, _json_script, form_text, safe_next, whole_number, with_project
 
 
 @pytest.mark.parametrize(
@@ -45,3 +46,20 @@ def test_times_read_as_iso_text_or_datetimes() -> None:
     assert _fmt_time("2026-11-25T02:14:26.123+00:00") == "2026-11-25 02:14:26"
     assert _fmt_time("not a time") == "not a time"
     assert _fmt_time(None) == ""
+
+
+def test_form_fields_are_single_stripped_and_bounded() -> None:
+    fields = {"name": "  a name ", "twice": ["a", "b"], "long": "x" * 11}
+    assert form_text(fields, "name") == "a name" and form_text(fields, "absent") == ""
+    for name, limit in (("twice", None), ("long", 10)):
+        with pytest.raises(InvalidInput):
+            form_text(fields, name, limit)
+    assert form_text(fields, "long", 11) == "x" * 11
+
+
+def test_whole_numbers_and_projects() -> None:
+    assert whole_number("42", "n") == 42 and whole_number(" ", "n") is None and whole_number(None, "n") is None
+    with pytest.raises(InvalidInput):
+        whole_number("4.2", "n")
+    assert with_project({"a": 1}, "") == {"a": 1}
+    assert with_project({"a": 1}, "alpha") == {"a": 1, "project": "alpha"}
