@@ -93,6 +93,10 @@ class ConsoleSection:
     scope: str = "read"
 
 
+# Who pages without a resolved key show: no name, no scope (the navigation is empty).
+SIGNED_OUT = Principal(key_id=None, name="", scopes=frozenset())
+
+
 class SignInRequired(Unauthenticated):
     """The console needs a valid API key (rendered as a redirect to the sign-in page)."""
 
@@ -411,14 +415,10 @@ async def viewer(request: Request) -> Viewer:
 
 
 async def anonymous(request: Request) -> Viewer:
-    """The caller of the sign-in page, who may not be signed in yet."""
-    console = console_of(request)
+    """The caller of the sign-in and sign-out forms, who may not be signed in: the key cookie is not
+    looked up (a stale one would cost a lookup and count as a failed attempt on every visit)."""
     seed, new = _seed(request)
-    try:
-        principal = await console.principal(request.cookies.get(KEY_COOKIE))
-    except CairnError:
-        principal = Principal(key_id=None, name="signed out", scopes=frozenset())
-    return Viewer(request, console, principal, seed, new)
+    return Viewer(request, console_of(request), SIGNED_OUT, seed, new)
 
 
 def error_page(request: Request, exc: CairnError) -> Response:
@@ -436,8 +436,7 @@ def error_page(request: Request, exc: CairnError) -> Response:
         response.delete_cookie(KEY_COOKIE, path=CONSOLE_PATH, httponly=True, samesite="strict")
         return response
     seed, new = _seed(request)
-    principal = Principal(key_id=None, name="", scopes=frozenset())
-    view = Viewer(request, console, principal, seed, new)
+    view = Viewer(request, console, SIGNED_OUT, seed, new)
     body = exc.body()["error"]
     return view.render("console/error.html", status=exc.status, error=body)
 

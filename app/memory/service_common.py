@@ -28,6 +28,13 @@ def settings(ctx: CallContext) -> MemorySettings:
     return ctx.feature_settings(MemorySettings)
 
 
+def visible(ctx: CallContext, row: dict[str, Any]) -> bool:
+    """Whether the caller may see a memory row: a key bound to a project sees only that project's
+    (the others answer as missing)."""
+    bound = ctx.bound_project
+    return bound is None or row["project"] == bound
+
+
 def content_hash(text: str) -> str:
     """SHA-256 of a text (the dedupe key of chunks)."""
     return hashlib.sha256(text.encode("utf-8")).hexdigest()

@@ -7,6 +7,7 @@ from typing import Any
 
 from app.core.context import CallContext
 from app.core.errors import NotFound
+from app.memory import service_common as common
 from app.memory.repository_items import Members, MemoryItemsRepository
 from app.memory.schemas_items import (
     DeleteMemoryIn,
@@ -25,8 +26,7 @@ async def _row(ctx: CallContext, repo: MemoryItemsRepository, memory_id: uuid.UU
     """The memory, if the key may see it: a key bound to a project sees no other project's memories
     (they answer as missing, as get_thought does)."""
     row = await repo.get(memory_id)
-    bound = ctx.bound_project
-    if row is None or (bound is not None and row["project"] != bound):
+    if row is None or not common.visible(ctx, row):
         raise NotFound(
             f"No memory with id {memory_id}", suggestions=["Find ids with search (each result's id) or list_thoughts"]
         )

@@ -88,8 +88,7 @@ def _check_size(ctx: CallContext, content: str) -> None:
 
 async def _row(ctx: CallContext, memory_id: uuid.UUID) -> dict[str, Any]:
     row = (await MemoryRepository(ctx.session).fetch([memory_id], ctx.embedder.model)).get(memory_id)
-    bound = ctx.bound_project
-    if row is None or (bound is not None and row["project"] != bound):
+    if row is None or not common.visible(ctx, row):
         raise NotFound(
             f"No thought with id {memory_id}", suggestions=["Find ids with list_thoughts or search_thoughts"]
         )
