@@ -94,7 +94,10 @@ class Cache:
         return self.dir / (key.replace(":", "_") + ".json")
 
     def get(self, key: str) -> dict[str, Any] | None:
-        """The live entry for `key`, or None (expired entries are dropped)."""
+        """The live entry for `key`, or None (expired entries are dropped). Always None when the TTL is
+        0: the cache is off."""
+        if self.ttl <= 0:
+            return None
         now = time.time()
         with self._lock:
             entry = self._mem.get(key)
@@ -115,7 +118,9 @@ class Cache:
         return path is None or Path(path).is_file()
 
     def put(self, key: str, entry: dict[str, Any]) -> None:
-        """Store an entry (memory and disk)."""
+        """Store an entry (memory and disk); nothing with a TTL of 0."""
+        if self.ttl <= 0:
+            return
         entry = {**entry, "key": key, "created_at": time.time(), "expires_at": time.time() + self.ttl}
         try:
             tmp = self._file(key).with_suffix(".tmp")

@@ -510,11 +510,7 @@ class Lease:
             self.con.execute(f"CREATE OR REPLACE VIEW {ident(name)} AS {spec[0]}")
             pooled.views[name] = spec
         if changed:
-            pooled.catalog = self._catalog()
-
-    def _catalog(self) -> list[str]:
-        """What the database holds beyond its built-in objects (see `_LEFTOVERS`), sorted."""
-        return sorted(str(r[0]) for r in self._pooled.db.execute(_LEFTOVERS).fetchall())
+            pooled.catalog = _catalog(pooled.db)
 
     def discard(self) -> None:
         """Close the database at the end of the lease instead of reusing it."""
@@ -526,22 +522,32 @@ class Lease:
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
         if exc is not None and not isinstance(exc, STATEMENT_ERRORS):
             self.reusable = False
-        self._pool._release(self._lock, self._pooled, self._reset(), self._keep)
-
-    def _reset(self) -> bool:
-        """Close this call's connection; True when the database holds only the views `use_views` made."""
         try:
             self.con.close()
-            if not self.reusable:
-                return False
-            return self._catalog() == self._pooled.catalog
         except Exception:
-            return False
+            self.reusable = False
+        if self.reusable and self._pool.defer_checks:
+            self._pool._unsettled.append((self._lock, self._pooled, self._keep))
+        else:
+            self._pool._release(self._lock, self._pooled, self.reusable and _clean(self._pooled), self._keep)
+
+
+def _clean(pooled: _Pooled) -> bool:
+    """True when the database holds only the views `Lease.use_views` made (its catalog as then)."""
+    try:
+        return _catalog(pooled.db) == pooled.catalog
+    except Exception:
+        return False
+
+
+def _catalog(db: duckdb.DuckDBPyConnection) -> list[str]:
+    """What a database holds beyond its built-in objects (see `_LEFTOVERS`), sorted."""
+    return sorted(str(r[0]) for r in db.execute(_LEFTOVERS).fetchall())
 
 
 @dataclass
 class _Pooled:
-    """A locked database, the views it holds (name -> (body, stamp)) and its catalog as `Lease._catalog`
+    """A locked database, the views it holds (name -> (body, stamp)) and its catalog as `_catalog`
     read it after they were made."""
 
     db: duckdb.DuckDBPyConnection
@@ -559,12 +565,24 @@ class ConnectionPool:
         self._mutex = threading.Lock()
         self._max_lockdowns = max_lockdowns
         self.opened = 0
+        # A worker process sets this: the leftover check of a database a call used (a catalog query,
+        # most of a millisecond) then waits for `settle`, which the worker runs once it has answered.
+        self.defer_checks = False
+        self._unsettled: list[tuple[Lockdown, _Pooled, int]] = []
 
     def lease(self, lock: Lockdown, keep: int) -> Lease:
         """A lease on an idle database of `lock`, or on a newly opened one."""
         return Lease(self, lock, keep)
 
+    def settle(self) -> None:
+        """Check the databases whose calls ended since the last time (see `defer_checks`), and give
+        back the clean ones; a database with a leftover is closed."""
+        while self._unsettled:
+            lock, pooled, keep = self._unsettled.pop()
+            self._release(lock, pooled, _clean(pooled), keep)
+
     def _take(self, lock: Lockdown) -> _Pooled:
+        self.settle()
         with self._mutex:
             idle = self._idle.get(lock)
             if idle:
@@ -720,6 +738,27 @@ def run_with_timeout(con: duckdb.DuckDBPyConnection, seconds: float, fn: Callabl
                 raise TimedOut() from None
             raise
     return value, dog.fired
+
+
+# A call whose caller takes an early answer (`WorkerPool.run_staged`) may send one before it ends.
+EARLY_ALLOWED: ContextVar[bool] = ContextVar("cairn_datasets_early", default=False)
+_early_sender: Callable[[Any], None] | None = None
+
+
+def set_early_sender(send: Callable[[Any], None]) -> None:
+    """How this (worker) process sends an early answer to the server."""
+    global _early_sender
+    _early_sender = send
+
+
+def answer_early(value: Any) -> bool:
+    """Send `value` as the current call's answer now, while the call goes on (e.g. to store a result
+    its caller does not wait for); False (nothing sent) unless the call runs in a worker process for a
+    caller that takes early answers. The call's final value or error is sent when it ends."""
+    if _early_sender is None or not EARLY_ALLOWED.get():
+        return False
+    _early_sender(value)
+    return True
 
 
 class TimedOut(Exception):

@@ -7,10 +7,13 @@ import asyncio
 import contextlib
 import csv
 import dataclasses
+import datetime
 import io
+import logging
 import os
 import re
 import stat
+import time
 import uuid
 from collections.abc import Awaitable, Iterator
 from contextvars import ContextVar
@@ -68,6 +71,7 @@ from app.datasets.schemas import (
     Visualization,
 )
 
+log = logging.getLogger("cairn.datasets")
 QUERY_ID = re.compile(r"\bq_[0-9a-f]{16}\b")
 _NAME_RE = re.compile(DATASET_NAME)
 MAX_LISTED_FILES = 200
@@ -218,19 +222,57 @@ def _view_name(text: str, taken: set[str]) -> str:
     return name
 
 
+def _is_name(ref: str) -> bool:
+    """True when `ref` may name a registered dataset (else it is a path or a glob)."""
+    return bool(_NAME_RE.fullmatch(ref)) and not any(ch in ref for ch in "./*")
+
+
+async def _registered(ctx: CallContext, space: Space, refs: list[str]) -> dict[str, Dataset]:
+    """The datasets of the space's project that `refs` name (one query)."""
+    names = [r for r in refs if _is_name(r)]
+    return await DatasetRepository(ctx.session, space.project).get_many(names) if names else {}
+
+
+def _source_of(ref: str, registered: dict[str, Dataset], rts: list[Path], taken: set[str]) -> engine.Source:
+    """`ref` as a Source: the registered dataset it names, else a path/glob inside the roots `rts`; its
+    view is named apart from the names `taken`. Looks at the filesystem."""
+    ds = registered.get(ref) if _is_name(ref) else None
+    if ds is not None:
+        pattern, files = resolve_path(ds.path, rts)
+        name = ref.lower() if ref.lower() not in taken else _view_name(ref, taken)
+        return engine.make_source(name, pattern, files)
+    pattern, files = resolve_path(ref, rts)
+    return engine.make_source(_view_name(ref, taken), pattern, files)
+
+
 async def resolve_source(ctx: CallContext, space: Space, ref: str, taken: set[str] | None = None) -> engine.Source:
     """A dataset name registered in the space's project, or a path/glob inside its readable roots, as a
     Source."""
-    taken = taken if taken is not None else set()
-    rts = space.roots
-    if _NAME_RE.fullmatch(ref) and not any(ch in ref for ch in "./*"):
-        ds = await DatasetRepository(ctx.session, space.project).get(ref)
-        if ds is not None:
-            pattern, files = await asyncio.to_thread(resolve_path, ds.path, rts)
-            name = ref.lower() if ref.lower() not in taken else _view_name(ref, taken)
-            return engine.make_source(name, pattern, files)
-    pattern, files = await asyncio.to_thread(resolve_path, ref, rts)
-    return engine.make_source(_view_name(ref, taken), pattern, files)
+    registered = await _registered(ctx, space, [ref])
+    return await asyncio.to_thread(_source_of, ref, registered, space.roots, taken if taken is not None else set())
+
+
+def _sources_of(
+    refs: list[str], registered: dict[str, Dataset], rts: list[Path]
+) -> tuple[list[engine.Source], list[str], set[str]]:
+    """The sources `refs` (execute_query's `files`) name, in order, the stored results they name, and
+    every view name taken. A single source is also the view `data`. Looks at the filesystem."""
+    sources: list[engine.Source] = []
+    taken: set[str] = set()
+    result_ids: list[str] = []
+    for ref in refs:
+        if QUERY_ID.fullmatch(ref):
+            result_ids.append(ref)
+            taken.add(ref)
+            continue
+        src = _source_of(ref, registered, rts, taken)
+        taken.add(src.name)
+        sources.append(src)
+    if len(sources) == 1 and "data" not in taken:
+        first = sources[0]
+        sources.append(engine.Source(name="data", pattern=first.pattern, files=first.files, fmt=first.fmt))
+        taken.add("data")
+    return sources, result_ids, taken
 
 
 # ------------------------------------------------------------------------------------------------ profile
@@ -373,33 +415,26 @@ async def _execute_query(ctx: CallContext, args: QueryIn) -> QueryOut:
         sql = polars_expr.compile_expr(args.query)
     space = await space_of(ctx, args.project)
     rts = space.roots
-    sources: list[engine.Source] = []
-    taken: set[str] = set()
-    result_ids: list[str] = []
-    for ref in args.files:
-        if QUERY_ID.fullmatch(ref):
-            result_ids.append(ref)
-            taken.add(ref)
-            continue
-        src = await resolve_source(ctx, space, ref, taken)
-        taken.add(src.name)
-        sources.append(src)
-    if len(sources) == 1 and "data" not in taken:
-        sources.append(
-            engine.Source(name="data", pattern=sources[0].pattern, files=sources[0].files, fmt=sources[0].fmt)
-        )
-        taken.add("data")
+    refs = list(args.files)
+    registered = await _registered(ctx, space, [r for r in refs if not QUERY_ID.fullmatch(r)])
     if engine_used == "python":
+        sources, _, taken = await asyncio.to_thread(_sources_of, refs, registered, rts)
         return await _run_python(ctx, space, args, sources, sorted(taken))
     queries = QueryRepository(ctx.session, space.project)
     # Stored results the query may name (a superset: the text before it is checked), read before the
-    # one thread hop that checks the query and looks its result up in the cache.
-    named = await queries.get_many(list(dict.fromkeys(result_ids + QUERY_ID.findall(sql))))
+    # one thread hop that finds the files, checks the query and looks its result up in the cache.
+    named = await queries.get_many(
+        list(dict.fromkeys([r for r in refs if QUERY_ID.fullmatch(r)] + QUERY_ID.findall(sql)))
+    )
+    for q in named.values():
+        await _settled(q.query_id, Path(q.result_path), q.created_at)
     cache = cache_of(ctx)
-    views = {s.name: s.sql() for s in sources}
     results_dir = space.work / "results"
 
-    def check_and_lookup() -> tuple[str, list[str], dict[str, Path], list[list[Any]], str, dict[str, Any] | None]:
+    def prepare() -> tuple[
+        list[engine.Source], set[str], str, list[str], dict[str, Path], list[list[Any]], str, dict[str, Any] | None
+    ]:
+        sources, result_ids, taken = _sources_of(refs, registered, rts)
         checked, literal_files = _checked_sql(sql, rts)
         ids = result_ids + [q for q in QUERY_ID.findall(checked) if q not in result_ids]
         present = {
@@ -413,14 +448,15 @@ async def _execute_query(ctx: CallContext, args: QueryIn) -> QueryOut:
             "query",
             project=space.project,
             sql=normalize_sql(checked),
-            views=views,
+            views={s.name: s.sql() for s in sources},
             results=sorted(ids),
             files=fps,
             max_rows=cfg.datasets_result_max_rows,
         )
-        return checked, ids, present, fps, key, (cache.get(key) if len(present) == len(ids) else None)
+        hit = cache.get(key) if len(present) == len(ids) else None
+        return sources, taken, checked, ids, present, fps, key, hit
 
-    checked, result_ids, result_views, fps, key, hit = await asyncio.to_thread(check_and_lookup)
+    sources, taken, checked, result_ids, result_views, fps, key, hit = await asyncio.to_thread(prepare)
     missing = [q for q in result_ids if q not in named]
     if missing:
         raise NotFound(f"Unknown query_id {missing[0]}", suggestions=["Run execute_query to get a query_id"])
@@ -429,6 +465,7 @@ async def _execute_query(ctx: CallContext, args: QueryIn) -> QueryOut:
         raise NotFound(f"The stored result {gone[0]} is gone", suggestions=["Run its query again"])
     ecfg = config(space, args.timeout_ms)
     head: list[dict[str, Any]] | None = None
+    later: asyncio.Future[Any] | None = None  # the stored file's write, when it ends after the answer
     pending: list[Awaitable[Any]] = []
     if hit is not None:
         meta, cache_hit = hit["meta"], True
@@ -436,7 +473,7 @@ async def _execute_query(ctx: CallContext, args: QueryIn) -> QueryOut:
         query_id = "q_" + uuid.uuid4().hex[:16]
         dest = ecfg.results / f"{query_id}.parquet"
         shown = _rows_shown(args)
-        res = await engine.offload(
+        res, later = await engine.offload_staged(
             engine.execute_to_store, ecfg, checked, sources, result_views, dest, cfg.datasets_result_max_rows, shown
         )
         head = res.head if shown else None
@@ -451,13 +488,61 @@ async def _execute_query(ctx: CallContext, args: QueryIn) -> QueryOut:
         }
         cache_hit = False
         entry = _cache_entry(meta, fps, args, space)
-        # The cache entry is written while the database records the result.
-        pending.append(asyncio.to_thread(_remember, cache, key, entry, cfg.datasets_result_ttl_seconds, res.path))
+        remember = (cache, key, entry, cfg.datasets_result_ttl_seconds, res.path)
+        if later is None:
+            # The cache entry is written while the database records the result.
+            pending.append(asyncio.to_thread(_remember, *remember))
+        else:
+            _store_later(query_id, later, remember)
     pending.append(queries.save(_result_row(ctx, meta, checked[:100_000], fps, key, args)))
     await asyncio.gather(*pending)
     # Reading the stored result back runs under the server's time limit, not the query's own.
     reader = dataclasses.replace(ecfg, timeout_s=cfg.datasets_query_timeout_ms / 1000.0)
-    return await _answer(args, meta, cache_hit, engine_used, checked, sorted(taken), reader, head)
+    return await _answer(args, meta, cache_hit, engine_used, checked, sorted(taken), reader, head, later)
+
+
+# Results answered before their file was in place (`engine.execute_to_store`'s early answer), by
+# query_id, until the file is: whoever reads one of them in this process waits for it (`_settled`).
+_WRITING: dict[str, asyncio.Future[Any]] = {}
+# How long a reader waits for the file of a result another server process has just answered with.
+SETTLE_S = 5.0
+
+
+def _store_later(query_id: str, later: asyncio.Future[Any], remember: tuple[Any, ...]) -> None:
+    """Track the file of a result answered early: readers wait for it, and its cache entry is written
+    once it is in place (an entry whose file is missing counts as a miss)."""
+    _WRITING[query_id] = later
+
+    def written(done: asyncio.Future[Any]) -> None:
+        _WRITING.pop(query_id, None)
+        if done.cancelled() or done.exception() is not None:
+            log.warning("the result %s was answered but its file was not written: %s", query_id, done.exception())
+            return
+        asyncio.get_running_loop().run_in_executor(None, _remember, *remember)
+
+    later.add_done_callback(written)
+
+
+async def _written(writing: asyncio.Future[Any]) -> None:
+    """Wait for a stored result's write to end, however it ends (a reader of a missing file says so)."""
+    with contextlib.suppress(Exception):
+        await asyncio.shield(writing)
+
+
+async def _settled(query_id: str, path: Path, created_at: Any) -> None:
+    """Return once the file of the stored result `query_id` is in place, or once it will not be: one
+    this process answered early is awaited; one answered moments ago by another process is looked for
+    until SETTLE_S after it was recorded."""
+    later = _WRITING.get(query_id)
+    if later is not None:
+        await _written(later)
+        return
+    if not isinstance(created_at, datetime.datetime):
+        return
+    until = created_at.timestamp() + SETTLE_S
+    # Written by another process: there is nothing to wait on but the file itself.
+    while not await asyncio.to_thread(path.is_file) and time.time() < until:  # noqa: ASYNC110
+        await asyncio.sleep(0.01)
 
 
 def _checked_sql(sql: str, rts: list[Path]) -> tuple[str, list[Path]]:
@@ -661,9 +746,12 @@ async def _answer(
     views: list[str],
     ecfg: engine.EngineConfig,
     head: list[dict[str, Any]] | None = None,
+    writing: asyncio.Future[Any] | None = None,
 ) -> QueryOut:
     """The reply within the budget. `head`: the first rows of the result when the query has just
-    stored them (else they are read from the stored file)."""
+    stored them (else they are read from the stored file); `writing`: the stored file's write, when it
+    is still under way (a summary of rows left out of the reply waits for it)."""
+    loop = asyncio.get_running_loop()
     path = Path(meta["result_path"])
     columns: list[str] = meta["columns"]
     # The stored file's types, when they are the result's: HUGEINT and INTERVAL values are stored as
@@ -728,6 +816,8 @@ async def _answer(
     summaries: dict[int, dict[str, Any]] = {}
 
     def rest_summary(offset: int) -> dict[str, Any]:
+        if writing is not None:  # in fit's thread
+            asyncio.run_coroutine_threadsafe(_written(writing), loop).result()
         if offset not in summaries:  # the ladder may ask twice for one offset: each is a worker call
             summaries[offset] = engine.offload_sync(engine.summarize_stored, ecfg, path, offset, described=described)
         return summaries[offset]
@@ -746,6 +836,7 @@ async def get_result(ctx: CallContext, args: ResultPageIn) -> ResultPageOut:
     if q is None:
         raise NotFound(f"Unknown query_id {args.query_id}", suggestions=["Run execute_query to get a query_id"])
     path = Path(q.result_path)
+    await _settled(q.query_id, path, q.created_at)
     rows = await engine.offload(engine.read_rows, config(space), path, args.offset, args.limit)
     columns = [c[0] for c in q.columns]
     limit = budget_of(args.max_tokens)
@@ -819,6 +910,7 @@ async def export_result(ctx: CallContext, args: ExportIn) -> ExportOut:
     if q is None:
         raise NotFound(f"Unknown query_id {args.query_id}", suggestions=["Run execute_query to get a query_id"])
     source = Path(q.result_path)
+    await _settled(q.query_id, source, q.created_at)
     if not inside(source, [space.work / "results"]) or not await asyncio.to_thread(source.is_file):
         raise NotFound("The stored result is gone (expired or evicted)", suggestions=["Run the query again"])
     columns = [c[0] for c in q.columns]

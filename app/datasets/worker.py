@@ -19,6 +19,10 @@ DuckDB checks an interrupt only between vectors, so a scalar function busy on on
   `EngineConfig`, sources and paths. The reply holds the function's value or its `CairnError` (class,
   message, suggestions, details, query context). A query's full result never travels: the worker writes it to the
   result store as Parquet and answers with its metadata and first rows, cut to a reply's bounds.
+  A caller of `run_staged` may get an early reply (`sandbox.answer_early`: a result whose rows are all
+  in the answer, sent before its file is written); the final reply follows, and until it comes the
+  worker and the slot stay taken. After replying, the worker checks the databases its call used for
+  leftovers (`sandbox.ConnectionPool.settle`) before it reads the next request.
 - **Time.** The worker's watchdog interrupts the statement when the call's time limit is reached (5003,
   and the worker is kept). If no answer has come `GRACE_S` later, the server kills the worker
   (SIGKILL), answers 5003 and starts a replacement.
@@ -273,8 +277,9 @@ class WorkerGone(Exception):
 @dataclass(frozen=True)
 class Reply:
     """A worker's answer: `status` 'ok' (`value` is the function's value), 'error' (`value` is a
-    CairnError's class, message, suggestions, details, headers, query_context) or 'crash' (`value` is
-    the exception).
+    CairnError's class, message, suggestions, details, headers, query_context), 'crash' (`value` is
+    the exception) or 'early' (`value` is what the function answered before it finished, see
+    `sandbox.answer_early`: its final reply follows).
     `recycle`: the worker ends after this reply (out of memory, an unexpected error). `opened`: the
     databases the worker has opened so far."""
 
@@ -382,7 +387,11 @@ class _Worker:
             self.conn.send(message)
         except (BrokenPipeError, ConnectionError):
             raise WorkerGone(sent=False) from None
-        deadline = time.monotonic() + timeout
+        return self.wait(time.monotonic() + timeout)
+
+    def wait(self, deadline: float) -> Reply | None:
+        """Wait until `deadline` (time.monotonic) for the worker's next reply (None when none came);
+        OverMemory as in `call`."""
         try:
             while not self.conn.poll(max(0.0, min(MEMORY_CHECK_S, deadline - time.monotonic()))):
                 if time.monotonic() >= deadline:
@@ -479,6 +488,41 @@ class WorkerPool:
 
     async def run(self, caller: str, fn: Callable[..., Any], cfg: EngineConfig, args: Any, kwargs: Any) -> Any:
         """`fn(cfg, *args, **kwargs)` in a worker, once `caller` has a slot."""
+        return await asyncio.shield(await self._start(caller, fn, cfg, args, kwargs, None))
+
+    async def run_staged(
+        self, caller: str, fn: Callable[..., Any], cfg: EngineConfig, args: Any, kwargs: Any
+    ) -> tuple[Any, asyncio.Future[Any] | None]:
+        """`run` for a function that may answer before it finishes (`sandbox.answer_early`): its early
+        value and the future of its final one, or its value and None when it answered only at the end.
+        The worker and the slot stay taken until the final answer."""
+        loop = asyncio.get_running_loop()
+        first: asyncio.Future[Any] = loop.create_future()
+
+        def take(value: Any) -> None:
+            if not first.done():
+                first.set_result(value)
+
+        def early(value: Any) -> None:  # in the conversation's thread
+            loop.call_soon_threadsafe(take, value)
+
+        done = await self._start(caller, fn, cfg, args, kwargs, early)
+        await asyncio.wait([first, asyncio.shield(done)], return_when=asyncio.FIRST_COMPLETED)
+        if first.done():
+            return first.result(), done
+        first.cancel()
+        return await asyncio.shield(done), None
+
+    async def _start(
+        self,
+        caller: str,
+        fn: Callable[..., Any],
+        cfg: EngineConfig,
+        args: Any,
+        kwargs: Any,
+        early: Callable[[Any], None] | None,
+    ) -> asyncio.Future[Any]:
+        """Take a slot for `caller` and a worker, and start the conversation in a thread: its future."""
         await self.slots.acquire(caller)
         try:
             worker = self._checkout()
@@ -487,7 +531,7 @@ class WorkerPool:
             raise
         try:
             done = asyncio.get_running_loop().run_in_executor(
-                self._threads, self._converse, caller, worker, (fn, cfg, args, kwargs)
+                self._threads, self._converse, caller, worker, (fn, cfg, args, kwargs), early
             )
         except BaseException as exc:
             self._checkin(worker)
@@ -496,9 +540,9 @@ class WorkerPool:
                 raise EngineError("The DuckDB workers are stopping", suggestions=["Retry"]) from None
             raise
         done.add_done_callback(_consume)
-        # A caller that goes away (cancelled) leaves the conversation to end by itself: it returns the
-        # worker and the slot.
-        return await asyncio.shield(done)
+        # A caller that goes away (cancelled) leaves the conversation to end by itself (callers await it
+        # shielded): it returns the worker and the slot.
+        return done
 
     def run_sync(self, caller: str, fn: Callable[..., Any], cfg: EngineConfig, args: Any, kwargs: Any) -> Any:
         """`run` for a thread."""
@@ -508,7 +552,7 @@ class WorkerPool:
         except BaseException:
             self.slots.release(caller)
             raise
-        return self._converse(caller, worker, (fn, cfg, args, kwargs))
+        return self._converse(caller, worker, (fn, cfg, args, kwargs), None)
 
     def _checkout(self) -> _Worker:
         with self._lock:
@@ -583,9 +627,12 @@ class WorkerPool:
         worker.wait_ready(BOOT_TIMEOUT_S)
         return worker
 
-    def _converse(self, caller: str, worker: _Worker, request: tuple[Any, ...]) -> Any:
+    def _converse(
+        self, caller: str, worker: _Worker, request: tuple[Any, ...], early: Callable[[Any], None] | None
+    ) -> Any:
         """Run one request on `worker`, in a thread; give back the worker (or its replacement) and the
-        slot however it ends."""
+        slot however it ends. An early answer goes to `early` (a caller of `run` gets none: its
+        function was not told it may answer early) and the conversation waits for the final one."""
         fn, cfg, args, kwargs = request
         try:
             self._renew_dead()
@@ -604,8 +651,9 @@ class WorkerPool:
                     headers={"Retry-After": "1"},
                 ) from None
             worker.works.add(cfg.work)
-            message = (fn, cfg, args, kwargs, cfg.timeout_s)
+            message = (fn, cfg, args, kwargs, cfg.timeout_s, early is not None)
             try:
+                deadline = time.monotonic() + cfg.timeout_s + GRACE_S
                 try:
                     reply = worker.call(message, cfg.timeout_s + GRACE_S)
                 except WorkerGone as gone:
@@ -613,7 +661,12 @@ class WorkerPool:
                         raise
                     worker = self._ready(self._replace(worker, kill=True))  # never saw it: once more
                     worker.works.add(cfg.work)
+                    deadline = time.monotonic() + cfg.timeout_s + GRACE_S
                     reply = worker.call(message, cfg.timeout_s + GRACE_S)
+                if reply is not None and reply.status == "early":
+                    if early is not None:
+                        early(reply.value)
+                    reply = worker.wait(deadline)
             except OverMemory:
                 log.warning("DuckDB worker %s passed its memory cap: killed", worker.pid)
                 worker = self._replace(worker, kill=True)
@@ -730,7 +783,15 @@ def serve(fd: int, alive: int) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     threading.Thread(target=_exit_with_server, args=(alive,), name="cairn-server-watch", daemon=True).start()
     engine.use_scratch(f"w{os.getpid()}")
+    sandbox.POOL.defer_checks = True
     conn = Connection(fd)
+
+    def send_early(value: Any) -> None:
+        conn.send_bytes(
+            pickle.dumps(Reply("early", value, False, sandbox.POOL.opened), protocol=pickle.HIGHEST_PROTOCOL)
+        )
+
+    sandbox.set_early_sender(send_early)
     with contextlib.suppress(OSError, EOFError):
         _, warm = conn.recv()
         for cfg in warm:
@@ -752,6 +813,7 @@ def serve(fd: int, alive: int) -> None:
             conn.send_bytes(payload)
             if reply.recycle:
                 return
+            sandbox.POOL.settle()  # after the answer: the next call finds the databases checked
 
 
 def _exit_with_server(alive: int) -> None:
@@ -765,8 +827,9 @@ def _exit_with_server(alive: int) -> None:
 def _answer(message: tuple[Any, ...]) -> Reply:
     from app.datasets import sandbox
 
-    fn, cfg, args, kwargs, seconds = message
+    fn, cfg, args, kwargs, seconds, *rest = message
     token = sandbox.CALL_DEADLINE.set(time.monotonic() + seconds)
+    may = sandbox.EARLY_ALLOWED.set(bool(rest and rest[0]))
     try:
         return Reply("ok", fn(cfg, *args, **kwargs), False, sandbox.POOL.opened)
     except CairnError as exc:
@@ -776,6 +839,7 @@ def _answer(message: tuple[Any, ...]) -> Reply:
     except Exception as exc:
         return Reply("crash", exc, True, sandbox.POOL.opened)
     finally:
+        sandbox.EARLY_ALLOWED.reset(may)
         sandbox.CALL_DEADLINE.reset(token)
 
 

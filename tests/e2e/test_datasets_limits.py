@@ -67,7 +67,11 @@ def results_dirs(server: RunningServer) -> list[Path]:
 
 
 def leftovers(server: RunningServer) -> list[Path]:
-    """Unfinished result files and worker spill folders."""
+    """Unfinished result files and worker spill folders, once no worker is busy (a small result is
+    answered before its file is written)."""
+    deadline = time.monotonic() + 10
+    while pool().busy_pids() and time.monotonic() < deadline:
+        time.sleep(0.01)
     work = Path(server.settings.data_dir) / "datasets-work"
     return [*work.rglob("*.tmp"), *(p for p in work.rglob("w[0-9]*") if p.is_dir())]
 
@@ -205,6 +209,7 @@ async def test_a_worker_dying_mid_call_gives_a_clean_error_and_leaves_nothing_ha
 
     async with client(server, READ_KEY) as c:
         assert (await query(c, "SELECT 1 AS n")).status_code == 200
+        assert leftovers(server) == []  # the answer's file is in place
         files_before = {p for d in results_dirs(server) for p in d.iterdir()}
         rows_before = await stored_results()
         call = asyncio.create_task(query(c, ENDLESS, timeout_ms=30_000))

@@ -241,10 +241,14 @@ async def test_a_worker_killed_mid_call_gives_a_clean_error_and_leaves_nothing(
     long = with_timeout(cfg, 60)
     call = asyncio.create_task(query(pool, long, ENDLESS, max_rows=10**9))
     deadline = time.monotonic() + 20
-    while not list(cfg.results.glob("*.tmp")):  # the result is being written
+    while not pool.busy_pids():
         assert time.monotonic() < deadline and not call.done()
         await asyncio.sleep(0.02)
     [busy] = pool.busy_pids()
+    await asyncio.sleep(0.5)  # the query is running, its rows held in its temporary table
+    assert not call.done()
+    # What a worker killed while it wrote the result's file leaves (the file is named for its process).
+    (cfg.results / f"q_x.{busy}.tmp").write_bytes(b"PAR1")
     os.kill(busy, signal.SIGKILL)
     with pytest.raises(Unavailable) as died:
         await asyncio.wait_for(call, 10)
