@@ -761,15 +761,20 @@ def execute_to_store(
         if select:
             held_rows = con.execute(f"CREATE TEMP TABLE {_HELD} AS SELECT * FROM (\n{sql}\n) LIMIT {int(max_rows)}")
             stored = int(held_rows.fetchone()[0])  # type: ignore[index]
-            described = con.execute(f"SELECT * FROM {_HELD} LIMIT 0").description or []
+            held = f"SELECT * FROM {_HELD}"
+            # The held rows' types, from the statement that also reads the head when nothing is cut.
+            first = con.execute(f"{held} LIMIT {max(0, int(head))}")
+            described = first.description or []
             columns = [str(d[0]) for d in described]
             dtypes: list[DuckDBPyType] = [d[1] for d in described]
-            held = f"SELECT * FROM {_HELD}"
             kept = _storable(held, columns, dtypes)
             types = [str(t) for t in dtypes]
             rows: list[dict[str, Any]] | None = None
+            if kept is None and head > 0 and capped_select(held, columns, dtypes) == held:
+                rows = fetch_capped(first, columns, head)
+            con.abort()  # what is left of it
             if kept is None and 0 < stored <= head and stored < max_rows:  # the whole result in the answer
-                rows = _head(con, kept, held, columns, dtypes, head)
+                rows = rows if rows is not None else _head(con, kept, held, columns, dtypes, head)
                 whole = StoredResult(dest, columns, types, stored, stored, _ms(started), head=rows)
                 if len(rows) == stored and answer_early(whole):
                     _copy_parquet(con, held, tmp)

@@ -464,6 +464,10 @@ async def _execute_query(ctx: CallContext, args: QueryIn) -> QueryOut:
     if gone:  # stored before results were kept per project
         raise NotFound(f"The stored result {gone[0]} is gone", suggestions=["Run its query again"])
     ecfg = config(space, args.timeout_ms)
+    if fps and sum(max(0, int(f[1])) for f in fps) <= SMALL_INPUT_BYTES:
+        # DuckDB's second thread costs a small query more than it gains (0.9 ms of CPU, 0.6 ms of wall time
+        # for a count over a 1,000-row CSV); a database with one thread serves it.
+        ecfg = dataclasses.replace(ecfg, threads=1)
     head: list[dict[str, Any]] | None = None
     later: asyncio.Future[Any] | None = None  # the stored file's write, when it ends after the answer
     pending: list[Awaitable[Any]] = []
@@ -500,6 +504,12 @@ async def _execute_query(ctx: CallContext, args: QueryIn) -> QueryOut:
     reader = dataclasses.replace(ecfg, timeout_s=cfg.datasets_query_timeout_ms / 1000.0)
     return await _answer(args, meta, cache_hit, engine_used, checked, sorted(taken), reader, head, later)
 
+
+# A query whose input files weigh at most this much in all runs on one DuckDB thread.
+SMALL_INPUT_BYTES = 4 * 1024 * 1024
+
+# An answer of at most this many rows is first counted on the event loop (see `_answer`).
+FEW_ROWS = 20
 
 # Results answered before their file was in place (`engine.execute_to_store`'s early answer), by
 # query_id, until the file is: whoever reads one of them in this process waits for it (`_settled`).
@@ -826,6 +836,10 @@ async def _answer(
         sent = _csv_lines(columns, rows)[1:] if args.return_format == "csv" else None
         return budget.fit_rows(envelope, rows, limit, rest_summary, images, sent)[0]
 
+    if len(rows) <= FEW_ROWS:  # counted here: a thread hop costs more than counting a few rows
+        full = budget.finalize(envelope(rows, None, "none"), image_fields=images)
+        if full["context_tokens_used"] <= limit:  # what fit_rows answers first when it can
+            return QueryOut.model_validate(full)
     return QueryOut.model_validate(await asyncio.to_thread(fit))
 
 
