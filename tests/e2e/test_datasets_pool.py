@@ -116,3 +116,23 @@ async def test_the_answer_and_the_stored_result_agree(
         assert res.structured_content is not None and res.structured_content["rows_total"] == 3
         bad = await mcp.call_tool("execute_query", {"query_type": "sql", "query": "SET threads = 8", "files": []})
         assert error_of(bad)["code"] == 4030
+
+
+async def test_a_query_over_small_files_runs_on_one_duckdb_thread(rest: httpx.AsyncClient, files: Path) -> None:
+    from app.datasets.config import get_dataset_settings
+    from app.datasets.service import SMALL_INPUT_BYTES
+
+    pool = worker.existing_pool()
+    assert pool is not None
+
+    def latest_threads() -> int:
+        return list(pool._recent.values())[-1].threads
+
+    await query(rest, "SELECT count(*) AS n FROM data -- small", ["pool_left.csv"])
+    assert latest_threads() == 1
+    big = files / "pool_big.csv"
+    line = "x" * 1000 + "\n"
+    big.write_text("v\n" + line * (SMALL_INPUT_BYTES // len(line) + 1))
+    counted = await query(rest, "SELECT count(*) AS n FROM data -- big", ["pool_big.csv"])
+    assert counted["data"] == [{"n": SMALL_INPUT_BYTES // len(line) + 1}]
+    assert latest_threads() == get_dataset_settings().datasets_threads
