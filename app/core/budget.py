@@ -152,10 +152,13 @@ def fit_rows(
     summarize_rest: Callable[[int], Payload],
     image_fields: Sequence[str] = (),
     sent: Sequence[Any] | None = None,
+    estimate_rest: Callable[[int], Payload] | None = None,
 ) -> tuple[Payload, int, str]:
     """Build the largest response within `budget` tokens following the ladder above.
 
     `envelope(rows, summary, degradation)` builds a full response. Returns (payload, rows_kept, level).
+    `estimate_rest(k)`: a cheaper stand-in for `summarize_rest(k)` of about its size, used only to size
+    the first try of rows plus a summary (the summary sent is always `summarize_rest`'s).
     `sent`: what each row is sent as when the envelope renders rows otherwise (e.g. a CSV line per row);
     by default the rows themselves. Row counts are chosen from per-row token counts (a list's tokens
     are its items' tokens plus one comma between items); the chosen payload is then counted exactly,
@@ -204,7 +207,7 @@ def fit_rows(
     if payload is not None and k >= max(1, (n + 1) // 2):
         return payload, k, "fewer_rows"
     # Rows plus a summary of the rest: size the summary for about k rows, then fix it for the final k.
-    guess = summarize_rest(max(k, 1))
+    guess = (estimate_rest or summarize_rest)(max(k, 1))
     k2, _ = best(guess, "rows_and_summary", max(k, 1))
     while k2 >= 1:
         rest = summarize_rest(k2)

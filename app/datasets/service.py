@@ -9,10 +9,12 @@ import csv
 import dataclasses
 import datetime
 import io
+import json
 import logging
 import os
 import re
 import stat
+import statistics
 import time
 import uuid
 from collections.abc import Awaitable, Iterator
@@ -528,9 +530,16 @@ def _store_later(query_id: str, later: asyncio.Future[Any], remember: tuple[Any,
         if done.cancelled() or done.exception() is not None:
             log.warning("the result %s was answered but its file was not written: %s", query_id, done.exception())
             return
-        asyncio.get_running_loop().run_in_executor(None, _remember, *remember)
+        cached = asyncio.get_running_loop().run_in_executor(None, _remember, *remember)
+        cached.add_done_callback(_cache_written)
 
     later.add_done_callback(written)
+
+
+def _cache_written(done: asyncio.Future[Any]) -> None:
+    """Log a cache entry that could not be written after its result's file was (a later call misses)."""
+    if not done.cancelled() and done.exception() is not None:
+        log.warning("a cache entry was not written: %s", done.exception())
 
 
 async def _written(writing: asyncio.Future[Any]) -> None:
@@ -832,15 +841,48 @@ async def _answer(
             summaries[offset] = engine.offload_sync(engine.summarize_stored, ecfg, path, offset, described=described)
         return summaries[offset]
 
+    # Every row in hand: the ladder's first guess at a summary's size is made from them, not a worker call.
+    complete = len(rows) == meta["rows_stored"]
+
+    def estimate(offset: int) -> dict[str, Any]:
+        return _rest_estimate(rows, offset, columns, meta["types"])
+
     def fit() -> dict[str, Any]:
         sent = _csv_lines(columns, rows)[1:] if args.return_format == "csv" else None
-        return budget.fit_rows(envelope, rows, limit, rest_summary, images, sent)[0]
+        return budget.fit_rows(envelope, rows, limit, rest_summary, images, sent, estimate if complete else None)[0]
 
     if len(rows) <= FEW_ROWS:  # counted here: a thread hop costs more than counting a few rows
         full = budget.finalize(envelope(rows, None, "none"), image_fields=images)
         if full["context_tokens_used"] <= limit:  # what fit_rows answers first when it can
             return QueryOut.model_validate(full)
     return QueryOut.model_validate(await asyncio.to_thread(fit))
+
+
+def _rest_estimate(
+    rows: list[dict[str, Any]], offset: int, columns: list[str], types: list[str], max_columns: int = 40
+) -> dict[str, Any]:
+    """About what `engine.summarize_stored` answers for rows `offset` on, made from the rows themselves
+    (rendered values): the same keys with values of about the same length. It only sizes a first try
+    (`budget.fit_rows`' `estimate_rest`); a summary sent is always DuckDB's."""
+    rest = rows[offset:]
+    out: dict[str, Any] = {}
+    for name, ctype in list(zip(columns, types, strict=False))[:max_columns]:
+        values = [r.get(name) for r in rest if r.get(name) is not None]
+        texts = sorted(v if isinstance(v, str) else json.dumps(v, default=str) for v in values)
+        numbers = [v for v in values if isinstance(v, int | float) and not isinstance(v, bool)]
+        entry: dict[str, Any] = {
+            "type": ctype,
+            "min": (min(numbers) if numbers else texts[0][:40]) if values else None,
+            "max": (max(numbers) if numbers else texts[-1][:40]) if values else None,
+            "distinct": len(set(texts)),
+            "null_pct": round(100.0 * (len(rest) - len(values)) / len(rest), 2) if rest else 0.0,
+        }
+        if numbers and engine.is_numeric(ctype):
+            entry["mean"] = float(f"{statistics.fmean(numbers):.6g}")
+            entry["std"] = float(f"{statistics.stdev(numbers):.6g}") if len(numbers) > 1 else None
+        out[name] = entry
+    omitted = {"columns_omitted": len(columns) - max_columns} if len(columns) > max_columns else {}
+    return {"rows": len(rest), "from_row": offset, "columns": out, **omitted}
 
 
 async def get_result(ctx: CallContext, args: ResultPageIn) -> ResultPageOut:

@@ -80,6 +80,31 @@ def test_ladder_levels() -> None:
             assert payload["context_tokens_used"] <= limits[level]
 
 
+def test_an_estimate_of_the_rest_only_sizes_the_first_try() -> None:
+    full = budget.tokens_of(budget.fit_rows(_envelope, ROWS, 100_000, _summary)[0])
+    limit = int(full * 0.3)
+    exact: list[int] = []
+
+    def summarize(offset: int) -> dict[str, Any]:
+        exact.append(offset)
+        return _summary(offset)
+
+    plain = budget.fit_rows(_envelope, ROWS, limit, summarize)
+    asked_plain = len(exact)
+    exact.clear()
+    guessed: list[int] = []
+
+    def estimate(offset: int) -> dict[str, Any]:
+        guessed.append(offset)
+        return _summary(offset)
+
+    sized = budget.fit_rows(_envelope, ROWS, limit, summarize, estimate_rest=estimate)
+    # The same answer, with the summary of what was left out computed exactly, and one exact summary fewer.
+    assert sized[1:] == plain[1:] and sized[0] == plain[0] and guessed
+    assert sized[0]["rest_summary"] == _summary(sized[1]) and exact == [sized[1]]
+    assert len(exact) == asked_plain - 1
+
+
 def test_largest_fitting_bisects_a_monotone_predicate() -> None:
     assert budget.largest_fitting(100, lambda k: k <= 37) == 37
     assert budget.largest_fitting(100, lambda k: True) == 100

@@ -115,3 +115,21 @@ async def test_a_reader_in_this_process_waits_for_the_write_it_knows_of(tmp_path
     old = datetime.datetime.now(datetime.UTC) - datetime.timedelta(hours=1)
     await service._settled("q_fedcba9876543210", tmp_path / "q.parquet", old)
     assert time.monotonic() - started >= 0.15 and "q_fedcba9876543210" not in service._WRITING
+
+
+def test_a_rest_estimate_has_the_shape_and_about_the_size_of_the_summary(cfg: engine.EngineConfig) -> None:
+    from app.core import budget
+
+    sql = (
+        "SELECT i AS n, 'city ' || (i % 7) AS city, i * 1.5 AS amount, "
+        "CASE WHEN i % 5 = 0 THEN NULL ELSE DATE '2024-01-01' + i::INTEGER END AS day FROM range(60) t(i)"
+    )
+    res = engine.execute_to_store(cfg, sql, [], {}, cfg.results / "q_6.parquet", 1000, 100)
+    assert len(res.head) == res.rows_stored == 60
+    exact = engine.summarize_stored(cfg, res.path, 25)
+    guess = service._rest_estimate(res.head, 25, res.columns, res.types)
+    assert guess.keys() == exact.keys() and guess["rows"] == exact["rows"] == 35
+    assert {c: e.keys() for c, e in guess["columns"].items()} == {c: e.keys() for c, e in exact["columns"].items()}
+    assert guess["columns"]["day"]["null_pct"] == exact["columns"]["day"]["null_pct"]
+    sizes = budget.tokens_of(guess), budget.tokens_of(exact)
+    assert 0.75 < sizes[0] / sizes[1] < 1.33, sizes
