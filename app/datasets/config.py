@@ -59,6 +59,10 @@ class DatasetSettings(BaseSettings):
     # half of them, rounded up).
     datasets_worker_memory_mb: int = 0
     datasets_max_concurrency_per_key: int = 0
+    # A DuckDB call still running after this many milliseconds runs at a niceness this much lower
+    # (Linux, 0-19; 0 = never), so that other callers' short calls get the CPU first on a busy host.
+    datasets_long_call_ms: int = Field(default=100, ge=0)
+    datasets_long_call_nice: int = Field(default=19, ge=0, le=19)
 
     @field_validator("data_roots", mode="before")
     @classmethod

@@ -34,6 +34,12 @@ DuckDB checks an interrupt only between vectors, so a scalar function busy on on
   scratch files are removed (`<work>/tmp/w<pid>`, `<results>/*.<pid>.tmp`) and a fresh worker takes
   its place. A result file appears only when a complete file is renamed into place, so nothing
   half-written is left. A worker that runs out of memory answers 5002 and is replaced as well.
+- **Priority.** A call still running after `demote_after` seconds (`CAIRN_DATASETS_LONG_CALL_MS`) has
+  every thread of its worker lowered by `demote_nice` (`CAIRN_DATASETS_LONG_CALL_NICE`, Linux): on a busy
+  host the short calls of other callers get the CPU first, and on an idle one nothing changes (a
+  niceness only matters when threads compete). When the call ends the worker's threads go back to
+  their priority; where the server may not raise a priority again (no `CAP_SYS_NICE`, as in a
+  container), the worker is replaced by a fresh one instead.
 - **Orphans.** A worker holds the read end of a pipe, and only the server holds its write end. When the
   server exits, however it exits, the pipe closes and a thread of the worker ends the worker at once.
 - **Fairness.** `FairSlots`: a call takes one of the `size` slots, and one caller (API key) holds at
@@ -308,8 +314,13 @@ class _Worker:
     address space (allocators reserve about twice what they touch) and stops a sudden huge allocation
     before the server's next look."""
 
-    def __init__(self, memory: int, warm: list[EngineConfig] | None = None) -> None:
+    def __init__(
+        self, memory: int, warm: list[EngineConfig] | None = None, demote: tuple[float, int] = (0.0, 0)
+    ) -> None:
         self.memory = memory
+        self.demote_after, self.demote_nice = demote
+        self.demoted = False
+        self._since = 0.0
         ours, theirs = socket.socketpair()
         alive_r, alive_w = os.pipe()
         data = 2 * memory if memory > 0 else 0
@@ -387,22 +398,34 @@ class _Worker:
             self.conn.send(message)
         except (BrokenPipeError, ConnectionError):
             raise WorkerGone(sent=False) from None
-        return self.wait(time.monotonic() + timeout)
+        self._since = time.monotonic()
+        return self.wait(self._since + timeout)
 
     def wait(self, deadline: float) -> Reply | None:
         """Wait until `deadline` (time.monotonic) for the worker's next reply (None when none came);
-        OverMemory as in `call`."""
+        OverMemory as in `call`. A call running past `demote_after` seconds lowers the worker's priority."""
         try:
             while not self.conn.poll(max(0.0, min(MEMORY_CHECK_S, deadline - time.monotonic()))):
-                if time.monotonic() >= deadline:
+                now = time.monotonic()
+                if now >= deadline:
                     return None
                 if self.memory > 0 and self.rss() > self.memory:
                     raise OverMemory()
+                if self.demote_nice and not self.demoted and now - self._since >= self.demote_after:
+                    self.demoted = True
+                    set_nice(self.pid, self.demote_nice)
             reply: Reply = self.conn.recv()
         except (EOFError, OSError):
             raise WorkerGone(sent=True) from None
         self.opened = reply.opened
         return reply
+
+    def promote(self) -> bool:
+        """Put a demoted worker's threads back to priority 0: False when this process may not."""
+        if not self.demoted:
+            return True
+        self.demoted = not set_nice(self.pid, 0)
+        return not self.demoted
 
     def end(self, kill: bool = False, wait: float = 2.0) -> None:
         """Stop the process (`kill`: at once, with SIGKILL; else by closing its channel and pipe, which it
@@ -433,6 +456,26 @@ class _Worker:
         return f"exit status {code}"
 
 
+def set_nice(pid: int, nice: int) -> bool:
+    """Set the niceness of every thread of process `pid` (Linux keeps one per thread, and DuckDB's
+    threads were started before any change). False when not allowed (raising a priority needs
+    `CAP_SYS_NICE`) or not possible here; a thread that ended meanwhile is skipped."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        tids = [int(t) for t in os.listdir(f"/proc/{pid}/task")]
+    except OSError:
+        return False
+    for tid in tids:
+        try:
+            os.setpriority(os.PRIO_PROCESS, tid, nice)
+        except ProcessLookupError:
+            continue
+        except OSError:
+            return False
+    return True
+
+
 def scrub(pid: int, works: set[Path]) -> None:
     """Remove what worker `pid` may have left in the work directories `works`: its spill folder and its
     unfinished result files."""
@@ -447,10 +490,11 @@ def scrub(pid: int, works: set[Path]) -> None:
 class WorkerPool:
     """`size` fair slots served by `size + SPARE` worker processes (see the module's docstring)."""
 
-    def __init__(self, size: int, per_key: int, memory: int) -> None:
-        self.spec = (size, per_key, memory)
+    def __init__(self, size: int, per_key: int, memory: int, demote: tuple[float, int] = (0.0, 0)) -> None:
+        self.spec = (size, per_key, memory, demote)
         self.size = size
         self.memory = memory
+        self.demote = demote
         self.slots = FairSlots(size, per_key, QUEUE_PER_SLOT * max(1, per_key))
         self._lock = threading.Lock()
         self._closed = False
@@ -461,7 +505,7 @@ class WorkerPool:
         # The conversations with busy workers: at most one per slot, so a call never waits for a thread.
         self._threads = ThreadPoolExecutor(size, thread_name_prefix="cairn-duckdb")
         for _ in range(size + SPARE):
-            self._idle.append(_Worker(memory))
+            self._idle.append(_Worker(memory, demote=demote))
         # The configurations of the latest calls (one per lockdown): a new worker opens their databases
         # before it greets, so its first call costs no more than the next (about 25 ms each otherwise).
         self._recent: dict[Lockdown, EngineConfig] = {}
@@ -559,7 +603,7 @@ class WorkerPool:
             # One worker per slot and a spare, and a slot is held: one is idle. A replacement may still be
             # starting, or one may have died while idle: a started, living one is taken first.
             if not self._idle:
-                worker = _Worker(self.memory, list(self._recent.values()))
+                worker = _Worker(self.memory, list(self._recent.values()), self.demote)
             else:
                 ready = [i for i, w in enumerate(self._idle) if w.alive() and w.started()]
                 worker = self._idle.pop(ready[-1] if ready else -1)
@@ -580,7 +624,7 @@ class WorkerPool:
         worker.end(kill=kill)
         with self._lock:
             warm = list(self._recent.values())
-        replacement = _Worker(self.memory, warm)
+        replacement = _Worker(self.memory, warm, self.demote)
         with self._lock:
             self._busy.discard(worker)
             self._busy.add(replacement)
@@ -599,7 +643,7 @@ class WorkerPool:
             log.warning("DuckDB worker %s ended while idle (%s)", worker.pid, worker.how_it_ended())
             worker.end(kill=True)
             try:
-                fresh = _Worker(self.memory, warm)
+                fresh = _Worker(self.memory, warm, self.demote)
             except OSError as exc:  # e.g. no process left: a call that finds no idle worker starts one
                 log.error("could not start a DuckDB worker: %s", exc)
                 continue
@@ -696,8 +740,9 @@ class WorkerPool:
                         "Functions over very long values (e.g. levenshtein on long texts) cannot be interrupted",
                     ],
                 )
-            # A worker that grew keeps its memory (allocators hold on to it): start afresh instead.
-            if reply.recycle or worker.rss() > self.memory // 2:
+            # A worker that grew keeps its memory (allocators hold on to it), and one whose priority could
+            # not be raised again would serve the next call slowly: start afresh instead.
+            if reply.recycle or worker.rss() > self.memory // 2 or not worker.promote():
                 worker = self._replace(worker, kill=False)
             return reply.unwrap()
         finally:
@@ -737,13 +782,14 @@ def pool_of(concurrency: int, memory_limit: str) -> WorkerPool:
     settings = get_dataset_settings()
     size = max(1, concurrency)
     per_key = settings.datasets_max_concurrency_per_key or math.ceil(size / 2)
-    return current_pool(size, per_key, memory_bytes(settings.datasets_worker_memory_mb, memory_limit))
+    demote = (settings.datasets_long_call_ms / 1000.0, settings.datasets_long_call_nice)
+    return current_pool(size, per_key, memory_bytes(settings.datasets_worker_memory_mb, memory_limit), demote)
 
 
-def current_pool(size: int, per_key: int, memory: int) -> WorkerPool:
+def current_pool(size: int, per_key: int, memory: int, demote: tuple[float, int] = (0.0, 0)) -> WorkerPool:
     """The process's worker pool of this shape; the one of another shape, if any, is closed."""
     global _pool
-    spec = (size, max(1, min(per_key, size)), memory)
+    spec = (size, max(1, min(per_key, size)), memory, demote)
     with _pool_lock:
         pool = _pool
         if pool is not None and pool.spec == spec and not pool.closed:

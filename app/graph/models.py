@@ -1,4 +1,4 @@
-"""Tables of the knowledge graph (the migration graph_0001 creates them; SQL lives in the repositories).
+"""Tables of the knowledge graph (migrations graph_0001 and graph_0002 create them; SQL lives in the repositories).
 
 Generated columns (`search_text`, `tsv`) and the vector columns are declared for reference only.
 """

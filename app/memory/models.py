@@ -1,4 +1,4 @@
-"""Tables of the memory store (migrations memory_0001 to memory_0004)."""
+"""Tables of the memory store (migrations memory_0001 to memory_0005)."""
 
 from __future__ import annotations
 

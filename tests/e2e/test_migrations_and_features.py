@@ -112,3 +112,22 @@ async def test_models_match_the_migrations(pg: PgCluster) -> None:
     finally:
         await engine.dispose()
     assert diffs == [], "\n".join(str(d) for d in diffs)
+
+
+async def test_no_gin_index_keeps_a_pending_list(pg: PgCluster) -> None:
+    """Every GIN index is written through (`fastupdate = off`, memory_0005 / graph_0002): with a pending
+    list, every search of the index reads the entries others wrote since the last merge, and one key's
+    large pushes slowed another project's lexical search (docs/benchmarks.md, hostile load)."""
+    db = pg.new_database()
+    await migrations.upgrade_async(pg.handle.url(db), ["memory", "graph", "analysis", "datasets"])
+    conn = await asyncpg.connect(pg.handle.libpq_uri(db))
+    try:
+        rows = await conn.fetch(
+            "SELECT c.relname, coalesce(c.reloptions, '{}') AS options FROM pg_class c "
+            "JOIN pg_am am ON am.oid = c.relam WHERE am.amname = 'gin' AND c.relkind = 'i'"
+        )
+    finally:
+        await conn.close()
+    options = {r["relname"]: r["options"] for r in rows}
+    assert {"ix_memories_tsv", "ix_memories_tags", "ix_graph_entities_tsv", "ix_graph_reflections_tsv"} <= set(options)
+    assert {name for name, opts in options.items() if "fastupdate=off" not in opts} == set()

@@ -188,6 +188,63 @@ async def test_an_interrupted_statement_keeps_its_worker(pool: WorkerPool, cfg: 
     assert sorted(pool.pids()) == before and pool.replaced == 0
 
 
+def thread_nices(pid: int) -> set[int]:
+    """The niceness of each thread of process `pid`."""
+    return {os.getpriority(os.PRIO_PROCESS, int(tid)) for tid in os.listdir(f"/proc/{pid}/task")}
+
+
+@pytest.mark.slow  # worker processes
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread niceness is Linux's")
+async def test_a_long_call_yields_the_cpu_and_its_worker_is_put_back(
+    cfg: engine.EngineConfig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    made = WorkerPool(1, 1, worker.memory_bytes(0, "512MB"), demote=(0.3, 15))
+    calls: list[tuple[int, int]] = []
+    real = worker.set_nice
+
+    def spy(pid: int, nice: int) -> bool:
+        calls.append((pid, nice))
+        return real(pid, nice)
+
+    monkeypatch.setattr(worker, "set_nice", spy)
+    try:
+        assert (await query(made, cfg, "SELECT 1 AS n")).head == [{"n": 1}]
+        assert calls == []  # a short call keeps its priority
+        task = asyncio.create_task(query(made, with_timeout(cfg, 1.2), INTERRUPTIBLE, name="q_2"))
+        await asyncio.sleep(0.7)
+        [busy] = made.busy_pids()
+        assert thread_nices(busy) == {15}  # every thread of the worker, DuckDB's included
+        with pytest.raises(Timeout):
+            await task
+        assert calls == [(busy, 15), (busy, 0)]
+        # Put back where this process may raise a priority (CAP_SYS_NICE), else replaced by a fresh one.
+        may_raise = os.geteuid() == 0
+        assert (busy in made.pids()) == may_raise and made.replaced == (0 if may_raise else 1)
+        assert all(thread_nices(pid) == {0} for pid in made.pids())
+    finally:
+        made.close()
+
+
+@pytest.mark.slow  # worker processes
+async def test_a_worker_whose_priority_cannot_be_raised_again_is_replaced(
+    cfg: engine.EngineConfig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    made = WorkerPool(1, 1, worker.memory_bytes(0, "512MB"), demote=(0.05, 10))
+    real = worker.set_nice
+    monkeypatch.setattr(worker, "set_nice", lambda pid, nice: nice > 0 and real(pid, nice))
+    try:
+        before = made.pids()
+        with pytest.raises(Timeout):
+            await query(made, with_timeout(cfg, 0.3), INTERRUPTIBLE)
+        assert made.replaced == 1
+        demoted = set(before) - set(made.pids())
+        assert len(demoted) == 1 and gone(sorted(demoted))
+        assert (await query(made, cfg, "SELECT 43 AS n", name="q_2")).head == [{"n": 43}]
+        assert all(thread_nices(pid) == {0} for pid in made.pids())
+    finally:
+        made.close()
+
+
 @pytest.mark.slow  # worker processes
 async def test_a_worker_killed_while_idle_is_replaced_before_the_next_call(
     pool: WorkerPool, cfg: engine.EngineConfig
