@@ -320,6 +320,8 @@ class _Worker:
         self.memory = memory
         self.demote_after, self.demote_nice = demote
         self.demoted = False
+        # The worker's own niceness: the starting thread's, which it inherits (the server's).
+        self.base_nice = os.getpriority(os.PRIO_PROCESS, 0) if sys.platform.startswith("linux") else 0
         self._since = 0.0
         ours, theirs = socket.socketpair()
         alive_r, alive_w = os.pipe()
@@ -413,7 +415,7 @@ class _Worker:
                     raise OverMemory()
                 if self.demote_nice and not self.demoted and now - self._since >= self.demote_after:
                     self.demoted = True
-                    set_nice(self.pid, self.demote_nice)
+                    set_nice(self.pid, min(19, self.base_nice + self.demote_nice))
             reply: Reply = self.conn.recv()
         except (EOFError, OSError):
             raise WorkerGone(sent=True) from None
@@ -421,10 +423,11 @@ class _Worker:
         return reply
 
     def promote(self) -> bool:
-        """Put a demoted worker's threads back to priority 0: False when this process may not."""
+        """Put a demoted worker's threads back to the priority it started with: False when this process
+        may not."""
         if not self.demoted:
             return True
-        self.demoted = not set_nice(self.pid, 0)
+        self.demoted = not set_nice(self.pid, self.base_nice)
         return not self.demoted
 
     def end(self, kill: bool = False, wait: float = 2.0) -> None:

@@ -226,6 +226,27 @@ async def test_a_long_call_yields_the_cpu_and_its_worker_is_put_back(
 
 
 @pytest.mark.slow  # worker processes
+@pytest.mark.skipif(not sys.platform.startswith("linux") or os.geteuid() != 0, reason="sets this process's niceness")
+async def test_a_server_started_with_a_niceness_keeps_it_for_its_workers(cfg: engine.EngineConfig) -> None:
+    os.setpriority(os.PRIO_PROCESS, 0, 3)  # as `nice -n 3 cairn serve`: the threads started from here inherit it
+    try:
+        made = WorkerPool(1, 1, worker.memory_bytes(0, "512MB"), demote=(0.1, 10))
+        try:
+            task = asyncio.create_task(query(made, with_timeout(cfg, 1.0), INTERRUPTIBLE))
+            await asyncio.sleep(0.5)
+            [busy] = made.busy_pids()
+            assert thread_nices(busy) == {13}  # lowered by 10 from where it started
+            with pytest.raises(Timeout):
+                await task
+            assert busy in made.pids() and made.replaced == 0
+            assert all(thread_nices(pid) == {3} for pid in made.pids())  # back where it started, not to 0
+        finally:
+            made.close()
+    finally:
+        os.setpriority(os.PRIO_PROCESS, 0, 0)
+
+
+@pytest.mark.slow  # worker processes
 async def test_a_worker_whose_priority_cannot_be_raised_again_is_replaced(
     cfg: engine.EngineConfig, monkeypatch: pytest.MonkeyPatch
 ) -> None:
