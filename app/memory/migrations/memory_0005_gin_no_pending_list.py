@@ -8,7 +8,8 @@ A GIN index with `fastupdate` (PostgreSQL's default) puts new entries in a pendi
 search of the index reads through until a vacuum or a 4 MB list merges it. One key pushing large
 texts kept that list long, and another project's lexical search (a GIN count per rare query word and
 a GIN lookup of the rows holding one) slowed as it grew: 0.26 -> 1.8 ms a lookup after 3,000 chunks,
-and its search p50 doubled under two 200,000-character pushes (docs/benchmarks.md, hostile load).
+and its search p50 doubled during the combined hostile load of docs/benchmarks.md (two
+200,000-character pushes among the attacker's calls).
 Without the list each insert updates the index itself (about 0.2 ms a chunk more), and a search
 costs the same whatever others write. The lists present are merged here.
 """
