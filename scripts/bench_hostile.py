@@ -10,6 +10,9 @@ then while the *attacker* runs, all at once and in loops:
 - two pushes of 200,000 distinct characters that wait for their own vectors (`wait_for_embedding`);
 - three `get_result` calls on a stored result of 4 rows of very large cells.
 
+Last, the victim's calls are timed once more on the idle server, after the attacks: a lasting effect
+of the attack (e.g. the attacker's rows in indexes the victim's searches share) shows there.
+
 Reported: the victim's p50/p95 per operation idle and under attack (the goal: p95 within 2x of idle),
 the server's peak resident memory (its own processes, children included, not PostgreSQL) and how the
 attacker's calls ended (error codes).
@@ -272,7 +275,10 @@ async def _measure(
         await _victim(v, 1.0, rng)  # warm-up
         idle = await _victim(v, seconds, rng)
         phases = [await _under_attack(srv, v, rng, query_id, attacks, seconds) for attacks in scenarios]
-    return {"idle": idle, "phases": phases}
+        # The same idle server once the attacks are over: what they left behind (e.g. the attacker's rows
+        # in indexes the victim's searches share) shows here.
+        after = await _victim(v, seconds, rng)
+    return {"idle": idle, "phases": phases, "after": after}
 
 
 def markdown(r: dict[str, Any], seconds: float, cell_mb: int, quick: bool) -> str:
@@ -283,7 +289,8 @@ def markdown(r: dict[str, Any], seconds: float, cell_mb: int, quick: bool) -> st
         "Two project-bound keys on one `cairn serve` (embedded PostgreSQL), over REST. For "
         f"{seconds:.0f} s at a time the victim makes sequential pairs of calls, a memory `search` in its project "
         "and an `execute_query` (a count over a 1,000-row CSV): first on an idle server, then while the attacker "
-        "(a process of its own) runs loops of each part of the attack alone, then of all of them at once: two "
+        "(a process of its own) runs loops of each part of the attack alone, then of all of them at once, and last "
+        "on the idle server again (what the attacks left behind): two "
         f"quadratic queries (`levenshtein` of two {QUADRATIC_LENGTH:,}-character strings, `timeout_ms` 1000), two "
         f"pushes of {PUSH_CHARS:,} distinct characters waiting for their vectors, and three `get_result` calls on a "
         f"stored result of 4 rows of {cell_mb} MiB cells.",
@@ -297,12 +304,13 @@ def markdown(r: dict[str, Any], seconds: float, cell_mb: int, quick: bool) -> st
             f"| none (idle) | {op} | {len(times)} | {statistics.median(times) * 1000:.1f} | {_pct(times, 0.95):.1f} "
             "| | |"
         )
-    for phase in r["phases"]:
+    rows = [(_label(phase["attacks"]), phase["hostile"]) for phase in r["phases"]]
+    for label, hostile in [*rows, ("none (idle again, after the attacks)", r["after"])]:
         for op in ("search", "execute_query"):
-            idle, times = r["idle"][op], phase["hostile"][op]
+            idle, times = r["idle"][op], hostile[op]
             p50, p95 = statistics.median(times) * 1000, _pct(times, 0.95)
             lines.append(
-                f"| {_label(phase['attacks'])} | {op} | {len(times)} | {p50:.1f} | {p95:.1f} "
+                f"| {label} | {op} | {len(times)} | {p50:.1f} | {p95:.1f} "
                 f"| {p50 / (statistics.median(idle) * 1000):.2f}x | {p95 / _pct(idle, 0.95):.2f}x |"
             )
     lines += ["", "| attack | server process MiB | DuckDB workers MiB | all MiB | the attacker's calls ended |"]
