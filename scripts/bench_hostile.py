@@ -13,6 +13,9 @@ then while the *attacker* runs, all at once and in loops:
 Last, the victim's calls are timed once more on the idle server, after the attacks: a lasting effect
 of the attack (e.g. the attacker's rows in indexes the victim's searches share) shows there.
 
+The attacker and the memory sampler run in processes of their own, and the victim's process keeps its
+garbage collector off while it times calls (as `timeit` does): only the server's work is timed.
+
 Reported: the victim's p50/p95 per operation idle and under attack (the goal: p95 within 2x of idle),
 the server's peak resident memory (its own processes, children included, not PostgreSQL) and how the
 attacker's calls ended (error codes).
@@ -27,6 +30,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import gc
 import json
 import random
 import statistics
@@ -190,11 +194,41 @@ def _rss_mb(pid: int) -> dict[str, float]:
     return out
 
 
-async def _rss_sampler(pid: int, stop: asyncio.Event, peak: dict[str, float]) -> None:
-    while not stop.is_set():
+def _sampler(pid: int) -> None:
+    """The memory sampler's process (`--sampler PID`): every 50 ms it reads the resident memory of the
+    server's processes, until its stdin closes; then it prints the peaks (JSON)."""
+    halt = threading.Event()
+
+    def watch() -> None:
+        sys.stdin.read()
+        halt.set()
+
+    threading.Thread(target=watch, daemon=True).start()
+    peak: dict[str, float] = {}
+    while not halt.is_set():
         for name, mb in _rss_mb(pid).items():
             peak[name] = max(peak.get(name, 0.0), mb)
-        await asyncio.sleep(0.05)
+        halt.wait(0.05)
+    print(json.dumps(peak), flush=True)
+
+
+def _start(*args: str) -> subprocess.Popen[str]:
+    """This script in another process (`--attacker` or `--sampler`), fed through stdin and read from stdout."""
+    proc = subprocess.Popen(
+        [sys.executable, str(SELF), *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    assert proc.stdin is not None and proc.stdout is not None
+    return proc
+
+
+async def _finish(proc: subprocess.Popen[str]) -> Any:
+    """Close `proc`'s stdin (its signal to stop) and return the JSON of the last line it printed."""
+    assert proc.stdin is not None and proc.stdout is not None
+    if not proc.stdin.closed:
+        proc.stdin.close()
+    report = await asyncio.to_thread(proc.stdout.read)
+    await asyncio.to_thread(proc.wait, 60)
+    return json.loads(report.strip().splitlines()[-1])
 
 
 ATTACKS = ("quadratic", "push", "get_result")
@@ -216,27 +250,23 @@ async def _under_attack(
     srv: Server, v: httpx.AsyncClient, rng: random.Random, query_id: str, attacks: tuple[str, ...], seconds: float
 ) -> dict[str, Any]:
     assert srv.proc is not None
-    peak: dict[str, float] = {}
     before = _rss_mb(srv.proc.pid)
-    # The attacker runs in a process of its own, so that its client work (making 200,000-character
-    # texts, reading replies) never delays the victim's calls in this event loop.
-    argv = [sys.executable, str(SELF), "--attacker", srv.url, query_id, ",".join(attacks)]
-    attacker = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)  # noqa: ASYNC220
-    assert attacker.stdin is not None and attacker.stdout is not None
-    stop = asyncio.Event()
-    sampler = asyncio.create_task(_rss_sampler(srv.proc.pid, stop, peak))
+    # The attacker and the memory sampler run in processes of their own, so that their work (making
+    # 200,000-character texts, reading replies, walking /proc) never delays the victim's calls in this
+    # event loop.
+    attacker = _start("--attacker", srv.url, query_id, ",".join(attacks))
+    sampler = _start("--sampler", str(srv.proc.pid))
     try:
         await asyncio.sleep(3.0)  # the attack is under way before the victim starts
         if attacker.poll() is not None:
             raise RuntimeError(f"the attacker's process ended at once (exit status {attacker.returncode})")
         hostile = await _victim(v, seconds, rng)
     finally:
-        stop.set()
+        assert attacker.stdin is not None and sampler.stdin is not None
         attacker.stdin.close()
-    report = await asyncio.to_thread(attacker.stdout.read)
-    await asyncio.to_thread(attacker.wait, 60)
-    outcomes: dict[str, int] = json.loads(report.strip().splitlines()[-1])
-    await sampler
+        sampler.stdin.close()
+    outcomes: dict[str, int] = await _finish(attacker)
+    peak: dict[str, float] = await _finish(sampler)
     # Vectors a push stopped waiting for are still being made: the next phase starts once they are.
     async with httpx.AsyncClient(base_url=srv.url, headers={"Authorization": f"Bearer {ADMIN}"}, timeout=900) as op:
         (await op.post("/api/v1/embeddings/wait", json={"timeout_seconds": 600})).raise_for_status()
@@ -273,11 +303,19 @@ async def _measure(
             raise RuntimeError(f"could not store the large result: {big['error']}")
         query_id = big["query_id"]
         await _victim(v, 1.0, rng)  # warm-up
-        idle = await _victim(v, seconds, rng)
-        phases = [await _under_attack(srv, v, rng, query_id, attacks, seconds) for attacks in scenarios]
-        # The same idle server once the attacks are over: what they left behind (e.g. the attacker's rows
-        # in indexes the victim's searches share) shows here.
-        after = await _victim(v, seconds, rng)
+        # As `timeit` does, the client's garbage collector stays off while it times calls: a full
+        # collection in this process (40-80 ms under load) would be counted as the server's latency.
+        gc.collect()
+        gc.freeze()
+        gc.disable()
+        try:
+            idle = await _victim(v, seconds, rng)
+            phases = [await _under_attack(srv, v, rng, query_id, attacks, seconds) for attacks in scenarios]
+            # The same idle server once the attacks are over: what they left behind (e.g. the attacker's
+            # rows in indexes the victim's searches share) shows here.
+            after = await _victim(v, seconds, rng)
+        finally:
+            gc.enable()
     return {"idle": idle, "phases": phases, "after": after}
 
 
@@ -352,7 +390,11 @@ if __name__ == "__main__":
     parser.add_argument("--cell-mb", type=int)
     parser.add_argument("--attack", action="append", choices=ATTACKS, help="only this part of the attack (repeatable)")
     parser.add_argument("--attacker", nargs=3, metavar=("URL", "QUERY_ID", "ATTACKS"), help=argparse.SUPPRESS)
+    parser.add_argument("--sampler", type=int, metavar="PID", help=argparse.SUPPRESS)
     ns = parser.parse_args()
+    if ns.sampler:
+        _sampler(ns.sampler)
+        sys.exit(0)
     if ns.attacker:
         url, query_id, names = ns.attacker
         _attacker(url, query_id, tuple(names.split(",")))

@@ -15,9 +15,10 @@ run is done (short texts run first).
 Background and bulk work (the embedding queue's batches, `embed_background`, and any `embed` call
 of more than ``max_batch_tokens`` estimated tokens, such as a large document pushed with a wait)
 runs on its own session, of one onnxruntime thread with a lower scheduling priority
-(``background_nice``, Linux): on a busy host the CPU goes to the short calls being answered (a
-search's query, a short push), and bulk work takes what they leave. Concurrent bulk callers take
-turns batch by batch (the session's one thread serves their batches in arrival order).
+(``background_nice``, Linux), kept off one core (`app.core.cpus`): on a busy host the CPU goes to
+the short calls being answered (a search's query, a short push), and bulk work takes what they
+leave. Concurrent bulk callers take turns batch by batch (the session's one thread serves their
+batches in arrival order).
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ import httpx
 import numpy as np
 from prometheus_client import Counter, Gauge, Histogram
 
+from app.core import cpus
 from app.core.tokens import load_tokenizer
 
 __all__ = [
@@ -171,10 +173,12 @@ def _deliver(batch: list[_Item], indices: list[int], vectors: np.ndarray) -> Non
 
 def _lower_thread_priority(nice: int) -> None:
     # Linux schedules threads one by one: this lowers the calling thread only (and the threads it
-    # starts inherit it). Elsewhere setpriority would lower the whole process, so it is not done.
+    # starts inherit it), and keeps it off one core (`app.core.cpus`). Elsewhere setpriority would
+    # lower the whole process, so it is not done.
     if nice > 0 and sys.platform.startswith("linux"):
         with contextlib.suppress(OSError):
             os.setpriority(os.PRIO_PROCESS, 0, min(19, os.getpriority(os.PRIO_PROCESS, 0) + nice))
+        cpus.confine()
 
 
 def _plan_runs(lengths: Sequence[int]) -> list[list[int]]:

@@ -37,9 +37,12 @@ DuckDB checks an interrupt only between vectors, so a scalar function busy on on
 - **Priority.** A call still running after `demote_after` seconds (`CAIRN_DATASETS_LONG_CALL_MS`) has
   every thread of its worker lowered by `demote_nice` (`CAIRN_DATASETS_LONG_CALL_NICE`, Linux): on a busy
   host the short calls of other callers get the CPU first, and on an idle one nothing changes (a
-  niceness only matters when threads compete). When the call ends the worker's threads go back to
-  their priority; where the server may not raise a priority again (no `CAP_SYS_NICE`, as in a
-  container), the worker is replaced by a fresh one instead.
+  niceness only matters when threads compete). With `CAIRN_DATASETS_LONG_CALL_CONFINE` its threads are
+  also kept off one core, as the embedding queue's batches are (`app.core.cpus`): other callers keep a
+  core however much lowered work runs, but a long query on an idle host then has one core less. When
+  the call ends the worker's threads go back to their priority (and CPUs); where the server may not
+  raise a priority again (no `CAP_SYS_NICE`, as in a container), the worker is replaced by a fresh one
+  instead.
 - **Orphans.** A worker holds the read end of a pipe, and only the server holds its write end. When the
   server exits, however it exits, the pipe closes and a thread of the worker ends the worker at once.
 - **Fairness.** `FairSlots`: a call takes one of the `size` slots, and one caller (API key) holds at
@@ -74,6 +77,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import app
+from app.core import cpus
 from app.core.errors import CairnError, EngineError, MemoryLimit, RateLimited, Timeout, Unavailable
 
 if TYPE_CHECKING:
@@ -315,10 +319,13 @@ class _Worker:
     before the server's next look."""
 
     def __init__(
-        self, memory: int, warm: list[EngineConfig] | None = None, demote: tuple[float, int] = (0.0, 0)
+        self,
+        memory: int,
+        warm: list[EngineConfig] | None = None,
+        demote: tuple[float, int, bool] = (0.0, 0, False),
     ) -> None:
         self.memory = memory
-        self.demote_after, self.demote_nice = demote
+        self.demote_after, self.demote_nice, self.confine = demote
         self.demoted = False
         # The worker's own niceness: the starting thread's, which it inherits (the server's).
         self.base_nice = os.getpriority(os.PRIO_PROCESS, 0) if sys.platform.startswith("linux") else 0
@@ -416,6 +423,8 @@ class _Worker:
                 if self.demote_nice and not self.demoted and now - self._since >= self.demote_after:
                     self.demoted = True
                     set_nice(self.pid, min(19, self.base_nice + self.demote_nice))
+                    if self.confine:
+                        cpus.set_cpus(self.pid, cpus.background_cpus())
             reply: Reply = self.conn.recv()
         except (EOFError, OSError):
             raise WorkerGone(sent=True) from None
@@ -427,6 +436,8 @@ class _Worker:
         may not."""
         if not self.demoted:
             return True
+        if self.confine:
+            cpus.set_cpus(self.pid, cpus.all_cpus())
         self.demoted = not set_nice(self.pid, self.base_nice)
         return not self.demoted
 
@@ -493,7 +504,7 @@ def scrub(pid: int, works: set[Path]) -> None:
 class WorkerPool:
     """`size` fair slots served by `size + SPARE` worker processes (see the module's docstring)."""
 
-    def __init__(self, size: int, per_key: int, memory: int, demote: tuple[float, int] = (0.0, 0)) -> None:
+    def __init__(self, size: int, per_key: int, memory: int, demote: tuple[float, int, bool] = (0.0, 0, False)) -> None:
         self.spec = (size, per_key, memory, demote)
         self.size = size
         self.memory = memory
@@ -785,11 +796,15 @@ def pool_of(concurrency: int, memory_limit: str) -> WorkerPool:
     settings = get_dataset_settings()
     size = max(1, concurrency)
     per_key = settings.datasets_max_concurrency_per_key or math.ceil(size / 2)
-    demote = (settings.datasets_long_call_ms / 1000.0, settings.datasets_long_call_nice)
+    demote = (
+        settings.datasets_long_call_ms / 1000.0,
+        settings.datasets_long_call_nice,
+        settings.datasets_long_call_confine,
+    )
     return current_pool(size, per_key, memory_bytes(settings.datasets_worker_memory_mb, memory_limit), demote)
 
 
-def current_pool(size: int, per_key: int, memory: int, demote: tuple[float, int] = (0.0, 0)) -> WorkerPool:
+def current_pool(size: int, per_key: int, memory: int, demote: tuple[float, int, bool] = (0.0, 0, False)) -> WorkerPool:
     """The process's worker pool of this shape; the one of another shape, if any, is closed."""
     global _pool
     spec = (size, max(1, min(per_key, size)), memory, demote)

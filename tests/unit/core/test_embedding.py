@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 from prometheus_client import REGISTRY
 
-from app.core import tokens
+from app.core import cpus, tokens
 from app.core.embedding import (
     EmbeddingUnavailable,
     LocalOnnxEmbedder,
@@ -127,6 +127,9 @@ async def test_background_batches_run_at_a_lower_priority_with_the_same_vectors(
         assert worker.native_id is not None
         base = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
         assert os.getpriority(os.PRIO_PROCESS, worker.native_id) == min(19, base + 7)
+        # ... and kept off one core where there are two or more (`app.core.cpus`)
+        assert cpus.cpus_of(worker.native_id) == (cpus.background_cpus() or cpus.all_cpus())
+        assert cpus.cpus_of(threading.get_native_id()) == cpus.all_cpus()
         # onnxruntime's own threads of that session inherit it: every thread above the base is ours.
         lowered = [int(t) for t in os.listdir("/proc/self/task") if os.getpriority(os.PRIO_PROCESS, int(t)) > base]
         assert worker.native_id in lowered

@@ -22,6 +22,7 @@ from typing import Any
 import psutil
 import pytest
 
+from app.core import cpus
 from app.core.errors import CairnError, MemoryLimit, RateLimited, SchemaError, Timeout, Unavailable
 from app.datasets import engine, profiling, worker
 from app.datasets.worker import GRACE_S, FairSlots, WorkerPool
@@ -193,12 +194,17 @@ def thread_nices(pid: int) -> set[int]:
     return {os.getpriority(os.PRIO_PROCESS, int(tid)) for tid in os.listdir(f"/proc/{pid}/task")}
 
 
+def thread_cpus(pid: int) -> set[frozenset[int] | None]:
+    """The CPUs of each thread of process `pid`."""
+    return {cpus.cpus_of(int(tid)) for tid in os.listdir(f"/proc/{pid}/task")}
+
+
 @pytest.mark.slow  # worker processes
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread niceness is Linux's")
 async def test_a_long_call_yields_the_cpu_and_its_worker_is_put_back(
     cfg: engine.EngineConfig, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    made = WorkerPool(1, 1, worker.memory_bytes(0, "512MB"), demote=(0.3, 15))
+    made = WorkerPool(1, 1, worker.memory_bytes(0, "512MB"), demote=(0.3, 15, True))
     calls: list[tuple[int, int]] = []
     real = worker.set_nice
 
@@ -214,6 +220,8 @@ async def test_a_long_call_yields_the_cpu_and_its_worker_is_put_back(
         await asyncio.sleep(0.7)
         [busy] = made.busy_pids()
         assert thread_nices(busy) == {15}  # every thread of the worker, DuckDB's included
+        # ... and, with `confine`, kept off one core where there are two or more
+        assert thread_cpus(busy) == {cpus.background_cpus() or cpus.all_cpus()}
         with pytest.raises(Timeout):
             await task
         assert calls == [(busy, 15), (busy, 0)]
@@ -221,6 +229,7 @@ async def test_a_long_call_yields_the_cpu_and_its_worker_is_put_back(
         may_raise = os.geteuid() == 0
         assert (busy in made.pids()) == may_raise and made.replaced == (0 if may_raise else 1)
         assert all(thread_nices(pid) == {0} for pid in made.pids())
+        assert all(thread_cpus(pid) == {cpus.all_cpus()} for pid in made.pids())
     finally:
         made.close()
 
@@ -230,12 +239,13 @@ async def test_a_long_call_yields_the_cpu_and_its_worker_is_put_back(
 async def test_a_server_started_with_a_niceness_keeps_it_for_its_workers(cfg: engine.EngineConfig) -> None:
     os.setpriority(os.PRIO_PROCESS, 0, 3)  # as `nice -n 3 cairn serve`: the threads started from here inherit it
     try:
-        made = WorkerPool(1, 1, worker.memory_bytes(0, "512MB"), demote=(0.1, 10))
+        made = WorkerPool(1, 1, worker.memory_bytes(0, "512MB"), demote=(0.1, 10, False))
         try:
             task = asyncio.create_task(query(made, with_timeout(cfg, 1.0), INTERRUPTIBLE))
             await asyncio.sleep(0.5)
             [busy] = made.busy_pids()
             assert thread_nices(busy) == {13}  # lowered by 10 from where it started
+            assert thread_cpus(busy) == {cpus.all_cpus()}  # not confined unless asked
             with pytest.raises(Timeout):
                 await task
             assert busy in made.pids() and made.replaced == 0
@@ -250,7 +260,7 @@ async def test_a_server_started_with_a_niceness_keeps_it_for_its_workers(cfg: en
 async def test_a_worker_whose_priority_cannot_be_raised_again_is_replaced(
     cfg: engine.EngineConfig, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    made = WorkerPool(1, 1, worker.memory_bytes(0, "512MB"), demote=(0.05, 10))
+    made = WorkerPool(1, 1, worker.memory_bytes(0, "512MB"), demote=(0.05, 10, False))
     real = worker.set_nice
     monkeypatch.setattr(worker, "set_nice", lambda pid, nice: nice > 0 and real(pid, nice))
     try:
