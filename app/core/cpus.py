@@ -9,8 +9,8 @@ key's search and query p95 were 59-61 and 43-45 ms (idle 17-21 and 12-16); with 
 work kept to one core, 36.6 and 33.5 ms (idle 20.7 and 14.1).
 
 The embedding queue's background thread is always confined (it is one thread: an idle host loses
-nothing). A feature may confine its own long calls where losing a core on an idle host is acceptable
-(the setting is the feature's).
+nothing). A feature may confine its own long calls while other calls are being answered (`answering`,
+counted by the executor), so that a long call alone on the host keeps every core.
 
 Only Linux sets the CPUs of one thread (`sched_setaffinity` with a thread id); elsewhere nothing is
 confined. Unlike a niceness, an affinity may be widened again without privileges, within the CPUs the
@@ -23,9 +23,37 @@ import contextlib
 import os
 import sys
 
-__all__ = ["all_cpus", "background_cpus", "confine", "cpus_of", "release", "set_cpus"]
+__all__ = [
+    "all_cpus",
+    "answering",
+    "background_cpus",
+    "call_finished",
+    "call_started",
+    "confine",
+    "cpus_of",
+    "release",
+    "set_cpus",
+]
 
 _all: frozenset[int] | None = None
+_answering = 0  # calls the executor is answering in this process
+
+
+def call_started() -> None:
+    """The executor began answering a call."""
+    global _answering
+    _answering += 1
+
+
+def call_finished() -> None:
+    """The executor finished a call."""
+    global _answering
+    _answering -= 1
+
+
+def answering() -> int:
+    """How many calls this process is answering now (read from any thread)."""
+    return _answering
 
 
 def all_cpus() -> frozenset[int] | None:

@@ -16,6 +16,7 @@ from pydantic import BaseModel, ValidationError
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.core import cpus
 from app.core.context import AppState, CallContext, Principal, ProgressFn, _no_progress
 from app.core.db import is_connection_error, sqlstate
 from app.core.embedding import EmbeddingUnavailable
@@ -128,6 +129,7 @@ async def run_operation(
     args: BaseModel | None = None
     key = principal.key_id or "open-mode"
     slot = False
+    cpus.call_started()
     if app.queue is not None:
         app.queue.call_started()
     try:
@@ -184,6 +186,7 @@ async def run_operation(
             await _audit_failure(app, audit_entry(op, transport, principal, args, None, err))
         raise err from None
     finally:
+        cpus.call_finished()
         if app.queue is not None:
             app.queue.call_finished()
         if slot and app.jobs is not None:

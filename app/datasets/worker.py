@@ -37,10 +37,11 @@ DuckDB checks an interrupt only between vectors, so a scalar function busy on on
 - **Priority.** A call still running after `demote_after` seconds (`CAIRN_DATASETS_LONG_CALL_MS`) has
   every thread of its worker lowered by `demote_nice` (`CAIRN_DATASETS_LONG_CALL_NICE`, Linux): on a busy
   host the short calls of other callers get the CPU first, and on an idle one nothing changes (a
-  niceness only matters when threads compete). With `CAIRN_DATASETS_LONG_CALL_CONFINE` its threads are
-  also kept off one core, as the embedding queue's batches are (`app.core.cpus`): other callers keep a
-  core however much lowered work runs, but a long query on an idle host then has one core less. When
-  the call ends the worker's threads go back to their priority (and CPUs); where the server may not
+  niceness only matters when threads compete). While the server answers other calls too, its threads
+  are also kept off one core, as the embedding queue's batches are (`app.core.cpus`,
+  `CAIRN_DATASETS_LONG_CALL_CONFINE`): other callers keep a core however much lowered work runs, and a
+  long query alone on the host keeps every core (checked every `MEMORY_CHECK_S`). When the call ends
+  the worker's threads go back to their priority and CPUs; where the server may not
   raise a priority again (no `CAP_SYS_NICE`, as in a container), the worker is replaced by a fresh one
   instead.
 - **Orphans.** A worker holds the read end of a pipe, and only the server holds its write end. When the
@@ -327,6 +328,7 @@ class _Worker:
         self.memory = memory
         self.demote_after, self.demote_nice, self.confine = demote
         self.demoted = False
+        self.confined = False
         # The worker's own niceness: the starting thread's, which it inherits (the server's).
         self.base_nice = os.getpriority(os.PRIO_PROCESS, 0) if sys.platform.startswith("linux") else 0
         self._since = 0.0
@@ -423,8 +425,8 @@ class _Worker:
                 if self.demote_nice and not self.demoted and now - self._since >= self.demote_after:
                     self.demoted = True
                     set_nice(self.pid, min(19, self.base_nice + self.demote_nice))
-                    if self.confine:
-                        cpus.set_cpus(self.pid, cpus.background_cpus())
+                if self.demoted and self.confine:
+                    self._fit_cpus()
             reply: Reply = self.conn.recv()
         except (EOFError, OSError):
             raise WorkerGone(sent=True) from None
@@ -436,10 +438,19 @@ class _Worker:
         may not."""
         if not self.demoted:
             return True
-        if self.confine:
-            cpus.set_cpus(self.pid, cpus.all_cpus())
+        if self.confined:
+            self.confined = not cpus.set_cpus(self.pid, cpus.all_cpus())
         self.demoted = not set_nice(self.pid, self.base_nice)
         return not self.demoted
+
+    def _fit_cpus(self) -> None:
+        """A demoted worker's CPUs: all but one while this process answers other calls too, every one
+        while its call is the only one (so that a long query alone on the host keeps every core)."""
+        crowded = cpus.answering() > 1
+        if crowded and not self.confined:
+            self.confined = cpus.set_cpus(self.pid, cpus.background_cpus())
+        elif not crowded and self.confined:
+            self.confined = not cpus.set_cpus(self.pid, cpus.all_cpus())
 
     def end(self, kill: bool = False, wait: float = 2.0) -> None:
         """Stop the process (`kill`: at once, with SIGKILL; else by closing its channel and pipe, which it

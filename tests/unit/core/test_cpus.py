@@ -70,3 +70,13 @@ def test_set_cpus_covers_every_thread_of_a_process() -> None:
         for t in threads:
             t.join()
         cpus.set_cpus(os.getpid(), cpus.all_cpus())
+
+
+def test_answering_counts_the_calls_in_flight() -> None:
+    before = cpus.answering()
+    cpus.call_started()
+    cpus.call_started()
+    assert cpus.answering() == before + 2
+    cpus.call_finished()
+    cpus.call_finished()
+    assert cpus.answering() == before

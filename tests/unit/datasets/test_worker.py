@@ -216,12 +216,22 @@ async def test_a_long_call_yields_the_cpu_and_its_worker_is_put_back(
     try:
         assert (await query(made, cfg, "SELECT 1 AS n")).head == [{"n": 1}]
         assert calls == []  # a short call keeps its priority
-        task = asyncio.create_task(query(made, with_timeout(cfg, 1.2), INTERRUPTIBLE, name="q_2"))
-        await asyncio.sleep(0.7)
+        task = asyncio.create_task(query(made, with_timeout(cfg, 1.6), INTERRUPTIBLE, name="q_2"))
+        await asyncio.sleep(0.6)
         [busy] = made.busy_pids()
         assert thread_nices(busy) == {15}  # every thread of the worker, DuckDB's included
-        # ... and, with `confine`, kept off one core where there are two or more
-        assert thread_cpus(busy) == {cpus.background_cpus() or cpus.all_cpus()}
+        assert thread_cpus(busy) == {cpus.all_cpus()}  # alone on the host: every core
+        # While the process answers other calls (as the executor counts them), it keeps off one core.
+        cpus.call_started()
+        cpus.call_started()
+        try:
+            await asyncio.sleep(0.25)
+            assert thread_cpus(busy) == {cpus.background_cpus() or cpus.all_cpus()}
+        finally:
+            cpus.call_finished()
+            cpus.call_finished()
+        await asyncio.sleep(0.25)
+        assert thread_cpus(busy) == {cpus.all_cpus()}
         with pytest.raises(Timeout):
             await task
         assert calls == [(busy, 15), (busy, 0)]
@@ -245,7 +255,14 @@ async def test_a_server_started_with_a_niceness_keeps_it_for_its_workers(cfg: en
             await asyncio.sleep(0.5)
             [busy] = made.busy_pids()
             assert thread_nices(busy) == {13}  # lowered by 10 from where it started
-            assert thread_cpus(busy) == {cpus.all_cpus()}  # not confined unless asked
+            cpus.call_started()
+            cpus.call_started()
+            try:
+                await asyncio.sleep(0.2)
+                assert thread_cpus(busy) == {cpus.all_cpus()}  # never confined without `confine`
+            finally:
+                cpus.call_finished()
+                cpus.call_finished()
             with pytest.raises(Timeout):
                 await task
             assert busy in made.pids() and made.replaced == 0
