@@ -438,8 +438,9 @@ class _Worker:
         may not."""
         if not self.demoted:
             return True
-        if self.confined:
-            self.confined = not cpus.set_cpus(self.pid, cpus.all_cpus())
+        if self.confine:  # every thread, even where confining some of them failed
+            cpus.set_cpus(self.pid, cpus.all_cpus())
+            self.confined = False
         self.demoted = not set_nice(self.pid, self.base_nice)
         return not self.demoted
 
