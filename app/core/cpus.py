@@ -5,8 +5,8 @@ A lower priority alone does not keep background work out of their way on a small
 running lowered work (the embedding queue's batches on one, another key's long query on the other),
 each wake-up of a call being answered first displaces that work. Measured on two cores
 (scripts/bench_hostile.py, two 200k-character pushes and two quadratic queries from one key): another
-key's search and query p95 were 59-61 and 43-45 ms (idle 17-21 and 12-16); with both kinds of lowered
-work kept to one core, 36.6 and 33.5 ms (idle 20.7 and 14.1).
+key's search and query p95 were 59-64 and 43-47 ms in three runs (idle 17-21 and 12-16); with both
+kinds of lowered work kept to one core, 35-37 and 33-41 ms in three runs of four (idle 19-21 and 14).
 
 The embedding queue's background thread is always confined (it is one thread: an idle host loses
 nothing). A feature may confine its own long calls while other calls are being answered (`answering`,
