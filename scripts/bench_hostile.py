@@ -129,9 +129,8 @@ async def _attack_loop(
             outcomes[f"{name}: {type(exc).__name__}"] += 1
 
 
-def _attacker(url: str, query_id: str, attacks: tuple[str, ...]) -> None:
-    """The attacker's process (`--attacker`): its loops run until its stdin closes, then it prints how
-    its calls ended (JSON)."""
+def _halt_on_stdin_close() -> threading.Event:
+    """An event set when this process's stdin closes (the parent's signal to stop)."""
     halt = threading.Event()
 
     def watch() -> None:
@@ -139,6 +138,13 @@ def _attacker(url: str, query_id: str, attacks: tuple[str, ...]) -> None:
         halt.set()
 
     threading.Thread(target=watch, daemon=True).start()
+    return halt
+
+
+def _attacker(url: str, query_id: str, attacks: tuple[str, ...]) -> None:
+    """The attacker's process (`--attacker`): its loops run until its stdin closes, then it prints how
+    its calls ended (JSON)."""
+    halt = _halt_on_stdin_close()
     print(json.dumps(asyncio.run(_attack(url, query_id, attacks, halt))), flush=True)
 
 
@@ -197,13 +203,7 @@ def _rss_mb(pid: int) -> dict[str, float]:
 def _sampler(pid: int) -> None:
     """The memory sampler's process (`--sampler PID`): every 50 ms it reads the resident memory of the
     server's processes, until its stdin closes; then it prints the peaks (JSON)."""
-    halt = threading.Event()
-
-    def watch() -> None:
-        sys.stdin.read()
-        halt.set()
-
-    threading.Thread(target=watch, daemon=True).start()
+    halt = _halt_on_stdin_close()
     peak: dict[str, float] = {}
     while not halt.is_set():
         for name, mb in _rss_mb(pid).items():

@@ -33,6 +33,7 @@ __all__ = [
     "cpus_of",
     "release",
     "set_cpus",
+    "thread_ids",
 ]
 
 _all: frozenset[int] | None = None
@@ -75,10 +76,7 @@ def background_cpus() -> frozenset[int] | None:
     return cpus - {min(cpus)}
 
 
-def confine(tid: int = 0) -> bool:
-    """Keep thread `tid` (0: the calling thread; the threads it starts later inherit this) to
-    `background_cpus()`. False when nothing was done."""
-    cpus = background_cpus()
+def _set_thread(tid: int, cpus: frozenset[int] | None) -> bool:
     if cpus is None:
         return False
     try:
@@ -86,28 +84,31 @@ def confine(tid: int = 0) -> bool:
     except OSError:
         return False
     return True
+
+
+def confine(tid: int = 0) -> bool:
+    """Keep thread `tid` (0: the calling thread; the threads it starts later inherit this) to
+    `background_cpus()`. False when nothing was done."""
+    return _set_thread(tid, background_cpus())
 
 
 def release(tid: int = 0) -> bool:
     """Let thread `tid` (0: the calling thread) run on every CPU of `all_cpus()` again."""
-    cpus = all_cpus()
-    if cpus is None:
-        return False
+    return _set_thread(tid, all_cpus())
+
+
+def thread_ids(pid: int) -> list[int] | None:
+    """The ids of the threads of process `pid` (Linux; None when they cannot be read)."""
     try:
-        os.sched_setaffinity(tid, cpus)
+        return [int(t) for t in os.listdir(f"/proc/{pid}/task")]
     except OSError:
-        return False
-    return True
+        return None
 
 
 def set_cpus(pid: int, cpus: frozenset[int] | None) -> bool:
     """Give every thread of process `pid` (one of this user's) the CPUs `cpus`. False when `cpus` is None
     or a thread refused; a thread that ended meanwhile is skipped."""
-    if cpus is None:
-        return False
-    try:
-        tids = [int(t) for t in os.listdir(f"/proc/{pid}/task")]
-    except OSError:
+    if cpus is None or (tids := thread_ids(pid)) is None:
         return False
     done = True
     for tid in tids:

@@ -486,11 +486,8 @@ def set_nice(pid: int, nice: int) -> bool:
     """Set the niceness of every thread of process `pid` (Linux keeps one per thread, and DuckDB's
     threads were started before any change). False when not allowed (raising a priority needs
     `CAP_SYS_NICE`) or not possible here; a thread that ended meanwhile is skipped."""
-    if not sys.platform.startswith("linux"):
-        return False
-    try:
-        tids = [int(t) for t in os.listdir(f"/proc/{pid}/task")]
-    except OSError:
+    tids = cpus.thread_ids(pid) if sys.platform.startswith("linux") else None
+    if tids is None:
         return False
     for tid in tids:
         try:
