@@ -91,6 +91,11 @@ class DatasetRepository(Repository):
         return row
 
 
+# One Core statement built once, its values bound per call: the ORM's bulk-insert path cost a
+# millisecond a call here, and building the statement with `.values()` a quarter of one.
+_SAVE = insert(cast(Table, DatasetQuery.__table__)).on_conflict_do_nothing(index_elements=["query_id"])
+
+
 class QueryRepository(Repository):
     """Metadata of the stored query results of one project."""
 
@@ -100,11 +105,7 @@ class QueryRepository(Repository):
 
     async def save(self, values: dict[str, Any]) -> None:
         """Record a result (no-op when the query_id exists)."""
-        # A Core insert on the table: the ORM's bulk-insert path costs a millisecond a call here.
-        table = cast(Table, DatasetQuery.__table__)
-        await self.session.execute(
-            insert(table).values(**values, project=self.project).on_conflict_do_nothing(index_elements=["query_id"])
-        )
+        await self.session.execute(_SAVE, {**values, "project": self.project})
 
     async def get(self, query_id: str) -> DatasetQuery | None:
         """A stored result's metadata (None when it belongs to another project)."""

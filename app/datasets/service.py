@@ -170,14 +170,23 @@ def config(space: Space, timeout_ms: int | None = None) -> engine.EngineConfig:
 
 
 def cache_of(ctx: CallContext) -> Cache:
-    """The process cache of this server's work directory."""
+    """The process cache of this server's work directory (its folders made again if removed)."""
     cfg = get_dataset_settings()
-    return get_cache(
-        work_dir(ctx.settings.data_dir),
-        cfg.datasets_cache_ttl_seconds,
-        cfg.datasets_cache_max_bytes,
-        cfg.datasets_cache_memory_entries,
-    )
+    key = (ctx.settings.data_dir, cfg.datasets_work_dir)
+    cache = _CACHES.get(key)
+    # Two stats on the event loop rather than `work_dir`'s three mkdirs and a resolve on every call.
+    if cache is None or not (os.path.isdir(cache.dir) and os.path.isdir(cache.results)):
+        cache = get_cache(
+            work_dir(ctx.settings.data_dir),
+            cfg.datasets_cache_ttl_seconds,
+            cfg.datasets_cache_max_bytes,
+            cfg.datasets_cache_memory_entries,
+        )
+        _CACHES[key] = cache
+    return cache
+
+
+_CACHES: TTLCache[tuple[Any, ...], Cache] = TTLCache(maxsize=16, ttl=10)
 
 
 @contextlib.contextmanager
@@ -434,7 +443,7 @@ async def _execute_query(ctx: CallContext, args: QueryIn) -> QueryOut:
     results_dir = space.work / "results"
 
     def prepare() -> tuple[
-        list[engine.Source], set[str], str, list[str], dict[str, Path], list[list[Any]], str, dict[str, Any] | None
+        list[engine.Source], set[str], str, str, list[str], dict[str, Path], list[list[Any]], str, dict[str, Any] | None
     ]:
         sources, result_ids, taken = _sources_of(refs, registered, rts)
         checked, literal_files = _checked_sql(sql, rts)
@@ -446,19 +455,20 @@ async def _execute_query(ctx: CallContext, args: QueryIn) -> QueryOut:
         }
         all_files = [f for s in sources for f in s.files] + literal_files + list(present.values())
         fps = fingerprint(all_files)
+        norm = normalize_sql(checked)
         key = make_key(
             "query",
             project=space.project,
-            sql=normalize_sql(checked),
+            sql=norm,
             views={s.name: s.sql() for s in sources},
             results=sorted(ids),
             files=fps,
             max_rows=cfg.datasets_result_max_rows,
         )
         hit = cache.get(key) if len(present) == len(ids) else None
-        return sources, taken, checked, ids, present, fps, key, hit
+        return sources, taken, checked, norm, ids, present, fps, key, hit
 
-    sources, taken, checked, result_ids, result_views, fps, key, hit = await asyncio.to_thread(prepare)
+    sources, taken, checked, norm, result_ids, result_views, fps, key, hit = await asyncio.to_thread(prepare)
     missing = [q for q in result_ids if q not in named]
     if missing:
         raise NotFound(f"Unknown query_id {missing[0]}", suggestions=["Run execute_query to get a query_id"])
@@ -504,7 +514,7 @@ async def _execute_query(ctx: CallContext, args: QueryIn) -> QueryOut:
     await asyncio.gather(*pending)
     # Reading the stored result back runs under the server's time limit, not the query's own.
     reader = dataclasses.replace(ecfg, timeout_s=cfg.datasets_query_timeout_ms / 1000.0)
-    return await _answer(args, meta, cache_hit, engine_used, checked, sorted(taken), reader, head, later)
+    return await _answer(args, meta, cache_hit, engine_used, norm, sorted(taken), reader, head, later)
 
 
 # A query whose input files weigh at most this much in all runs on one DuckDB thread.
@@ -688,10 +698,11 @@ def _pick_engine(args: QueryIn, python_enabled: bool) -> str:
     return "duckdb"
 
 
-def _result_type(sql: str, fmt: str) -> Literal["tabular", "aggregation", "chart"]:
+def _result_type(normalized: str, fmt: str) -> Literal["tabular", "aggregation", "chart"]:
+    """The kind of result a query (its text as `normalize_sql` gives it) returns."""
     if fmt == "chart":
         return "chart"
-    norm = normalize_sql(sql).lower()
+    norm = normalized.lower()
     if "group by" in norm or re.search(r"\b(count|sum|avg|min|max|median|stddev|quantile\w*)\s*\(", norm):
         return "aggregation"
     return "tabular"
@@ -761,13 +772,14 @@ async def _answer(
     meta: dict[str, Any],
     cache_hit: bool,
     engine_used: str,
-    sql: str,
+    normalized: str,
     views: list[str],
     ecfg: engine.EngineConfig,
     head: list[dict[str, Any]] | None = None,
     writing: asyncio.Future[Any] | None = None,
 ) -> QueryOut:
-    """The reply within the budget. `head`: the first rows of the result when the query has just
+    """The reply within the budget. `normalized`: the query's text as `normalize_sql` gives it (it
+    tells an aggregation from a table); `head`: the first rows of the result when the query has just
     stored them (else they are read from the stored file); `writing`: the stored file's write, when it
     is still under way (a summary of rows left out of the reply waits for it)."""
     loop = asyncio.get_running_loop()
@@ -789,7 +801,7 @@ async def _answer(
         cache_hit=cache_hit,
         engine_used=engine_used,
     )
-    result_type = _result_type(sql, args.return_format)
+    result_type = _result_type(normalized, args.return_format)
     limit = budget_of(args.max_tokens)
     images = budget.image_fields(QueryOut)  # a chart travels as MCP image content, not text
 

@@ -624,11 +624,12 @@ class WorkerPool:
     def _checkout(self) -> _Worker:
         with self._lock:
             # One worker per slot and a spare, and a slot is held: one is idle. A replacement may still be
-            # starting, or one may have died while idle: a started, living one is taken first.
+            # starting, or one may have died while idle: a started, unreaped one is taken first. (This
+            # runs on the event loop: `alive`'s read of /proc is left to the conversation's `_ready`.)
             if not self._idle:
                 worker = _Worker(self.memory, list(self._recent.values()), self.demote)
             else:
-                ready = [i for i, w in enumerate(self._idle) if w.alive() and w.started()]
+                ready = [i for i, w in enumerate(self._idle) if w.proc.poll() is None and w.started()]
                 worker = self._idle.pop(ready[-1] if ready else -1)
             self._busy.add(worker)
             return worker
