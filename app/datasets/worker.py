@@ -23,6 +23,12 @@ DuckDB checks an interrupt only between vectors, so a scalar function busy on on
   in the answer, sent before its file is written); the final reply follows, and until it comes the
   worker and the slot stay taken. After replying, the worker checks the databases its call used for
   leftovers (`sandbox.ConnectionPool.settle`) before it reads the next request.
+- **Conversations.** A call made on the event loop to a worker that has greeted is conducted there
+  (`_converse_here`): the request is written, and the replies are read whenever the channel is
+  readable, with the memory and priority checks in between, so the call costs no thread hop either
+  way. What blocks (starting a replacement, reaping a dead worker) runs in a thread. A call made from a
+  thread (`run_sync`), or one that finds its worker not started or gone, is conducted in a thread
+  (`_converse`), one per slot at most.
 - **Time.** The worker's watchdog interrupts the statement when the call's time limit is reached (5003,
   and the worker is kept). If no answer has come `GRACE_S` later, the server kills the worker
   (SIGKILL), answers 5003 and starts a replacement.
@@ -65,6 +71,7 @@ import re
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -97,6 +104,8 @@ QUEUE_PER_SLOT = 4
 MB = 1024 * 1024
 # How often the server looks at the memory of a worker serving a call.
 MEMORY_CHECK_S = 0.05
+# The most `wait_async` reads from a worker's channel at once.
+READ_CHUNK = 1 << 20
 # Lockdowns (projects' databases) a new worker opens before it takes calls.
 RECENT_LOCKDOWNS = 4
 # Workers beyond the slots: a started one is there for the next call while a replacement starts (about
@@ -351,6 +360,10 @@ class _Worker:
             theirs.close()
             os.close(alive_r)
         self.conn = Connection(ours.detach())
+        # The same channel for `wait_async`, which reads it without blocking (MSG_DONTWAIT, so the
+        # blocking reads of the other paths are unchanged); `_inbox` holds a reply read in part.
+        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM, fileno=os.dup(self.conn.fileno()))
+        self._inbox = bytearray()
         self.pid = self.proc.pid
         with contextlib.suppress(OSError):  # a worker that died at once is found out by its first call
             self.conn.send(("warm", warm or []))
@@ -405,12 +418,16 @@ class _Worker:
     def call(self, message: Any, timeout: float) -> Reply | None:
         """Send `message` and wait `timeout` seconds for the reply (None when none came). OverMemory
         when the process's resident memory passes its cap meanwhile."""
+        self.send(message)
+        return self.wait(self._since + timeout)
+
+    def send(self, message: Any) -> None:
+        """Send a request (WorkerGone, not sent, when the process is gone)."""
         try:
             self.conn.send(message)
         except (BrokenPipeError, ConnectionError):
             raise WorkerGone(sent=False) from None
         self._since = time.monotonic()
-        return self.wait(self._since + timeout)
 
     def wait(self, deadline: float) -> Reply | None:
         """Wait until `deadline` (time.monotonic) for the worker's next reply (None when none came);
@@ -420,18 +437,64 @@ class _Worker:
                 now = time.monotonic()
                 if now >= deadline:
                     return None
-                if self.memory > 0 and self.rss() > self.memory:
-                    raise OverMemory()
-                if self.demote_nice and not self.demoted and now - self._since >= self.demote_after:
-                    self.demoted = True
-                    set_nice(self.pid, min(19, self.base_nice + self.demote_nice))
-                if self.demoted and self.confine:
-                    self._fit_cpus()
+                self._check(now)
             reply: Reply = self.conn.recv()
         except (EOFError, OSError):
             raise WorkerGone(sent=True) from None
         self.opened = reply.opened
         return reply
+
+    async def wait_async(self, deadline: float) -> Reply | None:
+        """`wait` on the event loop, with no thread: the channel is read whenever it is readable, and
+        the memory and priority checks run between reads."""
+        loop = asyncio.get_running_loop()
+        fd = self._sock.fileno()
+        while (frame := self._frame()) is None:
+            readable = loop.create_future()
+            loop.add_reader(fd, _resolve, readable)
+            try:
+                await asyncio.wait([readable], timeout=max(0.0, min(MEMORY_CHECK_S, deadline - time.monotonic())))
+            finally:
+                loop.remove_reader(fd)
+            if readable.done():
+                self._pull()
+                continue
+            now = time.monotonic()
+            if now >= deadline:
+                return None
+            self._check(now)
+        reply: Reply = pickle.loads(frame)
+        self.opened = reply.opened
+        return reply
+
+    def _frame(self) -> bytes | None:
+        return take_frame(self._inbox)
+
+    def _pull(self) -> None:
+        """Move what the channel holds into `_inbox` without blocking; WorkerGone at its end."""
+        while True:
+            try:
+                data = self._sock.recv(READ_CHUNK, socket.MSG_DONTWAIT)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:
+                raise WorkerGone(sent=True) from None
+            if not data:
+                raise WorkerGone(sent=True)
+            self._inbox += data
+            if len(data) < READ_CHUNK:
+                return
+
+    def _check(self, now: float) -> None:
+        """Between two looks at the channel during a call: OverMemory past the memory cap; a call
+        running past `demote_after` lowers the worker's priority, and a lowered one has its CPUs fitted."""
+        if self.memory > 0 and self.rss() > self.memory:
+            raise OverMemory()
+        if self.demote_nice and not self.demoted and now - self._since >= self.demote_after:
+            self.demoted = True
+            set_nice(self.pid, min(19, self.base_nice + self.demote_nice))
+        if self.demoted and self.confine:
+            self._fit_cpus()
 
     def promote(self) -> bool:
         """Put a demoted worker's threads back to the priority it started with: False when this process
@@ -460,6 +523,7 @@ class _Worker:
             with contextlib.suppress(ProcessLookupError):
                 self.proc.kill()
         self.conn.close()
+        self._sock.close()
         if self._alive is not None:
             os.close(self._alive)
             self._alive = None
@@ -480,6 +544,25 @@ class _Worker:
             with contextlib.suppress(ValueError):
                 return f"killed by {signal.Signals(-code).name}"
         return f"exit status {code}"
+
+
+def take_frame(box: bytearray) -> bytes | None:
+    """The first whole message in `box`, taken out of it, framed as `Connection.send_bytes` frames
+    one (a signed 4-byte length, or -1 and an 8-byte length, then the bytes); None until it is whole."""
+    if len(box) < 4:
+        return None
+    (size,) = struct.unpack("!i", box[:4])
+    start = 4
+    if size == -1:
+        if len(box) < 12:
+            return None
+        (size,) = struct.unpack("!Q", box[4:12])
+        start = 12
+    if len(box) < start + size:
+        return None
+    frame = bytes(box[start : start + size])
+    del box[: start + size]
+    return frame
 
 
 def set_nice(pid: int, nice: int) -> bool:
@@ -596,10 +679,14 @@ class WorkerPool:
         except BaseException:
             self.slots.release(caller)
             raise
+        done: asyncio.Future[Any]
         try:
-            done = asyncio.get_running_loop().run_in_executor(
-                self._threads, self._converse, caller, worker, (fn, cfg, args, kwargs), early
-            )
+            if worker.ready and worker.proc.poll() is None:  # the usual case: see `_converse_here`
+                done = asyncio.ensure_future(self._converse_here(caller, worker, (fn, cfg, args, kwargs), early))
+            else:
+                done = asyncio.get_running_loop().run_in_executor(
+                    self._threads, self._converse, caller, worker, (fn, cfg, args, kwargs), early
+                )
         except BaseException as exc:
             self._checkin(worker)
             self.slots.release(caller)
@@ -704,12 +791,7 @@ class WorkerPool:
         fn, cfg, args, kwargs = request
         try:
             self._renew_dead()
-            with self._lock:
-                lock = cfg.lockdown()
-                self._recent.pop(lock, None)
-                self._recent[lock] = cfg
-                while len(self._recent) > RECENT_LOCKDOWNS:
-                    del self._recent[next(iter(self._recent))]
+            self._note(cfg)
             try:
                 worker = self._ready(worker)
             except WorkerGone:
@@ -738,40 +820,104 @@ class WorkerPool:
             except OverMemory:
                 log.warning("DuckDB worker %s passed its memory cap: killed", worker.pid)
                 worker = self._replace(worker, kill=True)
-                raise MemoryLimit(
-                    f"The query used more than {self.memory // MB} MB in its DuckDB worker and was stopped",
-                    suggestions=[
-                        "Aggregate or filter before selecting long values or many columns",
-                        "Raise CAIRN_DATASETS_WORKER_MEMORY_MB if this is expected",
-                    ],
-                ) from None
+                raise self._over_memory() from None
             except WorkerGone:
-                how = worker.how_it_ended()
-                log.warning("DuckDB worker %s died during a call (%s)", worker.pid, how)
-                worker = self._replace(worker, kill=True)
-                raise Unavailable(
-                    f"The query's DuckDB worker process stopped during the call ({how}); nothing was kept",
-                    suggestions=["Run the query again", "If it fails again, filter or aggregate more"],
-                    headers={"Retry-After": "1"},
-                ) from None
+                how, worker = self._bury(worker)
+                raise _died(how) from None
             if reply is None:
                 log.warning("DuckDB worker %s outran its time limit: killed", worker.pid)
                 worker = self._replace(worker, kill=True)
-                raise Timeout(
-                    "The query exceeded its time limit and was stopped",
-                    suggestions=[
-                        "Filter or aggregate more, or query a Parquet copy of the data",
-                        "Functions over very long values (e.g. levenshtein on long texts) cannot be interrupted",
-                    ],
-                )
-            # A worker that grew keeps its memory (allocators hold on to it), and one whose priority could
-            # not be raised again would serve the next call slowly: start afresh instead.
-            if reply.recycle or worker.rss() > self.memory // 2 or not worker.promote():
+                raise _outran()
+            if self._spent(worker, reply):
                 worker = self._replace(worker, kill=False)
             return reply.unwrap()
         finally:
             self._checkin(worker)
             self.slots.release(caller)
+
+    async def _converse_here(
+        self, caller: str, worker: _Worker, request: tuple[Any, ...], early: Callable[[Any], None] | None
+    ) -> Any:
+        """`_converse` on the event loop, for a worker that has greeted: the request is sent and the
+        replies read as the channel becomes readable, so the call costs no thread hop either way. What
+        blocks (a replacement: starting a process, reaping one) runs in a thread; a request
+        the worker never got (it died while idle) goes to `_converse`, which replaces it."""
+        fn, cfg, args, kwargs = request
+        loop = asyncio.get_running_loop()
+        handed = False
+        try:
+            if any(w.proc.poll() is not None for w in self._idle_now()):  # off the loop: it starts processes
+                loop.run_in_executor(None, self._renew_dead).add_done_callback(_consume)
+            self._note(cfg)
+            worker.works.add(cfg.work)
+            deadline = time.monotonic() + cfg.timeout_s + GRACE_S
+            try:
+                worker.send((fn, cfg, args, kwargs, cfg.timeout_s, early is not None))
+            except WorkerGone:
+                try:
+                    rest = loop.run_in_executor(self._threads, self._converse, caller, worker, request, early)
+                except RuntimeError:  # the pool was closed meanwhile: the server is stopping
+                    raise EngineError("The DuckDB workers are stopping", suggestions=["Retry"]) from None
+                handed = True  # `_converse` gives the worker and the slot back
+                return await rest
+            try:
+                reply = await worker.wait_async(deadline)
+                if reply is not None and reply.status == "early":
+                    if early is not None:
+                        early(reply.value)
+                    reply = await worker.wait_async(deadline)
+            except OverMemory:
+                log.warning("DuckDB worker %s passed its memory cap: killed", worker.pid)
+                worker = await loop.run_in_executor(None, self._replace, worker, True)
+                raise self._over_memory() from None
+            except WorkerGone:
+                how, worker = await loop.run_in_executor(None, self._bury, worker)
+                raise _died(how) from None
+            if reply is None:
+                log.warning("DuckDB worker %s outran its time limit: killed", worker.pid)
+                worker = await loop.run_in_executor(None, self._replace, worker, True)
+                raise _outran()
+            if self._spent(worker, reply):
+                worker = await loop.run_in_executor(None, self._replace, worker, False)
+            return reply.unwrap()
+        finally:
+            if not handed:
+                self._checkin(worker)
+                self.slots.release(caller)
+
+    def _bury(self, worker: _Worker) -> tuple[str, _Worker]:
+        """How `worker` died during a call (it may take a moment to tell), and its replacement."""
+        how = worker.how_it_ended()
+        log.warning("DuckDB worker %s died during a call (%s)", worker.pid, how)
+        return how, self._replace(worker, kill=True)
+
+    def _idle_now(self) -> list[_Worker]:
+        with self._lock:
+            return list(self._idle)
+
+    def _note(self, cfg: EngineConfig) -> None:
+        """Remember `cfg` among the latest calls' configurations (see `_recent`)."""
+        with self._lock:
+            lock = cfg.lockdown()
+            self._recent.pop(lock, None)
+            self._recent[lock] = cfg
+            while len(self._recent) > RECENT_LOCKDOWNS:
+                del self._recent[next(iter(self._recent))]
+
+    def _spent(self, worker: _Worker, reply: Reply) -> bool:
+        """True when `worker` should be replaced after its call: it asked to be, or it grew (allocators
+        keep what they took), or its priority could not be raised again (it would serve the next call
+        slowly)."""
+        return reply.recycle or worker.rss() > self.memory // 2 or not worker.promote()
+
+    def _over_memory(self) -> MemoryLimit:
+        return MemoryLimit(
+            f"The query used more than {self.memory // MB} MB in its DuckDB worker and was stopped",
+            suggestions=[
+                "Aggregate or filter before selecting long values or many columns",
+                "Raise CAIRN_DATASETS_WORKER_MEMORY_MB if this is expected",
+            ],
+        )
 
     def close(self) -> None:
         """Stop the idle workers now and the busy ones when their call ends."""
@@ -781,6 +927,24 @@ class WorkerPool:
         for worker in idle:
             worker.end()
         self._threads.shutdown(wait=False)
+
+
+def _died(how: str) -> Unavailable:
+    return Unavailable(
+        f"The query's DuckDB worker process stopped during the call ({how}); nothing was kept",
+        suggestions=["Run the query again", "If it fails again, filter or aggregate more"],
+        headers={"Retry-After": "1"},
+    )
+
+
+def _outran() -> Timeout:
+    return Timeout(
+        "The query exceeded its time limit and was stopped",
+        suggestions=[
+            "Filter or aggregate more, or query a Parquet copy of the data",
+            "Functions over very long values (e.g. levenshtein on long texts) cannot be interrupted",
+        ],
+    )
 
 
 def _consume(done: asyncio.Future[Any]) -> None:

@@ -9,6 +9,8 @@ import asyncio
 import base64
 import os
 import signal
+import socket
+import struct
 import subprocess
 import sys
 import textwrap
@@ -16,6 +18,7 @@ import threading
 import time
 from collections.abc import Iterator
 from decimal import Decimal
+from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
@@ -582,3 +585,54 @@ async def test_an_unexpected_error_is_raised_as_it_was_and_the_worker_replaced(
     with pytest.raises(CairnError) as outside:
         await pool.run("k", engine.read_rows, cfg, (cfg.work / "elsewhere.parquet", 0, 1), {})
     assert outside.value.code == 4002 and pool.replaced == 1
+
+
+def test_replies_are_taken_whole_in_order_however_they_arrive() -> None:
+    ours, theirs = socket.socketpair()
+    sender = Connection(theirs.detach())
+    sender.send_bytes(b"first")
+    sender.send_bytes(b"x" * 70_000)
+    sender.close()
+    raw = b""
+    while chunk := ours.recv(1 << 16):
+        raw += chunk
+    ours.close()
+    box, got = bytearray(), []
+    for byte in raw:  # one byte at a time: every frame is seen in part first
+        box.append(byte)
+        if (frame := worker.take_frame(box)) is not None:
+            got.append(frame)
+    assert got == [b"first", b"x" * 70_000] and not box
+    # A message past 2 GiB is framed with -1 and an 8-byte length.
+    long = bytearray(struct.pack("!i", -1) + struct.pack("!Q", 3) + b"abcrest")
+    assert worker.take_frame(long) == b"abc" and long == b"rest"
+
+
+@pytest.mark.slow  # worker processes
+async def test_a_call_from_the_event_loop_takes_no_thread(
+    pool: WorkerPool, cfg: engine.EngineConfig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await query(pool, cfg, "SELECT 1 AS n")  # a worker has greeted
+    handed: list[Any] = []
+    submit = pool._threads.submit
+
+    def counted(fn: Any, *args: Any, **kwargs: Any) -> Any:
+        handed.append(fn)
+        return submit(fn, *args, **kwargs)
+
+    monkeypatch.setattr(pool._threads, "submit", counted)
+    monkeypatch.setattr(worker, "READ_CHUNK", 7)  # each reply is read in many pieces
+    wide = "SELECT {i} AS n, repeat('x', 3000) AS t"
+    answers = [await query(pool, cfg, wide.format(i=i), name=f"q_{i}") for i in range(3)]
+    assert [(a.head or [{}])[0].get("n") for a in answers] == [0, 1, 2]
+    # An early answer (all rows in it), then the final one once the file is written.
+    args: tuple[Any, ...] = ("SELECT 7 AS n", [], {}, cfg.results / "q_e.parquet", 1000, 10)
+    early, final = await pool.run_staged("k", engine.execute_to_store, cfg, args, {})
+    assert early.head == [{"n": 7}] and final is not None and (await final).path.is_file()
+    assert handed == []
+    # A worker that died while idle never saw the request: the call goes to a thread and is answered.
+    for pid in pool.pids():
+        os.kill(pid, signal.SIGKILL)
+    assert gone(pool.pids())
+    assert (await query(pool, cfg, "SELECT 2 AS n", name="q_d")).head == [{"n": 2}]
+    assert handed
