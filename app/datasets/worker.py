@@ -681,7 +681,9 @@ class WorkerPool:
             raise
         done: asyncio.Future[Any]
         try:
-            if worker.ready and worker.proc.poll() is None:  # the usual case: see `_converse_here`
+            # The usual case (see `_converse_here`). `alive`, not `proc.poll`: a killed worker is a zombie
+            # with its channel still open until its last thread has ended, and would take the request.
+            if worker.ready and worker.alive():
                 done = asyncio.ensure_future(self._converse_here(caller, worker, (fn, cfg, args, kwargs), early))
             else:
                 done = asyncio.get_running_loop().run_in_executor(
