@@ -10,6 +10,11 @@ then while the *attacker* runs, all at once and in loops:
 - two pushes of 200,000 distinct characters that wait for their own vectors (`wait_for_embedding`);
 - three `get_result` calls on a stored result of 4 rows of very large cells.
 
+The whole attack at once is run `REPEATS` times, each run right after an idle phase of its own, and
+each run is compared with that idle phase: on a shared virtual machine the same idle calls can take
+half as long again from one minute to the next, and a ratio to an idle phase measured minutes earlier
+would mostly measure that drift. The median over the runs is the figure quoted.
+
 Last, the victim's calls are timed once more on the idle server, after the attacks: a lasting effect
 of the attack (e.g. the attacker's rows in indexes the victim's searches share) shows there.
 
@@ -22,7 +27,7 @@ attacker's calls ended (error codes).
 
 Usage::
 
-    python scripts/bench_hostile.py [--quick] [--seconds 30] [--cell-mb 100]
+    python scripts/bench_hostile.py [--quick] [--seconds 30] [--cell-mb 100] [--repeats 3] [--attack NAME ...]
 """
 
 from __future__ import annotations
@@ -60,6 +65,8 @@ KEYS = f"{VICTIM}:read+write:good,{ATTACKER}:read+write:evil,{ADMIN}:admin"
 QUADRATIC_LENGTH = 130_000
 PUSH_CHARS = 200_000
 WORDS = [f"{a}{b}{c}" for a in "bcdfghklmnprstvz" for b in "aeiou" for c in "nrstlm"]
+# Runs of the whole attack at once, each after an idle phase of its own.
+REPEATS = 3
 
 
 def _distinct_text(rng: random.Random, chars: int) -> str:
@@ -274,8 +281,10 @@ async def _under_attack(
 
 
 async def _measure(
-    srv: Server, seconds: float, cell_mb: int, scenarios: tuple[tuple[str, ...], ...] = SCENARIOS
+    srv: Server, seconds: float, cell_mb: int, scenarios: tuple[tuple[str, ...], ...] = SCENARIOS, repeats: int = 1
 ) -> dict[str, Any]:
+    """Every scenario but the whole attack once, against the first idle phase; the whole attack
+    `repeats` times, each run after an idle phase of its own; the idle server last."""
     rng = random.Random(11)
     timeout = httpx.Timeout(600.0)
     async with (
@@ -310,13 +319,21 @@ async def _measure(
         gc.disable()
         try:
             idle = await _victim(v, seconds, rng)
-            phases = [await _under_attack(srv, v, rng, query_id, attacks, seconds) for attacks in scenarios]
+            phases = [
+                await _under_attack(srv, v, rng, query_id, attacks, seconds)
+                for attacks in scenarios
+                if attacks != ATTACKS
+            ]
+            runs = []
+            for _ in range(repeats if ATTACKS in scenarios else 0):
+                own_idle = await _victim(v, seconds, rng)
+                runs.append({"idle": own_idle, **await _under_attack(srv, v, rng, query_id, ATTACKS, seconds)})
             # The same idle server once the attacks are over: what they left behind (e.g. the attacker's
             # rows in indexes the victim's searches share) shows here.
             after = await _victim(v, seconds, rng)
         finally:
             gc.enable()
-    return {"idle": idle, "phases": phases, "after": after}
+    return {"idle": idle, "phases": phases, "runs": runs, "after": after}
 
 
 def markdown(r: dict[str, Any], seconds: float, cell_mb: int, quick: bool) -> str:
@@ -327,8 +344,10 @@ def markdown(r: dict[str, Any], seconds: float, cell_mb: int, quick: bool) -> st
         "Two project-bound keys on one `cairn serve` (embedded PostgreSQL), over REST. For "
         f"{seconds:.0f} s at a time the victim makes sequential pairs of calls, a memory `search` in its project "
         "and an `execute_query` (a count over a 1,000-row CSV): first on an idle server, then while the attacker "
-        "(a process of its own) runs loops of each part of the attack alone, then of all of them at once, and last "
-        "on the idle server again (what the attacks left behind): two "
+        "(a process of its own) runs loops of each part of the attack alone, then of all of them at once "
+        f"({len(r['runs'])} run(s), each compared with an idle phase measured just before it, since this virtual "
+        "machine's speed drifts from minute to minute), and last on the idle server again (what the attacks left "
+        "behind): two "
         f"quadratic queries (`levenshtein` of two {QUADRATIC_LENGTH:,}-character strings, `timeout_ms` 1000), two "
         f"pushes of {PUSH_CHARS:,} distinct characters waiting for their vectors, and three `get_result` calls on a "
         f"stored result of 4 rows of {cell_mb} MiB cells.",
@@ -342,27 +361,50 @@ def markdown(r: dict[str, Any], seconds: float, cell_mb: int, quick: bool) -> st
             f"| none (idle) | {op} | {len(times)} | {statistics.median(times) * 1000:.1f} | {_pct(times, 0.95):.1f} "
             "| | |"
         )
-    rows = [(_label(phase["attacks"]), phase["hostile"]) for phase in r["phases"]]
-    for label, hostile in [*rows, ("none (idle again, after the attacks)", r["after"])]:
+    rows = [(_label(phase["attacks"]), phase["hostile"], r["idle"]) for phase in r["phases"]]
+    for number, run in enumerate(r["runs"], 1):
+        rows.append((f"none (idle, before run {number} of all at once)", run["idle"], None))
+        rows.append((f"all at once, run {number}", run["hostile"], run["idle"]))
+    rows.append(("none (idle again, after the attacks)", r["after"], r["idle"]))
+    ratios: dict[str, list[float]] = {"search": [], "execute_query": []}
+    for label, hostile, reference in rows:
         for op in ("search", "execute_query"):
-            idle, times = r["idle"][op], hostile[op]
+            times = hostile[op]
             p50, p95 = statistics.median(times) * 1000, _pct(times, 0.95)
-            lines.append(
-                f"| {label} | {op} | {len(times)} | {p50:.1f} | {p95:.1f} "
-                f"| {p50 / (statistics.median(idle) * 1000):.2f}x | {p95 / _pct(idle, 0.95):.2f}x |"
-            )
+            cells = "| | |"
+            if reference is not None:
+                ratio = p95 / _pct(reference[op], 0.95)
+                cells = f"| {p50 / (statistics.median(reference[op]) * 1000):.2f}x | {ratio:.2f}x |"
+                if label.startswith("all at once"):
+                    ratios[op].append(ratio)
+            lines.append(f"| {label} | {op} | {len(times)} | {p50:.1f} | {p95:.1f} {cells}")
+    if r["runs"]:
+        lines += [
+            "",
+            "**All at once, p95 against the idle phase just before each run, median of "
+            f"{len(r['runs'])} run(s): search {statistics.median(ratios['search']):.2f}x, execute_query "
+            f"{statistics.median(ratios['execute_query']):.2f}x** (runs: search "
+            + ", ".join(f"{x:.2f}x" for x in ratios["search"])
+            + "; execute_query "
+            + ", ".join(f"{x:.2f}x" for x in ratios["execute_query"])
+            + ").",
+        ]
     lines += ["", "| attack | server process MiB | DuckDB workers MiB | all MiB | the attacker's calls ended |"]
     lines += ["| --- | ---: | ---: | ---: | --- |"]
-    for phase in r["phases"]:
+    memory = [(_label(phase["attacks"]), phase) for phase in r["phases"]]
+    memory += [(f"all at once, run {number}", run) for number, run in enumerate(r["runs"], 1)]
+    for label, phase in memory:
         b, pk = phase["before"], phase["peak"]
         outcomes = ", ".join(f"{k}: {n}" for k, n in sorted(phase["outcomes"].items()))
         lines.append(
-            f"| {_label(phase['attacks'])} | {b['server']:.0f} → {pk['server']:.0f} "
+            f"| {label} | {b['server']:.0f} → {pk['server']:.0f} "
             f"| {b['workers']:.0f} → {pk['workers']:.0f} | {b['total']:.0f} → {pk['total']:.0f} | {outcomes} |"
         )
+    peak = max(phase["peak"]["total"] for _, phase in memory) if memory else 0.0
     lines += [
         "",
-        "Memory: resident, of the server's processes (not PostgreSQL), before each phase → its peak.",
+        "Memory: resident, of the server's processes (not PostgreSQL), before each phase → its peak; "
+        f"highest of all: {peak:.0f} MiB.",
     ]
     if quick:
         lines += ["", "_Quick run: small sizes._"]
@@ -374,12 +416,14 @@ def run(
     seconds: float | None = None,
     cell_mb: int | None = None,
     scenarios: tuple[tuple[str, ...], ...] = SCENARIOS,
+    repeats: int | None = None,
 ) -> str:
     """Run the benchmark and return its markdown section."""
     n, mb = seconds or (4.0 if quick else 30.0), cell_mb or (16 if quick else 100)
+    times = repeats or (1 if quick else REPEATS)
     with on_embedded_postgres({"CAIRN_API_KEYS": KEYS}, prefix="cairn-bench-hostile-") as (srv, _dsn):
         _write_csv(srv.data / "datasets")
-        results = asyncio.run(_measure(srv, n, mb, scenarios))
+        results = asyncio.run(_measure(srv, n, mb, scenarios, times))
     return markdown(results, n, mb, quick)
 
 
@@ -388,6 +432,7 @@ if __name__ == "__main__":
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--seconds", type=float)
     parser.add_argument("--cell-mb", type=int)
+    parser.add_argument("--repeats", type=int, help=f"runs of the whole attack at once (default {REPEATS})")
     parser.add_argument("--attack", action="append", choices=ATTACKS, help="only this part of the attack (repeatable)")
     parser.add_argument("--attacker", nargs=3, metavar=("URL", "QUERY_ID", "ATTACKS"), help=argparse.SUPPRESS)
     parser.add_argument("--sampler", type=int, metavar="PID", help=argparse.SUPPRESS)
@@ -399,4 +444,5 @@ if __name__ == "__main__":
         url, query_id, names = ns.attacker
         _attacker(url, query_id, tuple(names.split(",")))
         sys.exit(0)
-    print(run(ns.quick, ns.seconds, ns.cell_mb, (tuple(ns.attack),) if ns.attack else SCENARIOS))
+    chosen = tuple(a for a in ATTACKS if a in ns.attack) if ns.attack else None
+    print(run(ns.quick, ns.seconds, ns.cell_mb, (chosen,) if chosen else SCENARIOS, ns.repeats))
