@@ -37,6 +37,7 @@ import asyncio
 import contextlib
 import gc
 import json
+import os
 import random
 import statistics
 import subprocess
@@ -125,8 +126,9 @@ async def _attack_loop(
     method: str,
     path: str,
     body: Any,
+    seed: str = "",
 ) -> None:
-    rng = random.Random(name)
+    rng = random.Random(f"{name}/{seed}")
     while not stop.is_set():
         args = body(rng) if callable(body) else body
         try:
@@ -179,8 +181,11 @@ async def _attack(url: str, query_id: str, attacks: tuple[str, ...], halt: threa
                     "POST",
                     "/api/v1/memory/push",
                     lambda r: {"text": _distinct_text(r, PUSH_CHARS), "wait_for_embedding": True},
+                    # Texts of their own for each loop and each attacker process: a text pushed before
+                    # would find its chunks stored already and cost the server next to nothing.
+                    f"{index}/{os.getpid()}",
                 )
-                for _ in range(2 if "push" in attacks else 0)
+                for index in range(2 if "push" in attacks else 0)
             ],
             *[
                 _attack_loop(
