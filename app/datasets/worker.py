@@ -714,7 +714,7 @@ class WorkerPool:
         with self._lock:
             # One worker per slot and a spare, and a slot is held: one is idle. A replacement may still be
             # starting, or one may have died while idle: a started, unreaped one is taken first. (This
-            # runs on the event loop: `alive`'s read of /proc is left to the conversation's `_ready`.)
+            # runs on the event loop: `alive` reads /proc, so only the worker taken is looked at so.)
             if not self._idle:
                 worker = _Worker(self.memory, list(self._recent.values()), self.demote)
             else:
@@ -847,6 +847,7 @@ class WorkerPool:
         fn, cfg, args, kwargs = request
         loop = asyncio.get_running_loop()
         handed = False
+        answered = False
         try:
             if any(w.proc.poll() is not None for w in self._idle_now()):  # off the loop: it starts processes
                 loop.run_in_executor(None, self._renew_dead).add_done_callback(_consume)
@@ -868,11 +869,14 @@ class WorkerPool:
                     if early is not None:
                         early(reply.value)
                     reply = await worker.wait_async(deadline)
+                answered = True
             except OverMemory:
+                answered = True
                 log.warning("DuckDB worker %s passed its memory cap: killed", worker.pid)
                 worker = await loop.run_in_executor(None, self._replace, worker, True)
                 raise self._over_memory() from None
             except WorkerGone:
+                answered = True
                 how, worker = await loop.run_in_executor(None, self._bury, worker)
                 raise _died(how) from None
             if reply is None:
@@ -883,6 +887,11 @@ class WorkerPool:
                 worker = await loop.run_in_executor(None, self._replace, worker, False)
             return reply.unwrap()
         finally:
+            if not answered and not handed:
+                # Cancelled while the worker had the request (only when the loop is torn down): it may
+                # still answer, so it must not take the next call; found dead, it is replaced.
+                with contextlib.suppress(ProcessLookupError):
+                    worker.proc.kill()
             if not handed:
                 self._checkin(worker)
                 self.slots.release(caller)

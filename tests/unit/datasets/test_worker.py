@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import os
 import signal
 import socket
@@ -346,6 +347,7 @@ async def test_a_new_worker_opens_the_latest_calls_databases_before_it_greets(
 async def test_a_worker_killed_mid_call_gives_a_clean_error_and_leaves_nothing(
     pool: WorkerPool, cfg: engine.EngineConfig
 ) -> None:
+    await query(pool, cfg, "SELECT 1 AS n", name="q_0")  # started workers: the kill lands mid-call, not mid-boot
     long = with_timeout(cfg, 60)
     call = asyncio.create_task(query(pool, long, ENDLESS, max_rows=10**9))
     deadline = time.monotonic() + 20
@@ -362,7 +364,8 @@ async def test_a_worker_killed_mid_call_gives_a_clean_error_and_leaves_nothing(
         await asyncio.wait_for(call, 10)
     body = died.value.body()["error"]
     assert body["code"] == 5030 and "SIGKILL" in body["message"] and body["suggestions"]
-    assert list(cfg.results.iterdir()) == []  # the half-written result is gone, and no result appeared
+    # The half-written result is gone, and no result appeared (only the warm-up's).
+    assert [p.name for p in cfg.results.iterdir()] == ["q_0.parquet"]
     assert not (cfg.work / "tmp" / f"w{busy}").exists()
     assert (await query(pool, cfg, "SELECT 3 AS n", name="q_2")).head == [{"n": 3}]
 
@@ -636,3 +639,19 @@ async def test_a_call_from_the_event_loop_takes_no_thread(
     assert gone(pool.pids())
     assert (await query(pool, cfg, "SELECT 2 AS n", name="q_d")).head == [{"n": 2}]
     assert handed
+
+
+@pytest.mark.slow  # worker processes
+async def test_a_conversation_cancelled_mid_call_never_hands_its_worker_the_next_call(
+    pool: WorkerPool, cfg: engine.EngineConfig
+) -> None:
+    await query(pool, cfg, "SELECT 1 AS n")  # a worker has greeted
+    args: tuple[Any, ...] = (INTERRUPTIBLE, [], {}, cfg.results / "q_c.parquet", 1000, 10)
+    done = await pool._start("k", engine.execute_to_store, cfg, args, {}, None)
+    await asyncio.sleep(0.2)
+    [busy] = pool.busy_pids()
+    done.cancel()  # as when the event loop is torn down
+    with contextlib.suppress(asyncio.CancelledError):
+        await done
+    assert gone([busy])  # it may still have been answering: killed, not handed another call
+    assert (await query(pool, cfg, "SELECT 3 AS n", name="q_n")).head == [{"n": 3}]
