@@ -449,7 +449,7 @@ class _Worker:
         the memory and priority checks run between reads."""
         loop = asyncio.get_running_loop()
         fd = self._sock.fileno()
-        while (frame := self._frame()) is None:
+        while (frame := take_frame(self._inbox)) is None:
             readable = loop.create_future()
             loop.add_reader(fd, _resolve, readable)
             try:
@@ -466,9 +466,6 @@ class _Worker:
         reply: Reply = pickle.loads(frame)
         self.opened = reply.opened
         return reply
-
-    def _frame(self) -> bytes | None:
-        return take_frame(self._inbox)
 
     def _pull(self) -> None:
         """Move what the channel holds into `_inbox` without blocking; WorkerGone at its end."""
