@@ -49,7 +49,14 @@ DuckDB checks an interrupt only between vectors, so a scalar function busy on on
   long query alone on the host keeps every core (checked every `MEMORY_CHECK_S`). When the call ends
   the worker's threads go back to their priority and CPUs; where the server may not
   raise a priority again (no `CAP_SYS_NICE`, as in a container), the worker is replaced by a fresh one
-  instead.
+  instead. Where it may (`may_raise`), three things more:
+  - a lowered worker also runs under SCHED_IDLE (`set_idle`): a thread of another call that wakes up
+    takes its CPU at once, instead of waiting for the end of its time slice;
+  - a caller whose call ran long less than `LOWERED_FOR_S` ago has its next calls start lowered
+    (`_fit_priority`): a key that keeps sending long calls no longer gets their first `demote_after`
+    seconds at full priority;
+  - the replacement of a worker killed during a call starts lowered, since its start-up (about 0.25 s of
+    CPU) is the cost of the call that outran its limits; it is put back when another caller's call takes it.
 - **Orphans.** A worker holds the read end of a pipe, and only the server holds its write end. When the
   server exits, however it exits, the pipe closes and a thread of the worker ends the worker at once.
 - **Fairness.** `FairSlots`: a call takes one of the `size` slots, and one caller (API key) holds at
@@ -68,6 +75,7 @@ import math
 import os
 import pickle
 import re
+import resource
 import shutil
 import signal
 import socket
@@ -111,6 +119,9 @@ RECENT_LOCKDOWNS = 4
 # Workers beyond the slots: a started one is there for the next call while a replacement starts (about
 # 0.2 s), e.g. after a call that outran its time limit was killed.
 SPARE = 1
+# How long a caller whose call ran past `demote_after` has its next calls start at the lowered priority.
+LOWERED_FOR_S = 10.0
+CAP_SYS_NICE = 23  # its bit in /proc/<pid>/status's CapEff
 _PAGE = os.sysconf("SC_PAGE_SIZE")
 # Memory a worker needs beyond DuckDB's own limit: Python, the engine modules, rows being converted.
 WORKER_HEADROOM = 1024 * MB
@@ -122,6 +133,11 @@ _HOME = str(Path(app.__file__).resolve().parent.parent)
 BOOT = """
 import os, resource, sys, types
 fd, alive, memory, home = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+nice, idle = int(sys.argv[5]), sys.argv[6] == "1"
+if nice > os.getpriority(os.PRIO_PROCESS, 0):  # set before any thread starts: they all inherit it
+    os.setpriority(os.PRIO_PROCESS, 0, nice)
+if idle:
+    os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
 resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
 if memory > 0:
     resource.setrlimit(resource.RLIMIT_DATA, (memory, memory))
@@ -333,20 +349,27 @@ class _Worker:
         memory: int,
         warm: list[EngineConfig] | None = None,
         demote: tuple[float, int, bool] = (0.0, 0, False),
+        lowered: bool = False,
+        idle: bool = False,
     ) -> None:
         self.memory = memory
+        # `idle`: a lowered worker also runs under SCHED_IDLE (see `set_idle`); only where it can be undone.
+        self.idle = idle and sys.platform.startswith("linux")
         self.demote_after, self.demote_nice, self.confine = demote
-        self.demoted = False
         self.confined = False
         # The worker's own niceness: the starting thread's, which it inherits (the server's).
         self.base_nice = os.getpriority(os.PRIO_PROCESS, 0) if sys.platform.startswith("linux") else 0
+        # `lowered`: the process starts at the lowered priority (its start-up is background work too).
+        self.demoted = lowered and self.demote_nice > 0 and sys.platform.startswith("linux")
+        self.long_call = False  # the current (or last) call ran past `demote_after`
         self._since = 0.0
         ours, theirs = socket.socketpair()
         alive_r, alive_w = os.pipe()
         data = 2 * memory if memory > 0 else 0
+        start = [str(self.lowered_nice()), str(int(self.idle))] if self.demoted else [str(self.base_nice), "0"]
         try:
             self.proc = subprocess.Popen(
-                [sys.executable, "-I", "-c", BOOT, str(theirs.fileno()), str(alive_r), str(data), _HOME],
+                [sys.executable, "-I", "-c", BOOT, str(theirs.fileno()), str(alive_r), str(data), _HOME, *start],
                 pass_fds=(theirs.fileno(), alive_r),
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
@@ -428,6 +451,7 @@ class _Worker:
         except (BrokenPipeError, ConnectionError):
             raise WorkerGone(sent=False) from None
         self._since = time.monotonic()
+        self.long_call = False
 
     def wait(self, deadline: float) -> Reply | None:
         """Wait until `deadline` (time.monotonic) for the worker's next reply (None when none came);
@@ -487,11 +511,24 @@ class _Worker:
         running past `demote_after` lowers the worker's priority, and a lowered one has its CPUs fitted."""
         if self.memory > 0 and self.rss() > self.memory:
             raise OverMemory()
-        if self.demote_nice and not self.demoted and now - self._since >= self.demote_after:
-            self.demoted = True
-            set_nice(self.pid, min(19, self.base_nice + self.demote_nice))
+        if self.demote_nice and now - self._since >= self.demote_after:
+            self.long_call = True
+            if not self.demoted:
+                self.lower()
         if self.demoted and self.confine:
             self._fit_cpus()
+
+    def lowered_nice(self) -> int:
+        """The niceness of a lowered worker: `demote_nice` above the one it started with."""
+        return min(19, self.base_nice + self.demote_nice)
+
+    def lower(self) -> None:
+        """Lower every thread's priority by `demote_nice`, and put it under SCHED_IDLE where the pool
+        asked for it (its CPUs are fitted during calls)."""
+        self.demoted = True
+        set_nice(self.pid, self.lowered_nice())
+        if self.idle:
+            set_idle(self.pid, True)
 
     def promote(self) -> bool:
         """Put a demoted worker's threads back to the priority it started with: False when this process
@@ -501,7 +538,7 @@ class _Worker:
         if self.confine:  # every thread, even where confining some of them failed
             cpus.set_cpus(self.pid, cpus.all_cpus())
             self.confined = False
-        self.demoted = not set_nice(self.pid, self.base_nice)
+        self.demoted = not ((not self.idle or set_idle(self.pid, False)) and set_nice(self.pid, self.base_nice))
         return not self.demoted
 
     def _fit_cpus(self) -> None:
@@ -579,6 +616,39 @@ def set_nice(pid: int, nice: int) -> bool:
     return True
 
 
+def set_idle(pid: int, idle: bool) -> bool:
+    """Put every thread of process `pid` under SCHED_IDLE, or back under SCHED_OTHER. Lowering a
+    niceness alone leaves a wait: a call's thread that wakes up may wait for a lowered thread's time
+    slice to end (a few milliseconds, every time it wakes up); a running SCHED_IDLE thread gives way at
+    once. False when not allowed (leaving SCHED_IDLE needs what raising a niceness needs) or not possible
+    here."""
+    tids = cpus.thread_ids(pid) if sys.platform.startswith("linux") else None
+    if tids is None:
+        return False
+    policy = os.SCHED_IDLE if idle else os.SCHED_OTHER
+    for tid in tids:
+        try:
+            os.sched_setscheduler(tid, policy, os.sched_param(0))
+        except ProcessLookupError:
+            continue
+        except OSError:
+            return False
+    return True
+
+
+def may_raise(nice: int) -> bool:
+    """True when this process may put a thread's niceness back to `nice` once lowered: with
+    `CAP_SYS_NICE`, or within `RLIMIT_NICE` (which allows down to 20 minus its soft limit)."""
+    if not sys.platform.startswith("linux"):
+        return False
+    with contextlib.suppress(OSError, ValueError), open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("CapEff:") and int(line.split()[1], 16) >> CAP_SYS_NICE & 1:
+                return True
+    limit = resource.getrlimit(resource.RLIMIT_NICE)[0]
+    return limit == resource.RLIM_INFINITY or 20 - limit <= nice
+
+
 def scrub(pid: int, works: set[Path]) -> None:
     """Remove what worker `pid` may have left in the work directories `works`: its spill folder and its
     unfinished result files."""
@@ -605,10 +675,14 @@ class WorkerPool:
         self._busy: set[_Worker] = set()
         self._gone_opened = 0
         self.replaced = 0
+        # Lowering a priority ahead of time is only done where it can be undone.
+        self.may_raise = demote[1] > 0 and may_raise(os.getpriority(os.PRIO_PROCESS, 0))
+        # Callers whose latest long call (past `demote_after`) ended at this `time.monotonic()`.
+        self._long: dict[str, float] = {}
         # The conversations with busy workers: at most one per slot, so a call never waits for a thread.
         self._threads = ThreadPoolExecutor(size, thread_name_prefix="cairn-duckdb")
         for _ in range(size + SPARE):
-            self._idle.append(_Worker(memory, demote=demote))
+            self._idle.append(_Worker(memory, demote=demote, idle=self.may_raise))
         # The configurations of the latest calls (one per lockdown): a new worker opens their databases
         # before it greets, so its first call costs no more than the next (about 25 ms each otherwise).
         self._recent: dict[Lockdown, EngineConfig] = {}
@@ -713,7 +787,7 @@ class WorkerPool:
             # starting, or one may have died while idle: a started, unreaped one is taken first. (This
             # runs on the event loop: `alive` reads /proc, so only the worker taken is looked at so.)
             if not self._idle:
-                worker = _Worker(self.memory, list(self._recent.values()), self.demote)
+                worker = _Worker(self.memory, list(self._recent.values()), self.demote, idle=self.may_raise)
             else:
                 ready = [i for i, w in enumerate(self._idle) if w.proc.poll() is None and w.started()]
                 worker = self._idle.pop(ready[-1] if ready else -1)
@@ -734,7 +808,9 @@ class WorkerPool:
         worker.end(kill=kill)
         with self._lock:
             warm = list(self._recent.values())
-        replacement = _Worker(self.memory, warm, self.demote)
+        # A worker killed during a call (its caller's call outran its limits) is replaced by one that
+        # starts at the lowered priority: its start-up is that caller's work, not the others'.
+        replacement = _Worker(self.memory, warm, self.demote, lowered=kill and self.may_raise, idle=self.may_raise)
         with self._lock:
             self._busy.discard(worker)
             self._busy.add(replacement)
@@ -753,7 +829,7 @@ class WorkerPool:
             log.warning("DuckDB worker %s ended while idle (%s)", worker.pid, worker.how_it_ended())
             worker.end(kill=True)
             try:
-                fresh = _Worker(self.memory, warm, self.demote)
+                fresh = _Worker(self.memory, warm, self.demote, idle=self.may_raise)
             except OSError as exc:  # e.g. no process left: a call that finds no idle worker starts one
                 log.error("could not start a DuckDB worker: %s", exc)
                 continue
@@ -788,6 +864,7 @@ class WorkerPool:
         slot however it ends. An early answer goes to `early` (a caller of `run` gets none: its
         function was not told it may answer early) and the conversation waits for the final one."""
         fn, cfg, args, kwargs = request
+        served: _Worker | None = None
         try:
             self._renew_dead()
             self._note(cfg)
@@ -801,16 +878,19 @@ class WorkerPool:
                 ) from None
             worker.works.add(cfg.work)
             message = (fn, cfg, args, kwargs, cfg.timeout_s, early is not None)
+            served = worker
             try:
                 deadline = time.monotonic() + cfg.timeout_s + GRACE_S
                 try:
+                    self._fit_priority(caller, worker)
                     reply = worker.call(message, cfg.timeout_s + GRACE_S)
                 except WorkerGone as gone:
                     if gone.sent:
                         raise
-                    worker = self._ready(self._replace(worker, kill=True))  # never saw it: once more
+                    worker = served = self._ready(self._replace(worker, kill=True))  # never saw it: once more
                     worker.works.add(cfg.work)
                     deadline = time.monotonic() + cfg.timeout_s + GRACE_S
+                    self._fit_priority(caller, worker)
                     reply = worker.call(message, cfg.timeout_s + GRACE_S)
                 if reply is not None and reply.status == "early":
                     if early is not None:
@@ -831,6 +911,8 @@ class WorkerPool:
                 worker = self._replace(worker, kill=False)
             return reply.unwrap()
         finally:
+            if served is not None:
+                self._ended(caller, served)
             self._checkin(worker)
             self.slots.release(caller)
 
@@ -845,14 +927,17 @@ class WorkerPool:
         loop = asyncio.get_running_loop()
         handed = False
         answered = False
+        served: _Worker | None = None
         try:
             if any(w.proc.poll() is not None for w in self._idle_now()):  # off the loop: it starts processes
                 loop.run_in_executor(None, self._renew_dead).add_done_callback(_consume)
             self._note(cfg)
             worker.works.add(cfg.work)
             deadline = time.monotonic() + cfg.timeout_s + GRACE_S
+            self._fit_priority(caller, worker)
             try:
                 worker.send((fn, cfg, args, kwargs, cfg.timeout_s, early is not None))
+                served = worker
             except WorkerGone:
                 try:
                     rest = loop.run_in_executor(self._threads, self._converse, caller, worker, request, early)
@@ -884,6 +969,8 @@ class WorkerPool:
                 worker = await loop.run_in_executor(None, self._replace, worker, False)
             return reply.unwrap()
         finally:
+            if served is not None:
+                self._ended(caller, served)
             if not answered and not handed:
                 # Cancelled while the worker had the request (only when the loop is torn down): it may
                 # still answer, so it must not take the next call; found dead, it is replaced.
@@ -898,6 +985,29 @@ class WorkerPool:
         how = worker.how_it_ended()
         log.warning("DuckDB worker %s died during a call (%s)", worker.pid, how)
         return how, self._replace(worker, kill=True)
+
+    def _fit_priority(self, caller: str, worker: _Worker) -> None:
+        """Before a call: a caller whose latest long call ended less than `LOWERED_FOR_S` ago starts at the
+        lowered priority (its calls are long ones: the first `demote_after` seconds of each would otherwise
+        compete with everyone's short calls); anyone else's call runs at the worker's own priority."""
+        if not self.may_raise:
+            return
+        since = self._long.get(caller)
+        if since is not None and time.monotonic() - since < LOWERED_FOR_S:
+            if not worker.demoted:
+                worker.lower()
+        elif worker.demoted:
+            worker.promote()
+
+    def _ended(self, caller: str, worker: _Worker) -> None:
+        """After a call on `worker`: remember a caller whose call ran long (see `_fit_priority`)."""
+        if not worker.long_call:
+            return
+        now = time.monotonic()
+        with self._lock:
+            self._long[caller] = now
+            for key in [k for k, t in self._long.items() if now - t >= LOWERED_FOR_S]:
+                del self._long[key]
 
     def _idle_now(self) -> list[_Worker]:
         with self._lock:

@@ -198,6 +198,11 @@ def thread_nices(pid: int) -> set[int]:
     return {os.getpriority(os.PRIO_PROCESS, int(tid)) for tid in os.listdir(f"/proc/{pid}/task")}
 
 
+def thread_policies(pid: int) -> set[int]:
+    """The scheduling policy of each thread of process `pid`."""
+    return {os.sched_getscheduler(int(tid)) for tid in os.listdir(f"/proc/{pid}/task")}
+
+
 def thread_cpus(pid: int) -> set[frozenset[int] | None]:
     """The CPUs of each thread of process `pid`."""
     return {cpus.cpus_of(int(tid)) for tid in os.listdir(f"/proc/{pid}/task")}
@@ -224,6 +229,8 @@ async def test_a_long_call_yields_the_cpu_and_its_worker_is_put_back(
         await asyncio.sleep(0.6)
         [busy] = made.busy_pids()
         assert thread_nices(busy) == {15}  # every thread of the worker, DuckDB's included
+        # Under SCHED_IDLE too where that can be undone: a call's thread that wakes up takes the CPU at once.
+        assert thread_policies(busy) == {os.SCHED_IDLE if made.may_raise else os.SCHED_OTHER}
         assert thread_cpus(busy) == {cpus.all_cpus()}  # alone on the host: every core
         # While the process answers other calls (as the executor counts them), it keeps off one core.
         cpus.call_started()
@@ -243,6 +250,7 @@ async def test_a_long_call_yields_the_cpu_and_its_worker_is_put_back(
         may_raise = os.geteuid() == 0
         assert (busy in made.pids()) == may_raise and made.replaced == (0 if may_raise else 1)
         assert all(thread_nices(pid) == {0} for pid in made.pids())
+        assert all(thread_policies(pid) == {os.SCHED_OTHER} for pid in made.pids())
         assert all(thread_cpus(pid) == {cpus.all_cpus()} for pid in made.pids())
     finally:
         made.close()
@@ -293,6 +301,79 @@ async def test_a_worker_whose_priority_cannot_be_raised_again_is_replaced(
         assert len(demoted) == 1 and gone(sorted(demoted))
         assert (await query(made, cfg, "SELECT 43 AS n", name="q_2")).head == [{"n": 43}]
         assert all(thread_nices(pid) == {0} for pid in made.pids())
+    finally:
+        made.close()
+
+
+# Lowering ahead of time is only done where a priority can be raised again (CAP_SYS_NICE, RLIMIT_NICE).
+ahead_of_time = pytest.mark.skipif(
+    not worker.may_raise(os.getpriority(os.PRIO_PROCESS, 0)), reason="lowers priorities it could not raise again"
+)
+
+
+@pytest.mark.slow  # worker processes
+@ahead_of_time
+async def test_a_key_whose_call_ran_long_starts_its_next_calls_lowered(
+    cfg: engine.EngineConfig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    made = WorkerPool(2, 1, worker.memory_bytes(0, "512MB"), demote=(0.1, 10, False))
+    calls: list[tuple[int, int]] = []
+    real = worker.set_nice
+
+    def spy(pid: int, nice: int) -> bool:
+        calls.append((pid, nice))
+        return real(pid, nice)
+
+    monkeypatch.setattr(worker, "set_nice", spy)
+    try:
+        with pytest.raises(Timeout):
+            await query(made, with_timeout(cfg, 0.4), INTERRUPTIBLE, caller="heavy")
+        assert [n for _, n in calls] == [10, 0]  # lowered once it ran long, put back at its end
+        calls.clear()
+        assert (await query(made, cfg, "SELECT 1 AS n", caller="heavy", name="q_2")).head == [{"n": 1}]
+        [(pid, _), _] = calls
+        assert calls == [(pid, 10), (pid, 0)]  # a short call of the same key: lowered from its start
+        calls.clear()
+        assert (await query(made, cfg, "SELECT 2 AS n", caller="light", name="q_3")).head == [{"n": 2}]
+        assert calls == []  # another key's call keeps the worker's priority
+        monkeypatch.setattr(worker, "LOWERED_FOR_S", 0.0)  # the heavy key's long call is now long ago
+        assert (await query(made, cfg, "SELECT 3 AS n", caller="heavy", name="q_4")).head == [{"n": 3}]
+        assert calls == []
+        assert all(thread_nices(pid) == {0} for pid in made.pids())
+    finally:
+        made.close()
+
+
+@pytest.mark.slow  # worker processes
+@ahead_of_time
+async def test_the_replacement_of_a_worker_killed_during_a_call_starts_lowered(
+    cfg: engine.EngineConfig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    made = WorkerPool(1, 1, worker.memory_bytes(0, "512MB"), demote=(0.1, 10, False))
+    calls: list[tuple[int, int]] = []
+    real = worker.set_nice
+
+    def spy(pid: int, nice: int) -> bool:
+        calls.append((pid, nice))
+        return real(pid, nice)
+
+    monkeypatch.setattr(worker, "set_nice", spy)
+    try:
+        before = set(made.pids())
+        with pytest.raises(Timeout):
+            await query(made, with_timeout(cfg, 0.3), UNINTERRUPTIBLE, caller="heavy")
+        [fresh] = set(made.pids()) - before
+        [replacement] = [w for w in made._idle if w.pid == fresh]
+        replacement.wait_ready(60)
+        assert thread_nices(fresh) == {10}  # it started lowered: its start-up is the heavy key's cost
+        assert thread_policies(fresh) == {os.SCHED_IDLE}
+        calls.clear()
+        # The next call takes the latest worker to have come back, the replacement; another key's call
+        # runs at the worker's own priority.
+        assert (await query(made, cfg, "SELECT 2 AS n", caller="light", name="q_2")).head == [{"n": 2}]
+        assert calls == [(fresh, 0)]
+        assert all(thread_nices(pid) == {0} for pid in made.pids())
+        assert all(thread_policies(pid) == {os.SCHED_OTHER} for pid in made.pids())
     finally:
         made.close()
 
