@@ -803,14 +803,14 @@ class WorkerPool:
         if closed:
             worker.end()
 
-    def _replace(self, worker: _Worker, kill: bool) -> _Worker:
-        """End `worker` and start another in its place (not yet started when the pool is closed)."""
+    def _replace(self, worker: _Worker, kill: bool, lowered: bool = False) -> _Worker:
+        """End `worker` and start another in its place (not yet started when the pool is closed);
+        `lowered`: the call it served outran its limits, and the replacement starts at the lowered priority."""
         worker.end(kill=kill)
         with self._lock:
             warm = list(self._recent.values())
-        # A worker killed during a call (its caller's call outran its limits) is replaced by one that
-        # starts at the lowered priority: its start-up is that caller's work, not the others'.
-        replacement = _Worker(self.memory, warm, self.demote, lowered=kill and self.may_raise, idle=self.may_raise)
+        # Its start-up is then the cost of that caller's call, not the others'.
+        replacement = _Worker(self.memory, warm, self.demote, lowered=lowered and self.may_raise, idle=self.may_raise)
         with self._lock:
             self._busy.discard(worker)
             self._busy.add(replacement)
@@ -898,14 +898,14 @@ class WorkerPool:
                     reply = worker.wait(deadline)
             except OverMemory:
                 log.warning("DuckDB worker %s passed its memory cap: killed", worker.pid)
-                worker = self._replace(worker, kill=True)
+                worker = self._replace(worker, kill=True, lowered=True)
                 raise self._over_memory() from None
             except WorkerGone:
                 how, worker = self._bury(worker)
                 raise _died(how) from None
             if reply is None:
                 log.warning("DuckDB worker %s outran its time limit: killed", worker.pid)
-                worker = self._replace(worker, kill=True)
+                worker = self._replace(worker, kill=True, lowered=True)
                 raise _outran()
             if self._spent(worker, reply):
                 worker = self._replace(worker, kill=False)
@@ -955,7 +955,7 @@ class WorkerPool:
             except OverMemory:
                 answered = True
                 log.warning("DuckDB worker %s passed its memory cap: killed", worker.pid)
-                worker = await loop.run_in_executor(None, self._replace, worker, True)
+                worker = await loop.run_in_executor(None, self._replace, worker, True, True)
                 raise self._over_memory() from None
             except WorkerGone:
                 answered = True
@@ -963,7 +963,7 @@ class WorkerPool:
                 raise _died(how) from None
             if reply is None:
                 log.warning("DuckDB worker %s outran its time limit: killed", worker.pid)
-                worker = await loop.run_in_executor(None, self._replace, worker, True)
+                worker = await loop.run_in_executor(None, self._replace, worker, True, True)
                 raise _outran()
             if self._spent(worker, reply):
                 worker = await loop.run_in_executor(None, self._replace, worker, False)
@@ -984,7 +984,7 @@ class WorkerPool:
         """How `worker` died during a call (it may take a moment to tell), and its replacement."""
         how = worker.how_it_ended()
         log.warning("DuckDB worker %s died during a call (%s)", worker.pid, how)
-        return how, self._replace(worker, kill=True)
+        return how, self._replace(worker, kill=True, lowered=True)
 
     def _fit_priority(self, caller: str, worker: _Worker) -> None:
         """Before a call: a caller whose latest long call ended less than `LOWERED_FOR_S` ago starts at the
