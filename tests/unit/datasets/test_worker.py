@@ -193,6 +193,20 @@ async def test_an_interrupted_statement_keeps_its_worker(pool: WorkerPool, cfg: 
     assert sorted(pool.pids()) == before and pool.replaced == 0
 
 
+@pytest.fixture
+def calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
+    """Every `worker.set_nice(pid, nice)` made meanwhile, in order (each still takes effect)."""
+    made: list[tuple[int, int]] = []
+    real = worker.set_nice
+
+    def spy(pid: int, nice: int) -> bool:
+        made.append((pid, nice))
+        return real(pid, nice)
+
+    monkeypatch.setattr(worker, "set_nice", spy)
+    return made
+
+
 def thread_nices(pid: int) -> set[int]:
     """The niceness of each thread of process `pid`."""
     return {os.getpriority(os.PRIO_PROCESS, int(tid)) for tid in os.listdir(f"/proc/{pid}/task")}
@@ -211,17 +225,9 @@ def thread_cpus(pid: int) -> set[frozenset[int] | None]:
 @pytest.mark.slow  # worker processes
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread niceness is Linux's")
 async def test_a_long_call_yields_the_cpu_and_its_worker_is_put_back(
-    cfg: engine.EngineConfig, monkeypatch: pytest.MonkeyPatch
+    cfg: engine.EngineConfig, calls: list[tuple[int, int]]
 ) -> None:
     made = WorkerPool(1, 1, worker.memory_bytes(0, "512MB"), demote=(0.3, 15, True))
-    calls: list[tuple[int, int]] = []
-    real = worker.set_nice
-
-    def spy(pid: int, nice: int) -> bool:
-        calls.append((pid, nice))
-        return real(pid, nice)
-
-    monkeypatch.setattr(worker, "set_nice", spy)
     try:
         assert (await query(made, cfg, "SELECT 1 AS n")).head == [{"n": 1}]
         assert calls == []  # a short call keeps its priority
@@ -314,17 +320,9 @@ ahead_of_time = pytest.mark.skipif(
 @pytest.mark.slow  # worker processes
 @ahead_of_time
 async def test_a_key_whose_call_ran_long_starts_its_next_calls_lowered(
-    cfg: engine.EngineConfig, monkeypatch: pytest.MonkeyPatch
+    cfg: engine.EngineConfig, calls: list[tuple[int, int]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     made = WorkerPool(2, 1, worker.memory_bytes(0, "512MB"), demote=(0.1, 10, False))
-    calls: list[tuple[int, int]] = []
-    real = worker.set_nice
-
-    def spy(pid: int, nice: int) -> bool:
-        calls.append((pid, nice))
-        return real(pid, nice)
-
-    monkeypatch.setattr(worker, "set_nice", spy)
     try:
         with pytest.raises(Timeout):
             await query(made, with_timeout(cfg, 0.4), INTERRUPTIBLE, caller="heavy")
@@ -347,17 +345,9 @@ async def test_a_key_whose_call_ran_long_starts_its_next_calls_lowered(
 @pytest.mark.slow  # worker processes
 @ahead_of_time
 async def test_the_replacement_of_a_worker_killed_during_a_call_starts_lowered(
-    cfg: engine.EngineConfig, monkeypatch: pytest.MonkeyPatch
+    cfg: engine.EngineConfig, calls: list[tuple[int, int]]
 ) -> None:
     made = WorkerPool(1, 1, worker.memory_bytes(0, "512MB"), demote=(0.1, 10, False))
-    calls: list[tuple[int, int]] = []
-    real = worker.set_nice
-
-    def spy(pid: int, nice: int) -> bool:
-        calls.append((pid, nice))
-        return real(pid, nice)
-
-    monkeypatch.setattr(worker, "set_nice", spy)
     try:
         before = set(made.pids())
         with pytest.raises(Timeout):
