@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+from collections.abc import Callable
 
 __all__ = [
     "all_cpus",
@@ -31,6 +32,7 @@ __all__ = [
     "call_started",
     "confine",
     "cpus_of",
+    "each_thread",
     "release",
     "set_cpus",
     "thread_ids",
@@ -105,20 +107,29 @@ def thread_ids(pid: int) -> list[int] | None:
         return None
 
 
-def set_cpus(pid: int, cpus: frozenset[int] | None) -> bool:
-    """Give every thread of process `pid` (one of this user's) the CPUs `cpus`. False when `cpus` is None
-    or a thread refused; a thread that ended meanwhile is skipped."""
-    if cpus is None or (tids := thread_ids(pid)) is None:
+def each_thread(pid: int, apply: Callable[[int], object]) -> bool:
+    """Call `apply(tid)` for every thread of process `pid` (Linux keeps a thread's CPUs, niceness and
+    scheduling policy per thread). False when the threads cannot be read or one refused (OSError); a
+    thread that ended meanwhile is skipped, and one that refused does not stop the others."""
+    if (tids := thread_ids(pid)) is None:
         return False
     done = True
     for tid in tids:
         try:
-            os.sched_setaffinity(tid, cpus)
+            apply(tid)
         except ProcessLookupError:
             continue
         except OSError:
             done = False
     return done
+
+
+def set_cpus(pid: int, cpus: frozenset[int] | None) -> bool:
+    """Give every thread of process `pid` (one of this user's) the CPUs `cpus`. False when `cpus` is None
+    or a thread refused; a thread that ended meanwhile is skipped."""
+    if cpus is None:
+        return False
+    return each_thread(pid, lambda tid: os.sched_setaffinity(tid, cpus))
 
 
 def cpus_of(tid: int) -> frozenset[int] | None:

@@ -538,7 +538,8 @@ class _Worker:
         if self.confine:  # every thread, even where confining some of them failed
             cpus.set_cpus(self.pid, cpus.all_cpus())
             self.confined = False
-        self.demoted = not ((not self.idle or set_idle(self.pid, False)) and set_nice(self.pid, self.base_nice))
+        policy_back = set_idle(self.pid, False) if self.idle else True
+        self.demoted = not (policy_back and set_nice(self.pid, self.base_nice))
         return not self.demoted
 
     def _fit_cpus(self) -> None:
@@ -603,17 +604,9 @@ def set_nice(pid: int, nice: int) -> bool:
     """Set the niceness of every thread of process `pid` (Linux keeps one per thread, and DuckDB's
     threads were started before any change). False when not allowed (raising a priority needs
     `CAP_SYS_NICE`) or not possible here; a thread that ended meanwhile is skipped."""
-    tids = cpus.thread_ids(pid) if sys.platform.startswith("linux") else None
-    if tids is None:
-        return False
-    for tid in tids:
-        try:
-            os.setpriority(os.PRIO_PROCESS, tid, nice)
-        except ProcessLookupError:
-            continue
-        except OSError:
-            return False
-    return True
+    return sys.platform.startswith("linux") and cpus.each_thread(
+        pid, lambda tid: os.setpriority(os.PRIO_PROCESS, tid, nice)
+    )
 
 
 def set_idle(pid: int, idle: bool) -> bool:
@@ -622,18 +615,10 @@ def set_idle(pid: int, idle: bool) -> bool:
     slice to end (a few milliseconds, every time it wakes up); a running SCHED_IDLE thread gives way at
     once. False when not allowed (leaving SCHED_IDLE needs what raising a niceness needs) or not possible
     here."""
-    tids = cpus.thread_ids(pid) if sys.platform.startswith("linux") else None
-    if tids is None:
-        return False
     policy = os.SCHED_IDLE if idle else os.SCHED_OTHER
-    for tid in tids:
-        try:
-            os.sched_setscheduler(tid, policy, os.sched_param(0))
-        except ProcessLookupError:
-            continue
-        except OSError:
-            return False
-    return True
+    return sys.platform.startswith("linux") and cpus.each_thread(
+        pid, lambda tid: os.sched_setscheduler(tid, policy, os.sched_param(0))
+    )
 
 
 def may_raise(nice: int) -> bool:
@@ -682,7 +667,7 @@ class WorkerPool:
         # The conversations with busy workers: at most one per slot, so a call never waits for a thread.
         self._threads = ThreadPoolExecutor(size, thread_name_prefix="cairn-duckdb")
         for _ in range(size + SPARE):
-            self._idle.append(_Worker(memory, demote=demote, idle=self.may_raise))
+            self._idle.append(self._spawn([]))
         # The configurations of the latest calls (one per lockdown): a new worker opens their databases
         # before it greets, so its first call costs no more than the next (about 25 ms each otherwise).
         self._recent: dict[Lockdown, EngineConfig] = {}
@@ -787,12 +772,17 @@ class WorkerPool:
             # starting, or one may have died while idle: a started, unreaped one is taken first. (This
             # runs on the event loop: `alive` reads /proc, so only the worker taken is looked at so.)
             if not self._idle:
-                worker = _Worker(self.memory, list(self._recent.values()), self.demote, idle=self.may_raise)
+                worker = self._spawn(list(self._recent.values()))
             else:
                 ready = [i for i, w in enumerate(self._idle) if w.proc.poll() is None and w.started()]
                 worker = self._idle.pop(ready[-1] if ready else -1)
             self._busy.add(worker)
             return worker
+
+    def _spawn(self, warm: list[EngineConfig], lowered: bool = False) -> _Worker:
+        """Start a worker of this pool (`warm`: the configurations whose databases it opens first;
+        `lowered`: it starts at the lowered priority, where that can be undone)."""
+        return _Worker(self.memory, warm, self.demote, lowered=lowered and self.may_raise, idle=self.may_raise)
 
     def _checkin(self, worker: _Worker) -> None:
         with self._lock:
@@ -805,12 +795,12 @@ class WorkerPool:
 
     def _replace(self, worker: _Worker, kill: bool, lowered: bool = False) -> _Worker:
         """End `worker` and start another in its place (not yet started when the pool is closed);
-        `lowered`: the call it served outran its limits, and the replacement starts at the lowered priority."""
+        `lowered`: the call it served outran its limits, and the replacement, whose start-up is that call's cost,
+        starts at the lowered priority."""
         worker.end(kill=kill)
         with self._lock:
             warm = list(self._recent.values())
-        # Its start-up is then the cost of that caller's call, not the others'.
-        replacement = _Worker(self.memory, warm, self.demote, lowered=lowered and self.may_raise, idle=self.may_raise)
+        replacement = self._spawn(warm, lowered)
         with self._lock:
             self._busy.discard(worker)
             self._busy.add(replacement)
@@ -829,7 +819,7 @@ class WorkerPool:
             log.warning("DuckDB worker %s ended while idle (%s)", worker.pid, worker.how_it_ended())
             worker.end(kill=True)
             try:
-                fresh = _Worker(self.memory, warm, self.demote, idle=self.may_raise)
+                fresh = self._spawn(warm)
             except OSError as exc:  # e.g. no process left: a call that finds no idle worker starts one
                 log.error("could not start a DuckDB worker: %s", exc)
                 continue
