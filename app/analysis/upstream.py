@@ -44,7 +44,7 @@ _BODY_HEADERS = {"content-encoding", "content-length", "transfer-encoding"}
 
 @functools.cache
 def _tls() -> ssl.SSLContext:
-    """One TLS context for every upstream client: making one loads the CA bundle (about 20 ms a call)."""
+    """One TLS context for every upstream client: making one loads the CA bundle, which is slow."""
     return httpx.create_ssl_context()
 
 

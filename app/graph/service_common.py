@@ -30,12 +30,12 @@ async def project_id(ctx: CallContext, requested: str | None, *, create: bool) -
     return await repo.id_of(name)
 
 
-async def query_vector(ctx: CallContext, text: str) -> list[float] | None:
+async def query_vector(ctx: CallContext, query: str) -> list[float] | None:
     """The query's vector, or None when the model is unavailable (searches then use text alone).
 
     Call it before any SQL of the call, so that no transaction is open while the model runs."""
     try:
-        return await ctx.embedder.embed_one(text)
+        return await ctx.embedder.embed_one(query)
     except EmbeddingUnavailable as exc:
         log.warning("graph search without vectors: %s", exc)
         return None

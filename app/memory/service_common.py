@@ -87,7 +87,7 @@ async def collection_for_read(ctx: CallContext, name: str | None) -> MemoryColle
 
 
 async def query_vector(ctx: CallContext, query: str) -> list[float] | None:
-    """The query's vector, or None when the model is unavailable (searches then use full text).
+    """The query's vector, or None when the model is unavailable (searches then use text alone).
 
     Call it before any SQL of the call, so that no transaction is open while the model runs."""
     try:

@@ -17,7 +17,7 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Literal
+from typing import Literal
 
 from app.core.embedding import EmbeddingProvider, EmbeddingUnavailable
 from app.core.lexical import LexicalQuery
@@ -202,9 +202,3 @@ def build_context(
     """`cite` with the default per-item cap, and whether any item's text is cut short or missing."""
     block, cut = cite(items, limit, unit)
     return block, any(cut)
-
-
-def row_time(row: dict[str, Any]) -> datetime | None:
-    """The timestamp shown for a memory."""
-    value = row.get("created_at")
-    return value if isinstance(value, datetime) else None

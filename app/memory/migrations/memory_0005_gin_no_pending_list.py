@@ -7,10 +7,9 @@ Create Date: 2026-11-26
 A GIN index with `fastupdate` (PostgreSQL's default) puts new entries in a pending list that every
 search of the index reads through until a vacuum or a 4 MB list merges it. One key pushing large
 texts kept that list long, and another project's lexical search (a GIN count per rare query word and
-a GIN lookup of the rows holding one) slowed as it grew: 0.26 -> 1.8 ms a lookup after 3,000 chunks,
-and its search p50 doubled during the combined hostile load of docs/benchmarks.md (two
-200,000-character pushes among the attacker's calls).
-Without the list each insert updates the index itself (about 0.2 ms a chunk more), and a search
+a GIN lookup of the rows holding one) slowed as it grew, notably during the combined hostile load of
+docs/benchmarks.md (large pushes among the attacker's calls).
+Without the list each insert updates the index itself (a little more work per chunk), and a search
 costs the same whatever others write. The lists present are merged here.
 """
 
