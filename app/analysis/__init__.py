@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from app.analysis import cli, lifecycle, pages
 from app.analysis.config import AnalysisSettings
-from app.analysis.operations_sessions import ops  # the analysis operations, the session listing included
+from app.analysis.operations import ops
 from app.analysis.service import EMBEDDING_TARGET
 from app.core.feature import Feature
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from app.analysis import service, service_act, service_ingest, service_query
+from app.analysis import operations_sessions, service, service_act, service_ingest, service_query
 from app.analysis.schemas import (
     ActIn,
     ActOut,
@@ -118,3 +118,7 @@ async def analysis_clear(ctx: CallContext, args: ClearIn) -> ClearOut:
     """Delete an analysis session: its ingested records and all its findings (persistent ones too), and
     report the counts. Call it once the synthesis is done."""
     return await service.clear(ctx, args)
+
+
+# The analysis operations: those above, then the session listing's.
+ops.include(operations_sessions.ops)

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from app.analysis import service_sessions
-from app.analysis.operations import ops
 from app.analysis.schemas_sessions import SessionIn, SessionOut, SessionsIn, SessionsOut
 from app.core.context import CallContext
+from app.core.registry import OperationSet
 
 __all__ = ["ops"]
+
+ops = OperationSet("analysis")  # included by app/analysis/operations.py
 
 
 @ops.operation(

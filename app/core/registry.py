@@ -9,6 +9,9 @@ A feature's `operations.py` creates an `OperationSet` and decorates its handlers
     async def search(ctx: CallContext, args: SearchIn) -> SearchOut:
         '''Semantic search over indexed memories.'''
 
+A family that splits its operations over several files (`operations_<part>.py`, each with an
+`OperationSet` of its own) composes them at the end of `operations.py` with `ops.include(...)`.
+
 The MCP adapter turns each `Operation` into a tool (inputSchema, outputSchema, annotations) and
 the REST adapter into a route under `/api/v1`; both call `executor.run_operation`.
 """
@@ -242,6 +245,16 @@ class OperationSet:
             return handler
 
         return decorate
+
+    def include(self, *others: OperationSet) -> None:
+        """Add the declarations of other sets of the same feature after this one's: a family whose
+        operations are split over several files composes them in its `operations.py` this way."""
+        for other in others:
+            if other.feature != self.feature:
+                raise ValueError(f"cannot include {other.feature}'s operations in {self.feature}'s")
+            self.operations += other.operations
+            self.resources += other.resources
+            self.toolsets += other.toolsets
 
     def resource(
         self, *, uri: str, name: str, output: type[BaseModel], path: str, scope: Scope = "read"

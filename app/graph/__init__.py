@@ -6,7 +6,7 @@ from __future__ import annotations
 from app.core.feature import Feature
 from app.graph import cli, pages
 from app.graph.config import GraphSettings
-from app.graph.operations_reference import ops  # the graph's operations, the reference toolset included
+from app.graph.operations import ops
 from app.graph.service_common import EMBEDDING_TARGETS
 
 FEATURE = Feature(

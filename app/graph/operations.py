@@ -6,7 +6,14 @@ from __future__ import annotations
 from app.core.budget import measured
 from app.core.context import CallContext
 from app.core.registry import OperationSet
-from app.graph import service, service_maintenance, service_reflections, service_search, service_stats
+from app.graph import (
+    operations_reference,
+    service,
+    service_maintenance,
+    service_reflections,
+    service_search,
+    service_stats,
+)
 from app.graph.schemas import (
     AddObservationsIn,
     AddObservationsOut,
@@ -349,3 +356,7 @@ async def search_quality_report(ctx: CallContext, args: QualityReportIn) -> Qual
 async def graph_stats(ctx: CallContext, args: ProjectIn) -> GraphStatsOut:
     """Counts of entities, observations, relations, reflections, searches and embeddings."""
     return await service_stats.graph_stats(ctx, args)
+
+
+# The graph's operations: those above, then the reference toolset's.
+ops.include(operations_reference.ops)

@@ -13,9 +13,8 @@ from pydantic import BaseModel
 
 from app.core.budget import dumps
 from app.core.context import CallContext
-from app.core.registry import TextRenderer
+from app.core.registry import OperationSet, TextRenderer
 from app.graph import service_reference as service
-from app.graph.operations import ops
 from app.graph.schemas_reference import (
     RefAddObservationsIn,
     RefCreateEntitiesIn,
@@ -36,6 +35,7 @@ from app.graph.schemas_reference import (
 __all__ = ["TOOLSET", "ops"]
 
 TOOLSET = "reference"
+ops = OperationSet("graph")  # included by app/graph/operations.py
 ops.toolset(
     TOOLSET,
     "The reference memory server's nine tools with its exact shapes (a drop-in; stored in the graph).",

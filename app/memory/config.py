@@ -5,8 +5,10 @@ from __future__ import annotations
 from typing import Literal
 
 import pytimeparse
-from pydantic import Field, field_validator, model_validator
+from pydantic import BaseModel, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from app.memory.schemas import SearchDefaults
 
 
 def parse_duration(value: str) -> float:
@@ -93,3 +95,14 @@ class MemorySettings(BaseSettings):
     def interval_seconds(self) -> float | None:
         """The runner's period in seconds, or None when it only runs on start-up."""
         return parse_duration(self.backfill_interval) if self.backfill_interval else None
+
+
+def public_settings(settings: MemorySettings) -> dict[str, BaseModel]:
+    """The `search` section of mcp://settings."""
+    return {
+        "search": SearchDefaults(
+            default_limit=settings.search_default_limit,
+            max_limit=settings.search_max_limit,
+            default_score_threshold=settings.search_default_score_threshold,
+        )
+    }

@@ -1,7 +1,7 @@
-"""The optional background backfill runner (seed 004), started by `cairn serve` when
-CAIRN_BACKFILL_ENABLED: on start-up (CAIRN_BACKFILL_RUN_ON_STARTUP) and every CAIRN_BACKFILL_INTERVAL,
-queue up to `max_per_run` memories missing a vector of the active model for the embedding queue's
-workers. Failures are logged, never raised."""
+"""The optional background backfill runner (seed 004), started by `cairn serve` through the
+feature's `startup` hook when CAIRN_BACKFILL_ENABLED: on start-up (CAIRN_BACKFILL_RUN_ON_STARTUP) and
+every CAIRN_BACKFILL_INTERVAL, queue up to `max_per_run` memories missing a vector of the active
+model for the embedding queue's workers. Failures are logged, never raised."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import asyncio
 import contextlib
 import logging
 
+from app.core.context import AppState, feature_settings_of
 from app.core.db import Database
 from app.memory.config import MemorySettings
 from app.memory.service_backfill import BackfillReport, backfill
@@ -78,3 +79,17 @@ class BackfillRunner:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
+
+
+async def startup(state: AppState) -> None:
+    """Start the background backfill runner (CAIRN_BACKFILL_ENABLED)."""
+    runner = BackfillRunner(state.db, state.embedder.model, feature_settings_of(state.feature_settings, MemorySettings))
+    runner.start()
+    state.extras["memory_backfill"] = runner
+
+
+async def shutdown(state: AppState) -> None:
+    """Stop the background backfill runner."""
+    runner = state.extras.pop("memory_backfill", None)
+    if isinstance(runner, BackfillRunner):
+        await runner.stop()

@@ -61,6 +61,17 @@ def test_registry_refuses_duplicate_names_and_routes() -> None:
     assert registry.get("other") is not None and registry.get("missing") is None
 
 
+def test_a_family_composes_its_split_files_in_order() -> None:
+    ops = _set("f", "look", "/f/look")
+    part = _set("f", "other", "/f/other")
+    part.toolset("extra", "More tools.")
+    ops.include(part)
+    assert [op.name for op in ops.operations] == ["look", "other"]
+    assert [ts.name for ts in ops.toolsets] == ["extra"]
+    with pytest.raises(ValueError, match="cannot include g's operations in f's"):
+        ops.include(_set("g", "else", "/g/else"))
+
+
 def test_invalid_names_and_missing_docstrings_are_refused() -> None:
     ops = OperationSet("f")
     with pytest.raises(ValueError, match="invalid operation name"):
