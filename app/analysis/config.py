@@ -1,4 +1,5 @@
-"""Settings of the analysis feature (`CAIRN_ANALYSIS_*`), read afresh on each call."""
+"""Settings of the analysis feature (`CAIRN_ANALYSIS_*`), read once when the server starts; use cases
+read them with `ctx.feature_settings(AnalysisSettings)`."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ DEMO_REGISTRY = PACKAGE_DIR / "demo_upstreams.yaml"
 class AnalysisSettings(BaseSettings):
     """Knobs of the analysis tools.
 
-    `upstreams` is the path of the upstream registry (YAML); without it no model can be ingested.
+    `upstreams` is the path of the upstream registry (YAML); without it no model can be ingested. The
+    file itself is read at each call, so edits to it apply without a restart.
     """
 
     model_config = SettingsConfigDict(env_prefix="CAIRN_ANALYSIS_", env_file=".env", extra="ignore")
@@ -27,9 +29,3 @@ class AnalysisSettings(BaseSettings):
     # Caps on what one upstream response may hold: its body once decompressed, and items in one page.
     max_upstream_bytes: int = Field(default=16 * 1024 * 1024, ge=1024)
     max_page_items: int = Field(default=10_000, ge=1)
-
-
-def get_analysis_settings() -> AnalysisSettings:
-    """The analysis settings, read from the environment at every call (cheap), so that the registry
-    path and retention can change at run time without restarting the server."""
-    return AnalysisSettings()

@@ -10,10 +10,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import Any
 
-from app.analysis.config import get_analysis_settings
+from app.analysis.config import AnalysisSettings
 from app.analysis.repository import AnalysisRepository
+from app.core.context import AppState, feature_settings_of
 from app.core.db import Database
 
 log = logging.getLogger("cairn.analysis.lifecycle")
@@ -34,9 +34,8 @@ async def sweep_expired(db: Database, batch: int = 10_000) -> dict[str, int]:
     return totals
 
 
-async def background_sweeper(db: Database, interval_seconds: float | None = None) -> None:
-    """Sweep every `interval_seconds` (default CAIRN_ANALYSIS_SWEEP_INTERVAL_SECONDS; 0 disables)."""
-    interval = interval_seconds if interval_seconds is not None else get_analysis_settings().sweep_interval_seconds
+async def background_sweeper(db: Database, interval: float) -> None:
+    """Sweep every `interval` seconds (CAIRN_ANALYSIS_SWEEP_INTERVAL_SECONDS; 0 disables)."""
     if interval <= 0:
         return
     while True:
@@ -47,16 +46,17 @@ async def background_sweeper(db: Database, interval_seconds: float | None = None
             log.warning("analysis sweep failed", exc_info=True)
 
 
-async def startup(state: Any) -> None:
+async def startup(state: AppState) -> None:
     """Boot sweep, then the background sweeper (a no-op unless its interval is set)."""
     try:
         await sweep_expired(state.db)
     except Exception:  # a failed sweep must not keep the server from starting
         log.warning("analysis boot sweep failed", exc_info=True)
-    state.extras["analysis_sweeper"] = asyncio.create_task(background_sweeper(state.db))
+    interval = feature_settings_of(state.feature_settings, AnalysisSettings).sweep_interval_seconds
+    state.extras["analysis_sweeper"] = asyncio.create_task(background_sweeper(state.db, interval))
 
 
-async def shutdown(state: Any) -> None:
+async def shutdown(state: AppState) -> None:
     """Stop the background sweeper."""
     task = state.extras.pop("analysis_sweeper", None)
     if task is not None:

@@ -7,9 +7,11 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
-from app.analysis.config import get_analysis_settings
+from app.analysis.catalog import UpstreamCatalog, UpstreamCfg, load_catalog
+from app.analysis.config import AnalysisSettings
 from app.analysis.repository import FINDING_TARGET, FINDING_VECTORS, AnalysisRepository
 from app.analysis.schemas import ClearIn, ClearOut, StoreIn, StoreOut
+from app.analysis.upstream import UpstreamClient
 from app.analysis.validation import Where
 from app.core import budget
 from app.core.context import CallContext
@@ -20,6 +22,22 @@ from app.core.vectors import embedding_target
 M = TypeVar("M", bound=BaseModel)
 MAX_METADATA_CHARS = 4000
 MAX_VALUE_CHARS = 300
+
+
+def settings(ctx: CallContext) -> AnalysisSettings:
+    """The analysis settings."""
+    return ctx.feature_settings(AnalysisSettings)
+
+
+def catalog(ctx: CallContext) -> UpstreamCatalog:
+    """The upstream catalog of the configured registry file (read at each call: edits apply at once)."""
+    return load_catalog(settings(ctx).upstreams)
+
+
+def upstream_client(ctx: CallContext, name: str, cfg: UpstreamCfg, user_id: str | None) -> UpstreamClient:
+    """A client for the upstream `name`, its responses capped by the settings."""
+    s = settings(ctx)
+    return UpstreamClient(name, cfg, user_id=user_id, max_bytes=s.max_upstream_bytes, max_items=s.max_page_items)
 
 
 def with_tokens(out: M) -> M:
@@ -85,7 +103,7 @@ async def project_for_read(
 
 async def store(ctx: CallContext, args: StoreIn) -> StoreOut:
     """Store findings (ephemeral for the configured TTL unless persistent) and queue their vectors."""
-    settings = get_analysis_settings()
+    ttl = settings(ctx).finding_ttl_seconds
     for i, item in enumerate(args.findings):
         if item.metadata is not None and len(budget.dumps(item.metadata)) > MAX_METADATA_CHARS:
             raise invalid_field(
@@ -95,9 +113,7 @@ async def store(ctx: CallContext, args: StoreIn) -> StoreOut:
     pid = await project_for_write(ctx, repo, args.project)
     await repo.evict_expired()
     items = [{"category": f.category, "finding": f.finding, "metadata": f.metadata} for f in args.findings]
-    ids, expires = await repo.insert_findings(
-        pid, args.analysis_id, items, args.persistent, settings.finding_ttl_seconds
-    )
+    ids, expires = await repo.insert_findings(pid, args.analysis_id, items, args.persistent, ttl)
     await enqueue(ctx, FINDING_TARGET, ids)
     life = "kept until analysis_clear" if args.persistent else f"expire at {expires:%Y-%m-%dT%H:%M:%SZ}"
     return with_tokens(

@@ -18,11 +18,19 @@ from typing import Any, Literal
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.analysis.config import get_analysis_settings
-from app.analysis.registry import ActionCfg, WritableModel, load_registry
+from app.analysis.catalog import ActionCfg, WritableModel
 from app.analysis.repository import AnalysisRepository
 from app.analysis.schemas import ActError, ActIn, ActOut, ActSummary, IngestedRange
-from app.analysis.service import bounded_rows, check_impersonation, project_for_read, where_warnings, with_tokens
+from app.analysis.service import (
+    bounded_rows,
+    catalog,
+    check_impersonation,
+    project_for_read,
+    settings,
+    upstream_client,
+    where_warnings,
+    with_tokens,
+)
 from app.analysis.upstream import UpstreamClient, UpstreamFailure, path_segment
 from app.analysis.validation import field_name, parse_where
 from app.core.context import CallContext
@@ -81,8 +89,7 @@ async def act(ctx: CallContext, args: ActIn) -> ActOut:
     """Dry run (scope and snapshot age) or a live, batched, time-bounded mutation with an aggregate
     summary; a top-level or child model the registry declares writable."""
     check_impersonation(ctx, args.user_id)
-    registry = load_registry()
-    wm = registry.writable_model(args.model)
+    wm = catalog(ctx).writable_model(args.model)
     if not wm.cfg.writable:
         raise invalid_field("model", f"Model '{args.model}' is not writable in the upstream registry")
     action_cfg = wm.cfg.update if args.action == "update" else wm.cfg.delete
@@ -115,7 +122,7 @@ async def act(ctx: CallContext, args: ActIn) -> ActOut:
     if args.dry_run:
         info = await repo.dry_run(pid, args.analysis_id, args.model, w)
         rows = [{**data, "ingestedAt": _iso(at)} for _, data, at in info["first"][:SAMPLE_ROWS]]
-        sample, _ = bounded_rows(rows, get_analysis_settings().max_response_tokens)
+        sample, _ = bounded_rows(rows, settings(ctx).max_response_tokens)
         return with_tokens(
             ActOut(
                 analysis_id=args.analysis_id,
@@ -263,6 +270,63 @@ def _log(args: ActIn, outcome: Outcome) -> None:
     )
 
 
+@dataclass
+class _Sender:
+    """Sends one record's request upstream within its time budget and judges the answer."""
+
+    client: UpstreamClient
+    wm: WritableModel
+    action_cfg: ActionCfg
+    args: ActIn
+    attributes: dict[str, Any]
+    ends_at: float  # the run's deadline on the loop's clock
+
+    async def send(self, record_id: str, data: dict[str, Any]) -> Outcome:
+        """The outcome of one record: its request gets `record_seconds`, never past the deadline."""
+        args, action_cfg = self.args, self.action_cfg
+        path = _record_path(self.wm, action_cfg, record_id, data)
+        if path is None:
+            whose = "this id (or its parent's)" if "{parent_id}" in action_cfg.path else "this id"
+            return Outcome(record_id, "failed", message=f"{whose} cannot name a record in a URL path")
+        body = None
+        if args.action == "update":
+            body = {action_cfg.body_key: self.attributes} if action_cfg.body_key else self.attributes
+        left = self.ends_at - asyncio.get_running_loop().time()
+        try:
+            async with asyncio.timeout(min(args.record_seconds, left)):
+                response = await self.client.request(
+                    action_cfg.method, path, json_body=body, retries=min(2, self.wm.upstream.max_retries)
+                )
+        except TimeoutError:
+            why = "the deadline" if left <= args.record_seconds else f"its budget ({args.record_seconds:g}s)"
+            return Outcome(
+                record_id, "unknown", message=f"no answer before {why}: the upstream may or may not have applied it"
+            )
+        except UpstreamFailure as exc:
+            return Outcome(record_id, "failed", status_code=exc.status_code, message=exc.message, transient=True)
+        return _judged(args, record_id, data, self.attributes, response)
+
+
+def _unsent(args: ActIn, record_id: str, in_flight: bool, deadline_reached: bool) -> Outcome:
+    """The outcome of a record the run did not finish (logged)."""
+    if in_flight:
+        outcome = Outcome(
+            record_id,
+            "unknown",
+            message="in flight when the deadline passed: the upstream may or may not have applied it",
+        )
+    elif deadline_reached:
+        outcome = Outcome(record_id, "not_attempted", message="not attempted: the deadline passed first")
+    else:
+        outcome = Outcome(
+            record_id,
+            "not_attempted",
+            message="not attempted: the previous batch failed entirely (upstream unavailable)",
+        )
+    _log(args, outcome)
+    return outcome
+
+
 async def _run(
     ctx: CallContext,
     wm: WritableModel,
@@ -275,44 +339,20 @@ async def _run(
     """Send the matched records upstream in batches of BATCH, CONCURRENCY at a time, until done, the
     upstream is down (a whole batch failed) or the deadline passes. Accepted ids go to `accepted` as
     they come."""
-    loop = asyncio.get_running_loop()
-    ends_at = loop.time() + args.deadline_seconds
+    ends_at = asyncio.get_running_loop().time() + args.deadline_seconds
     sem = asyncio.Semaphore(CONCURRENCY)
     done: dict[str, Outcome] = {}
     started: set[str] = set()
     total = len(matched)
     run = Run()
-    body = None
-    if args.action == "update":
-        body = {action_cfg.body_key: attributes} if action_cfg.body_key else attributes
 
-    async with UpstreamClient(wm.upstream_name, wm.upstream, user_id=args.user_id) as client:
-
-        async def send(record_id: str, data: dict[str, Any]) -> Outcome:
-            path = _record_path(wm, action_cfg, record_id, data)
-            if path is None:
-                whose = "this id (or its parent's)" if "{parent_id}" in action_cfg.path else "this id"
-                return Outcome(record_id, "failed", message=f"{whose} cannot name a record in a URL path")
-            left = ends_at - loop.time()
-            budget = min(args.record_seconds, left)
-            try:
-                async with asyncio.timeout(budget):
-                    response = await client.request(
-                        action_cfg.method, path, json_body=body, retries=min(2, wm.upstream.max_retries)
-                    )
-            except TimeoutError:
-                why = "the deadline" if left <= args.record_seconds else f"its budget ({args.record_seconds:g}s)"
-                return Outcome(
-                    record_id, "unknown", message=f"no answer before {why}: the upstream may or may not have applied it"
-                )
-            except UpstreamFailure as exc:
-                return Outcome(record_id, "failed", status_code=exc.status_code, message=exc.message, transient=True)
-            return _judged(args, record_id, data, attributes, response)
+    async with upstream_client(ctx, wm.upstream_name, wm.upstream, args.user_id) as client:
+        sender = _Sender(client, wm, action_cfg, args, attributes, ends_at)
 
         async def one(record_id: str, data: dict[str, Any]) -> Outcome:
             async with sem:
                 started.add(record_id)
-                outcome = await send(record_id, data)
+                outcome = await sender.send(record_id, data)
             if outcome.ok:
                 accepted.append(record_id)
             done[record_id] = outcome
@@ -332,23 +372,7 @@ async def _run(
             if not deadline.expired():
                 raise
             run.deadline_reached = True
-    for rid, _ in matched:
-        outcome = done.get(rid)
-        if outcome is None:
-            if rid in started:
-                outcome = Outcome(
-                    rid,
-                    "unknown",
-                    message="in flight when the deadline passed: the upstream may or may not have applied it",
-                )
-            elif run.deadline_reached:
-                outcome = Outcome(rid, "not_attempted", message="not attempted: the deadline passed first")
-            else:
-                outcome = Outcome(
-                    rid,
-                    "not_attempted",
-                    message="not attempted: the previous batch failed entirely (upstream unavailable)",
-                )
-            _log(args, outcome)
-        run.outcomes.append(outcome)
+    run.outcomes = [
+        done[rid] if rid in done else _unsent(args, rid, rid in started, run.deadline_reached) for rid, _ in matched
+    ]
     return run

@@ -7,16 +7,16 @@ import hashlib
 import json
 import logging
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from app.analysis.config import get_analysis_settings
-from app.analysis.registry import ChildCfg, ModelCfg, load_registry
+from app.analysis.catalog import ChildCfg, ModelCfg, PaginationCfg, UpstreamCatalog
 from app.analysis.repository import FINDING_TARGET, AnalysisRepository
 from app.analysis.schemas import IngestIn, IngestOut
-from app.analysis.service import check_impersonation, project_for_write, with_tokens
+from app.analysis.service import catalog, check_impersonation, project_for_write, settings, upstream_client, with_tokens
 from app.analysis.summaries import summarize
 from app.analysis.upstream import (
+    Page,
     Shaper,
     UpstreamClient,
     UpstreamFailure,
@@ -99,62 +99,160 @@ def _missing_fields(fields: list[str] | None, seen: set[str], rows_seen: int) ->
     return [f"fields not found in any record: {', '.join(missing)} (fields seen: {known})"]
 
 
-def _renamed(shaper: Shaper) -> dict[str, str] | None:
-    return dict(list(shaper.names.items())[:MAX_RENAMED]) or None
+@dataclass
+class _Records:
+    """Turns upstream items into stored records: shaped (flattened, renamed), keyed by id and cut to
+    the requested fields; remembers every field seen."""
+
+    shaper: Shaper
+    id_key: str
+    fields: list[str] | None
+    keep: set[str]  # kept whatever the requested fields (the id, the parent key)
+    seen: set[str] = field(default_factory=set)
+
+    @classmethod
+    def of(cls, cfg: ModelCfg | ChildCfg, fields: list[str] | None, *keep: str) -> _Records:
+        """The records of a model or child resource."""
+        id_key = _id_key(cfg)
+        return cls(Shaper.of(cfg), id_key, fields, {id_key, *keep})
+
+    def record(self, item: dict[str, Any], defaults: dict[str, Any] | None = None) -> tuple[str | None, dict[str, Any]]:
+        """One item as (record id, stored data); `defaults` fills fields the item lacks."""
+        row = self.shaper(item)
+        for name, value in (defaults or {}).items():
+            row.setdefault(name, value)
+        self.seen.update(row)
+        return _record_id(row, self.id_key), project_fields(row, self.fields, self.keep)
+
+    def summary(self, model: str, label: str, keyed: list[tuple[str | None, dict[str, Any]]]) -> str:
+        """The page summary of stored records."""
+        return summarize(model, label, [d for _, d in keyed], self.id_key)
+
+    def warnings(self) -> list[str]:
+        """A warning for requested fields that no record of this call had."""
+        return _missing_fields(self.fields, self.seen, len(self.seen))
+
+    def renamed(self) -> dict[str, str] | None:
+        """The first keys renamed to stored names (the reply shows them)."""
+        return dict(list(self.shaper.names.items())[:MAX_RENAMED]) or None
+
+
+@dataclass(frozen=True)
+class _Store:
+    """Where one ingest stores: one model of a session, its records kept for `retention` seconds."""
+
+    repo: AnalysisRepository
+    pid: uuid.UUID
+    analysis_id: str
+    model: str
+    retention: float
+
+    async def records(self, page: int, keyed: list[tuple[str | None, dict[str, Any]]]) -> int:
+        """Upsert one page (or batch) of records; returns how many were stored."""
+        return await self.repo.upsert_records(self.pid, self.analysis_id, self.model, page, keyed, self.retention)
+
+    async def held(self) -> int:
+        """The records of the model the session holds."""
+        return await self.repo.count_records(self.pid, self.analysis_id, self.model)
+
+    async def save_state(
+        self, key: str, params: dict[str, Any], token: Any, done: int, complete: bool, total: int | None
+    ) -> None:
+        """Where the ingest `key` stands, for `resume`."""
+        await self.repo.save_state(
+            self.pid, self.analysis_id, key, self.model, params, token, done, complete, total, self.retention
+        )
+
+    async def summaries(self, ctx: CallContext, summaries: list[tuple[int, int, str]]) -> None:
+        """Replace the page summaries of these pages (page, records, text) and queue their vectors."""
+        if not summaries:
+            return
+        await self.repo.delete_page_summaries(self.pid, self.analysis_id, self.model, [p for p, _, _ in summaries])
+        items = [
+            {
+                "category": "page_summary",
+                "finding": t,
+                "source_model": self.model,
+                "metadata": {"model": self.model, "page": p, "records": n},
+            }
+            for p, n, t in summaries
+        ]
+        ttl = settings(ctx).finding_ttl_seconds
+        ids, _ = await self.repo.insert_findings(self.pid, self.analysis_id, items, False, ttl)
+        await enqueue(ctx, FINDING_TARGET, ids)
 
 
 async def ingest(ctx: CallContext, args: IngestIn) -> IngestOut:
     """Top-level or nested ingest (see IngestIn)."""
     check_impersonation(ctx, args.user_id)
     fields = [field_name(f, f"fields.{i}") for i, f in enumerate(args.fields or [])] or None
-    registry = load_registry()
+    upstreams = catalog(ctx)
     repo = AnalysisRepository(ctx.session)
     pid = await project_for_write(ctx, repo, args.project)
     await repo.evict_expired()
     if args.model is not None:
-        return with_tokens(await _top_level(ctx, repo, pid, args, fields, registry))
-    return with_tokens(await _nested(ctx, repo, pid, args, fields, registry))
+        return with_tokens(await _top_level(ctx, repo, pid, args, fields, upstreams))
+    return with_tokens(await _nested(ctx, repo, pid, args, fields, upstreams))
 
 
-async def _store_summaries(
-    ctx: CallContext,
-    repo: AnalysisRepository,
-    pid: uuid.UUID,
-    aid: str,
-    model: str,
-    summaries: list[tuple[int, int, str]],
-) -> None:
-    if not summaries:
-        return
-    await repo.delete_page_summaries(pid, aid, model, [p for p, _, _ in summaries])
-    items = [
-        {
-            "category": "page_summary",
-            "finding": t,
-            "source_model": model,
-            "metadata": {"model": model, "page": p, "records": n},
-        }
-        for p, n, t in summaries
-    ]
-    ids, _ = await repo.insert_findings(pid, aid, items, False, get_analysis_settings().finding_ttl_seconds)
-    await enqueue(ctx, FINDING_TARGET, ids)
+# Top-level ingest --------------------------------------------------------------------------------
+
+
+@dataclass
+class _Walk:
+    """Where a top-level ingest stands as it walks the upstream's pages, and what this call stored."""
+
+    token: Any  # of the next page to fetch
+    pages_done: int  # pages of this ingest stored, by this call and the earlier ones it resumes
+    total: int | None  # records the upstream says it holds
+    pages: int = 0  # fetched by this call
+    stored: int = 0
+    width: int = 0  # the most fields one record has
+    largest: int = 0  # the most items one page held
+    capped_size: bool = False  # the upstream sends fewer items per page than asked for
+    complete: bool = False
+    error: str | None = None  # why the walk stopped early
+    summaries: list[tuple[int, int, str]] = field(default_factory=list)
+
+    @classmethod
+    def start(cls, state: dict[str, Any] | None, args: IngestIn, per_page: int, pagination: PaginationCfg) -> _Walk:
+        """Where the saved state left off, else at the requested page."""
+        if state is not None:
+            return cls(state["next_token"], state["pages_done"], state["total_available"])
+        if args.ingest_all and args.page == 1:
+            return cls(first_token(pagination), 0, None)
+        return cls(token_for_page(pagination, args.page, per_page), args.page - 1, None)
+
+    def took(self, page: Page, keyed: list[tuple[str | None, dict[str, Any]]], per_page: int) -> None:
+        """Count a fetched page and move to the next one."""
+        self.pages += 1
+        self.pages_done += 1
+        self.largest = max(self.largest, len(page.items))
+        # A page shorter than asked for that is not the last: the upstream caps its page size.
+        self.capped_size = self.capped_size or (0 < len(page.items) < per_page and page.next_token is not None)
+        self.width = max(self.width, *(len(d) for _, d in keyed), 0)
+        self.total = page.total if page.total is not None else self.total
+        self.token = page.next_token
 
 
 async def _top_level(
-    ctx: CallContext, repo: AnalysisRepository, pid: uuid.UUID, args: IngestIn, fields: list[str] | None, registry: Any
+    ctx: CallContext,
+    repo: AnalysisRepository,
+    pid: uuid.UUID,
+    args: IngestIn,
+    fields: list[str] | None,
+    upstreams: UpstreamCatalog,
 ) -> IngestOut:
-    settings = get_analysis_settings()
-    retention = settings.records_retention_days * 86400
     assert args.model is not None
-    rm = registry.model(args.model)
+    rm = upstreams.model(args.model)
     cfg: ModelCfg = rm.cfg
-    pag = cfg.pagination
     params = upstream_params(cfg, args.filters)
-    per_page = min(args.per_page, pag.max_per_page)
+    per_page = min(args.per_page, cfg.pagination.max_per_page)
+    store = _Store(repo, pid, args.analysis_id, args.model, settings(ctx).records_retention_days * 86400)
     key = state_key(mode="top", model=args.model, filters=args.filters or {}, per_page=per_page)
     state = await repo.get_state(pid, args.analysis_id, key) if args.resume else None
     if state is not None and state["complete"]:
-        held = await repo.count_records(pid, args.analysis_id, args.model)
+        held = await store.held()
         return IngestOut(
             analysis_id=args.analysis_id,
             model=args.model,
@@ -168,101 +266,93 @@ async def _top_level(
             page_summaries=0,
             message=f"Nothing to resume: this ingest already completed ({held} record(s) held).",
         )
-    if state is not None:
-        token, pages_done, total = state["next_token"], state["pages_done"], state["total_available"]
-    elif args.ingest_all and args.page == 1:
-        token, pages_done, total = first_token(pag), 0, None
-    else:
-        token, pages_done, total = token_for_page(pag, args.page, per_page), args.page - 1, None
-    limit = MAX_INGEST_PAGES if args.ingest_all else 1
-    stored = pages = width = 0
-    complete, error = False, None
-    summaries: list[tuple[int, int, str]] = []
-    shaper, id_key = Shaper.of(cfg), _id_key(cfg)
-    seen: set[str] = set()
-    largest, capped_size = 0, False
-    async with UpstreamClient(rm.upstream_name, rm.upstream, user_id=args.user_id) as client:
-        while pages < limit:
-            try:
-                page = await fetch_page(client, cfg.list_path, pag, cfg.items_path, token, per_page, params)
-            except UpstreamFailure as exc:
-                if pages == 0:
-                    raise UpstreamFailure(f"{exc.message}; nothing was stored by this call", exc.status_code) from None
-                error = exc.message
-                log.warning("ingest stopped early", extra={"model": args.model, "page": pages_done + 1})
-                break
-            rows = [shaper(r) for r in page.items]
-            for r in rows:
-                seen.update(r)
-            keyed = [(_record_id(r, id_key), project_fields(r, fields, {id_key})) for r in rows]
-            largest = max(largest, len(page.items))
-            # A page shorter than asked for that is not the last: the upstream caps its page size.
-            capped_size = capped_size or (0 < len(page.items) < per_page and page.next_token is not None)
-            pages += 1
-            pages_done += 1
-            stored += await repo.upsert_records(pid, args.analysis_id, args.model, pages_done, keyed, retention)
-            if keyed:
-                width = max(width, max(len(d) for _, d in keyed))
-                summaries.append(
-                    (
-                        pages_done,
-                        len(keyed),
-                        summarize(args.model, f"page {pages_done}", [d for _, d in keyed], id_key),
-                    )
-                )
-            total = page.total if page.total is not None else total
-            token = page.next_token
-            expected = -(-total // per_page) if total else None
-            await ctx.progress(
-                pages, min(limit, expected) if expected else None, f"page {pages_done}: {len(keyed)} record(s)"
-            )
-            if token is None:
-                complete = True
-                break
-    await repo.save_state(
-        pid,
-        args.analysis_id,
-        key,
-        args.model,
-        {"filters": args.filters, "per_page": per_page},
-        token,
-        pages_done,
-        complete,
-        total,
-        retention,
+    walk = _Walk.start(state, args, per_page, cfg.pagination)
+    records = _Records.of(cfg, fields)
+    async with upstream_client(ctx, rm.upstream_name, rm.upstream, args.user_id) as client:
+        await _walk_pages(ctx, client, cfg, store, records, walk, params, per_page, args.ingest_all)
+    asked = {"filters": args.filters, "per_page": per_page}
+    await store.save_state(key, asked, walk.token, walk.pages_done, walk.complete, walk.total)
+    await store.summaries(ctx, walk.summaries)
+    return _top_level_out(args, walk, records, per_page, await store.held())
+
+
+async def _walk_pages(
+    ctx: CallContext,
+    client: UpstreamClient,
+    cfg: ModelCfg,
+    store: _Store,
+    records: _Records,
+    walk: _Walk,
+    params: dict[str, Any],
+    per_page: int,
+    ingest_all: bool,
+) -> None:
+    """Fetch and store pages from `walk.token` on: one page, or with `ingest_all` up to
+    MAX_INGEST_PAGES until the last. A failure stops the walk (`walk.error`), and is raised when
+    it hits the first page."""
+    limit = MAX_INGEST_PAGES if ingest_all else 1
+    while walk.pages < limit:
+        try:
+            page = await fetch_page(client, cfg.list_path, cfg.pagination, cfg.items_path, walk.token, per_page, params)
+        except UpstreamFailure as exc:
+            if walk.pages == 0:
+                raise UpstreamFailure(f"{exc.message}; nothing was stored by this call", exc.status_code) from None
+            walk.error = exc.message
+            log.warning("ingest stopped early", extra={"model": store.model, "page": walk.pages_done + 1})
+            return
+        keyed = [records.record(item) for item in page.items]
+        walk.took(page, keyed, per_page)
+        walk.stored += await store.records(walk.pages_done, keyed)
+        if keyed:
+            summary = records.summary(store.model, f"page {walk.pages_done}", keyed)
+            walk.summaries.append((walk.pages_done, len(keyed), summary))
+        expected = -(-walk.total // per_page) if walk.total else None
+        await ctx.progress(
+            walk.pages, min(limit, expected) if expected else None, f"page {walk.pages_done}: {len(keyed)} record(s)"
+        )
+        if walk.token is None:
+            walk.complete = True
+            return
+
+
+def _top_level_out(args: IngestIn, walk: _Walk, records: _Records, per_page: int, held: int) -> IngestOut:
+    """The reply of a top-level ingest."""
+    assert args.model is not None
+    capped = args.ingest_all and not walk.complete and walk.error is None
+    msg = (
+        f"Stored {walk.stored} record(s) ({walk.width} fields per record) across {walk.pages} page(s). "
+        f"Analysis: {args.analysis_id}"
     )
-    await _store_summaries(ctx, repo, pid, args.analysis_id, args.model, summaries)
-    held = await repo.count_records(pid, args.analysis_id, args.model)
-    capped = args.ingest_all and not complete and error is None
-    warnings = _missing_fields(fields, seen, len(seen))
-    msg = f"Stored {stored} record(s) ({width} fields per record) across {pages} page(s). Analysis: {args.analysis_id}"
-    if capped_size:
-        msg += f". The upstream sends at most {largest} records per page (asked for {per_page})"
+    if walk.capped_size:
+        msg += f". The upstream sends at most {walk.largest} records per page (asked for {per_page})"
     if capped:
         msg += f" (capped at {MAX_INGEST_PAGES} pages; call again with resume: true to continue)"
-    elif error:
-        msg += f". Stopped early: {error}. Stored pages are kept; retry with resume: true"
-    elif not complete:
-        msg += f". More pages remain (next page {pages_done + 1})"
+    elif walk.error:
+        msg += f". Stopped early: {walk.error}. Stored pages are kept; retry with resume: true"
+    elif not walk.complete:
+        msg += f". More pages remain (next page {walk.pages_done + 1})"
     return IngestOut(
         analysis_id=args.analysis_id,
         model=args.model,
         mode="top_level",
-        stored=stored,
-        pages=pages,
-        fields_per_record=width,
+        stored=walk.stored,
+        pages=walk.pages,
+        fields_per_record=walk.width,
         session_records=held,
-        total_available=total,
-        complete=complete,
+        total_available=walk.total,
+        complete=walk.complete,
         capped=capped,
-        next_page=None if complete else pages_done + 1,
-        page_size=largest if capped_size else None,
-        renamed=_renamed(shaper),
-        warnings=warnings or None,
-        page_summaries=len(summaries),
-        error=error,
+        next_page=None if walk.complete else walk.pages_done + 1,
+        page_size=walk.largest if walk.capped_size else None,
+        renamed=records.renamed(),
+        warnings=records.warnings() or None,
+        page_summaries=len(walk.summaries),
+        error=walk.error,
         message=msg,
     )
+
+
+# Nested ingest -----------------------------------------------------------------------------------
 
 
 @dataclass
@@ -296,13 +386,78 @@ async def _fetch_children(
     return _Children(rows, token is not None)
 
 
-async def _nested(
-    ctx: CallContext, repo: AnalysisRepository, pid: uuid.UUID, args: IngestIn, fields: list[str] | None, registry: Any
-) -> IngestOut:
-    settings = get_analysis_settings()
-    retention = settings.records_retention_days * 86400
+@dataclass
+class _Batch:
+    """The parents one nested ingest call walks, and what their children gave."""
+
+    parents: list[tuple[int, str]]  # (the parent record's row id, its record id)
+    cursor: int  # the row id after which the session's parents are walked (resume)
+    following: int  # parents from the cursor on, this batch's included
+    batches_done: int
+    processed: int = 0  # parents done before the first failure
+    error: str | None = None  # the first failure
+    truncated: list[str] = field(default_factory=list)  # parents with more pages than were fetched
+    keyed: list[tuple[str | None, dict[str, Any]]] = field(default_factory=list)
+
+    def collect(
+        self, results: list[_Children | UpstreamFailure], records: _Records, parent_key: str, label: str
+    ) -> None:
+        """Take each parent's children, in the parents' order: the cursor stops at the first failure
+        (the children of later parents are still stored)."""
+        for (row_id, rid), result in zip(self.parents, results, strict=True):
+            if isinstance(result, UpstreamFailure):
+                self.error = self.error or f"{label} {rid}: {result.message}"
+                continue
+            if result.truncated:
+                self.truncated.append(rid)
+            self.keyed += [records.record(item, {parent_key: rid}) for item in result.rows]
+            if self.error is None:
+                self.cursor, self.processed = row_id, self.processed + 1
+
+
+async def _batch(repo: AnalysisRepository, pid: uuid.UUID, args: IngestIn, model: str, key: str) -> _Batch:
+    """The caller's parents (no session state is read or moved: resume walks the session's parents),
+    else the session's next MAX_PARENTS parents after where the last call stopped."""
+    assert args.parent_model is not None
+    if args.parent_ids is not None:
+        parents: list[tuple[int, str]] = [(0, rid) for rid in dict.fromkeys(args.parent_ids)]
+        return _Batch(parents, 0, len(parents), await repo.last_page(pid, args.analysis_id, model))
+    if await repo.count_records(pid, args.analysis_id, args.parent_model) == 0:
+        raise NotFound(
+            f"No '{args.parent_model}' records in analysis '{args.analysis_id}'",
+            suggestions=[f"Ingest the parents first: analysis_ingest(model='{args.parent_model}'), or pass parent_ids"],
+        )
+    state = await repo.get_state(pid, args.analysis_id, key) if args.resume else None
+    after = int(state["next_token"] or 0) if state else 0
+    parents, following = await repo.parents_after(pid, args.analysis_id, args.parent_model, after, MAX_PARENTS)
+    return _Batch(parents, after, following, state["pages_done"] if state else 0)
+
+
+async def _children_of(
+    ctx: CallContext, client: UpstreamClient, child: ChildCfg, parents: list[tuple[int, str]], per_page: int, label: str
+) -> list[_Children | UpstreamFailure]:
+    """Each parent's children (or why they could not be listed), NESTED_CONCURRENCY parents at a time."""
+    sem = asyncio.Semaphore(NESTED_CONCURRENCY)
+    done = 0
+
+    async def one(parent_id: str) -> _Children | UpstreamFailure:
+        nonlocal done
+        async with sem:
+            try:
+                result: _Children | UpstreamFailure = await _fetch_children(client, child, parent_id, per_page, {})
+            except UpstreamFailure as exc:
+                result = exc
+        done += 1
+        await ctx.progress(done, len(parents), f"{label} {parent_id}")
+        return result
+
+    return list(await asyncio.gather(*(one(rid) for _, rid in parents)))
+
+
+def _child_of(upstreams: UpstreamCatalog, args: IngestIn) -> ChildCfg:
+    """The child resource to ingest (NotFound naming the declared ones)."""
     assert args.parent_model is not None and args.child_resource is not None
-    parent = registry.model(args.parent_model)
+    parent = upstreams.model(args.parent_model)
     child = parent.cfg.children.get(args.child_resource)
     if child is None:
         known = ", ".join(sorted(parent.cfg.children)) or "(none)"
@@ -312,104 +467,67 @@ async def _nested(
         )
     if args.filters:
         raise invalid_field("filters", "filters are not supported in nested mode")
+    return child
+
+
+async def _nested(
+    ctx: CallContext,
+    repo: AnalysisRepository,
+    pid: uuid.UUID,
+    args: IngestIn,
+    fields: list[str] | None,
+    upstreams: UpstreamCatalog,
+) -> IngestOut:
+    assert args.parent_model is not None and args.child_resource is not None
+    child = _child_of(upstreams, args)
+    parent = upstreams.model(args.parent_model)
     model = child.model or args.child_resource
     parent_key = child.parent_key or f"{args.parent_model}_id"
     per_page = min(args.per_page, child.pagination.max_per_page)
+    store = _Store(repo, pid, args.analysis_id, model, settings(ctx).records_retention_days * 86400)
     key = state_key(mode="nested", parent=args.parent_model, child=args.child_resource)
-    if args.parent_ids is not None:
-        # The caller's parents: no session state is read or moved (resume walks the session's parents).
-        parents: list[tuple[int, str]] = [(0, rid) for rid in dict.fromkeys(args.parent_ids)]
-        after, following = 0, len(parents)
-        batches_done = await repo.last_page(pid, args.analysis_id, model)
-    else:
-        if await repo.count_records(pid, args.analysis_id, args.parent_model) == 0:
-            raise NotFound(
-                f"No '{args.parent_model}' records in analysis '{args.analysis_id}'",
-                suggestions=[
-                    f"Ingest the parents first: analysis_ingest(model='{args.parent_model}'), or pass parent_ids"
-                ],
-            )
-        state = await repo.get_state(pid, args.analysis_id, key) if args.resume else None
-        after = int(state["next_token"] or 0) if state else 0
-        batches_done = state["pages_done"] if state else 0
-        parents, following = await repo.parents_after(pid, args.analysis_id, args.parent_model, after, MAX_PARENTS)
-    sem = asyncio.Semaphore(NESTED_CONCURRENCY)
-    done = 0
+    batch = await _batch(repo, pid, args, model, key)
+    async with upstream_client(ctx, parent.upstream_name, parent.upstream, args.user_id) as client:
+        results = await _children_of(ctx, client, child, batch.parents, per_page, args.parent_model)
+    records = _Records.of(child, fields, parent_key)
+    batch.collect(results, records, parent_key, args.parent_model)
+    stored = await store.records(batch.batches_done + 1, batch.keyed) if batch.keyed else 0
+    remaining = batch.following - batch.processed
+    complete = remaining == 0 and batch.error is None
+    if batch.processed or complete:
+        batch.batches_done += 1
+    if args.parent_ids is None:
+        params = {"parent": args.parent_model}
+        await store.save_state(key, params, batch.cursor, batch.batches_done, complete, None)
+    summaries = []
+    if batch.keyed:
+        label = f"batch {batch.batches_done} ({len(batch.parents)} {args.parent_model} parents)"
+        summaries.append((batch.batches_done, len(batch.keyed), records.summary(model, label, batch.keyed)))
+    await store.summaries(ctx, summaries)
+    return _nested_out(args, child, model, batch, records, stored, await store.held(), len(summaries))
 
-    async with UpstreamClient(parent.upstream_name, parent.upstream, user_id=args.user_id) as client:
 
-        async def one(parent_id: str) -> _Children | UpstreamFailure:
-            nonlocal done
-            async with sem:
-                try:
-                    result: _Children | UpstreamFailure = await _fetch_children(client, child, parent_id, per_page, {})
-                except UpstreamFailure as exc:
-                    result = exc
-            done += 1
-            await ctx.progress(done, len(parents), f"{args.parent_model} {parent_id}")
-            return result
-
-        results = await asyncio.gather(*(one(rid) for _, rid in parents))
-    keyed: list[tuple[str | None, dict[str, Any]]] = []
-    cursor, error, processed = after, None, 0
-    shaper, id_key = Shaper.of(child), _id_key(child)
-    seen: set[str] = set()
-    truncated: list[str] = []
-    for (row_id, rid), result in zip(parents, results, strict=True):
-        if isinstance(result, UpstreamFailure):
-            error = error or f"{args.parent_model} {rid}: {result.message}"
-            continue
-        if result.truncated:
-            truncated.append(rid)
-        for item in result.rows:
-            row = shaper(item)
-            row.setdefault(parent_key, rid)
-            seen.update(row)
-            keyed.append((_record_id(row, id_key), project_fields(row, fields, {id_key, parent_key})))
-        if error is None:
-            cursor, processed = row_id, processed + 1
-    warnings = _missing_fields(fields, seen, len(seen))
-    if truncated:
+def _nested_out(
+    args: IngestIn, child: ChildCfg, model: str, batch: _Batch, records: _Records, stored: int, held: int, pages: int
+) -> IngestOut:
+    """The reply of a nested ingest (`pages`: the page summaries stored)."""
+    warnings = records.warnings()
+    if batch.truncated:
         warnings.append(
-            f"{len(truncated)} {args.parent_model} parent(s) have more than {child.max_pages_per_parent} pages of "
-            f"{model} (e.g. {', '.join(truncated[:3])}): only those pages were stored; raise "
+            f"{len(batch.truncated)} {args.parent_model} parent(s) have more than {child.max_pages_per_parent} pages "
+            f"of {model} (e.g. {', '.join(batch.truncated[:3])}): only those pages were stored; raise "
             "max_pages_per_parent in the registry"
         )
-    stored = 0
-    if keyed:
-        stored = await repo.upsert_records(pid, args.analysis_id, model, batches_done + 1, keyed, retention)
-    remaining = following - processed
-    complete = remaining == 0 and error is None
-    if processed or complete:
-        batches_done += 1
-    if args.parent_ids is None:
-        await repo.save_state(
-            pid,
-            args.analysis_id,
-            key,
-            model,
-            {"parent": args.parent_model},
-            cursor,
-            batches_done,
-            complete,
-            None,
-            retention,
-        )
-    summaries = []
-    if keyed:
-        label = f"batch {batches_done} ({len(parents)} {args.parent_model} parents)"
-        summaries.append((batches_done, len(keyed), summarize(model, label, [d for _, d in keyed], id_key)))
-    await _store_summaries(ctx, repo, pid, args.analysis_id, model, summaries)
-    held = await repo.count_records(pid, args.analysis_id, model)
-    width = max((len(d) for _, d in keyed), default=0)
+    remaining = batch.following - batch.processed
+    width = max((len(d) for _, d in batch.keyed), default=0)
     msg = (
-        f"Stored {stored} {model} record(s) ({width} fields per record) for {len(parents)} "
+        f"Stored {stored} {model} record(s) ({width} fields per record) for {len(batch.parents)} "
         f"{args.parent_model} parent(s). Analysis: {args.analysis_id}"
     )
-    if error and args.parent_ids is not None:
-        msg += f". Failed for some parents: {error}; call again with the parent_ids that failed"
-    elif error:
-        msg += f". Stopped at a failure: {error}; resume: true retries from there"
+    if batch.error and args.parent_ids is not None:
+        msg += f". Failed for some parents: {batch.error}; call again with the parent_ids that failed"
+    elif batch.error:
+        msg += f". Stopped at a failure: {batch.error}; resume: true retries from there"
     elif remaining:
         msg += f". {remaining} parent(s) remain: call again with resume: true"
     return IngestOut(
@@ -417,16 +535,16 @@ async def _nested(
         model=model,
         mode="nested",
         stored=stored,
-        pages=len(parents),
+        pages=len(batch.parents),
         fields_per_record=width,
         session_records=held,
-        complete=complete,
-        capped=remaining > 0 and error is None,
-        parents_processed=processed,
+        complete=remaining == 0 and batch.error is None,
+        capped=remaining > 0 and batch.error is None,
+        parents_processed=batch.processed,
         parents_remaining=remaining,
-        renamed=_renamed(shaper),
+        renamed=records.renamed(),
         warnings=warnings or None,
-        page_summaries=len(summaries),
-        error=error,
+        page_summaries=pages,
+        error=batch.error,
         message=msg,
     )

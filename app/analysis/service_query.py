@@ -7,11 +7,10 @@ import logging
 import uuid
 from typing import Any
 
-from app.analysis.config import get_analysis_settings
-from app.analysis.registry import AttributeCfg, load_registry
+from app.analysis.catalog import AttributeCfg
 from app.analysis.repository import AnalysisRepository
 from app.analysis.schemas import FindingHit, GroupOut, QueryIn, QueryOut
-from app.analysis.service import bounded_rows, project_for_read, where_warnings, with_tokens
+from app.analysis.service import bounded_rows, catalog, project_for_read, settings, where_warnings, with_tokens
 from app.analysis.validation import (
     FIELD,
     bucket_interval,
@@ -44,15 +43,15 @@ async def query(ctx: CallContext, args: QueryIn) -> QueryOut:
     if args.mode == "semantic":
         out = await _semantic(ctx, repo, pid, args, vector)
     elif args.mode == "describe":
-        out = await _describe(repo, pid, args)
+        out = await _describe(ctx, repo, pid, args)
     else:
         model = await _model(repo, pid, args)
         if args.mode == "aggregate":
             out = await _aggregate(repo, pid, args, model)
         elif args.mode == "filter":
-            out = await _filter(repo, pid, args, model)
+            out = await _filter(ctx, repo, pid, args, model)
         else:
-            out = await _sample(repo, pid, args, model)
+            out = await _sample(ctx, repo, pid, args, model)
     return with_tokens(out)
 
 
@@ -160,7 +159,7 @@ _TYPE_NAMES = {
 }
 
 
-async def _describe(repo: AnalysisRepository, pid: uuid.UUID, args: QueryIn) -> QueryOut:
+async def _describe(ctx: CallContext, repo: AnalysisRepository, pid: uuid.UUID, args: QueryIn) -> QueryOut:
     _check_mode_args(args, set())
     models = await repo.session_models(pid, args.analysis_id)
     if args.model is not None:
@@ -172,13 +171,13 @@ async def _describe(repo: AnalysisRepository, pid: uuid.UUID, args: QueryIn) -> 
             suggestions=["Run analysis_ingest (resume: true rebuilds an expired session)"],
         )
     try:
-        registry = load_registry()
+        upstreams = catalog(ctx)
     except (InvalidInput, SchemaError):
-        registry = None
+        upstreams = None
     findings = await repo.count_findings(pid, args.analysis_id)
     blocks = []
     for model, count in models:
-        attrs: dict[str, AttributeCfg] = registry.attributes_of(model) if registry else {}
+        attrs: dict[str, AttributeCfg] = upstreams.attributes_of(model) if upstreams else {}
         blocks.append(await _describe_model(repo, pid, args.analysis_id, model, count, attrs))
     text = "\n\n".join(blocks) + f"\n\nFindings stored: {findings} (semantic mode searches them)."
     return QueryOut(
@@ -280,7 +279,7 @@ async def _aggregate(repo: AnalysisRepository, pid: uuid.UUID, args: QueryIn, mo
     )
 
 
-async def _filter(repo: AnalysisRepository, pid: uuid.UUID, args: QueryIn, model: str) -> QueryOut:
+async def _filter(ctx: CallContext, repo: AnalysisRepository, pid: uuid.UUID, args: QueryIn, model: str) -> QueryOut:
     _check_mode_args(args, {"where"})
     if not args.where:
         raise invalid_field(
@@ -290,7 +289,7 @@ async def _filter(repo: AnalysisRepository, pid: uuid.UUID, args: QueryIn, model
     limit = min(args.limit or FILTER_DEFAULT, FILTER_CAP)
     total, rows = await repo.filter(pid, args.analysis_id, model, w, limit, args.offset)
     warnings = await where_warnings(repo, pid, args.analysis_id, model, w, {}) if total == 0 else None
-    kept, cut = bounded_rows(rows, get_analysis_settings().max_response_tokens)
+    kept, cut = bounded_rows(rows, settings(ctx).max_response_tokens)
     shown_to = args.offset + len(kept)
     more = total > shown_to
     msg = f"{total} matching record(s); showing {len(kept)}"
@@ -308,7 +307,7 @@ async def _filter(repo: AnalysisRepository, pid: uuid.UUID, args: QueryIn, model
     )
 
 
-async def _sample(repo: AnalysisRepository, pid: uuid.UUID, args: QueryIn, model: str) -> QueryOut:
+async def _sample(ctx: CallContext, repo: AnalysisRepository, pid: uuid.UUID, args: QueryIn, model: str) -> QueryOut:
     _check_mode_args(args, {"where", "stratify_by", "proximity"})
     w = parse_where(args.where)
     stratify = field_name(args.stratify_by, "stratify_by") if args.stratify_by else None
@@ -327,7 +326,7 @@ async def _sample(repo: AnalysisRepository, pid: uuid.UUID, args: QueryIn, model
     if prox is not None:
         named["proximity.field"] = (prox["field"], "date")
     warnings = await where_warnings(repo, pid, args.analysis_id, model, w, named) if candidates == 0 or named else None
-    kept, cut = bounded_rows(rows, get_analysis_settings().max_response_tokens)
+    kept, cut = bounded_rows(rows, settings(ctx).max_response_tokens)
     spread = f" across {strata} strata" if (stratify or (prox and prox.get("bucket"))) else ""
     return QueryOut(
         analysis_id=args.analysis_id,

@@ -28,8 +28,7 @@ from urllib.parse import SplitResult, quote, unquote, urljoin, urlsplit, urlunsp
 import httpx
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, stop_after_attempt
 
-from app.analysis.config import get_analysis_settings
-from app.analysis.registry import PaginationCfg, UpstreamCfg
+from app.analysis.catalog import PaginationCfg, UpstreamCfg
 from app.core.errors import InvalidInput, UpstreamError
 
 log = logging.getLogger("cairn.analysis.upstream")
@@ -172,7 +171,7 @@ class UpstreamClient:
     """One upstream's HTTP client (use as an async context manager).
 
     `max_bytes` caps each response body once decompressed and `max_items` the items of one page
-    (default: `CAIRN_ANALYSIS_MAX_UPSTREAM_BYTES`, `CAIRN_ANALYSIS_MAX_PAGE_ITEMS`)."""
+    (`CAIRN_ANALYSIS_MAX_UPSTREAM_BYTES`, `CAIRN_ANALYSIS_MAX_PAGE_ITEMS`)."""
 
     def __init__(
         self,
@@ -180,14 +179,13 @@ class UpstreamClient:
         cfg: UpstreamCfg,
         *,
         user_id: str | None = None,
-        max_bytes: int | None = None,
-        max_items: int | None = None,
+        max_bytes: int,
+        max_items: int,
     ) -> None:
         self.name = name
         self.cfg = cfg
-        settings = get_analysis_settings()
-        self.max_bytes = max_bytes or settings.max_upstream_bytes
-        self.max_items = max_items or settings.max_page_items
+        self.max_bytes = max_bytes
+        self.max_items = max_items
         # Only encodings decoded here under the cap (httpx would add br or zstd when installed).
         headers = {"Accept": "application/json", "Accept-Encoding": "gzip, deflate", **cfg.headers}
         if cfg.auth is not None:

@@ -19,7 +19,7 @@ import yaml
 
 from app.analysis.demo_upstream import generate
 from tests.support import analysis as analysis_helpers
-from tests.support.analysis import N_BOOKS, TOKEN, Upstream, expected_books, structured
+from tests.support.analysis import N_BOOKS, TOKEN, Upstream, analysis_settings, expected_books, structured
 from tests.support.server import ADMIN_KEY, PgCluster, RunningServer, mcp_client
 
 upstream = analysis_helpers.upstream
@@ -320,12 +320,12 @@ async def test_errors_name_no_server_path(
         "missing.yaml": None,
     }
     body = {"analysis_id": AID, "model": "book"}
-    caplog.set_level(logging.WARNING, logger="cairn.analysis.registry")
+    caplog.set_level(logging.WARNING, logger="cairn.analysis.catalog")
     for name, text in cases.items():
         path = folder / name
         if text is not None:
             path.write_text(text)
-        monkeypatch.setenv("CAIRN_ANALYSIS_UPSTREAMS", str(path))
+        analysis_settings(server, monkeypatch, upstreams=path)
         for call in (
             rest.post("/api/v1/analysis/ingest", json=body),
             rest.post("/api/v1/analysis/act", json={**body, "action": "delete", "dry_run": True}),
@@ -337,6 +337,6 @@ async def test_errors_name_no_server_path(
             result = await mcp.call_tool("analysis_ingest", {"analysis_id": AID, "model": "book"})
         assert result.is_error and str(folder) not in json.dumps(result.model_dump(mode="json"))
         assert any(str(path) in record.getMessage() for record in caplog.records), name  # the log names it
-    monkeypatch.setenv("CAIRN_ANALYSIS_UPSTREAMS", str(folder / "invalid.yaml"))
+    analysis_settings(server, monkeypatch, upstreams=folder / "invalid.yaml")
     r = await rest.post("/api/v1/analysis/ingest", json=body)
     assert "base_url" in r.json()["error"]["message"]  # still says what is wrong

@@ -11,7 +11,7 @@ import pytest
 from app.analysis.lifecycle import sweep_expired
 from app.core.db import Database
 from tests.support import analysis as analysis_helpers
-from tests.support.analysis import TOKEN, Upstream, expected_books, structured
+from tests.support.analysis import TOKEN, Upstream, analysis_settings, expected_books, structured
 from tests.support.server import (
     ADMIN_KEY,
     BOUND_PROJECT,
@@ -270,8 +270,7 @@ async def test_act_errors(server: RunningServer, rest: httpx.AsyncClient, booksh
 async def test_expiry_on_access_and_boot_sweep(
     server: RunningServer, rest: httpx.AsyncClient, pg: PgCluster, bookshelf: Upstream, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("CAIRN_ANALYSIS_FINDING_TTL_SECONDS", "1")
-    monkeypatch.setenv("CAIRN_ANALYSIS_RECORDS_RETENTION_DAYS", str(1.5 / 86400))
+    analysis_settings(server, monkeypatch, finding_ttl_seconds=1.0, records_retention_days=1.5 / 86400)
     await _ingest(rest)
     await rest.post("/api/v1/analysis/store", json={"analysis_id": AID, "findings": [{"finding": "short lived"}]})
     await rest.post(

@@ -9,7 +9,7 @@ import httpx
 
 from app.analysis.demo_upstream import generate
 from tests.support import analysis as analysis_helpers
-from tests.support.analysis import N_BOOKS, Upstream, structured
+from tests.support.analysis import N_BOOKS, Upstream, analysis_settings, structured
 from tests.support.server import READ_KEY, RunningServer, error_of, mcp_client
 
 upstream = analysis_helpers.upstream
@@ -214,11 +214,11 @@ async def test_hostile_and_malformed_input(server: RunningServer, rest: httpx.As
 async def test_registry_problems_are_reported(
     server: RunningServer, rest: httpx.AsyncClient, bookshelf: Upstream, monkeypatch: Any
 ) -> None:
-    monkeypatch.delenv("CAIRN_ANALYSIS_UPSTREAMS")
+    analysis_settings(server, monkeypatch, upstreams=None)
     r = await _ingest(rest, model="book")
     assert r.status_code == 400 and "CAIRN_ANALYSIS_UPSTREAMS" in r.json()["error"]["suggestions"][0]
     bad = bookshelf.registry.parent / "bad.yaml"
     bad.write_text("upstreams:\n  x:\n    base_url: ftp://nope\n    models: {}\n")
-    monkeypatch.setenv("CAIRN_ANALYSIS_UPSTREAMS", str(bad))
+    analysis_settings(server, monkeypatch, upstreams=bad)
     r = await _ingest(rest, model="book")
     assert r.status_code == 400 and r.json()["error"]["code"] == 4003 and "base_url" in r.json()["error"]["message"]

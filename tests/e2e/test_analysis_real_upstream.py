@@ -17,6 +17,7 @@ import httpx
 import pytest
 import uvicorn
 
+from tests.support.analysis import analysis_settings
 from tests.support.server import RunningServer, free_port
 from tests.support.tickets_upstream import (
     BASE_TIME,
@@ -65,10 +66,10 @@ def tickets_server() -> Iterator[Tickets]:
 
 
 @pytest.fixture
-def tickets(tickets_server: Tickets, monkeypatch: pytest.MonkeyPatch) -> Tickets:
+def tickets(tickets_server: Tickets, server: RunningServer, monkeypatch: pytest.MonkeyPatch) -> Tickets:
     tickets_server.state.reset()
     tickets_server.registry.write_text(REGISTRY.format(base=tickets_server.url))
-    monkeypatch.setenv("CAIRN_ANALYSIS_UPSTREAMS", str(tickets_server.registry))
+    analysis_settings(server, monkeypatch, upstreams=tickets_server.registry)
     monkeypatch.setenv("CAIRN_TEST_TICKETS_TOKEN", TOKEN)
     return tickets_server
 

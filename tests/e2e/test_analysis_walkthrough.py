@@ -12,28 +12,28 @@ import pytest
 import uvicorn
 
 from app.analysis.demo_upstream import create_demo_app
-from tests.support.analysis import write_registry
+from tests.support.analysis import analysis_settings, write_registry
 from tests.support.analysis_walkthrough import markdown_table, run_walkthrough
 from tests.support.server import RunningServer, free_port, mcp_client, text_of
 
 
 @pytest.fixture
-def big_shelf(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+def big_shelf(tmp_path: Path, server: RunningServer, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     """A 5,000-book demo upstream and a registry pointing at it (without auth)."""
     port = free_port()
-    server = uvicorn.Server(
+    demo = uvicorn.Server(
         uvicorn.Config(create_demo_app(5000), host="127.0.0.1", port=port, log_config=None, log_level="warning")
     )
-    thread = threading.Thread(target=server.run, daemon=True)
+    thread = threading.Thread(target=demo.run, daemon=True)
     thread.start()
-    while not server.started:
+    while not demo.started:
         time.sleep(0.02)
     url = f"http://127.0.0.1:{port}"
     registry = tmp_path / "upstreams.yaml"
     write_registry(registry, url, auth=None)
-    monkeypatch.setenv("CAIRN_ANALYSIS_UPSTREAMS", str(registry))
+    analysis_settings(server, monkeypatch, upstreams=registry)
     yield url
-    server.should_exit = True
+    demo.should_exit = True
     thread.join(timeout=10)
 
 

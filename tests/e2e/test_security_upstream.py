@@ -11,7 +11,6 @@
 from __future__ import annotations
 
 import gzip
-import os
 import tempfile
 import threading
 import time
@@ -30,6 +29,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from tests.support.analysis import analysis_settings
 from tests.support.server import PgCluster, RunningServer, error_of, free_port, mcp_client
 
 SECRET = "hostile-upstream-secret"
@@ -144,25 +144,26 @@ def _serve(app: Starlette, port: int) -> tuple[uvicorn.Server, threading.Thread]
 
 
 @pytest.fixture(scope="module")
-def hostile() -> Iterator[Hostile]:
+def hostile_upstream() -> Iterator[Hostile]:
     port, other_port = free_port(), free_port()
     registry = Path(tempfile.mkdtemp(prefix="cairn-hostile-")) / "upstreams.yaml"
     state = Hostile(url=f"http://127.0.0.1:{port}", registry=registry)
     registry.write_text(yaml.safe_dump(_registry(state.url)))
     main = _serve(_app(state, other_port), port)
     other = _serve(_app(state, other_port), other_port)  # what an escape to another port would reach
-    saved = os.environ.get("CAIRN_ANALYSIS_UPSTREAMS")
-    os.environ["CAIRN_ANALYSIS_UPSTREAMS"] = str(registry)
     try:
         yield state
     finally:
-        if saved is None:
-            os.environ.pop("CAIRN_ANALYSIS_UPSTREAMS", None)
-        else:
-            os.environ["CAIRN_ANALYSIS_UPSTREAMS"] = saved
         for server, thread in (main, other):
             server.should_exit = True
             thread.join(timeout=10)
+
+
+@pytest.fixture
+def hostile(hostile_upstream: Hostile, server: RunningServer, monkeypatch: pytest.MonkeyPatch) -> Hostile:
+    """The hostile upstream, its registry the running server's for the test."""
+    analysis_settings(server, monkeypatch, upstreams=hostile_upstream.registry)
+    return hostile_upstream
 
 
 @pytest.fixture

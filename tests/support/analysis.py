@@ -16,9 +16,10 @@ import pytest
 import uvicorn
 import yaml
 
-from app.analysis.config import DEMO_REGISTRY
+from app.analysis.config import DEMO_REGISTRY, AnalysisSettings
 from app.analysis.demo_upstream import create_demo_app, generate
-from tests.support.server import free_port
+from app.core.context import feature_settings_of
+from tests.support.server import RunningServer, free_port
 
 N_BOOKS = 600
 TOKEN = "demo-upstream-secret"
@@ -102,11 +103,23 @@ def upstream() -> Iterator[Upstream]:
         thread.join(timeout=10)
 
 
+def analysis_settings(server: RunningServer, monkeypatch: pytest.MonkeyPatch, **changes: Any) -> None:
+    """Change the running server's analysis settings (read once at its start) for one test."""
+    settings = feature_settings_of(server.app.state.cairn.feature_settings, AnalysisSettings)
+    for name, value in changes.items():
+        monkeypatch.setattr(settings, name, value)
+
+
 @pytest.fixture
-def bookshelf(upstream: Upstream) -> Iterator[Upstream]:
-    """The upstream reset to its seeded data and default registry before the test."""
+def bookshelf(
+    upstream: Upstream, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Upstream]:
+    """The upstream reset to its seeded data and default registry before the test (the test's shared
+    server pointed at that registry; a server started later reads CAIRN_ANALYSIS_UPSTREAMS)."""
     upstream.control("reset")
     write_registry(upstream.registry, upstream.url)
+    if "server" in request.fixturenames:
+        analysis_settings(request.getfixturevalue("server"), monkeypatch, upstreams=upstream.registry)
     yield upstream
     upstream.control("reset")
 

@@ -1,4 +1,5 @@
-"""The upstream registry: which REST APIs exist and how each model is listed, paged and written.
+"""The upstream catalog: the upstream registry file parsed, i.e. which REST APIs exist and how each
+model is listed, paged and written.
 
 The registry is a YAML file named by `CAIRN_ANALYSIS_UPSTREAMS` (see docs/analysis.md for the
 format). It is read at each use, parsed again only when its content changes, and validated
@@ -18,11 +19,10 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from app.analysis.config import get_analysis_settings
 from app.core.errors import InvalidInput, NotFound, SchemaError
 
 IDENT = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
-log = logging.getLogger("cairn.analysis.registry")
+log = logging.getLogger("cairn.analysis.catalog")
 # A credential file larger than this is not a credential (auth.value_file).
 MAX_CREDENTIAL_BYTES = 64 * 1024
 
@@ -247,13 +247,13 @@ class UpstreamCfg(_Strict):
         return value.rstrip("/")
 
 
-class RegistryCfg(_Strict):
+class UpstreamsCfg(_Strict):
     """The whole registry file."""
 
     upstreams: dict[str, UpstreamCfg]
 
     @model_validator(mode="after")
-    def _unique_models(self) -> RegistryCfg:
+    def _unique_models(self) -> UpstreamsCfg:
         seen: dict[str, str] = {}
         for up_name, up in self.upstreams.items():
             for name, model in up.models.items():
@@ -277,7 +277,7 @@ class ResolvedModel(BaseModel):
 
 
 class WritableModel(BaseModel):
-    """A top-level or child model with its upstream and write settings (`Registry.writable_model`).
+    """A top-level or child model with its upstream and write settings (`UpstreamCatalog.writable_model`).
     For a child, `parent_key` is the stored field holding its parent's id (`{parent_id}` in a path)."""
 
     name: str
@@ -288,10 +288,10 @@ class WritableModel(BaseModel):
     parent_key: str | None = None
 
 
-class Registry:
-    """The parsed registry with lookups by model name."""
+class UpstreamCatalog:
+    """The parsed upstream registry, with lookups by model name."""
 
-    def __init__(self, cfg: RegistryCfg, source: str) -> None:
+    def __init__(self, cfg: UpstreamsCfg, source: str) -> None:
         self.cfg = cfg
         self.source = source
         self.models: dict[str, ResolvedModel] = {}
@@ -353,10 +353,10 @@ class Registry:
 
 
 _lock = threading.Lock()
-_cache: dict[str, Registry] = {}
+_cache: dict[str, UpstreamCatalog] = {}
 
 
-def parse_registry(text: str, source: str = "<string>") -> Registry:
+def parse_catalog(text: str, source: str = "<string>") -> UpstreamCatalog:
     """Parse and validate registry YAML. Errors say what is wrong and where in the document, never
     `source` (a path on the server): that goes to the server log."""
     try:
@@ -368,17 +368,16 @@ def parse_registry(text: str, source: str = "<string>") -> Registry:
         log.warning("upstream registry %s is not valid YAML: %s", source, exc)
         raise SchemaError(f"The upstream registry is not valid YAML{where}: {problem}") from None
     try:
-        return Registry(RegistryCfg.model_validate(raw), source)
+        return UpstreamCatalog(UpstreamsCfg.model_validate(raw), source)
     except ValidationError as exc:
         problems = "; ".join(".".join(str(p) for p in e["loc"]) + ": " + e["msg"] for e in exc.errors()[:5])
         log.warning("upstream registry %s is invalid: %s", source, problems)
         raise SchemaError(f"The upstream registry is invalid: {problems}") from None
 
 
-def load_registry(path: Path | None = None) -> Registry:
-    """The registry at `path` (default: `CAIRN_ANALYSIS_UPSTREAMS`); the file is small and read at each
-    call, and parsed again only when its content changed."""
-    path = path or get_analysis_settings().upstreams
+def load_catalog(path: Path | None) -> UpstreamCatalog:
+    """The catalog of the registry file at `path` (`CAIRN_ANALYSIS_UPSTREAMS`; None: not configured);
+    the file is small and read at each call, and parsed again only when its content changed."""
     if path is None:
         raise InvalidInput(
             "No upstream registry is configured",
@@ -397,9 +396,9 @@ def load_registry(path: Path | None = None) -> Registry:
         hit = _cache.get(key)
     if hit is not None:
         return hit
-    registry = parse_registry(text, str(path))
+    catalog = parse_catalog(text, str(path))
     with _lock:
         if len(_cache) > 32:
             _cache.clear()
-        _cache[key] = registry
-    return registry
+        _cache[key] = catalog
+    return catalog

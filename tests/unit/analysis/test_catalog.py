@@ -1,4 +1,4 @@
-"""app/analysis/registry.py (pure parts), without a server."""
+"""app/analysis/catalog.py (pure parts), without a server."""
 
 from __future__ import annotations
 
@@ -6,27 +6,27 @@ from pathlib import Path
 
 import pytest
 
+from app.analysis.catalog import load_catalog, parse_catalog
 from app.analysis.config import DEMO_REGISTRY
-from app.analysis.registry import load_registry, parse_registry
-from app.core.errors import NotFound, SchemaError
+from app.core.errors import InvalidInput, NotFound, SchemaError
 
 
 def test_registry_validation() -> None:
     with pytest.raises(SchemaError, match="must contain"):
-        parse_registry(
+        parse_catalog(
             "upstreams: {u: {base_url: 'http://x', models: {m: {list_path: /m, writable: true, "
             "update: {method: PATCH, path: /m}}}}}"
         )
     with pytest.raises(SchemaError, match="declared by both"):
-        parse_registry(
+        parse_catalog(
             "upstreams: {a: {base_url: 'http://x', models: {m: {list_path: /m}}}, "
             "b: {base_url: 'http://y', models: {m: {list_path: /m}}}}"
         )
     with pytest.raises(SchemaError, match="not valid YAML"):
-        parse_registry("upstreams: [")
+        parse_catalog("upstreams: [")
     with pytest.raises(SchemaError, match="colour"):
-        parse_registry("upstreams: {a: {base_url: 'http://x', colour: red, models: {}}}")
-    reg = load_registry(DEMO_REGISTRY)
+        parse_catalog("upstreams: {a: {base_url: 'http://x', colour: red, models: {}}}")
+    reg = load_catalog(DEMO_REGISTRY)
     assert reg.child_model_name("book", "sessions") == "reading_session"
     assert "device" in reg.attributes_of("reading_session")
 
@@ -34,12 +34,12 @@ def test_registry_validation() -> None:
 def test_shape_settings_are_validated() -> None:
     base = "upstreams: {u: {base_url: 'http://x', models: {m: {list_path: /m, %s}}}}"
     with pytest.raises(SchemaError, match="format applies to date"):
-        parse_registry(base % "attributes: {n: {type: integer, format: epoch_seconds}}")
+        parse_catalog(base % "attributes: {n: {type: integer, format: epoch_seconds}}")
     with pytest.raises(SchemaError, match="rename target"):
-        parse_registry(base % "rename: {'a.b-c': 'not-a-name'}")
+        parse_catalog(base % "rename: {'a.b-c': 'not-a-name'}")
     with pytest.raises(SchemaError, match="flatten_depth"):
-        parse_registry(base % "flatten_depth: 9")
-    cfg = parse_registry(base % "flatten: false, pagination: {has_more_path: meta.more}").model("m").cfg
+        parse_catalog(base % "flatten_depth: 9")
+    cfg = parse_catalog(base % "flatten: false, pagination: {has_more_path: meta.more}").model("m").cfg
     assert cfg.flatten_depth == 0 and cfg.pagination.has_more_path == "meta.more"
 
 
@@ -49,8 +49,8 @@ def test_child_write_settings_and_writable_model() -> None:
         "{path: '/t/{parent_id}/comments', %s}}}}}}"
     )
     with pytest.raises(SchemaError, match="needs an update or a delete"):
-        parse_registry(child % "writable: true")
-    reg = parse_registry(
+        parse_catalog(child % "writable: true")
+    reg = parse_catalog(
         child % "model: ticket_comment, writable: true, update: {method: PATCH, path: '/t/{parent_id}/c/{id}'}"
     )
     wm = reg.writable_model("ticket_comment")
@@ -64,9 +64,9 @@ def test_child_write_settings_and_writable_model() -> None:
 def test_credential_sources(tmp_path: Path) -> None:
     base = "upstreams: {u: {base_url: 'http://x', auth: {%s}, models: {m: {list_path: /m}}}}"
     with pytest.raises(SchemaError, match="exactly one of value, value_env or value_file"):
-        parse_registry(base % "value: a, value_file: /b")
+        parse_catalog(base % "value: a, value_file: /b")
     secret = tmp_path / "token"
-    auth = parse_registry(base % f"value_file: '{secret}'").cfg.upstreams["u"].auth
+    auth = parse_catalog(base % f"value_file: '{secret}'").cfg.upstreams["u"].auth
     assert auth is not None
     with pytest.raises(SchemaError) as unreadable:
         auth.header_value()
@@ -85,8 +85,14 @@ def test_registry_errors_name_no_path(tmp_path: Path) -> None:
     source = str(tmp_path / "private" / "upstreams.yaml")
     for text in ("upstreams: [", "upstreams: {a: {base_url: 'ftp://x', models: {}}}"):
         with pytest.raises(SchemaError) as err:
-            parse_registry(text, source)
+            parse_catalog(text, source)
         assert source not in err.value.message and "private" not in err.value.message
     with pytest.raises(SchemaError) as unread:
-        load_registry(tmp_path / "missing.yaml")
+        load_catalog(tmp_path / "missing.yaml")
     assert str(tmp_path) not in unread.value.message
+
+
+def test_no_registry_configured_says_which_setting_names_it() -> None:
+    with pytest.raises(InvalidInput) as err:
+        load_catalog(None)
+    assert "CAIRN_ANALYSIS_UPSTREAMS" in err.value.suggestions[0]
