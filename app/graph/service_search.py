@@ -5,6 +5,9 @@ from __future__ import annotations
 import hashlib
 import random
 import time
+import uuid
+from dataclasses import dataclass
+from typing import Any, Literal
 
 from app.core.budget import measured
 from app.core.context import CallContext
@@ -35,24 +38,27 @@ def _an_answer(cosine: float, text_score: float, by_meaning: bool, s: GraphSetti
     return text_score > 0 or (by_meaning and cosine >= s.semantic_floor)
 
 
-async def search_semantic(ctx: CallContext, args: SearchSemanticIn) -> SearchSemanticOut:
-    """Hybrid candidates re-ranked by the limbic score; logged as a search event with its results."""
+def _label(treatment: int) -> Literal["limbic", "baseline"]:
+    return "limbic" if treatment == LIMBIC else "baseline"
+
+
+@dataclass
+class _Candidates:
+    """What the hybrid retrieval found: the engines that answered, every candidate's score inputs,
+    the candidates that answer the query at all, and those still waiting for their vector."""
+
+    engine: str
+    inputs: list[Any]
+    answers: list[scoring.Candidate]
+    pending: set[int]
+
+
+async def _candidates(
+    ctx: CallContext, repo: SearchRepository, pid: uuid.UUID, args: SearchSemanticIn, qvec: list[float] | None
+) -> _Candidates:
+    """Vector and full-text candidates (`candidate_multiplier` times the limit each), with their score
+    inputs; archived entities are left out unless asked for."""
     s = ctx.feature_settings(GraphSettings)
-    started = time.perf_counter()
-    qvec = await query_vector(ctx, args.query)
-    pid = await project_id(ctx, args.project, create=False)
-    treatment = _treatment(args.treatment, s.ab_limbic_ratio)
-    if pid is None:
-        empty = SearchSemanticOut(
-            results=[],
-            event_id=0,
-            treatment="limbic" if treatment == LIMBIC else "baseline",
-            engine="none",
-            duration_ms=0.0,
-        )
-        return measured(empty, "tokens")
-    repo = SearchRepository(ctx.session)
-    treatment = _treatment(args.treatment, s.ab_limbic_ratio)
     words = query_words(args.query)
     n = args.limit * s.candidate_multiplier
     model = ctx.embedder.model
@@ -61,9 +67,8 @@ async def search_semantic(ctx: CallContext, args: SearchSemanticIn) -> SearchSem
     engine = "hybrid" if vec and txt else "vector" if vec else "text" if txt else "none"
     ids = list(dict.fromkeys([i for i, _ in vec] + [i for i, _ in txt]))
     inputs = await repo.score_inputs(ids, qvec, ctx.embedder.dimension, model, words) if ids else []
-    pending = {int(r["id"]) for r in inputs if not r["has_vector"]}
     archived = set() if args.include_archived else set(s.archived_statuses)
-    cands = [
+    answers = [
         scoring.Candidate(
             id=int(r["id"]),
             name=r["name"],
@@ -77,34 +82,58 @@ async def search_semantic(ctx: CallContext, args: SearchSemanticIn) -> SearchSem
         for r in inputs
         if r["status"] not in archived and _an_answer(float(r["cos"]), float(r["ts"]), qvec is not None, s)
     ]
-    ids = [c.id for c in cands]
-    baseline = scoring.score(cands, await repo.cooccurrences(ids) if ids else [], s)
-    served = (sorted(baseline, key=lambda c: (-c.limbic_score, c.baseline_rank)) if treatment == LIMBIC else baseline)[
-        : args.limit
-    ]
+    return _Candidates(engine, inputs, answers, {int(r["id"]) for r in inputs if not r["has_vector"]})
+
+
+def _components(c: scoring.Candidate) -> dict[str, float]:
+    """A result's score and its components, as shown and logged."""
+    return {
+        "limbic_score": round(c.limbic_score, 6),
+        "relevance": round(c.relevance, 6),
+        "cosine_sim": round(c.cosine_sim, 6),
+        "text_score": round(c.text_score, 6),
+        "importance": round(c.importance, 6),
+        "temporal": round(c.temporal, 6),
+        "cooc_boost": round(c.cooc_boost, 6),
+    }
+
+
+def _notice(qvec: list[float] | None, hits: list[SemanticHit], found: _Candidates, s: GraphSettings) -> str | None:
+    if qvec is None:
+        return "The embedding model is unavailable: ranked by text alone"
+    if hits or not found.inputs:
+        return None
+    return (
+        f"No entity is close enough to the query (cosine similarity {s.semantic_floor} or a query "
+        "word in its text): try other words"
+    )
+
+
+async def search_semantic(ctx: CallContext, args: SearchSemanticIn) -> SearchSemanticOut:
+    """Hybrid candidates re-ranked by the limbic score; logged as a search event with its results."""
+    s = ctx.feature_settings(GraphSettings)
+    started = time.perf_counter()
+    qvec = await query_vector(ctx, args.query)
+    pid = await project_id(ctx, args.project, create=False)
+    treatment = _treatment(args.treatment, s.ab_limbic_ratio)
+    if pid is None:
+        empty = SearchSemanticOut(results=[], event_id=0, treatment=_label(treatment), engine="none", duration_ms=0.0)
+        return measured(empty, "tokens")
+    repo = SearchRepository(ctx.session)
+    found = await _candidates(ctx, repo, pid, args, qvec)
+    ids = [c.id for c in found.answers]
+    baseline = scoring.score(found.answers, await repo.cooccurrences(ids) if ids else [], s)
+    ranked = sorted(baseline, key=lambda c: (-c.limbic_score, c.baseline_rank)) if treatment == LIMBIC else baseline
+    served = ranked[: args.limit]
     obs = await GraphRepository(ctx.session).current_observations([c.id for c in served], args.include_observations)
     duration = (time.perf_counter() - started) * 1000
+    query_hash = hashlib.sha256(args.query.encode()).hexdigest()[:32]
     event_id = await repo.log_event(
-        pid,
-        args.query,
-        hashlib.sha256(args.query.encode()).hexdigest()[:32],
-        treatment,
-        args.limit,
-        len(served),
-        duration,
-        engine,
+        pid, args.query, query_hash, treatment, args.limit, len(served), duration, found.engine
     )
     hits, logged = [], []
     for rank, c in enumerate(served, 1):
-        comp = {
-            "limbic_score": round(c.limbic_score, 6),
-            "relevance": round(c.relevance, 6),
-            "cosine_sim": round(c.cosine_sim, 6),
-            "text_score": round(c.text_score, 6),
-            "importance": round(c.importance, 6),
-            "temporal": round(c.temporal, 6),
-            "cooc_boost": round(c.cooc_boost, 6),
-        }
+        comp = _components(c)
         hits.append(
             SemanticHit(
                 name=c.name,
@@ -114,18 +143,13 @@ async def search_semantic(ctx: CallContext, args: SearchSemanticIn) -> SearchSem
                 rank=rank,
                 baseline_rank=c.baseline_rank,
                 access_count=c.access_count,
-                embedding="pending" if c.id in pending else None,
+                embedding="pending" if c.id in found.pending else None,
                 **comp,
             )
         )
+        shown = {k: v for k, v in comp.items() if k != "relevance"}
         logged.append(
-            {
-                "entity_id": c.id,
-                "entity_name": c.name,
-                "rank": rank,
-                "baseline_rank": c.baseline_rank,
-                **{k: v for k, v in comp.items() if k != "relevance"},
-            }
+            {"entity_id": c.id, "entity_name": c.name, "rank": rank, "baseline_rank": c.baseline_rank, **shown}
         )
     await repo.log_results(event_id, logged)
     top = [c.id for c in served[: s.cooc_top]]
@@ -133,16 +157,9 @@ async def search_semantic(ctx: CallContext, args: SearchSemanticIn) -> SearchSem
     out = SearchSemanticOut(
         results=hits,
         event_id=event_id,
-        treatment="limbic" if treatment == LIMBIC else "baseline",
-        engine=engine,
+        treatment=_label(treatment),
+        engine=found.engine,
         duration_ms=round(duration, 3),
-        notice=(
-            "The embedding model is unavailable: ranked by text alone"
-            if qvec is None
-            else None
-            if hits or not inputs
-            else f"No entity is close enough to the query (cosine similarity {s.semantic_floor} or a query "
-            "word in its text): try other words"
-        ),
+        notice=_notice(qvec, hits, found, s),
     )
     return measured(out, "tokens")

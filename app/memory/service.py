@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
+from dataclasses import dataclass, field
 from typing import Any
 
 from app.core import budget
@@ -12,7 +13,9 @@ from app.core.context import CallContext
 from app.core.errors import Forbidden, InvalidInput, NotFound, TooLarge, invalid_field
 from app.core.repository import ProjectRepository
 from app.memory import service_common as common
-from app.memory.chunking import chunk_text
+from app.memory.chunking import Chunk, chunk_text
+from app.memory.config import MemorySettings
+from app.memory.fusion import Hit
 from app.memory.models import MEMORY_TYPES
 from app.memory.repository import MemoryRepository, Scope
 from app.memory.schemas import (
@@ -51,24 +54,76 @@ def _time_filter(tr: TimeRange | None) -> dict[str, str] | None:
     return out
 
 
-async def push(ctx: CallContext, args: PushIn) -> PushOut:
-    """Chunk by tokens, skip known chunks, write the rest and queue their vectors; a known source_uri is
-    updated in place."""
-    cfg = common.settings(ctx)
-    if len(args.text) > cfg.memory_max_content_chars:
+@dataclass
+class PushPlan:
+    """What a push does with each chunk of the text, given the chunks already stored: `kept` (id,
+    position) are the source's chunks found again, `rewrites` (id, position, hash) its other chunks
+    given new text, `inserts` (position, hash) new rows, `removed` the source's chunks left over;
+    `skipped` counts chunks repeated in the text, kept, or already in the collection."""
+
+    kept: list[tuple[uuid.UUID, int]] = field(default_factory=list)
+    rewrites: list[tuple[uuid.UUID, int, str]] = field(default_factory=list)
+    inserts: list[tuple[int, str]] = field(default_factory=list)
+    removed: list[uuid.UUID] = field(default_factory=list)
+    skipped: int = 0
+
+
+def plan_push(hashes: list[str], known: set[str], old: list[dict[str, Any]]) -> PushPlan:
+    """Match the text's chunk hashes against what is stored: `known` hashes of the collection and the
+    `old` chunks of the same source (id, content_hash, chunk_index). A chunk of the source found again
+    keeps its row; the others are written over the source's leftover rows (in their order) before new
+    rows are made; leftovers beyond that are removed."""
+    by_hash: dict[str, list[dict[str, Any]]] = {}
+    for row in old:
+        by_hash.setdefault(row["content_hash"], []).append(row)
+    plan, seen = PushPlan(), set()
+    writes: list[tuple[int, str]] = []  # (position, hash) of the chunks to write
+    for pos, h in enumerate(hashes):
+        if h in seen:
+            plan.skipped += 1
+            continue
+        seen.add(h)
+        if by_hash.get(h):
+            plan.kept.append((by_hash[h].pop(0)["id"], pos))
+            plan.skipped += 1
+        elif h in known:
+            plan.skipped += 1
+        else:
+            writes.append((pos, h))
+    leftover = sorted(
+        (r for rows in by_hash.values() for r in rows),
+        key=lambda r: r["chunk_index"] if r["chunk_index"] is not None else 0,
+    )
+    plan.rewrites = [(row["id"], pos, h) for row, (pos, h) in zip(leftover, writes, strict=False)]
+    plan.inserts = writes[len(leftover) :]
+    plan.removed = [row["id"] for row in leftover[len(writes) :]]
+    return plan
+
+
+async def _chunks(cfg: MemorySettings, text: str) -> list[Chunk]:
+    """The text's chunks, within the configured limits."""
+    if len(text) > cfg.memory_max_content_chars:
         raise TooLarge(
-            f"text has {len(args.text)} characters; the limit is {cfg.memory_max_content_chars}",
+            f"text has {len(text)} characters; the limit is {cfg.memory_max_content_chars}",
             suggestions=["Split the document and push the parts with the same tags"],
         )
-    memory_type = args.memory_type or "semantic"
-    tags = sorted(set(args.tags or []))
     # Chunking (tokenizer, sentence splitter) runs before the first statement, so no transaction is
     # open meanwhile, and in a thread, so other calls' transactions are not kept waiting on the loop.
-    chunks = await asyncio.to_thread(chunk_text, args.text, cfg.memory_chunk_tokens, cfg.memory_chunk_overlap)
+    chunks = await asyncio.to_thread(chunk_text, text, cfg.memory_chunk_tokens, cfg.memory_chunk_overlap)
     if not chunks:
         raise _bad("text", "the text is empty after trimming", "string_too_short")
     if len(chunks) > cfg.memory_max_chunks:
         raise TooLarge(f"text makes {len(chunks)} chunks; the limit is {cfg.memory_max_chunks}")
+    return chunks
+
+
+async def push(ctx: CallContext, args: PushIn) -> PushOut:
+    """Chunk by tokens, skip known chunks, write the rest and queue their vectors; a known source_uri is
+    updated in place."""
+    cfg = common.settings(ctx)
+    chunks = await _chunks(cfg, args.text)
+    memory_type = args.memory_type or "semantic"
+    tags = sorted(set(args.tags or []))
     hashes = [common.content_hash(c.text) for c in chunks]
     project = await common.project_for_write(ctx, args.project_id)
     coll = await common.collection_for_write(ctx, args.collection)
@@ -78,61 +133,37 @@ async def push(ctx: CallContext, args: PushIn) -> PushOut:
     known = await repo.existing_hashes(project.id, coll.id, hashes)
     old = await repo.chunks_of_source(project.id, coll.id, args.source_uri) if args.source_uri else []
     document_id = old[0]["document_id"] if old and old[0]["document_id"] else uuid.uuid4()
-    old_by_hash: dict[str, list[dict[str, Any]]] = {}
-    for row in old:
-        old_by_hash.setdefault(row["content_hash"], []).append(row)
-    kept: list[tuple[uuid.UUID, int]] = []
-    writes: list[tuple[int, str]] = []  # (chunk position, hash) to insert or rewrite
-    skipped, seen = 0, set()
-    for pos, h in enumerate(hashes):
-        if h in seen:
-            skipped += 1
-            continue
-        seen.add(h)
-        if old_by_hash.get(h):
-            kept.append((old_by_hash[h].pop(0)["id"], pos))
-            skipped += 1
-        elif h in known:
-            skipped += 1
-        else:
-            writes.append((pos, h))
-    reusable = [r for rows in old_by_hash.values() for r in rows]
-    reusable.sort(key=lambda r: r["chunk_index"] if r["chunk_index"] is not None else 0)
-    inserted, updated, new_rows, embeddings = 0, 0, [], []
-    for pos, h in writes:
-        chunk = chunks[pos]
-        if reusable:
-            target = reusable.pop(0)["id"]
-            await repo.replace_chunk(target, chunk.text, h, memory_type, tags, document_id)
-            await repo.update_memory(target, {"chunk_index": pos})
-            updated += 1
-        else:
-            target = uuid.uuid4()
-            new_rows.append(
-                {
-                    "id": target,
-                    "project_id": project.id,
-                    "collection_id": coll.id,
-                    "kind": "chunk",
-                    "memory_type": memory_type,
-                    "content": chunk.text,
-                    "content_hash": h,
-                    "tags": tags,
-                    "metadata": json.dumps({"tokens": chunk.tokens}),
-                    "source_uri": args.source_uri,
-                    "document_id": document_id,
-                    "chunk_index": pos,
-                    "summary_key": None,
-                }
-            )
-            inserted += 1
-        embeddings.append(target)
-    await repo.insert_memories(new_rows)
-    for mid, pos in kept:
+    plan = plan_push(hashes, known, old)
+    for target, pos, h in plan.rewrites:
+        await repo.replace_chunk(target, chunks[pos].text, h, memory_type, tags, document_id)
+        await repo.update_memory(target, {"chunk_index": pos})
+    new_ids = [uuid.uuid4() for _ in plan.inserts]
+    await repo.insert_memories(
+        [
+            {
+                "id": new_id,
+                "project_id": project.id,
+                "collection_id": coll.id,
+                "kind": "chunk",
+                "memory_type": memory_type,
+                "content": chunks[pos].text,
+                "content_hash": h,
+                "tags": tags,
+                "metadata": json.dumps({"tokens": chunks[pos].tokens}),
+                "source_uri": args.source_uri,
+                "document_id": document_id,
+                "chunk_index": pos,
+                "summary_key": None,
+            }
+            for new_id, (pos, h) in zip(new_ids, plan.inserts, strict=True)
+        ]
+    )
+    for mid, pos in plan.kept:
         await repo.update_memory(mid, {"chunk_index": pos})
-    await repo.retag_chunks([mid for mid, _ in kept], memory_type, tags, document_id)
-    removed = await repo.delete_memories([r["id"] for r in reusable])
-    await common.queue_vectors(ctx, embeddings)
+    await repo.retag_chunks([mid for mid, _ in plan.kept], memory_type, tags, document_id)
+    removed = await repo.delete_memories(plan.removed)
+    await common.queue_vectors(ctx, [target for target, _, _ in plan.rewrites] + new_ids)
+    inserted, updated = len(plan.inserts), len(plan.rewrites)
     indexed = inserted + updated
     await repo.bump_ingest(project.id, 1 if indexed else 0, indexed, cfg.memory_chunk_tokens)
     return PushOut(
@@ -141,7 +172,7 @@ async def push(ctx: CallContext, args: PushIn) -> PushOut:
         chunkSize=cfg.memory_chunk_tokens,
         inserted=inserted,
         updated=updated,
-        skippedDuplicates=skipped,
+        skippedDuplicates=plan.skipped,
         removed=removed,
         document_id=str(document_id),
         project_id=project.name,
@@ -155,6 +186,40 @@ def _limit(requested: int | None, default: int, cap: int, field: str = "limit") 
     return value
 
 
+def _used_filters(args: SearchIn, project: str, collection: str) -> dict[str, Any]:
+    """The filters a search applied (the reply names them once instead of in every result)."""
+    used: dict[str, Any] = {"project_id": project, "collection": collection}
+    if args.memory_type:
+        used["memory_type"] = args.memory_type
+    if args.tags:
+        used["tags"] = args.tags
+    if (tf := _time_filter(args.time_range)) is not None:
+        used["time_range"] = tf
+    return used
+
+
+def _hit(args: SearchIn, hit: Hit, row: dict[str, Any], shortened: bool) -> SearchHit:
+    """One result; its text is in the context block. Project and collection are the same for every
+    result (used_filters names them), and so is the memory type when the search filtered on it."""
+    signals = None
+    if args.explain:
+        signals = {
+            k: Signal(rank=int(v["rank"]) if "rank" in v else None, score=round_score(v["score"]))
+            for k, v in hit.signals.items()
+        }
+    return SearchHit(
+        id=str(hit.id),
+        score=round_score(hit.score),
+        memory_type=None if args.memory_type else row["memory_type"],
+        tags=row["tags"] or None,
+        timestamp=compact_time(row["created_at"]),
+        source_uri=row["source_uri"],
+        truncated=True if shortened else None,
+        embedding=None if row.get("has_embedding") else "pending",
+        signals=signals,
+    )
+
+
 async def search(ctx: CallContext, args: SearchIn) -> SearchOut:
     """Hybrid (default), semantic or lexical search with every filter applied in SQL. The results' texts
     are the lines of one context block citing each result by its position; a result states only what
@@ -166,13 +231,6 @@ async def search(ctx: CallContext, args: SearchIn) -> SearchOut:
     name, project = await common.project_for_read(ctx, args.project_id)
     coll = await common.collection_for_read(ctx, args.collection)
     coll_name = coll.name if coll is not None else cfg.memory_default_collection
-    used: dict[str, Any] = {"project_id": name, "collection": coll_name}
-    if args.memory_type:
-        used["memory_type"] = args.memory_type
-    if args.tags:
-        used["tags"] = args.tags
-    if (tf := _time_filter(args.time_range)) is not None:
-        used["time_range"] = tf
     out = SearchOut(
         results=[],
         context=None,
@@ -180,7 +238,7 @@ async def search(ctx: CallContext, args: SearchIn) -> SearchOut:
         limit=limit,
         score_threshold=threshold,
         scoreThreshold=threshold,
-        used_filters=used,
+        used_filters=_used_filters(args, name, coll_name),
         mode=args.mode,
         retrieval_mode=args.mode,
         model=ctx.embedder.model,
@@ -222,29 +280,7 @@ async def search(ctx: CallContext, args: SearchIn) -> SearchOut:
         "tokens",
         cfg.memory_result_tokens,
     )
-    # Project and collection are the same for every result (used_filters names them), and so is the
-    # memory type when the search filtered on it.
-    out.results = [
-        SearchHit(
-            id=str(hit.id),
-            score=round_score(hit.score),
-            memory_type=None if args.memory_type else row["memory_type"],
-            tags=row["tags"] or None,
-            timestamp=compact_time(row["created_at"]),
-            source_uri=row["source_uri"],
-            truncated=True if shortened else None,
-            embedding=None if row.get("has_embedding") else "pending",
-            signals=(
-                {
-                    k: Signal(rank=int(v["rank"]) if "rank" in v else None, score=round_score(v["score"]))
-                    for k, v in hit.signals.items()
-                }
-                if args.explain
-                else None
-            ),
-        )
-        for (hit, row), shortened in zip(hits, cut, strict=True)
-    ]
+    out.results = [_hit(args, hit, row, shortened) for (hit, row), shortened in zip(hits, cut, strict=True)]
     out.context, out.retrieval_mode = context or None, found.retrieval_mode
     out.notice = found.notice(threshold)
     return budget.measured(out, "tokens")

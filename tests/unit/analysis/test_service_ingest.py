@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from app.analysis.catalog import load_catalog
+from app.analysis.catalog import ChildCfg, load_catalog
 from app.analysis.config import DEMO_REGISTRY
-from app.analysis.service_ingest import project_fields, upstream_params
-from app.analysis.upstream import Shaper, dig
+from app.analysis.schemas import IngestIn
+from app.analysis.service_ingest import _Batch, _Children, _Records, _Walk, project_fields, upstream_params
+from app.analysis.upstream import Page, Shaper, UpstreamFailure, dig
 from app.core.errors import InvalidInput
 
 
@@ -23,3 +24,49 @@ def test_flatten_projection_and_filters() -> None:
     }
     with pytest.raises(InvalidInput):
         upstream_params(model, {"colour": "red"})
+
+
+def test_records_are_shaped_keyed_and_cut_to_the_asked_fields() -> None:
+    model = load_catalog(DEMO_REGISTRY).model("book").cfg
+    records = _Records.of(model, ["title"])
+    rid, data = records.record({"id": 3, "title": "T", "rating": 4})
+    assert (rid, data) == ("3", {"id": 3, "title": "T"})
+    assert records.seen == {"id", "title", "rating"}
+    assert _Records.of(model, ["colour"]).warnings() == []  # nothing seen yet: no warning
+    missing = _Records.of(model, ["colour"])
+    missing.record({"id": 1})
+    assert missing.warnings() and "colour" in missing.warnings()[0]
+
+
+def test_a_walk_starts_where_asked_and_counts_each_page() -> None:
+    pagination = load_catalog(DEMO_REGISTRY).model("book").cfg.pagination
+    resumed = _Walk.start(
+        {"next_token": "t", "pages_done": 4, "total_available": 90},
+        IngestIn.model_validate({"analysis_id": "a", "model": "m"}),
+        20,
+        pagination,
+    )
+    assert (resumed.token, resumed.pages_done, resumed.total) == ("t", 4, 90)
+    third = _Walk.start(None, IngestIn.model_validate({"analysis_id": "a", "model": "m", "page": 3}), 20, pagination)
+    assert third.pages_done == 2
+    walk = _Walk(token=None, pages_done=0, total=None)
+    walk.took(Page(items=[{}] * 10, next_token="n", total=100), [("1", {"a": 1, "b": 2})], per_page=20)
+    assert (walk.pages, walk.pages_done, walk.width, walk.largest, walk.total, walk.token) == (1, 1, 2, 10, 100, "n")
+    assert walk.capped_size  # ten items where twenty were asked for, and more pages follow
+    walk.took(Page(items=[], next_token=None, total=None), [], per_page=20)
+    assert (walk.pages, walk.width, walk.total, walk.token) == (2, 2, 100, None)
+
+
+def test_a_batch_moves_its_cursor_up_to_the_first_failure_and_keeps_later_children() -> None:
+    child = ChildCfg(path="/books/{parent_id}/reviews")
+    records = _Records.of(child, None, "book_id")
+    batch = _Batch(parents=[(11, "a"), (12, "b"), (13, "c")], cursor=10, following=30, batches_done=0)
+    results: list[_Children | UpstreamFailure] = [
+        _Children([{"id": 1}], truncated=False),
+        UpstreamFailure("down"),
+        _Children([{"id": 2}], truncated=True),
+    ]
+    batch.collect(results, records, "book_id", "book")
+    assert (batch.cursor, batch.processed, batch.error) == (11, 1, "book b: down")
+    assert batch.truncated == ["c"]
+    assert [d for _, d in batch.keyed] == [{"id": 1, "book_id": "a"}, {"id": 2, "book_id": "c"}]
