@@ -1,4 +1,4 @@
-"""app/core/vectors.py: the declaration of what a family embeds, and the binary vector parameter."""
+"""app/core/embeddings/vectors.py: the declaration of what a family embeds, and the binary vector parameter."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import pytest
 from pgvector import Vector
 
 from app.core.db import encode_vector
-from app.core.embedding_queue import EmbeddingTarget
-from app.core.vectors import EmbeddedRows, embedding_target, identifier, vector_param
+from app.core.embeddings.targets import EmbeddingTarget, embedding_target
+from app.core.embeddings.vectors import EmbeddedRows, identifier, vector_param
 
 
 def snapshot(name: str, kind: str) -> str:

@@ -37,8 +37,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from cachetools import TTLCache
+from pgvector import SparseVector
 
-from app.core.vectors import identifier
+from app.core.embeddings.vectors import identifier
 
 if TYPE_CHECKING:
     from app.core.repository import Repository
@@ -122,13 +123,14 @@ class LexicalQuery:
         return sum(t.idf for t in self.terms) * (K1 + 1)
 
     @property
-    def vector(self) -> str:
-        """The query as a `sparsevec` literal (idf per dimension; colliding lexemes add up)."""
+    def vector(self) -> SparseVector:
+        """The query as pgvector's `SparseVector` (idf per dimension; colliding lexemes add up), which
+        the connection's `sparsevec` codec sends in binary (`app.core.db.register_vector_codec`). Its
+        indices count from 0: dimension `d` of the SQL form is index `d - 1`."""
         dims: dict[int, float] = {}
         for t in self.terms:
-            dims[t.dim] = dims.get(t.dim, 0.0) + t.idf
-        body = ",".join(f"{d}:{w:.6g}" for d, w in sorted(dims.items()))
-        return f"{{{body}}}/{DIMENSIONS}"
+            dims[t.dim - 1] = dims.get(t.dim - 1, 0.0) + t.idf
+        return SparseVector(dims, DIMENSIONS)
 
     def rare(self, cap: float | None = None) -> str | None:
         """A tsquery of the lexemes in at most `cap` rows (`'a' | 'b'`; default: `RARE_DF` and

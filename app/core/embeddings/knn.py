@@ -43,7 +43,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from app.core.vectors import EmbeddedRows, identifier, vector_param
+from app.core.embeddings.vectors import EmbeddedRows, identifier, vector_param
 
 if TYPE_CHECKING:
     from sqlalchemy import RowMapping

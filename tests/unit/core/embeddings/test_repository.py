@@ -1,11 +1,11 @@
-"""app/core/repository.py: the statements made from an `EmbeddedRows` declaration."""
+"""app/core/embeddings/repository.py: the statements made from an `EmbeddedRows` declaration."""
 
 from __future__ import annotations
 
 import re
 
-from app.core.repository import vector_statements
-from app.core.vectors import EmbeddedRows
+from app.core.embeddings.repository import vector_statements
+from app.core.embeddings.vectors import EmbeddedRows
 
 PARAM = re.compile(r"(?<![:\w]):(\w+)")
 LIVE = "t.expires_at IS NULL OR t.expires_at > now()"
