@@ -11,7 +11,7 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 from pydantic import BaseModel, ValidationError
@@ -40,6 +40,7 @@ from app.core.registry import Operation, ResourceDef
 from app.core.repository import AuditRepository
 
 log = logging.getLogger("cairn.call")
+R = TypeVar("R", bound=BaseModel)
 
 
 def validate_args(model: type[BaseModel], raw: Any) -> BaseModel:
@@ -227,7 +228,7 @@ class _Call:
         return await run_commit_hooks(ctx, result)
 
 
-async def run_commit_hooks(ctx: CallContext, result: BaseModel) -> BaseModel:
+async def run_commit_hooks(ctx: CallContext, result: R) -> R:
     """Run the hooks registered with `ctx.after_commit`, in order, each given the reply and returning the
     one to send. A hook that fails is logged and skipped: the call has committed, its reply goes out."""
     for hook in ctx.commit_hooks:

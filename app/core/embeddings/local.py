@@ -6,9 +6,9 @@ texts (waiting at most ``max_wait_ms`` after the first one), and a pool of onnxr
 each batch in a worker thread.
 
 The batcher is fair between callers (an API key and its project, named for the current task with
-:func:`set_embedding_caller`; the executor's calls set it): each caller has its own queue, and a
-batch takes one text per caller in turn, so a search's one query is in the next batch however many
-texts another caller has queued. A batch is also capped in (estimated) tokens, so the batch in
+`app.core.embeddings.provider.set_embedding_caller`; the executor's calls set it): each caller has its
+own queue, and a batch takes one text per caller in turn, so a search's one query is in the next batch
+however many texts another caller has queued. A batch is also capped in (estimated) tokens, so the batch in
 flight ends soon, and the vectors of each run of similar lengths are handed out as soon as that
 run is done (short texts run first).
 
@@ -109,8 +109,8 @@ class LocalOnnxEmbedder(EmbeddingProvider):
         intra_op_threads: threads per session (default ``max(1, 2 // workers)``).
         max_batch: most texts in one batch; larger ``embed`` calls are split.
         max_batch_tokens: most (estimated) tokens in one batch, at least one text (default
-            ``4 * max_length``: about 0.2 s of model time on two cores, which bounds how long a
-            newly queued text waits for the batch in flight; above a few full-length texts per
+            ``4 * max_length``: a fraction of a second of model time on a small host, which bounds how
+            long a newly queued text waits for the batch in flight; above a few full-length texts per
             batch, throughput barely depends on it).
         max_wait_ms: longest wait for more texts after the first one of a batch arrives (only
             while callers overlap: a lone sequential caller is not kept waiting).
@@ -194,7 +194,7 @@ class LocalOnnxEmbedder(EmbeddingProvider):
         # Pool threads that spin while waiting for work burn CPU the server's other calls need.
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         # Batch shapes differ from one batch to the next, so planned memory patterns are rarely reused,
-        # and each new shape grew the arena (a 32 x 256-token batch: +800 MB, and more for the next).
+        # and each new shape grew the arena (by hundreds of megabytes for a batch of full-length texts).
         options.enable_mem_pattern = False
         return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
 
@@ -432,8 +432,8 @@ class LocalOnnxEmbedder(EmbeddingProvider):
             )
             try:
                 # Made in the low-priority thread, so the session's own threads start with its priority;
-                # one thread: a lower priority alone still left another key's search 1.9x slower beside
-                # two 200k-character pushes on two cores (1.5x with one, docs/benchmarks.md).
+                # one thread: with more, a lower priority alone still left another key's search markedly
+                # slower beside large pushes on a small host (docs/benchmarks.md).
                 session = await asyncio.get_running_loop().run_in_executor(executor, self._new_session, 1)
             except Exception as exc:
                 executor.shutdown(wait=False)

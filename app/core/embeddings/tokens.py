@@ -142,7 +142,7 @@ def _table(tokenizer: Tokenizer) -> dict[str, int]:
 
 
 # The two counters below are written out in full: they run on every reply, and a call per word
-# (a shared "remember this count" helper) made a 22 KB JSON reply 60% slower to count.
+# (a shared "remember this count" helper) made a large JSON reply markedly slower to count.
 def _ascii_count(text: str, tokenizer: Tokenizer) -> int:
     counts = _table(tokenizer)
     total = 0
