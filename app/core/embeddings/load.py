@@ -1,9 +1,10 @@
 """The process's load: how many calls it is answering now, and when the last one ended.
 
-One signal for every kind of background work. The executor counts each call in (`Load.call`); the
-embedding queue's workers hold back while the process is busy (`Load.busy`), and the datasets worker
-pool keeps a long query off one core while other calls run beside it (`Load.in_flight`). `LOAD` is the
-process's one instance: there is one server, and one set of cores, per process.
+One signal for every kind of background work. The executor counts each call in and out
+(`Load.call_started`, `Load.call_finished`); the embedding queue's workers hold back while the process
+is busy (`Load.busy`), and the datasets worker pool keeps a long query off one core while other calls
+run beside it (`Load.in_flight`). `LOAD` is the process's one instance: there is one server, and one
+set of cores, per process.
 
 The count changes on the event loop; other threads read it as it is (one integer, never torn).
 """
