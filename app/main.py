@@ -29,7 +29,7 @@ from app.core.auth import (
 from app.core.config import Settings, get_settings
 from app.core.context import AppState
 from app.core.db import Database
-from app.core.embedding_queue import EmbeddingQueue
+from app.core.embeddings.queue import EmbeddingQueue
 from app.core.errors import CairnError, NotFound
 from app.core.feature import Feature, build_registry, build_settings
 from app.core.http_front import HttpFront, error_response, multipart_paths, sdk_transport_security, send_error

@@ -39,7 +39,7 @@ from app.core import budget, migrations
 from app.core.config import Settings
 from app.core.context import AppState, Principal
 from app.core.db import Database
-from app.core.embedding_queue import EmbeddingQueue
+from app.core.embeddings.queue import EmbeddingQueue
 from app.core.executor import run_operation
 from app.core.feature import build_registry
 from app.core.operations import ops as core_ops

@@ -29,7 +29,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from app.core.embedding import LocalOnnxEmbedder
+from app.core.embeddings.local import LocalOnnxEmbedder
 
 _WORDS = (
     "agent memory stores notes about users projects deadlines meetings code reviews database "

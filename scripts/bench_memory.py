@@ -56,7 +56,7 @@ async def _bench(quick: bool) -> str:
     from app.core.config import Settings
     from app.core.context import OPEN_PRINCIPAL, AppState, CallContext
     from app.core.db import Database
-    from app.core.embedding import LocalOnnxEmbedder
+    from app.core.embeddings.local import LocalOnnxEmbedder
     from app.core.pgembedded import start_embedded
     from app.core.registry import Registry
     from app.core.repository import ProjectRepository

@@ -3,7 +3,7 @@
 Starts the server's own parts on an embedded PostgreSQL in a temporary directory (features: memory,
 no HTTP listener), pushes notes through the `push` tool and calls `search` with k=5 through the MCP
 tool path (`app.core.mcp_adapter.run_tool`: the executor, then the JSON text the MCP transport sends;
-REST sends the same JSON). Tokens are counted with `app.core.tokens.count_tokens` on that text.
+REST sends the same JSON). Tokens are counted with `app.core.embeddings.tokens.count_tokens` on that text.
 
 Two cases, five notes each, all five returned: (a) short notes of about 25 tokens, (b) chunk-sized
 notes of about 200 tokens. The target is a reply of at most 1.5x the notes' tokens + 120. The report
@@ -95,7 +95,7 @@ class Case:
 
 def chunk_notes(limit: int = 200) -> list[str]:
     """Five notes of close to `limit` tokens each, one chunk apiece (CAIRN_MEMORY_CHUNK_TOKENS: 200)."""
-    from app.core.tokens import count_tokens
+    from app.core.embeddings.tokens import count_tokens
 
     notes = []
     for a, b in SUBJECTS:
@@ -112,7 +112,7 @@ def parts_of(body: dict[str, Any]) -> tuple[int, int, int, int]:
     """Tokens of a reply's parts as sent: the ids (with their keys), the context (with its key), the
     rest of the results, the rest of the reply."""
     from app.core.budget import dumps
-    from app.core.tokens import count_tokens
+    from app.core.embeddings.tokens import count_tokens
 
     ids = sum(count_tokens(dumps({"id": r["id"]})) - 2 for r in body["results"])
     context = count_tokens(dumps({"context": body.get("context") or ""})) - 2
@@ -124,8 +124,8 @@ def parts_of(body: dict[str, Any]) -> tuple[int, int, int, int]:
 async def _measure(asm: Any) -> tuple[list[Case], dict[str, Any]]:
     from mcp_types import TextContent
 
+    from app.core.embeddings.tokens import count_tokens
     from app.core.mcp_adapter import run_tool
-    from app.core.tokens import count_tokens
 
     state = asm.state
     push, search = state.registry.get("push"), state.registry.get("search")
@@ -201,8 +201,8 @@ def markdown(cases: list[Case]) -> str:
         "## Search reply size",
         "",
         "Memory `search`, k=5, all five notes returned, through the MCP tool path (the JSON text the "
-        "transport sends; REST sends the same JSON). Tokens: `app.core.tokens.count_tokens`. Target: a reply "
-        f"of at most {TARGET_FACTOR}x the notes' tokens + {TARGET_EXTRA}.",
+        "transport sends; REST sends the same JSON). Tokens: `app.core.embeddings.tokens.count_tokens`. "
+        f"Target: a reply of at most {TARGET_FACTOR}x the notes' tokens + {TARGET_EXTRA}.",
         "",
         "| case | notes' tokens | reply tokens | target | reply / notes | within target | with explain=true |",
         "| --- | --- | --- | --- | --- | --- | --- |",

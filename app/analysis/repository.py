@@ -15,9 +15,9 @@ from typing import Any
 from sqlalchemy import text
 
 from app.analysis.validation import FIELD, Where
-from app.core.knn import KnnQuery, nearest_rows
+from app.core.embeddings.knn import KnnQuery, nearest_rows
+from app.core.embeddings.vectors import EmbeddedRows
 from app.core.repository import ProjectRepository, Repository
-from app.core.vectors import EmbeddedRows
 
 
 def _key(field: str) -> str:
@@ -501,7 +501,7 @@ class AnalysisRepository(Repository):
     async def semantic(
         self, pid: uuid.UUID, aid: str, vector: list[float], model: str, top_k: int, category: str | None
     ) -> list[tuple[int, str, str, dict[str, Any], float]]:
-        """The `top_k` live findings of the session nearest to `vector` (`app.core.knn`): id, category,
+        """The `top_k` live findings of the session nearest to `vector` (`app.core.embeddings.knn`): id, category,
         finding, metadata and cosine similarity, best first."""
         live = "f.project_id = :pid AND f.analysis_id = :aid AND (f.expires_at IS NULL OR f.expires_at > now())"
         query = KnnQuery(

@@ -15,9 +15,9 @@ from app.analysis.upstream import UpstreamClient
 from app.analysis.validation import Where
 from app.core import budget
 from app.core.context import CallContext
-from app.core.embedding_queue import enqueue
+from app.core.embeddings.calls import enqueue
+from app.core.embeddings.targets import embedding_target
 from app.core.errors import Forbidden, NotFound, invalid_field
-from app.core.vectors import embedding_target
 
 M = TypeVar("M", bound=BaseModel)
 MAX_METADATA_CHARS = 4000

@@ -28,7 +28,7 @@ from app.analysis.upstream import (
 )
 from app.analysis.validation import field_name
 from app.core.context import CallContext
-from app.core.embedding_queue import enqueue
+from app.core.embeddings.calls import enqueue
 from app.core.errors import NotFound, invalid_field
 
 log = logging.getLogger("cairn.analysis.ingest")

@@ -21,7 +21,7 @@ from app.analysis.validation import (
 )
 from app.core import budget
 from app.core.context import CallContext
-from app.core.embedding import EmbeddingUnavailable
+from app.core.embeddings.calls import query_vector
 from app.core.errors import InvalidInput, NotFound, SchemaError, invalid_field
 
 log = logging.getLogger("cairn.analysis")
@@ -36,7 +36,11 @@ DESCRIBE_ROWS = 20_000
 async def query(ctx: CallContext, args: QueryIn) -> QueryOut:
     """Dispatch on `mode`."""
     # The query's vector first: no transaction is open while the model runs.
-    vector = await _query_vector(ctx, args.query) if args.mode == "semantic" and args.query else None
+    vector = (
+        await query_vector(ctx, args.query, "analysis semantic query")
+        if args.mode == "semantic" and args.query
+        else None
+    )
     repo = AnalysisRepository(ctx.session)
     pid = await project_for_read(ctx, repo, args.project, args.analysis_id)
     await repo.evict_expired()
@@ -90,14 +94,6 @@ def _check_mode_args(args: QueryIn, allowed: set[str]) -> None:
     stray = [name for name, value in used.items() if value is not None and name not in allowed]
     if stray:
         raise invalid_field(stray[0], f"mode '{args.mode}' does not use {', '.join(stray)}")
-
-
-async def _query_vector(ctx: CallContext, query: str) -> list[float] | None:
-    try:
-        return await ctx.embedder.embed_one(query)
-    except EmbeddingUnavailable as exc:
-        log.warning("analysis semantic query without vectors: %s", exc)
-        return None
 
 
 async def _semantic(

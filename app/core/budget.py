@@ -1,7 +1,7 @@
 """The one token budget: what a reply costs the agent, measured on exactly what the MCP transport
 sends, and the ladder every family uses to fit a reply under a limit.
 
-Unit: tokens of the embedding model's WordPiece tokenizer (`app.core.tokens.count_tokens`,
+Unit: tokens of the embedding model's WordPiece tokenizer (`app.core.embeddings.tokens.count_tokens`,
 all-MiniLM-L6-v2), counted on the reply's compact JSON text (`dumps`) — the text content of the MCP
 tool result. Base64 images named in a result model's `mcp_image_fields` travel as MCP image content,
 not text, so `sent_text` replaces them with the same placeholder the adapter sends.
@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
-from app.core.tokens import count_tokens
+from app.core.embeddings.tokens import count_tokens
 
 Payload = dict[str, Any]
 M = TypeVar("M", bound=BaseModel)

@@ -6,24 +6,24 @@ import logging
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
+from pydantic import BaseModel
 from pydantic_settings import BaseSettings
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.core.db import release_reads
-from app.core.embedding import set_embedding_caller
+from app.core.embeddings.provider import set_embedding_caller
 from app.core.errors import Forbidden, invalid_field
 from app.core.schemas import PROJECT_NAME
 
 if TYPE_CHECKING:
     from app.core.config import Settings
     from app.core.db import Database
-    from app.core.embedding import EmbeddingProvider
-    from app.core.embedding_queue import EmbeddingQueue, WaitResult
+    from app.core.embeddings.provider import EmbeddingProvider
+    from app.core.embeddings.queue import EmbeddingQueue
     from app.core.ratelimit import JobSlots, RateLimiter
     from app.core.registry import Registry
-    from app.core.toolsets import Catalog
 
 log = logging.getLogger("cairn.call")
 S = TypeVar("S", bound=BaseSettings)
@@ -32,6 +32,8 @@ T = TypeVar("T")
 ProgressFn = Callable[[float, float | None, str | None], Awaitable[None]]
 # A step that records durably, on a session of its own, what a call did outside the database
 RollbackStep = Callable[[AsyncSession], Awaitable[None]]
+# A step after a call's commit: given the reply, returns the reply to send (see `CallContext.after_commit`)
+CommitHook = Callable[[Any], Awaitable[Any]]
 
 _SCOPE_RANK = {"read": 0, "write": 1, "admin": 2}
 _PROJECT_NAME = re.compile(PROJECT_NAME)
@@ -57,6 +59,14 @@ class Principal:
 OPEN_PRINCIPAL = Principal(key_id=None, name="open-mode", scopes=frozenset({"admin"}))
 
 
+class ToolsetSummary(Protocol):
+    """What a call reads of the MCP toolsets (`app.core.toolsets.Catalog`): each one's description."""
+
+    def summary(self) -> list[dict[str, Any]]:
+        """Each toolset with its description, tools and endpoint."""
+        ...
+
+
 @dataclass
 class AppState:
     """Process-wide services shared by every call."""
@@ -71,7 +81,7 @@ class AppState:
     open_mode: bool = False
     limiter: RateLimiter | None = None
     jobs: JobSlots | None = None
-    catalog: Catalog | None = None
+    catalog: ToolsetSummary | None = None
     queue: EmbeddingQueue | None = None
     extras: dict[str, Any] = field(default_factory=dict)
 
@@ -101,19 +111,16 @@ class CallContext:
     request_id: str
     transport: str
     progress_fn: ProgressFn = _no_progress
-    # Embedding-queue rows this call wrote (see app.core.embedding_queue.enqueue)
-    queued: list[int] = field(default_factory=list)
-    # Set after the commit when the call waited for them: what is still queued, what was refused
-    embedding_wait: WaitResult | None = None
-    # Run after the commit, in order, each given and returning the reply (e.g. to report what the
-    # queue made meanwhile)
-    after_commit: list[Callable[[Any], Awaitable[Any]]] = field(default_factory=list)
+    # The call's validated arguments (None for a resource read or work outside an operation)
+    args: BaseModel | None = None
+    # Run by the executor after the commit, in order (see `after_commit`)
+    commit_hooks: list[CommitHook] = field(default_factory=list)
     # Run by the executor, each in a fresh short transaction, when this call's transaction does not
     # commit (see `on_rollback`)
     rollback_steps: list[RollbackStep] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        # The embedder shares the model between callers in turn (app.core.embedding): this call's
+        # The embedder shares the model between callers in turn (app.core.embeddings.local): this call's
         # texts, and those of the embedding waits it runs after the commit, are its key's.
         self._name_caller(self.principal.project)
 
@@ -150,6 +157,16 @@ class CallContext:
         changed meanwhile: write with conditions that hold either way."""
         await release_reads(self.session)
         return await work()
+
+    def after_commit(self, hook: CommitHook) -> None:
+        """Register `hook(reply)` to run once this call's transaction has committed, before the reply goes
+        out; it returns the reply to send (the same one, or a copy with more filled in, such as what the
+        embedding queue made meanwhile: `app.core.embeddings.calls`).
+
+        Hooks run in the order they were registered, with no transaction open, and never when the call
+        does not commit. A hook that fails is logged and skipped: the call has committed, its reply still
+        goes out."""
+        self.commit_hooks.append(hook)
 
     def on_rollback(self, step: RollbackStep) -> None:
         """Register `step(session)` for the case where this call's transaction does not commit.

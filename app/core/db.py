@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
-from pgvector import Vector
+from pgvector import SparseVector, Vector
 from sqlalchemy import MetaData, event, text
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
@@ -65,17 +65,23 @@ def _on_connect(dbapi_connection: Any, _record: Any) -> None:
 
 
 def encode_vector(value: Any) -> bytes:
-    """The `vector` codec's encoder: bytes (from `app.core.vectors.vector_param`) as they are, a
-    `pgvector.Vector` or what it takes (a list or numpy array of floats) converted."""
+    """The `vector` codec's encoder: bytes (from `app.core.embeddings.vectors.vector_param`) as they are,
+    a `pgvector.Vector` or what it takes (a list or numpy array of floats) converted."""
     if isinstance(value, bytes):
         return value
     return (value if isinstance(value, Vector) else Vector(value)).to_binary()
 
 
+def encode_sparse_vector(value: Any) -> bytes:
+    """The `sparsevec` codec's encoder: a `pgvector.SparseVector` (or what it takes) in binary form."""
+    return (value if isinstance(value, SparseVector) else SparseVector(value)).to_binary()
+
+
 async def register_vector_codec(connection: Any) -> None:
-    """Exchange `vector` values with `connection` (asyncpg) in pgvector's binary form: a parameter is
-    sent without formatting or parsing text (`app.core.vectors.vector_param`), a value read comes back
-    as a `pgvector.Vector`. Nothing is registered while the extension is missing (before the first
+    """Exchange `vector` and `sparsevec` values with `connection` (asyncpg) in pgvector's binary form: a
+    parameter is sent without formatting or parsing text (`app.core.embeddings.vectors.vector_param`,
+    `app.core.embeddings.lexical.LexicalQuery.vector`), a value read comes back as a `pgvector.Vector`
+    or `pgvector.SparseVector`. Nothing is registered while the extension is missing (before the first
     migration), as no statement then has a vector to bind."""
     schema = await connection.fetchval(
         "SELECT n.nspname FROM pg_type t JOIN pg_namespace n ON n.oid = t.typnamespace "
@@ -84,6 +90,9 @@ async def register_vector_codec(connection: Any) -> None:
     if schema is not None:
         await connection.set_type_codec(
             "vector", schema=schema, encoder=encode_vector, decoder=Vector.from_binary, format="binary"
+        )
+        await connection.set_type_codec(
+            "sparsevec", schema=schema, encoder=encode_sparse_vector, decoder=SparseVector.from_binary, format="binary"
         )
 
 

@@ -1,7 +1,8 @@
 """The one path every call takes, whichever transport it came from.
 
-validate arguments -> check scope -> open a transaction -> run the handler -> commit (or roll back)
--> count and log. Failures come out as `CairnError`s with the shared error body.
+count the call in (`app.core.embeddings.load.LOAD`) -> validate arguments -> check scope -> open a
+transaction -> run the handler -> commit (or roll back, then run the rollback steps) -> run the
+after-commit hooks -> count and log. Failures come out as `CairnError`s with the shared error body.
 """
 
 from __future__ import annotations
@@ -9,17 +10,18 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 import anyio
 from pydantic import BaseModel, ValidationError
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.core import cpus
 from app.core.context import AppState, CallContext, Principal, ProgressFn, _no_progress
 from app.core.db import is_connection_error, sqlstate
-from app.core.embedding import EmbeddingUnavailable
+from app.core.embeddings.load import LOAD
+from app.core.embeddings.provider import EmbeddingUnavailable
 from app.core.errors import (
     CairnError,
     Conflict,
@@ -38,6 +40,7 @@ from app.core.registry import Operation, ResourceDef
 from app.core.repository import AuditRepository
 
 log = logging.getLogger("cairn.call")
+R = TypeVar("R", bound=BaseModel)
 
 
 def validate_args(model: type[BaseModel], raw: Any) -> BaseModel:
@@ -121,7 +124,7 @@ async def run_operation(
     request_id: str,
     progress: ProgressFn = _no_progress,
 ) -> BaseModel:
-    """Run one operation call end to end inside one transaction."""
+    """Run one operation call end to end inside one transaction, then its after-commit hooks."""
     token = request_id_var.set(request_id)
     started = time.perf_counter()
     outcome = "ok"
@@ -129,9 +132,7 @@ async def run_operation(
     args: BaseModel | None = None
     key = principal.key_id or "open-mode"
     slot = False
-    cpus.call_started()
-    if app.queue is not None:
-        app.queue.call_started()
+    LOAD.call_started()
     try:
         if app.limiter is not None:
             app.limiter.check(key)
@@ -140,37 +141,8 @@ async def run_operation(
             slot = True
         args = validate_args(op.input_model, raw_args)
         check_scope(op, principal)
-        attempts: list[CallContext] = []
-
-        async def attempt(session: AsyncSession) -> tuple[CallContext, BaseModel]:
-            # An earlier run's transaction rolled back before this one: its rollback steps first.
-            await run_rollback_steps(app, attempts)
-            ctx = CallContext(
-                session=session,
-                principal=principal,
-                app=app,
-                request_id=request_id,
-                transport=transport,
-                progress_fn=progress,
-            )
-            attempts.append(ctx)
-            result = await op.handler(ctx, args)
-            if not isinstance(result, op.output_model):
-                result = op.output_model.model_validate(result)
-            if audited:
-                await AuditRepository(session).add(audit_entry(op, transport, principal, args, result, None))
-            return ctx, result
-
-        # A pooled connection found dead (PostgreSQL restarted) before the commit: once more on a fresh
-        # one, unless the call reaches outside the database or has reported progress (Database.run).
-        try:
-            ctx, result = await app.db.run(attempt, retry=not op.open_world and not op.long_running)
-        except BaseException:  # rolled back (failed or cancelled): record what the handler did outside
-            await run_rollback_steps(app, attempts)
-            raise
-        if ctx.queued or ctx.after_commit:
-            result = await _after_commit(app, ctx, args, result)
-        return result
+        call = _Call(app, op, args, principal, transport, request_id, progress, audited)
+        return await call.run()
     except BaseException as exc:
         if isinstance(exc, asyncio.CancelledError):
             outcome = "cancelled"
@@ -186,9 +158,7 @@ async def run_operation(
             await _audit_failure(app, audit_entry(op, transport, principal, args, None, err))
         raise err from None
     finally:
-        cpus.call_finished()
-        if app.queue is not None:
-            app.queue.call_finished()
+        LOAD.call_finished()
         if slot and app.jobs is not None:
             app.jobs.release(key)
         elapsed = time.perf_counter() - started
@@ -207,25 +177,64 @@ async def run_operation(
         request_id_var.reset(token)
 
 
-async def _after_commit(app: AppState, ctx: CallContext, args: BaseModel, result: BaseModel) -> BaseModel:
-    """After the commit: wake the embedding workers, wait for this call's vectors when asked (the
-    call's own `wait_for_embedding`, else the server's write mode), report `embedding`, run the hooks."""
-    if ctx.queued:
-        done = False
-        if app.queue is not None:
-            app.queue.wake()
-            wait = getattr(args, "wait_for_embedding", None)
-            if wait is None:
-                wait = app.settings.embedding_write_mode == "sync"
-            if wait:
-                ctx.embedding_wait = await app.queue.wait(ctx.queued, app.settings.embedding_wait_seconds)
-                done = not ctx.embedding_wait.remaining
-        if "embedding" in type(result).model_fields:
-            result = result.model_copy(update={"embedding": "done" if done else "pending"})
-    for hook in ctx.after_commit:
+@dataclass
+class _Call:
+    """One validated call of an operation: its transaction (each attempt with a fresh `CallContext`),
+    the rollback steps of attempts that did not commit, and the hooks after the commit."""
+
+    app: AppState
+    op: Operation
+    args: BaseModel
+    principal: Principal
+    transport: str
+    request_id: str
+    progress: ProgressFn
+    audited: bool
+    attempts: list[CallContext] = field(default_factory=list)
+
+    async def attempt(self, session: AsyncSession) -> tuple[CallContext, BaseModel]:
+        """One run of the handler in the transaction of `session`, with the audit row of a success."""
+        # An earlier run's transaction rolled back before this one: its rollback steps first.
+        await run_rollback_steps(self.app, self.attempts)
+        ctx = CallContext(
+            session=session,
+            principal=self.principal,
+            app=self.app,
+            request_id=self.request_id,
+            transport=self.transport,
+            progress_fn=self.progress,
+            args=self.args,
+        )
+        self.attempts.append(ctx)
+        op = self.op
+        result = await op.handler(ctx, self.args)
+        if not isinstance(result, op.output_model):
+            result = op.output_model.model_validate(result)
+        if self.audited:
+            entry = audit_entry(op, self.transport, self.principal, self.args, result, None)
+            await AuditRepository(session).add(entry)
+        return ctx, result
+
+    async def run(self) -> BaseModel:
+        """The call's transaction, then its after-commit hooks; the reply."""
+        # A pooled connection found dead (PostgreSQL restarted) before the commit: once more on a fresh
+        # one, unless the call reaches outside the database or has reported progress (Database.run).
+        try:
+            retry = not self.op.open_world and not self.op.long_running
+            ctx, result = await self.app.db.run(self.attempt, retry=retry)
+        except BaseException:  # rolled back (failed or cancelled): record what the handler did outside
+            await run_rollback_steps(self.app, self.attempts)
+            raise
+        return await run_commit_hooks(ctx, result)
+
+
+async def run_commit_hooks(ctx: CallContext, result: R) -> R:
+    """Run the hooks registered with `ctx.after_commit`, in order, each given the reply and returning the
+    one to send. A hook that fails is logged and skipped: the call has committed, its reply goes out."""
+    for hook in ctx.commit_hooks:
         try:
             result = await hook(result)
-        except Exception:  # the call committed: its reply must still go out
+        except Exception:
             log.warning("an after-commit step failed", exc_info=True)
     return result
 

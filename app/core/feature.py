@@ -20,7 +20,7 @@ from app.core.registry import OperationSet, Registry
 
 if TYPE_CHECKING:
     from app.core.context import AppState
-    from app.core.embedding_queue import EmbeddingTarget
+    from app.core.embeddings.targets import EmbeddingTarget
     from app.core.ui import ConsoleSection
 
 Hook = Callable[["AppState"], Awaitable[None]]

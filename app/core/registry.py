@@ -22,16 +22,15 @@ import inspect
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel
 
-if TYPE_CHECKING:
-    from app.core.context import CallContext
-
 Scope = Literal["read", "write", "admin"]
 Method = Literal["GET", "POST", "PUT", "PATCH", "DELETE"]
-Handler = Callable[["CallContext", Any], Awaitable[BaseModel]]
+# Called with the call's `app.core.context.CallContext` and its arguments. The context is not named
+# here: the process state it carries names the registry, and the types would import each other.
+Handler = Callable[[Any, Any], Awaitable[BaseModel]]
 ResourceHandler = Callable[..., Awaitable[BaseModel]]
 # Renders a result as the MCP text content items when a tool must match another server's text shape.
 TextRenderer = Callable[[BaseModel], list[str]]

@@ -21,8 +21,11 @@ from app.core import migrations
 from app.core.config import Settings
 from app.core.context import OPEN_PRINCIPAL, AppState, CallContext, feature_settings_of
 from app.core.db import Database
-from app.core.embedding import EmbeddingProvider, build_embedder
-from app.core.embedding_queue import EmbeddingQueue, EmbeddingTarget
+from app.core.embeddings.calls import QueuedVectors
+from app.core.embeddings.provider import EmbeddingProvider
+from app.core.embeddings.providers import build_embedder
+from app.core.embeddings.queue import EmbeddingQueue
+from app.core.embeddings.targets import EmbeddingTarget
 from app.core.pgembedded import start_embedded
 from app.core.registry import Registry
 
@@ -149,5 +152,6 @@ class Runtime:
         async with db.transaction() as session:
             ctx = CallContext(session=session, principal=OPEN_PRINCIPAL, app=state, request_id="cli", transport="cli")
             yield ctx
-        if ctx.queued and state.queue is not None:
+        queued = QueuedVectors.find(ctx)
+        if queued is not None and queued.ids and state.queue is not None:
             await state.queue.drain(timeout=24 * 3600)

@@ -6,11 +6,11 @@ import time
 
 from app.core.auth import hash_key, new_key, parse_toolsets
 from app.core.context import CallContext
+from app.core.embeddings.tokens import count_tokens
 from app.core.errors import NotFound, Unavailable
 from app.core.models import ApiKey, Project
 from app.core.repository import ApiKeyRepository, ProjectRepository
 from app.core.schemas import CreateKeyIn, CreateKeyOut, KeyOut, ProjectOut
-from app.core.tokens import count_tokens
 
 
 def project_out(p: Project) -> ProjectOut:

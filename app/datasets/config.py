@@ -63,7 +63,7 @@ class DatasetSettings(BaseSettings):
     # (Linux, 0-19; 0 = never), so that other callers' short calls get the CPU first on a busy host.
     datasets_long_call_ms: int = Field(default=100, ge=0)
     datasets_long_call_nice: int = Field(default=19, ge=0, le=19)
-    # ... and kept off one core while other calls are being answered (app.core.cpus).
+    # ... and kept off one core while other calls are being answered (app.core.embeddings.cpus).
     datasets_long_call_confine: bool = True
 
     @field_validator("data_roots", mode="before")

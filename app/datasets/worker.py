@@ -44,7 +44,7 @@ DuckDB checks an interrupt only between vectors, so a scalar function busy on on
   every thread of its worker lowered by `demote_nice` (`CAIRN_DATASETS_LONG_CALL_NICE`, Linux): on a busy
   host the short calls of other callers get the CPU first, and on an idle one nothing changes (a
   niceness only matters when threads compete). While the server answers other calls too, its threads
-  are also kept off one core, as the embedding queue's batches are (`app.core.cpus`,
+  are also kept off one core, as the embedding queue's batches are (`app.core.embeddings.cpus`,
   `CAIRN_DATASETS_LONG_CALL_CONFINE`): other callers keep a core however much lowered work runs, and a
   long query alone on the host keeps every core (checked every `MEMORY_CHECK_S`). When the call ends
   the worker's threads go back to their priority and CPUs; where the server may not
@@ -93,7 +93,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import app
-from app.core import cpus
+from app.core.embeddings import cpus
+from app.core.embeddings.load import LOAD
 from app.core.errors import CairnError, EngineError, MemoryLimit, RateLimited, Timeout, Unavailable
 
 if TYPE_CHECKING:
@@ -545,7 +546,7 @@ class _Worker:
     def _fit_cpus(self) -> None:
         """A demoted worker's CPUs: all but one while this process answers other calls too, every one
         while its call is the only one (so that a long query alone on the host keeps every core)."""
-        crowded = cpus.answering() > 1
+        crowded = LOAD.in_flight > 1
         if crowded and not self.confined:
             self.confined = cpus.set_cpus(self.pid, cpus.background_cpus())
         elif not crowded and self.confined:

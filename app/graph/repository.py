@@ -9,8 +9,8 @@ from typing import Any
 
 from sqlalchemy import text
 
+from app.core.embeddings.vectors import EmbeddedRows
 from app.core.repository import Repository
-from app.core.vectors import EmbeddedRows
 
 ADVISORY_CLASS = 0x6772  # "gr": the advisory-lock class of graph entity names
 ENTITY_TARGET = "graph_entity"  # the embedding queue's name for entity vectors

@@ -8,9 +8,9 @@ from typing import Any
 
 from sqlalchemy import text
 
-from app.core.knn import KnnQuery, nearest, prepare_scan, query_params, similarity_sql
+from app.core.embeddings.knn import KnnQuery, nearest, prepare_scan, query_params, similarity_sql
+from app.core.embeddings.vectors import EmbeddedRows
 from app.core.repository import Repository
-from app.core.vectors import EmbeddedRows
 from app.graph.repository import ENTITY_VECTORS, REFLECTION_TARGET
 
 TEXT_SCAN_CAP = 2000  # full-text matches ranked at most (very common words match most of a large graph)
@@ -23,7 +23,7 @@ class SearchRepository(Repository):
     async def vector_candidates(
         self, project_id: uuid.UUID, qvec: Sequence[float], model: str, n: int, entity_type: str | None
     ) -> list[tuple[int, float]]:
-        """The `n` entities of the project nearest to `qvec` (`app.core.knn`): (id, cosine similarity)."""
+        """The `n` entities of the project nearest to `qvec` (`app.core.embeddings.knn`): (id, cosine similarity)."""
         where = "g.project_id = :pid" + (" AND g.entity_type = :t" if entity_type else "")
         params = {"pid": project_id, "t": entity_type} if entity_type else {"pid": project_id}
         query = KnnQuery(ENTITY_VECTORS, model, qvec, n, alias="g", where=where, params=params)
@@ -302,7 +302,7 @@ class SearchRepository(Repository):
         target_type: str | None,
         author: str | None,
     ) -> list[Any]:
-        """Hybrid candidates with cosine and text scores: the `n` nearest by vector (`app.core.knn`; none
+        """Hybrid candidates with cosine and text scores: the `n` nearest by vector (`app.core.embeddings.knn`; none
         without a query vector) and the `n` best by full text."""
         filters = "".join([" AND r.target_type = :tt" if target_type else "", " AND r.author = :au" if author else ""])
         scope = {"pid": project_id, "tt": target_type, "au": author}

@@ -7,7 +7,7 @@ from typing import Any
 
 from app.core.budget import tokens_of
 from app.core.context import CallContext
-from app.core.embedding_queue import enqueue
+from app.core.embeddings.calls import enqueue
 from app.core.errors import Conflict, NotFound, invalid_field
 from app.graph.config import GraphSettings
 from app.graph.repository import ENTITY_TARGET, EntityRow, GraphRepository

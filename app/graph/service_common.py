@@ -7,11 +7,10 @@ import re
 import uuid
 
 from app.core.context import CallContext
-from app.core.embedding import EmbeddingUnavailable
-from app.core.embedding_queue import enqueue
+from app.core.embeddings.calls import enqueue
+from app.core.embeddings.targets import embedding_target
 from app.core.errors import NotFound
 from app.core.repository import ProjectRepository
-from app.core.vectors import embedding_target
 from app.graph.repository import ENTITY_TARGET, ENTITY_VECTORS, EntityRow, GraphRepository
 from app.graph.repository_search import REFLECTION_VECTORS
 
@@ -28,17 +27,6 @@ async def project_id(ctx: CallContext, requested: str | None, *, create: bool) -
     if create:
         return await repo.ensure_id(name)
     return await repo.id_of(name)
-
-
-async def query_vector(ctx: CallContext, query: str) -> list[float] | None:
-    """The query's vector, or None when the model is unavailable (searches then use text alone).
-
-    Call it before any SQL of the call, so that no transaction is open while the model runs."""
-    try:
-        return await ctx.embedder.embed_one(query)
-    except EmbeddingUnavailable as exc:
-        log.warning("graph search without vectors: %s", exc)
-        return None
 
 
 async def reembed(ctx: CallContext, repo: GraphRepository, entity_ids: list[int]) -> None:

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from app.core.context import CallContext
-from app.core.embedding import EmbeddingUnavailable
+from app.core.embeddings.provider import EmbeddingUnavailable
 from app.core.errors import Unavailable
 from app.graph.repository import GraphRepository
 from app.graph.repository_search import SearchRepository

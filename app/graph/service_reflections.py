@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from app.core.context import CallContext
-from app.core.embedding_queue import enqueue
+from app.core.embeddings.calls import enqueue, query_vector
 from app.core.errors import invalid_field
 from app.graph.config import GraphSettings
 from app.graph.repository import REFLECTION_TARGET, GraphRepository
@@ -16,7 +16,7 @@ from app.graph.schemas import (
     SearchReflectionsOut,
 )
 from app.graph.service import reflection_out
-from app.graph.service_common import not_found, project_id, query_vector, query_words
+from app.graph.service_common import not_found, project_id, query_words
 
 
 async def add_reflection(ctx: CallContext, args: AddReflectionIn) -> AddReflectionOut:
@@ -49,7 +49,7 @@ async def add_reflection(ctx: CallContext, args: AddReflectionIn) -> AddReflecti
 async def search_reflections(ctx: CallContext, args: SearchReflectionsIn) -> SearchReflectionsOut:
     """Hybrid (vector + full-text) search over reflections."""
     s = ctx.feature_settings(GraphSettings)
-    qvec = await query_vector(ctx, args.query)
+    qvec = await query_vector(ctx, args.query, "graph search")
     pid = await project_id(ctx, args.project, create=False)
     if pid is None:
         return SearchReflectionsOut(results=[])

@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 from app.core.budget import measured
 from app.core.context import CallContext
+from app.core.embeddings.calls import query_vector
 from app.graph import scoring
 from app.graph.config import GraphSettings
 from app.graph.repository import GraphRepository
@@ -20,7 +21,7 @@ from app.graph.schemas import (
     SearchSemanticOut,
     SemanticHit,
 )
-from app.graph.service_common import BASELINE, LIMBIC, project_id, query_vector, query_words
+from app.graph.service_common import BASELINE, LIMBIC, project_id, query_words
 
 
 def _treatment(requested: str, ratio: float) -> int:
@@ -113,7 +114,7 @@ async def search_semantic(ctx: CallContext, args: SearchSemanticIn) -> SearchSem
     """Hybrid candidates re-ranked by the limbic score; logged as a search event with its results."""
     s = ctx.feature_settings(GraphSettings)
     started = time.perf_counter()
-    qvec = await query_vector(ctx, args.query)
+    qvec = await query_vector(ctx, args.query, "graph search")
     pid = await project_id(ctx, args.project, create=False)
     treatment = _treatment(args.treatment, s.ab_limbic_ratio)
     if pid is None:

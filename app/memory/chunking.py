@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from app.core.tokens import token_spans
+from app.core.embeddings.tokens import token_spans
 
 _SENTENCE_END = re.compile(r"[.!?;:]['\")\]]*$")
 

@@ -2,7 +2,7 @@
 
 The semantic ranking (cosine, nearest first) and the lexical one (BM25 coverage in [0, 1], best first)
 each bring their candidates; a candidate found by one ranking gets the other signal's value too (the
-repository's `signals`), and every candidate is scored by `app.core.relevance.relevance` of its two
+repository's `signals`), and every candidate is scored by `app.core.embeddings.relevance.relevance` of its two
 values. Hits come best first; ties go to the hit with the better single rank. A hit's `signals` say,
 per signal, its value and, when that ranking found it, its rank there.
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass, field
 
-from app.core.relevance import lexical_relevance, relevance
+from app.core.embeddings.relevance import lexical_relevance, relevance
 
 
 @dataclass

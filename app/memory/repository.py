@@ -10,10 +10,10 @@ from typing import Any, Literal
 
 from sqlalchemy import text
 
-from app.core.knn import KnnQuery, model_literal, nearest, prepare_scan, query_params, similarity_sql
-from app.core.lexical import LexicalIndex, LexicalQuery, lexical_query, ranked
+from app.core.embeddings.knn import KnnQuery, model_literal, nearest, prepare_scan, query_params, similarity_sql
+from app.core.embeddings.lexical import LexicalIndex, LexicalQuery, lexical_query, ranked
+from app.core.embeddings.vectors import EmbeddedRows
 from app.core.repository import Repository
-from app.core.vectors import EmbeddedRows
 from app.memory.models import MemoryCollection
 
 MEMORY_TARGET = "memory"  # the embedding queue's name for memory (chunk, thought, summary) vectors
@@ -438,7 +438,7 @@ class MemoryRepository(Repository):
     ) -> list[tuple[uuid.UUID, float]]:
         """The `k` memories in scope nearest to `vector` (cosine), filters applied inside the scan.
 
-        `app.core.knn`: the model's partial HNSW index with iterative scans (`ef_search` is the
+        `app.core.embeddings.knn`: the model's partial HNSW index with iterative scans (`ef_search` is the
         setting), so that filtered searches still return `k` rows; `exact` forces a sequential scan.
         """
         where, params = scope.where()
@@ -458,7 +458,7 @@ class MemoryRepository(Repository):
         return [(r["id"], float(r["score"])) for r in rows]
 
     async def lexical_query(self, query: str) -> LexicalQuery:
-        """The query's stems found in memories, with their idf (`app.core.lexical`)."""
+        """The query's stems found in memories, with their idf (`app.core.embeddings.lexical`)."""
         return await lexical_query(self, MEMORY_LEXICAL, query)
 
     async def bm25(self, scope: Scope, query: LexicalQuery, k: int, ef_search: int) -> list[tuple[uuid.UUID, float]]:

@@ -6,6 +6,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
+from app.core.embeddings.repository import EmbeddingQueueRepository
 from app.core.repository import Repository
 from app.memory.repository import MEMORY_COLUMNS, MEMORY_FROM, MEMORY_TARGET
 
@@ -72,12 +73,8 @@ class MemoryItemsRepository(Repository):
     async def queued_counts(self, members: Members) -> dict[str, int]:
         """Per embedding model: how many of the document's memories wait in the embedding queue."""
         where, params = members.where()
-        rows = await self.dicts(
-            "SELECT q.model, count(*) AS n FROM embedding_queue q WHERE q.target = :target AND q.ref IN "
-            f"(SELECT m.id::text FROM memories m WHERE {where}) GROUP BY q.model",
-            {**params, "target": MEMORY_TARGET},
-        )
-        return {r["model"]: int(r["n"]) for r in rows}
+        refs = f"SELECT m.id::text FROM memories m WHERE {where}"
+        return await EmbeddingQueueRepository(self.session).queued_by_model(MEMORY_TARGET, refs, params)
 
     async def set_tags(self, members: Members, tags: list[str], document: bool) -> int:
         """Replace the tags of the memory (or of its document's chunks); returns the rows changed."""

@@ -10,6 +10,7 @@ from typing import Any
 
 from app.core import budget
 from app.core.context import CallContext
+from app.core.embeddings.calls import query_vector
 from app.core.errors import Forbidden, InvalidInput, NotFound, TooLarge, invalid_field
 from app.core.repository import ProjectRepository
 from app.memory import service_common as common
@@ -227,7 +228,7 @@ async def search(ctx: CallContext, args: SearchIn) -> SearchOut:
     cfg = common.settings(ctx)
     limit = _limit(args.limit, cfg.search_default_limit, cfg.search_max_limit)
     threshold = cfg.search_default_score_threshold if args.score_threshold is None else args.score_threshold
-    qvec = await common.query_vector(ctx, args.query_text) if args.mode != "lexical" else None
+    qvec = await query_vector(ctx, args.query_text, "memory search") if args.mode != "lexical" else None
     name, project = await common.project_for_read(ctx, args.project_id)
     coll = await common.collection_for_read(ctx, args.collection)
     coll_name = coll.name if coll is not None else cfg.memory_default_collection

@@ -18,7 +18,7 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.core.repository import EmbeddingQueueRepository
+from app.core.embeddings.repository import EmbeddingQueueRepository
 from app.memory.repository import MEMORY_TARGET, MemoryRepository
 
 log = logging.getLogger("cairn.memory.backfill")

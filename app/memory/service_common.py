@@ -10,12 +10,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from app.core.context import CallContext
-from app.core.embedding import EmbeddingUnavailable
-from app.core.embedding_queue import enqueue
+from app.core.embeddings.calls import enqueue
+from app.core.embeddings.targets import embedding_target
 from app.core.errors import NotFound
 from app.core.models import Project
 from app.core.repository import ProjectRepository
-from app.core.vectors import embedding_target
 from app.memory.config import MemorySettings
 from app.memory.models import MemoryCollection
 from app.memory.repository import MEMORY_TARGET, MEMORY_VECTORS, MemoryRepository
@@ -84,17 +83,6 @@ async def collection_for_read(ctx: CallContext, name: str | None) -> MemoryColle
     if coll is None and name is not None:
         raise NotFound(f"No collection named '{name}'", suggestions=["List them with get-collections"])
     return coll
-
-
-async def query_vector(ctx: CallContext, query: str) -> list[float] | None:
-    """The query's vector, or None when the model is unavailable (searches then use text alone).
-
-    Call it before any SQL of the call, so that no transaction is open while the model runs."""
-    try:
-        return await ctx.embedder.embed_one(query)
-    except EmbeddingUnavailable as exc:
-        log.warning("memory search without vectors: %s", exc)
-        return None
 
 
 async def queue_vectors(ctx: CallContext, memory_ids: Sequence[uuid.UUID]) -> None:

@@ -17,7 +17,7 @@ import ir_measures
 from ir_measures import R, nDCG
 
 from app.core.db import Database
-from app.core.embedding import EmbeddingProvider
+from app.core.embeddings.provider import EmbeddingProvider
 from app.core.repository import ProjectRepository
 from app.memory.config import MemorySettings
 from app.memory.repository import MemoryRepository, Scope

@@ -1,7 +1,7 @@
 """The one search engine of both dialects: vector (pgvector), full text (BM25) and their relevance.
 
-Every hit's `score` is its relevance in [0, 1] (`app.core.relevance`): the cosine similarity in
-`semantic` mode, the lexical relevance of its BM25 coverage in `lexical` mode (`app.core.lexical`,
+Every hit's `score` is its relevance in [0, 1] (`app.core.embeddings.relevance`): the cosine similarity in
+`semantic` mode, the lexical relevance of its BM25 coverage in `lexical` mode (`app.core.embeddings.lexical`,
 English stems; queries in web-search syntax go through `websearch_to_tsquery` and `ts_rank_cd`), both
 combined in `hybrid` mode, where each ranking brings its candidates and every candidate is scored with
 both signals (`app.memory.fusion`). `score_threshold` applies to that relevance in every mode. When the
@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
 
-from app.core.embedding import EmbeddingProvider, EmbeddingUnavailable
-from app.core.lexical import LexicalQuery
-from app.core.tokens import count_tokens, truncate_to_tokens, words_within
+from app.core.embeddings.lexical import LexicalQuery
+from app.core.embeddings.provider import EmbeddingProvider, EmbeddingUnavailable
+from app.core.embeddings.tokens import count_tokens, truncate_to_tokens, words_within
 from app.memory.config import MemorySettings
 from app.memory.fusion import Hit, fuse, single
 from app.memory.repository import MemoryRepository, Scope
@@ -77,7 +77,7 @@ async def lexical_hits(
     repo: MemoryRepository, scope: Scope, query: str, k: int, ef_search: int
 ) -> tuple[list[tuple[uuid.UUID, float]], LexicalQuery]:
     """Full-text ranking as (id, coverage in [0, 1]), best first, and the BM25 query. Any query is ranked
-    by BM25 over English stems (`app.core.lexical`), where any stem may match and rare ones weigh more;
+    by BM25 over English stems (`app.core.embeddings.lexical`), where any stem may match and rare ones weigh more;
     a query with quotes or an excluded word (`-word`) first selects the memories it matches as written
     (`websearch_to_tsquery`), and its excluded words do not count in the ranking. A plain `or` changes
     nothing: any stem matches already."""
@@ -102,7 +102,7 @@ async def retrieve(
     exact: bool = False,
     embed_query: bool = True,
 ) -> Retrieval:
-    """Search `scope` for `query` in `mode`: at most `limit` hits whose relevance (`app.core.relevance`:
+    """Search `scope` for `query` in `mode`: at most `limit` hits whose relevance (`app.core.embeddings.relevance`:
     the cosine in semantic mode, the lexical relevance in lexical mode, both combined in hybrid mode) is
     at least `threshold`, best first.
 

@@ -8,6 +8,7 @@ from typing import Any
 
 from app.core import budget
 from app.core.context import CallContext
+from app.core.embeddings.calls import QueuedVectors, query_vector
 from app.core.errors import NotFound, TooLarge
 from app.core.repository import ProjectRepository
 from app.memory import service_common as common
@@ -122,7 +123,7 @@ async def capture(ctx: CallContext, args: CaptureThoughtIn) -> CaptureThoughtOut
         ]
     )
     await common.queue_vectors(ctx, [mid])
-    ctx.after_commit.append(_report_embedded)
+    ctx.after_commit(_report_embedded)
     return CaptureThoughtOut(thought=thought_out(await _row(ctx, mid)), embedded=False, model=ctx.embedder.model)
 
 
@@ -184,7 +185,7 @@ async def update(ctx: CallContext, args: UpdateThoughtIn) -> UpdateThoughtOut:
     if changed and args.content is not None:
         await repo.drop_vectors(args.id)
         await common.queue_vectors(ctx, [args.id])
-        ctx.after_commit.append(_report_re_embedded)
+        ctx.after_commit(_report_re_embedded)
     return UpdateThoughtOut(thought=thought_out(await _row(ctx, args.id)), re_embedded=False)
 
 
@@ -246,7 +247,7 @@ async def _search(
     kinds: list[str] | None = None,
     days: int | None = None,
 ) -> tuple[Retrieval, dict[uuid.UUID, dict[str, Any]]]:
-    qvec = await common.query_vector(ctx, query) if mode != "lexical" else None
+    qvec = await query_vector(ctx, query, "memory search") if mode != "lexical" else None
     exists, project_id = await common.project_filter(ctx, project)
     if not exists:
         return Retrieval([], mode), {}
@@ -519,12 +520,13 @@ async def backfill_embeddings(ctx: CallContext, args: BackfillIn) -> BackfillOut
         dry_run=args.dry_run,
         progress=progress,
     )
-    ctx.queued.extend(report.job_ids)
+    queued = QueuedVectors.of(ctx)
+    queued.ids.extend(report.job_ids)
 
     async def report_embedded(out: Any) -> Any:
         # After the commit (and the wait, if any): the queued rows whose vector is stored by now, and
         # those the provider refused.
-        waited = ctx.embedding_wait
+        waited = queued.waited
         if waited is None:
             return out
         failures = [BackfillFailure(id=ref, error=error[:200]) for _, ref, error in waited.failed.values()]
@@ -537,5 +539,5 @@ async def backfill_embeddings(ctx: CallContext, args: BackfillIn) -> BackfillOut
         )
 
     if report.job_ids:
-        ctx.after_commit.append(report_embedded)
+        ctx.after_commit(report_embedded)
     return BackfillOut.model_validate(report.public())

@@ -10,7 +10,7 @@ import httpx
 import numpy as np
 import pysbd
 
-from app.core.embedding import EmbeddingProvider
+from app.core.embeddings.provider import EmbeddingProvider
 from app.core.errors import UpstreamError, invalid_field
 from app.memory.config import MemorySettings
 

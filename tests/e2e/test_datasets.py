@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from app.core.tokens import count_tokens
+from app.core.embeddings.tokens import count_tokens
 from tests.support.datasets import penguins_csv, python_engine_on, root_of
 from tests.support.server import READ_KEY, RunningServer, error_of, mcp_client, text_of
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from app.core.tokens import count_tokens
+from app.core.embeddings.tokens import count_tokens
 from tests.support.datasets import callers, root_of
 from tests.support.server import RunningServer
 

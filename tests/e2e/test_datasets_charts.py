@@ -20,7 +20,7 @@ import httpx
 import pytest
 
 from app.core import budget
-from app.core.tokens import count_tokens
+from app.core.embeddings.tokens import count_tokens
 from app.datasets import charts
 from tests.support.datasets import root_of
 from tests.support.server import RunningServer, mcp_client, text_of

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from app.core.tokens import count_tokens
+from app.core.embeddings.tokens import count_tokens
 from tests.support.datasets import Both, callers, root_of
 from tests.support.server import RunningServer
 

@@ -22,7 +22,7 @@ import pytest
 from mcp.client.session import ClientSession
 
 from app.core import budget
-from app.core.tokens import count_tokens
+from app.core.embeddings.tokens import count_tokens
 from app.datasets.engine import make_source
 from app.datasets.schemas import QueryOut
 from tests.support.datasets import root_of

@@ -17,7 +17,7 @@ from prometheus_client import REGISTRY
 from sqlalchemy import text
 
 from app.core.db import Database
-from app.core.repository import EmbeddingQueueRepository
+from app.core.embeddings.repository import EmbeddingQueueRepository
 from tests.support.server import ADMIN_KEY, WRITE_KEY, RunningServer
 
 # Measured on the 2-core test machine: about 20-30 ms per search while both pushes embed (18 ms idle);

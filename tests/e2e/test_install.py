@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from app.core.tokens import count_tokens
+from app.core.embeddings.tokens import count_tokens
 from tests.support.server import free_port
 
 ROOT = Path(__file__).resolve().parents[2]

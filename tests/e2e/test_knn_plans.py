@@ -1,5 +1,5 @@
 """Every family's vector search plans on its partial HNSW index, under the generic plan asyncpg ends
-up with (`app.core.knn`).
+up with (`app.core.embeddings.knn`).
 
 Each test runs the family's own search on a real database (fresh, migrated) with its filters,
 captures the statement the driver was given, and plans exactly that statement as a prepared
@@ -21,17 +21,17 @@ from datetime import datetime
 from typing import Any
 
 import pytest
-from pgvector import Vector
+from pgvector import SparseVector, Vector
 from sqlalchemy import event, text
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.analysis.repository import FINDING_VECTORS, AnalysisRepository
 from app.core import migrations
 from app.core.db import Database
-from app.core.embedding import LOCAL_MODEL_NAME
-from app.core.knn import model_literal
-from app.core.repository import VectorRepository
-from app.core.vectors import EmbeddedRows, vector_param
+from app.core.embeddings.knn import model_literal
+from app.core.embeddings.provider import LOCAL_MODEL_NAME
+from app.core.embeddings.repository import VectorRepository
+from app.core.embeddings.vectors import EmbeddedRows, vector_param
 from app.features import FEATURES
 from app.graph.repository import ENTITY_VECTORS
 from app.graph.repository_search import REFLECTION_VECTORS, SearchRepository
@@ -82,8 +82,10 @@ def _literal(value: Any) -> str:
         return "true" if value else "false"
     if isinstance(value, int | float):
         return repr(value)
-    if isinstance(value, bytes):  # app.core.vectors.vector_param
+    if isinstance(value, bytes):  # app.core.embeddings.vectors.vector_param
         return _literal(Vector.from_binary(value).to_text())
+    if isinstance(value, SparseVector):  # app.core.embeddings.lexical.LexicalQuery.vector
+        return _literal(value.to_text())
     if isinstance(value, str | uuid.UUID | datetime):
         return "'" + str(value).replace("'", "''") + "'"
     if isinstance(value, list):

@@ -1,4 +1,4 @@
-"""BM25 over English stems (`app.core.lexical`, memory_0003) on a real database: stemming, the ranking
+"""BM25 over English stems (`app.core.embeddings.lexical`, memory_0003) on a real database: stemming, the ranking
 against an exact scan, the inner-product HNSW index under a generic plan, and idf from the planner's
 statistics (a small analysed table has every lexeme among them; one missing is counted)."""
 
@@ -11,7 +11,7 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.core import lexical
+from app.core.embeddings import lexical
 from app.memory.repository import MEMORY_LEXICAL, MemoryRepository, Scope
 from tests.e2e.test_knn_plans import DIM, MODEL, Plans, generic_plan, plans, search_session
 

@@ -18,7 +18,7 @@ from pydantic import ValidationError
 
 from app.core.config import Settings
 from app.core.db import Database
-from app.core.embedding import LocalOnnxEmbedder
+from app.core.embeddings.local import LocalOnnxEmbedder
 from app.memory.config import MemorySettings
 from app.memory.lifecycle import BackfillRunner
 from tests.support.fake_embedder import FakeEmbeddingServer

@@ -8,7 +8,7 @@ from typing import Any
 import httpx
 import pytest
 
-from app.core.relevance import relevance
+from app.core.embeddings.relevance import relevance
 from tests.support.memory import NOTES, api, seed_notes
 from tests.support.replies import hit_texts
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import httpx
 
-from app.core.tokens import count_tokens
+from app.core.embeddings.tokens import count_tokens
 from app.memory.config import MemorySettings
 from tests.support.memory import NOTES, api, seed_notes
 from tests.support.replies import assert_states_its_size, cited, hit_texts
@@ -226,7 +226,7 @@ async def test_long_document_is_chunked_by_tokens(server: RunningServer, rest: h
     sentences = [f"Sentence number {i} talks about topic {i % 7} in some detail." for i in range(300)]
     out = await api(rest, "/memory/push", {"text": " ".join(sentences), "project": "long"})
     assert out["inserted"] >= 10
-    from app.core.tokens import count_tokens
+    from app.core.embeddings.tokens import count_tokens
 
     listing = await api(rest, "/thoughts", {"project": "long", "limit": 100}, method="GET")
     for t in listing["thoughts"]:

@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from app.core.tokens import count_tokens
+from app.core.embeddings.tokens import count_tokens
 
 AID = "library-audit-2026-05"
 

@@ -11,7 +11,7 @@ import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
-from app.core.embedding import LocalOnnxEmbedder
+from app.core.embeddings.local import LocalOnnxEmbedder
 from tests.support.server import free_port
 
 

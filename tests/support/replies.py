@@ -8,7 +8,7 @@ import re
 from typing import Any
 
 from app.core.budget import dumps
-from app.core.tokens import count_tokens
+from app.core.embeddings.tokens import count_tokens
 
 CITED_LINE = re.compile(r"\[(\d+)\] (.*)")
 

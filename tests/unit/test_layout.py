@@ -163,3 +163,52 @@ def test_console_pages_only_call_operations() -> None:
             if leaf.startswith(("service", "repository", "models", "db")) or module.startswith("sqlalchemy"):
                 bad.append(f"{path.relative_to(APP.parent)}:{line} imports {module}")
     assert bad == []
+
+
+QUEUE_TABLE = re.compile(r"\b(FROM|JOIN|INTO|UPDATE|TABLE|USING)\s+embedding_queue\b", re.IGNORECASE)
+
+
+def test_only_the_embeddings_package_touches_the_queue_table() -> None:
+    """The embedding queue's table is read and written by `app/core/embeddings/repository.py` alone
+    (declared by the core's models and created by its migration): no other module holds a statement
+    on it, and families reach it through the package's functions."""
+    owner = APP / "core" / "embeddings" / "repository.py"
+    declared = {APP / "core" / "models.py", *(APP / "core" / "alembic" / "versions").glob("*.py")}
+    bad = []
+    for path in sorted(APP.rglob("*.py")):
+        if path == owner or path in declared:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and QUEUE_TABLE.search(node.value):
+                bad.append(f"{path.relative_to(APP.parent)}:{node.lineno} names the table embedding_queue")
+    assert bad == []
+    # ... and the statement that proves the test can see one
+    assert QUEUE_TABLE.search(owner.read_text(encoding="utf-8"))
+
+
+def _module(path: Path) -> str:
+    rel = path.relative_to(APP.parent).with_suffix("")
+    return ".".join(rel.parts[:-1] if rel.name == "__init__" else rel.parts)
+
+
+def test_the_core_has_no_import_cycle() -> None:
+    """No chain of imports inside app/core leads back to where it started, type-only imports
+    (`if TYPE_CHECKING:`) and imports inside functions included."""
+    paths = {_module(p): p for p in (APP / "core").rglob("*.py")}
+    graph = {m: {name for _, name in _imports(p) if name in paths and name != m} for m, p in paths.items()}
+    cycles = []
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+
+    def visit(module: str, path: list[str]) -> None:
+        state[module] = 1
+        for nxt in sorted(graph[module]):
+            if state.get(nxt) == 1:
+                cycles.append(" -> ".join([*path[path.index(nxt) :], nxt]))
+            elif nxt not in state:
+                visit(nxt, [*path, nxt])
+        state[module] = 2
+
+    for module in sorted(graph):
+        if module not in state:
+            visit(module, [module])
+    assert cycles == []

@@ -6,7 +6,7 @@ Create Date: 2026-11-24
 
 `tsv` moves from the `simple` configuration (word forms as written) to `english` (Snowball stems, stop
 words dropped), and `lexical` holds `bm25_document(tsv's vector)`: the memory's BM25 term weights as a
-`sparsevec`, so that ranking a query is one inner-product index scan (`app.core.lexical`).
+`sparsevec`, so that ranking a query is one inner-product index scan (`app.core.embeddings.lexical`).
 """
 
 from collections.abc import Sequence

@@ -9,7 +9,7 @@ from typing import Any, ClassVar
 from pydantic import BaseModel
 
 from app.core import budget
-from app.core.tokens import count_tokens
+from app.core.embeddings.tokens import count_tokens
 
 
 def _envelope(rows: list[Any], summary: dict[str, Any] | None, level: str) -> dict[str, Any]:

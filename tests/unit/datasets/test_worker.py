@@ -26,7 +26,8 @@ from typing import Any
 import psutil
 import pytest
 
-from app.core import cpus
+from app.core.embeddings import cpus
+from app.core.embeddings.load import LOAD
 from app.core.errors import CairnError, MemoryLimit, RateLimited, SchemaError, Timeout, Unavailable
 from app.datasets import engine, profiling, worker
 from app.datasets.worker import GRACE_S, FairSlots, WorkerPool
@@ -239,14 +240,14 @@ async def test_a_long_call_yields_the_cpu_and_its_worker_is_put_back(
         assert thread_policies(busy) == {os.SCHED_IDLE if made.may_raise else os.SCHED_OTHER}
         assert thread_cpus(busy) == {cpus.all_cpus()}  # alone on the host: every core
         # While the process answers other calls (as the executor counts them), it keeps off one core.
-        cpus.call_started()
-        cpus.call_started()
+        LOAD.call_started()
+        LOAD.call_started()
         try:
             await asyncio.sleep(0.25)
             assert thread_cpus(busy) == {cpus.background_cpus() or cpus.all_cpus()}
         finally:
-            cpus.call_finished()
-            cpus.call_finished()
+            LOAD.call_finished()
+            LOAD.call_finished()
         await asyncio.sleep(0.25)
         assert thread_cpus(busy) == {cpus.all_cpus()}
         with pytest.raises(Timeout):
@@ -273,14 +274,14 @@ async def test_a_server_started_with_a_niceness_keeps_it_for_its_workers(cfg: en
             await asyncio.sleep(0.5)
             [busy] = made.busy_pids()
             assert thread_nices(busy) == {13}  # lowered by 10 from where it started
-            cpus.call_started()
-            cpus.call_started()
+            LOAD.call_started()
+            LOAD.call_started()
             try:
                 await asyncio.sleep(0.2)
                 assert thread_cpus(busy) == {cpus.all_cpus()}  # never confined without `confine`
             finally:
-                cpus.call_finished()
-                cpus.call_finished()
+                LOAD.call_finished()
+                LOAD.call_finished()
             with pytest.raises(Timeout):
                 await task
             assert busy in made.pids() and made.replaced == 0

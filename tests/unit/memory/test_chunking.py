@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from app.core.tokens import count_tokens
+from app.core.embeddings.tokens import count_tokens
 from app.memory.chunking import chunk_text
 
 TEXT = (

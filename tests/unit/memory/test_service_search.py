@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta, timezone
 
-from app.core.tokens import count_tokens
+from app.core.embeddings.tokens import count_tokens
 from app.memory.schemas import compact_time, round_score
 from app.memory.service_search import build_context, cite, clip
 

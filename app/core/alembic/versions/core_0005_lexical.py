@@ -4,9 +4,9 @@ Revision ID: core_0005
 Revises: core_0004
 Create Date: 2026-11-24
 
-A family that ranks text with `app.core.lexical` stores `bm25_document(to_tsvector(<config>, text))`
+A family that ranks text with `app.core.embeddings.lexical` stores `bm25_document(to_tsvector(<config>, text))`
 in a generated `sparsevec` column with an HNSW inner-product index. Both functions are IMMUTABLE (a
-generated column may only call such functions) and their constants are those of `app.core.lexical`:
+generated column may only call such functions) and their constants are those of `app.core.embeddings.lexical`:
 k1 1.2, b 0.75, reference length 100 lexemes, at most 1,000 lexemes a document (the most an HNSW
 index of `sparsevec` takes).
 """

@@ -1,14 +1,16 @@
 """What a family embeds, and how a vector travels to PostgreSQL.
 
 A family declares the rows it keeps a vector of as `EmbeddedRows` (source table, key, text, table of
-vectors, liveness) and hands `embedding_target(rows)` to its `Feature`: the texts / store / missing
-functions the embedding queue calls, whose SQL is `app.core.repository.VectorRepository`.
+vectors, liveness) and hands `app.core.embeddings.targets.embedding_target(rows)` to its `Feature`:
+the texts / store / missing functions the embedding queue calls, whose SQL is
+`app.core.embeddings.repository.VectorRepository`.
 
 Every vector parameter, stored or searched with, is `vector_param(values)`: pgvector's binary form,
 sent as it is by the binary codec of the `vector` type that the engine registers on each connection
 (`app.core.db.register_vector_codec`). SQL keeps casting the parameter (`CAST(:knn_q AS vector(384))`
-in `app.core.knn`, `CAST(:vectors AS vector[])`), so each statement reads, and plans, as it did with
-text literals. A query vector is bound by `app.core.knn` alone, the only module that writes distances.
+in `app.core.embeddings.knn`, `CAST(:vectors AS vector[])`), so each statement reads, and plans, as it
+did with text literals. A query vector is bound by `app.core.embeddings.knn` alone, the only module that
+writes distances.
 """
 
 from __future__ import annotations
@@ -18,13 +20,7 @@ import struct
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
-
-from app.core.embedding_queue import EmbeddingTarget
-from app.core.repository import VectorRepository
-
-if TYPE_CHECKING:
-    from sqlalchemy.ext.asyncio import AsyncSession
+from typing import Any, Literal
 
 IDENTIFIER = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 KEY_TYPES: dict[str, Callable[[str], Any]] = {"bigint": int, "uuid": uuid.UUID}
@@ -99,21 +95,3 @@ class EmbeddedRows:
     def text_column(self) -> str | None:
         """`text` when it names a column of `table` (otherwise it is an expression, or None)."""
         return self.text if self.text is not None and IDENTIFIER.fullmatch(self.text) else None
-
-
-def embedding_target(rows: EmbeddedRows) -> EmbeddingTarget:
-    """The embedding queue's view of `rows`: read their texts, store their vectors (one statement per
-    batch), list those lacking a vector of a model."""
-    key = KEY_TYPES[rows.key_type]
-
-    async def texts(session: AsyncSession, refs: list[str]) -> dict[str, str]:
-        return await VectorRepository(session).texts(rows, [key(r) for r in refs])
-
-    async def store(session: AsyncSession, model: str, items: list[tuple[str, list[float]]]) -> None:
-        latest = {key(r): v for r, v in items}  # one statement may not write a row twice
-        await VectorRepository(session).store(rows, model, list(latest), [vector_param(v) for v in latest.values()])
-
-    async def missing(session: AsyncSession, model: str, limit: int) -> list[str]:
-        return await VectorRepository(session).missing(rows, model, limit)
-
-    return EmbeddingTarget(rows.target, texts, store, missing)

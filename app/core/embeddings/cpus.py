@@ -3,14 +3,14 @@ calls being answered.
 
 A lower priority alone does not keep background work out of their way on a small host. With every core
 running lowered work (the embedding queue's batches on one, another key's long query on the other),
-each wake-up of a call being answered first displaces that work. Measured on two cores
-(scripts/bench_hostile.py, two 200k-character pushes and two quadratic queries from one key): another
-key's search and query p95 were 59-64 and 43-47 ms in three runs (idle 17-21 and 12-16); with both
-kinds of lowered work kept to one core, 35-37 and 33-41 ms in three runs of four (idle 19-21 and 14).
+each wake-up of a call being answered first displaces that work; with both kinds of lowered work kept
+to one core, another key's calls were markedly faster under the same load (scripts/bench_hostile.py,
+docs/benchmarks.md).
 
 The embedding queue's background thread is always confined (it is one thread: an idle host loses
-nothing). A feature may confine its own long calls while other calls are being answered (`answering`,
-counted by the executor), so that a long call alone on the host keeps every core.
+nothing). A feature may confine its own long calls while other calls are being answered (the calls in
+flight of `app.core.embeddings.load.LOAD`, counted by the executor), so that a long call alone on the
+host keeps every core.
 
 Only Linux sets the CPUs of one thread (`sched_setaffinity` with a thread id); elsewhere nothing is
 confined. Unlike a niceness, an affinity may be widened again without privileges, within the CPUs the
@@ -26,10 +26,7 @@ from collections.abc import Callable
 
 __all__ = [
     "all_cpus",
-    "answering",
     "background_cpus",
-    "call_finished",
-    "call_started",
     "confine",
     "cpus_of",
     "each_thread",
@@ -39,24 +36,6 @@ __all__ = [
 ]
 
 _all: frozenset[int] | None = None
-_answering = 0  # calls the executor is answering in this process
-
-
-def call_started() -> None:
-    """The executor began answering a call."""
-    global _answering
-    _answering += 1
-
-
-def call_finished() -> None:
-    """The executor finished a call."""
-    global _answering
-    _answering -= 1
-
-
-def answering() -> int:
-    """How many calls this process is answering now (read from any thread)."""
-    return _answering
 
 
 def all_cpus() -> frozenset[int] | None:

@@ -1,8 +1,5 @@
-"""Embedding providers and the shared tokenizer.
-
-The local tests run the real int8 ONNX model; the HTTP providers talk to a real HTTP server
-on 127.0.0.1 started here. Reference vectors come from the fp32 weights
-(scripts/make_reference_vectors.py).
+"""app/core/embeddings/local.py: the local provider, on the real int8 ONNX model. Reference vectors come
+from the fp32 weights (scripts/make_reference_vectors.py).
 """
 
 from __future__ import annotations
@@ -10,11 +7,9 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import socket
 import sys
 import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -22,18 +17,11 @@ import numpy as np
 import pytest
 from prometheus_client import REGISTRY
 
-from app.core import cpus, tokens
-from app.core.embedding import (
-    EmbeddingUnavailable,
-    LocalOnnxEmbedder,
-    OllamaEmbedder,
-    OpenAIEmbedder,
-    build_embedder,
-    embedding_caller,
-    set_embedding_caller,
-)
+from app.core.embeddings import cpus, tokens
+from app.core.embeddings.local import LocalOnnxEmbedder
+from app.core.embeddings.provider import EmbeddingUnavailable, embedding_caller, set_embedding_caller
 
-REFERENCE = json.loads((Path(__file__).resolve().parents[2] / "fixtures" / "reference_vectors.json").read_text("utf-8"))
+REFERENCE = json.loads((Path(__file__).resolve().parents[3] / "fixtures" / "reference_vectors.json").read_text("utf-8"))
 # int8 weights versus the fp32 reference. With three or more words the error averages out
 # (measured minimum 0.9991); one- and two-word texts show more of it (measured: "x" 0.9985,
 # "Hello world" 0.9990; single punctuation tokens go down to 0.9955).
@@ -127,7 +115,7 @@ async def test_background_batches_run_at_a_lower_priority_with_the_same_vectors(
         assert worker.native_id is not None
         base = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
         assert os.getpriority(os.PRIO_PROCESS, worker.native_id) == min(19, base + 7)
-        # ... and kept off one core where there are two or more (`app.core.cpus`)
+        # ... and kept off one core where there are two or more (`app.core.embeddings.cpus`)
         assert cpus.cpus_of(worker.native_id) == (cpus.background_cpus() or cpus.all_cpus())
         assert cpus.cpus_of(threading.get_native_id()) == cpus.all_cpus()
         # onnxruntime's own threads of that session inherit it: every thread above the base is ours.
@@ -305,175 +293,3 @@ async def test_check_raises_when_model_missing(tmp_path: Path) -> None:
     with pytest.raises(EmbeddingUnavailable):
         await embedder.embed_one("hello")
     assert not embedder.loaded()
-
-
-def test_build_embedder() -> None:
-    local = build_embedder("local", model="sentence-transformers/all-MiniLM-L6-v2", dimension=384)
-    assert isinstance(local, LocalOnnxEmbedder) and (local.provider, local.dimension) == ("local", 384)
-    openai = build_embedder("openai", model="text-embedding-3-small", api_key="k")
-    assert isinstance(openai, OpenAIEmbedder) and openai.dimension == 1536
-    ollama = build_embedder("ollama", model="some-model", dimension=12)
-    assert isinstance(ollama, OllamaEmbedder) and ollama.dimension == 12
-    bad: list[tuple[str, dict[str, Any]]] = [
-        ("nope", {}),
-        ("local", {"model": "other-model"}),
-        ("local", {"dimension": 768}),
-        ("ollama", {"model": "unknown-model"}),
-    ]
-    for provider, kwargs in bad:
-        with pytest.raises(ValueError):
-            build_embedder(provider, **kwargs)
-
-
-# -- HTTP providers against a real server ------------------------------------------------------------
-
-DIM = 4
-
-
-class _Handler(BaseHTTPRequestHandler):
-    requests: list[dict[str, Any]] = []
-
-    def log_message(self, *args: Any) -> None:
-        pass
-
-    def _reply(self, status: int, body: Any) -> None:
-        data = json.dumps(body).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def do_POST(self) -> None:
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        _Handler.requests.append({"path": self.path, "auth": self.headers.get("Authorization"), "body": body})
-        if self.path.startswith("/fail"):
-            self._reply(500, {"error": "model crashed"})
-            return
-        # Vector i is (3, 4, 0, i): not normalised, and tells which input it belongs to.
-        vectors = [[3.0, 4.0, 0.0, float(i)] for i in range(len(body["input"]))]
-        if self.path == "/v1/embeddings":  # reversed, to check that "index" decides the order
-            data = [{"object": "embedding", "index": i, "embedding": v} for i, v in enumerate(vectors)]
-            self._reply(200, {"object": "list", "data": data[::-1], "model": body["model"]})
-        elif self.path == "/api/embed":
-            self._reply(200, {"model": body["model"], "embeddings": vectors})
-        else:
-            self._reply(404, {"error": "not found"})
-
-
-@pytest.fixture(scope="module")
-def fake_api() -> Iterator[str]:
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{httpd.server_address[1]}"
-    httpd.shutdown()
-    httpd.server_close()
-
-
-@pytest.fixture
-def refused_url() -> str:
-    with socket.socket() as sock:  # a port that was free a moment ago: nothing listens there
-        sock.bind(("127.0.0.1", 0))
-        return f"http://127.0.0.1:{sock.getsockname()[1]}"
-
-
-def expected(i: int) -> list[float]:
-    v = np.array([3.0, 4.0, 0.0, float(i)])
-    return list(v / np.linalg.norm(v))
-
-
-@pytest.mark.asyncio
-async def test_openai_provider(fake_api: str) -> None:
-    _Handler.requests.clear()
-    embedder = OpenAIEmbedder(base_url=fake_api + "/v1", api_key="sk-test", model="m", dimension=DIM)
-    await embedder.start()
-    try:
-        assert not embedder.loaded()
-        vectors = await embedder.embed([f"t{i}" for i in range(130)])
-        assert len(vectors) == 130 and embedder.loaded()
-        np.testing.assert_allclose(vectors[5], expected(5), atol=1e-6)
-        np.testing.assert_allclose(vectors[129], expected(1), atol=1e-6)  # second request: index 1
-        assert [len(r["body"]["input"]) for r in _Handler.requests] == [128, 2]
-        assert _Handler.requests[0]["auth"] == "Bearer sk-test"
-        assert _Handler.requests[0]["body"]["model"] == "m"
-        assert await embedder.embed([]) == []
-        await embedder.check()
-    finally:
-        await embedder.close()
-
-
-@pytest.mark.asyncio
-async def test_ollama_provider(fake_api: str) -> None:
-    _Handler.requests.clear()
-    embedder = OllamaEmbedder(base_url=fake_api, model="all-minilm", dimension=DIM)
-    try:
-        one = await embedder.embed_one("hello")
-        np.testing.assert_allclose(one, expected(0), atol=1e-6)
-        assert _Handler.requests[-1]["body"] == {"model": "all-minilm", "input": ["hello"]}
-        await embedder.check()
-    finally:
-        await embedder.close()
-
-
-@pytest.mark.asyncio
-@pytest.mark.parametrize("kind", ["openai", "ollama"])
-async def test_http_errors_raise_unavailable(fake_api: str, refused_url: str, kind: str) -> None:
-    def make(base: str, dimension: int = DIM) -> OpenAIEmbedder | OllamaEmbedder:
-        if kind == "openai":
-            return OpenAIEmbedder(base_url=base + "/v1", model="m", dimension=dimension, timeout=5)
-        return OllamaEmbedder(base_url=base, model="m", dimension=dimension, timeout=5)
-
-    cases = [
-        (make(fake_api + "/fail"), "HTTP 500"),
-        (make(refused_url), "ConnectError"),
-        (make(fake_api, dimension=8), r"expected \(1, 8\)"),
-    ]
-    for embedder, message in cases:
-        try:
-            with pytest.raises(EmbeddingUnavailable, match=message):
-                await embedder.embed(["x"])
-            with pytest.raises(EmbeddingUnavailable):
-                await embedder.check()
-            assert not embedder.loaded()
-        finally:
-            await embedder.close()
-
-
-# -- tokens ------------------------------------------------------------------------------------------
-
-
-def test_tokenizer_is_shared_and_untruncated() -> None:
-    assert tokens.get_tokenizer() is tokens.get_tokenizer()
-    assert tokens.get_tokenizer(str(tokens.default_tokenizer_path())) is not None
-    long_text = "word " * 1000
-    assert tokens.count_tokens(long_text) == 1000  # the shipped tokenizer.json truncates at 128
-
-
-def test_count_and_spans() -> None:
-    assert tokens.count_tokens("") == 0 and tokens.token_spans("") == []
-    assert tokens.count_tokens("Hello world") == 2  # no [CLS]/[SEP]
-    text = "Embeddings in Zürich: 北京!"
-    spans = tokens.token_spans(text)
-    assert len(spans) == tokens.count_tokens(text)
-    assert text[spans[0][0] : spans[0][1]].lower() == "em"
-    assert all(a < b for a, b in spans) and spans == sorted(spans)
-
-
-def test_long_text_segments_match_single_encoding() -> None:
-    words = ["alpha", "βeta", "北京", "emb3ddings", "x**2;", "🚀", "\n\n", "naïve", "ok."]
-    text = " ".join(words[(i * 7) % len(words)] for i in range(12000))  # > segment size
-    whole = tokens.get_tokenizer().encode(text, add_special_tokens=False)
-    assert tokens.token_spans(text) == [tuple(o) for o in whole.offsets]
-    assert tokens.count_tokens(text) == len(whole.ids)
-
-
-def test_truncate_to_tokens() -> None:
-    text = "one two three four five six"
-    assert tokens.truncate_to_tokens(text, 3) == "one two three"
-    assert tokens.truncate_to_tokens(text, 100) == text
-    assert tokens.truncate_to_tokens(text, 0) == ""
-    assert tokens.truncate_to_tokens("embeddings", 2) == "embed"  # cut between sub-word pieces
-    long_text = "lorem ipsum dolor sit amet " * 5000
-    cut = tokens.truncate_to_tokens(long_text, 1000)
-    assert tokens.count_tokens(cut) == 1000 and long_text.startswith(cut)

@@ -1,4 +1,4 @@
-"""Background CPUs (app/core/cpus.py): all of the process's CPUs but one, set per thread and given back."""
+"""Background CPUs (app/core/embeddings/cpus.py): all of the process's CPUs but one, set per thread and given back."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from app.core import cpus
+from app.core.embeddings import cpus
 
 linux = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread CPUs are Linux's")
 
@@ -70,13 +70,3 @@ def test_set_cpus_covers_every_thread_of_a_process() -> None:
         for t in threads:
             t.join()
         cpus.set_cpus(os.getpid(), cpus.all_cpus())
-
-
-def test_answering_counts_the_calls_in_flight() -> None:
-    before = cpus.answering()
-    cpus.call_started()
-    cpus.call_started()
-    assert cpus.answering() == before + 2
-    cpus.call_finished()
-    cpus.call_finished()
-    assert cpus.answering() == before

@@ -1,12 +1,13 @@
-"""app/core/lexical.py: the query vector, idf, coverage, the rare-word tsquery and the statement."""
+"""app/core/embeddings/lexical.py: the query vector, idf, coverage, the rare-word tsquery and the statement."""
 
 from __future__ import annotations
 
 import math
 
 import pytest
+from pgvector import SparseVector
 
-from app.core.lexical import DIMENSIONS, K1, LexicalIndex, LexicalQuery, Term, idf, ranked
+from app.core.embeddings.lexical import DIMENSIONS, K1, LexicalIndex, LexicalQuery, Term, idf, ranked
 
 
 def test_idf_is_bm25s_and_always_positive() -> None:
@@ -16,11 +17,12 @@ def test_idf_is_bm25s_and_always_positive() -> None:
 
 def test_the_query_vector_sorts_dimensions_and_adds_colliding_lexemes() -> None:
     query = LexicalQuery((Term("b", 7, 3, 1.5), Term("a", 2, 1, 2.0), Term("c", 7, 9, 0.25)))
-    assert query.vector == f"{{2:2,7:1.75}}/{DIMENSIONS}"
+    assert query.vector == SparseVector({1: 2.0, 6: 1.75}, DIMENSIONS)  # indices from 0, dimensions from 1
+    assert query.vector.to_text() == f"{{2:2.0,7:1.75}}/{DIMENSIONS}"  # the SQL form: dimensions from 1
     assert math.isclose(query.best, 3.75 * (K1 + 1))
     assert query.coverage(query.best / 2) == pytest.approx(0.5)
     assert query.coverage(query.best * 3) == 1.0 and query.coverage(-1) == 0.0
-    assert LexicalQuery(()).coverage(5.0) == 0.0 and LexicalQuery(()).vector == f"{{}}/{DIMENSIONS}"
+    assert LexicalQuery(()).coverage(5.0) == 0.0 and LexicalQuery(()).vector == SparseVector({}, DIMENSIONS)
 
 
 def test_rare_lexemes_become_a_quoted_tsquery() -> None:

@@ -9,10 +9,9 @@ an md5 hash into 1..10^9), BM25's saturated term frequency
     w(t, d) = tf · (k1 + 1) / (tf + k1 · (1 - b + b · dl / L))
 
 with k1 = 1.2, b = 0.75, `dl` the document's lexeme count and `L` a fixed reference length of 100
-lexemes (a generated column cannot read the corpus average; the ranking moves little with it:
-SciFact's average is 154, and scoring it exactly with 100 instead moves hybrid nDCG@10 on its train
-split from 0.743 to 0.739). The query vector holds each query lexeme's idf, so the inner product is
-the document's BM25 score:
+lexemes (a generated column cannot read the corpus average; the ranking moves little with it, as
+scoring SciFact's train split with its own, longer average showed). The query vector holds each
+query lexeme's idf, so the inner product is the document's BM25 score:
 
     idf(t) = ln(1 + (N - df + 0.5) / (df + 0.5))
 
@@ -37,8 +36,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from cachetools import TTLCache
+from pgvector import SparseVector
 
-from app.core.vectors import identifier
+from app.core.embeddings.vectors import identifier
 
 if TYPE_CHECKING:
     from app.core.repository import Repository
@@ -122,13 +122,14 @@ class LexicalQuery:
         return sum(t.idf for t in self.terms) * (K1 + 1)
 
     @property
-    def vector(self) -> str:
-        """The query as a `sparsevec` literal (idf per dimension; colliding lexemes add up)."""
+    def vector(self) -> SparseVector:
+        """The query as pgvector's `SparseVector` (idf per dimension; colliding lexemes add up), which
+        the connection's `sparsevec` codec sends in binary (`app.core.db.register_vector_codec`). Its
+        indices count from 0: dimension `d` of the SQL form is index `d - 1`."""
         dims: dict[int, float] = {}
         for t in self.terms:
-            dims[t.dim] = dims.get(t.dim, 0.0) + t.idf
-        body = ",".join(f"{d}:{w:.6g}" for d, w in sorted(dims.items()))
-        return f"{{{body}}}/{DIMENSIONS}"
+            dims[t.dim - 1] = dims.get(t.dim - 1, 0.0) + t.idf
+        return SparseVector(dims, DIMENSIONS)
 
     def rare(self, cap: float | None = None) -> str | None:
         """A tsquery of the lexemes in at most `cap` rows (`'a' | 'b'`; default: `RARE_DF` and

@@ -1,7 +1,7 @@
 """The embedding queue: writes never wait on the model.
 
 A write that needs a vector commits its text and a row of `embedding_queue` in the same
-transaction (`enqueue`) and returns. Workers inside the server (`EmbeddingQueue.start`) then:
+transaction (`app.core.embeddings.calls.enqueue`) and returns. Workers inside the server (`EmbeddingQueue.start`) then:
 
 1. lease a batch of due rows for the active model in one short transaction
    (``FOR UPDATE SKIP LOCKED``: N workers or N replicas never take the same row; a lease that runs
@@ -11,7 +11,7 @@ transaction (`enqueue`) and returns. Workers inside the server (`EmbeddingQueue.
    vectors (a row re-written meanwhile has a newer version: it stays queued and is embedded again).
 
 Background batches give way to the process's calls: while calls are in flight (or one ended less
-than `QUIET_SECONDS` ago), a worker holds back until a quiet moment, for at most
+than `QUIET_SECONDS` ago; `app.core.embeddings.load`), a worker holds back until a quiet moment, for at most
 `embedding_queue_defer_seconds` counted from the oldest due row's enqueue time, so a burst of writes
 is not slowed by the model running beside it on the same cores, and a steady load still gets its
 vectors within that bound. Waits for a call's own rows and drains never hold back.
@@ -21,7 +21,8 @@ queueing and the vectors arrive once the provider answers; a text the provider r
 retried on its own without holding back its batch. Vectors are stored per model: switching the model
 queues every row lacking a vector for it (the start-up sweep of each server).
 
-Features declare what they embed as `EmbeddingTarget`s; the core names none of them.
+Features declare what they embed as `EmbeddingTarget`s (`app.core.embeddings.targets`); the core names
+none of them.
 """
 
 from __future__ import annotations
@@ -32,20 +33,20 @@ import logging
 import os
 import time
 from collections import defaultdict
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from prometheus_client import Counter, Gauge
-from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.core.repository import EmbeddingQueueRepository, LeasedJob, QueueStats
+from app.core.embeddings.load import LOAD, Load
+from app.core.embeddings.repository import EmbeddingQueueRepository, LeasedJob, QueueStats
+from app.core.embeddings.targets import EmbeddingTarget
 
 if TYPE_CHECKING:
     from app.core.config import Settings
-    from app.core.context import CallContext
     from app.core.db import Database
-    from app.core.embedding import EmbeddingProvider
+    from app.core.embeddings.provider import EmbeddingProvider
 
 log = logging.getLogger("cairn.embedding_queue")
 
@@ -54,41 +55,9 @@ JOBS_RETRIED = Counter("cairn_embedding_jobs_retried_total", "Queued rows releas
 JOBS_DEPTH = Gauge("cairn_embedding_jobs_queued", "Rows waiting in the embedding queue for the active model")
 JOBS_OLDEST = Gauge("cairn_embedding_jobs_oldest_seconds", "Age of the oldest row waiting in the embedding queue")
 
-Texts = Callable[[AsyncSession, list[str]], Awaitable[dict[str, str]]]
-Store = Callable[[AsyncSession, str, list[tuple[str, list[float]]]], Awaitable[None]]
-Missing = Callable[[AsyncSession, str, int], Awaitable[list[str]]]
-
 SWEEP_PAGE = 1000
 # A gap between calls shorter than this is one client's think time, not a quiet moment.
 QUIET_SECONDS = 0.05
-
-
-@dataclass(frozen=True)
-class EmbeddingTarget:
-    """Rows of one kind that carry a vector per model.
-
-    - `name`: the queue's `target` value (e.g. ``memory``, ``graph_entity``).
-    - `texts(session, refs)`: the current text of each ref that still exists (missing refs are
-      dropped from the queue).
-    - `store(session, model, [(ref, vector)])`: upsert the vectors of `model`.
-    - `missing(session, model, limit)`: up to `limit` refs that have no vector of `model` and are
-      not queued for it (the sweep after a model switch, and backfills).
-    """
-
-    name: str
-    texts: Texts
-    store: Store
-    missing: Missing
-
-
-async def enqueue(ctx: CallContext, target: str, refs: Sequence[Any]) -> list[int]:
-    """Queue the vectors of `refs` of `target` for the active model, in the call's transaction.
-
-    The executor then wakes the workers after the commit and, when the call asks for it (or the
-    server runs in `sync` write mode), waits for these rows before answering."""
-    ids = await EmbeddingQueueRepository(ctx.session).enqueue(target, [str(r) for r in refs], ctx.embedder.model)
-    ctx.queued.extend(ids)
-    return ids
 
 
 @dataclass(frozen=True)
@@ -111,33 +80,27 @@ class EmbeddingQueue:
     """The process's queue workers and the read-your-writes wait."""
 
     def __init__(
-        self, db: Database, embedder: EmbeddingProvider, targets: Sequence[EmbeddingTarget], settings: Settings
+        self,
+        db: Database,
+        embedder: EmbeddingProvider,
+        targets: Sequence[EmbeddingTarget],
+        settings: Settings,
+        load: Load = LOAD,
     ) -> None:
-        self.db, self.embedder, self.settings = db, embedder, settings
+        self.db, self.embedder, self.settings, self.load = db, embedder, settings, load
         self.targets = {t.name: t for t in targets}
         self._wake = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._last_warning = 0.0
-        self._calls = 0
-        self._last_call = 0.0
 
     @property
     def model(self) -> str:
         """The model whose vectors the workers make."""
         return self.embedder.model
 
-    def call_started(self) -> None:
-        """The executor began a call (background batches give way while calls run)."""
-        self._calls += 1
-
-    def call_finished(self) -> None:
-        """The executor finished a call."""
-        self._calls -= 1
-        self._last_call = time.monotonic()
-
     def busy(self) -> bool:
         """Whether this process is answering calls (one in flight, or one ended just now)."""
-        return self._calls > 0 or time.monotonic() - self._last_call < QUIET_SECONDS
+        return self.load.busy(QUIET_SECONDS)
 
     async def give_way(self) -> float:
         """Before a background batch: while the process is busy, wait for a quiet moment, at most

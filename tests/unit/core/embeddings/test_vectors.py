@@ -1,18 +1,16 @@
-"""app/core/vectors.py: the declaration of what a family embeds, and the binary vector parameter."""
+"""app/core/embeddings/vectors.py: the declaration of what a family embeds, and the binary vector parameter."""
 
 from __future__ import annotations
 
 import struct
-import uuid
 from typing import Any
 
 import numpy as np
 import pytest
-from pgvector import Vector
+from pgvector import SparseVector, Vector
 
-from app.core.db import encode_vector
-from app.core.embedding_queue import EmbeddingTarget
-from app.core.vectors import EmbeddedRows, embedding_target, identifier, vector_param
+from app.core.db import encode_sparse_vector, encode_vector
+from app.core.embeddings.vectors import EmbeddedRows, identifier, vector_param
 
 
 def snapshot(name: str, kind: str) -> str:
@@ -84,43 +82,8 @@ def test_the_codec_sends_bound_bytes_as_they_are_and_converts_other_values() -> 
     assert encode_vector(np.array(values)) == packed
 
 
-class FakeResult:
-    def mappings(self) -> FakeResult:
-        return self
-
-    def all(self) -> list[dict[str, Any]]:
-        return [{"ref": 7, "name": "Ada", "kind": "person"}, {"ref": 9, "name": "Cairn", "kind": "project"}]
-
-
-class FakeSession:
-    """Records the statements a target runs."""
-
-    def __init__(self) -> None:
-        self.calls: list[tuple[str, Any]] = []
-
-    async def execute(self, statement: Any, params: Any = None) -> FakeResult:
-        self.calls.append((str(statement), params))
-        return FakeResult()
-
-
-async def test_a_target_stores_one_statement_per_batch_with_typed_distinct_keys() -> None:
-    rows = EmbeddedRows("notes", "notes", "note_vectors", text="body", key_type="uuid", owner="note_id")
-    target = embedding_target(rows)
-    assert isinstance(target, EmbeddingTarget) and target.name == "notes"
-    a, b = uuid.uuid4(), uuid.uuid4()
-    session = FakeSession()
-    await target.store(session, "m", [(str(a), [1.0, 2.0]), (str(b), [3.0, 4.0]), (str(a), [5.0, 6.0])])  # type: ignore[arg-type]
-    assert len(session.calls) == 1
-    sql, params = session.calls[0]
-    assert sql.startswith("INSERT INTO note_vectors")
-    assert params == {"model": "m", "owners": [a, b], "vectors": [vector_param([5.0, 6.0]), vector_param([3.0, 4.0])]}
-    await target.store(session, "m", [])  # type: ignore[arg-type]
-    assert len(session.calls) == 1  # nothing to store, no statement
-
-
-async def test_a_target_composes_texts_from_named_columns() -> None:
-    rows = EmbeddedRows("people", "people", "people_vectors", columns=("name", "kind"), compose=snapshot)
-    session = FakeSession()
-    texts = await embedding_target(rows).texts(session, ["7", "9"])  # type: ignore[arg-type]
-    assert texts == {"7": "Ada (person)", "9": "Cairn (project)"}
-    assert session.calls[0][1] == {"keys": [7, 9]}
+def test_the_sparse_codec_sends_pgvectors_binary_form() -> None:
+    sparse = SparseVector({0: 1.5, 41: -2.0}, 100)
+    assert encode_sparse_vector(sparse) == sparse.to_binary()
+    assert encode_sparse_vector([1.5, 0.0, 2.0]) == SparseVector({0: 1.5, 2: 2.0}, 3).to_binary()
+    assert SparseVector.from_binary(encode_sparse_vector(sparse)) == sparse

@@ -5,10 +5,10 @@ A hit's relevance is the chance that either signal holds, as if they were indepe
     relevance = 1 - (1 - c) · (1 - min(1, w · v))
 
 with `c` the cosine similarity of the query's and the hit's vectors (below 0 counts as 0), `v` the
-lexical coverage (the BM25 score over the best score the query allows, `app.core.lexical`) and
+lexical coverage (the BM25 score over the best score the query allows, `app.core.embeddings.lexical`) and
 `w` = `LEXICAL_WEIGHT`, 1.25. A hit found by meaning alone keeps its cosine, one found by words alone
 scores `min(1, w · v)`, and agreement of both raises it towards 1. The weight was chosen on SciFact's
-train split (hybrid nDCG@10 0.738 at w = 1, 0.743 at 1.25, 0.736 at 1.5); a search for one signal is
+train split, the best hybrid ranking of 1, 1.25 and 1.5 (docs/memory.md); a search for one signal is
 the same formula with the other at 0, so one `score_threshold` means the same in every mode.
 
 Worked example, w = 1.25: cosine 0.6 and coverage 0.4 give 1 - 0.4 · (1 - 0.5) = 0.8; cosine 0.6

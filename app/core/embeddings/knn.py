@@ -17,12 +17,11 @@ where `<distance>` (`distance_sql`) is `(e.embedding::vector(<dim>)) <=> CAST(:k
   condition implies the index's at plan time, and asyncpg prepares every statement: a bound model
   under a generic plan implies nothing. So the model is an SQL literal (`model_literal`), and the
   ordering expression is the index's expression to the character, dimension cast included.
-- **The query vector is bound here alone** (`query_params`, `:knn_q`), as `app.core.vectors.vector_param`:
-  pgvector's binary form, sent as it is by the connection's binary `vector` codec. pgvector's
-  SQLAlchemy type (`pgvector.sqlalchemy.Vector`) is not used: its bind processor always formats the
-  vector as text (`'[0.1,…]'`), which the binary codec refuses, and the text path it needs instead
-  cost 344 µs a statement against 118 µs for a 384-d vector (`SELECT vector_dims(CAST(:q AS
-  vector(384)))` on the embedded PostgreSQL, Python formatting 160 µs of it).
+- **The query vector is bound here alone** (`query_params`, `:knn_q`), as
+  `app.core.embeddings.vectors.vector_param`: pgvector's binary form, sent as it is by the connection's
+  binary `vector` codec. pgvector's SQLAlchemy type (`pgvector.sqlalchemy.Vector`) is not used: its bind
+  processor always formats the vector as text (`'[0.1,…]'`), which the binary codec refuses, and the
+  text path it would need instead is several times slower per statement, most of it in Python.
 - **One scan policy** (`ef_search_for`, applied by `prepare_scan` in the statement's transaction, as
   `SET LOCAL` would): pgvector's iterative index scans in relaxed order, so that a filtered search
   still finds its `k` rows, with `hnsw.ef_search` at least `k` and the family's setting, at most
@@ -43,7 +42,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from app.core.vectors import EmbeddedRows, identifier, vector_param
+from app.core.embeddings.vectors import EmbeddedRows, identifier, vector_param
 
 if TYPE_CHECKING:
     from sqlalchemy import RowMapping

@@ -1,33 +1,31 @@
-"""Embedding providers: local all-MiniLM-L6-v2 on onnxruntime, OpenAI-compatible and Ollama HTTP.
+"""The local embedding provider: all-MiniLM-L6-v2 on onnxruntime, in this process.
 
-Every provider returns L2-normalised float vectors in input order. The local provider
-coalesces concurrent calls into micro-batches: callers put their texts on a queue, one
-batcher task collects up to ``max_batch`` texts (waiting at most ``max_wait_ms`` after the
-first one), and a pool of onnxruntime sessions runs each batch in a worker thread.
+It returns L2-normalised float vectors in input order, and coalesces concurrent calls into
+micro-batches: callers put their texts on a queue, one batcher task collects up to ``max_batch``
+texts (waiting at most ``max_wait_ms`` after the first one), and a pool of onnxruntime sessions runs
+each batch in a worker thread.
 
 The batcher is fair between callers (an API key and its project, named for the current task with
-:func:`set_embedding_caller`; the executor's calls set it): each caller has its own queue, and a
-batch takes one text per caller in turn, so a search's one query is in the next batch however many
-texts another caller has queued. A batch is also capped in (estimated) tokens, so the batch in
+`app.core.embeddings.provider.set_embedding_caller`; the executor's calls set it): each caller has its
+own queue, and a batch takes one text per caller in turn, so a search's one query is in the next batch
+however many texts another caller has queued. A batch is also capped in (estimated) tokens, so the batch in
 flight ends soon, and the vectors of each run of similar lengths are handed out as soon as that
 run is done (short texts run first).
 
 Background and bulk work (the embedding queue's batches, `embed_background`, and any `embed` call
 of more than ``max_batch_tokens`` estimated tokens, such as a large document pushed with a wait)
 runs on its own session, of one onnxruntime thread with a lower scheduling priority
-(``background_nice``, Linux), kept off one core (`app.core.cpus`): on a busy host the CPU goes to
-the short calls being answered (a search's query, a short push), and bulk work takes what they
-leave. Concurrent bulk callers take turns batch by batch (the session's one thread serves their
+(``background_nice``, Linux), kept off one core (`app.core.embeddings.cpus`): on a busy host the CPU
+goes to the short calls being answered (a search's query, a short push), and bulk work takes what
+they leave. Concurrent bulk callers take turns batch by batch (the session's one thread serves their
 batches in arrival order).
 """
 
 from __future__ import annotations
 
-import abc
 import asyncio
 import collections
 import contextlib
-import contextvars
 import os
 import sys
 import threading
@@ -38,118 +36,25 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
 import numpy as np
-from prometheus_client import Counter, Gauge, Histogram
+from prometheus_client import Gauge
 
-from app.core import cpus
-from app.core.tokens import load_tokenizer
-
-__all__ = [
-    "LOCAL_DIMENSION",
-    "LOCAL_MODEL_NAME",
-    "EmbeddingProvider",
-    "EmbeddingUnavailable",
-    "LocalOnnxEmbedder",
-    "OllamaEmbedder",
-    "OpenAIEmbedder",
-    "build_embedder",
-    "embedding_caller",
-    "set_embedding_caller",
-]
-
-LOCAL_MODEL_NAME = "all-MiniLM-L6-v2"
-LOCAL_DIMENSION = 384
-REMOTE_BATCH = 128
-
-BATCH_SIZE = Histogram(
-    "cairn_embedding_batch_size",
-    "Texts per embedding batch (ONNX run or HTTP request)",
-    buckets=(1, 2, 4, 8, 16, 32, 64, 128),
+from app.core.embeddings import cpus
+from app.core.embeddings.provider import (
+    LOCAL_DIMENSION,
+    LOCAL_MODEL_NAME,
+    EmbeddingProvider,
+    EmbeddingUnavailable,
+    check_texts,
+    embedding_caller,
+    normalise,
+    record_batch,
 )
+from app.core.embeddings.tokens import load_tokenizer
+
+__all__ = ["LocalOnnxEmbedder"]
+
 QUEUE_DEPTH = Gauge("cairn_embedding_queue_depth", "Texts waiting for the local embedding batcher")
-TEXTS_TOTAL = Counter("cairn_embedding_texts_total", "Texts embedded")
-BATCH_SECONDS = Histogram(
-    "cairn_embedding_batch_seconds",
-    "Wall time of one embedding batch",
-    buckets=(0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0),
-)
-
-_KNOWN_DIMENSIONS = {
-    "text-embedding-3-small": 1536,
-    "text-embedding-3-large": 3072,
-    "text-embedding-ada-002": 1536,
-    "nomic-embed-text": 768,
-    "mxbai-embed-large": 1024,
-    "all-minilm": 384,
-    "bge-m3": 1024,
-    LOCAL_MODEL_NAME.lower(): LOCAL_DIMENSION,
-}
-
-
-_CALLER: contextvars.ContextVar[str] = contextvars.ContextVar("cairn_embedding_caller", default="")
-
-
-def set_embedding_caller(caller: str) -> None:
-    """Name the caller whose texts the current task (and the tasks it starts) embeds: the local
-    batcher shares the model between callers in turn. ``CallContext`` sets it for every call (the
-    key and its project); work outside a call (the queue's workers) shares the unnamed caller."""
-    _CALLER.set(caller)
-
-
-def embedding_caller() -> str:
-    """The caller named for the current task ("" outside any call)."""
-    return _CALLER.get()
-
-
-class EmbeddingUnavailable(RuntimeError):
-    """The embedding model cannot be loaded or the embedding service cannot be reached."""
-
-
-def _normalise(vectors: np.ndarray) -> np.ndarray:
-    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
-    return vectors / np.where(norms > 0, norms, 1.0)  # an all-zero vector stays zero
-
-
-def _check_texts(texts: Sequence[str]) -> None:
-    # A bare str is a Sequence[str] too; embedding it character by character is never meant.
-    if isinstance(texts, str) or any(not isinstance(t, str) for t in texts):
-        raise TypeError("embed() takes a sequence of str")
-
-
-class EmbeddingProvider(abc.ABC):
-    """An embedding backend. ``model`` names the vectors it makes (the key they are stored under)."""
-
-    provider: str
-    model: str
-    dimension: int
-
-    @abc.abstractmethod
-    async def embed(self, texts: Sequence[str]) -> list[list[float]]:
-        """Embed ``texts``: one L2-normalised vector per text, in order; ``[]`` for no texts."""
-
-    async def embed_one(self, text: str) -> list[float]:
-        """Embed a single text."""
-        return (await self.embed([text]))[0]
-
-    async def embed_background(self, texts: Sequence[str]) -> list[list[float]]:
-        """Embed ``texts`` for background work that nobody waits on (the embedding queue's workers):
-        a provider may run it at a lower priority than interactive calls. Default: :meth:`embed`."""
-        return await self.embed(texts)
-
-    async def start(self) -> None:  # noqa: B027 - optional hook
-        """Prepare for use (cheap: models still load lazily)."""
-
-    async def close(self) -> None:  # noqa: B027 - optional hook
-        """Release resources; pending calls fail with :class:`EmbeddingUnavailable`."""
-
-    @abc.abstractmethod
-    def loaded(self) -> bool:
-        """Whether the model is loaded (local) or the service has answered (remote)."""
-
-    @abc.abstractmethod
-    async def check(self) -> None:
-        """Raise :class:`EmbeddingUnavailable` unless the provider can embed now (for readiness)."""
 
 
 @dataclass(slots=True)
@@ -173,7 +78,7 @@ def _deliver(batch: list[_Item], indices: list[int], vectors: np.ndarray) -> Non
 
 def _lower_thread_priority(nice: int) -> None:
     # Linux schedules threads one by one: this lowers the calling thread only (and the threads it
-    # starts inherit it), and keeps it off one core (`app.core.cpus`). Elsewhere setpriority would
+    # starts inherit it), and keeps it off one core (`app.core.embeddings.cpus`). Elsewhere setpriority would
     # lower the whole process, so it is not done.
     if nice > 0 and sys.platform.startswith("linux"):
         with contextlib.suppress(OSError):
@@ -204,8 +109,8 @@ class LocalOnnxEmbedder(EmbeddingProvider):
         intra_op_threads: threads per session (default ``max(1, 2 // workers)``).
         max_batch: most texts in one batch; larger ``embed`` calls are split.
         max_batch_tokens: most (estimated) tokens in one batch, at least one text (default
-            ``4 * max_length``: about 0.2 s of model time on two cores, which bounds how long a
-            newly queued text waits for the batch in flight; above a few full-length texts per
+            ``4 * max_length``: a fraction of a second of model time on a small host, which bounds how
+            long a newly queued text waits for the batch in flight; above a few full-length texts per
             batch, throughput barely depends on it).
         max_wait_ms: longest wait for more texts after the first one of a batch arrives (only
             while callers overlap: a lone sequential caller is not kept waiting).
@@ -289,7 +194,7 @@ class LocalOnnxEmbedder(EmbeddingProvider):
         # Pool threads that spin while waiting for work burn CPU the server's other calls need.
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         # Batch shapes differ from one batch to the next, so planned memory patterns are rarely reused,
-        # and each new shape grew the arena (a 32 x 256-token batch: +800 MB, and more for the next).
+        # and each new shape grew the arena (by hundreds of megabytes for a batch of full-length texts).
         options.enable_mem_pattern = False
         return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
 
@@ -321,7 +226,7 @@ class LocalOnnxEmbedder(EmbeddingProvider):
             feeds = {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
             hidden = session.run(["last_hidden_state"], feeds)[0]
             weights = mask.astype(np.float32)  # mean pooling over the real tokens
-            vectors = _normalise(np.einsum("bld,bl->bd", hidden, weights) / weights.sum(axis=1, keepdims=True))
+            vectors = normalise(np.einsum("bld,bl->bd", hidden, weights) / weights.sum(axis=1, keepdims=True))
             pooled[run] = vectors
             if on_run is not None and n < len(runs) - 1:  # the last run's callers get the batch's result
                 on_run(run, vectors)
@@ -435,13 +340,11 @@ class LocalOnnxEmbedder(EmbeddingProvider):
 
     def _count_batch(self, size: int, started: float) -> None:
         self.batches_run += 1
-        BATCH_SIZE.observe(size)
-        BATCH_SECONDS.observe(time.perf_counter() - started)
-        TEXTS_TOTAL.inc(size)
+        record_batch(size, started)
 
     async def embed(self, texts: Sequence[str]) -> list[list[float]]:
         """Embed ``texts`` through the shared micro-batcher (see the class docstring)."""
-        _check_texts(texts)
+        check_texts(texts)
         if not texts:
             return []
         await self.check()
@@ -454,7 +357,7 @@ class LocalOnnxEmbedder(EmbeddingProvider):
         loop = asyncio.get_running_loop()
         now = loop.time()
         futures: list[asyncio.Future[np.ndarray]] = [loop.create_future() for _ in texts]
-        caller = _CALLER.get()
+        caller = embedding_caller()
         queue = self._queues.get(caller)
         if queue is None:
             queue = self._queues[caller] = collections.deque()  # joins the ring at its end
@@ -482,7 +385,7 @@ class LocalOnnxEmbedder(EmbeddingProvider):
         """Embed ``texts`` on the low-priority background session, in batches of at most
         ``max_batch`` texts and ``max_batch_tokens`` estimated tokens, as the batcher's (through the
         micro-batcher when ``background_nice`` is 0)."""
-        _check_texts(texts)
+        check_texts(texts)
         if not texts:
             return []
         if not self.background_nice:
@@ -529,8 +432,8 @@ class LocalOnnxEmbedder(EmbeddingProvider):
             )
             try:
                 # Made in the low-priority thread, so the session's own threads start with its priority;
-                # one thread: a lower priority alone still left another key's search 1.9x slower beside
-                # two 200k-character pushes on two cores (1.5x with one, docs/benchmarks.md).
+                # one thread: with more, a lower priority alone still left another key's search markedly
+                # slower beside large pushes on a small host (docs/benchmarks.md).
                 session = await asyncio.get_running_loop().run_in_executor(executor, self._new_session, 1)
             except Exception as exc:
                 executor.shutdown(wait=False)
@@ -562,207 +465,3 @@ class LocalOnnxEmbedder(EmbeddingProvider):
             self._background[0].shutdown(wait=False)
         with self._load_lock:
             self._executor, self._sessions, self._tokenizer, self._background = None, [], None, None
-
-
-class _HttpEmbedder(EmbeddingProvider):
-    """Shared plumbing of the HTTP providers: client, batching, errors, normalisation."""
-
-    path = ""
-
-    def __init__(
-        self,
-        *,
-        base_url: str,
-        model: str,
-        dimension: int | None,
-        timeout: float,
-        headers: dict[str, str] | None = None,
-        check_ttl: float = 30.0,
-    ) -> None:
-        known = _KNOWN_DIMENSIONS.get(model.split(":")[0].lower())
-        if dimension is None and known is None:
-            raise ValueError(f"dimension is required for embedding model {model!r}")
-        self.base_url, self.model, self.dimension = base_url.rstrip("/"), model, dimension or known or 0
-        self.timeout, self.check_ttl, self._headers = timeout, check_ttl, headers or {}
-        self._client: httpx.AsyncClient | None = None
-        self._client_loop: asyncio.AbstractEventLoop | None = None
-        self._ok_at: float | None = None
-
-    def _http(self) -> httpx.AsyncClient:
-        loop = asyncio.get_running_loop()
-        if self._client is None or self._client_loop is not loop:  # connection pools are loop-bound
-            self._client = httpx.AsyncClient(timeout=self.timeout, headers=self._headers)
-            self._client_loop = loop
-        return self._client
-
-    async def start(self) -> None:
-        """Open the HTTP client."""
-        self._http()
-
-    async def close(self) -> None:
-        """Close the HTTP client."""
-        if self._client is not None and self._client_loop is asyncio.get_running_loop():
-            await self._client.aclose()
-        self._client = None
-
-    def loaded(self) -> bool:
-        """Whether the service has answered a request successfully."""
-        return self._ok_at is not None
-
-    @abc.abstractmethod
-    def _payload(self, texts: list[str]) -> dict[str, Any]: ...
-
-    @abc.abstractmethod
-    def _parse(self, body: Any) -> Any: ...
-
-    async def _request(self, texts: list[str]) -> np.ndarray:
-        url = self.base_url + self.path
-        what = f"{self.provider} embeddings at {url}"
-        try:
-            response = await self._http().post(url, json=self._payload(texts))
-        except httpx.HTTPError as exc:
-            raise EmbeddingUnavailable(f"{what}: {type(exc).__name__}") from exc
-        if not response.is_success:
-            raise EmbeddingUnavailable(f"{what}: HTTP {response.status_code} {response.text[:200].strip()}")
-        try:
-            vectors = np.asarray(self._parse(response.json()), dtype=np.float32)
-        except (ValueError, KeyError, TypeError, AttributeError) as exc:
-            raise EmbeddingUnavailable(f"{what}: unexpected response") from exc
-        if vectors.shape != (len(texts), self.dimension):
-            raise EmbeddingUnavailable(
-                f"{what}: vectors of shape {vectors.shape}, expected ({len(texts)}, {self.dimension})"
-            )
-        return vectors
-
-    async def embed(self, texts: Sequence[str]) -> list[list[float]]:
-        """Embed ``texts`` in requests of up to 128; vectors are re-normalised here."""
-        _check_texts(texts)
-        out: list[list[float]] = []
-        for start in range(0, len(texts), REMOTE_BATCH):
-            chunk = list(texts[start : start + REMOTE_BATCH])
-            started = time.perf_counter()
-            vectors = await self._request(chunk)
-            BATCH_SIZE.observe(len(chunk))
-            BATCH_SECONDS.observe(time.perf_counter() - started)
-            TEXTS_TOTAL.inc(len(chunk))
-            out.extend(_normalise(vectors).tolist())
-            self._ok_at = time.monotonic()
-        return out
-
-    async def check(self) -> None:
-        """Embed a probe text, at most once per ``check_ttl`` seconds after a success."""
-        if self._ok_at is None or time.monotonic() - self._ok_at >= self.check_ttl:
-            await self.embed(["ok"])
-
-
-class OpenAIEmbedder(_HttpEmbedder):
-    """Any OpenAI-compatible embeddings API: ``POST {base_url}/embeddings``.
-
-    ``base_url`` includes the version prefix, as in the OpenAI SDK: ``https://api.openai.com/v1``.
-    """
-
-    provider, path = "openai", "/embeddings"
-
-    def __init__(
-        self,
-        *,
-        base_url: str = "https://api.openai.com/v1",
-        api_key: str | None = None,
-        model: str = "text-embedding-3-small",
-        dimension: int | None = None,
-        timeout: float = 30.0,
-    ) -> None:
-        auth = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        super().__init__(base_url=base_url, model=model, dimension=dimension, timeout=timeout, headers=auth)
-
-    def _payload(self, texts: list[str]) -> dict[str, Any]:
-        # OpenAI rejects empty strings; a single space embeds as "nothing" too.
-        payload: dict[str, Any] = {"model": self.model, "input": [t or " " for t in texts]}
-        payload["encoding_format"] = "float"
-        if self.model.startswith("text-embedding-3") and _KNOWN_DIMENSIONS.get(self.model) != self.dimension:
-            payload["dimensions"] = self.dimension  # v3 models can shorten their vectors
-        return payload
-
-    def _parse(self, body: Any) -> Any:
-        return [d["embedding"] for d in sorted(body["data"], key=lambda d: d.get("index", 0))]
-
-
-class OllamaEmbedder(_HttpEmbedder):
-    """Ollama's embedding API: ``POST {base_url}/api/embed`` with ``{"model", "input"}``."""
-
-    provider, path = "ollama", "/api/embed"
-
-    def __init__(
-        self,
-        *,
-        base_url: str = "http://127.0.0.1:11434",
-        model: str = "nomic-embed-text",
-        dimension: int | None = None,
-        timeout: float = 30.0,
-    ) -> None:
-        super().__init__(base_url=base_url, model=model, dimension=dimension, timeout=timeout)
-
-    def _payload(self, texts: list[str]) -> dict[str, Any]:
-        return {"model": self.model, "input": texts}
-
-    def _parse(self, body: Any) -> Any:
-        return body["embeddings"]
-
-
-def build_embedder(
-    provider: str,
-    *,
-    model: str | None = None,
-    dimension: int | None = None,
-    base_url: str | None = None,
-    api_key: str | None = None,
-    model_path: str | None = None,
-    tokenizer_path: str | None = None,
-    workers: int = 1,
-    max_batch: int = 32,
-    max_wait_ms: float = 5.0,
-    max_length: int = 256,
-    timeout: float = 30.0,
-    background_nice: int = 0,
-    max_batch_tokens: int | None = None,
-) -> EmbeddingProvider:
-    """Make the configured provider: ``"local"``, ``"openai"`` or ``"ollama"``.
-
-    ``local`` always serves ``all-MiniLM-L6-v2`` (384-d); ``model_path``, ``tokenizer_path``,
-    ``workers``, ``max_batch``, ``max_batch_tokens``, ``max_wait_ms``, ``max_length`` and
-    ``background_nice`` apply to it only. The HTTP
-    providers need ``dimension`` unless the model is a well-known one, and send at most 128
-    texts per request. Raises ``ValueError`` for an unknown provider or inconsistent settings.
-    """
-    name = provider.strip().lower()
-    if name == "local":
-        if model is not None and model.split("/")[-1].lower() != LOCAL_MODEL_NAME.lower():
-            raise ValueError(f"the local provider serves {LOCAL_MODEL_NAME} only, not {model!r}")
-        if dimension is not None and dimension != LOCAL_DIMENSION:
-            raise ValueError(f"{LOCAL_MODEL_NAME} makes {LOCAL_DIMENSION}-d vectors, not {dimension}")
-        return LocalOnnxEmbedder(
-            model_path=model_path,
-            tokenizer_path=tokenizer_path,
-            workers=workers,
-            max_batch=max_batch,
-            max_wait_ms=max_wait_ms,
-            max_length=max_length,
-            background_nice=background_nice,
-            max_batch_tokens=max_batch_tokens,
-        )
-    if name == "openai":
-        return OpenAIEmbedder(
-            base_url=base_url or "https://api.openai.com/v1",
-            api_key=api_key,
-            model=model or "text-embedding-3-small",
-            dimension=dimension,
-            timeout=timeout,
-        )
-    if name == "ollama":
-        return OllamaEmbedder(
-            base_url=base_url or "http://127.0.0.1:11434",
-            model=model or "nomic-embed-text",
-            dimension=dimension,
-            timeout=timeout,
-        )
-    raise ValueError(f"unknown embedding provider {provider!r} (expected local, openai or ollama)")

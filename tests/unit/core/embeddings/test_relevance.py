@@ -1,4 +1,4 @@
-"""app/core/relevance.py: the formula against the module's worked example."""
+"""app/core/embeddings/relevance.py: the formula against the module's worked example."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from app.core.relevance import LEXICAL_WEIGHT, lexical_relevance, relevance
+from app.core.embeddings.relevance import LEXICAL_WEIGHT, lexical_relevance, relevance
 
 
 def test_the_documented_example() -> None:

@@ -1,11 +1,14 @@
-"""app/core/repository.py: the statements made from an `EmbeddedRows` declaration."""
+"""app/core/embeddings/repository.py: the statements made from an `EmbeddedRows` declaration."""
 
 from __future__ import annotations
 
 import re
+from typing import Any, cast
 
-from app.core.repository import vector_statements
-from app.core.vectors import EmbeddedRows
+import pytest
+
+from app.core.embeddings.repository import QUEUED_TARGET, EmbeddingQueueRepository, vector_statements
+from app.core.embeddings.vectors import EmbeddedRows
 
 PARAM = re.compile(r"(?<![:\w]):(\w+)")
 LIVE = "t.expires_at IS NULL OR t.expires_at > now()"
@@ -69,3 +72,47 @@ def test_values_are_bound_parameters_only() -> None:
     assert set(PARAM.findall(statements.store)) == {"model", "owners", "vectors"}
     assert set(PARAM.findall(statements.missing)) == {"model", "target", "limit"}
     assert vector_statements(rows) is statements  # made once per declaration
+
+
+class Recorded:
+    """A session that records the statement it is given and answers with no rows."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, Any]] = []
+
+    async def execute(self, statement: Any, params: Any = None) -> Recorded:
+        self.calls.append((squash(str(statement)), params))
+        return self
+
+    def mappings(self) -> Recorded:
+        return self
+
+    def all(self) -> list[dict[str, Any]]:
+        return [{"model": "m", "n": 2}]
+
+
+async def test_queued_counts_select_the_refs_with_the_familys_own_query() -> None:
+    session = Recorded()
+    refs = "SELECT m.id::text FROM memories m WHERE m.document_id = :d"
+    counts = await EmbeddingQueueRepository(cast(Any, session)).queued_by_model("m", refs, {"d": 7})
+    assert counts == {"m": 2}
+    assert session.calls == [
+        (
+            f"SELECT q.model, count(*) AS n FROM embedding_queue q WHERE q.target = :{QUEUED_TARGET} "
+            f"AND q.ref IN ({refs}) GROUP BY q.model",
+            {"d": 7, QUEUED_TARGET: "m"},
+        )
+    ]
+
+
+@pytest.mark.parametrize(
+    ("refs", "params"),
+    [("SELECT 1; DELETE FROM memories", {}), ("SELECT '1' -- x", {}), ("SELECT :queued_target", {QUEUED_TARGET: 1})],
+)
+async def test_queued_counts_refuse_a_query_that_is_not_one_statement_of_its_own(
+    refs: str, params: dict[str, Any]
+) -> None:
+    session = Recorded()
+    with pytest.raises(ValueError):
+        await EmbeddingQueueRepository(cast(Any, session)).queued_by_model("m", refs, params)
+    assert session.calls == []

@@ -1,4 +1,4 @@
-"""app/core/tokens.py: `count_tokens` counts what the tokenizer library counts, on its ASCII path (its
+"""app/core/embeddings/tokens.py: `count_tokens` counts what the tokenizer library counts, on its ASCII path (its
 own splitting and a table of word counts) as on the library's, for any text."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import string
 
 import pytest
 
-from app.core import tokens
-from app.core.tokens import count_tokens, get_tokenizer
+from app.core.embeddings import tokens
+from app.core.embeddings.tokens import count_tokens, get_tokenizer
 
 
 def library_count(text: str) -> int:
@@ -94,3 +94,39 @@ def test_words_within_is_the_longest_whole_word_prefix_that_fits() -> None:
         if end < len(text):
             assert library_count(text[:longer]) > cap  # the next word does not fit
     assert tokens.words_within("a\x00b", 5) is None and tokens.words_within("no\u00a0break", 5) is None
+
+
+def test_tokenizer_is_shared_and_untruncated() -> None:
+    assert tokens.get_tokenizer() is tokens.get_tokenizer()
+    assert tokens.get_tokenizer(str(tokens.default_tokenizer_path())) is not None
+    long_text = "word " * 1000
+    assert tokens.count_tokens(long_text) == 1000  # the shipped tokenizer.json truncates at 128
+
+
+def test_count_and_spans() -> None:
+    assert tokens.count_tokens("") == 0 and tokens.token_spans("") == []
+    assert tokens.count_tokens("Hello world") == 2  # no [CLS]/[SEP]
+    text = "Embeddings in Zürich: 北京!"
+    spans = tokens.token_spans(text)
+    assert len(spans) == tokens.count_tokens(text)
+    assert text[spans[0][0] : spans[0][1]].lower() == "em"
+    assert all(a < b for a, b in spans) and spans == sorted(spans)
+
+
+def test_long_text_segments_match_single_encoding() -> None:
+    words = ["alpha", "βeta", "北京", "emb3ddings", "x**2;", "🚀", "\n\n", "naïve", "ok."]
+    text = " ".join(words[(i * 7) % len(words)] for i in range(12000))  # > segment size
+    whole = tokens.get_tokenizer().encode(text, add_special_tokens=False)
+    assert tokens.token_spans(text) == [tuple(o) for o in whole.offsets]
+    assert tokens.count_tokens(text) == len(whole.ids)
+
+
+def test_truncate_to_tokens() -> None:
+    text = "one two three four five six"
+    assert tokens.truncate_to_tokens(text, 3) == "one two three"
+    assert tokens.truncate_to_tokens(text, 100) == text
+    assert tokens.truncate_to_tokens(text, 0) == ""
+    assert tokens.truncate_to_tokens("embeddings", 2) == "embed"  # cut between sub-word pieces
+    long_text = "lorem ipsum dolor sit amet " * 5000
+    cut = tokens.truncate_to_tokens(long_text, 1000)
+    assert tokens.count_tokens(cut) == 1000 and long_text.startswith(cut)

@@ -14,7 +14,7 @@ text is lowercased and split as BERT's normaliser and pre-tokeniser would (words
 digits, each punctuation mark on its own), and each distinct word's WordPiece count is asked of the
 model once and remembered. Text with other characters is cut at whitespace (BERT never joins across
 it, and its normaliser works character by character): ASCII pieces are counted so, each other piece
-by the library once and remembered. ``tests/unit/core/test_tokens.py`` holds the ways equal.
+by the library once and remembered. ``tests/unit/core/embeddings/test_tokens.py`` holds the ways equal.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ __all__ = [
     "words_within",
 ]
 
-TOKENIZER_FILE = Path(__file__).resolve().parent / "assets" / "all-MiniLM-L6-v2.tokenizer.json"
+TOKENIZER_FILE = Path(__file__).resolve().parents[1] / "assets" / "all-MiniLM-L6-v2.tokenizer.json"
 
 # Texts longer than this (in characters) are split into segments tokenised in parallel.
 _SEGMENT_CHARS = 8192
@@ -142,7 +142,7 @@ def _table(tokenizer: Tokenizer) -> dict[str, int]:
 
 
 # The two counters below are written out in full: they run on every reply, and a call per word
-# (a shared "remember this count" helper) made a 22 KB JSON reply 60% slower to count.
+# (a shared "remember this count" helper) made a large JSON reply markedly slower to count.
 def _ascii_count(text: str, tokenizer: Tokenizer) -> int:
     counts = _table(tokenizer)
     total = 0

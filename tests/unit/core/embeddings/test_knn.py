@@ -1,4 +1,4 @@
-"""app/core/knn.py: the one k-NN statement, its literal model and index expression, the scan policy."""
+"""app/core/embeddings/knn.py: the one k-NN statement, its literal model and index expression, the scan policy."""
 
 from __future__ import annotations
 
@@ -9,12 +9,20 @@ from typing import Any
 import pytest
 from pgvector import Vector
 
-from app.core import knn
-from app.core.knn import KnnQuery, distance_sql, ef_search_for, model_literal, nearest, nearest_rows, similarity_sql
+from app.core.embeddings import knn
+from app.core.embeddings.knn import (
+    KnnQuery,
+    distance_sql,
+    ef_search_for,
+    model_literal,
+    nearest,
+    nearest_rows,
+    similarity_sql,
+)
+from app.core.embeddings.vectors import EmbeddedRows, vector_param
 from app.core.repository import Repository
-from app.core.vectors import EmbeddedRows, vector_param
 
-APP = Path(__file__).resolve().parents[3] / "app"
+APP = Path(__file__).resolve().parents[4] / "app"
 PARAM = re.compile(r"(?<![:\w]):(\w+)")
 NOTES = EmbeddedRows("notes", "notes", "note_vectors", text="body", key_type="uuid", owner="note_id")
 INDEX = re.compile(r"USING hnsw \(\((embedding::vector\((\d+)\))\) vector_cosine_ops\) WHERE model = '([^']+)'")

@@ -1,0 +1,94 @@
+"""What an operation call does with the embedding machinery: queue the vectors of its writes, and
+embed a search's query.
+
+`enqueue` writes queue rows in the call's transaction and registers, once per call, the after-commit
+hook `QueuedVectors` (`CallContext.after_commit`): once the call has committed, it wakes the queue's
+workers, waits for the call's own rows when asked (the call's `wait_for_embedding`, else the server's
+`embedding_write_mode`), and reports `embedding` ("done" or "pending") in a reply that has that
+field. The executor runs the hook as it runs any other and names no queue.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel
+
+from app.core.context import CallContext
+from app.core.embeddings.provider import EmbeddingUnavailable
+from app.core.embeddings.queue import WaitResult
+from app.core.embeddings.repository import EmbeddingQueueRepository
+
+__all__ = ["QueuedVectors", "enqueue", "query_vector"]
+
+log = logging.getLogger("cairn.embeddings")
+
+
+@dataclass(eq=False)
+class QueuedVectors:
+    """The queue rows one call wrote, and after its commit what became of them (`waited`: None unless
+    the call waited). Registered as the call's after-commit hook by `of`."""
+
+    ctx: CallContext
+    ids: list[int] = field(default_factory=list)
+    waited: WaitResult | None = None
+
+    @classmethod
+    def of(cls, ctx: CallContext) -> QueuedVectors:
+        """The call's queued rows, registered as its after-commit hook on first use (a hook registered
+        after this one sees `waited` already set)."""
+        found = cls.find(ctx)
+        if found is None:
+            found = cls(ctx)
+            ctx.after_commit(found)
+        return found
+
+    @classmethod
+    def find(cls, ctx: CallContext) -> QueuedVectors | None:
+        """The call's queued rows, or None when it queued none (nothing is registered)."""
+        return next((hook for hook in ctx.commit_hooks if isinstance(hook, cls)), None)
+
+    def wants_wait(self) -> bool:
+        """Whether the call waits for its vectors: its own `wait_for_embedding`, else the write mode."""
+        wait = getattr(self.ctx.args, "wait_for_embedding", None)
+        return self.ctx.settings.embedding_write_mode == "sync" if wait is None else bool(wait)
+
+    async def __call__(self, result: Any) -> Any:
+        """After the commit: wake the workers, wait for these rows when asked, report `embedding`."""
+        if not self.ids:
+            return result
+        queue, done = self.ctx.app.queue, False
+        if queue is not None:
+            queue.wake()
+            if self.wants_wait():
+                self.waited = await queue.wait(self.ids, self.ctx.settings.embedding_wait_seconds)
+                done = not self.waited.remaining
+        if isinstance(result, BaseModel) and "embedding" in type(result).model_fields:
+            result = result.model_copy(update={"embedding": "done" if done else "pending"})
+        return result
+
+
+async def enqueue(ctx: CallContext, target: str, refs: Sequence[Any]) -> list[int]:
+    """Queue the vectors of `refs` of `target` for the active model, in the call's transaction; returns
+    the queue's row ids.
+
+    After the commit the workers are woken and, when the call asks for it (or the server runs in `sync`
+    write mode), the call waits for these rows before answering (`QueuedVectors`)."""
+    ids = await EmbeddingQueueRepository(ctx.session).enqueue(target, [str(r) for r in refs], ctx.embedder.model)
+    QueuedVectors.of(ctx).ids.extend(ids)
+    return ids
+
+
+async def query_vector(ctx: CallContext, text: str, purpose: str) -> list[float] | None:
+    """The vector of a search's query `text`, or None when the model is unavailable: the search then
+    ranks by text alone, and `purpose` (e.g. "graph search") names it in the warning logged.
+
+    Call it before any SQL of the call, so that no transaction is open while the model runs."""
+    try:
+        return await ctx.embedder.embed_one(text)
+    except EmbeddingUnavailable as exc:
+        log.warning("%s without vectors: %s", purpose, exc)
+        return None
