@@ -61,6 +61,13 @@ def make_space(data_dir: Path, project: str, cfg: DatasetSettings) -> Space:
             )
     folder = base / project
     mine = work / "projects" / project
+    # `ctx.project` checks the names calls send, but a key's own project comes from the operator's
+    # configuration: whatever it holds, nothing is made outside the project's own folders.
+    if Path(os.path.normpath(folder)).parent != base or Path(os.path.normpath(mine)).parent != work / "projects":
+        raise EngineError(
+            f"The datasets storage is misconfigured: the project {project[:80]!r} is not a folder name",
+            suggestions=["The operator must bind the key to a project of letters, digits, '_', '-' and '.'"],
+        )
     for path in (folder, mine / "results", mine / "tmp"):
         path.mkdir(parents=True, exist_ok=True)
     for path in (folder, mine):

@@ -93,6 +93,20 @@ async def test_the_project_is_checked_by_the_call_context(tmp_path: Path, cfg: D
     assert not (tmp_path / "datasets-projects" / "alpha").exists()
 
 
+@pytest.mark.parametrize("project", ["..", ".", "a/../..", "../escape"])
+async def test_a_key_bound_to_a_project_that_is_no_folder_name_makes_nothing(
+    tmp_path: Path, cfg: DatasetSettings, project: str
+) -> None:
+    # A static key's project is the operator's configuration: `ctx.project` returns it unchecked.
+    bound = Principal(key_id="key-odd", name="odd", scopes=frozenset({"write"}), project=project)
+    data = tmp_path / "data"
+    with pytest.raises(EngineError, match="is not a folder name"):
+        await space_of(context(data, cfg, bound), None)
+    assert list((data / "datasets-projects").iterdir()) == []
+    assert not (data / "datasets-work" / "projects").exists()
+    assert not (data / "escape").exists() and not (data / "datasets-work" / "escape").exists()
+
+
 async def test_the_settings_come_from_the_call_context(tmp_path: Path) -> None:
     elsewhere = DatasetSettings(data_roots=[tmp_path / "other"], datasets_projects_dir=tmp_path / "private")
     space = await space_of(context(tmp_path, elsewhere), "alpha")
