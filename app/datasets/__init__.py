@@ -5,7 +5,7 @@ from __future__ import annotations
 from app.core.feature import Feature
 from app.datasets import lifecycle, pages
 from app.datasets.config import DatasetSettings
-from app.datasets.operations_downloads import ops  # the datasets operations, the console's download check included
+from app.datasets.operations import ops
 from app.datasets.routes import UPLOAD_PATH, router
 
 FEATURE = Feature(

@@ -77,13 +77,13 @@ class DatasetSettings(BaseSettings):
 
 @lru_cache(maxsize=1)
 def get_dataset_settings() -> DatasetSettings:
-    """The process-wide dataset settings, read once."""
+    """The process-wide dataset settings, read once, for the DuckDB engine's modules (the worker pool's
+    shape), which have no call context; the services read `ctx.feature_settings(DatasetSettings)`."""
     return DatasetSettings()
 
 
-def data_roots(data_dir: Path) -> list[Path]:
+def data_roots(data_dir: Path, cfg: DatasetSettings) -> list[Path]:
     """The effective data roots (created if missing), resolved to real absolute paths."""
-    cfg = get_dataset_settings()
     roots = cfg.data_roots or [data_dir / "datasets"]
     out: list[Path] = []
     for root in roots:
@@ -95,17 +95,15 @@ def data_roots(data_dir: Path) -> list[Path]:
     return out
 
 
-def projects_dir(data_dir: Path) -> Path:
+def projects_dir(data_dir: Path, cfg: DatasetSettings) -> Path:
     """The directory holding one private folder per project (created if missing), resolved."""
-    cfg = get_dataset_settings()
     path = (cfg.datasets_projects_dir or data_dir / "datasets-projects").expanduser()
     path.mkdir(parents=True, exist_ok=True)
     return path.resolve()
 
 
-def work_dir(data_dir: Path) -> Path:
-    """The directory holding stored results and the disk cache."""
-    cfg = get_dataset_settings()
+def work_dir(data_dir: Path, cfg: DatasetSettings) -> Path:
+    """The directory holding stored results and the disk cache (created if missing), resolved."""
     path = (cfg.datasets_work_dir or data_dir / "datasets-work").expanduser()
     (path / "results").mkdir(parents=True, exist_ok=True)
     (path / "cache").mkdir(parents=True, exist_ok=True)

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from app.core.context import feature_settings_of
 from app.datasets import worker
-from app.datasets.config import get_dataset_settings
+from app.datasets.config import DatasetSettings
 
 if TYPE_CHECKING:
     from app.core.context import AppState
@@ -14,7 +15,7 @@ if TYPE_CHECKING:
 
 async def startup(state: AppState) -> None:
     """Start the worker processes (they finish starting in the background)."""
-    settings = get_dataset_settings()
+    settings = feature_settings_of(state.feature_settings, DatasetSettings)
     worker.pool_of(settings.datasets_max_concurrency, settings.datasets_memory_limit)
 
 

@@ -1,10 +1,12 @@
-"""The datasets tools: profile, query, sample, page, export, cache, registry (seed 002)."""
+"""The datasets tools: profile, query, sample, page, export, cache, registry (seed 002). `ops` is the
+whole family's OperationSet: the operations declared here plus those of `operations_downloads`, added
+explicitly at the end."""
 
 from __future__ import annotations
 
 from app.core.context import CallContext
 from app.core.registry import OperationSet
-from app.datasets import service
+from app.datasets import operations_downloads, service, service_profile, service_query, service_results
 from app.datasets.schemas import (
     ExportIn,
     ExportOut,
@@ -25,6 +27,7 @@ from app.datasets.schemas import (
     UploadIn,
     UploadOut,
 )
+from app.datasets.service_common import storage_errors
 
 ops = OperationSet(
     "datasets",
@@ -54,8 +57,8 @@ async def profile_dataset(ctx: CallContext, args: ProfileIn) -> ProfileOut:
     roots, or a registered dataset name. The answer fits `max_tokens` (details dropped first,
     `truncated` set); cached by file fingerprint."""
     await ctx.progress(0, 1, "profiling")
-    with service.storage_errors():
-        out = await service.profile_dataset(ctx, args)
+    with storage_errors():
+        out = await service_profile.profile_dataset(ctx, args)
     await ctx.progress(1, 1, "done")
     return out
 
@@ -90,8 +93,8 @@ async def execute_query(ctx: CallContext, args: QueryIn) -> QueryOut:
     (chart_format 'vega-lite', fitted to max_tokens with fewer points) and/or drawn as a PNG from that
     spec ('png', 'both'); `visualization.notes` says what was done to the data."""
     await ctx.progress(0, 1, "running query")
-    with service.storage_errors():
-        out = await service.execute_query(ctx, args)
+    with storage_errors():
+        out = await service_query.execute_query(ctx, args)
     await ctx.progress(1, 1, "done")
     return out
 
@@ -109,8 +112,8 @@ async def execute_query(ctx: CallContext, args: QueryIn) -> QueryOut:
 async def get_result(ctx: CallContext, args: ResultPageIn) -> ResultPageOut:
     """Page through a stored query result by query_id (offset/limit, bounded by max_tokens) without
     re-running the query."""
-    with service.storage_errors():
-        return await service.get_result(ctx, args)
+    with storage_errors():
+        return await service_results.get_result(ctx, args)
 
 
 @ops.operation(
@@ -125,8 +128,8 @@ async def stream_sample(ctx: CallContext, args: SampleIn) -> SampleOut:
     """Draw representative rows from a dataset: head, random (seeded, reproducible), stratified (every
     group of stratify_column represented) or systematic (every k-th row); `columns` projects. Streams
     the file; bounded by sample_size and max_tokens."""
-    with service.storage_errors():
-        return await service.stream_sample(ctx, args)
+    with storage_errors():
+        return await service_profile.stream_sample(ctx, args)
 
 
 @ops.operation(
@@ -146,8 +149,8 @@ async def export_result(ctx: CallContext, args: ExportIn) -> ExportOut:
     filename must carry the format's extension (.csv, .csv.gz with gzip, .parquet, .json/.jsonl,
     .xlsx). An existing file is replaced only with overwrite=true, and only when it is a regular file;
     a folder or a symbolic link is never replaced, followed or deleted."""
-    with service.storage_errors():
-        return await service.export_result(ctx, args)
+    with storage_errors():
+        return await service_results.export_result(ctx, args)
 
 
 @ops.operation(
@@ -162,8 +165,8 @@ async def export_result(ctx: CallContext, args: ExportIn) -> ExportOut:
 async def cache_invalidate(ctx: CallContext, args: InvalidateIn) -> InvalidateOut:
     """Drop cached query results and profiles by key, label or query_id pattern (wildcards) or by input
     file; lists what it dropped."""
-    with service.storage_errors():
-        return await service.cache_invalidate(ctx, args)
+    with storage_errors():
+        return await service_results.cache_invalidate(ctx, args)
 
 
 @ops.operation(
@@ -177,7 +180,7 @@ async def cache_invalidate(ctx: CallContext, args: InvalidateIn) -> InvalidateOu
 )
 async def list_datasets(ctx: CallContext, args: ListDatasetsIn) -> ListDatasetsOut:
     """List registered datasets (paginated) and the data files found in the data roots (capped)."""
-    with service.storage_errors():
+    with storage_errors():
         return await service.list_datasets(ctx, args)
 
 
@@ -192,7 +195,7 @@ async def list_datasets(ctx: CallContext, args: ListDatasetsIn) -> ListDatasetsO
 async def register_dataset(ctx: CallContext, args: RegisterIn) -> RegisterOut:
     """Give a file or glob inside the data roots a name, usable as file_path and as a view in SQL.
     (Remote clients upload files with the REST route POST /api/v1/datasets/upload.)"""
-    with service.storage_errors():
+    with storage_errors():
         return await service.register_dataset(ctx, args)
 
 
@@ -210,5 +213,8 @@ async def upload_dataset(ctx: CallContext, args: UploadIn) -> UploadOut:
     project's `uploads/` folder under a size limit, moved to `uploads/<name><ext>` and registered under
     `name`. The route calls this operation through the executor before it reads the body (rate limit,
     validation, scope, project, transaction, audit, metrics); never an MCP tool."""
-    with service.storage_errors():
+    with storage_errors():
         return await service.upload_dataset(ctx, args)
+
+
+operations_downloads.declare(ops)

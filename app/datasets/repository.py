@@ -91,8 +91,8 @@ class DatasetRepository(Repository):
         return row
 
 
-# One Core statement built once, its values bound per call: the ORM's bulk-insert path cost a
-# millisecond a call here, and building the statement with `.values()` a quarter of one.
+# One Core statement built once, its values bound per call: the ORM's bulk-insert path, and building
+# the statement with `.values()` on each call, both cost more on every stored result.
 _SAVE = insert(cast(Table, DatasetQuery.__table__)).on_conflict_do_nothing(index_elements=["query_id"])
 
 

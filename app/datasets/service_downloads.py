@@ -14,7 +14,7 @@ from app.core.context import CallContext
 from app.core.errors import Forbidden, InvalidInput, NotFound
 from app.datasets.exporting import storage_error
 from app.datasets.schemas_downloads import DownloadIn, DownloadOut
-from app.datasets.service import space_of
+from app.datasets.service_common import space_of
 
 MEDIA_TYPES = {
     ".csv": "text/csv",

@@ -446,9 +446,9 @@ async def test_polars_expr_and_charts(server: RunningServer, rest: httpx.AsyncCl
 
 
 @pytest.fixture
-def python_enabled(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """The operator switch on, with small limits, for one test (the settings are re-read)."""
-    yield from python_engine_on(monkeypatch, cpu_seconds=2, memory_mb=768)
+def python_enabled(server: RunningServer) -> Iterator[None]:
+    """The operator switch on, with small limits, for one test."""
+    yield from python_engine_on(server, cpu_seconds=2, memory_mb=768)
 
 
 async def test_python_engine_when_enabled(

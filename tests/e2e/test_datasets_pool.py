@@ -120,7 +120,7 @@ async def test_the_answer_and_the_stored_result_agree(
 
 async def test_a_query_over_small_files_runs_on_one_duckdb_thread(rest: httpx.AsyncClient, files: Path) -> None:
     from app.datasets.config import get_dataset_settings
-    from app.datasets.service import SMALL_INPUT_BYTES
+    from app.datasets.service_query import SMALL_INPUT_BYTES
 
     pool = worker.existing_pool()
     assert pool is not None

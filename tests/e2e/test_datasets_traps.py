@@ -224,9 +224,9 @@ async def test_url_paths_are_outside_the_roots(server: RunningServer, values: Pa
 
 
 @pytest.fixture
-def python_engine(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+def python_engine(server: RunningServer) -> Iterator[None]:
     """The operator switch on for one test, with room for importing pandas."""
-    yield from python_engine_on(monkeypatch, cpu_seconds=20, memory_mb=1024)
+    yield from python_engine_on(server, cpu_seconds=20, memory_mb=1024)
 
 
 # The seed's "Pandas Python query" example, quoted as the seed quotes it (indented), reading 'data.csv'.

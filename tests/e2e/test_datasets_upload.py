@@ -11,8 +11,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from app.datasets.config import get_dataset_settings
-from tests.support.server import ADMIN_KEY, READ_KEY, RunningServer, mcp_client
+from app.datasets.config import DatasetSettings
+from tests.support.server import ADMIN_KEY, READ_KEY, RunningServer, mcp_client, overridden
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
@@ -70,13 +70,10 @@ async def test_upload_registers_and_queries(server: RunningServer, rest: httpx.A
 
 
 @pytest.fixture
-def small_limit(monkeypatch: pytest.MonkeyPatch) -> Iterator[int]:
-    """A 256 KiB upload limit for this test (the settings are re-read)."""
-    monkeypatch.setenv("CAIRN_DATASETS_UPLOAD_MAX_BYTES", str(256 * 1024))
-    get_dataset_settings.cache_clear()
-    yield get_dataset_settings().datasets_upload_max_bytes
-    monkeypatch.undo()
-    get_dataset_settings.cache_clear()
+def small_limit(server: RunningServer) -> Iterator[int]:
+    """A 256 KiB upload limit for this test (the running server's settings, restored after)."""
+    with overridden(server, DatasetSettings, datasets_upload_max_bytes=256 * 1024) as changed:
+        yield changed.datasets_upload_max_bytes
 
 
 async def raw_post_status(url: str, headers: dict[str, str]) -> tuple[int, bytes]:

@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
-from app.datasets import exporting, service
+from app.datasets import exporting, service_common
 from tests.support.datasets import Both, callers, project_folder, root_of, tree
 from tests.support.server import ADMIN_KEY, BOUND_PROJECT, RunningServer
 
@@ -319,8 +319,8 @@ async def test_filesystem_errors_are_not_database_outages(
         def no_space(*_: Any) -> None:
             raise PermissionError(errno.EACCES, "Permission denied")
 
-        monkeypatch.setattr(service, "_make_space", no_space)
-        service._SPACES.clear()  # spaces made in the last seconds are remembered
+        monkeypatch.setattr(service_common, "make_space", no_space)
+        service_common._SPACES.clear()  # spaces made in the last seconds are remembered
         await admin.refused("profile_dataset", {"file_path": "cities.csv"}, 4030, "may not write")
         monkeypatch.undo()
         assert not list((folder / "exports").glob(".export-*"))

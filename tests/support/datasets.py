@@ -7,18 +7,20 @@ import json
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 from urllib.parse import quote
 
 import httpx
-import pytest
 
+from app.core.config import Settings
+from app.core.context import AppState, CallContext, Principal
 from app.core.feature import build_registry
 from app.core.operations import ops as core_ops
-from app.datasets.config import get_dataset_settings
+from app.core.registry import Registry
+from app.datasets.config import DatasetSettings
 from app.datasets.engine import EngineConfig
 from app.features import FEATURES
-from tests.support.server import ADMIN_KEY, PROJECT_KEY, RunningServer, mcp_client
+from tests.support.server import ADMIN_KEY, PROJECT_KEY, RunningServer, mcp_client, overridden
 
 
 def root_of(server: RunningServer) -> Path:
@@ -56,6 +58,22 @@ def tree(*folders: Path) -> dict[str, tuple[str, int, bytes]]:
             body = path.read_bytes() if kind == "file" and st.st_size < 100_000 else b""
             out[str(path)] = (kind, st.st_size if kind == "file" else 0, body)
     return out
+
+
+ALICE = Principal(key_id="key-alice", name="alice", scopes=frozenset({"admin"}))
+
+
+def call_context(data_dir: Path, cfg: DatasetSettings, principal: Principal = ALICE) -> CallContext:
+    """A call context for the datasets services' unit tests: a real app state holding `cfg` as the
+    datasets settings and `data_dir` as the data directory, with no database (for helpers that use none)."""
+    state = AppState(
+        settings=Settings(data_dir=data_dir),
+        db=cast(Any, None),
+        embedder=cast(Any, None),
+        registry=Registry(),
+        feature_settings={DatasetSettings: cfg},
+    )
+    return CallContext(session=cast(Any, None), principal=principal, app=state, request_id="t", transport="test")
 
 
 def small_engine_config(tmp_path: Path, *, memory_limit: str, timeout_s: float) -> EngineConfig:
@@ -125,13 +143,14 @@ async def callers(server: RunningServer) -> AsyncIterator[tuple[Both, Both]]:
         yield Both(server, ADMIN_KEY, a), Both(server, PROJECT_KEY, b)
 
 
-def python_engine_on(monkeypatch: pytest.MonkeyPatch, cpu_seconds: int, memory_mb: int) -> Iterator[None]:
+def python_engine_on(server: RunningServer, cpu_seconds: int, memory_mb: int) -> Iterator[None]:
     """The operator switch of the python engine on, with these limits, for one test (a fixture's body:
-    the settings are re-read at the start and after the test)."""
-    monkeypatch.setenv("CAIRN_DATASETS_PYTHON_ENABLED", "true")
-    monkeypatch.setenv("CAIRN_DATASETS_PYTHON_CPU_SECONDS", str(cpu_seconds))
-    monkeypatch.setenv("CAIRN_DATASETS_PYTHON_MEMORY_MB", str(memory_mb))
-    get_dataset_settings.cache_clear()
-    yield
-    monkeypatch.undo()
-    get_dataset_settings.cache_clear()
+    the running server's settings are changed for the test and restored after it)."""
+    with overridden(
+        server,
+        DatasetSettings,
+        datasets_python_enabled=True,
+        datasets_python_cpu_seconds=cpu_seconds,
+        datasets_python_memory_mb=memory_mb,
+    ):
+        yield

@@ -1,14 +1,11 @@
 """Early answers from a DuckDB worker (`sandbox.answer_early`, `WorkerPool.run_staged`): a query whose
 whole result fits in its answer is answered before its Parquet file is written; the file's write ends
 in the final reply, which keeps the worker and the slot until then and carries a failure after the
-early answer to its caller. Readers of such a result wait for its file (`service._settled`)."""
+early answer to its caller. (Readers of such a result wait for its file: tests/unit/datasets/
+test_service_results.py.)"""
 
 from __future__ import annotations
 
-import asyncio
-import datetime
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,7 +13,7 @@ from typing import Any
 import pytest
 
 from app.core.errors import QueryError
-from app.datasets import engine, service, worker
+from app.datasets import engine, worker
 from app.datasets.worker import WorkerPool
 from tests.support import worker_calls
 from tests.support.datasets import small_engine_config
@@ -86,50 +83,3 @@ async def test_a_failure_after_the_early_answer_reaches_the_final_future(
     assert (
         await pool.run("k", engine.execute_to_store, cfg, store_args(cfg, "SELECT 9 AS n", "q_5", 10), {})
     ).head == [{"n": 9}]
-
-
-async def test_a_reader_waits_for_a_file_another_process_is_writing(tmp_path: Path) -> None:
-    path = tmp_path / "q_0123456789abcdef.parquet"
-    now = datetime.datetime.now(datetime.UTC)
-    threading.Timer(0.2, path.write_bytes, args=(b"PAR1",)).start()
-    started = time.monotonic()
-    await service._settled("q_0123456789abcdef", path, now)
-    assert path.is_file() and 0.15 < time.monotonic() - started < 2.0
-
-
-async def test_a_reader_of_an_old_result_without_its_file_does_not_wait(tmp_path: Path) -> None:
-    old = datetime.datetime.now(datetime.UTC) - datetime.timedelta(seconds=service.SETTLE_S + 1)
-    started = time.monotonic()
-    await service._settled("q_0123456789abcdef", tmp_path / "gone.parquet", old)
-    assert time.monotonic() - started < 0.1
-
-
-async def test_a_reader_in_this_process_waits_for_the_write_it_knows_of(tmp_path: Path) -> None:
-    loop = asyncio.get_running_loop()
-    later: asyncio.Future[Any] = loop.create_future()
-    service._store_later("q_fedcba9876543210", later, ())
-    loop.call_later(0.2, later.set_exception, QueryError("disk full"))
-    started = time.monotonic()
-    # Created long ago: only the write this process knows of is waited for; its failure is the reader's
-    # to find (the file is missing).
-    old = datetime.datetime.now(datetime.UTC) - datetime.timedelta(hours=1)
-    await service._settled("q_fedcba9876543210", tmp_path / "q.parquet", old)
-    assert time.monotonic() - started >= 0.15 and "q_fedcba9876543210" not in service._WRITING
-
-
-def test_a_rest_estimate_has_the_shape_and_about_the_size_of_the_summary(cfg: engine.EngineConfig) -> None:
-    from app.core import budget
-
-    sql = (
-        "SELECT i AS n, 'city ' || (i % 7) AS city, i * 1.5 AS amount, "
-        "CASE WHEN i % 5 = 0 THEN NULL ELSE DATE '2024-01-01' + i::INTEGER END AS day FROM range(60) t(i)"
-    )
-    res = engine.execute_to_store(cfg, sql, [], {}, cfg.results / "q_6.parquet", 1000, 100)
-    assert len(res.head) == res.rows_stored == 60
-    exact = engine.summarize_stored(cfg, res.path, 25)
-    guess = service._rest_estimate(res.head, 25, res.columns, res.types)
-    assert guess.keys() == exact.keys() and guess["rows"] == exact["rows"] == 35
-    assert {c: e.keys() for c, e in guess["columns"].items()} == {c: e.keys() for c, e in exact["columns"].items()}
-    assert guess["columns"]["day"]["null_pct"] == exact["columns"]["day"]["null_pct"]
-    sizes = budget.tokens_of(guess), budget.tokens_of(exact)
-    assert 0.75 < sizes[0] / sizes[1] < 1.33, sizes

@@ -1,0 +1,236 @@
+"""Helpers shared by the datasets services: the caller's space (its project's folders), the engine
+limits, cache and token budget of a call, and the sources (views) that a call's file references name.
+DuckDB work runs in worker processes, each call on a pooled locked database (see `sandbox`)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import os
+import re
+import stat
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from cachetools import TTLCache
+
+from app.core.context import CallContext
+from app.core.errors import EngineError
+from app.datasets import engine, exporting
+from app.datasets.cache import Cache, get_cache
+from app.datasets.config import DatasetSettings, data_roots, projects_dir, work_dir
+from app.datasets.models import Dataset
+from app.datasets.repository import DatasetRepository
+from app.datasets.sandbox import inside, resolve_path
+from app.datasets.schemas import DATASET_NAME
+
+QUERY_ID = re.compile(r"\bq_[0-9a-f]{16}\b")
+_NAME_RE = re.compile(DATASET_NAME)
+
+
+@dataclasses.dataclass(frozen=True)
+class Space:
+    """What one call may touch: its project's private folder (read and written: uploads, exports), the
+    operator's shared data roots (read only) and the project's own result store and spill folder."""
+
+    project: str
+    folder: Path
+    shared: list[Path]
+    work: Path
+
+    @property
+    def roots(self) -> list[Path]:
+        """The readable folders, searched in this order for a relative path: own folder first."""
+        return [self.folder, *self.shared]
+
+
+def make_space(data_dir: Path, project: str, cfg: DatasetSettings) -> Space:
+    """The space of `project`: its folders created if missing and checked (no private area overlaps a
+    shared root, no project folder is a symbolic link). Looks at the filesystem."""
+    shared = data_roots(data_dir, cfg)
+    base = projects_dir(data_dir, cfg)
+    work = work_dir(data_dir, cfg)
+    for private, setting in ((base, "CAIRN_DATASETS_PROJECTS_DIR"), (work, "CAIRN_DATASETS_WORK_DIR")):
+        # A private area inside a shared root (or holding one) would be readable by every project.
+        if any(inside(private, [r]) or inside(r, [private]) for r in shared):
+            raise EngineError(
+                f"The datasets storage is misconfigured: {setting} overlaps a data root",
+                suggestions=[f"The operator must move {setting} outside CAIRN_DATA_ROOTS"],
+            )
+    folder = base / project
+    mine = work / "projects" / project
+    # `ctx.project` checks the names calls send, but a key's own project comes from the operator's
+    # configuration: whatever it holds, nothing is made outside the project's own folders.
+    if Path(os.path.normpath(folder)).parent != base or Path(os.path.normpath(mine)).parent != work / "projects":
+        raise EngineError(
+            f"The datasets storage is misconfigured: the project {project[:80]!r} is not a folder name",
+            suggestions=["The operator must bind the key to a project of letters, digits, '_', '-' and '.'"],
+        )
+    for path in (folder, mine / "results", mine / "tmp"):
+        path.mkdir(parents=True, exist_ok=True)
+    for path in (folder, mine):
+        if stat.S_ISLNK(os.lstat(path).st_mode):
+            raise EngineError("The datasets storage is misconfigured: a project folder is a symbolic link")
+    return Space(project=project, folder=folder, shared=shared, work=mine)
+
+
+# Spaces made (folders created and checked) in the last few seconds, by data directory, project and
+# the settings that place the folders: most calls then need no filesystem work (nor a thread) for it.
+_SPACES: TTLCache[tuple[Any, ...], Space] = TTLCache(maxsize=256, ttl=10)
+
+
+def _still_there(space: Space) -> bool:
+    """True while a remembered space's folders exist (folders removed meanwhile are made again). Two
+    stats of local folders are cheap enough for the event loop, unlike a thread hop."""
+    return os.path.isdir(space.work / "results") and os.path.isdir(space.folder)
+
+
+async def space_of(ctx: CallContext, requested: str | None) -> Space:
+    """The caller's space: the effective project (`ctx.project`: a bound key keeps to its own, and the
+    name is checked there) and its folders, created if missing."""
+    project = ctx.project(requested)
+    cfg = ctx.feature_settings(DatasetSettings)
+    key = (
+        ctx.settings.data_dir,
+        project,
+        tuple(str(r) for r in cfg.data_roots),
+        cfg.datasets_projects_dir,
+        cfg.datasets_work_dir,
+    )
+    space = _SPACES.get(key)
+    if space is None or not _still_there(space):
+        space = await asyncio.to_thread(make_space, ctx.settings.data_dir, project, cfg)
+        _SPACES[key] = space
+    return space
+
+
+def caller_of(ctx: CallContext) -> str:
+    """Whom a call's DuckDB work counts against: its API key, else its principal's name."""
+    return ctx.principal.key_id or ctx.principal.name
+
+
+def name_caller(ctx: CallContext) -> None:
+    """Name the caller to the engine for the rest of this call (task): the engine slots are shared
+    between keys (`engine.set_caller`). Every service that runs DuckDB work calls it first."""
+    engine.set_caller(caller_of(ctx))
+
+
+def engine_config(cfg: DatasetSettings, space: Space, timeout_ms: int | None = None) -> engine.EngineConfig:
+    """Engine limits from the settings (a call may only lower the time limit), reading the space's
+    roots and storing results in its own store."""
+    limit = cfg.datasets_query_timeout_ms if timeout_ms is None else min(timeout_ms, cfg.datasets_query_timeout_ms)
+    return engine.EngineConfig(
+        roots=space.roots,
+        work=space.work,
+        memory_limit=cfg.datasets_memory_limit,
+        threads=cfg.datasets_threads,
+        timeout_s=limit / 1000.0,
+        concurrency=cfg.datasets_max_concurrency,
+    )
+
+
+_CACHES: TTLCache[tuple[Any, ...], Cache] = TTLCache(maxsize=16, ttl=10)
+
+
+def cache_of(ctx: CallContext) -> Cache:
+    """The process cache of this server's work directory (its folders made again if removed)."""
+    cfg = ctx.feature_settings(DatasetSettings)
+    key = (ctx.settings.data_dir, cfg.datasets_work_dir)
+    cache = _CACHES.get(key)
+    # Two stats on the event loop rather than `work_dir`'s three mkdirs and a resolve on every call.
+    if cache is None or not (os.path.isdir(cache.dir) and os.path.isdir(cache.results)):
+        cache = get_cache(
+            work_dir(ctx.settings.data_dir, cfg),
+            cfg.datasets_cache_ttl_seconds,
+            cfg.datasets_cache_max_bytes,
+            cfg.datasets_cache_memory_entries,
+        )
+        _CACHES[key] = cache
+    return cache
+
+
+@contextlib.contextmanager
+def storage_errors() -> Iterator[None]:
+    """Turn a filesystem failure escaping a datasets call into its own error: the executor would take
+    an OSError for a lost database connection."""
+    try:
+        yield
+    except OSError as exc:
+        raise exporting.storage_error(exc, "the datasets folders") from None
+
+
+def budget_of(cfg: DatasetSettings, requested: int | None) -> int:
+    """The effective token budget of a call."""
+    return min(requested or cfg.datasets_max_tokens, cfg.datasets_max_tokens_cap)
+
+
+def view_name(text: str, taken: set[str]) -> str:
+    """A SQL view name for the file reference `text` (its file stem, made an identifier), apart from
+    the names `taken`."""
+    stem = Path(text).name
+    for suffix in (".gz", ".zst"):
+        stem = stem.removesuffix(suffix)
+    stem = stem.rsplit(".", 1)[0] if "." in stem else stem
+    base = re.sub(r"[^A-Za-z0-9_]", "_", stem).strip("_") or "data"
+    if base[0].isdigit():
+        base = "t_" + base
+    name, i = base.lower(), 2
+    while name in taken:
+        name = f"{base.lower()}_{i}"
+        i += 1
+    return name
+
+
+def is_name(ref: str) -> bool:
+    """True when `ref` may name a registered dataset (else it is a path or a glob)."""
+    return bool(_NAME_RE.fullmatch(ref)) and not any(ch in ref for ch in "./*")
+
+
+async def registered(ctx: CallContext, space: Space, refs: list[str]) -> dict[str, Dataset]:
+    """The datasets of the space's project that `refs` name (one query)."""
+    names = [r for r in refs if is_name(r)]
+    return await DatasetRepository(ctx.session, space.project).get_many(names) if names else {}
+
+
+def source_of(ref: str, known: dict[str, Dataset], rts: list[Path], taken: set[str]) -> engine.Source:
+    """`ref` as a Source: the registered dataset it names (in `known`), else a path/glob inside the
+    roots `rts`; its view is named apart from the names `taken`. Looks at the filesystem."""
+    ds = known.get(ref) if is_name(ref) else None
+    if ds is not None:
+        pattern, files = resolve_path(ds.path, rts)
+        name = ref.lower() if ref.lower() not in taken else view_name(ref, taken)
+        return engine.make_source(name, pattern, files)
+    pattern, files = resolve_path(ref, rts)
+    return engine.make_source(view_name(ref, taken), pattern, files)
+
+
+async def resolve_source(ctx: CallContext, space: Space, ref: str, taken: set[str] | None = None) -> engine.Source:
+    """A dataset name registered in the space's project, or a path/glob inside its readable roots, as a
+    Source."""
+    known = await registered(ctx, space, [ref])
+    return await asyncio.to_thread(source_of, ref, known, space.roots, taken if taken is not None else set())
+
+
+def sources_of(
+    refs: list[str], known: dict[str, Dataset], rts: list[Path]
+) -> tuple[list[engine.Source], list[str], set[str]]:
+    """The sources `refs` (execute_query's `files`) name, in order, the stored results they name, and
+    every view name taken. A single source is also the view `data`. Looks at the filesystem."""
+    sources: list[engine.Source] = []
+    taken: set[str] = set()
+    result_ids: list[str] = []
+    for ref in refs:
+        if QUERY_ID.fullmatch(ref):
+            result_ids.append(ref)
+            taken.add(ref)
+            continue
+        src = source_of(ref, known, rts, taken)
+        taken.add(src.name)
+        sources.append(src)
+    if len(sources) == 1 and "data" not in taken:
+        first = sources[0]
+        sources.append(engine.Source(name="data", pattern=first.pattern, files=first.files, fmt=first.fmt))
+        taken.add("data")
+    return sources, result_ids, taken

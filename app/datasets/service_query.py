@@ -1,0 +1,329 @@
+"""execute_query: check the query, run it in a DuckDB worker (or the operator-enabled python engine) or
+find its result in the cache, store the full result under a query_id, and answer within the budget
+(`service_answer`)."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import functools
+import uuid
+from pathlib import Path
+from typing import Any
+
+from app.core.context import CallContext
+from app.core.errors import CairnError, InvalidInput, NotFound
+from app.datasets import engine, polars_expr, pysandbox
+from app.datasets.cache import Cache, fingerprint, make_key, normalize_sql
+from app.datasets.config import DatasetSettings
+from app.datasets.models import Dataset, DatasetQuery
+from app.datasets.repository import QueryRepository
+from app.datasets.sandbox import check_sql, context_in, inside, resolve_path
+from app.datasets.schemas import QueryIn, QueryOut
+from app.datasets.service_answer import Stored, answer, rows_shown
+from app.datasets.service_common import (
+    QUERY_ID,
+    Space,
+    cache_of,
+    engine_config,
+    name_caller,
+    registered,
+    sources_of,
+    space_of,
+)
+from app.datasets.service_results import settled, store_later
+
+# A query whose input files weigh at most this much in all runs on one DuckDB thread.
+SMALL_INPUT_BYTES = 4 * 1024 * 1024
+
+
+async def execute_query(ctx: CallContext, args: QueryIn) -> QueryOut:
+    """Run a query (or reuse a cached result), store the full result, answer within the budget. Every
+    error carries a query_context: the place DuckDB (or the python engine) points at, else the name
+    the message quotes, else the beginning of the query."""
+    try:
+        return await _execute_query(ctx, args)
+    except CairnError as exc:
+        if exc.query_context is None:
+            exc.query_context = context_in(args.query, exc.message)
+        raise
+
+
+async def _execute_query(ctx: CallContext, args: QueryIn) -> QueryOut:
+    cfg = ctx.feature_settings(DatasetSettings)
+    engine_used = pick_engine(args, cfg.datasets_python_enabled)
+    sql = polars_expr.compile_expr(args.query) if args.query_type == "polars_expr" else args.query
+    space = await space_of(ctx, args.project)
+    name_caller(ctx)
+    refs = list(args.files)
+    known = await registered(ctx, space, [r for r in refs if not QUERY_ID.fullmatch(r)])
+    if engine_used == "python":
+        sources, _, taken = await asyncio.to_thread(sources_of, refs, known, space.roots)
+        return await _run_python(ctx, cfg, space, args, sources, sorted(taken))
+    return await _run_sql(ctx, cfg, space, args, sql, refs, known, engine_used)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Prepared:
+    """What one thread hop finds before a SQL query runs: its views, every view name taken, the query
+    checked and normalized, the stored results it names (and the files of those present), the
+    fingerprints of every file it reads, its cache key and its cache entry, if any."""
+
+    sources: list[engine.Source]
+    taken: set[str]
+    checked: str
+    normalized: str
+    result_ids: list[str]
+    result_views: dict[str, Path]
+    fingerprints: list[list[Any]]
+    key: str
+    hit: dict[str, Any] | None
+
+
+def _prepare(
+    sql: str,
+    refs: list[str],
+    known: dict[str, Dataset],
+    space: Space,
+    named: dict[str, DatasetQuery],
+    cache: Cache,
+    max_rows: int,
+) -> _Prepared:
+    """Find the files, check the query and look its result up in the cache. Looks at the filesystem."""
+    rts = space.roots
+    results_dir = space.work / "results"
+    sources, result_ids, taken = sources_of(refs, known, rts)
+    checked, literal_files = _checked_sql(sql, rts)
+    ids = result_ids + [q for q in QUERY_ID.findall(checked) if q not in result_ids]
+    present = {
+        q: Path(named[q].result_path) for q in ids if q in named and inside(Path(named[q].result_path), [results_dir])
+    }
+    all_files = [f for s in sources for f in s.files] + literal_files + list(present.values())
+    fps = fingerprint(all_files)
+    norm = normalize_sql(checked)
+    key = make_key(
+        "query",
+        project=space.project,
+        sql=norm,
+        views={s.name: s.sql() for s in sources},
+        results=sorted(ids),
+        files=fps,
+        max_rows=max_rows,
+    )
+    hit = cache.get(key) if len(present) == len(ids) else None
+    return _Prepared(sources, taken, checked, norm, ids, present, fps, key, hit)
+
+
+async def _run_sql(
+    ctx: CallContext,
+    cfg: DatasetSettings,
+    space: Space,
+    args: QueryIn,
+    sql: str,
+    refs: list[str],
+    known: dict[str, Dataset],
+    engine_used: str,
+) -> QueryOut:
+    """A SQL query (or a compiled polars expression): its result from the cache or from a worker."""
+    queries = QueryRepository(ctx.session, space.project)
+    # Stored results the query may name (a superset: the text before it is checked), read before the
+    # one thread hop that finds the files, checks the query and looks its result up in the cache.
+    named = await queries.get_many(
+        list(dict.fromkeys([r for r in refs if QUERY_ID.fullmatch(r)] + QUERY_ID.findall(sql)))
+    )
+    for q in named.values():
+        await settled(q.query_id, Path(q.result_path), q.created_at)
+    cache = cache_of(ctx)
+    p = await asyncio.to_thread(_prepare, sql, refs, known, space, named, cache, cfg.datasets_result_max_rows)
+    missing = [q for q in p.result_ids if q not in named]
+    if missing:
+        raise NotFound(f"Unknown query_id {missing[0]}", suggestions=["Run execute_query to get a query_id"])
+    gone = [q for q in p.result_ids if q not in p.result_views]
+    if gone:  # stored before results were kept per project
+        raise NotFound(f"The stored result {gone[0]} is gone", suggestions=["Run its query again"])
+    ecfg = engine_config(cfg, space, args.timeout_ms)
+    if p.fingerprints and sum(max(0, int(f[1])) for f in p.fingerprints) <= SMALL_INPUT_BYTES:
+        # DuckDB's second thread costs a small query more CPU and wall time than it saves: a database
+        # with one thread serves it.
+        ecfg = dataclasses.replace(ecfg, threads=1)
+    head: list[dict[str, Any]] | None = None
+    later: asyncio.Future[Any] | None = None  # the stored file's write, when it ends after the answer
+    pending: list[Any] = []
+    if p.hit is not None:
+        meta, cache_hit = p.hit["meta"], True
+    else:
+        meta, head, later = await _store(cfg, ecfg, args, p)
+        cache_hit = False
+        remember = functools.partial(
+            _remember,
+            cache,
+            p.key,
+            _cache_entry(meta, p.fingerprints, args, space),
+            cfg.datasets_result_ttl_seconds,
+            Path(meta["result_path"]),
+        )
+        if later is None:
+            # The cache entry is written while the database records the result.
+            pending.append(asyncio.to_thread(remember))
+        else:
+            store_later(meta["query_id"], later, remember)
+    pending.append(queries.save(_result_row(ctx, meta, p.checked[:100_000], p.fingerprints, p.key, args)))
+    await asyncio.gather(*pending)
+    # Reading the stored result back runs under the server's time limit, not the query's own.
+    reader = dataclasses.replace(ecfg, timeout_s=cfg.datasets_query_timeout_ms / 1000.0)
+    stored = Stored(meta, cache_hit, engine_used, p.normalized, sorted(p.taken))
+    return await answer(cfg, args, stored, reader, head, later)
+
+
+async def _store(
+    cfg: DatasetSettings, ecfg: engine.EngineConfig, args: QueryIn, p: _Prepared
+) -> tuple[dict[str, Any], list[dict[str, Any]] | None, asyncio.Future[Any] | None]:
+    """Run the query in a worker, which stores its result under a new query_id: the result's metadata,
+    the rows the answer may show (None when it shows none) and the file's write when it ends after the
+    answer (`sandbox.answer_early`)."""
+    query_id = "q_" + uuid.uuid4().hex[:16]
+    dest = ecfg.results / f"{query_id}.parquet"
+    shown = rows_shown(args)
+    res, later = await engine.offload_staged(
+        engine.execute_to_store,
+        ecfg,
+        p.checked,
+        p.sources,
+        p.result_views,
+        dest,
+        cfg.datasets_result_max_rows,
+        shown,
+    )
+    meta = {
+        "query_id": query_id,
+        "result_path": str(res.path),
+        "columns": res.columns,
+        "types": res.types,
+        "rows_stored": res.rows_stored,
+        "rows_total": res.rows_total,
+        "elapsed_ms": res.elapsed_ms,
+    }
+    return meta, (res.head if shown else None), later
+
+
+def _checked_sql(sql: str, rts: list[Path]) -> tuple[str, list[Path]]:
+    """`check_sql`, and the files its path literals match."""
+    checked, patterns = check_sql(sql, rts)
+    files: list[Path] = []
+    for pattern in patterns:
+        files += resolve_path(pattern, rts)[1]
+    return checked, files
+
+
+def _cache_entry(meta: dict[str, Any], fps: list[list[Any]], args: QueryIn, space: Space) -> dict[str, Any]:
+    """The cache entry of a stored result: its metadata, the files it read and how callers name it."""
+    return {
+        "meta": meta,
+        "files": fps,
+        "label": args.cache_key,
+        "text": text_of(args.query),
+        "result_path": meta["result_path"],
+        "project": space.project,
+    }
+
+
+def _result_row(
+    ctx: CallContext, meta: dict[str, Any], sql: str, fps: list[list[Any]], key: str, args: QueryIn
+) -> dict[str, Any]:
+    """The `dataset_queries` row of a stored result whose query text is `sql`."""
+    return {
+        "query_id": meta["query_id"],
+        "sql": sql,
+        "files": [f[0] for f in fps],
+        "columns": [[c, t] for c, t in zip(meta["columns"], meta["types"], strict=False)],
+        "rows_stored": meta["rows_stored"],
+        "rows_total": meta["rows_total"],
+        "result_path": meta["result_path"],
+        "cache_key": key[:64],
+        "label": args.cache_key,
+        "created_by": ctx.principal.key_id,
+    }
+
+
+def text_of(query: str) -> str:
+    """A query's text as a cache entry names it: whitespace collapsed, at most 200 characters."""
+    return " ".join(query.split())[:200]
+
+
+def _remember(cache: Cache, key: str, entry: dict[str, Any], result_ttl: float, stored: Path) -> None:
+    """Cache a new result's entry, and sweep the result store when that is due."""
+    cache.put(key, entry)
+    cache.sweep_if_due(result_ttl, stored)
+
+
+async def _run_python(
+    ctx: CallContext,
+    cfg: DatasetSettings,
+    space: Space,
+    args: QueryIn,
+    sources: list[engine.Source],
+    views: list[str],
+) -> QueryOut:
+    """The operator-enabled python engine: a limited child process writes the stored result."""
+    fps = await asyncio.to_thread(fingerprint, [f for s in sources for f in s.files])
+    key = make_key(
+        "python", project=space.project, code=args.query, views={s.name: s.sql() for s in sources}, files=fps
+    )
+    cache = cache_of(ctx)
+    hit = await asyncio.to_thread(cache.get, key)
+    if hit is not None:
+        meta, cache_hit = hit["meta"], True
+    else:
+        ecfg = engine_config(cfg, space, args.timeout_ms)
+        query_id = "q_" + uuid.uuid4().hex[:16]
+        dest = ecfg.results / f"{query_id}.parquet"
+        started = asyncio.get_running_loop().time()
+        await asyncio.to_thread(
+            pysandbox.run_python,
+            ecfg,
+            args.query,
+            sources,
+            dest,
+            cpu_seconds=cfg.datasets_python_cpu_seconds,
+            memory_mb=cfg.datasets_python_memory_mb,
+            max_file_bytes=cfg.datasets_cache_max_bytes,
+        )
+        columns, types, count = await asyncio.to_thread(pysandbox.describe_result, dest)
+        meta = {
+            "query_id": query_id,
+            "result_path": str(dest),
+            "columns": columns,
+            "types": types,
+            "rows_stored": count,
+            "rows_total": count,
+            "elapsed_ms": int((asyncio.get_running_loop().time() - started) * 1000),
+        }
+        cache_hit = False
+        await asyncio.to_thread(cache.put, key, _cache_entry(meta, fps, args, space))
+    row = _result_row(ctx, meta, "-- python\n" + args.query[:100_000], fps, key, args)
+    await QueryRepository(ctx.session, space.project).save(row)
+    return await answer(cfg, args, Stored(meta, cache_hit, "python", "", views), engine_config(cfg, space))
+
+
+def pick_engine(args: QueryIn, python_enabled: bool) -> str:
+    """The documented rule: sql -> duckdb; polars_expr -> the restricted expression compiler (DuckDB runs
+    it); python -> the pandas sandbox, only when enabled."""
+    if args.query_type == "python" or args.engine == "pandas":
+        if args.query_type != "python":
+            raise InvalidInput("engine 'pandas' runs query_type 'python' only")
+        if not python_enabled:
+            raise InvalidInput(
+                "The python/pandas engine is disabled on this server",
+                suggestions=[
+                    "Use query_type 'sql' (DuckDB) or 'polars_expr'",
+                    "An operator can enable it with CAIRN_DATASETS_PYTHON_ENABLED=true",
+                ],
+            )
+        return "python"
+    if args.query_type == "polars_expr":
+        if args.engine == "duckdb":
+            raise InvalidInput("engine 'duckdb' runs query_type 'sql'; use engine 'polars' or 'auto' for polars_expr")
+        return "polars_expr→duckdb"
+    if args.engine == "polars":
+        raise InvalidInput("engine 'polars' runs query_type 'polars_expr'; use 'duckdb' or 'auto' for SQL")
+    return "duckdb"

@@ -1,0 +1,174 @@
+"""Stored query results after their query: the file of a result answered before it was written (its
+readers wait for it), paging a result (get_result), exporting it (export_result) and dropping cached
+results and profiles (cache_invalidate)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime
+import logging
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from app.core import budget
+from app.core.context import CallContext
+from app.core.errors import InvalidInput, NotFound
+from app.datasets import engine, exporting
+from app.datasets.cache import describe
+from app.datasets.config import DatasetSettings
+from app.datasets.repository import QueryRepository
+from app.datasets.sandbox import inside
+from app.datasets.schemas import (
+    ExportIn,
+    ExportOut,
+    InvalidateIn,
+    InvalidateOut,
+    ResultPageIn,
+    ResultPageOut,
+)
+from app.datasets.service_common import (
+    budget_of,
+    cache_of,
+    engine_config,
+    name_caller,
+    resolve_source,
+    space_of,
+)
+
+log = logging.getLogger("cairn.datasets")
+MAX_LISTED_ENTRIES = 50  # cache entries named in a cache_invalidate reply
+
+# Results answered before their file was in place (`engine.execute_to_store`'s early answer), by
+# query_id, until the file is: whoever reads one of them in this process waits for it (`settled`).
+_WRITING: dict[str, asyncio.Future[Any]] = {}
+# How long a reader waits for the file of a result another server process has just answered with.
+SETTLE_S = 5.0
+
+
+def store_later(query_id: str, later: asyncio.Future[Any], remember: Callable[[], None]) -> None:
+    """Track the file of a result answered early: readers wait for it, and once it is in place
+    `remember` (which writes its cache entry) runs in a thread: an entry whose file is missing would
+    count as a miss."""
+    _WRITING[query_id] = later
+
+    def written(done: asyncio.Future[Any]) -> None:
+        _WRITING.pop(query_id, None)
+        if done.cancelled() or done.exception() is not None:
+            log.warning("the result %s was answered but its file was not written: %s", query_id, done.exception())
+            return
+        cached = asyncio.get_running_loop().run_in_executor(None, remember)
+        cached.add_done_callback(_cache_written)
+
+    later.add_done_callback(written)
+
+
+def _cache_written(done: asyncio.Future[Any]) -> None:
+    """Log a cache entry that could not be written after its result's file was (a later call misses)."""
+    if not done.cancelled() and done.exception() is not None:
+        log.warning("a cache entry was not written: %s", done.exception())
+
+
+async def written(writing: asyncio.Future[Any]) -> None:
+    """Wait for a stored result's write to end, however it ends (a reader of a missing file says so)."""
+    with contextlib.suppress(Exception):
+        await asyncio.shield(writing)
+
+
+async def settled(query_id: str, path: Path, created_at: Any) -> None:
+    """Return once the file of the stored result `query_id` is in place, or once it will not be: one
+    this process answered early is awaited; one answered moments ago by another process is looked for
+    until SETTLE_S after it was recorded."""
+    later = _WRITING.get(query_id)
+    if later is not None:
+        await written(later)
+        return
+    if not isinstance(created_at, datetime.datetime):
+        return
+    until = created_at.timestamp() + SETTLE_S
+    # Written by another process: there is nothing to wait on but the file itself.
+    while not await asyncio.to_thread(path.is_file) and time.time() < until:  # noqa: ASYNC110
+        await asyncio.sleep(0.01)
+
+
+async def get_result(ctx: CallContext, args: ResultPageIn) -> ResultPageOut:
+    """A page of a stored result, within the budget."""
+    cfg = ctx.feature_settings(DatasetSettings)
+    space = await space_of(ctx, args.project)
+    name_caller(ctx)
+    q = await QueryRepository(ctx.session, space.project).get(args.query_id)
+    if q is None:
+        raise NotFound(f"Unknown query_id {args.query_id}", suggestions=["Run execute_query to get a query_id"])
+    path = Path(q.result_path)
+    await settled(q.query_id, path, q.created_at)
+    rows = await engine.offload(engine.read_rows, engine_config(cfg, space), path, args.offset, args.limit)
+    columns = [c[0] for c in q.columns]
+    limit = budget_of(cfg, args.max_tokens)
+
+    def build(k: int) -> dict[str, Any]:
+        end = args.offset + k
+        out = ResultPageOut(
+            query_id=q.query_id,
+            columns=columns,
+            rows=rows[:k],
+            offset=args.offset,
+            rows_total=q.rows_total,
+            rows_stored=q.rows_stored,
+            next_offset=end if end < q.rows_stored else None,
+            truncated=k < len(rows),
+            context_tokens_used=0,
+        )
+        return budget.finalize(out.model_dump(mode="json"))
+
+    k = await asyncio.to_thread(budget.largest_fitting, len(rows), lambda m: build(m)["context_tokens_used"] <= limit)
+    return ResultPageOut.model_validate(build(k))
+
+
+async def export_result(ctx: CallContext, args: ExportIn) -> ExportOut:
+    """Write a stored result of the caller's project into the project's folder (see `exporting`)."""
+    space = await space_of(ctx, args.project)
+    name_caller(ctx)
+    q = await QueryRepository(ctx.session, space.project).get(args.query_id)
+    if q is None:
+        raise NotFound(f"Unknown query_id {args.query_id}", suggestions=["Run execute_query to get a query_id"])
+    source = Path(q.result_path)
+    await settled(q.query_id, source, q.created_at)
+    if not inside(source, [space.work / "results"]) or not await asyncio.to_thread(source.is_file):
+        raise NotFound("The stored result is gone (expired or evicted)", suggestions=["Run the query again"])
+    columns = [c[0] for c in q.columns]
+    if args.partition_by is not None and args.partition_by not in columns:
+        raise InvalidInput(
+            f"partition_by column '{args.partition_by}' is not in the result",
+            suggestions=[f"Columns: {', '.join(columns[:20])}"],
+        )
+    name = exporting.output_name(args)
+    dest_dir = await asyncio.to_thread(exporting.destination, space.folder, args.destination)
+    ecfg = engine_config(ctx.feature_settings(DatasetSettings), space)
+    files = await asyncio.to_thread(exporting.export, ecfg, source, dest_dir, name, args, q.rows_stored)
+    total = sum(f.size_bytes for f in files)
+    return ExportOut(
+        exported=True,
+        output_path=str(dest_dir / name),
+        row_count=q.rows_stored,
+        file_size=engine.human_bytes(total),
+        files_created=[f.path for f in files[:100]],
+        files=files[:100],
+        files_total=len(files),
+    )
+
+
+async def cache_invalidate(ctx: CallContext, args: InvalidateIn) -> InvalidateOut:
+    """Drop the caller's project's cache entries by key/label pattern or by input file."""
+    if args.pattern is None and args.file_path is None:
+        raise InvalidInput("Give a pattern ('*' drops everything) or a file_path")
+    space = await space_of(ctx, args.project)
+    files: list[str] | None = None
+    if args.file_path is not None:
+        src = await resolve_source(ctx, space, args.file_path)
+        files = [str(p) for p in src.files]
+    removed = await asyncio.to_thread(cache_of(ctx).invalidate, args.pattern, files, space.project)
+    return InvalidateOut(
+        invalidated_count=len(removed), keys_removed=[describe(e) for e in removed[:MAX_LISTED_ENTRIES]]
+    )

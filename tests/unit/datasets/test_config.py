@@ -1,0 +1,42 @@
+"""app/datasets/config.py: the data roots as the environment gives them, and the folders the
+settings place (made if missing, resolved)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from app.datasets.config import DatasetSettings, data_roots, projects_dir, work_dir
+
+
+def test_data_roots_are_split_on_commas_else_colons(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CAIRN_DATA_ROOTS", "/a, /b ,")
+    assert DatasetSettings().data_roots == [Path("/a"), Path("/b")]
+    monkeypatch.setenv("CAIRN_DATA_ROOTS", "/a:/b")
+    assert DatasetSettings().data_roots == [Path("/a"), Path("/b")]
+
+
+def test_the_default_root_is_in_the_data_directory(tmp_path: Path) -> None:
+    assert data_roots(tmp_path, DatasetSettings(data_roots=[])) == [(tmp_path / "datasets").resolve()]
+    assert (tmp_path / "datasets").is_dir()
+
+
+def test_roots_are_made_resolved_and_listed_once(tmp_path: Path) -> None:
+    (tmp_path / "real").mkdir()
+    (tmp_path / "alias").symlink_to(tmp_path / "real")
+    cfg = DatasetSettings(data_roots=[tmp_path / "real", tmp_path / "alias", tmp_path / "new"])
+    assert data_roots(tmp_path, cfg) == [(tmp_path / "real").resolve(), (tmp_path / "new").resolve()]
+
+
+def test_the_private_folders_follow_the_settings_given(tmp_path: Path) -> None:
+    cfg = DatasetSettings()
+    assert projects_dir(tmp_path, cfg) == (tmp_path / "datasets-projects").resolve()
+    work = work_dir(tmp_path, cfg)
+    assert work == (tmp_path / "datasets-work").resolve()
+    assert all((work / sub).is_dir() for sub in ("results", "cache", "tmp"))
+    moved = DatasetSettings(datasets_projects_dir=tmp_path / "p", datasets_work_dir=tmp_path / "w")
+    assert (projects_dir(tmp_path, moved), work_dir(tmp_path, moved)) == (
+        (tmp_path / "p").resolve(),
+        (tmp_path / "w").resolve(),
+    )

@@ -1,0 +1,112 @@
+"""app/datasets/service_query.py: which engine runs a query, and the one thread hop before a SQL query
+runs (`_prepare`: its views, the query checked, the stored results it names, its cache key and
+entry), on real files, the real SQL check and a real cache."""
+
+from __future__ import annotations
+
+import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from app.core.errors import CairnError, InvalidInput
+from app.datasets.cache import Cache
+from app.datasets.config import DatasetSettings
+from app.datasets.models import DatasetQuery
+from app.datasets.schemas import QueryIn
+from app.datasets.service_common import Space, make_space
+from app.datasets.service_query import _prepare, pick_engine, text_of
+
+
+@pytest.mark.parametrize(
+    ("args", "enabled", "engine"),
+    [
+        ({"query": "SELECT 1"}, False, "duckdb"),
+        ({"query": "SELECT 1", "engine": "duckdb"}, False, "duckdb"),
+        ({"query": "df.head()", "query_type": "polars_expr"}, False, "polars_expr→duckdb"),
+        ({"query": "df.head()", "engine": "polars"}, False, "polars_expr→duckdb"),
+        ({"query": "result = 1", "engine": "pandas"}, True, "python"),
+    ],
+)
+def test_the_engine_of_each_query_type(args: dict[str, Any], enabled: bool, engine: str) -> None:
+    assert pick_engine(QueryIn.model_validate(args), enabled) == engine
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        ({"query": "result = 1", "engine": "pandas"}, "disabled on this server"),
+        ({"query": "SELECT 1", "engine": "pandas", "query_type": "sql"}, "runs query_type 'python' only"),
+        ({"query": "df.head()", "engine": "duckdb", "query_type": "polars_expr"}, "runs query_type 'sql'"),
+        ({"query": "SELECT 1", "engine": "polars", "query_type": "sql"}, "runs query_type 'polars_expr'"),
+    ],
+)
+def test_an_engine_that_does_not_run_the_query_type_is_refused(args: dict[str, Any], needle: str) -> None:
+    with pytest.raises(InvalidInput, match=needle):
+        pick_engine(QueryIn.model_validate(args), False)
+
+
+def test_a_cache_entry_names_a_query_by_its_collapsed_text() -> None:
+    assert text_of("SELECT *\n\n   FROM  data") == "SELECT * FROM data"
+    assert len(text_of("x " * 500)) == 200
+
+
+@pytest.fixture
+def space(tmp_path: Path) -> Space:
+    cfg = DatasetSettings(data_roots=[tmp_path / "shared"])
+    made = make_space(tmp_path, "alpha", cfg)
+    (made.shared[0] / "cities.csv").write_text("city,pop\nOslo,700\nLima,9000\n")
+    return made
+
+
+@pytest.fixture
+def cache(space: Space) -> Cache:
+    work = space.work.parent.parent
+    return Cache(work / "cache", work / "results", 60, 1 << 20, 16, work / "projects")
+
+
+def stored(space: Space, query_id: str) -> DatasetQuery:
+    path = space.work / "results" / f"{query_id}.parquet"
+    path.write_bytes(b"PAR1")
+    return DatasetQuery(query_id=query_id, result_path=str(path), created_at=datetime.datetime.now(datetime.UTC))
+
+
+def test_a_query_is_prepared_with_its_views_files_and_cache_key(space: Space, cache: Cache) -> None:
+    sql = "SELECT  city FROM cities -- the cities"
+    p = _prepare(sql, ["cities.csv"], {}, space, {}, cache, 1000)
+    assert [s.name for s in p.sources] == ["cities", "data"] and p.taken == {"cities", "data"}
+    assert p.result_ids == [] and p.result_views == {} and p.hit is None
+    assert [f[0] for f in p.fingerprints] == [str(space.shared[0] / "cities.csv")]
+    assert p.normalized == "select city from cities"
+    # The same query, spelled otherwise, over unchanged files has the same key; a changed file another.
+    assert _prepare("select city\nFROM cities", ["cities.csv"], {}, space, {}, cache, 1000).key == p.key
+    assert _prepare(sql, ["cities.csv"], {}, space, {}, cache, 10).key != p.key
+    cache.put(p.key, {"meta": {"query_id": "q_0123456789abcdef"}})
+    assert _prepare(sql, ["cities.csv"], {}, space, {}, cache, 1000).hit is not None
+    (space.shared[0] / "cities.csv").write_text("city,pop\nOslo,700\n")
+    assert _prepare(sql, ["cities.csv"], {}, space, {}, cache, 1000).key != p.key
+
+
+def test_stored_results_named_in_files_or_in_the_query_become_views(space: Space, cache: Cache) -> None:
+    a, b = "q_00000000000000aa", "q_00000000000000bb"
+    named = {a: stored(space, a), b: stored(space, b)}
+    p = _prepare(f"SELECT * FROM {a} JOIN {b} USING (city)", [a], {}, space, named, cache, 1000)
+    assert p.result_ids == [a, b] and p.sources == []
+    assert p.result_views == {a: Path(named[a].result_path), b: Path(named[b].result_path)}
+    assert {f[0] for f in p.fingerprints} == {named[a].result_path, named[b].result_path}
+
+
+def test_a_stored_result_outside_the_project_store_is_not_a_view(space: Space, cache: Cache, tmp_path: Path) -> None:
+    q = "q_00000000000000cc"
+    outside = tmp_path / f"{q}.parquet"
+    outside.write_bytes(b"PAR1")
+    named = {q: DatasetQuery(query_id=q, result_path=str(outside))}
+    p = _prepare(f"SELECT * FROM {q}", [], {}, space, named, cache, 1000)
+    assert p.result_ids == [q] and p.result_views == {} and p.hit is None  # the caller reports it gone
+
+
+def test_a_refused_query_is_refused_before_it_runs(space: Space, cache: Cache) -> None:
+    with pytest.raises(CairnError) as caught:
+        _prepare("COPY cities TO '/tmp/x.csv'", ["cities.csv"], {}, space, {}, cache, 1000)
+    assert caught.value.code == 4030
