@@ -2,7 +2,7 @@
 
 Starts the server's own parts on an embedded PostgreSQL in a temporary directory (features: memory,
 no HTTP listener), pushes notes through the `push` tool and calls `search` with k=5 through the MCP
-tool path (`app.core.mcp_adapter.run_tool`: the executor, then the JSON text the MCP transport sends;
+tool path (`app.core.http.mcp_adapter.run_tool`: the executor, then the JSON text the MCP transport sends;
 REST sends the same JSON). Tokens are counted with `app.core.tokens.count_tokens` on that text.
 
 Two cases, five notes each, all five returned: (a) short notes of about 25 tokens, (b) chunk-sized
@@ -124,7 +124,8 @@ def parts_of(body: dict[str, Any]) -> tuple[int, int, int, int]:
 async def _measure(asm: Any) -> tuple[list[Case], dict[str, Any]]:
     from mcp_types import TextContent
 
-    from app.core.mcp_adapter import run_tool
+    from app.core.context import OPEN_PRINCIPAL
+    from app.core.http.mcp_adapter import run_tool
     from app.core.tokens import count_tokens
 
     state = asm.state
@@ -132,7 +133,7 @@ async def _measure(asm: Any) -> tuple[list[Case], dict[str, Any]]:
     assert push is not None and search is not None
 
     async def call(op: Any, args: dict[str, Any]) -> dict[str, Any]:
-        result = await run_tool(state, op, args, None)
+        result = await run_tool(state, op, args, None, OPEN_PRINCIPAL)
         first = result.content[0]
         assert isinstance(first, TextContent) and not result.is_error, result
         text = first.text

@@ -15,11 +15,11 @@ from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse, Response
 
 from app import __version__
-from app.core.auth import KeyStore, OpenModeGuard, bearer_principal
-from app.core.context import OPEN_PRINCIPAL, AppState, Principal
+from app.core.context import AppState, Principal
 from app.core.errors import CairnError, ErrorBody, InvalidInput
 from app.core.executor import read_resource, run_operation
-from app.core.http_front import parse_json_body
+from app.core.http.callers import Callers, bearer_token, resolve_caller
+from app.core.http.front import parse_json_body
 from app.core.jsonschema import example_of, lean
 from app.core.registry import Operation, ResourceDef, first_sentence
 
@@ -27,17 +27,10 @@ API_PREFIX = "/api/v1"
 
 
 async def authenticate(request: Request) -> Principal:
-    """The caller of a REST request, from its `Authorization: Bearer` header."""
-    state: AppState = request.app.state.cairn
-    store: KeyStore | None = request.app.state.key_store
-    header = request.headers.get("authorization", "")
-    if store is not None:
-        meta = state.settings.resource_url().replace("/mcp", "/.well-known/oauth-protected-resource/mcp")
-        return await bearer_principal(store, header, meta)
-    guard: OpenModeGuard | None = getattr(request.app.state, "open_guard", None)
-    if guard is not None and await guard.locked():  # started open, locked since a key was created
-        return await bearer_principal(guard.store, header, None)
-    return OPEN_PRINCIPAL
+    """The caller of a REST request (or a feature's own route), from its `Authorization: Bearer`
+    header (see `callers.resolve_caller`)."""
+    callers: Callers = request.app.state.callers
+    return await resolve_caller(callers, bearer_token(request.headers.get("authorization", "")))
 
 
 def _list_fields(op: Operation) -> frozenset[str]:
