@@ -135,7 +135,6 @@ def assemble(settings: Settings, extra: list[OperationSet] | None = None, *, loc
         features=names,
         feature_settings=feature_settings,
         public_settings=public_settings,
-        open_mode=boot.open_mode,
         extras={"embedded_pg": boot.pg},
         limiter=RateLimiter(settings.rate_limit_per_second, settings.rate_limit_burst),
         jobs=JobSlots(settings.max_long_jobs_per_key),

@@ -4,13 +4,16 @@ request ids, allowed hosts and origins, failed-authentication and event-stream l
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import pytest
 
 from app.core.config import Settings
-from app.core.errors import InvalidInput, RateLimited
+from app.core.errors import Forbidden, InvalidInput, RateLimited
+from app.core.http.callers import Callers
 from app.core.http.front import (
     MAX_JSON_DEPTH,
+    HttpFront,
     _Patterns,
     allowed_hosts,
     allowed_origins,
@@ -112,3 +115,24 @@ def test_stream_slots_per_key() -> None:
     unlimited = StreamSlots(0)
     for _ in range(10):
         unlimited.acquire("a")
+
+
+class _Guard:
+    def __init__(self, locked: bool) -> None:
+        self.known_locked = locked
+
+
+def test_a_bare_multipart_upload_is_refused_only_while_no_key_is_required() -> None:
+    """Without a header a cross-site form cannot add: 4030 on an open server, the route's own 4010
+    once keys are required (from the start, or since an open server locked)."""
+    headers = {b"host": b"127.0.0.1:8000", b"content-type": b"multipart/form-data; boundary=x"}
+    settings = Settings(database_url="x")
+
+    def refusal(callers: Callers, extra: dict[bytes, bytes] | None = None) -> Any:
+        front = HttpFront(None, settings, multipart=frozenset({"/up"}), callers=callers)
+        return front._refusal({"method": "POST"}, "/up", {**headers, **(extra or {})})
+
+    assert isinstance(refusal(Callers(guard=_Guard(locked=False))), Forbidden)  # type: ignore[arg-type]
+    assert refusal(Callers(guard=_Guard(locked=False)), {b"x-requested-with": b"curl"}) is None  # type: ignore[arg-type]
+    assert refusal(Callers(guard=_Guard(locked=True))) is None  # type: ignore[arg-type]
+    assert refusal(Callers(store=object())) is None  # type: ignore[arg-type]
