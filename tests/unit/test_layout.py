@@ -176,3 +176,32 @@ def test_only_the_front_door_resolves_callers() -> None:
                     continue
                 bad.append(f"{where}:{node.lineno} uses {ast.unparse(node)}")
     assert bad == []
+
+
+def _import_graph() -> dict[str, set[str]]:
+    """Each module of app/ and the modules of app/ it imports (type-only imports included)."""
+    modules = {}
+    for path in APP.rglob("*.py"):
+        name = ".".join(path.relative_to(APP.parent).with_suffix("").parts).removesuffix(".__init__")
+        modules[name] = path
+    return {name: {m for _, m in _imports(path) if m in modules and m != name} for name, path in modules.items()}
+
+
+def test_the_front_door_is_in_no_import_cycle() -> None:
+    """No import path (type-only ones included) leads from a module of app/core/http, or from the
+    toolsets, back to itself."""
+    graph = _import_graph()
+    ours = sorted(m for m in graph if m.startswith("app.core.http") or m == "app.core.toolsets")
+    bad = []
+    for start in ours:
+        seen: set[str] = set()
+        todo = list(graph[start])
+        while todo:
+            module = todo.pop()
+            if module == start:
+                bad.append(start)
+                break
+            if module not in seen:
+                seen.add(module)
+                todo.extend(graph[module])
+    assert bad == []
