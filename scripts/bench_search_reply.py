@@ -178,8 +178,9 @@ async def _measure(asm: Any) -> tuple[list[Case], dict[str, Any]]:
 def measure() -> tuple[list[Case], dict[str, Any]]:
     """Start the parts on a scratch embedded PostgreSQL, measure both cases, stop everything; also
     return one example reply (case a)."""
+    from app.core.assembly import running
     from app.core.config import Settings
-    from app.main import assemble, running
+    from app.main import assemble
 
     root = Path(tempfile.mkdtemp(prefix="cairn-bench-reply-"))
     logging.getLogger("cairn").setLevel(logging.WARNING)
