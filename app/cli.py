@@ -141,13 +141,14 @@ def _key_row(r: Any) -> dict[str, Any]:
 
 def cmd_keys(args: argparse.Namespace) -> int:
     """Create, list or revoke API keys."""
-    from app.core.auth import create_key, parse_scopes, parse_toolsets  # late: see LIGHT_COMMANDS
+    from app.core.auth import create_key, parse_scopes  # late: see LIGHT_COMMANDS
     from app.core.repository import ApiKeyRepository
+    from app.core.toolsets import key_toolsets
 
     rt: Runtime = args.runtime
     if args.keys_cmd == "create":
         scopes = parse_scopes(args.scopes)
-        toolsets = parse_toolsets(args.toolsets)
+        toolsets = key_toolsets(args.toolsets)
         key_id, token = rt.run(
             lambda db: create_key(db, scopes=scopes, project=args.project, name=args.name or "", toolsets=toolsets)
         )

@@ -2,7 +2,7 @@
 
 Starts the server's own parts on an embedded PostgreSQL in a temporary directory (features: memory,
 no HTTP listener), pushes notes through the `push` tool and calls `search` with k=5 through the MCP
-tool path (`app.core.mcp_adapter.run_tool`: the executor, then the JSON text the MCP transport sends;
+tool path (`app.core.http.mcp_adapter.run_tool`: the executor, then the JSON text the MCP transport sends;
 REST sends the same JSON). Tokens are counted with `app.core.embeddings.tokens.count_tokens` on that text.
 
 Two cases, five notes each, all five returned: (a) short notes of about 25 tokens, (b) chunk-sized
@@ -124,15 +124,16 @@ def parts_of(body: dict[str, Any]) -> tuple[int, int, int, int]:
 async def _measure(asm: Any) -> tuple[list[Case], dict[str, Any]]:
     from mcp_types import TextContent
 
+    from app.core.context import OPEN_PRINCIPAL
     from app.core.embeddings.tokens import count_tokens
-    from app.core.mcp_adapter import run_tool
+    from app.core.http.mcp_adapter import run_tool
 
     state = asm.state
     push, search = state.registry.get("push"), state.registry.get("search")
     assert push is not None and search is not None
 
     async def call(op: Any, args: dict[str, Any]) -> dict[str, Any]:
-        result = await run_tool(state, op, args, None)
+        result = await run_tool(state, op, args, None, OPEN_PRINCIPAL)
         first = result.content[0]
         assert isinstance(first, TextContent) and not result.is_error, result
         text = first.text
@@ -177,8 +178,9 @@ async def _measure(asm: Any) -> tuple[list[Case], dict[str, Any]]:
 def measure() -> tuple[list[Case], dict[str, Any]]:
     """Start the parts on a scratch embedded PostgreSQL, measure both cases, stop everything; also
     return one example reply (case a)."""
+    from app.core.assembly import running
     from app.core.config import Settings
-    from app.main import assemble, running
+    from app.main import assemble
 
     root = Path(tempfile.mkdtemp(prefix="cairn-bench-reply-"))
     logging.getLogger("cairn").setLevel(logging.WARNING)

@@ -78,7 +78,6 @@ class AppState:
     features: list[str] = field(default_factory=list)
     feature_settings: dict[type[BaseSettings], BaseSettings] = field(default_factory=dict)
     public_settings: dict[str, Any] = field(default_factory=dict)
-    open_mode: bool = False
     limiter: RateLimiter | None = None
     jobs: JobSlots | None = None
     catalog: ToolsetSummary | None = None

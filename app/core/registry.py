@@ -26,6 +26,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
+from app.core.toolsets import Toolset
+
 Scope = Literal["read", "write", "admin"]
 Method = Literal["GET", "POST", "PUT", "PATCH", "DELETE"]
 # Called with the call's `app.core.context.CallContext` and its arguments. The context is not named
@@ -36,7 +38,6 @@ ResourceHandler = Callable[..., Awaitable[BaseModel]]
 TextRenderer = Callable[[BaseModel], list[str]]
 
 _NAME = re.compile(r"^[A-Za-z0-9_\-.]{1,64}$")
-_TOOLSET = re.compile(r"[a-z][a-z0-9_]{0,31}")
 
 
 def _doc(fn: Callable[..., Any]) -> str:
@@ -136,23 +137,6 @@ class ResourceDef:
         return bool(self.params)
 
 
-@dataclass(frozen=True)
-class Toolset:
-    """A named group of tools an MCP client can choose to see (`/mcp/<toolset>`).
-
-    `includes` names tools declared elsewhere that belong here too (e.g. project tools in a dialect
-    that needs them); a toolset `exclusive_of` others reuses their tool names and cannot be combined
-    with them; `output_schemas` advertises its tools' output schemas even when the server does not
-    do so for every tool; `default` toolsets are what plain `/mcp` lists unless configured."""
-
-    name: str
-    description: str
-    includes: tuple[str, ...] = ()
-    exclusive_of: tuple[str, ...] = ()
-    output_schemas: bool = False
-    default: bool = False
-
-
 @dataclass
 class OperationSet:
     """The operations and resources of one feature.
@@ -175,9 +159,7 @@ class OperationSet:
         output_schemas: bool = False,
         default: bool = False,
     ) -> None:
-        """Declare a toolset (its name must be a plain identifier)."""
-        if not _TOOLSET.fullmatch(name) or name in ("all", "readonly"):
-            raise ValueError(f"invalid toolset name {name!r}")
+        """Declare a toolset (see `app.core.toolsets`; its name must be a plain identifier)."""
         self.toolsets.append(Toolset(name, description, includes, exclusive_of, output_schemas, default))
 
     def operation(
@@ -312,29 +294,3 @@ class Registry:
     def get(self, name: str) -> Operation | None:
         """The operation called `name`, if enabled."""
         return next((op for op in self.operations if op.name == name), None)
-
-    def toolset_members(self) -> dict[str, list[Operation]]:
-        """The MCP tools of each declared toolset, in declaration order.
-
-        Raises:
-            ValueError: an operation names an undeclared toolset, or one toolset would list two
-                tools under the same name. (An included tool that is not enabled is left out: the
-                including feature may be enabled without the one that declares it.)"""
-        members: dict[str, list[Operation]] = {name: [] for name in self.toolsets}
-        for op in self.operations:
-            if not op.mcp:
-                continue
-            for name in op.toolsets:
-                if name not in members:
-                    raise ValueError(f"operation {op.name} names undeclared toolset {name!r}")
-                members[name].append(op)
-        for ts in self.toolsets.values():
-            for included in ts.includes:
-                found = self.get(included)
-                if found is not None and found not in members[ts.name]:
-                    members[ts.name].append(found)
-        for name, ops in members.items():
-            tools = [op.tool for op in ops]
-            if len(tools) != len(set(tools)):
-                raise ValueError(f"toolset {name} lists a tool name twice")
-        return members

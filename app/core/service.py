@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import time
 
-from app.core.auth import hash_key, new_key, parse_toolsets
+from app.core.auth import hash_key, new_key
 from app.core.context import CallContext
 from app.core.embeddings.tokens import count_tokens
 from app.core.errors import NotFound, Unavailable
 from app.core.models import ApiKey, Project
 from app.core.repository import ApiKeyRepository, ProjectRepository
 from app.core.schemas import CreateKeyIn, CreateKeyOut, KeyOut, ProjectOut
+from app.core.toolsets import key_toolsets
 
 
 def project_out(p: Project) -> ProjectOut:
@@ -101,7 +102,7 @@ async def create_key(ctx: CallContext, args: CreateKeyIn) -> CreateKeyOut:
         key_hash=hash_key(token),
         scopes=[s for s in ("read", "write", "admin") if s in args.scopes],
         project=project,
-        toolsets=parse_toolsets(args.toolsets),
+        toolsets=key_toolsets(args.toolsets),
     )
     await ctx.session.refresh(row)
     return CreateKeyOut(key=key_out(row), token=token)

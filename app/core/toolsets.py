@@ -1,7 +1,8 @@
-"""Toolsets: which tools an MCP client sees, chosen per request (the transport keeps no session).
+"""Toolsets, from declaration to the tools one request sees (the transport keeps no session).
 
-A client picks its toolsets by URL, so one server serves every kind of agent without restarting and
-without session state:
+A feature declares its toolsets (`OperationSet.toolset`, which makes a `Toolset` here) and its
+operations name the ones they join. A client picks its toolsets by URL, so one server serves every
+kind of agent without restarting and without session state:
 
 - `/mcp/graph`, `/mcp/memory,datasets` (`+` works too), `/mcp/all`;
 - `/mcp?toolsets=graph,datasets` on the plain endpoint;
@@ -12,26 +13,110 @@ without session state:
 
 Tools the caller's key may not call (scope) are not listed. A tool outside the chosen toolsets is
 refused with 4002 and the endpoint that lists it. REST serves every operation whatever the toolset.
+
+One parser reads every toolset list (URL, query, a key's defaults, `cairn stdio --toolsets`): names
+separated by commas, `+` or spaces.
 """
 
 from __future__ import annotations
 
-import json
+import difflib
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol, TypeVar
 from urllib.parse import parse_qs
 
-from app.core.context import Principal
-from app.core.errors import CairnError, InvalidInput, NotFound
-from app.core.registry import Operation, Registry
+from app.core.errors import Forbidden, InvalidInput, NotFound
 
 MCP_PATH = "/mcp"
 ALL = "all"
 READONLY = "readonly"
-SCOPE_KEY = "cairn.toolsets"
 _SPLIT = re.compile(r"[,+\s]+")
+_NAME = re.compile(r"[a-z][a-z0-9_]{0,31}")
+
+
+@dataclass(frozen=True)
+class Toolset:
+    """A named group of tools an MCP client can choose to see (`/mcp/<toolset>`).
+
+    `includes` names tools declared elsewhere that belong here too (e.g. project tools in a dialect
+    that needs them); a toolset `exclusive_of` others reuses their tool names and cannot be combined
+    with them; `output_schemas` advertises its tools' output schemas even when the server does not
+    do so for every tool; `default` toolsets are what plain `/mcp` lists unless configured."""
+
+    name: str
+    description: str
+    includes: tuple[str, ...] = ()
+    exclusive_of: tuple[str, ...] = ()
+    output_schemas: bool = False
+    default: bool = False
+
+    def __post_init__(self) -> None:
+        if not _NAME.fullmatch(self.name) or self.name in (ALL, READONLY):
+            raise ValueError(f"invalid toolset name {self.name!r}")
+
+
+class Member(Protocol):
+    """What a toolset lists: an operation, as far as toolsets are concerned."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def tool(self) -> str: ...
+    @property
+    def mcp(self) -> bool: ...
+    @property
+    def toolsets(self) -> tuple[str, ...]: ...
+    @property
+    def scope(self) -> str: ...
+    @property
+    def read_only(self) -> bool: ...
+
+
+class Caller(Protocol):
+    """Who asks, as far as toolsets are concerned: the key's scopes and its default toolsets."""
+
+    @property
+    def toolsets(self) -> tuple[str, ...] | None: ...
+    def has_scope(self, scope: str) -> bool: ...
+
+
+OpT = TypeVar("OpT", bound=Member)
+OpT_co = TypeVar("OpT_co", bound=Member, covariant=True)
+
+
+class Declarations(Protocol[OpT_co]):
+    """The declared toolsets and operations (the registry)."""
+
+    @property
+    def toolsets(self) -> Mapping[str, Toolset]: ...
+    @property
+    def operations(self) -> Sequence[OpT_co]: ...
+
+
+def words(raw: str | Sequence[str]) -> list[str]:
+    """The names in a toolset list (`graph,memory`, `graph+memory`, `graph memory`, or a list of such),
+    lowercased, each once, in order."""
+    text = raw if isinstance(raw, str) else ",".join(raw)
+    return list(dict.fromkeys(w for w in _SPLIT.split(text.strip().lower()) if w))
+
+
+def key_toolsets(raw: str | Sequence[str] | None) -> list[str] | None:
+    """Validate a key's default toolsets (`all` and `readonly` included); None when none are given.
+
+    Only the form is checked: names the running server does not know are ignored when it serves.
+
+    Raises:
+        InvalidInput: a name is not a plain lowercase identifier.
+    """
+    if raw is None:
+        return None
+    names = words(raw)
+    bad = [n for n in names if not _NAME.fullmatch(n)]
+    if bad:
+        raise InvalidInput(f"invalid toolset names {bad}")
+    return names or None
 
 
 @dataclass(frozen=True)
@@ -49,20 +134,56 @@ class Selection:
 
 
 def parse(spec: str) -> Selection:
-    """Parse `graph,memory+readonly` (URL path segment or `toolsets` query value)."""
-    words = [w for w in _SPLIT.split(spec.strip().lower()) if w]
-    readonly = READONLY in words
-    names = tuple(dict.fromkeys(w for w in words if w != READONLY))
-    return Selection(names or None, readonly)
+    """Parse `graph,memory+readonly` (URL path segment, `toolsets` query value, `--toolsets`)."""
+    found = words(spec)
+    names = tuple(w for w in found if w != READONLY)
+    return Selection(names or None, READONLY in found)
+
+
+def requested(rest: str, query_string: str) -> Selection:
+    """The selection an MCP URL makes: `rest` is the path after `/mcp/`, else the `toolsets` query
+    value; `readonly=1|true|yes` in the query of plain `/mcp` adds the modifier."""
+    query = parse_qs(query_string)
+    selection = parse(rest or ",".join(query.get("toolsets", [])))
+    if not rest and query.get(READONLY, [""])[0].lower() in ("1", "true", "yes"):
+        selection = Selection(selection.names, True)
+    return selection
+
+
+def members(declared: Declarations[OpT]) -> dict[str, list[OpT]]:
+    """The MCP tools of each declared toolset, in declaration order.
+
+    Raises:
+        ValueError: an operation names an undeclared toolset, or one toolset would list two tools
+            under the same name. (An included tool that is not enabled is left out: the including
+            feature may be enabled without the one that declares it.)"""
+    found: dict[str, list[OpT]] = {name: [] for name in declared.toolsets}
+    by_name = {op.name: op for op in declared.operations}
+    for op in declared.operations:
+        if not op.mcp:
+            continue
+        for name in op.toolsets:
+            if name not in found:
+                raise ValueError(f"operation {op.name} names undeclared toolset {name!r}")
+            found[name].append(op)
+    for ts in declared.toolsets.values():
+        for included in ts.includes:
+            extra = by_name.get(included)
+            if extra is not None and extra not in found[ts.name]:
+                found[ts.name].append(extra)
+    for name, ops in found.items():
+        tools = [op.tool for op in ops]
+        if len(tools) != len(set(tools)):
+            raise ValueError(f"toolset {name} lists a tool name twice")
+    return found
 
 
 class Catalog:
-    """The registry's toolsets and the rules for choosing among them."""
+    """The declared toolsets and the rules for choosing among them, per request."""
 
-    def __init__(self, registry: Registry, default: Sequence[str]) -> None:
-        self.registry = registry
-        self.members = registry.toolset_members()
-        self.toolsets = {name: ts for name, ts in registry.toolsets.items() if self.members[name]}
+    def __init__(self, declared: Declarations[Member], default: Sequence[str]) -> None:
+        self.members = members(declared)
+        self.toolsets = {name: ts for name, ts in declared.toolsets.items() if self.members[name]}
         self.default = self._default(default)
 
     def _default(self, names: Sequence[str]) -> Selection:
@@ -101,28 +222,59 @@ class Catalog:
                     suggestions=[f"Connect to {MCP_PATH}/{name} and {MCP_PATH}/{clash[0]} as two servers"],
                 )
 
-    def effective(self, selection: Selection, principal: Principal) -> Selection:
+    def effective(self, selection: Selection, caller: Caller) -> Selection:
         """The selection a request gets: explicit names, else the key's default, else the server's."""
         if selection.names is not None:
             return Selection(tuple(self._expand(selection.names)), selection.readonly)
-        if principal.toolsets:
-            mine = [n for n in self._expand(principal.toolsets) if n in self.toolsets]
+        if caller.toolsets:
+            mine = [n for n in self._expand(caller.toolsets) if n in self.toolsets]
             if mine:
                 return Selection(tuple(mine), selection.readonly)
         return Selection(self.default.names, selection.readonly or self.default.readonly)
 
-    def tools(self, selection: Selection, principal: Principal) -> list[Operation]:
+    def tools(self, selection: Selection, caller: Caller) -> list[Member]:
         """The tools listed for this selection and caller, each once, in toolset order."""
-        chosen = self.effective(selection, principal)
-        seen: dict[str, Operation] = {}
+        chosen = self.effective(selection, caller)
+        seen: dict[str, Member] = {}
         for name in chosen.names or ():
             for op in self.members.get(name, []):
-                if op.tool in seen or not principal.has_scope(op.scope):
+                if op.tool in seen or not caller.has_scope(op.scope):
                     continue
                 if chosen.readonly and not op.read_only:
                     continue
                 seen[op.tool] = op
         return list(seen.values())
+
+    def find(self, selection: Selection, tool: str, caller: Caller) -> Member:
+        """The operation a tool name means on this endpoint (scope is left to the executor).
+
+        Raises:
+            Forbidden: the tool changes data and the endpoint is read-only.
+            NotFound: no chosen toolset lists the tool (the error names those that do, or close names).
+        """
+        chosen = self.effective(selection, caller)
+        for toolset in chosen.names or ():
+            for op in self.members.get(toolset, []):
+                if op.tool != tool:
+                    continue
+                if chosen.readonly and not op.read_only:
+                    raise Forbidden(
+                        f"{tool} changes data and this endpoint is read-only",
+                        suggestions=[f"Connect to {Selection(chosen.names).path} to use it"],
+                    )
+                return op
+        homes = self.homes(tool)
+        if homes:
+            raise NotFound(
+                f"{tool[:100]} is not in the toolsets of this endpoint",
+                suggestions=[f"It is in {', '.join(homes)}: connect to {MCP_PATH}/{homes[0]}"],
+            )
+        served = sorted({op.tool for ops in self.members.values() for op in ops})
+        close = difflib.get_close_matches(tool, served, n=3)
+        raise NotFound(
+            f"Unknown tool: {tool[:100]}",
+            suggestions=[f"Did you mean {', '.join(close)}?"] if close else ["See tools/list"],
+        )
 
     def homes(self, tool: str) -> list[str]:
         """The toolsets that list a tool of this name."""
@@ -140,113 +292,3 @@ class Catalog:
             }
             for name, ts in self.toolsets.items()
         ]
-
-
-class ToolsetRouter:
-    """ASGI middleware: maps `/mcp/<toolsets>` and `/mcp?toolsets=` onto the one MCP endpoint.
-
-    The chosen `Selection` travels in the ASGI scope, where the MCP handlers find it through the
-    request the SDK attaches to every message. Unknown toolsets answer 404 with the error body.
-
-    With `json_app` (the same MCP server answering with single JSON bodies), a POST that cannot
-    stream anything before its result is sent there, and only the others to `app` (SSE streams): see
-    `answers_in_json`. Both answers carry the same JSON-RPC message; the JSON one costs less."""
-
-    def __init__(self, app: Any, catalog: Catalog, send_error: Any, json_app: Any = None) -> None:
-        self.app = app
-        self.catalog = catalog
-        self.send_error = send_error
-        self.json_app = json_app
-
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        path: str = scope.get("path", "")
-        if scope["type"] != "http" or not (path == MCP_PATH or path.startswith(MCP_PATH + "/")):
-            await self.app(scope, receive, send)
-            return
-        rest = path[len(MCP_PATH) :].strip("/")
-        query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
-        spec = rest or ",".join(query.get("toolsets", []))
-        selection = parse(spec)
-        if not rest and query.get(READONLY, [""])[0].lower() in ("1", "true", "yes"):
-            selection = Selection(selection.names, True)
-        try:
-            self.catalog.check(selection)
-        except CairnError as err:
-            await self.send_error(send, err)
-            return
-        scope = {**scope, "path": MCP_PATH, "raw_path": MCP_PATH.encode(), SCOPE_KEY: selection}
-        if self.json_app is not None and scope.get("method") == "POST":
-            body, receive = await read_body(receive)
-            if answers_in_json(body, scope.get("headers") or ()):
-                await self.json_app(scope, receive, send)
-                return
-        await self.app(scope, receive, send)
-
-
-async def read_body(receive: Any) -> tuple[bytes, Any]:
-    """The whole request body, and a `receive` that hands it to the app again (then the rest)."""
-    chunks: list[bytes] = []
-    pending: Any = None
-    while True:
-        message = await receive()
-        if message["type"] != "http.request":
-            pending = message  # the client left: the app sees it at once
-            break
-        chunks.append(message.get("body", b""))
-        if not message.get("more_body", False):
-            break
-    body = b"".join(chunks)
-    replayed = False
-
-    async def replay() -> Any:
-        nonlocal replayed
-        if pending is not None:
-            return pending
-        if not replayed:
-            replayed = True
-            return {"type": "http.request", "body": body, "more_body": False}
-        return await receive()
-
-    return body, replay
-
-
-def _accepts(headers: Any) -> tuple[bool, bool]:
-    """(JSON, SSE) accepted by the request's Accept header, with the SDK's wildcard rules."""
-    value = next((v for k, v in headers if k == b"accept"), b"").decode("latin-1")
-    types = {part.split(";")[0].strip().lower() for part in value.split(",")}
-    anything = "*/*" in types
-    return (
-        anything or "application/json" in types or "application/*" in types,
-        anything or "text/event-stream" in types or "text/*" in types,
-    )
-
-
-def answers_in_json(body: bytes, headers: Any) -> bool:
-    """True when a single JSON body carries all an SSE stream would for this POST: a JSON-RPC request
-    without a progress token (progress notifications are the only messages Cairn sends before a
-    result, and only to a request that asks for them), from a client that accepts both answers
-    (others get the SSE path's checks)."""
-    if body[:1] != b"{" or not all(_accepts(headers)):
-        return False
-    try:
-        message = json.loads(body)
-    except (ValueError, RecursionError):  # the SSE path answers the JSON-RPC parse error
-        return False
-    if not isinstance(message, dict) or "id" not in message or not isinstance(message.get("method"), str):
-        return False
-    params = message.get("params")
-    if isinstance(params, dict):
-        meta = params.get("_meta")
-        if isinstance(meta, dict) and meta.get("progressToken") is not None:
-            return False
-    return True
-
-
-def selection_of(request: Any) -> Selection:
-    """The selection the router stored for this HTTP request (plain `/mcp` when none)."""
-    scope = getattr(request, "scope", None)
-    if isinstance(scope, dict):
-        found = scope.get(SCOPE_KEY)
-        if isinstance(found, Selection):
-            return found
-    return Selection()

@@ -9,9 +9,9 @@ Sign-in and forms:
 
 - **The key.** The sign-in form takes an API key and keeps it in the `cairn_key` cookie: HttpOnly
   (no script can read it), `SameSite=Strict` (no other site's page sends it), path `/ui`, `Secure`
-  over HTTPS. Each request resolves it through the server's `KeyStore`, so a revoked key stops
-  working within the key cache's seconds. An open server (no keys) needs no sign-in; once a key
-  exists, it locks like the other transports.
+  over HTTPS. Each request resolves it like every transport (`callers.resolve_caller`), so a revoked
+  key stops working within the key cache's seconds. An open server (no keys) needs no sign-in; once a
+  key exists, it locks like the other transports.
 - **Forms.** Every state-changing request is a form POST carrying a CSRF token: an HMAC of the
   `cairn_seed` cookie (HttpOnly, `SameSite=Strict`, renewed at sign-in), compared in constant time.
   The HTTP front also refuses a form body unless the browser says it comes from an allowed origin
@@ -45,10 +45,10 @@ from markupsafe import Markup
 from pydantic import BaseModel
 
 from app import __version__
-from app.core.auth import KeyStore, OpenModeGuard
-from app.core.context import OPEN_PRINCIPAL, AppState, Principal
+from app.core.context import AppState, Principal
 from app.core.errors import CairnError, Forbidden, InternalError, InvalidInput, NotFound, Unauthenticated
 from app.core.executor import read_resource, run_operation
+from app.core.http.callers import Callers, resolve_caller
 
 log = logging.getLogger("cairn.console")
 
@@ -159,13 +159,11 @@ class Console:
         self,
         state: AppState,
         sections: Sequence[ConsoleSection],
-        store: KeyStore | None,
-        guard: OpenModeGuard | None,
+        callers: Callers,
     ) -> None:
         self.state = state
         self.sections = list(sections)
-        self.store = store
-        self.guard = guard
+        self.callers = callers
         folders = [str(TEMPLATES), *(str(s.templates) for s in sections if s.templates is not None)]
         self.env = Environment(
             loader=ChoiceLoader([FileSystemLoader(f) for f in dict.fromkeys(folders)]),
@@ -178,28 +176,21 @@ class Console:
 
     async def keys_required(self) -> bool:
         """True when a key is needed to sign in (keys configured, or an open server locked since)."""
-        if self.store is not None:
-            return True
-        return self.guard is not None and await self.guard.locked()
+        return await self.callers.keys_required()
 
     async def principal(self, token: str | None) -> Principal:
         """The caller behind the key cookie.
 
         Raises:
             SignInRequired: keys are required and the cookie holds none, or an unknown or revoked one.
+            RateLimited: the client presented too many unknown keys lately.
         """
-        if not await self.keys_required():
-            return OPEN_PRINCIPAL
-        store = self.store or (self.guard.store if self.guard is not None else None)
-        if not token or store is None:
-            raise SignInRequired("Sign in with an API key")
-        refused = store.refusal(token)
-        if refused is not None:
-            raise refused
-        principal = await store.verify(token)
-        if principal is None:
-            raise SignInRequired("The key was not accepted (unknown or revoked); sign in again")
-        return principal
+        try:
+            return await resolve_caller(self.callers, token or "")
+        except Unauthenticated:
+            if not token:
+                raise SignInRequired("Sign in with an API key") from None
+            raise SignInRequired("The key was not accepted (unknown or revoked); sign in again") from None
 
     def nav(self, principal: Principal) -> list[ConsoleSection]:
         """The sections this caller may open."""
@@ -445,11 +436,10 @@ def install(
     app: FastAPI,
     state: AppState,
     sections: Sequence[ConsoleSection],
-    store: KeyStore | None,
-    guard: OpenModeGuard | None,
+    callers: Callers,
 ) -> None:
     """Mount the console: sign-in, home, static assets and every section's pages."""
-    app.state.console = Console(state, sections, store, guard)
+    app.state.console = Console(state, sections, callers)
     app.include_router(core_router)
     for section in sections:
         app.include_router(section.router)

@@ -29,7 +29,7 @@ from starlette.requests import ClientDisconnect
 from app.core.context import AppState
 from app.core.errors import InvalidInput, TooLarge, invalid_field
 from app.core.executor import run_operation
-from app.core.rest_adapter import authenticate
+from app.core.http.rest_adapter import authenticate
 from app.core.schemas import PROJECT_NAME
 from app.datasets import service
 from app.datasets.schemas import DATASET_NAME

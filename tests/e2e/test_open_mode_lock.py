@@ -16,6 +16,7 @@ from tests.support.server import (
     PgCluster,
     error_of,
     mcp_client,
+    resource_text,
     run_async,
     server_settings,
     start_server,
@@ -86,5 +87,14 @@ def test_a_created_key_locks_an_open_server_at_once(pg: PgCluster) -> None:
                 return error_of(await mcp.call_tool("create_project", {"name": "x"}))
 
         assert run_async(write_with_read_key())["code"] == 4030
+
+        async def resources(key: str) -> tuple[str, str]:
+            async with mcp_client(base, key=key) as mcp:
+                health = resource_text(await mcp.read_resource("mcp://health"))
+                tags = resource_text(await mcp.read_resource("mcp://default/tags"))
+                return health, tags
+
+        health, tags = run_async(resources(key))  # static resources and templates read as the key
+        assert '"status"' in health and '"tags"' in tags
     finally:
         stop_server(srv, thread)

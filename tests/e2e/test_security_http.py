@@ -1,4 +1,4 @@
-"""The HTTP front against an attacker's requests (app/core/http_front.py): DNS rebinding and
+"""The HTTP front against an attacker's requests (app/core/http/front.py): DNS rebinding and
 cross-site requests on every route, bodies a browser can send without asking (simple content types),
 bodies over the size limit without a declared length, JSON nested too deep, unsafe request ids, and a
 public /metrics. Each refusal carries the error body and leaves nothing changed, on REST and on /mcp."""

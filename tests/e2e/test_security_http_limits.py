@@ -64,7 +64,7 @@ class CountingDb:
 
 
 async def test_failed_authentications_are_limited_per_address(limited: RunningServer) -> None:
-    store = limited.app.state.key_store
+    store = limited.app.state.callers.store
     counting = store.db = CountingDb(store.db)
     try:
         async with httpx.AsyncClient(base_url=limited.url) as c:
@@ -92,7 +92,7 @@ async def test_failed_authentications_are_limited_per_address(limited: RunningSe
             assert missing.status_code == 401
     finally:
         store.db = counting.db
-        limited.app.state.key_store.failures._failures.clear()
+        limited.app.state.callers.store.failures._failures.clear()
 
 
 async def test_event_streams_are_capped_per_key(limited: RunningServer) -> None:

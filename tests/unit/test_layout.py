@@ -186,29 +186,48 @@ def test_only_the_embeddings_package_touches_the_queue_table() -> None:
     assert QUEUE_TABLE.search(owner.read_text(encoding="utf-8"))
 
 
-def _module(path: Path) -> str:
-    rel = path.relative_to(APP.parent).with_suffix("")
-    return ".".join(rel.parts[:-1] if rel.name == "__init__" else rel.parts)
+# What only the front door (app/core/http/) may name: key lookup (the store, the key table's lookup by
+# hash), bearer parsing, the open server's guard, the failed-authentication address and the SDK's
+# verified token. Outside it a transport asks `resolve_caller` (the console) or is handed what the
+# front resolved; the entry builds `Callers` and checks at start-up whether any key exists.
+CALLER_INTERNALS = frozenset(
+    {
+        "KeyStore",
+        "OpenModeGuard",
+        "CairnTokenVerifier",
+        "bearer_token",
+        "scope_bearer",
+        "client_address",
+        "mcp_caller",
+        "get_access_token",
+        "has_any_key",
+        "by_hash",
+    }
+)
+# Methods: named as attributes only (a local variable may share the word).
+CALLER_METHODS = frozenset({"has_any_key", "by_hash"})
+CALLER_USERS = {"resolve_caller", "Callers", "keys_exist", "starts_open"}
 
 
-def test_the_core_has_no_import_cycle() -> None:
-    """No chain of imports inside app/core leads back to where it started, type-only imports
-    (`if TYPE_CHECKING:`) and imports inside functions included."""
-    paths = {_module(p): p for p in (APP / "core").rglob("*.py")}
-    graph = {m: {name for _, name in _imports(p) if name in paths and name != m} for m, p in paths.items()}
-    cycles = []
-    state: dict[str, int] = {}  # 1: on the current path, 2: done
-
-    def visit(module: str, path: list[str]) -> None:
-        state[module] = 1
-        for nxt in sorted(graph[module]):
-            if state.get(nxt) == 1:
-                cycles.append(" -> ".join([*path[path.index(nxt) :], nxt]))
-            elif nxt not in state:
-                visit(nxt, [*path, nxt])
-        state[module] = 2
-
-    for module in sorted(graph):
-        if module not in state:
-            visit(module, [module])
-    assert cycles == []
+def test_only_the_front_door_resolves_callers() -> None:
+    """Nothing outside app/core/http looks a key up, reads a bearer header or decides open mode: it
+    names none of the caller internals, imports only `Callers`/`resolve_caller` (and the entry the
+    start-up checks) from `app.core.http.callers`, and calls no key store's `verify` or `refusal`."""
+    front = APP / "core" / "http"
+    bad = []
+    for path in sorted(APP.rglob("*.py")):
+        if path.is_relative_to(front):
+            continue
+        where = path.relative_to(APP.parent)
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module == "app.core.http.callers":
+                bad += [f"{where}:{node.lineno} imports {a.name}" for a in node.names if a.name not in CALLER_USERS]
+            elif isinstance(node, ast.ImportFrom):
+                bad += [f"{where}:{node.lineno} imports {a.name}" for a in node.names if a.name in CALLER_INTERNALS]
+            elif isinstance(node, ast.Name) and node.id in CALLER_INTERNALS - CALLER_METHODS:
+                bad.append(f"{where}:{node.lineno} names {node.id}")
+            elif isinstance(node, ast.Attribute) and node.attr in CALLER_INTERNALS | {"verify", "refusal"}:
+                if node.attr in ("verify", "refusal") and "store" not in ast.unparse(node.value):
+                    continue
+                bad.append(f"{where}:{node.lineno} uses {ast.unparse(node)}")
+    assert bad == []

@@ -85,35 +85,3 @@ def test_invalid_names_and_missing_docstrings_are_refused() -> None:
     ops.operation(name="quiet", input=Empty, output=Out, path="/quiet", title="Quiet")(undocumented)
     with pytest.raises(ValueError, match="needs a docstring"):
         _ = ops.operations[0].description
-
-
-def test_toolsets_collect_members_includes_and_refuse_clashes() -> None:
-    core = _set("core", "list_projects", "/projects", read_only=True)
-    core.toolset("core", "Core tools.")
-    notes = _set("notes", "search", "/notes/search", read_only=True)
-    notes.toolset("notes", "Notes.", includes=("list_projects", "not_enabled"))
-    compat = _set("compat", "compat_search", "/compat/search", tool_name="search", toolsets=("compat",))
-    compat.toolset("compat", "Another server's names.", exclusive_of=("notes",), output_schemas=True)
-    registry = Registry()
-    for opset in (core, notes, compat):
-        registry.add(opset)
-    members = {name: [op.tool for op in ops] for name, ops in registry.toolset_members().items()}
-    assert members == {"core": ["list_projects"], "notes": ["search", "list_projects"], "compat": ["search"]}
-    assert registry.get("compat_search") is not None and registry.get("compat_search").tool == "search"  # type: ignore[union-attr]
-    with pytest.raises(ValueError, match="duplicate toolset notes"):
-        again = OperationSet("other")
-        again.toolset("notes", "Again.")
-        registry.add(again)
-    stray = Registry()
-    stray.add(_set("x", "lost", "/x/lost", toolsets=("nowhere",)))
-    with pytest.raises(ValueError, match="undeclared toolset"):
-        stray.toolset_members()
-    twice = Registry()
-    one = _set("y", "a", "/y/a", tool_name="same", toolsets=("y",))
-    one.toolset("y", "Y.")
-    twice.add(one)
-    twice.add(_set("z", "b", "/z/b", tool_name="same", toolsets=("y",)))
-    with pytest.raises(ValueError, match="lists a tool name twice"):
-        twice.toolset_members()
-    with pytest.raises(ValueError, match="invalid toolset name"):
-        OperationSet("w").toolset("all", "Reserved.")

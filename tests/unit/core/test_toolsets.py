@@ -1,18 +1,16 @@
-"""app/core/toolsets.py: parsing endpoint specs and choosing the tools a request sees."""
+"""app/core/toolsets.py: declaring toolsets, parsing every toolset list, and choosing the tools a
+request sees."""
 
 from __future__ import annotations
-
-import json
-from typing import Any
 
 import pytest
 from pydantic import BaseModel
 
 from app.core.context import CallContext, Principal
-from app.core.errors import InvalidInput, NotFound
+from app.core.errors import Forbidden, InvalidInput, NotFound
 from app.core.registry import OperationSet, Registry
 from app.core.schemas import Empty
-from app.core.toolsets import Catalog, Selection, answers_in_json, parse, read_body
+from app.core.toolsets import Catalog, Selection, key_toolsets, members, parse, requested
 
 
 class Out(BaseModel):
@@ -119,41 +117,67 @@ def test_unknown_and_clashing_toolsets_are_refused() -> None:
     assert "compat" not in [t["name"] for t in catalog.summary() if t["default"]]
 
 
-BOTH = [(b"accept", b"application/json, text/event-stream")]
+def test_one_parser_reads_urls_queries_and_key_defaults() -> None:
+    assert requested("graph,readonly", "") == Selection(("graph",), True)
+    assert requested("", "toolsets=graph+notes&readonly=yes") == Selection(("graph", "notes"), True)
+    assert requested("graph", "readonly=1") == Selection(("graph",), False)  # the path decides
+    assert requested("", "") == Selection()
+    assert key_toolsets(None) is None and key_toolsets("") is None and key_toolsets([" ", ""]) is None
+    assert key_toolsets("Graph+memory, graph") == ["graph", "memory"]
+    assert key_toolsets("graph memory") == ["graph", "memory"]  # spaces separate, as in URLs
+    assert key_toolsets(["graph", "all", "readonly"]) == ["graph", "all", "readonly"]
+    with pytest.raises(InvalidInput, match=r"invalid toolset names \['1x', 'a-b'\]"):
+        key_toolsets("1x,a-b")
 
 
-def _rpc(method: str, params: dict[str, Any] | None = None) -> bytes:
-    return json.dumps({"jsonrpc": "2.0", "id": 1, "method": method, **({"params": params} if params else {})}).encode()
+def test_find_names_the_endpoint_that_lists_a_tool() -> None:
+    catalog = Catalog(_registry(), ["notes"])
+    assert catalog.find(Selection(), "push", ADMIN).name == "push"
+    assert catalog.find(Selection(("compat",)), "read_graph", ADMIN).name == "compat_read_graph"
+    with pytest.raises(Forbidden, match="read-only"):
+        catalog.find(Selection(("notes",), True), "push", ADMIN)
+    with pytest.raises(NotFound, match="not in the toolsets") as elsewhere:
+        catalog.find(Selection(), "audit_log", ADMIN)
+    assert "/mcp/admin" in elsewhere.value.suggestions[0]
+    with pytest.raises(NotFound, match="Unknown tool") as unknown:
+        catalog.find(Selection(), "serch", ADMIN)
+    assert "search" in unknown.value.suggestions[0]
 
 
-def test_requests_that_cannot_stream_are_answered_in_json() -> None:
-    assert answers_in_json(_rpc("tools/call", {"name": "search", "arguments": {}}), BOTH)
-    assert answers_in_json(_rpc("tools/list"), BOTH)
-    assert answers_in_json(_rpc("tools/call", {"name": "search"}), [(b"accept", b"*/*")])
-    # a long-running tool streams nothing before its result unless the call asks for progress
-    assert answers_in_json(_rpc("tools/call", {"name": "ingest"}), BOTH)
-    # a progress token: its progress notifications come before the result, on an SSE stream
-    with_token = {"name": "search", "_meta": {"progressToken": "t"}}
-    assert not answers_in_json(_rpc("tools/call", with_token), BOTH)
-    # notifications, batches, broken JSON and clients refusing SSE keep the SSE path (and its checks)
-    assert not answers_in_json(b'{"jsonrpc": "2.0", "method": "notifications/initialized"}', BOTH)
-    assert not answers_in_json(b"[" + _rpc("tools/list") + b"]", BOTH)
-    assert not answers_in_json(b"{not json", BOTH)
-    assert not answers_in_json(_rpc("tools/list"), [(b"accept", b"application/json")])
-    assert not answers_in_json(_rpc("tools/list"), [])
+def _set(feature: str, name: str, path: str, **kw: object) -> OperationSet:
+    ops = OperationSet(feature)
+    kw.setdefault("title", name.title())
+    ops.operation(name=name, input=Empty, output=Out, path=path, **kw)(_handler)  # type: ignore[arg-type]
+    return ops
 
 
-async def test_read_body_hands_the_body_to_the_app_again() -> None:
-    messages: list[dict[str, Any]] = [
-        {"type": "http.request", "body": b'{"a":', "more_body": True},
-        {"type": "http.request", "body": b" 1}", "more_body": False},
-        {"type": "http.disconnect"},
-    ]
-
-    async def receive() -> dict[str, Any]:
-        return messages.pop(0)
-
-    body, replay = await read_body(receive)
-    assert body == b'{"a": 1}'
-    assert await replay() == {"type": "http.request", "body": b'{"a": 1}', "more_body": False}
-    assert await replay() == {"type": "http.disconnect"}
+def test_toolsets_collect_members_includes_and_refuse_clashes() -> None:
+    core = _set("core", "list_projects", "/projects", read_only=True)
+    core.toolset("core", "Core tools.")
+    notes = _set("notes", "search", "/notes/search", read_only=True)
+    notes.toolset("notes", "Notes.", includes=("list_projects", "not_enabled"))
+    compat = _set("compat", "compat_search", "/compat/search", tool_name="search", toolsets=("compat",))
+    compat.toolset("compat", "Another server's names.", exclusive_of=("notes",), output_schemas=True)
+    registry = Registry()
+    for opset in (core, notes, compat):
+        registry.add(opset)
+    found = {name: [op.tool for op in ops] for name, ops in members(registry).items()}
+    assert found == {"core": ["list_projects"], "notes": ["search", "list_projects"], "compat": ["search"]}
+    assert registry.get("compat_search") is not None and registry.get("compat_search").tool == "search"  # type: ignore[union-attr]
+    with pytest.raises(ValueError, match="duplicate toolset notes"):
+        again = OperationSet("other")
+        again.toolset("notes", "Again.")
+        registry.add(again)
+    stray = Registry()
+    stray.add(_set("x", "lost", "/x/lost", toolsets=("nowhere",)))
+    with pytest.raises(ValueError, match="undeclared toolset"):
+        members(stray)
+    twice = Registry()
+    one = _set("y", "a", "/y/a", tool_name="same", toolsets=("y",))
+    one.toolset("y", "Y.")
+    twice.add(one)
+    twice.add(_set("z", "b", "/z/b", tool_name="same", toolsets=("y",)))
+    with pytest.raises(ValueError, match="lists a tool name twice"):
+        members(twice)
+    with pytest.raises(ValueError, match="invalid toolset name"):
+        OperationSet("w").toolset("all", "Reserved.")

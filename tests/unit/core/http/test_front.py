@@ -1,6 +1,5 @@
-"""app/core/http_front.py and the limits behind it, without a server: JSON bodies and their nesting,
-request ids, allowed hosts and origins, failed-authentication and event-stream limits, and a key
-cache that made-up keys cannot flush."""
+"""app/core/http/front.py and the limits behind it, without a server: JSON bodies and their nesting,
+request ids, allowed hosts and origins, failed-authentication and event-stream limits."""
 
 from __future__ import annotations
 
@@ -9,12 +8,12 @@ from typing import Any
 
 import pytest
 
-from app.core import auth
-from app.core.auth import KeyStore, client_address, hash_key
 from app.core.config import Settings
-from app.core.errors import InvalidInput, RateLimited
-from app.core.http_front import (
+from app.core.errors import Forbidden, InvalidInput, RateLimited
+from app.core.http.callers import Callers
+from app.core.http.front import (
     MAX_JSON_DEPTH,
+    HttpFront,
     _Patterns,
     allowed_hosts,
     allowed_origins,
@@ -118,55 +117,22 @@ def test_stream_slots_per_key() -> None:
         unlimited.acquire("a")
 
 
-class _Row:
-    id, name, scopes, project, toolsets = "k1", "ok", ["read"], None, None
+class _Guard:
+    def __init__(self, locked: bool) -> None:
+        self.known_locked = locked
 
 
-class _Keys:
-    """Stands in for the key table: `good-key` is the one stored key; counts the lookups."""
+def test_a_bare_multipart_upload_is_refused_only_while_no_key_is_required() -> None:
+    """Without a header a cross-site form cannot add: 4030 on an open server, the route's own 4010
+    once keys are required (from the start, or since an open server locked)."""
+    headers = {b"host": b"127.0.0.1:8000", b"content-type": b"multipart/form-data; boundary=x"}
+    settings = Settings(database_url="x")
 
-    lookups = 0
+    def refusal(callers: Callers, extra: dict[bytes, bytes] | None = None) -> Any:
+        front = HttpFront(None, settings, multipart=frozenset({"/up"}), callers=callers)
+        return front._refusal({"method": "POST"}, "/up", {**headers, **(extra or {})})
 
-    def __init__(self, session: Any) -> None:
-        pass
-
-    async def by_hash(self, digest: str) -> _Row | None:
-        type(self).lookups += 1
-        return _Row() if digest == hash_key("good-key") else None
-
-    async def touch(self, key_id: str) -> None:
-        pass
-
-
-class _Db:
-    async def run(self, fn: Any) -> Any:
-        return await fn(None)
-
-
-async def test_made_up_keys_neither_flush_valid_ones_nor_escape_the_limit(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(auth, "ApiKeyRepository", _Keys)
-    monkeypatch.setattr(_Keys, "lookups", 0)
-    store = KeyStore(_Db(), [], cache_seconds=60, failures=FailureLimiter(5))  # type: ignore[arg-type]
-    token = client_address.set("10.1.1.1")
-    try:
-        good = await store.verify("good-key")
-        assert good is not None and good.key_id == "k1"
-        for i in range(4):
-            assert await store.verify(f"made-up-{i}") is None
-        assert await store.verify("made-up-0") is None  # the negative cache answers (a 5th failure)
-        assert _Keys.lookups == 5
-        with pytest.raises(RateLimited):
-            await store.verify("made-up-more")  # locked out before any lookup
-        assert _Keys.lookups == 5
-        assert await store.verify("good-key") == good  # cached: neither looked up nor refused
-        assert store.refusal("made-up-more") is not None and store.refusal("good-key") is None
-    finally:
-        client_address.reset(token)
-    token = client_address.set("10.2.2.2")  # another address is not locked out
-    try:
-        assert await store.verify("made-up-more") is None
-        store._unknown.update({f"h{i}": time.monotonic() for i in range(20_000)})
-        assert await store.verify("flood") is None  # the negative cache overflows and is cleared...
-        assert store._cached(hash_key("good-key"), time.monotonic()) == good  # ...not the valid keys
-    finally:
-        client_address.reset(token)
+    assert isinstance(refusal(Callers(guard=_Guard(locked=False))), Forbidden)  # type: ignore[arg-type]
+    assert refusal(Callers(guard=_Guard(locked=False)), {b"x-requested-with": b"curl"}) is None  # type: ignore[arg-type]
+    assert refusal(Callers(guard=_Guard(locked=True))) is None  # type: ignore[arg-type]
+    assert refusal(Callers(store=object())) is None  # type: ignore[arg-type]

@@ -8,13 +8,12 @@ results whose text is the shared error body.
 
 from __future__ import annotations
 
-import difflib
 import inspect
 from typing import Any
 
-from mcp.server.auth.middleware.auth_context import get_access_token
 from mcp.server.auth.settings import AuthSettings
-from mcp.server.mcpserver import MCPServer
+from mcp.server.lowlevel.helper_types import ReadResourceContents
+from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError
 from mcp.server.mcpserver.resources import Resource
 from mcp_types import (
@@ -29,15 +28,17 @@ from mcp_types import Tool as MCPTool
 from pydantic import AnyHttpUrl, Field
 
 from app import __version__
-from app.core.auth import CairnTokenVerifier, KeyStore, open_mode_caller, principal_from_access_token, request_id
+from app.core.auth import request_id
 from app.core.budget import dumps, image_fields, sent_text
-from app.core.context import OPEN_PRINCIPAL, AppState, Principal
-from app.core.errors import CairnError, Forbidden, NotFound, Unauthenticated
+from app.core.context import AppState, Principal
+from app.core.errors import CairnError
 from app.core.executor import read_resource, run_operation
+from app.core.http.callers import CairnTokenVerifier, Callers, mcp_caller
+from app.core.http.mcp_endpoint import selection_of
 from app.core.jsonschema import lean
 from app.core.logs import request_id_var
 from app.core.registry import Operation, ResourceDef
-from app.core.toolsets import MCP_PATH, Catalog, Selection, selection_of
+from app.core.toolsets import Catalog, Selection
 
 INSTRUCTIONS = """\
 Cairn keeps large data and long-term memory out of your context window. Raw rows, documents and
@@ -55,16 +56,6 @@ This endpoint lists some toolsets; mcp://toolsets names the others and their end
 def error_result(err: CairnError) -> CallToolResult:
     """An error as MCP sees it: an `isError` result whose text is the shared error body."""
     return CallToolResult(content=[TextContent(type="text", text=dumps(err.body()))], is_error=True)
-
-
-def current_principal(state: AppState) -> Principal:
-    """The caller of the current MCP request (open mode: the anonymous admin)."""
-    token = get_access_token()
-    if token is not None:
-        return principal_from_access_token(token)
-    if state.open_mode:
-        return open_mode_caller.get() or OPEN_PRINCIPAL  # a locked open server checked the key itself
-    raise Unauthenticated("A bearer API key is required")
 
 
 def lean_input_schema(op: Operation) -> dict[str, Any]:
@@ -92,8 +83,11 @@ def listed_tool(op: Operation, output_schema: bool) -> MCPTool:
     )
 
 
-async def run_tool(state: AppState, op: Operation, arguments: dict[str, Any], context: Any) -> CallToolResult:
-    """Run the operation through the executor; errors become `isError` results carrying the error body.
+async def run_tool(
+    state: AppState, op: Operation, arguments: dict[str, Any], context: Any, principal: Principal
+) -> CallToolResult:
+    """Run the operation for `principal` through the executor; errors become `isError` results
+    carrying the error body.
 
     The result goes out twice, as MCP asks: as text (the JSON the budget measured, or the operation's
     own text shape) and as structured content."""
@@ -102,7 +96,6 @@ async def run_tool(state: AppState, op: Operation, arguments: dict[str, Any], co
         await context.report_progress(done, total, message)
 
     try:
-        principal = current_principal(state)
         result = await run_operation(
             state,
             op,
@@ -124,50 +117,40 @@ async def run_tool(state: AppState, op: Operation, arguments: dict[str, Any], co
     return CallToolResult(content=content, structured_content=data)
 
 
+def request_of(context: Any) -> Any:
+    """The HTTP request an SDK `Context` carries (None over stdio or outside a request)."""
+    try:
+        return context.request_context.request
+    except (AttributeError, ValueError):  # no context, or the SDK's "not available outside of a request"
+        return None
+
+
 class OperationResource(Resource):
-    """A static MCP resource backed by a registry `ResourceDef`."""
+    """A static MCP resource backed by a registry `ResourceDef` (read by `CairnMCPServer.read_resource`,
+    which knows the request; `read` serves a caller without one)."""
 
     definition: Any = Field(exclude=True)
-    state: Any = Field(exclude=True)
+    server: Any = Field(exclude=True)
 
     async def read(self) -> str:
         """Read the resource as compact JSON."""
-        return await _read(self.state, self.definition, {})
-
-
-async def _read(state: AppState, res: ResourceDef, params: dict[str, str]) -> str:
-    try:
-        principal = current_principal(state)
-        result = await read_resource(
-            state, res, params, principal, transport="mcp", request_id=request_id_var.get() or request_id()
-        )
-    except CairnError as err:
-        raise ResourceError(dumps(err.body())) from None
-    return dumps(result.model_dump(mode="json", by_alias=True))
-
-
-def _template_function(state: AppState, res: ResourceDef) -> Any:
-    async def read_template(**params: str) -> str:
-        return await _read(state, res, params)
-
-    read_template.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
-        [inspect.Parameter(p, inspect.Parameter.KEYWORD_ONLY, annotation=str) for p in res.params],
-        return_annotation=str,
-    )
-    read_template.__annotations__ = {**{p: str for p in res.params}, "return": str}
-    read_template.__name__ = res.name.replace("-", "_")
-    read_template.__doc__ = res.description
-    return read_template
+        server: CairnMCPServer = self.server
+        return await server.read(self.definition, {}, None)
 
 
 class CairnMCPServer(MCPServer[Any]):
     """`MCPServer` whose tool list depends on the request: the toolsets chosen by the URL (see
     `app.core.toolsets`), the caller's key and its scopes. Unknown tools and tools outside the
-    chosen toolsets answer with the shared error body (4002, naming the endpoint that lists them)."""
+    chosen toolsets answer with the shared error body (4002, naming the endpoint that lists them).
 
-    def __init__(self, state: AppState, catalog: Catalog, **kwargs: Any) -> None:
+    The SDK (2.3) routes `tools/list` to `_handle_list_tools`, whose public counterpart `list_tools`
+    is not handed the request, and offers no context to a static resource: those two are overridden
+    here, everything else goes through public methods."""
+
+    def __init__(self, state: AppState, callers: Callers, catalog: Catalog, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.state = state
+        self.callers = callers
         self.catalog = catalog
         # A stdio session has no URL: its toolsets are fixed when it starts (`cairn stdio --toolsets`).
         self.fixed: Selection | None = None
@@ -178,63 +161,78 @@ class CairnMCPServer(MCPServer[Any]):
             for op in state.registry.operations
             if op.mcp
         }
-
-    def _tool_input_schema(self, name: str) -> dict[str, Any] | None:
-        # Only used to validate `Mcp-Param-*` headers, which Cairn's tools do not declare.
-        return None
+        self.operations = {op.name: op for op in state.registry.operations}
+        self.static = {str(res.uri): res for res in state.registry.resources if not res.is_template}
 
     async def _handle_list_tools(self, ctx: Any, params: PaginatedRequestParams | None) -> ListToolsResult:
-        principal = current_principal(self.state)
+        principal = await mcp_caller(self.callers, ctx.request)
         ops = self.catalog.tools(self.selection(ctx.request), principal)
         return ListToolsResult(tools=[self.listing[op.name] for op in ops])
 
     async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
         """Call a tool of the chosen toolsets through the executor."""
-        request = context.request_context.request if context is not None else None
-        selection = self.selection(request)
+        request = request_of(context)
         try:
-            op = self.find(selection, name, current_principal(self.state))
+            principal = await mcp_caller(self.callers, request)
+            found = self.catalog.find(self.selection(request), name, principal)
         except CairnError as err:
             return error_result(err)
-        return await run_tool(self.state, op, arguments, context)
+        return await run_tool(self.state, self.operations[found.name], arguments, context, principal)
+
+    async def read_resource(self, uri: Any, context: Any = None) -> Any:
+        """Read a resource: Cairn's static ones as the request's caller, the others (templates, which
+        are handed the context) as the SDK does."""
+        res = self.static.get(str(uri))
+        if res is None:
+            return await super().read_resource(uri, context)
+        text = await self.read(res, {}, request_of(context))
+        return [ReadResourceContents(content=text, mime_type="application/json")]
+
+    async def read(self, res: ResourceDef, params: dict[str, str], request: Any) -> str:
+        """A resource as compact JSON, read through the executor as the caller of `request`.
+
+        Raises:
+            ResourceError: carrying the shared error body.
+        """
+        try:
+            principal = await mcp_caller(self.callers, request)
+            result = await read_resource(
+                self.state, res, params, principal, transport="mcp", request_id=request_id_var.get() or request_id()
+            )
+        except CairnError as err:
+            raise ResourceError(dumps(err.body())) from None
+        return dumps(result.model_dump(mode="json", by_alias=True))
+
+    def template(self, res: ResourceDef) -> Any:
+        """The function the SDK calls for a resource template: its URI parameters and the context."""
+
+        async def read_template(context: Context[Any, Any], **params: str) -> str:
+            return await self.read(res, params, request_of(context))
+
+        read_template.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+            [
+                inspect.Parameter("context", inspect.Parameter.KEYWORD_ONLY, annotation=Context),
+                *(inspect.Parameter(p, inspect.Parameter.KEYWORD_ONLY, annotation=str) for p in res.params),
+            ],
+            return_annotation=str,
+        )
+        read_template.__annotations__ = {"context": Context, **{p: str for p in res.params}, "return": str}
+        read_template.__name__ = res.name.replace("-", "_")
+        read_template.__doc__ = res.description
+        return read_template
 
     def selection(self, request: Any) -> Selection:
         """The toolsets of this request: the URL's over HTTP, the fixed ones over stdio."""
         return self.fixed if self.fixed is not None else selection_of(request)
 
-    def find(self, selection: Selection, name: str, principal: Principal) -> Operation:
-        """The operation a tool name means on this endpoint (scope is left to the executor)."""
-        chosen = self.catalog.effective(selection, principal)
-        for toolset in chosen.names or ():
-            for op in self.catalog.members.get(toolset, []):
-                if op.tool != name:
-                    continue
-                if chosen.readonly and not op.read_only:
-                    raise Forbidden(
-                        f"{name} changes data and this endpoint is read-only",
-                        suggestions=[f"Connect to {Selection(chosen.names).path} to use it"],
-                    )
-                return op
-        homes = self.catalog.homes(name)
-        if homes:
-            raise NotFound(
-                f"{name[:100]} is not in the toolsets of this endpoint",
-                suggestions=[f"It is in {', '.join(homes)}: connect to {MCP_PATH}/{homes[0]}"],
-            )
-        served = sorted({op.tool for ops in self.catalog.members.values() for op in ops})
-        close = difflib.get_close_matches(name, served, n=3)
-        raise NotFound(
-            f"Unknown tool: {name[:100]}",
-            suggestions=[f"Did you mean {', '.join(close)}?"] if close else ["See tools/list"],
-        )
 
-
-def build_mcp(state: AppState, store: KeyStore | None, catalog: Catalog) -> MCPServer[Any]:
-    """The MCP server with one tool per operation and one resource per resource definition."""
+def build_mcp(state: AppState, callers: Callers, catalog: Catalog) -> CairnMCPServer:
+    """The MCP server with one tool per operation and one resource per resource definition; on a
+    server with keys the SDK checks the bearer key (`CairnTokenVerifier`)."""
     settings = state.settings
     auth = None
     verifier = None
-    if store is not None:
+    if callers.store is not None:
         resource_url = settings.resource_url()
         auth = AuthSettings(
             issuer_url=AnyHttpUrl(settings.public_url or f"http://{settings.host}:{settings.port}"),
@@ -242,9 +240,10 @@ def build_mcp(state: AppState, store: KeyStore | None, catalog: Catalog) -> MCPS
             required_scopes=["read"],
             validate_token_resource=False,
         )
-        verifier = CairnTokenVerifier(store)
-    server: MCPServer[Any] = CairnMCPServer(
+        verifier = CairnTokenVerifier(callers)
+    server = CairnMCPServer(
         state,
+        callers,
         catalog,
         name="cairn",
         title="Cairn",
@@ -257,7 +256,7 @@ def build_mcp(state: AppState, store: KeyStore | None, catalog: Catalog) -> MCPS
     for res in state.registry.resources:
         if res.is_template:
             server.resource(res.uri, name=res.name, description=res.description, mime_type="application/json")(
-                _template_function(state, res)
+                server.template(res)
             )
         else:
             server.add_resource(
@@ -267,7 +266,7 @@ def build_mcp(state: AppState, store: KeyStore | None, catalog: Catalog) -> MCPS
                     description=res.description,
                     mime_type="application/json",
                     definition=res,
-                    state=state,
+                    server=server,
                 )
             )
     return server

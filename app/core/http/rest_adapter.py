@@ -15,29 +15,24 @@ from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse, Response
 
 from app import __version__
-from app.core.auth import KeyStore, OpenModeGuard, bearer_principal
-from app.core.context import OPEN_PRINCIPAL, AppState, Principal
+from app.core.context import AppState, Principal
 from app.core.errors import CairnError, ErrorBody, InvalidInput
 from app.core.executor import read_resource, run_operation
-from app.core.http_front import parse_json_body
+from app.core.http.callers import Callers, bearer_token, resolve_caller
+from app.core.http.front import parse_json_body
 from app.core.jsonschema import example_of, lean
 from app.core.registry import Operation, ResourceDef, first_sentence
 
 API_PREFIX = "/api/v1"
+# Only operations that call an upstream can answer 502.
+_UPSTREAM_ONLY = frozenset({"502"})
 
 
 async def authenticate(request: Request) -> Principal:
-    """The caller of a REST request, from its `Authorization: Bearer` header."""
-    state: AppState = request.app.state.cairn
-    store: KeyStore | None = request.app.state.key_store
-    header = request.headers.get("authorization", "")
-    if store is not None:
-        meta = state.settings.resource_url().replace("/mcp", "/.well-known/oauth-protected-resource/mcp")
-        return await bearer_principal(store, header, meta)
-    guard: OpenModeGuard | None = getattr(request.app.state, "open_guard", None)
-    if guard is not None and await guard.locked():  # started open, locked since a key was created
-        return await bearer_principal(guard.store, header, None)
-    return OPEN_PRINCIPAL
+    """The caller of a REST request (or a feature's own route), from its `Authorization: Bearer`
+    header (see `callers.resolve_caller`)."""
+    callers: Callers = request.app.state.callers
+    return await resolve_caller(callers, bearer_token(request.headers.get("authorization", "")))
 
 
 def _list_fields(op: Operation) -> frozenset[str]:
@@ -176,8 +171,6 @@ def install_openapi(app: FastAPI, state: AppState) -> None:
             str(status): {"description": ", ".join(sorted(set(names))), "content": _json_content(error_schema)}
             for status, names in sorted(by_status.items())
         }
-        # Only operations that call an upstream can answer 502.
-        upstream_only = {"502"}
         doc["tags"] = [
             {"name": name, "description": state.registry.descriptions.get(name, "")}
             for name in dict.fromkeys(
@@ -195,49 +188,53 @@ def install_openapi(app: FastAPI, state: AppState) -> None:
                 op = by_name.get(entry.get("x-cairn-operation", ""))
                 res = by_uri.get(entry.get("x-cairn-resource", ""))
                 if op is not None:
-                    example = _example(op)
-                    in_schema = _hoist(op.input_schema(), components)
-                    if method == "get":
-                        props = in_schema.get("properties", {})
-                        required = set(in_schema.get("required", []))
-                        entry["parameters"] = [
-                            {
-                                "name": n,
-                                "in": "path" if n in op.path_params() else "query",
-                                "required": n in required or n in op.path_params(),
-                                "schema": s,
-                            }
-                            for n, s in props.items()
-                        ]
-                        for param in entry["parameters"]:
-                            if example is not None and param["name"] in example:
-                                param["example"] = example[param["name"]]
-                    else:
-                        entry["parameters"] = [
-                            {"name": n, "in": "path", "required": True, "schema": {"type": "string"}}
-                            for n in op.path_params()
-                        ]
-                        entry["requestBody"] = {
-                            "required": bool(in_schema.get("required")),
-                            "content": _json_content(in_schema),
-                        }
-                        if example is not None:
-                            entry["requestBody"]["content"]["application/json"]["example"] = example
-                    out = _hoist(op.output_schema(), components)
-                    mine = {k: v for k, v in errors.items() if op.open_world or k not in upstream_only}
-                    entry["responses"] = {"200": {"description": "Success", "content": _json_content(out)}, **mine}
+                    _describe_operation(entry, method, op, errors, components)
                 elif res is not None:
                     out = _hoist(res.output_model.model_json_schema(mode="serialization", by_alias=True), components)
-                    mine = {k: v for k, v in errors.items() if k not in upstream_only}
+                    mine = {k: v for k, v in errors.items() if k not in _UPSTREAM_ONLY}
                     entry["responses"] = {"200": {"description": "Success", "content": _json_content(out)}, **mine}
                 else:  # a feature's own route (e.g. an upload): the same errors, its own success
                     for status, response in errors.items():
-                        if status not in upstream_only:
+                        if status not in _UPSTREAM_ONLY:
                             entry.setdefault("responses", {}).setdefault(status, response)
         app.openapi_schema = doc
         return doc
 
     app.openapi = openapi  # type: ignore[method-assign]
+
+
+def _describe_operation(
+    entry: dict[str, Any], method: str, op: Operation, errors: dict[str, Any], components: dict[str, Any]
+) -> None:
+    """Fill one operation's OpenAPI entry: its parameters or request body (with an example), its
+    result and the errors it can answer."""
+    example = _example(op)
+    in_schema = _hoist(op.input_schema(), components)
+    if method == "get":
+        props = in_schema.get("properties", {})
+        required = set(in_schema.get("required", []))
+        entry["parameters"] = [
+            {
+                "name": n,
+                "in": "path" if n in op.path_params() else "query",
+                "required": n in required or n in op.path_params(),
+                "schema": s,
+            }
+            for n, s in props.items()
+        ]
+        for param in entry["parameters"]:
+            if example is not None and param["name"] in example:
+                param["example"] = example[param["name"]]
+    else:
+        entry["parameters"] = [
+            {"name": n, "in": "path", "required": True, "schema": {"type": "string"}} for n in op.path_params()
+        ]
+        entry["requestBody"] = {"required": bool(in_schema.get("required")), "content": _json_content(in_schema)}
+        if example is not None:
+            entry["requestBody"]["content"]["application/json"]["example"] = example
+    out = _hoist(op.output_schema(), components)
+    mine = {k: v for k, v in errors.items() if op.open_world or k not in _UPSTREAM_ONLY}
+    entry["responses"] = {"200": {"description": "Success", "content": _json_content(out)}, **mine}
 
 
 def _example(op: Operation) -> dict[str, Any] | None:

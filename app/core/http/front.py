@@ -4,7 +4,7 @@ One pure-ASGI middleware (no task or response wrapper per request, one look at t
 
 - a request id: the client's `X-Request-ID` when it is a safe id (`[A-Za-z0-9._:-]{1,64}`), else a
   new one; set in `request_id_var`, in the scope state and on the response;
-- the client's address in `auth.client_address` (the failed-authentication limit);
+- the client's address in `callers.client_address` (the failed-authentication limit);
 - browser checks on every path but the probes (`/healthz`, `/readyz`): the `Host` must be an allowed
   host (DNS rebinding, 421 / 4030); a present `Origin` must be allowed or the request's own origin,
   and without one `Sec-Fetch-Site: cross-site` is refused unless it is a top-level GET navigation
@@ -35,15 +35,16 @@ from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
 from mcp.server.transport_security import TransportSecuritySettings
 
-from app.core.auth import OpenModeGuard, client_address, request_id
+from app.core.auth import request_id
 from app.core.config import Settings
 from app.core.errors import CairnError, Forbidden, InvalidInput, TooLarge
+from app.core.http.callers import Callers, client_address
 from app.core.logs import request_id_var
+from app.core.toolsets import MCP_PATH
 
 log = logging.getLogger("cairn.http")
 
 PROBES = frozenset({"/healthz", "/readyz"})
-MCP_PATH = "/mcp"
 MAX_JSON_DEPTH = 200
 _SAFE_ID = re.compile(r"[A-Za-z0-9._:-]{1,64}")
 _WITH_BODY = frozenset({"POST", "PUT", "PATCH", "DELETE"})
@@ -243,15 +244,13 @@ class HttpFront:
         *,
         exempt: tuple[str, ...] = (),
         multipart: frozenset[str] = frozenset(),
-        open_guard: OpenModeGuard | None = None,
-        open_mode: bool = False,
+        callers: Callers,
     ) -> None:
         self.app = app
         self.limit = settings.max_body_bytes
         self.exempt = exempt
         self.multipart = multipart
-        self.open_guard = open_guard
-        self.open_mode = open_mode
+        self.callers = callers
         self.hosts = _Patterns(allowed_hosts(settings))
         self.origins = _Patterns(allowed_origins(settings))
 
@@ -359,7 +358,7 @@ class HttpFront:
                 or headers.get(b"sec-fetch-site") == b"same-origin"
             ):
                 return None
-            if not self.open_mode or (self.open_guard is not None and self.open_guard.known_locked):
+            if self.callers.keys_known_required:
                 return None  # keys are required: the route's authentication answers (4010)
             return Forbidden(
                 "A multipart upload must carry an 'X-Requested-With' or 'Authorization: Bearer' header "

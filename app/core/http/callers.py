@@ -1,0 +1,364 @@
+"""Who is calling: the one place a request's key is read, looked up and judged.
+
+Every transport asks `resolve_caller`: REST routes and `/metrics` (`rest_adapter.authenticate`), the
+MCP endpoint on an open server, the MCP SDK's token verifier on a server with keys, a stdio session
+and the console's sign-in cookie. The answer depends on how the server started (`Callers`):
+
+- **with keys** (`CAIRN_API_KEYS` or stored keys): every request needs a valid bearer key; a missing
+  or unknown one is 4010 with a `WWW-Authenticate` challenge naming the protected-resource metadata;
+- **open** (no key at start, loopback only): every caller is the anonymous admin until a key is
+  created, then the server locks within `OpenModeGuard.interval` seconds and behaves as if it had
+  started with keys (without the metadata, which such a server does not serve);
+- **local** (a stdio session of the user who started it): the anonymous admin.
+
+A client address that presented too many unknown keys lately is refused (4290) before any lookup;
+a static key or a cached valid key is never refused. The address comes from `client_address`, set
+by the HTTP front for each request, because the SDK's verifier is handed the token alone.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import time
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import Any
+
+from mcp.server.auth.middleware.auth_context import get_access_token
+from mcp.server.auth.provider import AccessToken, TokenVerifier
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.core.auth import SCOPES, StaticKey, hash_key, parse_static_keys
+from app.core.config import Settings
+from app.core.context import OPEN_PRINCIPAL, Principal
+from app.core.db import Database
+from app.core.errors import CairnError, Unauthenticated
+from app.core.ratelimit import FailureLimiter
+from app.core.repository import ApiKeyRepository
+
+log = logging.getLogger("cairn.auth")
+
+_CACHE_MAX = 10_000
+# What a request's `scope["state"]` holds for the MCP handlers: the caller the endpoint resolved.
+CALLER_STATE = "caller"
+
+client_address: ContextVar[str | None] = ContextVar("cairn_client_address", default=None)
+
+
+def bearer_token(authorization: str) -> str:
+    """The key of an `Authorization: Bearer KEY` header value ("" without one)."""
+    return authorization[7:].strip() if authorization[:7].lower() == "bearer " else ""
+
+
+def scope_bearer(scope: Any) -> str:
+    """The bearer key of an ASGI request ("" without one)."""
+    for name, value in scope.get("headers") or ():
+        if name == b"authorization":
+            return bearer_token(value.decode("latin-1"))
+    return ""
+
+
+class KeyStore:
+    """Resolves bearer tokens to principals, with a short cache in front of the database.
+
+    Known keys and unknown ones are cached apart, so a flood of made-up keys cannot evict the valid
+    ones. With `failures`, a client address that presented too many unknown keys is refused (4290)
+    before any database lookup; a static key or a cached valid key is never refused."""
+
+    def __init__(
+        self,
+        db: Database,
+        static_keys: list[StaticKey],
+        cache_seconds: float = 5.0,
+        failures: FailureLimiter | None = None,
+    ) -> None:
+        self.db = db
+        self.static = static_keys
+        self.cache_seconds = cache_seconds
+        self.failures = failures
+        self._cache: dict[str, tuple[float, Principal]] = {}
+        self._unknown: dict[str, float] = {}
+
+    async def has_any_key(self) -> bool:
+        """True when at least one static or stored key exists."""
+        if self.static:
+            return True
+        async with self.db.transaction() as session:
+            return await ApiKeyRepository(session).count_active() > 0
+
+    def _static(self, token: str) -> Principal | None:
+        for key in self.static:
+            if hmac.compare_digest(key.token.encode(), token.encode()):
+                return Principal(
+                    key_id=f"static:{hash_key(token)[:8]}",
+                    name="static",
+                    scopes=key.scopes,
+                    project=key.project,
+                    toolsets=key.toolsets,
+                )
+        return None
+
+    def _cached(self, digest: str, now: float) -> Principal | None:
+        cached = self._cache.get(digest)
+        if cached is not None and now - cached[0] < self.cache_seconds:
+            return cached[1]
+        return None
+
+    def refusal(self, token: str) -> CairnError | None:
+        """The 4290 for the current client when it is locked out of key lookups and `token` is not a
+        key known without one (a static key, or a valid key in the cache); else None."""
+        if self.failures is None:
+            return None
+        client = client_address.get()
+        if client is None or self.failures.retry_after(client) is None:
+            return None
+        if self._static(token) is not None or self._cached(hash_key(token), time.monotonic()) is not None:
+            return None
+        return self.failures.refusal(client)
+
+    async def verify(self, token: str) -> Principal | None:
+        """The principal for `token`, or None when it is unknown or revoked.
+
+        Raises:
+            RateLimited: the client presented too many unknown keys lately (and this one is not known
+                without a lookup).
+        """
+        static = self._static(token)
+        if static is not None:
+            return static
+        digest = hash_key(token)
+        now = time.monotonic()
+        known = self._cached(digest, now)
+        if known is not None:
+            return known
+        client = client_address.get() if self.failures is not None else None
+        if client is not None and self.failures is not None:
+            self.failures.check(client)
+        seen = self._unknown.get(digest)
+        if seen is not None and now - seen < self.cache_seconds:
+            self._failed(client)
+            return None
+
+        async def lookup(session: AsyncSession) -> Principal | None:
+            repo = ApiKeyRepository(session)
+            row = await repo.by_hash(digest)
+            if row is None:
+                return None
+            await repo.touch(row.id)
+            return Principal(
+                key_id=str(row.id),
+                name=row.name,
+                scopes=frozenset(row.scopes),
+                project=row.project,
+                toolsets=tuple(row.toolsets) if row.toolsets else None,
+            )
+
+        principal = await self.db.run(lookup)  # once more on a fresh connection if the pooled one was dead
+        if principal is None:
+            if len(self._unknown) > _CACHE_MAX:
+                self._unknown.clear()
+            self._unknown[digest] = now
+            self._failed(client)
+            return None
+        if len(self._cache) > _CACHE_MAX:
+            self._cache.clear()
+        self._cache[digest] = (now, principal)
+        return principal
+
+    def _failed(self, client: str | None) -> None:
+        if client is not None and self.failures is not None:
+            self.failures.record(client)
+
+
+class OpenModeGuard:
+    """A server that started without keys (open, loopback only) locks as soon as a key exists: from
+    then on every request needs a valid key, as if it had started with one. Whether a key exists is
+    read again at most every `interval` seconds; once locked it stays locked, and says so in the log."""
+
+    def __init__(self, store: KeyStore, interval: float = 2.0) -> None:
+        self.store, self.interval = store, interval
+        self._locked = False
+        self._checked = -float("inf")
+
+    @property
+    def known_locked(self) -> bool:
+        """Whether the last check found a key (no lookup: at most `interval` seconds behind)."""
+        return self._locked
+
+    async def locked(self) -> bool:
+        """True once any static or stored key exists."""
+        if self._locked:
+            return True
+        now = time.monotonic()
+        if now - self._checked < self.interval:
+            return False
+        self._checked = now
+        if await self.store.has_any_key():
+            self._locked = True
+            log.warning("an API key now exists: this server, started without keys, requires one from now on")
+        return self._locked
+
+
+@dataclass(frozen=True)
+class Callers:
+    """How this server knows its callers: `store` on a server with keys, `guard` on an open server,
+    neither in a local session. `metadata_url` is the protected-resource metadata 401s point at."""
+
+    store: KeyStore | None = None
+    guard: OpenModeGuard | None = None
+    metadata_url: str | None = None
+
+    @classmethod
+    def build(cls, db: Database, settings: Settings, *, open_mode: bool, local: bool = False) -> Callers:
+        """The callers of a server that started with keys, or open (`open_mode`), or of a local
+        session (`local`)."""
+        if local:
+            return cls()
+        failures = FailureLimiter(settings.auth_failure_limit)
+        if open_mode:
+            return cls(guard=OpenModeGuard(KeyStore(db, [], settings.key_cache_seconds, failures)))
+        store = KeyStore(db, parse_static_keys(settings.api_keys), settings.key_cache_seconds, failures)
+        meta = settings.resource_url().replace("/mcp", "/.well-known/oauth-protected-resource/mcp")
+        return cls(store=store, metadata_url=meta)
+
+    @property
+    def keys_known_required(self) -> bool:
+        """Whether a key is required, as last known (no lookup: an open server's lock may be up to
+        `OpenModeGuard.interval` seconds behind)."""
+        return self.store is not None or (self.guard is not None and self.guard.known_locked)
+
+    async def keys_required(self) -> bool:
+        """Whether a request needs a key now (a server with keys, or an open one locked since)."""
+        if self.store is not None:
+            return True
+        return self.guard is not None and await self.guard.locked()
+
+    def refusal(self, token: str, client: str | None) -> CairnError | None:
+        """The 4290 for a client of a server with keys that is locked out of key lookups, unless
+        `token` is known without one; else None (checked before the MCP SDK, which would turn the
+        limit's error into a 500)."""
+        store = self.store
+        if store is None or store.failures is None or not client or store.failures.retry_after(client) is None:
+            return None
+        return store.refusal(token)
+
+    async def ahead_of_sdk(self, token: str) -> Principal | None:
+        """The caller of an MCP HTTP request, resolved before the SDK sees it: on an open server,
+        `resolve_caller`'s answer; None on a server with keys, whose SDK verifier resolves it.
+
+        Raises:
+            Unauthenticated / RateLimited: as `resolve_caller`.
+        """
+        if self.store is not None:
+            return None
+        return await resolve_caller(self, token)
+
+
+async def resolve_caller(callers: Callers, token: str) -> Principal:
+    """The caller presenting `token` (a bearer key, "" for none): the anonymous admin when no key is
+    required, else the key's principal.
+
+    Raises:
+        Unauthenticated: a key is required and `token` is empty (4010, "required") or unknown or
+            revoked (4010, `error="invalid_token"`), with a `WWW-Authenticate` challenge.
+        RateLimited: the client presented too many unknown keys lately (4290).
+    """
+    store = callers.store
+    if store is None:
+        if callers.guard is None or not await callers.guard.locked():
+            return OPEN_PRINCIPAL
+        store = callers.guard.store
+    if not token:
+        raise Unauthenticated(
+            "A bearer API key is required",
+            suggestions=["Send 'Authorization: Bearer <key>'", "Create one: cairn keys create"],
+            headers=_challenge(None, callers.metadata_url),
+        )
+    principal = await store.verify(token)
+    if principal is None:
+        raise Unauthenticated(
+            "The API key is unknown or revoked", headers=_challenge("invalid_token", callers.metadata_url)
+        )
+    return principal
+
+
+def _challenge(error: str | None, metadata_url: str | None) -> dict[str, str]:
+    parts = [f'resource_metadata="{metadata_url}"'] if metadata_url else []
+    if error:
+        parts.insert(0, f'error="{error}"')
+    return {"WWW-Authenticate": "Bearer" + (" " + ", ".join(parts) if parts else "")}
+
+
+def starts_open(settings: Settings, has_keys: bool) -> bool:
+    """Whether a server starts open: no key exists and it listens on loopback only.
+
+    Raises:
+        RuntimeError: no key exists and the server would listen beyond loopback.
+    """
+    if has_keys:
+        return False
+    if not settings.is_loopback():
+        raise RuntimeError(
+            f"Refusing to serve on {settings.host} without API keys: create one with "
+            "`cairn keys create --scopes read,write` or set CAIRN_API_KEYS"
+        )
+    log.warning("no API keys configured: serving WITHOUT authentication (loopback only)")
+    return True
+
+
+async def keys_exist(db: Database, static: list[StaticKey]) -> bool:
+    """Whether any static or stored key exists (start-up decides open mode on it)."""
+    return await KeyStore(db, static).has_any_key()
+
+
+class CairnTokenVerifier(TokenVerifier):
+    """The MCP SDK's token verifier on a server with keys: `resolve_caller`, the principal carried in
+    the access token's claims (see `mcp_caller`)."""
+
+    def __init__(self, callers: Callers) -> None:
+        self.callers = callers
+
+    async def verify_token(self, token: str) -> AccessToken | None:
+        """Map a bearer token to an AccessToken carrying the principal in its claims.
+
+        A client locked out of key lookups is answered 4290 before the SDK is reached
+        (`Callers.refusal`); one locked out in between is simply not authenticated here (an exception
+        would become a 500)."""
+        try:
+            principal = await resolve_caller(self.callers, token)
+        except CairnError:
+            return None
+        implied = [s for s in SCOPES if principal.has_scope(s)]  # admin implies write implies read
+        return AccessToken(
+            token=token,
+            client_id=principal.key_id or "anonymous",
+            scopes=implied,
+            claims={"project": principal.project, "name": principal.name, "toolsets": principal.toolsets},
+        )
+
+
+async def mcp_caller(callers: Callers, request: Any) -> Principal:
+    """The caller of an MCP message: the SDK's verified token on a server with keys, the caller the
+    endpoint resolved (in the request's state) on an open server, `resolve_caller` without a request
+    (a stdio session).
+
+    Raises:
+        Unauthenticated: a key is required and none was verified.
+    """
+    token = get_access_token()
+    if token is not None:
+        claims = token.claims or {}
+        return Principal(
+            key_id=token.client_id,
+            name=str(claims.get("name") or ""),
+            scopes=frozenset(token.scopes),
+            project=claims.get("project"),
+            toolsets=tuple(claims["toolsets"]) if claims.get("toolsets") else None,
+        )
+    scope = getattr(request, "scope", None)
+    if isinstance(scope, dict):
+        found = (scope.get("state") or {}).get(CALLER_STATE)
+        if isinstance(found, Principal):
+            return found
+    return await resolve_caller(callers, "")

@@ -1,0 +1,210 @@
+"""app/core/http/callers.py: who is calling, without a server: bearer headers, the three ways a server
+knows its callers (keys, open, local), the 4010 challenges, the failed-authentication lockout, the
+open server that locks once a key exists, and a key cache that made-up keys cannot flush."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+
+from app.core.auth import StaticKey, hash_key
+from app.core.config import Settings
+from app.core.context import OPEN_PRINCIPAL, Principal
+from app.core.errors import RateLimited, Unauthenticated
+from app.core.http import callers as callers_module
+from app.core.http.callers import (
+    CALLER_STATE,
+    CairnTokenVerifier,
+    Callers,
+    KeyStore,
+    OpenModeGuard,
+    bearer_token,
+    client_address,
+    mcp_caller,
+    resolve_caller,
+    scope_bearer,
+    starts_open,
+)
+from app.core.ratelimit import FailureLimiter
+
+STATIC = "static-key-0123456789"
+META = "http://127.0.0.1:8000/.well-known/oauth-protected-resource/mcp"
+
+
+class _Row:
+    id, name, scopes, project, toolsets = "k1", "ok", ["read"], None, None
+
+
+class _Keys:
+    """Stands in for the key table: `good-key` is the one stored key; counts the lookups."""
+
+    lookups = 0
+    active = 0
+
+    def __init__(self, session: Any) -> None:
+        pass
+
+    async def by_hash(self, digest: str) -> _Row | None:
+        type(self).lookups += 1
+        return _Row() if digest == hash_key("good-key") else None
+
+    async def touch(self, key_id: str) -> None:
+        pass
+
+    async def count_active(self) -> int:
+        return type(self).active
+
+
+class _Db:
+    async def run(self, fn: Any) -> Any:
+        return await fn(None)
+
+    def transaction(self) -> Any:
+        db = self
+
+        class _Tx:
+            async def __aenter__(self) -> Any:
+                return db
+
+            async def __aexit__(self, *exc: object) -> None:
+                return None
+
+        return _Tx()
+
+
+@pytest.fixture(autouse=True)
+def _key_table(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(callers_module, "ApiKeyRepository", _Keys)
+    monkeypatch.setattr(_Keys, "lookups", 0)
+    monkeypatch.setattr(_Keys, "active", 0)
+
+
+def _store(failures: FailureLimiter | None = None, static: list[StaticKey] | None = None) -> KeyStore:
+    return KeyStore(_Db(), static or [], cache_seconds=60, failures=failures)  # type: ignore[arg-type]
+
+
+def test_bearer_tokens_are_read_from_the_header() -> None:
+    assert bearer_token("Bearer abc") == "abc" and bearer_token("bearer  abc ") == "abc"
+    assert bearer_token("Basic abc") == "" and bearer_token("") == "" and bearer_token("Bearer ") == ""
+    assert scope_bearer({"headers": [(b"accept", b"*/*"), (b"authorization", b"BEARER k")]}) == "k"
+    assert scope_bearer({"headers": []}) == "" and scope_bearer({}) == ""
+
+
+async def test_a_server_with_keys_requires_a_valid_one_with_a_challenge() -> None:
+    keys = Callers(store=_store(static=[StaticKey(STATIC, frozenset({"write"}), "p1")]), metadata_url=META)
+    with pytest.raises(Unauthenticated, match="is required") as missing:
+        await resolve_caller(keys, "")
+    assert missing.value.headers == {"WWW-Authenticate": f'Bearer resource_metadata="{META}"'}
+    with pytest.raises(Unauthenticated, match="unknown or revoked") as unknown:
+        await resolve_caller(keys, "made-up")
+    assert unknown.value.headers["WWW-Authenticate"] == f'Bearer error="invalid_token", resource_metadata="{META}"'
+    static = await resolve_caller(keys, STATIC)
+    assert static.project == "p1" and static.has_scope("write") and not static.has_scope("admin")
+    stored = await resolve_caller(keys, "good-key")
+    assert stored.key_id == "k1" and await keys.keys_required() and keys.keys_known_required
+    assert await keys.ahead_of_sdk("") is None  # the SDK's verifier resolves callers of such a server
+
+
+async def test_an_open_server_serves_everyone_until_a_key_exists() -> None:
+    guard = OpenModeGuard(_store(), interval=0)
+    open_server = Callers(guard=guard)
+    assert await resolve_caller(open_server, "") == OPEN_PRINCIPAL
+    assert await resolve_caller(open_server, "anything") == OPEN_PRINCIPAL
+    assert not open_server.keys_known_required and await open_server.ahead_of_sdk("") == OPEN_PRINCIPAL
+    _Keys.active = 1  # a key was created
+    with pytest.raises(Unauthenticated) as missing:
+        await resolve_caller(open_server, "")
+    assert missing.value.headers == {"WWW-Authenticate": "Bearer"}  # no metadata served here
+    assert (await resolve_caller(open_server, "good-key")).key_id == "k1"
+    assert open_server.keys_known_required
+    _Keys.active = 0
+    assert await guard.locked()  # once locked, stays locked
+
+
+async def test_the_guard_looks_again_only_after_its_interval(monkeypatch: pytest.MonkeyPatch) -> None:
+    now = [100.0]
+    monkeypatch.setattr(time, "monotonic", lambda: now[0])
+    guard = OpenModeGuard(_store(), interval=2.0)
+    assert not await guard.locked()
+    _Keys.active = 1
+    now[0] += 1.9
+    assert not await guard.locked() and not guard.known_locked
+    now[0] += 0.2
+    assert await guard.locked() and guard.known_locked
+
+
+async def test_a_local_session_is_the_user_who_started_it() -> None:
+    local = Callers()
+    assert await resolve_caller(local, "") == OPEN_PRINCIPAL
+    assert not await local.keys_required()
+    assert await mcp_caller(local, None) == OPEN_PRINCIPAL
+
+
+async def test_mcp_callers_come_from_the_sdk_token_or_the_request_state() -> None:
+    keys = Callers(store=_store(), metadata_url=META)
+    with pytest.raises(Unauthenticated):
+        await mcp_caller(keys, None)
+    someone = Principal(key_id="k9", name="n", scopes=frozenset({"read"}))
+
+    class _Request:
+        scope = {"state": {CALLER_STATE: someone}}
+
+    assert await mcp_caller(Callers(guard=OpenModeGuard(_store())), _Request()) == someone
+    verified = await CairnTokenVerifier(keys).verify_token("good-key")
+    assert verified is not None and verified.scopes == ["read"] and verified.client_id == "k1"
+    assert await CairnTokenVerifier(keys).verify_token("made-up") is None
+
+
+async def test_a_locked_out_address_is_refused_before_any_lookup() -> None:
+    failures = FailureLimiter(2)
+    keys = Callers(store=_store(failures, [StaticKey(STATIC, frozenset({"admin"}), None)]), metadata_url=META)
+    token = client_address.set("10.9.9.9")
+    try:
+        for i in range(2):
+            with pytest.raises(Unauthenticated):
+                await resolve_caller(keys, f"made-up-{i}")
+        assert keys.refusal("made-up-2", "10.9.9.9") is not None
+        assert keys.refusal(STATIC, "10.9.9.9") is None and keys.refusal("made-up-2", "10.0.0.1") is None
+        with pytest.raises(RateLimited):
+            await resolve_caller(keys, "made-up-2")
+        assert _Keys.lookups == 2
+        assert (await resolve_caller(keys, STATIC)).has_scope("admin")
+    finally:
+        client_address.reset(token)
+    assert Callers(guard=OpenModeGuard(_store(failures))).refusal("x", "10.9.9.9") is None  # checked on lookup
+
+
+def test_only_a_loopback_server_starts_without_keys() -> None:
+    assert not starts_open(Settings(database_url="x", host="0.0.0.0"), has_keys=True)
+    assert starts_open(Settings(database_url="x", host="127.0.0.1"), has_keys=False)
+    with pytest.raises(RuntimeError, match=r"Refusing to serve on 0\.0\.0\.0 without API keys"):
+        starts_open(Settings(database_url="x", host="0.0.0.0"), has_keys=False)
+
+
+async def test_made_up_keys_neither_flush_valid_ones_nor_escape_the_limit() -> None:
+    store = _store(FailureLimiter(5))
+    token = client_address.set("10.1.1.1")
+    try:
+        good = await store.verify("good-key")
+        assert good is not None and good.key_id == "k1"
+        for i in range(4):
+            assert await store.verify(f"made-up-{i}") is None
+        assert await store.verify("made-up-0") is None  # the negative cache answers (a 5th failure)
+        assert _Keys.lookups == 5
+        with pytest.raises(RateLimited):
+            await store.verify("made-up-more")  # locked out before any lookup
+        assert _Keys.lookups == 5
+        assert await store.verify("good-key") == good  # cached: neither looked up nor refused
+        assert store.refusal("made-up-more") is not None and store.refusal("good-key") is None
+    finally:
+        client_address.reset(token)
+    token = client_address.set("10.2.2.2")  # another address is not locked out
+    try:
+        assert await store.verify("made-up-more") is None
+        store._unknown.update({f"h{i}": time.monotonic() for i in range(20_000)})
+        assert await store.verify("flood") is None  # the negative cache overflows and is cleared...
+        assert store._cached(hash_key("good-key"), time.monotonic()) == good  # ...not the valid keys
+    finally:
+        client_address.reset(token)
