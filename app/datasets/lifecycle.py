@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from app.datasets import worker
 from app.datasets.config import get_dataset_settings
+from app.datasets.engine import pool
 
 if TYPE_CHECKING:
     from app.core.context import AppState
@@ -15,9 +15,9 @@ if TYPE_CHECKING:
 async def startup(state: AppState) -> None:
     """Start the worker processes (they finish starting in the background)."""
     settings = get_dataset_settings()
-    worker.pool_of(settings.datasets_max_concurrency, settings.datasets_memory_limit)
+    pool.pool_of(settings.datasets_max_concurrency, settings.datasets_memory_limit)
 
 
 async def shutdown(state: AppState) -> None:
     """Stop the worker processes (a call still running ends first)."""
-    worker.shutdown()
+    pool.shutdown()

@@ -37,12 +37,13 @@ from app.core.errors import (
     validation_error,
 )
 from app.core.schemas import PROJECT_NAME
-from app.datasets import engine, exporting, polars_expr, profiling, pysandbox
-from app.datasets.cache import Cache, describe, fingerprint, get_cache, make_key, normalize_sql
+from app.datasets import engine
 from app.datasets.config import data_roots, get_dataset_settings, projects_dir, work_dir
+from app.datasets.engine import exporting, polars_expr, profiling, pysandbox
+from app.datasets.engine.cache import Cache, describe, fingerprint, get_cache, make_key, normalize_sql
+from app.datasets.engine.sandbox import DATA_EXTENSIONS, check_sql, context_in, file_format, inside, resolve_path
 from app.datasets.models import Dataset
 from app.datasets.repository import DatasetRepository, QueryRepository
-from app.datasets.sandbox import DATA_EXTENSIONS, check_sql, context_in, file_format, inside, resolve_path
 from app.datasets.schemas import (
     DATASET_NAME,
     DatasetOut,
@@ -736,7 +737,7 @@ async def _chart(
     with the rows shown (which may take at most half of what the reply's fixed part leaves) or, in a
     reply without rows, with the summary `whole` (at most a quarter); `envelope` builds the reply it
     is counted in."""
-    from app.datasets import charts
+    from app.datasets.engine import charts
 
     images = budget.image_fields(QueryOut)
 

@@ -23,7 +23,7 @@ from mcp.client.session import ClientSession
 
 from app.core import budget
 from app.core.tokens import count_tokens
-from app.datasets.engine import make_source
+from app.datasets.engine.sources import make_source
 from app.datasets.schemas import QueryOut
 from tests.support.datasets import root_of
 from tests.support.server import RunningServer, mcp_client, text_of

@@ -16,7 +16,7 @@ import pytest
 from app.core.feature import build_registry
 from app.core.operations import ops as core_ops
 from app.datasets.config import get_dataset_settings
-from app.datasets.engine import EngineConfig
+from app.datasets.engine.databases import EngineConfig
 from app.features import FEATURES
 from tests.support.server import ADMIN_KEY, PROJECT_KEY, RunningServer, mcp_client
 

@@ -1,4 +1,4 @@
-"""app/datasets/cache.py: the result store is swept when a sweep may delete something, not after every miss."""
+"""app/datasets/engine/cache.py: the result store is swept when a sweep may delete something, not after every miss."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from app.datasets import cache as cache_module
-from app.datasets.cache import Cache
+from app.datasets.engine import cache as cache_module
+from app.datasets.engine.cache import Cache
 
 
 def store(results: Path, name: str, size: int, age: float = 0.0) -> Path:
