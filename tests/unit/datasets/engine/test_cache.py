@@ -45,11 +45,26 @@ def test_a_store_that_may_pass_the_cap_is_swept_at_once(cache: Cache) -> None:
     assert not first.exists() and second.exists() and third.exists()
 
 
+class Clock:
+    """The cache's clock, moved on by hand."""
+
+    def __init__(self) -> None:
+        self.ahead = 0.0
+
+    def monotonic(self) -> float:
+        return time.monotonic() + self.ahead
+
+    def time(self) -> float:
+        return time.time() + self.ahead
+
+
 def test_the_interval_follows_a_short_result_ttl(cache: Cache, monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = Clock()
+    monkeypatch.setattr(cache_module, "time", clock)
     cache.sweep_if_due(1.0, store(cache.results, "a", 10))
     expired = store(cache.results, "expired", 10, age=5)
     assert cache.sweep_if_due(1.0, None) == 0  # swept less than a tenth of the TTL ago
-    time.sleep(0.15)
+    clock.ahead = 0.15
     assert cache.sweep_if_due(1.0, None) == 1 and not expired.exists()
     monkeypatch.setattr(cache_module, "SWEEP_INTERVAL", 0.0)
     late = store(cache.results, "late", 10, age=7200)

@@ -14,7 +14,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import psutil
 import pytest
 
 from app.core import cpus
@@ -23,6 +22,7 @@ from app.datasets.engine import databases, priority, process, sources
 from app.datasets.engine.pool import GRACE_S, MB, SPARE, WORKER_HEADROOM, WorkerPool, memory_bytes
 from app.datasets.engine.query import StoredResult, execute_to_store, read_rows
 from tests.support.datasets import small_engine_config
+from tests.support.engine import gone, until
 
 # One call of a scalar function on two long texts: ~15 s of CPU that no interrupt can stop.
 UNINTERRUPTIBLE = "SELECT levenshtein(repeat('a', 100000), repeat('b', 100000)) AS d"
@@ -61,23 +61,6 @@ async def run_query(
     args: tuple[Any, ...] = (sql, [], {}, cfg.results / f"{name}.parquet", max_rows, 10)
     result: StoredResult = await pool.run(caller, execute_to_store, cfg, args, {})
     return result
-
-
-def gone(pids: list[int], timeout: float = 5.0) -> bool:
-    """True once none of `pids` is a running process (zombies count as gone)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        alive = []
-        for pid in pids:
-            try:
-                if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
-                    alive.append(pid)
-            except psutil.NoSuchProcess:
-                continue
-        if not alive:
-            return True
-        time.sleep(0.05)
-    return False
 
 
 @pytest.mark.slow  # worker processes
@@ -141,28 +124,29 @@ def thread_cpus(pid: int) -> set[frozenset[int] | None]:
 async def test_a_long_call_yields_the_cpu_and_its_worker_is_put_back(
     cfg: databases.EngineConfig, calls: list[tuple[int, int]]
 ) -> None:
-    made = WorkerPool(1, 1, memory_bytes(0, "512MB"), demote=(0.3, 15, True))
+    made = WorkerPool(1, 1, memory_bytes(0, "512MB"), demote=(1.0, 15, True))
     try:
         assert (await run_query(made, cfg, "SELECT 1 AS n")).head == [{"n": 1}]
         assert calls == []  # a short call keeps its priority
-        task = asyncio.create_task(run_query(made, with_timeout(cfg, 1.6), INTERRUPTIBLE, name="q_2"))
-        await asyncio.sleep(0.6)
+        task = asyncio.create_task(run_query(made, with_timeout(cfg, 4.0), INTERRUPTIBLE, name="q_2"))
+        await until(lambda: bool(made.busy_pids()))
         [busy] = made.busy_pids()
-        assert thread_nices(busy) == {15}  # every thread of the worker, DuckDB's included
-        # Under SCHED_IDLE too where that can be undone: a call's thread that wakes up takes the CPU at once.
-        assert thread_policies(busy) == {os.SCHED_IDLE if made.may_raise else os.SCHED_OTHER}
+        # Every thread of the worker, DuckDB's included, and under SCHED_IDLE too where that can be undone
+        # (a call's thread that wakes up takes the CPU at once).
+        idle = os.SCHED_IDLE if made.may_raise else os.SCHED_OTHER
+        await until(lambda: thread_nices(busy) == {15} and thread_policies(busy) == {idle}, what="lowered")
         assert thread_cpus(busy) == {cpus.all_cpus()}  # alone on the host: every core
         # While the process answers other calls (as the executor counts them), it keeps off one core.
         cpus.call_started()
         cpus.call_started()
         try:
-            await asyncio.sleep(0.25)
-            assert thread_cpus(busy) == {cpus.background_cpus() or cpus.all_cpus()}
+            confined = {cpus.background_cpus() or cpus.all_cpus()}
+            await until(lambda: thread_cpus(busy) == confined, what="kept off one core")
         finally:
             cpus.call_finished()
             cpus.call_finished()
-        await asyncio.sleep(0.25)
-        assert thread_cpus(busy) == {cpus.all_cpus()}
+        await until(lambda: thread_cpus(busy) == {cpus.all_cpus()}, what="every core again")
+        assert not task.done()
         with pytest.raises(Timeout):
             await task
         assert calls == [(busy, 15), (busy, 0)]
@@ -183,14 +167,14 @@ async def test_a_server_started_with_a_niceness_keeps_it_for_its_workers(cfg: da
     try:
         made = WorkerPool(1, 1, memory_bytes(0, "512MB"), demote=(0.1, 10, False))
         try:
-            task = asyncio.create_task(run_query(made, with_timeout(cfg, 1.0), INTERRUPTIBLE))
-            await asyncio.sleep(0.5)
+            task = asyncio.create_task(run_query(made, with_timeout(cfg, 5.0), INTERRUPTIBLE))
+            await until(lambda: bool(made.busy_pids()))
             [busy] = made.busy_pids()
-            assert thread_nices(busy) == {13}  # lowered by 10 from where it started
+            await until(lambda: thread_nices(busy) == {13}, what="lowered by 10 from where it started")
             cpus.call_started()
             cpus.call_started()
             try:
-                await asyncio.sleep(0.2)
+                await asyncio.sleep(0.2)  # a few looks at the worker: none confines it
                 assert thread_cpus(busy) == {cpus.all_cpus()}  # never confined without `confine`
             finally:
                 cpus.call_finished()
@@ -236,10 +220,11 @@ ahead_of_time = pytest.mark.skipif(
 async def test_a_key_whose_call_ran_long_starts_its_next_calls_lowered(
     cfg: databases.EngineConfig, calls: list[tuple[int, int]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    made = WorkerPool(2, 1, memory_bytes(0, "512MB"), demote=(0.1, 10, False))
+    # A call is long past a second: the short ones below stay short even on a busy host.
+    made = WorkerPool(2, 1, memory_bytes(0, "512MB"), demote=(1.0, 10, False))
     try:
         with pytest.raises(Timeout):
-            await run_query(made, with_timeout(cfg, 0.4), INTERRUPTIBLE, caller="heavy")
+            await run_query(made, with_timeout(cfg, 2.0), INTERRUPTIBLE, caller="heavy")
         assert [n for _, n in calls] == [10, 0]  # lowered once it ran long, put back at its end
         calls.clear()
         assert (await run_query(made, cfg, "SELECT 1 AS n", caller="heavy", name="q_2")).head == [{"n": 1}]
@@ -261,11 +246,11 @@ async def test_a_key_whose_call_ran_long_starts_its_next_calls_lowered(
 async def test_the_replacement_of_a_worker_killed_during_a_call_starts_lowered(
     cfg: databases.EngineConfig, calls: list[tuple[int, int]]
 ) -> None:
-    made = WorkerPool(1, 1, memory_bytes(0, "512MB"), demote=(0.1, 10, False))
+    made = WorkerPool(1, 1, memory_bytes(0, "512MB"), demote=(1.0, 10, False))
     try:
         before = set(made.pids())
-        with pytest.raises(Timeout):
-            await run_query(made, with_timeout(cfg, 0.3), UNINTERRUPTIBLE, caller="heavy")
+        with pytest.raises(Timeout):  # a limit the request surely reaches the worker within, even on a busy host
+            await run_query(made, with_timeout(cfg, 2.0), UNINTERRUPTIBLE, caller="heavy")
         [fresh] = set(made.pids()) - before
         [replacement] = [w for w in made._idle if w.pid == fresh]
         replacement.wait_ready(60)
@@ -358,11 +343,12 @@ async def test_a_call_in_a_thread_uses_the_same_slots(pool: WorkerPool, cfg: dat
 
 @pytest.mark.slow  # worker processes
 async def test_one_key_cannot_hold_up_another(pool: WorkerPool, cfg: databases.EngineConfig) -> None:
-    hostile = [asyncio.create_task(run_query(pool, cfg, UNINTERRUPTIBLE, "hostile", f"q_h{i}")) for i in range(2)]
-    await asyncio.sleep(0.2)
-    started = time.monotonic()
+    slow = with_timeout(cfg, 5.0)
+    hostile = [asyncio.create_task(run_query(pool, slow, UNINTERRUPTIBLE, "hostile", f"q_h{i}")) for i in range(2)]
+    # One hostile call runs, the other waits for the hostile key's only slot.
+    await until(lambda: pool.slots.held("hostile") == 1 and pool.slots.waiting() == 1)
     answer = await run_query(pool, cfg, "SELECT 43 AS n", "other", "q_o")
-    assert answer.head == [{"n": 43}] and time.monotonic() - started < 1.0
+    assert answer.head == [{"n": 43}] and not any(task.done() for task in hostile)  # it went first
     for task in hostile:
         with pytest.raises(Timeout):
             await task
@@ -434,8 +420,10 @@ async def test_a_conversation_cancelled_mid_call_never_hands_its_worker_the_next
     await run_query(pool, cfg, "SELECT 1 AS n")  # a worker has greeted
     args: tuple[Any, ...] = (INTERRUPTIBLE, [], {}, cfg.results / "q_c.parquet", 1000, 10)
     done = await pool._start("k", execute_to_store, cfg, args, {}, None)
-    await asyncio.sleep(0.2)
-    [busy] = pool.busy_pids()
+    [worker] = pool._busy
+    sent_before = worker._since  # the previous call's
+    await until(lambda: worker._since > sent_before, what="the request sent")
+    busy = worker.pid
     done.cancel()  # as when the event loop is torn down
     with contextlib.suppress(asyncio.CancelledError):
         await done

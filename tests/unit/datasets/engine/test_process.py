@@ -1,23 +1,22 @@
 """app/datasets/engine/process.py: a new worker process opens the databases it is given before it
-greets, and its first call reuses them."""
+greets, and its first call reuses them; what a dead worker left is removed."""
 
 from __future__ import annotations
 
 import asyncio
 import os
 import signal
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import psutil
 import pytest
 
 from app.datasets.engine import databases, process
 from app.datasets.engine.pool import WorkerPool, memory_bytes
 from app.datasets.engine.query import StoredResult, execute_to_store
 from tests.support.datasets import small_engine_config
+from tests.support.engine import gone
 
 
 @pytest.fixture
@@ -41,23 +40,6 @@ async def run_query(
     args: tuple[Any, ...] = (sql, [], {}, cfg.results / f"{name}.parquet", max_rows, 10)
     result: StoredResult = await pool.run(caller, execute_to_store, cfg, args, {})
     return result
-
-
-def gone(pids: list[int], timeout: float = 5.0) -> bool:
-    """True once none of `pids` is a running process (zombies count as gone)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        alive = []
-        for pid in pids:
-            try:
-                if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
-                    alive.append(pid)
-            except psutil.NoSuchProcess:
-                continue
-        if not alive:
-            return True
-        time.sleep(0.05)
-    return False
 
 
 @pytest.mark.slow  # worker processes
@@ -88,3 +70,17 @@ async def test_a_new_worker_opens_the_latest_calls_databases_before_it_greets(
         *(run_query(pool, c, "SELECT 3 AS n", k, f"q_{k}") for c, k in ((cfg, "a"), (other, "b")))
     )
     assert [a.head for a in answers] == [[{"n": 3}]] * 2 and victim not in pool.pids()
+
+
+def test_scrub_removes_what_a_dead_worker_left(tmp_path: Path) -> None:
+    work = tmp_path / "work"
+    spill = work / "tmp" / "w4242"
+    spill.mkdir(parents=True)
+    (spill / "duckdb_temp_block").write_bytes(b"x")
+    results = work / "results"
+    results.mkdir()
+    for name in ("q_1.4242.tmp", "q_2.4243.tmp", "q_3.parquet"):
+        (results / name).write_bytes(b"x")
+    process.scrub(4242, {work, tmp_path / "never-made"})
+    assert not spill.exists()
+    assert sorted(p.name for p in results.iterdir()) == ["q_2.4243.tmp", "q_3.parquet"]

@@ -1,4 +1,5 @@
-"""app/datasets/engine/profiling.py: profiles and samples show values as answers render them."""
+"""app/datasets/engine/profiling.py: profiles and samples show values as answers render them; a column's
+semantic type, statistics and recommendations; the summary line of a column."""
 
 from __future__ import annotations
 
@@ -48,3 +49,57 @@ def test_dates_a_csv_writes_its_own_way_are_shown_in_iso(cfg: databases.EngineCo
     day = next(c for c in prof["schema"]["columns"] if c["name"] == "day")
     assert day["sample_values"] == ["2024-02-29", "2024-03-01"]
     assert day["stats"] == {"min": "2024-02-29", "max": "2024-03-01"}
+
+
+def test_semantic_types() -> None:
+    assert profiling.semantic_type("BIGINT", 10, 10) == "int64"
+    assert profiling.semantic_type("DECIMAL(9,2)", 10, 10) == "float64"
+    assert profiling.semantic_type("TIMESTAMP WITH TIME ZONE", 10, 10) == "datetime"
+    assert profiling.semantic_type("BOOLEAN", 2, 10) == "bool"
+    assert profiling.semantic_type("INTEGER[]", 2, 10) == "string"
+    assert profiling.semantic_type("VARCHAR", 3, 6) == "category"  # each value seen twice on average
+    assert profiling.semantic_type("VARCHAR", 3, 5) == "string"
+    assert profiling.semantic_type("VARCHAR", profiling.CATEGORY_MAX_DISTINCT + 1, 10**6) == "string"
+
+
+def test_a_profile_of_a_messy_file(tmp_path: Path) -> None:
+    roomy = small_engine_config(tmp_path / "roomy", memory_limit="512MB", timeout_s=60.0)
+    path = roomy.roots[0] / "messy.csv"
+    lines = [f"{i},{'north' if i % 2 else 'south'},${i},,{'yes' if i % 3 else 'Y'},7" for i in range(20)]
+    path.write_text("id,region,price,empty,flag,same\n" + "\n".join(lines) + "\n")
+    src = sources.make_source("messy", str(path), [path])
+    prof = profiling.profile(roomy, src, sample_size=100, compute_stats=True, max_categories=5)
+    columns = {c["name"]: c for c in prof["schema"]["columns"]}
+    assert [columns[n]["type"] for n in ("id", "region", "price", "flag")] == [
+        "int64",
+        "category",
+        "string",
+        "category",
+    ]
+    assert columns["id"]["stats"]["min"] == 0 and columns["id"]["stats"]["max"] == 19
+    assert columns["region"]["stats"]["top_values"] == [["north", 10], ["south", 10]]
+    assert columns["empty"]["null_pct"] == 100.0
+    assert prof["statistics"]["row_count"] == 20 and prof["statistics"]["column_count"] == 6
+    advice = prof["recommendations"]
+    assert "'empty' is 100% empty: filter or impute it" in advice
+    assert "'same' holds one value: drop it" in advice
+    assert "'price' holds numbers as text: strip currency signs, then CAST AS DOUBLE" in advice
+    assert 0 < prof["statistics"]["quality_score"] < 1
+    quick = profiling.profile(roomy, src, sample_size=5, compute_stats=False, max_categories=5)
+    assert all("stats" not in c for c in quick["schema"]["columns"])
+    assert quick["statistics"]["row_count"] == 20
+
+
+def test_a_summary_line_of_a_column() -> None:
+    header = profiling.summary_header()
+    assert header == "name,type,null_pct,unique_count,sample_values,stats"
+    number = {"name": "n", "type": "int64", "null_pct": 12.5, "unique_count": 3, "sample_values": [1, 2]}
+    assert profiling.summary_line({**number, "stats": {"min": 1, "max": 9}}) == "n,int64,12.5,3,,1..9"
+    assert profiling.summary_line(number) == "n,int64,12.5,3,1 | 2,"
+    day = {"name": "d", "type": "datetime", "null_pct": 0.0, "unique_count": 2, "sample_values": []}
+    stats = {"min": "2024-01-01T00:00:00", "max": "2024-01-02T06:39:00"}
+    assert profiling.summary_line({**day, "stats": stats}) == "d,datetime,0,2,,2024-01-01..2024-01-02T06:39"
+    top = [["north", 48], ["east", 39], ["west", 2], ["south", 1]]
+    region = {"name": "r", "type": "category", "null_pct": 0, "unique_count": 9, "sample_values": ["north"]}
+    line = profiling.summary_line({**region, "stats": {"top_values": top, "other_values": 5, "other_rows": 7}})
+    assert line == "r,category,0,9,,north 48; east 39; west 2 (+6 more: 8 rows)"

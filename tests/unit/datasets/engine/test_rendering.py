@@ -1,11 +1,14 @@
 """app/datasets/engine/rendering.py: values are cut in SQL to what a reply shows, and a page stops at
-its byte cap."""
+its byte cap; nested values are cut item by item, and a JSON export writes numbers by the
+rendering rule."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
+import duckdb
 import pytest
 
 from app.datasets.engine import databases, query, rendering, values
@@ -73,3 +76,44 @@ def test_a_page_stops_at_its_byte_cap(cfg: databases.EngineConfig) -> None:
     weight = sum(rendering._weight(r) for r in rows)
     assert 0 < len(rows) < 1000 and weight <= rendering.PAGE_MAX_BYTES
     assert len(query.read_rows(cfg, path, 0, 5)) == 5
+
+
+def test_nested_values_are_cut_item_by_item() -> None:
+    con = duckdb.connect(":memory:")
+    try:
+        source = (
+            "(SELECT range(80) AS many, [1, 2]::INTEGER[2] AS pair, {'a': repeat('s', 400), 'n': 1} AS rec,"
+            " MAP {'k': repeat('v', 400)} AS m, INTERVAL 14 MONTH AS span, NULL::STRUCT(a INTEGER) AS none)"
+        )
+        query, names = rendering.capped_query(con, source)
+        row = con.execute(query).fetchone()
+    finally:
+        con.close()
+    assert names == ["many", "pair", "rec", "m", "span", "none"]
+    assert row is not None
+    many, pair, rec, m, span, none = row
+    assert many == list(range(values.LIST_ITEMS)) and pair == (1, 2)  # an array reaches Python whole
+    assert rec == {"a": "s" * (values.CELL_CHARS + 1), "n": 1}
+    assert m == {"k": "v" * (values.CELL_CHARS + 1)}
+    assert span == "1 year 2 months" and none is None
+
+
+def test_a_json_export_writes_numbers_by_the_rendering_rule() -> None:
+    con = duckdb.connect(":memory:")
+    try:
+        relation = (
+            "(SELECT 1.5::DECIMAL(10,2) AS exact, 123456789012345.678::DECIMAL(18,3) AS wide,"
+            " 'nan'::DOUBLE AS nan, [1.25::DECIMAL(5,2)] AS items, 'x' AS text)"
+        )
+        picked = rendering.json_export_columns(con, relation)
+        row = con.execute(f"SELECT to_json(_r) FROM (SELECT {picked} FROM {relation}) _r").fetchone()
+    finally:
+        con.close()
+    assert row is not None
+    assert json.loads(row[0]) == {
+        "exact": 1.5,
+        "wide": "123456789012345.678",
+        "nan": "NaN",
+        "items": [1.25],
+        "text": "x",
+    }

@@ -5,23 +5,23 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 
 import pytest
 
 from app.core.errors import RateLimited
 from app.datasets.engine.slots import FairSlots
+from tests.support.engine import until
 
 
 async def test_a_key_holds_at_most_its_share_and_another_key_goes_first() -> None:
     slots = FairSlots(2, 1, 8)
     await slots.acquire("hostile")
     second = asyncio.create_task(slots.acquire("hostile"))
-    await asyncio.sleep(0.01)
+    await until(lambda: slots.waiting() == 1)
     assert not second.done() and slots.held("hostile") == 1  # one slot is free, but not for this key
     await asyncio.wait_for(slots.acquire("other"), 1)  # the other key takes it at once
     third = asyncio.create_task(slots.acquire("third"))
-    await asyncio.sleep(0.01)
+    await until(lambda: slots.waiting() == 2)
     assert not third.done()
     slots.release("hostile")  # the hostile key's waiting call was first in line and is under its cap again
     await asyncio.wait_for(second, 1)
@@ -37,28 +37,29 @@ async def test_a_key_with_too_many_waiting_calls_is_refused() -> None:
     slots = FairSlots(2, 1, 2)
     await slots.acquire("k")
     waiting = [asyncio.create_task(slots.acquire("k")) for _ in range(2)]
-    await asyncio.sleep(0.01)
+    await until(lambda: slots.waiting() == 2)
     with pytest.raises(RateLimited) as refused:
         await slots.acquire("k")
     assert refused.value.code == 4290 and refused.value.headers["Retry-After"] == "1"
-    for _ in range(3):
+    for task in waiting:  # each release lets the next waiting call in
         slots.release("k")
-        await asyncio.sleep(0.01)
-    assert all(t.done() for t in waiting) and slots.held("k") == 0
+        await asyncio.wait_for(task, 1)
+    slots.release("k")
+    assert slots.held("k") == slots.waiting() == 0
 
 
 async def test_a_cancelled_wait_gives_no_slot_away() -> None:
     slots = FairSlots(1, 1, 8)
     await slots.acquire("a")
     waiter = asyncio.create_task(slots.acquire("b"))
-    await asyncio.sleep(0.01)
+    await until(lambda: slots.waiting() == 1)
     waiter.cancel()
     with pytest.raises(asyncio.CancelledError):
         await waiter
     assert slots.waiting() == 0
     # Granted and cancelled in the same turn: the slot comes back.
     late = asyncio.create_task(slots.acquire("b"))
-    await asyncio.sleep(0.01)
+    await until(lambda: slots.waiting() == 1)
     slots.release("a")
     late.cancel()
     with pytest.raises(asyncio.CancelledError):
@@ -70,13 +71,14 @@ async def test_a_cancelled_wait_gives_no_slot_away() -> None:
 def test_threads_wait_their_turn_too() -> None:
     slots = FairSlots(2, 2, 8)
     held, peak, lock = [0], [0], threading.Lock()
+    meet = threading.Barrier(2, timeout=10)
 
     def use() -> None:
         slots.acquire_sync("k")
         with lock:
             held[0] += 1
             peak[0] = max(peak[0], held[0])
-        time.sleep(0.02)
+        meet.wait()  # two calls hold a slot at once
         with lock:
             held[0] -= 1
         slots.release("k")

@@ -77,3 +77,26 @@ def test_the_sniffed_dialect_follows_the_file(cfg: databases.EngineConfig) -> No
     path.write_text("a;b;c\n1;2;3\n4;5;6\n")  # another size: another file version, sniffed again
     rows = databases.run_locked(cfg, [src], lambda con: con.execute("SELECT * FROM changing").fetchall())
     assert rows == [(1, 2, 3), (4, 5, 6)]
+
+
+def test_each_format_is_read_by_its_table_function(tmp_path: Path) -> None:
+    one = sources.make_source("p", str(tmp_path / "a.parquet"), [tmp_path / "a.parquet"])
+    assert one.fmt == "parquet" and one.sql() == f"read_parquet('{tmp_path}/a.parquet', union_by_name = true)"
+    assert sources.make_source("j", "/d/x.jsonl.gz", []).sql() == "read_json_auto('/d/x.jsonl.gz')"
+    many = sources.make_source("c", "/d/*.csv", [Path("/d/1.csv"), Path("/d/2.csv")])
+    assert many.sql(sample_size=50) == (
+        "read_csv_auto('/d/*.csv', nullstr = ['', 'NA', 'N/A', 'NULL', 'null'], union_by_name = true, sample_size = 50)"
+    )
+
+
+def test_a_dialect_is_found_once_per_file_version(cfg: databases.EngineConfig) -> None:
+    path = cfg.roots[0] / "semi.csv"
+    path.write_text("a;b\n1;2\n")
+    con = duckdb.connect(":memory:")
+    try:
+        found = sources.csv_dialect(con, str(path), "")
+        assert "delim = ';'" in found
+        assert sources.csv_dialect(con, str(path), "") == found  # remembered for this version of the file
+        assert sources.csv_dialect(con, str(cfg.roots[0] / "missing.csv"), "") == ""
+    finally:
+        con.close()
