@@ -1,4 +1,4 @@
-"""Lifespan hooks of the datasets feature: the DuckDB worker processes (`app.datasets.worker`) start
+"""Lifespan hooks of the datasets feature: the DuckDB worker processes (`app.datasets.engine.pool`) start
 with the server, so the first query does not wait for them, and stop with it."""
 
 from __future__ import annotations
