@@ -484,7 +484,7 @@ def render_png(cfg: EngineConfig, spec: dict[str, Any], max_bytes: int) -> bytes
 
 def _smaller(png: bytes) -> bytes:
     """The same PNG with its image data deflated at zlib's best level: vl-convert compresses for speed,
-    and its charts come out about five times smaller this way (lossless)."""
+    and its charts come out several times smaller this way (lossless)."""
     pos, idat = 8, []
     before: list[tuple[bytes, bytes]] = []
     after: list[tuple[bytes, bytes]] = []

@@ -143,7 +143,7 @@ class Lease:
     """One call's use of a pooled locked database: `con` is a fresh connection (a cursor) to it, so
     connection state (temporary objects, prepared statements, variables, a pending interrupt) ends
     with the call. The call's views are set with `use_views`; they stay in the database for a later
-    call that wants the same ones (creating a view costs about half a millisecond)."""
+    call that wants the same ones (so that a call does not pay for creating them again)."""
 
     def __init__(self, pool: ConnectionPool, lock: Lockdown, keep: int) -> None:
         self._pool = pool
@@ -231,8 +231,8 @@ class ConnectionPool:
         self._mutex = threading.Lock()
         self._max_lockdowns = max_lockdowns
         self.opened = 0
-        # A worker process sets this: the leftover check of a database a call used (a catalog query,
-        # most of a millisecond) then waits for `settle`, which the worker runs once it has answered.
+        # A worker process sets this: the leftover check of a database a call used (a catalog query, not
+        # free) then waits for `settle`, which the worker runs once it has answered.
         self.defer_checks = False
         self._unsettled: list[tuple[Lockdown, _Pooled, int]] = []
 

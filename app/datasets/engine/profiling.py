@@ -536,6 +536,8 @@ def sample(
 def _stratified(
     con: duckdb.DuckDBPyConnection, view: str, cols: list[str], strat: str, size: int, seed: int, total: int
 ) -> dict[str, Any]:
+    """A stratified sample: rows of each of the most frequent values of `strat`, as many as `_allocate`
+    gives it, picked by a seeded hash."""
     # Values are rendered after grouping and picking (see capped_exprs), for the groups and rows kept only.
     label = capped_exprs(con, view, [strat])[0]
     found = con.execute(
@@ -546,22 +548,7 @@ def _stratified(
     # Groups are matched by the repr of their value: a list, struct or map value cannot be a dict key.
     chosen = [(repr(g), n) for g, n, _ in found[:size]]
     labels = {repr(g): jsonable(shown) for g, _, shown in found[:size]}
-    # One row per group first (every group represented), then the rest proportionally.
-    alloc = {g: 1 for g, _ in chosen}
-    left = size - len(chosen)
-    if left > 0 and total:
-        weights = sorted(chosen, key=lambda gn: -gn[1])
-        shares = {g: n * left / total for g, n in weights}
-        for g, _ in weights:
-            alloc[g] += math.floor(shares[g])
-        rest = size - sum(alloc.values())
-        for g, _ in sorted(weights, key=lambda gn: -(shares[gn[0]] - math.floor(shares[gn[0]]))):
-            if rest <= 0:
-                break
-            alloc[g] += 1
-            rest -= 1
-    for g, n in chosen:
-        alloc[g] = min(alloc[g], int(n))
+    alloc = _allocate(chosen, size, total)
     top = max(alloc.values()) if alloc else 1
     raw = ", ".join(f"{ident(c)} := {ident(c)}" for c in cols)
     shown = capped_exprs(con, view, cols, prefix="__p.")
@@ -586,3 +573,25 @@ def _stratified(
             "allocation": {"null" if labels[g] is None else cell_text(labels[g]): alloc[g] for g, _ in chosen[:50]},
         },
     }
+
+
+def _allocate(chosen: list[tuple[str, Any]], size: int, total: int) -> dict[str, int]:
+    """How many of `size` rows each group (key, rows) of `chosen` gets: one each first (every group
+    represented), then the rest in proportion to the groups' rows (largest remainders first), never
+    more than a group holds."""
+    alloc = {g: 1 for g, _ in chosen}
+    left = size - len(chosen)
+    if left > 0 and total:
+        weights = sorted(chosen, key=lambda gn: -gn[1])
+        shares = {g: n * left / total for g, n in weights}
+        for g, _ in weights:
+            alloc[g] += math.floor(shares[g])
+        rest = size - sum(alloc.values())
+        for g, _ in sorted(weights, key=lambda gn: -(shares[gn[0]] - math.floor(shares[gn[0]]))):
+            if rest <= 0:
+                break
+            alloc[g] += 1
+            rest -= 1
+    for g, n in chosen:
+        alloc[g] = min(alloc[g], int(n))
+    return alloc

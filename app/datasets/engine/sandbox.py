@@ -271,6 +271,20 @@ def check_sql(sql: str, roots: list[Path]) -> tuple[str, list[str]]:
     text = sql.strip().rstrip(";").strip()
     if not text:
         raise InvalidInput("The query is empty")
+    _check_statement(text)
+    tokens = duckdb.tokenize(text)
+    # The tokens as DuckDB reads them: (start, end, type), so that a comment between a function's name
+    # and its parenthesis hides nothing (see `_check_words`).
+    spans = [
+        (start, tokens[i + 1][0] if i + 1 < len(tokens) else len(text), getattr(ttype, "name", str(ttype)))
+        for i, (start, ttype) in enumerate(tokens)
+    ]
+    _check_words([(kind, text[start:end].strip()) for start, end, kind in spans if kind != "comment"])
+    return _resolve_literals(text, spans, roots)
+
+
+def _check_statement(text: str) -> None:
+    """Refuse anything but exactly one statement of an allowed type."""
     try:
         statements = duckdb.extract_statements(text)
     except duckdb.Error as exc:
@@ -285,19 +299,16 @@ def check_sql(sql: str, roots: list[Path]) -> tuple[str, list[str]]:
             f"{kind} statements are not allowed: queries are read-only",
             suggestions=["Use SELECT / WITH / DESCRIBE / SUMMARIZE / EXPLAIN", "Write files with export_result"],
         )
-    tokens = duckdb.tokenize(text)
-    # The tokens as DuckDB reads them: (start, end, type, text) without comments, so that a comment
-    # between a function's name and its parenthesis hides nothing.
-    spans = [
-        (start, tokens[i + 1][0] if i + 1 < len(tokens) else len(text), getattr(ttype, "name", str(ttype)))
-        for i, (start, ttype) in enumerate(tokens)
-    ]
-    words = [(start, end, kind, text[start:end].strip()) for start, end, kind in spans if kind != "comment"]
-    for i, (_, _, kind, piece) in enumerate(words):
+
+
+def _check_words(words: list[tuple[str, str]]) -> None:
+    """Refuse a denied function called by name and a SHOW of one of DuckDB's settings; `words` are the
+    statement's tokens (type, text), comments left out."""
+    for i, (kind, piece) in enumerate(words):
         if kind not in ("identifier", "keyword"):
             continue
         word = piece.strip('"').lower()
-        nxt = words[i + 1][3] if i + 1 < len(words) else ""
+        nxt = words[i + 1][1] if i + 1 < len(words) else ""
         denied = word in DENIED_FUNCTIONS or (word.startswith(DENIED_PREFIXES) and word not in ALLOWED_CATALOG)
         if nxt == "(" and denied:
             raise Forbidden(
@@ -309,6 +320,11 @@ def check_sql(sql: str, roots: list[Path]) -> tuple[str, list[str]]:
                 f"SHOW {nxt.strip(chr(34)).lower()} is not allowed: the server's settings are not readable",
                 suggestions=["SHOW / DESCRIBE a table or view of the query instead"],
             )
+
+
+def _resolve_literals(text: str, spans: list[tuple[int, int, str]], roots: list[Path]) -> tuple[str, list[str]]:
+    """`text` with every string literal that names a file rewritten to the absolute pattern it resolves
+    to inside the roots, and those patterns."""
     out: list[str] = []
     files: list[str] = []
     pos = 0

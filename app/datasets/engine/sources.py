@@ -49,8 +49,8 @@ class Source:
         return f"read_csv_auto({lit(self.pattern)}{opts}{csv_dialect(con, self.pattern, opts)})"
 
 
-# Binding a view over a CSV file runs DuckDB's sniffer, and most of its cost (milliseconds even for a
-# small file) is the dialect search; the types and header are found again at every bind regardless.
+# Binding a view over a CSV file runs DuckDB's sniffer, and most of its cost, even for a small file, is
+# the dialect search; the types and header are found again at every bind regardless.
 # The dialect found once per file version (path, size, mtime) is named in later views: DuckDB's
 # `sniff_csv` reports exactly what `read_csv_auto` would detect with the same options.
 _DIALECTS: OrderedDict[tuple[str, int, int, str], str] = OrderedDict()

@@ -19,8 +19,8 @@ T = TypeVar("T")
 
 
 class _Watchdogs:
-    """One thread that interrupts connections whose deadline passed (a timer thread per statement cost
-    a thread start and join each, a tenth of a millisecond or more)."""
+    """One thread that interrupts connections whose deadline passed (a timer thread per statement would
+    cost every statement a thread start and join)."""
 
     def __init__(self) -> None:
         self._cv = threading.Condition()

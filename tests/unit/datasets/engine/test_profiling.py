@@ -103,3 +103,18 @@ def test_a_summary_line_of_a_column() -> None:
     region = {"name": "r", "type": "category", "null_pct": 0, "unique_count": 9, "sample_values": ["north"]}
     line = profiling.summary_line({**region, "stats": {"top_values": top, "other_values": 5, "other_rows": 7}})
     assert line == "r,category,0,9,,north 48; east 39; west 2 (+6 more: 8 rows)"
+
+
+def test_a_stratified_sample_represents_every_group(tmp_path: Path) -> None:
+    # 7 rows left after one each: 6.3, 0.63 and 0.07 of them; the one left over goes to the largest remainder.
+    assert profiling._allocate([("a", 90), ("b", 9), ("c", 1)], 10, 100) == {"a": 7, "b": 2, "c": 1}
+    assert profiling._allocate([("a", 2), ("b", 2)], 10, 4) == {"a": 2, "b": 2}  # no more than a group holds
+    roomy = small_engine_config(tmp_path / "roomy", memory_limit="512MB", timeout_s=60.0)
+    path = roomy.roots[0] / "groups.csv"
+    path.write_text("g,v\n" + "".join(f"{'a' if i < 18 else 'b'},{i}\n" for i in range(20)))
+    src = sources.make_source("groups", str(path), [path])
+    sampled = profiling.sample(roomy, src, strategy="stratified", size=5, columns=None, stratify_column="g", seed=3)
+    assert sampled["info"]["allocation"] == {"a": 4, "b": 1} and sampled["info"]["groups_total"] == 2
+    assert sorted(r["g"] for r in sampled["rows"]) == ["a", "a", "a", "a", "b"]
+    again = profiling.sample(roomy, src, strategy="stratified", size=5, columns=None, stratify_column="g", seed=3)
+    assert again["rows"] == sampled["rows"]  # seeded: the same rows again
