@@ -6,7 +6,7 @@ DuckDB checks an interrupt only between vectors, so a scalar function busy on on
 
 - **Processes.** A `WorkerPool` keeps `size` long-lived workers, one per engine slot
   (`CAIRN_DATASETS_MAX_CONCURRENCY`), and `SPARE` more, so a started worker is there for the next
-  call while a replacement starts. Each is `python -I -c BOOT` in a session of its own. It imports
+  call while a replacement starts. Each is `python -I -c process.BOOT` in a session of its own. It imports
   the engine modules but not the feature's package, which builds the web layer. Each worker keeps its
   own pool of locked databases (`databases.POOL`, with the same leases, resets and lockdown). One
   worker is a `process.WorkerProcess`; its own side of the channel is `worker.serve`.
@@ -18,8 +18,9 @@ DuckDB checks an interrupt only between vectors, so a scalar function busy on on
 - **IPC.** A socket pair per worker carries pickles (`multiprocessing.connection`). A request holds a
   reference to a module-level engine function (not its code) and that function's arguments: the
   `EngineConfig`, sources and paths. The reply holds the function's value or its `CairnError` (class,
-  message, suggestions, details, query context). A query's full result never travels: the worker writes it to the
-  result store as Parquet and answers with its metadata and first rows, cut to a reply's bounds.
+  message, suggestions, details, query context). A query's full result never travels: the worker
+  writes it to the result store as Parquet and answers with its metadata and first rows, cut to a
+  reply's bounds.
   A caller of `run_staged` may get an early reply (`ipc.answer_early`: a result whose rows are all
   in the answer, sent before its file is written); the final reply follows, and until it comes the
   worker and the slot stay taken. After replying, the worker checks the databases its call used for
@@ -47,17 +48,18 @@ DuckDB checks an interrupt only between vectors, so a scalar function busy on on
   niceness only matters when threads compete). While the server answers other calls too, its threads
   are also kept off one core, as the embedding queue's batches are (`app.core.cpus`,
   `CAIRN_DATASETS_LONG_CALL_CONFINE`): other callers keep a core however much lowered work runs, and a
-  long query alone on the host keeps every core (checked every `process.MEMORY_CHECK_S`). When the call ends
-  the worker's threads go back to their priority and CPUs; where the server may not
-  raise a priority again (no `CAP_SYS_NICE`, as in a container), the worker is replaced by a fresh one
+  long query alone on the host keeps every core (checked every `process.MEMORY_CHECK_S`). When the
+  call ends the worker's threads go back to their priority and CPUs; where the server may not raise a
+  priority again (no `CAP_SYS_NICE`, as in a container), the worker is replaced by a fresh one
   instead. Where it may (`priority.may_raise`), three things more:
-  - a lowered worker also runs under SCHED_IDLE (`priority.set_idle`): a thread of another call that wakes up
-    takes its CPU at once, instead of waiting for the end of its time slice;
-  - a caller whose call ran long less than `LOWERED_FOR_S` ago has its next calls start lowered
-    (`priority.LongCallers`): a key that keeps sending long calls no longer gets their first `demote_after`
-    seconds at full priority;
-  - the replacement of a worker killed during a call starts lowered, since its start-up (importing DuckDB and
-    the engine) is the cost of the call that outran its limits; it is put back when another caller's call takes it.
+  - a lowered worker also runs under SCHED_IDLE (`priority.set_idle`): a thread of another call that
+    wakes up takes its CPU at once, instead of waiting for the end of its time slice;
+  - a caller whose call ran long less than `priority.LOWERED_FOR_S` ago has its next calls start
+    lowered (`priority.LongCallers`): a key that keeps sending long calls no longer gets their first
+    `demote_after` seconds at full priority;
+  - the replacement of a worker killed during a call starts lowered, since its start-up (importing
+    DuckDB and the engine) is the cost of the call that outran its limits; it is put back when another
+    caller's call takes it.
 - **Orphans.** A worker holds the read end of a pipe, and only the server holds its write end. When the
   server exits, however it exits, the pipe closes and a thread of the worker ends the worker at once.
 - **Fairness.** `slots.FairSlots`: a call takes one of the `size` slots, and one caller (API key) holds at
@@ -175,7 +177,7 @@ class WorkerPool:
     async def run_staged(
         self, caller: str, fn: Callable[..., Any], cfg: EngineConfig, args: Any, kwargs: Any
     ) -> tuple[Any, asyncio.Future[Any] | None]:
-        """`run` for a function that may answer before it finishes (`sandbox.answer_early`): its early
+        """`run` for a function that may answer before it finishes (`ipc.answer_early`): its early
         value and the future of its final one, or its value and None when it answered only at the end.
         The worker and the slot stay taken until the final answer."""
         loop = asyncio.get_running_loop()
@@ -601,7 +603,7 @@ async def offload(
 async def offload_staged(
     fn: Callable[Concatenate[EngineConfig, P], T], cfg: EngineConfig, *args: P.args, **kwargs: P.kwargs
 ) -> tuple[T, asyncio.Future[T] | None]:
-    """`offload` for a function that may answer before it ends (`sandbox.answer_early`): its early
+    """`offload` for a function that may answer before it ends (`ipc.answer_early`): its early
     value and the future of its final value (which raises what the function raised after answering),
     or its value and None when it answered only once."""
     value, final = await pool_for(cfg).run_staged(_caller.get(), fn, cfg, args, kwargs)
