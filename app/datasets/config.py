@@ -54,7 +54,7 @@ class DatasetSettings(BaseSettings):
     # Charts.
     datasets_chart_max_bytes: int = 48_000
 
-    # DuckDB worker processes (one per engine slot, see app/datasets/worker.py): the resident-memory cap
+    # DuckDB worker processes (one per engine slot, see app/datasets/engine/pool.py): the resident-memory cap
     # of each (MB; 0 = the DuckDB memory limit + 1024) and the slots one API key may hold at once (0 =
     # half of them, rounded up).
     datasets_worker_memory_mb: int = 0

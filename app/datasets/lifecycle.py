@@ -1,4 +1,4 @@
-"""Lifespan hooks of the datasets feature: the DuckDB worker processes (`app.datasets.worker`) start
+"""Lifespan hooks of the datasets feature: the DuckDB worker processes (`app.datasets.engine.pool`) start
 with the server, so the first query does not wait for them, and stop with it."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from app.core.context import feature_settings_of
-from app.datasets import worker
 from app.datasets.config import DatasetSettings
+from app.datasets.engine import pool
 
 if TYPE_CHECKING:
     from app.core.context import AppState
@@ -16,9 +16,9 @@ if TYPE_CHECKING:
 async def startup(state: AppState) -> None:
     """Start the worker processes (they finish starting in the background)."""
     settings = feature_settings_of(state.feature_settings, DatasetSettings)
-    worker.pool_of(settings.datasets_max_concurrency, settings.datasets_memory_limit)
+    pool.pool_of(settings.datasets_max_concurrency, settings.datasets_memory_limit)
 
 
 async def shutdown(state: AppState) -> None:
     """Stop the worker processes (a call still running ends first)."""
-    worker.shutdown()
+    pool.shutdown()

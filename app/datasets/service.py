@@ -15,11 +15,11 @@ from pydantic import ValidationError
 
 from app.core.context import CallContext
 from app.core.errors import Conflict, InvalidInput, invalid_field, validation_error
-from app.datasets import exporting
 from app.datasets.config import DatasetSettings
+from app.datasets.engine import exporting
+from app.datasets.engine.sandbox import DATA_EXTENSIONS, file_format, inside, resolve_path
 from app.datasets.models import Dataset
 from app.datasets.repository import DatasetRepository
-from app.datasets.sandbox import DATA_EXTENSIONS, file_format, inside, resolve_path
 from app.datasets.schemas import (
     DatasetOut,
     FileOut,

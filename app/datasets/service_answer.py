@@ -221,7 +221,7 @@ async def _chart(
     with the rows shown (which may take at most half of what the reply's fixed part leaves) or, in a
     reply without rows, with the summary `whole` (at most a quarter); `reply` builds the reply it is
     counted in."""
-    from app.datasets import charts
+    from app.datasets.engine import charts
 
     images = budget.image_fields(QueryOut)
 

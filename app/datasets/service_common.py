@@ -18,12 +18,13 @@ from cachetools import TTLCache
 
 from app.core.context import CallContext
 from app.core.errors import EngineError
-from app.datasets import engine, exporting
-from app.datasets.cache import Cache, get_cache
+from app.datasets import engine
 from app.datasets.config import DatasetSettings, data_roots, projects_dir, work_dir
+from app.datasets.engine import exporting
+from app.datasets.engine.cache import Cache, get_cache
+from app.datasets.engine.sandbox import inside, resolve_path
 from app.datasets.models import Dataset
 from app.datasets.repository import DatasetRepository
-from app.datasets.sandbox import inside, resolve_path
 from app.datasets.schemas import DATASET_NAME
 
 QUERY_ID = re.compile(r"\bq_[0-9a-f]{16}\b")

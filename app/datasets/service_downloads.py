@@ -12,7 +12,7 @@ from pathlib import Path
 
 from app.core.context import CallContext
 from app.core.errors import Forbidden, InvalidInput, NotFound
-from app.datasets.exporting import storage_error
+from app.datasets.engine.exporting import storage_error
 from app.datasets.schemas_downloads import DownloadIn, DownloadOut
 from app.datasets.service_common import space_of
 

@@ -9,9 +9,10 @@ from typing import Any
 from app.core import budget
 from app.core.context import CallContext
 from app.core.errors import invalid_field
-from app.datasets import engine, profiling
-from app.datasets.cache import fingerprint, make_key
+from app.datasets import engine
 from app.datasets.config import DatasetSettings
+from app.datasets.engine import profiling
+from app.datasets.engine.cache import fingerprint, make_key
 from app.datasets.schemas import (
     ProfileIn,
     ProfileOut,

@@ -13,12 +13,13 @@ from typing import Any
 
 from app.core.context import CallContext
 from app.core.errors import CairnError, InvalidInput, NotFound
-from app.datasets import engine, polars_expr, pysandbox
-from app.datasets.cache import Cache, fingerprint, make_key, normalize_sql
+from app.datasets import engine
 from app.datasets.config import DatasetSettings
+from app.datasets.engine import polars_expr, pysandbox
+from app.datasets.engine.cache import Cache, fingerprint, make_key, normalize_sql
+from app.datasets.engine.sandbox import check_sql, context_in, inside, resolve_path
 from app.datasets.models import Dataset, DatasetQuery
 from app.datasets.repository import QueryRepository
-from app.datasets.sandbox import check_sql, context_in, inside, resolve_path
 from app.datasets.schemas import QueryIn, QueryOut
 from app.datasets.service_answer import Stored, answer, rows_shown
 from app.datasets.service_common import (

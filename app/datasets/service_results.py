@@ -16,11 +16,12 @@ from typing import Any
 from app.core import budget
 from app.core.context import CallContext
 from app.core.errors import InvalidInput, NotFound
-from app.datasets import engine, exporting
-from app.datasets.cache import describe
+from app.datasets import engine
 from app.datasets.config import DatasetSettings
+from app.datasets.engine import exporting
+from app.datasets.engine.cache import describe
+from app.datasets.engine.sandbox import inside
 from app.datasets.repository import QueryRepository
-from app.datasets.sandbox import inside
 from app.datasets.schemas import (
     ExportIn,
     ExportOut,

@@ -21,7 +21,7 @@ import pytest
 
 from app.core import budget
 from app.core.embeddings.tokens import count_tokens
-from app.datasets import charts
+from app.datasets.engine import charts
 from tests.support.datasets import root_of
 from tests.support.server import RunningServer, mcp_client, text_of
 

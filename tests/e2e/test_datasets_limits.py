@@ -25,8 +25,8 @@ import httpx
 import psutil
 import pytest
 
-from app.datasets import worker
 from app.datasets.config import get_dataset_settings
+from app.datasets.engine.pool import GRACE_S, SPARE, WorkerPool, existing_pool, memory_bytes
 from tests.support.datasets import root_of
 from tests.support.server import ADMIN_KEY, READ_KEY, WRITE_KEY, PgCluster, RunningServer, free_port
 
@@ -54,8 +54,8 @@ async def query(c: httpx.AsyncClient, sql: str, files: list[str] | None = None, 
     return await c.post("/api/v1/datasets/query", json=body)
 
 
-def pool() -> worker.WorkerPool:
-    found = worker.existing_pool()
+def pool() -> WorkerPool:
+    found = existing_pool()
     assert found is not None
     return found
 
@@ -99,7 +99,7 @@ async def test_a_quadratic_scalar_function_stops_at_its_time_limit_while_another
             assert response.status_code == 504, response.text
             assert response.json()["error"]["code"] == 5003
         # Each attack ran at most its time limit and the grace (the second one waited for the first).
-        assert time.monotonic() - started < 2 * (1.0 + worker.GRACE_S) + 2.0
+        assert time.monotonic() - started < 2 * (1.0 + GRACE_S) + 2.0
         assert before - set(pool().pids()), "the workers that outran their limit were killed"
         again = await query(hostile, "SELECT 44 AS n")
         assert again.status_code == 200 and again.json()["data"] == [{"n": 44}]
@@ -166,7 +166,7 @@ async def test_huge_cells_come_back_cut_within_a_memory_bound(server: RunningSer
     assert answers[5].status_code == 200, answers[5].text
     assert [len(row["big"]) for row in answers[5].json()["sample"]] == [301] * 4
     grown = (peaks["server"] - peaks["base"]) / MB
-    cap = worker.memory_bytes(get_dataset_settings().datasets_worker_memory_mb, "2GB") / MB
+    cap = memory_bytes(get_dataset_settings().datasets_worker_memory_mb, "2GB") / MB
     print(f"server RSS +{grown:.0f} MB (peak {peaks['server'] / MB:.0f} MB), worker peak {peaks['worker'] / MB:.0f} MB")
     assert grown < 100, grown  # three pages of 4 rows of 80 MB read whole cost >1 GB before cells were cut
     assert peaks["worker"] / MB < cap
@@ -235,7 +235,7 @@ def _duckdb_workers(pid: int) -> list[psutil.Process]:
     found = []
     for proc in psutil.Process(pid).children(recursive=True):
         try:
-            if any("app.datasets.worker" in part for part in proc.cmdline()):
+            if any("app.datasets.engine.worker" in part for part in proc.cmdline()):
                 found.append(proc)
         except psutil.Error:
             continue
@@ -263,7 +263,7 @@ def test_the_server_stops_its_workers_on_sigterm(workers: int) -> None:
             time.sleep(0.2)
         # Each server process starts its own pool: two slots and a spare. A query on a new connection
         # each time (the kernel spreads them over the processes) until every pool is up.
-        expected, i = (2 + worker.SPARE) * workers, 0
+        expected, i = (2 + SPARE) * workers, 0
         while True:
             answer = httpx.post(
                 f"{base}/api/v1/datasets/query",

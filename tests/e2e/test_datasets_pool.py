@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
-from app.datasets import worker
+from app.datasets.engine.pool import existing_pool
 from tests.support.datasets import root_of
 from tests.support.server import RunningServer, error_of, mcp_client
 
@@ -20,7 +20,7 @@ VIEWS = "SELECT view_name FROM duckdb_views() WHERE NOT internal ORDER BY 1"
 
 def databases_opened() -> int:
     """Locked databases the DuckDB worker processes have opened so far."""
-    pool = worker.existing_pool()
+    pool = existing_pool()
     assert pool is not None
     return pool.databases_opened()
 
@@ -122,7 +122,7 @@ async def test_a_query_over_small_files_runs_on_one_duckdb_thread(rest: httpx.As
     from app.datasets.config import get_dataset_settings
     from app.datasets.service_query import SMALL_INPUT_BYTES
 
-    pool = worker.existing_pool()
+    pool = existing_pool()
     assert pool is not None
 
     def latest_threads() -> int:

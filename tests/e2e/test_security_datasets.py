@@ -15,7 +15,8 @@ from typing import Any
 import httpx
 import pytest
 
-from app.datasets import exporting, service_common
+from app.datasets import service_common
+from app.datasets.engine import exporting
 from tests.support.datasets import Both, callers, project_folder, root_of, tree
 from tests.support.server import ADMIN_KEY, BOUND_PROJECT, RunningServer
 

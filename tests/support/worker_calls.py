@@ -6,16 +6,16 @@ from __future__ import annotations
 from typing import Any
 
 from app.core.errors import QueryError
-from app.datasets import sandbox
+from app.datasets.engine import ipc
 
 
 def early_then_fail(cfg: Any, value: str) -> str:
     """Answer `value` early, then fail as a statement would."""
-    sandbox.answer_early(value)
+    ipc.answer_early(value)
     raise QueryError("failed after answering")
 
 
 def early_then_value(cfg: Any, value: str) -> str:
     """Answer `value` early, then end with `value` repeated."""
-    sandbox.answer_early(value)
+    ipc.answer_early(value)
     return value * 2

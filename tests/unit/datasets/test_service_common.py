@@ -14,6 +14,7 @@ from app.core.context import Principal
 from app.core.errors import CairnError, EngineError, Forbidden, InvalidInput
 from app.datasets import engine, service_common
 from app.datasets.config import DatasetSettings
+from app.datasets.engine import pool
 from app.datasets.models import Dataset
 from app.datasets.service_common import (
     budget_of,
@@ -76,7 +77,7 @@ async def test_space_of_is_a_lookup_that_remakes_folders_removed_meanwhile(
     engine.set_caller("someone-else")
     first = await space_of(ctx, "alpha")
     assert await space_of(ctx, "alpha") is first  # remembered
-    assert engine._caller.get() == "someone-else"  # a lookup names no caller
+    assert pool._caller.get() == "someone-else"  # a lookup names no caller
     (first.work / "results").rmdir()
     again = await space_of(ctx, "alpha")
     assert again is not first and (again.work / "results").is_dir()
@@ -117,9 +118,9 @@ async def test_the_settings_come_from_the_call_context(tmp_path: Path) -> None:
 async def test_name_caller_names_the_key_else_the_principal() -> None:
     cfg = DatasetSettings()
     name_caller(context(Path("/nonexistent"), cfg))
-    assert engine._caller.get() == "key-alice"
+    assert pool._caller.get() == "key-alice"
     name_caller(context(Path("/nonexistent"), cfg, Principal(key_id=None, name="open-mode", scopes=frozenset())))
-    assert engine._caller.get() == "open-mode"
+    assert pool._caller.get() == "open-mode"
 
 
 def test_a_call_may_only_lower_the_time_limit(tmp_path: Path) -> None:

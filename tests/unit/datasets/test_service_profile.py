@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from app.core.errors import CairnError
-from app.datasets import engine, profiling
+from app.datasets import engine
+from app.datasets.engine import profiling
 from app.datasets.schemas import ProfileIn
 from app.datasets.service_profile import _shrink, fit_profile
 from tests.support.datasets import penguins_csv, small_engine_config

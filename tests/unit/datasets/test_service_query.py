@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from app.core.errors import CairnError, InvalidInput
-from app.datasets.cache import Cache
 from app.datasets.config import DatasetSettings
+from app.datasets.engine.cache import Cache
 from app.datasets.models import DatasetQuery
 from app.datasets.schemas import QueryIn
 from app.datasets.service_common import Space, make_space

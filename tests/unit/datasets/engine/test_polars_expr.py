@@ -1,11 +1,11 @@
-"""app/datasets/polars_expr.py: the restricted polars chain compiled to DuckDB SQL (parsed, never run)."""
+"""app/datasets/engine/polars_expr.py: the restricted polars chain compiled to DuckDB SQL (parsed, never run)."""
 
 from __future__ import annotations
 
 import pytest
 
 from app.core.errors import CairnError, InvalidInput, QueryError
-from app.datasets.polars_expr import compile_expr
+from app.datasets.engine.polars_expr import compile_expr
 
 
 def test_chains_compile_to_sql() -> None:

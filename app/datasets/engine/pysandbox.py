@@ -29,8 +29,9 @@ import sys
 from pathlib import Path
 
 from app.core.errors import EngineError, QueryError, Timeout
-from app.datasets.engine import EngineConfig, Source
-from app.datasets.sandbox import query_context
+from app.datasets.engine.databases import EngineConfig
+from app.datasets.engine.sandbox import query_context, sql_string
+from app.datasets.engine.sources import Source
 
 CHILD = r"""
 import ctypes, importlib, json, os, resource, sys, textwrap
@@ -268,8 +269,6 @@ def run_python(
 def describe_result(path: Path) -> tuple[list[str], list[str], int]:
     """Columns, types and row count of a Parquet file written by the child."""
     import duckdb
-
-    from app.datasets.sandbox import sql_string
 
     con = duckdb.connect(":memory:", config={"autoload_known_extensions": False, "threads": 1})
     try:

@@ -1,4 +1,4 @@
-"""app/datasets/exporting.py: an export writes only its own format, inside the project's folder, and
+"""app/datasets/engine/exporting.py: an export writes only its own format, inside the project's folder, and
 never follows a link or replaces a folder."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from app.core.errors import CairnError
-from app.datasets import exporting
+from app.datasets.engine import exporting
 from app.datasets.schemas import ExportIn
 
 QID = "q_0123456789abcdef"

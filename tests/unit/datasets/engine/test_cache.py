@@ -1,4 +1,4 @@
-"""app/datasets/cache.py: the result store is swept when a sweep may delete something, not after every miss."""
+"""app/datasets/engine/cache.py: the result store is swept when a sweep may delete something, not after every miss."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from app.datasets import cache as cache_module
-from app.datasets.cache import Cache
+from app.datasets.engine import cache as cache_module
+from app.datasets.engine.cache import Cache
 
 
 def store(results: Path, name: str, size: int, age: float = 0.0) -> Path:
@@ -45,11 +45,26 @@ def test_a_store_that_may_pass_the_cap_is_swept_at_once(cache: Cache) -> None:
     assert not first.exists() and second.exists() and third.exists()
 
 
+class Clock:
+    """The cache's clock, moved on by hand."""
+
+    def __init__(self) -> None:
+        self.ahead = 0.0
+
+    def monotonic(self) -> float:
+        return time.monotonic() + self.ahead
+
+    def time(self) -> float:
+        return time.time() + self.ahead
+
+
 def test_the_interval_follows_a_short_result_ttl(cache: Cache, monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = Clock()
+    monkeypatch.setattr(cache_module, "time", clock)
     cache.sweep_if_due(1.0, store(cache.results, "a", 10))
     expired = store(cache.results, "expired", 10, age=5)
     assert cache.sweep_if_due(1.0, None) == 0  # swept less than a tenth of the TTL ago
-    time.sleep(0.15)
+    clock.ahead = 0.15
     assert cache.sweep_if_due(1.0, None) == 1 and not expired.exists()
     monkeypatch.setattr(cache_module, "SWEEP_INTERVAL", 0.0)
     late = store(cache.results, "late", 10, age=7200)

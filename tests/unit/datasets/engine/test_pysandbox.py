@@ -1,4 +1,4 @@
-"""app/datasets/pysandbox.py without the server: results in every documented shape, relative paths read
+"""app/datasets/engine/pysandbox.py without the server: results in every documented shape, relative paths read
 like a file_path, the failing line as query_context, and a server without pandas saying so (5001,
 naming the extra) instead of failing obscurely."""
 
@@ -10,8 +10,8 @@ import duckdb
 import pytest
 
 from app.core.errors import CairnError
-from app.datasets import engine, pysandbox
-from app.datasets.sandbox import resolve_path
+from app.datasets.engine import pysandbox, sources
+from app.datasets.engine.sandbox import resolve_path
 from tests.support.datasets import small_engine_config
 
 
@@ -21,7 +21,13 @@ def run(tmp_path: Path, code: str) -> list[tuple[object, ...]]:
     pattern, files = resolve_path("a.csv", cfg.roots)
     dest = cfg.results / "r.parquet"
     pysandbox.run_python(
-        cfg, code, [engine.make_source("a", pattern, files)], dest, cpu_seconds=20, memory_mb=1024, max_file_bytes=10**8
+        cfg,
+        code,
+        [sources.make_source("a", pattern, files)],
+        dest,
+        cpu_seconds=20,
+        memory_mb=1024,
+        max_file_bytes=10**8,
     )
     with duckdb.connect() as con:
         return con.execute("SELECT * FROM read_parquet(?)", [str(dest)]).fetchall()

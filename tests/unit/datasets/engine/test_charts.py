@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from app.core.errors import InvalidInput
-from app.datasets import charts
+from app.datasets.engine import charts
 
 
 def test_roles_pick_the_columns_each_kind_draws() -> None:

@@ -2,7 +2,7 @@
 from that same spec.
 
 **Where the work runs.** The chart's data is computed by DuckDB over the whole stored result (never
-only its first rows) in a DuckDB worker process (`chart_data`, through `engine.offload`), and the PNG
+only its first rows) in a DuckDB worker process (`chart_data`, through `pool.offload`), and the PNG
 is rendered there too (`render_png`): the event loop never waits on either, and both run under the
 call's time limit (a worker that outruns it is killed, 5003) and the worker's memory cap.
 
@@ -44,10 +44,11 @@ from typing import TYPE_CHECKING, Any
 import duckdb
 
 from app.core.errors import EngineError, InvalidInput, NotFound
-from app.datasets import engine
-from app.datasets.engine import INTEGER_TYPES, EngineConfig, is_numeric
-from app.datasets.sandbox import ident, inside
-from app.datasets.sandbox import sql_string as lit
+from app.datasets.engine.databases import EngineConfig, run_locked
+from app.datasets.engine.pool import offload
+from app.datasets.engine.sandbox import ident, inside
+from app.datasets.engine.sandbox import sql_string as lit
+from app.datasets.engine.values import INTEGER_TYPES, is_numeric
 
 if TYPE_CHECKING:
     from app.datasets.schemas import Visualization
@@ -236,7 +237,7 @@ def chart_data(cfg: EngineConfig, path: Path, plan: Roles, points: int) -> Chart
             raise InvalidInput("The result is empty: nothing to chart")
         return build[plan.kind](con, src, plan, max(1, points), total)
 
-    return engine.run_locked(cfg, [], work)
+    return run_locked(cfg, [], work)
 
 
 def _rows_of(con: duckdb.DuckDBPyConnection, path: Path) -> str:
@@ -483,7 +484,7 @@ def render_png(cfg: EngineConfig, spec: dict[str, Any], max_bytes: int) -> bytes
 
 def _smaller(png: bytes) -> bytes:
     """The same PNG with its image data deflated at zlib's best level: vl-convert compresses for speed,
-    and its charts come out about five times smaller this way (lossless)."""
+    and its charts come out several times smaller this way (lossless)."""
     pos, idat = 8, []
     before: list[tuple[bytes, bytes]] = []
     after: list[tuple[bytes, bytes]] = []
@@ -530,7 +531,7 @@ async def make_chart(
     bins, buckets, bars or cells) until the spec fits, and the spec is left out (noted) when even one
     point does not. The PNG is drawn from the spec returned (from the full one when it was left out)."""
     plan = roles(kind, columns, types)
-    full = await engine.offload(chart_data, cfg, path, plan, CAPS[kind])
+    full = await offload(chart_data, cfg, path, plan, CAPS[kind])
     shown = full
     if fmt in ("vega-lite", "both"):
         budget = (cost, limit, others, others_share)
@@ -541,7 +542,7 @@ async def make_chart(
     if fmt in ("png", "both"):
         drawn = shown if shown.spec is not None else full
         assert drawn.spec is not None
-        png = await engine.offload(render_png, cfg, drawn.spec, max_bytes)
+        png = await offload(render_png, cfg, drawn.spec, max_bytes)
         shown = replace(shown, points=drawn.points)
     return _visualization(kind, shown, fmt, png)
 
@@ -601,7 +602,7 @@ async def _fit(
         target = min(chart.points - 1, int(chart.points * (share - base) / (used - base)))
         if target < least:
             break
-        chart = _cut_note(await engine.offload(chart_data, cfg, path, plan, target), rows_total)
+        chart = _cut_note(await offload(chart_data, cfg, path, plan, target), rows_total)
         chart.notes.append("fewer points to fit max_tokens")
         used = await asyncio.to_thread(measure, chart)
     if used <= share:

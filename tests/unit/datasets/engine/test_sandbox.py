@@ -1,4 +1,4 @@
-"""app/datasets/sandbox.py: one read-only statement, allowed functions, paths inside the data roots."""
+"""app/datasets/engine/sandbox.py: one read-only statement, allowed functions, paths inside the data roots."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from app.core.errors import CairnError
-from app.datasets.sandbox import check_sql
+from app.datasets.engine.sandbox import check_sql
 
 
 def test_a_file_inside_the_roots_is_read_and_reported(tmp_path: Path) -> None:

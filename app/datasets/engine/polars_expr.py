@@ -16,11 +16,12 @@ from __future__ import annotations
 import ast
 import math
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 from app.core.errors import InvalidInput, QueryError
-from app.datasets.sandbox import ident
-from app.datasets.sandbox import sql_string as lit
+from app.datasets.engine.sandbox import ident
+from app.datasets.engine.sandbox import sql_string as lit
 
 MAX_CHARS = 10_000
 MAX_DEPTH = 200  # levels of the parsed expression (a chain of methods counts two per method)
@@ -233,6 +234,22 @@ def _expr(node: ast.AST) -> _Expr:
 
 def _call(node: ast.Call) -> _Expr:
     func = node.func
+    found = _pl_function(node)
+    if found is not None:
+        return found
+    if not isinstance(func, ast.Attribute):
+        raise _refuse(node, "calling a name")
+    method, target = func.attr, func.value
+    if isinstance(target, ast.Attribute) and target.attr in ("str", "dt"):
+        return _namespace_call(node, target, method)
+    if method not in _METHODS or method in ("str", "dt"):
+        raise _refuse(node, f".{method}()")
+    return _method_call(node, method, _expr(target))
+
+
+def _pl_function(node: ast.Call) -> _Expr | None:
+    """`pl.col('x')`, `pl.lit(v)`, `pl.len()` or `pl.count()`; None for any other call."""
+    func = node.func
     if _is_pl(func, "col"):
         if len(node.args) != 1 or node.keywords:
             raise _refuse(node, "pl.col with other than one column name")
@@ -243,38 +260,36 @@ def _call(node: ast.Call) -> _Expr:
     if _is_pl(func, "len") or (_is_pl(func, "count") and not node.args):
         _args(node, "pl.len" if _is_pl(func, "len") else "pl.count", 0, 0)
         return _Expr("count(*)", "len" if _is_pl(func, "len") else "count", True)
-    if not isinstance(func, ast.Attribute):
-        raise _refuse(node, "calling a name")
-    method = func.attr
-    target = func.value
-    # .str.xxx() / .dt.xxx()
-    if isinstance(target, ast.Attribute) and target.attr in ("str", "dt"):
-        base = _expr(target.value)
-        label = f".{target.attr}.{method}()"
-        if target.attr == "dt" and method in _DT_METHODS:
-            _args(node, label, 0, 0)
-            return _Expr(f"{_DT_METHODS[method]}({base.sql})", base.name, base.is_agg)
-        if target.attr == "str":
-            if method in _STR_METHODS:
-                _args(node, label, 0, 0)
-                return _Expr(f"{_STR_METHODS[method]}({base.sql})", base.name, base.is_agg)
-            if method in ("contains", "starts_with", "ends_with"):
-                needle = _text(_args(node, label, 1, 1)[0], label)
-                return _Expr(f"{method}({base.sql}, {_sql_value(needle)})", base.name, base.is_agg)
-        raise _refuse(node, label)
-    if method not in _METHODS or method in ("str", "dt"):
-        raise _refuse(node, f".{method}()")
-    base = _expr(target)
+    return None
+
+
+def _namespace_call(node: ast.Call, target: ast.Attribute, method: str) -> _Expr:
+    """`.str.xxx()` or `.dt.xxx()` of an expression."""
+    base = _expr(target.value)
+    label = f".{target.attr}.{method}()"
+    if target.attr == "dt" and method in _DT_METHODS:
+        _args(node, label, 0, 0)
+        return _Expr(f"{_DT_METHODS[method]}({base.sql})", base.name, base.is_agg)
+    if target.attr == "str" and method in _STR_METHODS:
+        _args(node, label, 0, 0)
+        return _Expr(f"{_STR_METHODS[method]}({base.sql})", base.name, base.is_agg)
+    if target.attr == "str" and method in ("contains", "starts_with", "ends_with"):
+        needle = _text(_args(node, label, 1, 1)[0], label)
+        return _Expr(f"{method}({base.sql}, {_sql_value(needle)})", base.name, base.is_agg)
+    raise _refuse(node, label)
+
+
+def _method_call(node: ast.Call, method: str, base: _Expr) -> _Expr:
+    """An expression method of `_METHODS` (not `.str` / `.dt`) applied to `base`."""
     label = f".{method}()"
     if method == "alias":
         return _Expr(base.sql, _text(_args(node, label, 1, 1)[0], label), base.is_agg)
-    if method in ("is_in", "round", "fill_null", "cast"):
+    if method in _WITH_ARGUMENT:
         args = _args(node, label, 0 if method == "round" else 1, 1)
-    else:
-        _args(node, label, 0, 0)
+        return _WITH_ARGUMENT[method](node, base, args)
+    _args(node, label, 0, 0)
     if method in _AGG:
-        fn = _AGG[method]
-        sql = f"count(DISTINCT {base.sql})" if method == "n_unique" else f"{fn}({base.sql})"
+        sql = f"count(DISTINCT {base.sql})" if method == "n_unique" else f"{_AGG[method]}({base.sql})"
         return _Expr(sql, base.name, True)
     if method in _UNARY:
         return _Expr(f"{_UNARY[method]}({base.sql})", base.name, base.is_agg)
@@ -282,21 +297,33 @@ def _call(node: ast.Call) -> _Expr:
         return _Expr(f"({base.sql} IS NULL)", base.name, base.is_agg)
     if method == "is_not_null":
         return _Expr(f"({base.sql} IS NOT NULL)", base.name, base.is_agg)
-    if method == "is_in":
-        if not isinstance(args[0], ast.List | ast.Tuple):
-            raise _refuse(node, "is_in without a literal list")
-        values = ", ".join(_sql_value(_const(v)) for v in args[0].elts)
-        return _Expr(f"({base.sql} IN ({values}))", base.name, base.is_agg)
-    if method == "round":
-        digits = _int(args[0], label, -38, 38) if args else 0
-        return _Expr(f"round({base.sql}, {digits})", base.name, base.is_agg)
-    if method == "fill_null":
-        return _Expr(f"coalesce({base.sql}, {_expr(args[0]).sql})", base.name, base.is_agg)
-    if method == "cast":
-        if not (_is_pl(args[0]) and isinstance(args[0], ast.Attribute) and args[0].attr in _TYPES):
-            raise _refuse(node, "cast to anything but pl.Int64/Int32/Float64/Float32/Utf8/String/Boolean/Date/Datetime")
-        return _Expr(f"CAST({base.sql} AS {_TYPES[args[0].attr]})", base.name, base.is_agg)
-    raise _refuse(node, f".{method}()")
+    raise _refuse(node, label)
+
+
+def _is_in(node: ast.Call, base: _Expr, args: list[ast.expr]) -> _Expr:
+    if not isinstance(args[0], ast.List | ast.Tuple):
+        raise _refuse(node, "is_in without a literal list")
+    values = ", ".join(_sql_value(_const(v)) for v in args[0].elts)
+    return _Expr(f"({base.sql} IN ({values}))", base.name, base.is_agg)
+
+
+def _round(node: ast.Call, base: _Expr, args: list[ast.expr]) -> _Expr:
+    digits = _int(args[0], ".round()", -38, 38) if args else 0
+    return _Expr(f"round({base.sql}, {digits})", base.name, base.is_agg)
+
+
+def _fill_null(node: ast.Call, base: _Expr, args: list[ast.expr]) -> _Expr:
+    return _Expr(f"coalesce({base.sql}, {_expr(args[0]).sql})", base.name, base.is_agg)
+
+
+def _cast(node: ast.Call, base: _Expr, args: list[ast.expr]) -> _Expr:
+    if not (_is_pl(args[0]) and isinstance(args[0], ast.Attribute) and args[0].attr in _TYPES):
+        raise _refuse(node, "cast to anything but pl.Int64/Int32/Float64/Float32/Utf8/String/Boolean/Date/Datetime")
+    return _Expr(f"CAST({base.sql} AS {_TYPES[args[0].attr]})", base.name, base.is_agg)
+
+
+# The expression methods that take an argument (`.round()` may go without).
+_WITH_ARGUMENT = {"is_in": _is_in, "round": _round, "fill_null": _fill_null, "cast": _cast}
 
 
 def _expr_list(args: list[ast.expr], strings_are_columns: bool = True) -> list[_Expr]:
@@ -339,6 +366,17 @@ def _chain(node: ast.AST) -> list[ast.Call]:
 
 def compile_expr(text: str) -> str:
     """The DuckDB SQL equivalent of a restricted polars chain."""
+    calls = _chain(_parse(text).body)
+    chain = _Chain(_source(calls[0]))
+    for call in calls[1:]:
+        chain.apply(call)
+    if chain.group is not None:
+        raise QueryError("polars_expr: group_by must be followed by .agg(...)")
+    return chain.sql
+
+
+def _parse(text: str) -> ast.Expression:
+    """The parsed text (never evaluated), refused when too long or nested too deep."""
     if len(text) > MAX_CHARS:
         raise QueryError(f"polars_expr is longer than {MAX_CHARS} characters")
     try:
@@ -350,84 +388,100 @@ def compile_expr(text: str) -> str:
     except (RecursionError, MemoryError):
         raise _bad(None, f"the expression nests deeper than {MAX_DEPTH} levels") from None
     _depth_ok(tree)
-    calls = _chain(tree.body)
-    first = calls[0]
+    return tree
+
+
+def _source(first: ast.Call) -> str:
+    """The SQL of the chain's start: `pl.scan_*('file')` / `pl.read_*('file')` or `pl.table('view')`."""
     assert isinstance(first.func, ast.Attribute)
     if first.func.attr in _SOURCES:
         if len(first.args) != 1:
             raise _refuse(first, "a scan without exactly one path")
         path = _text(_args(first, f"pl.{first.func.attr}()", 1, 1)[0], f"pl.{first.func.attr}()")
-        sql = f"SELECT * FROM {_SOURCES[first.func.attr]}({lit(path)})"
-    elif first.func.attr == "table":
-        sql = f"SELECT * FROM {ident(_text(_args(first, 'pl.table()', 1, 1)[0], 'pl.table()'))}"
-    else:
-        raise _refuse(first, f"pl.{first.func.attr}()")
-    pending_group: list[str] | None = None
-    limited = False
-    for call in calls[1:]:
+        return f"SELECT * FROM {_SOURCES[first.func.attr]}({lit(path)})"
+    if first.func.attr == "table":
+        return f"SELECT * FROM {ident(_text(_args(first, 'pl.table()', 1, 1)[0], 'pl.table()'))}"
+    raise _refuse(first, f"pl.{first.func.attr}()")
+
+
+class _Chain:
+    """A chain compiled so far: its SQL, the keys of a group_by waiting for its `.agg()`, and whether
+    its last step was a limit (a second one limits the first's result)."""
+
+    def __init__(self, sql: str) -> None:
+        self.sql = sql
+        self.group: list[str] | None = None
+        self.limited = False
+
+    def apply(self, call: ast.Call) -> None:
+        """Add the step `call` (a method of `_CHAIN_METHODS`) to the chain."""
         assert isinstance(call.func, ast.Attribute)
         m = call.func.attr
-        label = f".{m}()"
-        if m not in _CHAIN_METHODS:
-            raise _refuse(call, label)
-        if pending_group is not None and m != "agg":
-            raise _refuse(call, f".{m}() after group_by (expected .agg)")
-        kw = {k.arg: k.value for k in call.keywords}
-        if m == "sort":
-            if any(k.arg != "descending" for k in call.keywords):
-                raise _bad(call, ".sort() takes only the keyword descending")
-        elif call.keywords:
-            raise _bad(call, f"{label} takes no keyword arguments")
-        if m in ("collect", "lazy", "unique", "count"):
-            _args(call, label, 0, 0)
-        elif m in ("limit", "head"):
-            _args(call, label, 0, 1)
-        elif not call.args:
-            raise _bad(call, f"{label} needs at least one argument")
+        _check_step(call, m, self.group is not None)
         if m in ("collect", "lazy"):
-            continue
+            return
         if m in ("limit", "head"):
-            n = _int(call.args[0], label, 0, 2**62) if call.args else 5
-            sql = f"SELECT * FROM ({sql}) LIMIT {n}" if limited else f"{sql} LIMIT {n}"
-            limited = True
-            continue
-        if m == "filter":
-            conds = " AND ".join(e.sql for e in _expr_list(call.args, strings_are_columns=False))
-            sql = f"SELECT * FROM ({sql}) WHERE {conds}"
-        elif m == "select":
-            sql = f"SELECT {', '.join(e.aliased() for e in _expr_list(call.args))} FROM ({sql})"
-        elif m == "with_columns":
-            sql = f"SELECT *, {', '.join(e.aliased() for e in _expr_list(call.args))} FROM ({sql})"
-        elif m in ("group_by", "groupby"):
-            pending_group = _names(call.args)
+            n = _int(call.args[0], f".{m}()", 0, 2**62) if call.args else 5
+            self.sql = f"SELECT * FROM ({self.sql}) LIMIT {n}" if self.limited else f"{self.sql} LIMIT {n}"
+            self.limited = True
+            return
+        if m in ("group_by", "groupby"):
+            self.group = _names(call.args)
         elif m == "agg":
-            if pending_group is None:
+            if self.group is None:
                 raise _refuse(call, ".agg() without group_by")
             aggs = ", ".join(e.aliased() for e in _expr_list(call.args))
-            keys = ", ".join(pending_group)
-            sql = f"SELECT {keys}, {aggs} FROM ({sql}) GROUP BY {keys}"
-            pending_group = None
-        elif m == "sort":
-            cols = _names(call.args)
-            desc = kw.get("descending")
-            flags = (
-                [bool(_const(d)) for d in desc.elts]
-                if isinstance(desc, ast.List)
-                else [bool(_const(desc)) if desc is not None else False] * len(cols)
-            )
-            if len(flags) != len(cols):
-                raise QueryError("polars_expr: descending must match the sort columns")
-            order = ", ".join(f"{c} {'DESC' if d else 'ASC'}" for c, d in zip(cols, flags, strict=True))
-            sql = f"SELECT * FROM ({sql}) ORDER BY {order}"
-        elif m == "unique":
-            sql = f"SELECT DISTINCT * FROM ({sql})"
-        elif m == "drop":
-            sql = f"SELECT * EXCLUDE ({', '.join(_names(call.args))}) FROM ({sql})"
-        elif m == "count":
-            sql = f"SELECT count(*) AS count FROM ({sql})"
+            keys = ", ".join(self.group)
+            self.sql = f"SELECT {keys}, {aggs} FROM ({self.sql}) GROUP BY {keys}"
+            self.group = None
         else:
-            raise _refuse(call, f".{m}()")
-        limited = False
-    if pending_group is not None:
-        raise QueryError("polars_expr: group_by must be followed by .agg(...)")
-    return sql
+            self.sql = _STEPS[m](call, self.sql)
+        self.limited = False
+
+
+def _check_step(call: ast.Call, m: str, grouping: bool) -> None:
+    """Refuse a step that is not allowed there, or that has the wrong arguments for its method `m`."""
+    label = f".{m}()"
+    if m not in _CHAIN_METHODS:
+        raise _refuse(call, label)
+    if grouping and m != "agg":
+        raise _refuse(call, f".{m}() after group_by (expected .agg)")
+    if m == "sort":
+        if any(k.arg != "descending" for k in call.keywords):
+            raise _bad(call, ".sort() takes only the keyword descending")
+    elif call.keywords:
+        raise _bad(call, f"{label} takes no keyword arguments")
+    if m in ("collect", "lazy", "unique", "count"):
+        _args(call, label, 0, 0)
+    elif m in ("limit", "head"):
+        _args(call, label, 0, 1)
+    elif not call.args:
+        raise _bad(call, f"{label} needs at least one argument")
+
+
+def _sort(call: ast.Call, sql: str) -> str:
+    cols = _names(call.args)
+    desc = next((k.value for k in call.keywords if k.arg == "descending"), None)
+    flags = (
+        [bool(_const(d)) for d in desc.elts]
+        if isinstance(desc, ast.List)
+        else [bool(_const(desc)) if desc is not None else False] * len(cols)
+    )
+    if len(flags) != len(cols):
+        raise QueryError("polars_expr: descending must match the sort columns")
+    order = ", ".join(f"{c} {'DESC' if d else 'ASC'}" for c, d in zip(cols, flags, strict=True))
+    return f"SELECT * FROM ({sql}) ORDER BY {order}"
+
+
+# The steps that wrap the chain's SQL so far, by method.
+_STEPS: dict[str, Callable[[ast.Call, str], str]] = {
+    "filter": lambda call, sql: (
+        f"SELECT * FROM ({sql}) WHERE {' AND '.join(e.sql for e in _expr_list(call.args, strings_are_columns=False))}"
+    ),
+    "select": lambda call, sql: f"SELECT {', '.join(e.aliased() for e in _expr_list(call.args))} FROM ({sql})",
+    "with_columns": lambda call, sql: f"SELECT *, {', '.join(e.aliased() for e in _expr_list(call.args))} FROM ({sql})",
+    "sort": _sort,
+    "unique": lambda call, sql: f"SELECT DISTINCT * FROM ({sql})",
+    "drop": lambda call, sql: f"SELECT * EXCLUDE ({', '.join(_names(call.args))}) FROM ({sql})",
+    "count": lambda call, sql: f"SELECT count(*) AS count FROM ({sql})",
+}

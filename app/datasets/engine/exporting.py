@@ -30,17 +30,12 @@ from typing import TYPE_CHECKING, BinaryIO
 import duckdb
 
 from app.core.errors import CairnError, Conflict, EngineError, Forbidden, InvalidInput, NotFound, TooLarge
-from app.datasets.engine import (
-    EngineConfig,
-    capped_columns,
-    cell_text,
-    json_export_columns,
-    jsonable,
-    offload_sync,
-    run_locked,
-)
-from app.datasets.sandbox import ident
-from app.datasets.sandbox import sql_string as lit
+from app.datasets.engine.databases import EngineConfig, run_locked
+from app.datasets.engine.pool import offload_sync
+from app.datasets.engine.rendering import capped_columns, json_export_columns
+from app.datasets.engine.sandbox import ident
+from app.datasets.engine.sandbox import sql_string as lit
+from app.datasets.engine.values import cell_text, jsonable
 
 if TYPE_CHECKING:
     from app.datasets.schemas import ExportedFile, ExportIn
@@ -358,7 +353,7 @@ def _copy(cfg: EngineConfig, source: Path, tmp: Path, args: ExportIn) -> None:
 
 def copy_out(cfg: EngineConfig, relation: str, target: str, json_numbers: bool = False) -> None:
     """Run `COPY (SELECT … FROM relation) target`, built by `_copy`, on a locked database (in a DuckDB
-    worker); with `json_numbers`, numbers are written as `engine.json_export_columns` renders them."""
+    worker); with `json_numbers`, numbers are written as `rendering.json_export_columns` renders them."""
 
     def work(con: duckdb.DuckDBPyConnection) -> None:
         picked = json_export_columns(con, relation) if json_numbers else "*"

@@ -12,23 +12,21 @@ from typing import Any
 
 import duckdb
 
-from app.datasets.engine import (
+from app.datasets.engine.databases import EngineConfig, run_locked
+from app.datasets.engine.query import summary_query
+from app.datasets.engine.rendering import capped_columns, capped_exprs
+from app.datasets.engine.sandbox import ident
+from app.datasets.engine.sources import Source
+from app.datasets.engine.values import (
     INTEGER_TYPES,
-    EngineConfig,
-    Source,
-    _round,
-    capped_columns,
-    capped_exprs,
     cell_text,
     extreme,
     human_bytes,
     is_numeric,
     jsonable,
+    rounded,
     rows_as_dicts,
-    run_locked,
-    summary_query,
 )
-from app.datasets.sandbox import ident
 
 SAMPLE_VALUES = 3
 VALUE_CHARS = 60
@@ -198,8 +196,8 @@ def _inspect(
     if rows <= size:  # the whole file: read twice rather than copied (a small file costs less so)
         return inspect(view)
     # Rows picked by the hash of their values: the same rows each time, like a seeded sample, but read
-    # in parallel (DuckDB draws a seeded reservoir sample on one thread: 2.3 s against 1.5 s on a
-    # 10M-row CSV). About a quarter more than `size` pass the filter; the lowest hashes stay.
+    # in parallel (DuckDB draws a seeded reservoir sample on one thread). About a quarter more than
+    # `size` pass the filter; the lowest hashes stay.
     keep = max(1, math.ceil(SAMPLE_MODULUS * min(1.0, 1.25 * size / rows)))
     picked = (
         f"SELECT * EXCLUDE (__h) FROM (SELECT *, hash(__t) AS __h FROM {view} AS __t)"
@@ -261,66 +259,19 @@ def _clip(value: Any) -> Any:
 
 
 def _assemble(raw: dict[str, Any], src: Source, file_bytes: int, compute_stats: bool) -> dict[str, Any]:
-    names, types, stats, rows, cats = raw["names"], raw["types"], raw["stats"], raw["rows"], raw["cats"]
+    """The full profile of `src` from what `profile` read: an entry per column (`_column`), the quality
+    score (completeness, less for constant columns) and at most 8 recommendations."""
+    rows = raw["rows"]
     columns: list[dict[str, Any]] = []
     recommendations: list[str] = []
     completeness: list[float] = []
     row_width = 0.0
-    for i, name in enumerate(names):
-        st = stats.get(name, {})
-        null_pct = float(st.get("null_pct") or 0.0)
-        distinct = int(st.get("approx_unique") or 0)
-        distinct = min(distinct, rows) if rows else distinct
-        filled = round(rows * (1.0 - null_pct / 100.0))
-        if name in cats:  # the exact counts, from the pass that found the top values
-            distinct, filled = cats[name]["distinct"], cats[name]["rows"]
-        sem = semantic_type(types[name], distinct, filled)
-        values: list[Any] = []
-        lens: list[int] = []
-        for row in raw["head"]:
-            v = row[i]
-            if v is None:
-                continue
-            lens.append(len(str(v)))
-            cv = _clip(v)
-            if cv not in values and len(values) < SAMPLE_VALUES:
-                values.append(cv)
-        avg_len = sum(lens) / len(lens) if lens else 8.0
-        row_width += _width(sem, avg_len)
-        col: dict[str, Any] = {
-            "name": name,
-            "type": sem,
-            "null_pct": round(null_pct, 2),
-            "unique_count": distinct,
-            "sample_values": values,
-            "duckdb_type": types[name],
-        }
-        if compute_stats:
-            detail: dict[str, Any] = {}
-            if sem in ("int64", "float64"):
-                detail = {"min": extreme(st.get("min"), types[name]), "max": extreme(st.get("max"), types[name])}
-                for key in ("avg", "std", "q25", "q50", "q75"):
-                    detail["mean" if key == "avg" else key] = _round(st.get(key))
-            elif sem == "datetime":
-                detail = {"min": jsonable(st.get("min")), "max": jsonable(st.get("max"))}
-            if sem == "category" and name in cats:
-                top = cats[name]["top"]
-                detail["top_values"] = top
-                detail["other_values"] = max(0, distinct - len(top))
-                detail["other_rows"] = max(0, cats[name]["rows"] - sum(n for _, n in top))
-            if detail:
-                col["stats"] = detail
+    for i, name in enumerate(raw["names"]):
+        col, width, null_pct = _column(raw, i, name, compute_stats)
         columns.append(col)
         completeness.append(1.0 - null_pct / 100.0)
-        if null_pct >= 30:
-            recommendations.append(f"'{name}' is {null_pct:.0f}% empty: filter or impute it")
-        if rows > 1 and distinct <= 1 and null_pct < 100:
-            recommendations.append(f"'{name}' holds one value: drop it")
-        if sem == "string" and rows and distinct >= 0.95 * rows and i == 0:
-            recommendations.append(f"'{name}' looks like an identifier (nearly unique)")
-        advice = _advice(name, raw["checks"].get(name))
-        if advice:
-            recommendations.append(advice)
+        row_width += width
+        recommendations += _recommend(col, i, null_pct, rows, raw["checks"].get(name))
     constant = sum(1 for c in columns if c["unique_count"] <= 1 and rows > 1)
     quality = (sum(completeness) / len(completeness)) if completeness else 0.0
     if columns:
@@ -342,6 +293,94 @@ def _assemble(raw: dict[str, Any], src: Source, file_bytes: int, compute_stats: 
         "format": src.fmt,
         "files": len(src.files),
     }
+
+
+def _column(raw: dict[str, Any], i: int, name: str, compute_stats: bool) -> tuple[dict[str, Any], float, float]:
+    """The profile's entry of column `name` (the `i`th), the bytes a value of it takes about, and its
+    percentage of nulls."""
+    null_pct, distinct, filled = _counts(raw, name)
+    ctype = raw["types"][name]
+    sem = semantic_type(ctype, distinct, filled)
+    values, avg_len = _samples(raw["head"], i)
+    col: dict[str, Any] = {
+        "name": name,
+        "type": sem,
+        "null_pct": round(null_pct, 2),
+        "unique_count": distinct,
+        "sample_values": values,
+        "duckdb_type": ctype,
+    }
+    if compute_stats:
+        detail = _stats(raw["stats"].get(name, {}), sem, ctype, raw["cats"].get(name), distinct)
+        if detail:
+            col["stats"] = detail
+    return col, _width(sem, avg_len), null_pct
+
+
+def _counts(raw: dict[str, Any], name: str) -> tuple[float, int, int]:
+    """Column `name`'s percentage of nulls, distinct values and non-null values: approximate from the
+    streaming pass, exact for a category from the pass that found its top values."""
+    st = raw["stats"].get(name, {})
+    rows = raw["rows"]
+    null_pct = float(st.get("null_pct") or 0.0)
+    distinct = int(st.get("approx_unique") or 0)
+    distinct = min(distinct, rows) if rows else distinct
+    filled = round(rows * (1.0 - null_pct / 100.0))
+    cat = raw["cats"].get(name)
+    if cat is not None:
+        distinct, filled = cat["distinct"], cat["rows"]
+    return null_pct, distinct, filled
+
+
+def _samples(head: list[tuple[Any, ...]], i: int) -> tuple[list[Any], float]:
+    """The first SAMPLE_VALUES distinct values of the `i`th column of the sampled rows (cut), and the
+    average length of its values' text (8 when it has none)."""
+    values: list[Any] = []
+    lens: list[int] = []
+    for row in head:
+        v = row[i]
+        if v is None:
+            continue
+        lens.append(len(str(v)))
+        cv = _clip(v)
+        if cv not in values and len(values) < SAMPLE_VALUES:
+            values.append(cv)
+    return values, sum(lens) / len(lens) if lens else 8.0
+
+
+def _stats(st: dict[str, Any], sem: str, ctype: str, cat: dict[str, Any] | None, distinct: int) -> dict[str, Any]:
+    """The statistics a column's entry shows for its semantic type `sem`: a number's range, mean,
+    deviation and quartiles, a date's range, a category's top values and what else it holds."""
+    detail: dict[str, Any] = {}
+    if sem in ("int64", "float64"):
+        detail = {"min": extreme(st.get("min"), ctype), "max": extreme(st.get("max"), ctype)}
+        for key in ("avg", "std", "q25", "q50", "q75"):
+            detail["mean" if key == "avg" else key] = rounded(st.get(key))
+    elif sem == "datetime":
+        detail = {"min": jsonable(st.get("min")), "max": jsonable(st.get("max"))}
+    if sem == "category" and cat is not None:
+        top = cat["top"]
+        detail["top_values"] = top
+        detail["other_values"] = max(0, distinct - len(top))
+        detail["other_rows"] = max(0, cat["rows"] - sum(n for _, n in top))
+    return detail
+
+
+def _recommend(col: dict[str, Any], i: int, null_pct: float, rows: int, check: dict[str, Any] | None) -> list[str]:
+    """The recommendations about one column (the `i`th): mostly empty, constant, an identifier, and the
+    one its sampled values call for (`_advice`)."""
+    name, distinct = col["name"], col["unique_count"]
+    out: list[str] = []
+    if null_pct >= 30:
+        out.append(f"'{name}' is {null_pct:.0f}% empty: filter or impute it")
+    if rows > 1 and distinct <= 1 and null_pct < 100:
+        out.append(f"'{name}' holds one value: drop it")
+    if col["type"] == "string" and rows and distinct >= 0.95 * rows and i == 0:
+        out.append(f"'{name}' looks like an identifier (nearly unique)")
+    advice = _advice(name, check)
+    if advice:
+        out.append(advice)
+    return out
 
 
 def _advice(name: str, check: dict[str, Any] | None) -> str | None:
@@ -474,7 +513,7 @@ def sample(
             total = int(con.execute(f"SELECT count(*) FROM {view}").fetchone()[0])  # type: ignore[index]
             numbered = f"(SELECT *, row_number() OVER () AS __rn FROM {view})"
             # Rows are picked first and rendered after (see capped_columns): rendering every row of the
-            # file only to keep `size` of them made sampling 1.5-2x slower.
+            # file only to keep `size` of them would render it all for nothing.
             if strategy == "random":
                 order = f"hash(__rn, {seed})"
                 picked = f"SELECT * FROM {numbered} ORDER BY {order} LIMIT {size}"
@@ -497,6 +536,8 @@ def sample(
 def _stratified(
     con: duckdb.DuckDBPyConnection, view: str, cols: list[str], strat: str, size: int, seed: int, total: int
 ) -> dict[str, Any]:
+    """A stratified sample: rows of each of the most frequent values of `strat`, as many as `_allocate`
+    gives it, picked by a seeded hash."""
     # Values are rendered after grouping and picking (see capped_exprs), for the groups and rows kept only.
     label = capped_exprs(con, view, [strat])[0]
     found = con.execute(
@@ -507,22 +548,7 @@ def _stratified(
     # Groups are matched by the repr of their value: a list, struct or map value cannot be a dict key.
     chosen = [(repr(g), n) for g, n, _ in found[:size]]
     labels = {repr(g): jsonable(shown) for g, _, shown in found[:size]}
-    # One row per group first (every group represented), then the rest proportionally.
-    alloc = {g: 1 for g, _ in chosen}
-    left = size - len(chosen)
-    if left > 0 and total:
-        weights = sorted(chosen, key=lambda gn: -gn[1])
-        shares = {g: n * left / total for g, n in weights}
-        for g, _ in weights:
-            alloc[g] += math.floor(shares[g])
-        rest = size - sum(alloc.values())
-        for g, _ in sorted(weights, key=lambda gn: -(shares[gn[0]] - math.floor(shares[gn[0]]))):
-            if rest <= 0:
-                break
-            alloc[g] += 1
-            rest -= 1
-    for g, n in chosen:
-        alloc[g] = min(alloc[g], int(n))
+    alloc = _allocate(chosen, size, total)
     top = max(alloc.values()) if alloc else 1
     raw = ", ".join(f"{ident(c)} := {ident(c)}" for c in cols)
     shown = capped_exprs(con, view, cols, prefix="__p.")
@@ -547,3 +573,25 @@ def _stratified(
             "allocation": {"null" if labels[g] is None else cell_text(labels[g]): alloc[g] for g, _ in chosen[:50]},
         },
     }
+
+
+def _allocate(chosen: list[tuple[str, Any]], size: int, total: int) -> dict[str, int]:
+    """How many of `size` rows each group (key, rows) of `chosen` gets: one each first (every group
+    represented), then the rest in proportion to the groups' rows (largest remainders first), never
+    more than a group holds."""
+    alloc = {g: 1 for g, _ in chosen}
+    left = size - len(chosen)
+    if left > 0 and total:
+        weights = sorted(chosen, key=lambda gn: -gn[1])
+        shares = {g: n * left / total for g, n in weights}
+        for g, _ in weights:
+            alloc[g] += math.floor(shares[g])
+        rest = size - sum(alloc.values())
+        for g, _ in sorted(weights, key=lambda gn: -(shares[gn[0]] - math.floor(shares[gn[0]]))):
+            if rest <= 0:
+                break
+            alloc[g] += 1
+            rest -= 1
+    for g, n in chosen:
+        alloc[g] = min(alloc[g], int(n))
+    return alloc

@@ -1,0 +1,93 @@
+"""DuckDB's exceptions as the caller's errors (`translate`): bounded text, suggestions, and the place
+in the statement the error points at."""
+
+from __future__ import annotations
+
+import difflib
+import re
+
+import duckdb
+
+from app.core.errors import (
+    CairnError,
+    EngineError,
+    Forbidden,
+    MemoryLimit,
+    NotFound,
+    QueryError,
+    SchemaError,
+    Timeout,
+)
+from app.datasets.engine.sandbox import duckdb_context, first_line
+from app.datasets.engine.watchdog import TimedOut
+
+_MISSING_COLUMN = re.compile(r'column "?([^"\s]+)"? not found', re.I)
+
+
+def translate(exc: BaseException, known_columns: list[str] | None = None) -> CairnError:
+    """A DuckDB exception as the caller's error, with bounded text and suggestions, and the place in
+    the statement it points at (if any) as its query_context."""
+    err = _translate(exc, known_columns)
+    if isinstance(exc, duckdb.Error) and err.query_context is None:
+        err.query_context = duckdb_context(str(exc))
+    return err
+
+
+def _translate(exc: BaseException, known_columns: list[str] | None = None) -> CairnError:
+    if isinstance(exc, CairnError):
+        return exc
+    if isinstance(exc, TimedOut):
+        return Timeout(
+            "The query exceeded its time limit and was interrupted",
+            suggestions=[
+                "Filter or aggregate more, or query a Parquet copy of the data",
+                "Raise CAIRN_DATASETS_QUERY_TIMEOUT_MS if this is expected",
+            ],
+        )
+    msg = first_line(str(exc))
+    if isinstance(exc, duckdb.PermissionException):
+        return Forbidden(
+            f"Access refused by the sandbox: {msg}", suggestions=["Only files inside the data roots can be read"]
+        )
+    if isinstance(exc, duckdb.OutOfMemoryException):
+        return MemoryLimit(
+            f"The query ran out of memory: {msg}",
+            suggestions=["Aggregate or filter before selecting many columns", "Raise CAIRN_DATASETS_MEMORY_LIMIT"],
+        )
+    if isinstance(exc, duckdb.InterruptException):
+        return Timeout("The query was interrupted")
+    if isinstance(exc, duckdb.BinderException):
+        m = _MISSING_COLUMN.search(str(exc))
+        if m:
+            missing = m.group(1)
+            close = difflib.get_close_matches(missing, known_columns or [], n=3, cutoff=0.6)
+            text = f"Column '{missing}' not found."
+            if close:
+                text += f" Did you mean '{close[0]}'?"
+            return SchemaError(
+                text,
+                suggestions=[
+                    "Check column names with profile_dataset",
+                    *([f"Known columns include: {', '.join(close)}"] if close else []),
+                ],
+            )
+        return SchemaError(msg, suggestions=["Check column names and types with profile_dataset"])
+    if isinstance(exc, duckdb.CatalogException):
+        return SchemaError(
+            msg,
+            suggestions=[
+                "Tables are the names of the `files` you pass (see views in the "
+                "result) or read_csv_auto('file.csv') calls"
+            ],
+        )
+    if isinstance(exc, duckdb.ParserException):
+        return QueryError(f"Syntax error: {msg}", suggestions=["Check the SQL syntax (DuckDB dialect)"])
+    if isinstance(exc, duckdb.IOException):
+        if "No files found" in str(exc) or "No such file" in str(exc):
+            return NotFound(msg, suggestions=["list_datasets shows the available files"])
+        return EngineError(f"Could not read the data: {msg}")
+    if isinstance(exc, duckdb.ConversionException | duckdb.InvalidInputException | duckdb.InvalidTypeException):
+        return QueryError(msg)
+    if isinstance(exc, duckdb.Error):
+        return EngineError(f"DuckDB failed: {msg}")
+    raise exc

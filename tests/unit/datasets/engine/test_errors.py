@@ -1,0 +1,76 @@
+"""app/datasets/engine/errors.py: DuckDB's exceptions as the caller's errors, with suggestions and the
+place in the statement they point at."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from app.core.errors import CairnError, Forbidden, InvalidInput, NotFound, QueryError, SchemaError, Timeout
+from app.datasets.engine.databases import Lockdown, open_locked
+from app.datasets.engine.errors import translate
+from app.datasets.engine.watchdog import TimedOut
+
+
+@pytest.fixture
+def con() -> Iterator[duckdb.DuckDBPyConnection]:
+    """A plain DuckDB with one table `people(name, age)`."""
+    db = duckdb.connect(":memory:")
+    db.execute("CREATE TABLE people AS SELECT 'ann' AS name, 31 AS age")
+    yield db
+    db.close()
+
+
+def raised(con: duckdb.DuckDBPyConnection, sql: str) -> duckdb.Error:
+    """The DuckDB exception `sql` raises."""
+    with pytest.raises(duckdb.Error) as caught:
+        con.execute(sql).fetchall()
+    return caught.value
+
+
+def test_a_missing_column_names_the_closest_known_one(con: duckdb.DuckDBPyConnection) -> None:
+    err = translate(raised(con, "SELECT nmae FROM people"), ["name", "age"])
+    assert isinstance(err, SchemaError) and err.code == 4003
+    assert err.message == "Column 'nmae' not found. Did you mean 'name'?"
+    assert "Known columns include: name" in err.suggestions
+    assert err.query_context is not None and ">>>nmae<<<" in err.query_context
+
+
+def test_statement_errors_keep_their_kind(con: duckdb.DuckDBPyConnection) -> None:
+    syntax = translate(raised(con, "SELEC 1"))
+    assert isinstance(syntax, QueryError) and syntax.message.startswith("Syntax error:")
+    missing = translate(raised(con, "SELECT * FROM nowhere"))
+    assert isinstance(missing, SchemaError) and "nowhere" in missing.message
+    conversion = translate(raised(con, "SELECT CAST('x' AS INTEGER)"))
+    assert isinstance(conversion, QueryError)
+    no_file = translate(raised(con, "SELECT * FROM read_csv_auto('/nonexistent/cairn/none.csv')"))
+    assert isinstance(no_file, NotFound)
+
+
+def test_the_lockdown_refusal_is_forbidden(tmp_path: Path) -> None:
+    outside = tmp_path / "outside.csv"
+    outside.write_text("a\n1\n")
+    db = open_locked(
+        Lockdown(allowed=(str(tmp_path / "root"),), temp_dir=str(tmp_path / "tmp"), memory_limit="256MB", threads=1)
+    )
+    try:
+        err = translate(raised(db, f"SELECT * FROM read_csv_auto('{outside}')"))
+    finally:
+        db.close()
+    assert isinstance(err, Forbidden) and err.message.startswith("Access refused by the sandbox")
+
+
+def test_the_watchdog_and_our_own_errors() -> None:
+    assert isinstance(translate(TimedOut()), Timeout)
+    own = InvalidInput("as it was")
+    assert translate(own) is own
+    with pytest.raises(ValueError, match="a bug"):
+        translate(ValueError("a bug"))
+
+
+def test_a_long_message_is_cut_to_its_first_line(con: duckdb.DuckDBPyConnection) -> None:
+    err = translate(raised(con, "SELECT * FROM people WHERE " + " AND ".join(["age >"] * 2)))
+    assert isinstance(err, CairnError) and "\n" not in err.message and len(err.message) <= 420

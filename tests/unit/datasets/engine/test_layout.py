@@ -1,0 +1,88 @@
+"""The walls of the DuckDB engine (app/datasets/engine/): its modules import one another without a
+cycle (type-only imports included) and never through the package itself, the worker's side never
+imports the server's, the engine touches nothing of the feature layer but its settings and reply
+schemas (no database session, no PostgreSQL), and no module or function outgrows its bounds."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+ENGINE = Path(__file__).resolve().parents[4] / "app" / "datasets" / "engine"
+PACKAGE = "app.datasets.engine"
+MODULES = {f"{PACKAGE}.{p.stem}": p for p in sorted(ENGINE.glob("*.py")) if p.stem != "__init__"}
+SERVER_SIDE = {f"{PACKAGE}.{m}" for m in ("pool", "process", "slots")}
+
+
+def imports(path: Path) -> Iterator[str]:
+    """Every module `path` imports anywhere (in functions and under TYPE_CHECKING too)."""
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            yield from (alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            yield node.module
+            yield from (f"{node.module}.{alias.name}" for alias in node.names)
+
+
+def graph() -> dict[str, set[str]]:
+    return {name: {m for m in imports(path) if m in MODULES and m != name} for name, path in MODULES.items()}
+
+
+def test_no_import_cycle() -> None:
+    edges = graph()
+    done: set[str] = set()
+
+    def visit(name: str, trail: list[str]) -> None:
+        assert name not in trail, " -> ".join([*trail[trail.index(name) :], name])
+        if name in done:
+            return
+        for dep in sorted(edges[name]):
+            visit(dep, [*trail, name])
+        done.add(name)
+
+    for name in MODULES:
+        visit(name, [])
+
+
+def test_modules_import_one_another_not_the_package() -> None:
+    bad = [f"{p.name} imports {m}" for p in MODULES.values() for m in imports(p) if m == PACKAGE]
+    assert bad == []
+
+
+def test_the_worker_side_never_imports_the_server_side() -> None:
+    edges = graph()
+    seen, todo = set(), [f"{PACKAGE}.worker"]
+    while todo:
+        name = todo.pop()
+        if name not in seen:
+            seen.add(name)
+            todo += edges[name]
+    assert seen & SERVER_SIDE == set()
+
+
+def test_the_engine_touches_only_the_features_settings_and_schemas() -> None:
+    allowed = {"app.datasets.config", "app.datasets.schemas"}
+    bad = []
+    for path in MODULES.values():
+        for module in imports(path):
+            feature = module.startswith("app.datasets.") and not module.startswith(f"{PACKAGE}.")
+            if (feature and not any(module == a or module.startswith(a + ".") for a in allowed)) or (
+                module.startswith(("sqlalchemy", "asyncpg", "app.core.db", "app.core.repository"))
+            ):
+                bad.append(f"{path.name} imports {module}")
+    assert bad == []
+
+
+def test_modules_and_functions_stay_small() -> None:
+    big = []
+    for path in [*MODULES.values(), ENGINE / "__init__.py"]:
+        text = path.read_text(encoding="utf-8")
+        if len(text.splitlines()) > 700:
+            big.append(f"{path.name}: {len(text.splitlines())} lines")
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.end_lineno is not None:
+                length = node.end_lineno - node.lineno + 1
+                if length > 80:
+                    big.append(f"{path.name}: {node.name} {length} lines")
+    assert big == []
