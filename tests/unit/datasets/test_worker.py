@@ -31,6 +31,7 @@ from app.core.errors import CairnError, MemoryLimit, RateLimited, SchemaError, T
 from app.datasets import engine, profiling, worker
 from app.datasets.worker import GRACE_S, FairSlots, WorkerPool
 from tests.support.datasets import small_engine_config
+from tests.support.waiting import eventually
 
 # One call of a scalar function on two long texts: ~15 s of CPU that no interrupt can stop.
 UNINTERRUPTIBLE = "SELECT levenshtein(repeat('a', 100000), repeat('b', 100000)) AS d"
@@ -65,6 +66,12 @@ async def query(
     args: tuple[Any, ...] = (sql, [], {}, cfg.results / f"{name}.parquet", max_rows, 10)
     result: engine.StoredResult = await pool.run(caller, engine.execute_to_store, cfg, args, {})
     return result
+
+
+def _cpu_seconds(pid: int) -> float:
+    """The CPU time process `pid` has used."""
+    spent = psutil.Process(pid).cpu_times()
+    return float(spent.user + spent.system)
 
 
 def gone(pids: list[int], timeout: float = 5.0) -> bool:
@@ -176,7 +183,8 @@ async def test_an_uninterruptible_function_is_killed_at_its_time_limit(
         await query(pool, cfg, UNINTERRUPTIBLE)
     took = time.monotonic() - started
     assert stopped.value.code == 5003
-    assert took < cfg.timeout_s + GRACE_S + 1.0, took  # not the ~15 s the function needs
+    # not the ~15 s the function needs (the slack is for a busy machine, not for the function)
+    assert took < cfg.timeout_s + GRACE_S + 5.0, took
     after = sorted(pool.pids())
     assert len(after) == pool.size + worker.SPARE and len(set(before) & set(after)) == len(after) - 1
     assert pool.replaced == 1
@@ -231,10 +239,10 @@ async def test_a_long_call_yields_the_cpu_and_its_worker_is_put_back(
     try:
         assert (await query(made, cfg, "SELECT 1 AS n")).head == [{"n": 1}]
         assert calls == []  # a short call keeps its priority
-        task = asyncio.create_task(query(made, with_timeout(cfg, 1.6), INTERRUPTIBLE, name="q_2"))
-        await asyncio.sleep(0.6)
-        [busy] = made.busy_pids()
-        assert thread_nices(busy) == {15}  # every thread of the worker, DuckDB's included
+        task = asyncio.create_task(query(made, with_timeout(cfg, 3.0), INTERRUPTIBLE, name="q_2"))
+        [busy] = await eventually(made.busy_pids, what="the long call running")
+        # lowered once it ran 0.3 s: every thread of the worker, DuckDB's included
+        await eventually(lambda: thread_nices(busy) == {15}, timeout=10, what="the long call lowered")
         # Under SCHED_IDLE too where that can be undone: a call's thread that wakes up takes the CPU at once.
         assert thread_policies(busy) == {os.SCHED_IDLE if made.may_raise else os.SCHED_OTHER}
         assert thread_cpus(busy) == {cpus.all_cpus()}  # alone on the host: every core
@@ -242,13 +250,13 @@ async def test_a_long_call_yields_the_cpu_and_its_worker_is_put_back(
         cpus.call_started()
         cpus.call_started()
         try:
-            await asyncio.sleep(0.25)
-            assert thread_cpus(busy) == {cpus.background_cpus() or cpus.all_cpus()}
+            confined = {cpus.background_cpus() or cpus.all_cpus()}
+            await eventually(lambda: thread_cpus(busy) == confined, timeout=10, what="the long call kept off a core")
         finally:
             cpus.call_finished()
             cpus.call_finished()
-        await asyncio.sleep(0.25)
-        assert thread_cpus(busy) == {cpus.all_cpus()}
+        await eventually(lambda: thread_cpus(busy) == {cpus.all_cpus()}, timeout=10, what="every core given back")
+        assert not task.done()  # all of it seen while the call still ran
         with pytest.raises(Timeout):
             await task
         assert calls == [(busy, 15), (busy, 0)]
@@ -269,10 +277,10 @@ async def test_a_server_started_with_a_niceness_keeps_it_for_its_workers(cfg: en
     try:
         made = WorkerPool(1, 1, worker.memory_bytes(0, "512MB"), demote=(0.1, 10, False))
         try:
-            task = asyncio.create_task(query(made, with_timeout(cfg, 1.0), INTERRUPTIBLE))
-            await asyncio.sleep(0.5)
-            [busy] = made.busy_pids()
-            assert thread_nices(busy) == {13}  # lowered by 10 from where it started
+            task = asyncio.create_task(query(made, with_timeout(cfg, 2.5), INTERRUPTIBLE))
+            [busy] = await eventually(made.busy_pids, what="the long call running")
+            # lowered (after 0.1 s) by 10 from where it started
+            await eventually(lambda: thread_nices(busy) == {13}, timeout=10, what="the long call lowered")
             cpus.call_started()
             cpus.call_started()
             try:
@@ -475,10 +483,15 @@ async def test_a_call_in_a_thread_uses_the_same_slots(pool: WorkerPool, cfg: eng
 @pytest.mark.slow  # worker processes
 async def test_one_key_cannot_hold_up_another(pool: WorkerPool, cfg: engine.EngineConfig) -> None:
     hostile = [asyncio.create_task(query(pool, cfg, UNINTERRUPTIBLE, "hostile", f"q_h{i}")) for i in range(2)]
-    await asyncio.sleep(0.2)
+    await eventually(
+        lambda: len(pool.busy_pids()) == 1 and pool.slots.waiting() == 1,
+        what="one hostile call running, the other waiting for its key's share",
+    )
     started = time.monotonic()
     answer = await query(pool, cfg, "SELECT 43 AS n", "other", "q_o")
-    assert answer.head == [{"n": 43}] and time.monotonic() - started < 1.0
+    took = time.monotonic() - started
+    # answered while the first hostile call still ran, the second still waiting: not behind them
+    assert answer.head == [{"n": 43}] and pool.slots.waiting() == 1 and not any(t.done() for t in hostile), took
     for task in hostile:
         with pytest.raises(Timeout):
             await task
@@ -719,8 +732,9 @@ async def test_a_conversation_cancelled_mid_call_never_hands_its_worker_the_next
     await query(pool, cfg, "SELECT 1 AS n")  # a worker has greeted
     args: tuple[Any, ...] = (INTERRUPTIBLE, [], {}, cfg.results / "q_c.parquet", 1000, 10)
     done = await pool._start("k", engine.execute_to_store, cfg, args, {}, None)
-    await asyncio.sleep(0.2)
-    [busy] = pool.busy_pids()
+    [busy] = await eventually(pool.busy_pids, what="the call given to a worker")
+    before = _cpu_seconds(busy)
+    await eventually(lambda: _cpu_seconds(busy) > before + 0.1, what="the worker answering the call")
     done.cancel()  # as when the event loop is torn down
     with contextlib.suppress(asyncio.CancelledError):
         await done
