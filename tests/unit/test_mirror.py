@@ -66,7 +66,6 @@ DEBT = {
     "app/memory/service.py",
     "app/memory/service_common.py",
     "app/analysis/service_act.py",
-    "app/core/runtime.py",
     "app/analysis/service_query.py",
     "app/graph/service_reference.py",
     "app/analysis/service.py",
@@ -74,12 +73,10 @@ DEBT = {
     "app/memory/repository_items.py",
     "app/analysis/repository_sessions.py",
     "app/graph/cli.py",
-    "app/graph/service_common.py",
     "app/core/operations.py",
     "app/memory/cli.py",
     "app/memory/lifecycle.py",
     "app/memory/service_items.py",
-    "app/analysis/lifecycle.py",
     "app/analysis/service_sessions.py",
     "app/graph/operations_reference.py",
     "app/graph/service_maintenance.py",
@@ -90,7 +87,6 @@ DEBT = {
     "app/graph/service_stats.py",
     "app/graph/service_reflections.py",
     "app/memory/service_backfill.py",
-    "app/features.py",
 }
 
 NOT_YET_MIRRORED = MOVING | RESHAPED | DEBT
