@@ -64,7 +64,6 @@ DEBT = {
     "app/analysis/pages.py",
     "app/graph/repository_search.py",
     "app/memory/service.py",
-    "app/memory/service_common.py",
     "app/analysis/service_act.py",
     "app/analysis/service_query.py",
     "app/graph/service_reference.py",
