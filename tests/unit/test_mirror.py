@@ -82,7 +82,6 @@ DEBT = {
     "app/memory/operations.py",
     "app/graph/service_search.py",
     "app/graph/service_stats.py",
-    "app/graph/service_reflections.py",
     "app/memory/service_backfill.py",
 }
 
