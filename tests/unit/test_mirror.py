@@ -78,7 +78,6 @@ DEBT = {
     "app/analysis/service_sessions.py",
     "app/graph/operations_reference.py",
     "app/graph/service_maintenance.py",
-    "app/graph/service_transfer.py",
     "app/memory/operations.py",
     "app/graph/service_search.py",
     "app/graph/service_stats.py",
