@@ -80,7 +80,6 @@ DEBT = {
     "app/graph/service_maintenance.py",
     "app/memory/operations.py",
     "app/graph/service_search.py",
-    "app/graph/service_stats.py",
     "app/memory/service_backfill.py",
 }
 
