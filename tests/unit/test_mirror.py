@@ -79,7 +79,6 @@ DEBT = {
     "app/graph/operations_reference.py",
     "app/graph/service_maintenance.py",
     "app/memory/operations.py",
-    "app/graph/service_search.py",
     "app/memory/service_backfill.py",
 }
 
