@@ -77,7 +77,6 @@ DEBT = {
     "app/memory/service_items.py",
     "app/analysis/service_sessions.py",
     "app/graph/operations_reference.py",
-    "app/graph/service_maintenance.py",
     "app/memory/operations.py",
     "app/memory/service_backfill.py",
 }
