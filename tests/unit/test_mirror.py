@@ -74,7 +74,6 @@ DEBT = {
     "app/core/operations.py",
     "app/memory/cli.py",
     "app/memory/lifecycle.py",
-    "app/memory/service_items.py",
     "app/analysis/service_sessions.py",
     "app/graph/operations_reference.py",
     "app/memory/operations.py",
