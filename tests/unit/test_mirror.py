@@ -2,8 +2,9 @@
 (app/core/db.py -> tests/unit/core/test_db.py; app/cli.py -> tests/unit/test_cli.py; a subpackage adds
 its folder: app/core/http/front.py -> tests/unit/core/http/test_front.py).
 
-A module has logic when it defines a function or a method that is not an operation's declaration (a
-handler registered with `@ops.operation(...)`, whose behaviour the transports' tests exercise). A
+A module has logic when it defines a function or a method that is not a declaration (a handler
+registered with `@ops.operation(...)` or `@ops.resource(...)`, whose behaviour the transports' tests
+exercise). A
 family's `__init__.py` (its descriptor), `__main__.py`, migrations and alembic's scripts are not
 mirrored. Models, schemas and settings made of fields alone have no logic.
 
@@ -75,23 +76,24 @@ DEBT = {
     "app/memory/cli.py",
     "app/memory/lifecycle.py",
     "app/analysis/service_sessions.py",
-    "app/graph/operations_reference.py",
-    "app/memory/operations.py",
     "app/memory/service_backfill.py",
 }
 
 NOT_YET_MIRRORED = MOVING | RESHAPED | DEBT
 
 
+DECLARATIONS = {"operation", "resource"}
+
+
 def _declares_an_operation(node: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
     return any(
-        isinstance(d, ast.Call) and isinstance(d.func, ast.Attribute) and d.func.attr == "operation"
+        isinstance(d, ast.Call) and isinstance(d.func, ast.Attribute) and d.func.attr in DECLARATIONS
         for d in node.decorator_list
     )
 
 
 def has_logic(source: str) -> bool:
-    """True when the module defines a function or method other than an operation's declaration."""
+    """True when the module defines a function or method other than a declaration."""
     return any(
         isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and not _declares_an_operation(node)
         for node in ast.walk(ast.parse(source))
@@ -123,6 +125,7 @@ def test_the_rule_reads_logic_and_mirrors_as_documented() -> None:
         "@ops.operation(name='x', input=A, output=B)\nasync def x(ctx, args):\n    return await service.x(ctx, args)\n"
     )
     assert not has_logic(declarations)
+    assert not has_logic("@ops.resource('cairn://x', name='x')\nasync def x(ctx):\n    return await service.x(ctx)\n")
     assert not has_logic("class Out(BaseModel):\n    n: int = 0\n")
     assert has_logic(declarations + "def helper() -> int:\n    return 1\n")
     assert has_logic("class Settings(BaseSettings):\n    @model_validator(mode='after')\n    def check(self): ...\n")
