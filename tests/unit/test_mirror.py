@@ -69,7 +69,6 @@ DEBT = {
     "app/analysis/service_query.py",
     "app/graph/service_reference.py",
     "app/analysis/service.py",
-    "app/core/service.py",
     "app/memory/repository_items.py",
     "app/analysis/repository_sessions.py",
     "app/core/operations.py",
