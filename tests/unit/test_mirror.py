@@ -74,7 +74,6 @@ DEBT = {
     "app/core/operations.py",
     "app/memory/cli.py",
     "app/memory/lifecycle.py",
-    "app/analysis/service_sessions.py",
     "app/memory/service_backfill.py",
 }
 
