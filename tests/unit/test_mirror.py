@@ -74,7 +74,6 @@ DEBT = {
     "app/core/operations.py",
     "app/memory/cli.py",
     "app/memory/lifecycle.py",
-    "app/memory/service_backfill.py",
 }
 
 NOT_YET_MIRRORED = MOVING | RESHAPED | DEBT
