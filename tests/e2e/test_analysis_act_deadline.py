@@ -18,9 +18,11 @@ import pytest
 import yaml
 
 from app.analysis.demo_upstream import generate
+from app.analysis.service_act import CONCURRENCY
 from tests.support import analysis as analysis_helpers
 from tests.support.analysis import N_BOOKS, TOKEN, Upstream, analysis_settings, expected_books, structured
 from tests.support.server import ADMIN_KEY, PgCluster, RunningServer, mcp_client
+from tests.support.waiting import eventually_sync
 
 upstream = analysis_helpers.upstream
 bookshelf = analysis_helpers.bookshelf
@@ -56,6 +58,11 @@ def _hang_after(bookshelf: Upstream, accepted: int) -> None:
     bookshelf.faults(
         {"path": "/api/books/", "method": "PATCH", "mode": "hang", "hang_seconds": 20, "skip": accepted, "times": -1}
     )
+
+
+def _patches(bookshelf: Upstream) -> int:
+    """The requests for one book the upstream has received (the act's PATCHes, hung ones included)."""
+    return sum(n for path, n in bookshelf.stats()["requests"].items() if path.startswith("/api/books/"))
 
 
 def _renamed_upstream(bookshelf: Upstream, ids: list[int]) -> set[int]:
@@ -169,7 +176,10 @@ async def test_mcp_cancellation_still_records_what_the_upstream_accepted(
             mcp.call_tool("analysis_act", _act_body(deadline_seconds=120), progress_callback=on_progress)
         )
         await asyncio.wait_for(accepted_all.wait(), 30)
-        await asyncio.sleep(0.3)  # the five hung requests are in flight
+        # the upstream has received the hung requests too (the call sends CONCURRENCY at a time)
+        await asyncio.to_thread(
+            eventually_sync, lambda: _patches(bookshelf) >= ACCEPTED + CONCURRENCY, what="the hung requests in flight"
+        )
         call.cancel()  # the client gives up: the SDK sends notifications/cancelled
         with pytest.raises(asyncio.CancelledError):
             await call

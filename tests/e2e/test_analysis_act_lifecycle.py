@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
+import asyncpg
 import httpx
 import pytest
 
@@ -22,6 +22,7 @@ from tests.support.server import (
     error_of,
     mcp_client,
 )
+from tests.support.waiting import eventually
 
 upstream = analysis_helpers.upstream
 bookshelf = analysis_helpers.bookshelf
@@ -267,6 +268,22 @@ async def test_act_errors(server: RunningServer, rest: httpx.AsyncClient, booksh
     assert bookshelf.stats()["headers"].get("x-act-as") == "librarian-7"
 
 
+EXPIRIES = " UNION ALL ".join(
+    f"SELECT max(expires_at) AS at FROM {table} WHERE analysis_id = $1"
+    for table in ("analysis_records", "analysis_findings", "analysis_ingest_state")
+)
+
+
+async def _all_expired(pg: PgCluster, aid: str) -> bool:
+    """True once the database's clock (the one expiry is judged by) is past every expiry of `aid`'s
+    records, ingest state and ephemeral findings."""
+    conn = await asyncpg.connect(pg.handle.libpq_uri(pg.database))
+    try:
+        return bool(await conn.fetchval(f"SELECT count(at) > 0 AND now() > max(at) FROM ({EXPIRIES}) AS e", aid))
+    finally:
+        await conn.close()
+
+
 async def test_expiry_on_access_and_boot_sweep(
     server: RunningServer, rest: httpx.AsyncClient, pg: PgCluster, bookshelf: Upstream, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -277,7 +294,7 @@ async def test_expiry_on_access_and_boot_sweep(
         "/api/v1/analysis/store",
         json={"analysis_id": AID, "persistent": True, "findings": [{"finding": "kept for good"}]},
     )
-    await asyncio.sleep(1.6)
+    await eventually(lambda: _all_expired(pg, AID), what=f"the database clock past {AID}'s expiry")
     sem = (
         await rest.post(
             "/api/v1/analysis/query", json={"analysis_id": AID, "mode": "semantic", "query": "kept", "threshold": 0.0}
@@ -288,7 +305,7 @@ async def test_expiry_on_access_and_boot_sweep(
     assert r.status_code == 404 and "expired" in r.json()["error"]["message"]
     # a second session left to expire is removed by the sweep
     await _ingest(rest, aid="abandoned")
-    await asyncio.sleep(1.6)
+    await eventually(lambda: _all_expired(pg, "abandoned"), what="the database clock past the abandoned expiry")
     db = Database(pg.url, server.settings)
     try:
         counts = await sweep_expired(db)

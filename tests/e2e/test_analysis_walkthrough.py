@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,6 +14,7 @@ from app.analysis.demo_upstream import create_demo_app
 from tests.support.analysis import analysis_settings, write_registry
 from tests.support.analysis_walkthrough import markdown_table, run_walkthrough
 from tests.support.server import RunningServer, free_port, mcp_client, text_of
+from tests.support.waiting import eventually_sync
 
 
 @pytest.fixture
@@ -26,8 +26,8 @@ def big_shelf(tmp_path: Path, server: RunningServer, monkeypatch: pytest.MonkeyP
     )
     thread = threading.Thread(target=demo.run, daemon=True)
     thread.start()
-    while not demo.started:
-        time.sleep(0.02)
+    eventually_sync(lambda: demo.started or not thread.is_alive(), what="the demo upstream started")
+    assert demo.started, "the demo upstream did not start"
     url = f"http://127.0.0.1:{port}"
     registry = tmp_path / "upstreams.yaml"
     write_registry(registry, url, auth=None)

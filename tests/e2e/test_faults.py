@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import shutil
 import tempfile
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,11 +28,21 @@ from tests.support.server import (
     stop_server,
     text_of,
 )
+from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.slow  # subprocesses, restarts or generated inputs: seconds per test
 
 upstream = analysis_helpers.upstream
 bookshelf = analysis_helpers.bookshelf
+
+
+def _ready(client: httpx.AsyncClient) -> Callable[[], Awaitable[bool]]:
+    """A check that /readyz answers 200."""
+
+    async def check() -> bool:
+        return (await client.get("/readyz")).status_code == 200
+
+    return check
 
 
 def _stop_cluster(handle: object) -> None:
@@ -61,11 +72,7 @@ async def test_database_outage_fails_cleanly_and_recovers() -> None:
                 res = await mcp.call_tool("list_projects", {})
                 assert res.is_error and '"code":5030' in text_of(res)
             await asyncio.to_thread(handle.server.ensure_postgres_running)
-            for _ in range(50):
-                if (await c.get("/readyz")).status_code == 200:
-                    break
-                await asyncio.sleep(0.2)
-            assert (await c.get("/readyz")).status_code == 200
+            await eventually(_ready(c), timeout=60, what="readiness after the restart")
             assert (await c.post("/api/v1/projects", json={"name": "after"})).status_code == 200
             names = [p["name"] for p in (await c.get("/api/v1/projects")).json()["projects"]]
             assert names == ["after", "before"]
@@ -198,17 +205,19 @@ async def test_outage_under_write_load_leaves_nothing_half_written(bookshelf: Up
         async with httpx.AsyncClient(base_url=base, headers={"Authorization": f"Bearer {ADMIN_KEY}"}, timeout=60) as c:
             load = _Load(c, ingest=True)
             workers = [asyncio.create_task(load.worker(w)) for w in range(6)]
-            await asyncio.sleep(2.0)
+            await eventually(lambda: all(load.ok.values()), timeout=120, what="a committed write of every kind")
             committed_before = sum(len(v) for v in load.ok.values())
             await asyncio.to_thread(_stop_cluster, handle)
-            await asyncio.sleep(2.0)
+            await eventually(lambda: load.unavailable > 0, timeout=60, what="a call answered 503 during the outage")
             assert (await c.get("/readyz")).status_code == 503
             await asyncio.to_thread(handle.server.ensure_postgres_running)
-            for _ in range(100):
-                if (await c.get("/readyz")).status_code == 200:
-                    break
-                await asyncio.sleep(0.2)
-            await asyncio.sleep(2.0)
+            await eventually(_ready(c), timeout=60, what="readiness after the restart")
+            recovered = {kind: len(keys) for kind, keys in load.ok.items()}
+            await eventually(
+                lambda: all(len(load.ok[kind]) > n for kind, n in recovered.items()),
+                timeout=120,
+                what="a committed write of every kind after the outage",
+            )
             load.stop = True
             await asyncio.gather(*workers)
         assert not load.failed, load.failed[:5]

@@ -27,26 +27,6 @@ COMPONENTS = {
 }
 
 
-def test_worked_example_of_docs() -> None:
-    from app.graph import scoring
-    from app.graph.config import GraphSettings
-
-    cands = [
-        scoring.Candidate(1, "Charles Babbage", "person", "activo", 0.62, 0.10, 5, 15.0),
-        scoring.Candidate(2, "Difference Engine", "machine", "activo", 0.70, 0.05, 0, 2.0),
-        scoring.Candidate(3, "Ada Lovelace", "person", "activo", 0.55, 0.0, 2, 1.0),
-    ]
-    out = {c.name: c for c in scoring.score(cands, [(1, 3, 3)], GraphSettings())}
-    assert [round(out[n].limbic_score, 4) for n in ("Charles Babbage", "Difference Engine", "Ada Lovelace")] == [
-        0.7286,
-        0.7045,
-        0.6286,
-    ]
-    assert [out[n].baseline_rank for n in ("Difference Engine", "Charles Babbage", "Ada Lovelace")] == [1, 2, 3]
-    assert round(out["Charles Babbage"].cooc_boost, 4) == 0.4512
-    assert math.isclose(scoring.ndcg([2], 10), 1 / math.log2(3)) and scoring.reciprocal_rank([3, 2]) == 0.5
-
-
 async def test_search_replies_state_their_size(server: RunningServer, rest: httpx.AsyncClient) -> None:
     async with mcp_client(server.url) as mcp:
         await seed(mcp)

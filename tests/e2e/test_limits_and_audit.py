@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import httpx
 
@@ -19,11 +20,13 @@ from tests.support.server import (
     start_server,
     stop_server,
 )
+from tests.support.waiting import eventually
 
 
 async def test_rate_limit_answers_429_with_retry_after_on_both_transports(pg: PgCluster) -> None:
+    # 3 calls per window of 3,000 s: however slowly the calls run, the window cannot pass between them.
     settings = server_settings(
-        pg.handle.url(pg.new_database()), rate_limit_per_second=0.5, rate_limit_burst=3, features=[]
+        pg.handle.url(pg.new_database()), rate_limit_per_second=0.001, rate_limit_burst=3, features=[]
     )
     srv, thread, _ = start_server(settings)
     base = f"http://127.0.0.1:{settings.port}"
@@ -68,19 +71,25 @@ async def test_audit_log_records_writes_and_failures(server: RunningServer, rest
     assert denied.status_code == 403
 
 
-async def test_long_jobs_are_limited_per_key(server: RunningServer, rest: httpx.AsyncClient) -> None:
+async def test_long_jobs_are_limited_per_key(server: RunningServer, rest: httpx.AsyncClient, tmp_path: Path) -> None:
     limit = server.settings.max_long_jobs_per_key
+    release = tmp_path / "release"
+    started = [tmp_path / f"started-{i}" for i in range(limit)]
+    held = {"steps": 1, "delay_ms": 0, "release": str(release)}
     slow = [
-        asyncio.create_task(rest.post("/api/v1/testing/progress", json={"steps": 1, "delay_ms": 800}))
-        for _ in range(limit)
+        asyncio.create_task(rest.post("/api/v1/testing/progress", json={**held, "started": str(mark)}))
+        for mark in started
     ]
-    await asyncio.sleep(0.3)
+    # Every slot is taken: the calls run, and wait until the test releases them.
+    await eventually(lambda: all(mark.exists() for mark in started), what="the held calls running")
     refused = await rest.post("/api/v1/testing/progress", json={"steps": 1, "delay_ms": 0})
     assert refused.status_code == 429 and "long operation" in refused.json()["error"]["message"]
     other_key = await rest.post(
         "/api/v1/testing/progress", json={"steps": 1, "delay_ms": 0}, headers={"Authorization": f"Bearer {WRITE_KEY}"}
     )
     assert other_key.status_code == 200
+    assert not any(task.done() for task in slow)
+    release.touch()
     assert [r.status_code for r in await asyncio.gather(*slow)] == [200] * limit
     again = await rest.post("/api/v1/testing/progress", json={"steps": 1, "delay_ms": 0})
     assert again.status_code == 200

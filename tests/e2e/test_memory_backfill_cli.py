@@ -13,8 +13,6 @@ from pathlib import Path
 
 import asyncpg
 import httpx
-import pytest
-from pydantic import ValidationError
 
 from app.core.config import Settings
 from app.core.db import Database
@@ -34,17 +32,6 @@ async def _drop_vectors(pg: PgCluster) -> None:
         await conn.execute("DELETE FROM memory_embeddings")
     finally:
         await conn.close()
-
-
-def test_backfill_settings_are_validated() -> None:
-    assert MemorySettings(backfill_interval="15m").interval_seconds() == 900
-    assert MemorySettings(backfill_interval="").interval_seconds() is None
-    with pytest.raises(ValidationError, match="batch_size"):
-        MemorySettings(backfill_batch_size=0)
-    with pytest.raises(ValidationError, match="max_per_run"):
-        MemorySettings(backfill_batch_size=50, backfill_max_per_run=10)
-    with pytest.raises(ValidationError, match="duration"):
-        MemorySettings(backfill_interval="every now and then")
 
 
 async def test_cli_backfill(server: RunningServer, rest: httpx.AsyncClient, pg: PgCluster) -> None:

@@ -10,6 +10,7 @@ import httpx
 
 from tests.support.memory import api
 from tests.support.server import ADMIN_KEY, RunningServer, mcp_client
+from tests.support.waiting import eventually
 
 UNIQUE = 30
 
@@ -34,17 +35,20 @@ async def test_fifty_concurrent_clients(server: RunningServer, rest: httpx.Async
         )
     assert len(jobs) == 50
     start = asyncio.Event()
+    ready: list[str] = []  # one entry per client connected and waiting for the start
 
     async def run(transport: str, tool: str, args: dict[str, Any]) -> dict[str, Any]:
         if transport == "rest":
             async with httpx.AsyncClient(
                 base_url=server.url, timeout=120, headers={"Authorization": f"Bearer {ADMIN_KEY}"}
             ) as client:
+                ready.append(transport)
                 await start.wait()
                 r = await client.post(f"/api/v1/memory/{tool}", json=args)
                 assert r.status_code == 200, r.text
                 return r.json()  # type: ignore[no-any-return]
         async with mcp_client(server.url) as mcp:
+            ready.append(transport)
             await start.wait()
             res = await mcp.call_tool(tool, args)
             assert not res.is_error, res
@@ -53,7 +57,8 @@ async def test_fifty_concurrent_clients(server: RunningServer, rest: httpx.Async
             return data
 
     tasks = [asyncio.create_task(run(*job)) for job in jobs]
-    await asyncio.sleep(0.5)  # let every client connect first
+    # every client connected (or one failed: gather below says how)
+    await eventually(lambda: len(ready) == len(jobs) or any(t.done() for t in tasks), what="every client connected")
     start.set()
     results = await asyncio.gather(*tasks)
     pushes = [r for (_, tool, _), r in zip(jobs, results, strict=True) if tool == "push"]

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterator
 from contextlib import AsyncExitStack
 from typing import Any
@@ -22,6 +21,7 @@ from tests.support.server import (
     start_server,
     stop_server,
 )
+from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
@@ -115,10 +115,7 @@ async def test_event_streams_are_capped_per_key(limited: RunningServer) -> None:
         async with mcp_client(limited.url, key=ADMIN_KEY) as mcp:
             assert not (await mcp.call_tool("list_projects", {})).is_error
     # Closed streams give their slots back.
-    for _ in range(100):
-        if not limited.app.state.mcp_streams._open:
-            break
-        await asyncio.sleep(0.05)
+    await eventually(lambda: not limited.app.state.mcp_streams._open, what="every closed stream's slot given back")
     async with AsyncExitStack() as stack:
         again = [await open_stream(stack, ADMIN_KEY) for _ in range(STREAMS)]
         assert all(s.status_code == 200 for s in again)

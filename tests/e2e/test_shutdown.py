@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -15,10 +16,21 @@ import httpx
 import pytest
 
 from tests.support.server import free_port
+from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.slow  # subprocesses, restarts or generated inputs: seconds per test
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
+def _stopped_listening(port: int) -> bool:
+    """True once nothing accepts connections on 127.0.0.1:`port` (uvicorn closes its socket first
+    when it shuts down, then waits for the calls in flight)."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1):
+            return False
+    except OSError:
+        return True
 
 
 async def test_sigterm_finishes_in_flight_calls_and_stops_postgres() -> None:
@@ -51,9 +63,15 @@ async def test_sigterm_finishes_in_flight_calls_and_stops_postgres() -> None:
                     pass
                 assert time.monotonic() < deadline and proc.poll() is None, "server did not start"
                 await asyncio.sleep(0.2)
-            call = asyncio.create_task(c.post("/api/v1/testing/progress", json={"steps": 3, "delay_ms": 500}))
-            await asyncio.sleep(0.4)
+            started, release = Path(data_dir) / "call-started", Path(data_dir) / "call-release"
+            body = {"steps": 3, "delay_ms": 100, "started": str(started), "release": str(release)}
+            call = asyncio.create_task(c.post("/api/v1/testing/progress", json=body))
+            await eventually(started.exists, what="the call running in the server")
             proc.send_signal(signal.SIGTERM)
+            # The server is shutting down with the call in flight (it waits for it): then the call ends.
+            await eventually(lambda: _stopped_listening(port), what="the server no longer accepting connections")
+            assert not call.done() and proc.poll() is None
+            release.touch()
             response = await call
             assert response.status_code == 200 and response.json() == {"ok": True}
         proc.wait(timeout=30)

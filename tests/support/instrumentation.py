@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import time
+from pathlib import Path
 
 from pydantic import BaseModel, Field
 
@@ -32,6 +34,10 @@ class ProgressIn(StrictModel):
 
     steps: int = Field(default=3, ge=1, le=20)
     delay_ms: int = Field(default=10, ge=0, le=5000, description="Sleep before each step")
+    started: str | None = Field(default=None, description="A file the call creates once it runs (a test waits for it)")
+    release: str | None = Field(
+        default=None, description="A file the call waits for (at most 60 s) before its steps (a test creates it)"
+    )
 
 
 @ops.operation(name="test_boom", input=BoomIn, output=Done, path="/testing/boom", title="Boom")
@@ -53,7 +59,17 @@ async def boom(ctx: CallContext, args: BoomIn) -> Done:
     long_running=True,
 )
 async def progress(ctx: CallContext, args: ProgressIn) -> Done:
-    """Reports one progress notification per step."""
+    """Reports one progress notification per step. With `started`, it first creates that file; with
+    `release`, it then waits until that file exists: a test holds the call in flight for as long as it
+    needs, instead of guessing how long a sleep keeps it there."""
+    if args.started:
+        await asyncio.to_thread(Path(args.started).touch)
+    if args.release:
+        deadline = time.monotonic() + 60
+        while not await asyncio.to_thread(Path(args.release).exists):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{args.release} was not created within 60 s")
+            await asyncio.sleep(0.01)
     for i in range(args.steps):
         await asyncio.sleep(args.delay_ms / 1000)
         await ctx.progress(i + 1, args.steps, f"step {i + 1}")

@@ -231,3 +231,111 @@ def test_only_the_front_door_resolves_callers() -> None:
                     continue
                 bad.append(f"{where}:{node.lineno} uses {ast.unparse(node)}")
     assert bad == []
+
+
+# ------------------------------------------------------------------------------ size and cycles
+EXEMPT = {APP / "analysis" / "demo_upstream.py"}  # a stand-in upstream for demos, not part of the house
+MAX_MODULE_LINES = 700
+MAX_FUNCTION_LINES = 80
+
+
+def _house() -> Iterator[Path]:
+    """Every module of app/ but migrations, the Alembic environment and the exempt demo."""
+    schema_dirs = {APP / "core" / "alembic", *migrations.version_locations()}
+    for path in sorted(APP.rglob("*.py")):
+        if path not in EXEMPT and not any(path.is_relative_to(d) for d in schema_dirs):
+            yield path
+
+
+def test_no_module_or_function_is_too_long() -> None:
+    bad = []
+    for path in _house():
+        source = path.read_text(encoding="utf-8")
+        if (lines := len(source.splitlines())) > MAX_MODULE_LINES:
+            bad.append(f"{path.relative_to(APP.parent)}: {lines} lines")
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                length = (node.end_lineno or node.lineno) - node.lineno + 1
+                if length > MAX_FUNCTION_LINES:
+                    bad.append(f"{path.relative_to(APP.parent)}:{node.lineno} {node.name}: {length} lines")
+    assert bad == []
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(APP.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _import_graph() -> dict[str, set[str]]:
+    """Module -> the app modules it imports anywhere in its text (type-only and function-level imports
+    included), `from pkg import mod` counted as importing `pkg.mod`."""
+    paths = {_module_name(p): p for p in APP.rglob("*.py")}
+    graph: dict[str, set[str]] = {}
+    for name, path in paths.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        deps: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            targets: list[str] = []
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    parent = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                    base = ".".join([*parent, *([node.module] if node.module else [])])
+                targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in paths else base for a in node.names]
+            for target in targets:
+                while target not in paths and "." in target:
+                    target = target.rpartition(".")[0]
+                if target in paths and target != name:
+                    deps.add(target)
+        graph[name] = deps
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph[child]))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return found
+
+
+def test_no_import_cycle() -> None:
+    """No two modules of app/ import each other, directly or around a circle, counting imports made
+    only for type checking or inside functions: each layer stands on the ones below it."""
+    assert _cycles(_import_graph()) == []

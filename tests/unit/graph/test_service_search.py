@@ -1,12 +1,31 @@
-"""app/graph/service_search.py (pure parts), without a server."""
+"""app/graph/service_search.py: its pure parts (treatment, what counts as an answer, components, the
+notice), and a search with a real call context (the model unreachable: words alone) that leaves
+archived entities and noise out and logs its event."""
 
 from __future__ import annotations
 
-from app.graph import service_search
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import pytest
+
+from app.core import migrations
+from app.core.config import Settings
+from app.core.context import AppState, CallContext, Principal
+from app.core.db import Database
+from app.core.embeddings.providers import build_embedder
+from app.core.registry import Registry
+from app.graph import service, service_search
 from app.graph.config import GraphSettings
+from app.graph.schemas import CreateEntitiesIn, EntityIn, ProjectIn, SearchSemanticIn
 from app.graph.scoring import Candidate
 from app.graph.service_common import BASELINE, LIMBIC
+from app.graph.service_search import search_semantic
+from app.graph.service_stats import graph_stats
+from tests.support.server import PgCluster, free_port
 
+WRITER = Principal(key_id="k1", name="writer", scopes=frozenset({"write"}))
+S = GraphSettings(semantic_floor=0.3)
 SETTINGS = GraphSettings()
 
 
@@ -47,3 +66,49 @@ def test_the_notice_says_why_nothing_or_text_alone_was_used() -> None:
     assert "unavailable" in (service_search._notice(None, [], _found(0), SETTINGS) or "")
     assert service_search._notice([0.1], [], _found(0), SETTINGS) is None  # nothing to rank at all
     assert "close enough" in (service_search._notice([0.1], [], _found(2), SETTINGS) or "")
+
+
+@pytest.fixture(scope="module")
+async def db(pg: PgCluster) -> AsyncIterator[Database]:
+    url = pg.handle.url(pg.new_database())
+    await migrations.upgrade_async(url, ["graph"])
+    database = Database(url, Settings())
+    try:
+        yield database
+    finally:
+        await database.dispose()
+
+
+@asynccontextmanager
+async def call(db: Database) -> AsyncIterator[CallContext]:
+    url = f"http://127.0.0.1:{free_port()}/v1"  # nothing answers: the search runs on words alone
+    embedder = build_embedder("openai", model="text-embedding-3-small", dimension=384, base_url=url, timeout=2)
+    state = AppState(Settings(), db, embedder, Registry(), feature_settings={GraphSettings: S})
+    async with db.transaction() as session:
+        yield CallContext(session=session, principal=WRITER, app=state, request_id="t", transport="test")
+
+
+async def test_a_search_on_words_leaves_out_noise_and_archived_entities(db: Database) -> None:
+    entities = [
+        EntityIn(name="River Thames", entityType="place", observations=["a river through London"]),
+        EntityIn(name="River Styx", entityType="myth", observations=["a river of the underworld"], status="archivado"),
+        EntityIn(name="Mount Fuji", entityType="place", observations=["a volcano"]),
+    ]
+    async with call(db) as ctx:
+        await service.create_entities(ctx, CreateEntitiesIn(project="geo", entities=entities))
+    async with call(db) as ctx:
+        out = await search_semantic(ctx, SearchSemanticIn(project="geo", query="river", treatment="baseline"))
+        assert out.engine == "text" and out.treatment == "baseline" and out.event_id > 0
+        assert [h.name for h in out.results] == ["River Thames"]  # the archived one and the volcano left out
+        hit = out.results[0]
+        assert hit.rank == hit.baseline_rank == 1 and hit.cosine_sim == 0.0 and hit.text_score > 0
+        assert hit.observations == ["a river through London"]
+        every = await search_semantic(
+            ctx, SearchSemanticIn(project="geo", query="river", treatment="limbic", include_archived=True)
+        )
+        assert {h.name for h in every.results} == {"River Thames", "River Styx"} and every.treatment == "limbic"
+        assert (await search_semantic(ctx, SearchSemanticIn(project="geo", query="glacier"))).results == []
+        nowhere = await search_semantic(ctx, SearchSemanticIn(project="atlantis", query="river"))
+        assert nowhere.results == [] and nowhere.event_id == 0 and nowhere.engine == "none"
+    async with call(db) as ctx:
+        assert (await graph_stats(ctx, ProjectIn(project="geo"))).search_events == 3  # atlantis logs nothing

@@ -1,6 +1,7 @@
-"""AnalysisRepository.upsert_records: one statement per page (chunked for large batches) that keeps the
-semantics the queries rely on: one row per (model, record_id), the last copy winning, ingest order by
-first appearance with rows without an id after the others, NUL characters dropped."""
+"""app/analysis/repository.py: AnalysisRepository.upsert_records, one statement per page (chunked for
+large batches) that keeps the semantics the queries rely on: one row per (model, record_id), the last
+copy winning, ingest order by first appearance with rows without an id after the others, NUL
+characters dropped."""
 
 from __future__ import annotations
 

@@ -1,0 +1,211 @@
+"""app/core/db.py against the session's embedded PostgreSQL: the transaction boundary, the retries of
+`Database.run` (a conflict PostgreSQL broke, a real deadlock between two writers, a pooled connection
+found dead), how errors are told apart, `release_reads`, and the binary `vector` codec."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+import asyncpg
+import pytest
+from pgvector import Vector
+from sqlalchemy import text
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.core.config import Settings
+from app.core.db import (
+    CONFLICT_ATTEMPTS,
+    Database,
+    encode_vector,
+    is_conflict,
+    is_connection_error,
+    is_dead_connection,
+    release_reads,
+    sqlstate,
+)
+from tests.support.server import PgCluster
+
+
+@pytest.fixture
+async def db(pg: PgCluster) -> AsyncIterator[Database]:
+    database = Database(pg.handle.url(pg.new_database()), Settings(db_pool_size=2, db_max_overflow=0))
+    async with database.transaction() as session:
+        await session.execute(text("CREATE TABLE notes (id int PRIMARY KEY, body text)"))
+    try:
+        yield database
+    finally:
+        await database.dispose()
+
+
+async def _failure(db: Database, sql: str) -> DBAPIError:
+    with pytest.raises(DBAPIError) as caught:
+        async with db.transaction() as session:
+            await session.execute(text(sql))
+    return caught.value
+
+
+async def _count(db: Database) -> int:
+    async with db.transaction() as session:
+        return int(await session.scalar(text("SELECT count(*) FROM notes")) or 0)
+
+
+async def test_a_transaction_commits_when_the_block_succeeds_and_rolls_back_otherwise(db: Database) -> None:
+    async with db.transaction() as session:
+        await session.execute(text("INSERT INTO notes VALUES (1, 'kept')"))
+    with pytest.raises(RuntimeError, match="changed my mind"):
+        async with db.transaction() as session:
+            await session.execute(text("INSERT INTO notes VALUES (2, 'dropped')"))
+            raise RuntimeError("changed my mind")
+    assert await _count(db) == 1
+    assert set(db.pool_status()) == {"checked_out", "size"} and db.pool_status()["checked_out"] == 0
+
+
+async def test_errors_are_told_apart_by_their_sqlstate(db: Database) -> None:
+    zero = await _failure(db, "SELECT 1 / 0")
+    assert sqlstate(zero) == "22012"
+    assert not is_conflict(zero) and not is_dead_connection(zero) and not is_connection_error(zero)
+    serialization = await _failure(db, "DO $$ BEGIN RAISE EXCEPTION 'conflict' USING ERRCODE = '40001'; END $$")
+    deadlock = await _failure(db, "DO $$ BEGIN RAISE EXCEPTION 'deadlock' USING ERRCODE = '40P01'; END $$")
+    assert is_conflict(serialization) and is_conflict(deadlock)
+    shutting_down = await _failure(db, "DO $$ BEGIN RAISE EXCEPTION 'bye' USING ERRCODE = '57P01'; END $$")
+    assert is_connection_error(shutting_down) and not is_conflict(shutting_down)
+    assert not is_conflict(RuntimeError("40001"))
+    assert is_connection_error(ConnectionRefusedError()) and is_connection_error(OSError("unreachable"))
+    assert not is_connection_error(ValueError("a wrong query"))
+
+
+async def test_run_retries_a_transaction_postgresql_failed_to_break_a_conflict(db: Database) -> None:
+    attempts: list[int] = []
+
+    async def work(session: AsyncSession) -> str:
+        attempts.append(len(attempts) + 1)
+        await session.execute(text(f"INSERT INTO notes VALUES ({len(attempts)}, 'try')"))
+        if len(attempts) < CONFLICT_ATTEMPTS:
+            await session.execute(text("DO $$ BEGIN RAISE EXCEPTION 'x' USING ERRCODE = '40P01'; END $$"))
+        return "done"
+
+    assert await db.run(work) == "done"
+    assert attempts == list(range(1, CONFLICT_ATTEMPTS + 1))
+    assert await _count(db) == 1  # the failed tries left nothing
+
+    always: list[int] = []
+
+    async def hopeless(session: AsyncSession) -> None:
+        always.append(1)
+        await session.execute(text("DO $$ BEGIN RAISE EXCEPTION 'x' USING ERRCODE = '40001'; END $$"))
+
+    with pytest.raises(DBAPIError):
+        await db.run(hopeless)
+    assert len(always) == CONFLICT_ATTEMPTS
+    once: list[int] = []
+
+    async def effects_outside(session: AsyncSession) -> None:
+        once.append(1)
+        await session.execute(text("DO $$ BEGIN RAISE EXCEPTION 'x' USING ERRCODE = '40001'; END $$"))
+
+    with pytest.raises(DBAPIError):
+        await db.run(effects_outside, retry=False)
+    assert once == [1]
+
+
+async def test_run_retries_once_on_a_fresh_connection_when_the_pooled_one_died(db: Database) -> None:
+    async def backend(session: AsyncSession) -> int:
+        return int(await session.scalar(text("SELECT pg_backend_pid()")) or 0)
+
+    first = await db.run(backend)  # the pool keeps this connection
+    other = await asyncpg.connect(db.url.replace("+asyncpg", ""))
+    try:  # another client ends the pooled connection's backend, as a restart would
+        assert await other.fetchval("SELECT pg_terminate_backend($1)", first)
+    finally:
+        await other.close()
+    errors: list[BaseException] = []
+
+    async def observed(session: AsyncSession) -> int:
+        try:
+            return await backend(session)
+        except DBAPIError as exc:
+            errors.append(exc)
+            raise
+
+    second = await db.run(observed)
+    assert second != first
+    [dead] = errors  # the first try met the dead connection; the retry ran on a fresh one
+    assert is_dead_connection(dead) and is_connection_error(dead)
+
+
+async def test_release_reads_ends_a_read_only_transaction_and_refuses_after_a_write(db: Database) -> None:
+    async with db.transaction() as session:
+        await release_reads(session)  # nothing begun: nothing to do
+        await session.execute(text("SELECT count(*) FROM notes"))
+        assert session.in_transaction()
+        await release_reads(session)
+        assert not session.in_transaction()
+        await session.execute(text("INSERT INTO notes VALUES (7, 'after the release')"))  # a fresh transaction
+    assert await _count(db) == 1
+    with pytest.raises(RuntimeError, match="after a write"):
+        async with db.transaction() as session:
+            await session.execute(text("INSERT INTO notes VALUES (8, 'written')"))
+            await release_reads(session)
+    assert await _count(db) == 1  # the refused release committed nothing
+
+
+async def test_vectors_travel_in_pgvectors_binary_form(db: Database) -> None:
+    assert encode_vector(b"\x00\x01") == b"\x00\x01"  # already encoded: as it is
+    assert encode_vector([1.0, 2.0]) == Vector([1.0, 2.0]).to_binary() == encode_vector(Vector([1.0, 2.0]))
+    async with db.transaction() as session:
+        await session.execute(text("CREATE EXTENSION IF NOT EXISTS vector"))
+    await db.dispose()  # the codec is registered on connect, once the type exists
+    async with db.transaction() as session:
+        back = await session.scalar(text("SELECT CAST(:v AS vector)"), {"v": [0.5, -1.0, 3.0]})
+    assert isinstance(back, Vector) and back.to_list() == [0.5, -1.0, 3.0]
+
+
+async def _deadlocking_pair(db: Database, retry: bool) -> tuple[list[BaseException | None], Counter[str]]:
+    """Two transactions: each updates one row, waits until the other has updated its row, then updates
+    the other's row. On their first run this is a deadlock, which PostgreSQL breaks by failing one."""
+    runs: Counter[str] = Counter()
+    first = {"a": asyncio.Event(), "b": asyncio.Event()}
+
+    def writer(mine: str, theirs: str) -> Callable[[AsyncSession], Awaitable[None]]:
+        async def work(session: AsyncSession) -> None:
+            runs[mine] += 1
+            await session.execute(text("UPDATE conflict_rows SET n = n + 1 WHERE k = :k"), {"k": mine})
+            if runs[mine] == 1:
+                first[mine].set()
+                await first[theirs].wait()
+            await session.execute(text("UPDATE conflict_rows SET n = n + 1 WHERE k = :k"), {"k": theirs})
+
+        return work
+
+    outcomes = await asyncio.gather(
+        db.run(writer("a", "b"), retry=retry), db.run(writer("b", "a"), retry=retry), return_exceptions=True
+    )
+    return [o if isinstance(o, BaseException) else None for o in outcomes], runs
+
+
+async def test_a_deadlocked_transaction_runs_again_and_both_writers_succeed(pg: PgCluster) -> None:
+    url = pg.handle.url(pg.new_database())
+    db = Database(url, Settings())
+    try:
+        async with db.transaction() as session:
+            await session.execute(text("CREATE TABLE conflict_rows (k text PRIMARY KEY, n int NOT NULL)"))
+            await session.execute(text("INSERT INTO conflict_rows VALUES ('a', 0), ('b', 0)"))
+
+        errors, runs = await _deadlocking_pair(db, retry=True)
+        assert errors == [None, None]
+        assert sorted(runs.values()) == [1, 2]  # the one PostgreSQL failed ran again
+        async with db.transaction() as session:
+            rows = (await session.execute(text("SELECT k, n FROM conflict_rows"))).all()
+        counts = {str(k): int(n) for k, n in rows}
+        assert counts == {"a": 2, "b": 2}  # each writer's two updates, once: nothing of the failed run
+
+        # Work with effects outside the database is not run again: the deadlock reaches the caller.
+        errors, runs = await _deadlocking_pair(db, retry=False)
+        failed = [e for e in errors if e is not None]
+        assert len(failed) == 1 and isinstance(failed[0], DBAPIError) and sqlstate(failed[0]) == "40P01"
+        assert sorted(runs.values()) == [1, 1]
+    finally:
+        await db.dispose()
