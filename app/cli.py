@@ -2,7 +2,7 @@
 feature's own sub-commands.
 
 Every command receives `args.runtime` (`app.core.runtime.Runtime`: the settings and the enabled
-features) and prints results on stdout, messages on stderr (`app.core.console`).
+features) and prints results on stdout, messages on stderr (`app.core.terminal`).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Any
 from rich_argparse import RichHelpFormatter
 
 from app import __version__
-from app.core import console, migrations
+from app.core import migrations, terminal
 from app.core.config import Settings
 from app.core.db import Database
 from app.core.errors import CairnError
@@ -152,10 +152,10 @@ def cmd_keys(args: argparse.Namespace) -> int:
         key_id, token = rt.run(
             lambda db: create_key(db, scopes=scopes, project=args.project, name=args.name or "", toolsets=toolsets)
         )
-        console.info(f"id: {key_id}")
-        console.info(f"scopes: {','.join(scopes)}  project: {args.project or '(any)'}")
-        console.info(f"plain /mcp lists: {','.join(toolsets) if toolsets else '(the server default)'}")
-        console.info("Store this key now; it is not shown again.")
+        terminal.info(f"id: {key_id}")
+        terminal.info(f"scopes: {','.join(scopes)}  project: {args.project or '(any)'}")
+        terminal.info(f"plain /mcp lists: {','.join(toolsets) if toolsets else '(the server default)'}")
+        terminal.info("Store this key now; it is not shown again.")
         print(token)
         return 0
     if args.keys_cmd == "list":
@@ -165,7 +165,7 @@ def cmd_keys(args: argparse.Namespace) -> int:
                 return [_key_row(r) for r in await ApiKeyRepository(session).list(include_revoked=args.all)]
 
         columns = ["prefix", "name", "scopes", "project", "toolsets", "created_at", "last_used_at", "revoked"]
-        console.table(rt.run(listing), columns, as_json=True if args.json else None)
+        terminal.table(rt.run(listing), columns, as_json=True if args.json else None)
         return 0
 
     async def revoke(db: Database) -> int:
@@ -184,12 +184,12 @@ def cmd_embed(args: argparse.Namespace) -> int:
 
     async def run() -> None:
         async with rt.embedder() as embedder:
-            with console.progress(len(texts), "embedding") as bar:
+            with terminal.progress(len(texts), "embedding") as bar:
                 for i in range(0, len(texts), 32):
                     batch = texts[i : i + 32]
                     vectors = await embedder.embed(batch)
                     for text, vec in zip(batch, vectors, strict=True):
-                        console.emit(
+                        terminal.emit(
                             {
                                 "text": text[:60],
                                 "model": embedder.model,
@@ -221,7 +221,7 @@ def cmd_backup(args: argparse.Namespace) -> int:
         subprocess.run(
             [_pg_tool("pg_dump"), "--format=custom", "--no-owner", "--file", args.file, _libpq(url)], check=True
         )
-    console.info(f"backup written to {args.file}")
+    terminal.info(f"backup written to {args.file}")
     return 0
 
 
@@ -243,7 +243,7 @@ def cmd_restore(args: argparse.Namespace) -> int:
             ],
             check=True,
         )
-    console.info(f"restored from {args.file}")
+    terminal.info(f"restored from {args.file}")
     return 0
 
 
@@ -317,7 +317,7 @@ def build_parser(with_features: bool = True) -> argparse.ArgumentParser:
     backup.add_argument("file", help="where to write the dump")
     backup.set_defaults(fn=cmd_backup)
     restore = sub.add_parser("restore", help="restore the database from FILE made by `cairn backup`")
-    restore.add_argument("file", type=console.readable_file, help="a dump made by `cairn backup`")
+    restore.add_argument("file", type=terminal.readable_file, help="a dump made by `cairn backup`")
     restore.set_defaults(fn=cmd_restore)
     sub.add_parser("version", help="print the version").set_defaults(fn=cmd_version)
     if with_features:

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from app.core import console
+from app.core import terminal
 from app.core.db import Database
 from app.core.runtime import Runtime
 from app.graph.service_transfer import export_graph, import_graph
@@ -19,7 +19,7 @@ def register(sub: Any) -> None:
     graph = sub.add_parser("graph", help="knowledge graph: import/export JSONL memory files")
     gsub = graph.add_subparsers(dest="graph_cmd", required=True)
     imp = gsub.add_parser("import", help="import a JSONL memory file (entities, relations)")
-    imp.add_argument("file", type=console.readable_file, help="path of the JSONL file ('-' for stdin)")
+    imp.add_argument("file", type=terminal.readable_file, help="path of the JSONL file ('-' for stdin)")
     imp.add_argument("--project", default=None, help="target project (default: 'default')")
     imp.set_defaults(fn=cmd_import)
     exp = gsub.add_parser("export", help="export a project's graph as JSONL")
@@ -37,7 +37,7 @@ def run_import(rt: Runtime, url: str, path: str, project: str | None) -> dict[st
         db = Database(url, rt.settings)
         try:
             async with rt.embedder() as embedder, rt.call_context(db, embedder) as ctx:
-                with console.progress(len(lines), "importing") as bar:
+                with terminal.progress(len(lines), "importing") as bar:
                     report = await import_graph(ctx, lines, project, progress=bar.advance)
             return report.as_dict()
         finally:
@@ -65,7 +65,7 @@ def cmd_import(args: argparse.Namespace) -> int:
     rt: Runtime = args.runtime
     with rt.database_url() as url:
         report = run_import(rt, url, args.file, args.project)
-    console.emit(report)
+    terminal.emit(report)
     return 0
 
 
@@ -79,5 +79,5 @@ def cmd_export(args: argparse.Namespace) -> int:
         sys.stdout.write(text)
     else:
         Path(args.output).write_text(text, encoding="utf-8")
-        console.info(f"exported {len(lines)} lines to {args.output}")
+        terminal.info(f"exported {len(lines)} lines to {args.output}")
     return 0

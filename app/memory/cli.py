@@ -7,7 +7,7 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-from app.core import console
+from app.core import terminal
 from app.core.db import Database
 from app.core.repository import ProjectRepository
 from app.core.runtime import Runtime
@@ -40,7 +40,7 @@ def cmd_backfill(args: argparse.Namespace) -> int:
                 if args.project:
                     project = await ProjectRepository(session).get(args.project)
                     if project is None:
-                        console.info(f"no project named {args.project!r}")
+                        terminal.info(f"no project named {args.project!r}")
                         return 2
                     project_id = project.id
                 missing = await MemoryRepository(session).count_missing(
@@ -49,7 +49,7 @@ def cmd_backfill(args: argparse.Namespace) -> int:
             total = min(missing, args.limit) if args.limit else missing
             totals = {"scanned": 0, "queued": 0, "skipped": 0}
             cursor = None
-            with console.progress(total, f"queue {embedder.model}") as bar:
+            with terminal.progress(total, f"queue {embedder.model}") as bar:
                 while totals["scanned"] < total:
                     # Commit each page: an interrupt keeps what was queued.
                     async with db.transaction() as session:
@@ -73,7 +73,7 @@ def cmd_backfill(args: argparse.Namespace) -> int:
             left = 0
             if not args.dry_run:
                 depth = (await queue.stats()).depth
-                with console.progress(depth, f"embed {embedder.model}") as bar:
+                with terminal.progress(depth, f"embed {embedder.model}") as bar:
                     while True:
                         before = depth
                         stats = await queue.drain(timeout=5.0)
@@ -82,7 +82,7 @@ def cmd_backfill(args: argparse.Namespace) -> int:
                         if depth == 0 or (stats.retrying and stats.retrying >= depth):
                             break
                 left = depth
-            console.emit(
+            terminal.emit(
                 {
                     "model": embedder.model,
                     **totals,
@@ -103,7 +103,7 @@ def cmd_eval_beir(args: argparse.Namespace) -> int:
     modes = tuple(m for m in service_eval.MODES if m in {x.strip() for x in args.modes.split(",")})
     unknown = {x.strip() for x in args.modes.split(",") if x.strip()} - set(service_eval.MODES)
     if unknown or not modes:
-        console.info(f"--modes takes {', '.join(service_eval.MODES)}; got {args.modes!r}")
+        terminal.info(f"--modes takes {', '.join(service_eval.MODES)}; got {args.modes!r}")
         return 2
     model = ""
 
@@ -111,7 +111,7 @@ def cmd_eval_beir(args: argparse.Namespace) -> int:
         nonlocal model
         async with rt.embedder() as embedder:
             model = embedder.model
-            with console.progress(len(data.corpus), f"indexing {data.name}") as bar:
+            with terminal.progress(len(data.corpus), f"indexing {data.name}") as bar:
                 project_id, coll_id, seconds = await service_eval.index(
                     db, embedder, data, fresh=args.fresh, progress=bar.advance
                 )
@@ -124,7 +124,7 @@ def cmd_eval_beir(args: argparse.Namespace) -> int:
 
     out = rt.run(run)
     if args.json:
-        console.emit({"dataset": data.name, "split": args.split, "model": model, "documents": len(data.corpus), **out})
+        terminal.emit({"dataset": data.name, "split": args.split, "model": model, "documents": len(data.corpus), **out})
     else:
         print(service_eval.markdown(data.name, args.split, out["report"], model, len(data.corpus)))
         if out["index_seconds"]:
@@ -154,7 +154,7 @@ def register(sub: Any) -> None:
         help="index a BEIR dataset (corpus.jsonl[.gz], queries.jsonl, qrels/*.tsv) and "
         "report nDCG@10 and R@100 per search mode",
     )
-    b.add_argument("dir", type=console.existing_dir, help="a BEIR dataset: corpus.jsonl, queries.jsonl, qrels/")
+    b.add_argument("dir", type=terminal.existing_dir, help="a BEIR dataset: corpus.jsonl, queries.jsonl, qrels/")
     b.add_argument("--split", default="test", help="qrels split to score (default test; tune on train)")
     b.add_argument("--modes", default="hybrid,semantic,lexical", help="search modes to compare, comma-separated")
     b.add_argument("--max-queries", type=int, default=None, help="score only the first N judged queries")
