@@ -9,6 +9,7 @@ admin; the toolsets are what plain /mcp lists for the key).
 from __future__ import annotations
 
 import hashlib
+import re
 import secrets
 import uuid
 from dataclasses import dataclass
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 from app.core.db import Database
 from app.core.errors import InvalidInput
 from app.core.repository import ApiKeyRepository
+from app.core.schemas import PROJECT_NAME
 from app.core.toolsets import key_toolsets
 
 SCOPES = ("read", "write", "admin")
@@ -52,6 +54,16 @@ class StaticKey:
     toolsets: tuple[str, ...] | None = None
 
 
+def bound_project(raw: str | None) -> str | None:
+    """The project a key is bound to (None: any), checked as every project name is (4001 otherwise), so
+    that no key carries a name that a request could not use."""
+    if not raw:
+        return None
+    if not re.fullmatch(PROJECT_NAME, raw):
+        raise InvalidInput(f"invalid project {raw!r} for a key: letters, digits, '_', '-', '.' (at most 128)")
+    return raw
+
+
 def parse_static_keys(entries: list[str]) -> list[StaticKey]:
     """Parse `CAIRN_API_KEYS` entries."""
     keys = []
@@ -67,7 +79,7 @@ def parse_static_keys(entries: list[str]) -> list[StaticKey]:
             StaticKey(
                 token=token,
                 scopes=frozenset(scopes),
-                project=project or None,
+                project=bound_project(project),
                 toolsets=tuple(toolsets) if toolsets else None,
             )
         )
@@ -85,7 +97,7 @@ async def create_key(
             prefix=token[:12],
             key_hash=hash_key(token),
             scopes=parse_scopes(scopes),
-            project=project,
+            project=bound_project(project),
             toolsets=key_toolsets(toolsets),
         )
         return str(row.id), token
