@@ -104,10 +104,11 @@ def upstream() -> Iterator[Upstream]:
 
 
 def analysis_settings(server: RunningServer, monkeypatch: pytest.MonkeyPatch, **changes: Any) -> None:
-    """Change the running server's analysis settings (read once at its start) for one test."""
-    settings = feature_settings_of(server.app.state.cairn.feature_settings, AnalysisSettings)
-    for name, value in changes.items():
-        monkeypatch.setattr(settings, name, value)
+    """Change the running server's analysis settings (read once at its start) for one test: as
+    `tests.support.server.overridden` does for a block, restored when the test ends."""
+    store = server.app.state.cairn.feature_settings
+    changed = feature_settings_of(store, AnalysisSettings).model_copy(update=changes)
+    monkeypatch.setitem(store, AnalysisSettings, changed)
 
 
 @pytest.fixture
