@@ -217,4 +217,4 @@ async def upload_dataset(ctx: CallContext, args: UploadIn) -> UploadOut:
         return await service.upload_dataset(ctx, args)
 
 
-operations_downloads.declare(ops)
+ops.include(operations_downloads.ops)

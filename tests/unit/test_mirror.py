@@ -34,7 +34,6 @@ DEBT = {
     "app/core/stdio.py",
     "app/core/ui_admin.py",
     "app/datasets/lifecycle.py",
-    "app/datasets/operations_downloads.py",
     "app/datasets/pages.py",
     "app/datasets/repository.py",
     "app/datasets/routes.py",

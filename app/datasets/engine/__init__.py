@@ -1,6 +1,7 @@
 """The DuckDB engine of the datasets feature: everything that touches DuckDB, run in worker processes
-the server can kill. The feature layer calls it through the names below (`offload` and the engine
-functions it runs); its own modules import one another by module, never through this package.
+the server can kill. The names below are the ones the feature layer uses most (`offload` and the
+engine functions it runs); it imports the other modules it needs by name. The engine's own modules
+import one another by module, never through this package.
 
 Modules, each named for the one thing it is responsible for:
 
