@@ -45,8 +45,6 @@ DEBT = {
     "app/memory/repository_items.py",
     "app/memory/cli.py",
     "app/memory/lifecycle.py",
-    "app/graph/repository.py",
-    "app/graph/service.py",
     "app/graph/pages.py",
     "app/graph/repository_search.py",
     "app/graph/service_reference.py",
