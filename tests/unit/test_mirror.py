@@ -46,8 +46,6 @@ DEBT = {
     "app/memory/cli.py",
     "app/memory/lifecycle.py",
     "app/graph/pages.py",
-    "app/graph/repository_search.py",
-    "app/graph/service_reference.py",
     "app/analysis/demo_upstream.py",
     "app/analysis/pages.py",
     "app/analysis/service_act.py",
