@@ -39,7 +39,6 @@ DEBT = {
     "app/datasets/repository.py",
     "app/datasets/routes.py",
     "app/datasets/schemas.py",
-    "app/memory/service_thoughts.py",
     "app/memory/pages.py",
     "app/memory/repository_items.py",
     "app/memory/cli.py",
