@@ -40,7 +40,6 @@ DEBT = {
     "app/datasets/routes.py",
     "app/datasets/schemas.py",
     "app/memory/pages.py",
-    "app/graph/pages.py",
     "app/analysis/demo_upstream.py",
     "app/analysis/pages.py",
     "app/analysis/service_act.py",
