@@ -39,7 +39,6 @@ DEBT = {
     "app/datasets/repository.py",
     "app/datasets/routes.py",
     "app/datasets/schemas.py",
-    "app/memory/pages.py",
     "app/analysis/demo_upstream.py",
     "app/analysis/pages.py",
     "app/analysis/service_act.py",
