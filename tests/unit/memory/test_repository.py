@@ -149,9 +149,8 @@ async def test_memories_written_rehashed_retagged_and_summaries_upserted(db: Dat
         )
         assert rows[source[1]["id"]]["memory_type"] == "procedural" and rows[source[1]["id"]]["document_id"] == new_doc
         assert rows[first]["project"] == "p-write" and rows[first]["collection"] == "c-write"
-        summary = _row(pid, cid, "sum one", summary_key="week-1")
-        summary.pop("kind"), summary.pop("memory_type"), summary.pop("source_uri"), summary.pop("document_id")
-        summary.pop("chunk_index")
+        columns = ("id", "project_id", "collection_id", "content", "content_hash", "tags", "metadata", "summary_key")
+        summary = {k: v for k, v in _row(pid, cid, "sum one", summary_key="week-1").items() if k in columns}
         sid = await repo.upsert_summary(summary)
         same = await repo.upsert_summary({**summary, "id": uuid.uuid4(), "content": "sum two"})
         assert same == sid and (await repo.fetch([sid], MODEL))[sid]["content"] == "sum two"
