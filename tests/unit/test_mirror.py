@@ -26,11 +26,7 @@ UNIT = ROOT / "tests" / "unit"
 DEBT = {
     "app/main.py",
     "app/core/assembly.py",
-    "app/core/auth.py",
-    "app/core/context.py",
     "app/core/http/server.py",
-    "app/core/operations.py",
-    "app/core/repository.py",
     "app/core/stdio.py",
     "app/core/ui_admin.py",
     "app/datasets/lifecycle.py",
