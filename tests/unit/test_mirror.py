@@ -49,9 +49,6 @@ DEBT = {
     "app/analysis/demo_upstream.py",
     "app/analysis/pages.py",
     "app/analysis/service_act.py",
-    "app/analysis/service_query.py",
-    "app/analysis/service.py",
-    "app/analysis/repository_sessions.py",
 }
 
 NOT_YET_MIRRORED = frozenset(DEBT)
