@@ -30,7 +30,6 @@ DEBT = {
     "app/core/stdio.py",
     "app/core/ui_admin.py",
     "app/datasets/pages.py",
-    "app/datasets/routes.py",
     "app/memory/repository.py",
     "app/memory/service_thoughts.py",
     "app/memory/pages.py",
