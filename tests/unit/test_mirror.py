@@ -28,7 +28,6 @@ DEBT = {
     "app/core/assembly.py",
     "app/core/http/server.py",
     "app/core/stdio.py",
-    "app/core/ui_admin.py",
     "app/datasets/pages.py",
     "app/memory/repository.py",
     "app/memory/service_thoughts.py",
@@ -42,7 +41,6 @@ DEBT = {
     "app/graph/repository_search.py",
     "app/graph/service_reference.py",
     "app/analysis/demo_upstream.py",
-    "app/analysis/pages.py",
 }
 
 NOT_YET_MIRRORED = frozenset(DEBT)
