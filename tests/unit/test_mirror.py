@@ -28,7 +28,6 @@ DEBT = {
     "app/core/assembly.py",
     "app/core/http/server.py",
     "app/core/stdio.py",
-    "app/datasets/pages.py",
     "app/memory/repository.py",
     "app/memory/service_thoughts.py",
     "app/memory/pages.py",
