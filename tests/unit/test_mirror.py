@@ -24,10 +24,6 @@ UNIT = ROOT / "tests" / "unit"
 
 # No mirror yet: test debt, tested through the transports today (tests/e2e), by family.
 DEBT = {
-    "app/main.py",
-    "app/core/assembly.py",
-    "app/core/http/server.py",
-    "app/core/stdio.py",
     "app/memory/repository.py",
     "app/memory/service_thoughts.py",
     "app/memory/pages.py",
