@@ -1,0 +1,153 @@
+"""app/analysis/service_query.py with a real call context on a database of its own: describe's table
+of fields and its examples, aggregate's groups, filter's pages, sample's strata and date window, the
+model a query reads (several models need naming), the arguments each mode refuses, conditions that
+cannot match reported as warnings, and semantic mode over findings whose vectors are not made yet."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import pytest
+
+from app.analysis.repository import AnalysisRepository
+from app.analysis.schemas import ProximityIn, QueryIn, QueryOut
+from app.analysis.service_query import query
+from app.core import migrations
+from app.core.config import Settings
+from app.core.context import AppState, CallContext, Principal
+from app.core.db import Database
+from app.core.embeddings.local import LocalOnnxEmbedder
+from app.core.errors import CairnError, InvalidInput, NotFound
+from app.core.registry import Registry
+from tests.support.server import PgCluster
+
+READER = Principal(key_id="r", name="reader", scopes=frozenset({"read"}))
+STATUSES = ("open", "closed", "void")
+
+
+def order(i: int) -> dict[str, Any]:
+    return {"id": i, "status": STATUSES[i % 3], "amount": i * 10, "placed": f"2026-01-{i + 1:02d}"}
+
+
+@pytest.fixture(scope="module")
+async def db(pg: PgCluster) -> AsyncIterator[Database]:
+    url = pg.handle.url(pg.new_database())
+    await migrations.upgrade_async(url, ["analysis"])
+    database = Database(url, Settings())
+    try:
+        async with database.transaction() as s:
+            repo = AnalysisRepository(s)
+            pid = await repo.ensure_project("lab")
+            await repo.upsert_records(pid, "orders", "order", 1, [(str(i), order(i)) for i in range(12)], 3600)
+            await repo.upsert_records(pid, "mixed", "order", 1, [("1", order(1))], 3600)
+            await repo.upsert_records(pid, "mixed", "customer", 1, [("c", {"name": "Ada"})], 3600)
+            notes: list[dict[str, Any]] = [
+                {"category": "refunds", "finding": "refund requests doubled in January", "metadata": {"n": 2}},
+                {"category": "refunds", "finding": "refund " + "x" * 700},
+                {"category": "shipping", "finding": "shipping delays in the north"},
+            ]
+            await repo.insert_findings(pid, "orders", notes, False, 3600)
+        yield database
+    finally:
+        await database.dispose()
+
+
+@asynccontextmanager
+async def call(db: Database) -> AsyncIterator[CallContext]:
+    state = AppState(Settings(), db, LocalOnnxEmbedder(), Registry())
+    async with db.transaction() as s:
+        yield CallContext(session=s, principal=READER, app=state, request_id="t", transport="test")
+
+
+async def ask(db: Database, **kw: Any) -> QueryOut:
+    async with call(db) as ctx:
+        return await query(ctx, QueryIn.model_validate({"project": "lab", "analysis_id": "orders", **kw}))
+
+
+async def refused(db: Database, error: type[CairnError], **kw: Any) -> CairnError:
+    with pytest.raises(error) as caught:
+        await ask(db, **kw)
+    return caught.value
+
+
+def field_of(err: CairnError) -> str:
+    return str(err.details["errors"][0]["field"])  # type: ignore[index]
+
+
+async def test_describe_lists_fields_values_and_examples(db: Database) -> None:
+    out = await ask(db, mode="describe")
+    assert out.total == 12 and out.message == "1 model(s): order (12)"
+    text = out.text or ""
+    assert text.startswith("### order: 12 records\n| field | type | notes |")
+    assert "| status | string | values: " in text and all(s in text for s in STATUSES)
+    assert "| amount | number |" in text and "Findings stored: 3" in text
+    assert 'aggregate: {"group_by": "status"}' in text and '"amount": {"$gte": 1}' in text
+    assert (await ask(db, mode="describe", analysis_id="mixed", model="customer")).total == 1
+    assert "no" in (await refused(db, NotFound, mode="describe", model="ghost")).message.lower()
+    assert field_of(await refused(db, InvalidInput, mode="describe", where={"a": 1})) == "where"
+
+
+async def test_aggregate_counts_groups_and_cuts_to_the_limit(db: Database) -> None:
+    out = await ask(db, mode="aggregate", group_by="status")
+    assert out.model == "order" and out.total == 12 and not out.truncated and out.warnings is None
+    assert {(g.value, g.count, g.percent) for g in out.groups or []} == {(s, 4, 33.3) for s in STATUSES}
+    top = await ask(db, mode="aggregate", group_by="status", limit=2)
+    assert len(top.groups or []) == 2 and top.truncated and "top 2 of 3 shown" in top.message
+    where = await ask(db, mode="aggregate", group_by="status", where={"amount": {"$gte": 60}})
+    assert where.total == 6
+    ghost = await ask(db, mode="aggregate", group_by="colour")
+    assert ghost.warnings == ["group_by: no order record has a field 'colour' (mode describe lists the fields)"]
+    assert field_of(await refused(db, InvalidInput, mode="aggregate")) == "group_by"
+    assert field_of(await refused(db, InvalidInput, mode="aggregate", group_by="status", query="x")) == "query"
+
+
+async def test_filter_pages_rows_and_warns_when_nothing_can_match(db: Database) -> None:
+    first = await ask(db, mode="filter", where={"status": "open"}, limit=3)
+    assert first.total == 4 and [r["id"] for r in first.rows or []] == [0, 3, 6]
+    assert first.truncated and first.message == "4 matching record(s); showing 3 (next offset 3)."
+    rest = await ask(db, mode="filter", where={"status": "open"}, limit=3, offset=3)
+    assert [r["id"] for r in rest.rows or []] == [9] and not rest.truncated
+    wrong = await ask(db, mode="filter", where={"amount": "10"})
+    assert wrong.total == 0 and wrong.warnings == [
+        "where.amount: 'amount' holds no string values, so this exact match finds nothing"
+    ]
+    dates = await ask(db, mode="filter", where={"placed": {"$gte": "2026-01-11"}})
+    assert [r["id"] for r in dates.rows or []] == [10, 11]
+    assert field_of(await refused(db, InvalidInput, mode="filter")) == "where"
+
+
+async def test_sample_spreads_over_strata_and_a_date_window(db: Database) -> None:
+    spread = await ask(db, mode="sample", sample_size=6, stratify_by="status")
+    assert spread.total == 12 and len(spread.rows or []) == 6 and "across 3 strata" in spread.message
+    assert {r["status"] for r in spread.rows or []} == set(STATUSES)
+    window = ProximityIn(field="placed", origin="2026-01-05", window="2 days")
+    near = await ask(db, mode="sample", sample_size=20, proximity=window.model_dump())
+    assert sorted(r["id"] for r in near.rows or []) == [2, 3, 4, 5, 6] and near.total == 5
+    wrong = ProximityIn(field="amount", origin="2026-01-05", window="2 days")
+    warned = await ask(db, mode="sample", proximity=wrong.model_dump())
+    assert warned.warnings and "'amount' holds no ISO dates" in warned.warnings[0]
+    assert field_of(await refused(db, InvalidInput, mode="sample", group_by="status")) == "group_by"
+
+
+async def test_the_model_read_must_be_named_when_a_session_holds_several(db: Database) -> None:
+    several = await refused(db, InvalidInput, mode="filter", analysis_id="mixed", where={"name": "Ada"})
+    assert field_of(several) == "model" and several.suggestions == ["Models in this session: order, customer"]
+    named = await ask(db, mode="filter", analysis_id="mixed", model="customer", where={"name": "Ada"})
+    assert named.total == 1 and named.model == "customer"
+    await refused(db, NotFound, mode="filter", model="invoice", where={"a": 1})
+    await refused(db, NotFound, mode="aggregate", analysis_id="never", group_by="status")
+    await refused(db, NotFound, mode="describe", project="elsewhere")
+
+
+async def test_semantic_mode_finds_findings_by_text_while_their_vectors_wait(db: Database) -> None:
+    out = await ask(db, mode="semantic", query="refund", category="refunds")
+    hits = out.findings or []
+    assert out.total == 2 and {h.category for h in hits} == {"refunds"}
+    assert all(h.embedding == "pending" for h in hits) and "2 matched by text" in out.message
+    long = next(h for h in hits if h.finding.startswith("refund x"))
+    assert len(long.finding) == 601 and long.finding.endswith("…")
+    assert field_of(await refused(db, InvalidInput, mode="semantic")) == "query"
+    assert field_of(await refused(db, InvalidInput, mode="semantic", query="x", group_by="a")) == "group_by"
+    await refused(db, NotFound, mode="semantic", analysis_id="never", query="refund")
