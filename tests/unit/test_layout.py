@@ -10,6 +10,7 @@ from pathlib import Path
 
 from app.core import migrations
 from app.features import FEATURES
+from tests.support.source import parse
 
 APP = Path(__file__).resolve().parents[2] / "app"
 FAMILIES = sorted(p.name for p in APP.iterdir() if p.is_dir() and (p / "__init__.py").exists() and p.name != "core")
@@ -20,7 +21,7 @@ SPLIT = re.compile(r"^(schemas|repository|service|operations)_[a-z]+\.py$")
 
 def _imports(path: Path) -> Iterator[tuple[int, str]]:
     """Every module `path` imports (absolute names), with its line."""
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in ast.walk(parse(path)):
         if isinstance(node, ast.Import):
             for alias in node.names:
                 yield node.lineno, alias.name
@@ -98,7 +99,7 @@ def test_a_descriptor_is_the_descriptor_alone() -> None:
     bad = []
     for family in FAMILIES:
         init = APP / family / "__init__.py"
-        for node in ast.parse(init.read_text(encoding="utf-8")).body:
+        for node in parse(init).body:
             if isinstance(node, ast.Import | ast.ImportFrom):
                 continue
             if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):  # the docstring
@@ -129,7 +130,7 @@ def test_sql_lives_in_repositories() -> None:
             continue
         if any(path.is_relative_to(d) for d in schema_dirs):  # migrations are schema DDL by nature
             continue
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        for node in ast.walk(parse(path)):
             if (
                 isinstance(node, ast.ImportFrom)
                 and node.module == "sqlalchemy"
@@ -173,7 +174,7 @@ def test_only_the_embeddings_package_touches_the_queue_table() -> None:
     for path in sorted(APP.rglob("*.py")):
         if path == owner or path in declared:
             continue
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        for node in ast.walk(parse(path)):
             if isinstance(node, ast.Constant) and isinstance(node.value, str) and QUEUE_TABLE.search(node.value):
                 bad.append(f"{path.relative_to(APP.parent)}:{node.lineno} names the table embedding_queue")
     assert bad == []
@@ -214,7 +215,7 @@ def test_only_the_front_door_resolves_callers() -> None:
         if path.is_relative_to(front):
             continue
         where = path.relative_to(APP.parent)
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        for node in ast.walk(parse(path)):
             if isinstance(node, ast.ImportFrom) and node.module == "app.core.http.callers":
                 bad += [f"{where}:{node.lineno} imports {a.name}" for a in node.names if a.name not in CALLER_USERS]
             elif isinstance(node, ast.ImportFrom):
@@ -248,7 +249,7 @@ def test_no_module_or_function_is_too_long() -> None:
         source = path.read_text(encoding="utf-8")
         if (lines := len(source.splitlines())) > MAX_MODULE_LINES:
             bad.append(f"{path.relative_to(APP.parent)}: {lines} lines")
-        for node in ast.walk(ast.parse(source)):
+        for node in ast.walk(parse(path)):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 length = (node.end_lineno or node.lineno) - node.lineno + 1
                 if length > MAX_FUNCTION_LINES:
@@ -269,7 +270,7 @@ def _import_graph() -> dict[str, set[str]]:
     for name, path in paths.items():
         package = name if path.name == "__init__.py" else name.rpartition(".")[0]
         deps: set[str] = set()
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        for node in ast.walk(parse(path)):
             targets: list[str] = []
             if isinstance(node, ast.Import):
                 targets = [a.name for a in node.names]

@@ -17,6 +17,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+from tests.support.source import parse_text
+
 ROOT = Path(__file__).resolve().parents[2]
 APP = ROOT / "app"
 UNIT = ROOT / "tests" / "unit"
@@ -40,7 +42,7 @@ def has_logic(source: str) -> bool:
     """True when the module defines a function or method other than a declaration."""
     return any(
         isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and not _declares_an_operation(node)
-        for node in ast.walk(ast.parse(source))
+        for node in ast.walk(parse_text(source))
     )
 
 

@@ -9,6 +9,8 @@ import ast
 from collections.abc import Iterator
 from pathlib import Path
 
+from tests.support.source import parse
+
 ENGINE = Path(__file__).resolve().parents[4] / "app" / "datasets" / "engine"
 PACKAGE = "app.datasets.engine"
 MODULES = {f"{PACKAGE}.{p.stem}": p for p in sorted(ENGINE.glob("*.py")) if p.stem != "__init__"}
@@ -17,7 +19,7 @@ SERVER_SIDE = {f"{PACKAGE}.{m}" for m in ("pool", "process", "slots")}
 
 def imports(path: Path) -> Iterator[str]:
     """Every module `path` imports anywhere (in functions and under TYPE_CHECKING too)."""
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in ast.walk(parse(path)):
         if isinstance(node, ast.Import):
             yield from (alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
