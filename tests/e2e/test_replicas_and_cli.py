@@ -16,6 +16,7 @@ import httpx
 import psutil
 import pytest
 
+from tests.support.hosts import Fleet
 from tests.support.server import ADMIN_KEY, STATIC_KEYS, PgCluster, RunningServer, free_port, mcp_client, run_async
 
 pytestmark = pytest.mark.slow  # subprocesses, restarts or generated inputs: seconds per test
@@ -60,13 +61,9 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 def test_two_replicas_serve_consistent_data(pg: PgCluster) -> None:
     db = pg.new_database()
     env = {"CAIRN_DATABASE_URL": pg.handle.url(db), "CAIRN_API_KEYS": ",".join(STATIC_KEYS)}
-    ports = [free_port(), free_port()]
-    procs = [_spawn(p, env) for p in ports]
-    try:
-        for port, proc in zip(ports, procs, strict=True):
-            _wait_ready(port, proc)
+    with Fleet() as fleet:
+        a, b = (fleet.start(env).api for _ in range(2))
         auth = {"Authorization": f"Bearer {ADMIN_KEY}"}
-        a, b = (f"http://127.0.0.1:{p}/api/v1" for p in ports)
         for i in range(5):
             writer, reader = (a, b) if i % 2 == 0 else (b, a)
             r = httpx.post(f"{writer}/projects", json={"name": f"replica-{i}"}, headers=auth, timeout=30)
@@ -74,9 +71,6 @@ def test_two_replicas_serve_consistent_data(pg: PgCluster) -> None:
             names = [p["name"] for p in httpx.get(f"{reader}/projects", headers=auth, timeout=30).json()["projects"]]
             assert f"replica-{i}" in names
         assert httpx.get(f"{a}/projects", headers=auth).json() == httpx.get(f"{b}/projects", headers=auth).json()
-    finally:
-        for proc in procs:
-            _stop(proc)
 
 
 def test_embedded_database_keeps_data_across_restarts() -> None:
