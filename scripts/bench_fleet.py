@@ -1,0 +1,192 @@
+"""Fleet load test: the load test's 64 MCP clients (plus REST traffic) against two `cairn serve` hosts on
+one PostgreSQL, side by side in one run with the same load against one host on the same PostgreSQL.
+
+    python scripts/bench.py --only fleet          # (or: python scripts/bench_fleet.py [--duration S])
+
+Both rounds use one standalone PostgreSQL (the embedded binaries, started for the run, each round on a
+fresh database) and the same shared datasets root, so the only difference is the number of hosts. The
+clients split evenly over the hosts. Limits are on (one key, a rate far above the offered load), so the
+figures include what coordinating them across hosts costs. Server CPU per call is the CPU of every host's
+own processes (not PostgreSQL's, not the load generator's) divided by the calls answered. On a 2-core
+machine the hosts share the cores: two hosts cannot add throughput here; the ratio of CPU per call is
+what coordination costs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from loadtest import KEY, SCENARIOS, SEEDS, Stats, _drain, _free_port, _write_dataset, mcp_worker, rest_worker
+from loadtest import server_cpu_seconds as _own_cpu
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _start_host(db_url: str, shared_root: Path) -> tuple[subprocess.Popen[bytes], str]:
+    """One `cairn serve` host with a data dir of its own on the shared database."""
+    port = _free_port()
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("CAIRN_")},
+        "CAIRN_DATA_DIR": tempfile.mkdtemp(prefix="cairn-fleet-host-"),
+        "CAIRN_DATABASE_URL": db_url,
+        "CAIRN_DATA_ROOTS": str(shared_root / "datasets"),
+        "CAIRN_API_KEYS": f"{KEY}:admin",
+        "CAIRN_PORT": str(port),
+        "CAIRN_LOG_LEVEL": "WARNING",
+        "CAIRN_RATE_LIMIT_PER_SECOND": "5000",
+        "CAIRN_RATE_LIMIT_BURST": "10000",
+        "CAIRN_DB_POOL_SIZE": "10",
+        "CAIRN_MAX_LONG_JOBS_PER_KEY": "64",
+    }
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "app", "serve"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError("a host exited during start-up")
+        try:
+            if httpx.get(f"{url}/readyz", timeout=5).status_code == 200:
+                return proc, url
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.5)
+    proc.kill()
+    raise TimeoutError("a host did not become ready")
+
+
+async def _seed(url: str) -> list[tuple[str, str, Any]]:
+    """Seed the data the scenarios read; the scenarios this server serves."""
+    import httpx2
+    from mcp.client.session import ClientSession
+    from mcp.client.streamable_http import streamable_http_client
+
+    async with (
+        httpx2.AsyncClient(headers={"Authorization": f"Bearer {KEY}"}) as http,
+        streamable_http_client(f"{url}/mcp/all", http_client=http) as (read, write),
+        ClientSession(read, write) as session,
+    ):
+        await session.initialize()
+        served = {t.name for t in (await session.list_tools()).tools}
+        for tool, arguments in SEEDS:
+            if tool in served:
+                seeded = await session.call_tool(tool, arguments)
+                if seeded.is_error:
+                    raise RuntimeError(f"seeding {tool} failed: {seeded.content}")
+    return [s for s in SCENARIOS if s[0] in served]
+
+
+async def one_round(cluster: Any, hosts: int, clients: int, duration: float, shared_root: Path) -> dict[str, Any]:
+    """Start `hosts` hosts on a fresh database of `cluster`, load them for `duration` s, measure, stop."""
+    database = f"cairn_fleet_{uuid.uuid4().hex[:8]}"
+    cluster.ensure_database(database)
+    started_hosts = []
+    try:
+        for _ in range(hosts):
+            started_hosts.append(_start_host(cluster.url(database), shared_root))
+        urls = [url for _, url in started_hosts]
+        scenarios = await _seed(urls[0])
+        stats = Stats()
+        pids = [proc.pid for proc, _ in started_hosts]
+        cpu_before = sum(_own_cpu(pid) for pid in pids)
+        until = time.monotonic() + duration
+        started = time.monotonic()
+        await asyncio.gather(
+            *[mcp_worker(urls[w % hosts], w, until, scenarios, stats) for w in range(clients)],
+            *[rest_worker(urls[w % hosts], w, until, stats) for w in range(4)],
+        )
+        elapsed = time.monotonic() - started
+        cpu = sum(_own_cpu(pid) for pid in pids) - cpu_before
+        for url in urls:
+            await _drain(url)
+    finally:
+        for proc, _ in started_hosts:
+            proc.terminate()
+        for proc, _ in started_hosts:
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+    calls = sum(len(v) for v in stats.latency.values())
+    return {
+        "hosts": hosts,
+        "calls": calls,
+        "elapsed": elapsed,
+        "throughput": calls / elapsed,
+        "cpu_ms_per_call": cpu * 1000 / max(calls, 1),
+        "errors": sum(stats.errors.values()),
+        "samples": dict(stats.samples),
+    }
+
+
+def measure(duration: float = 30.0, clients: int = 64) -> dict[str, Any]:
+    """One host, then two hosts, on one standalone PostgreSQL started for the run."""
+    from app.core.pgembedded import start_embedded
+
+    cluster = start_embedded(Path(tempfile.mkdtemp(prefix="cairn-fleet-pg-")))
+    shared_root = Path(tempfile.mkdtemp(prefix="cairn-fleet-data-"))
+    _write_dataset(str(shared_root), rows=20_000)
+    try:
+        one = asyncio.run(one_round(cluster, 1, clients, duration, shared_root))
+        two = asyncio.run(one_round(cluster, 2, clients, duration, shared_root))
+    finally:
+        cluster.stop()
+    return {"clients": clients, "duration": duration, "one": one, "two": two}
+
+
+def markdown(result: dict[str, Any]) -> str:
+    """The section of docs/benchmarks.md."""
+    one, two = result["one"], result["two"]
+    lines = [
+        f"{result['clients']} MCP clients + 4 REST clients for {result['duration']:.0f} s per round, split evenly "
+        "over the hosts; one standalone PostgreSQL (embedded binaries), a fresh database per round; limits on "
+        "(one key, rate far above the load). Server CPU: every host's own processes.",
+        "",
+        "| hosts | calls | calls/s | server CPU ms per call | errors |",
+        "| ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for run in (one, two):
+        lines.append(
+            f"| {run['hosts']} | {run['calls']} | {run['throughput']:.1f} | {run['cpu_ms_per_call']:.2f} | "
+            f"{run['errors']} |"
+        )
+    lines += [
+        "",
+        f"Two hosts / one host: server CPU per call {two['cpu_ms_per_call'] / one['cpu_ms_per_call']:.2f}x, "
+        f"throughput {two['throughput'] / one['throughput']:.2f}x (both hosts share this machine's cores).",
+    ]
+    for run in (one, two):
+        if run["samples"]:
+            lines += [
+                "",
+                f"Error samples ({run['hosts']} host(s)): " + "; ".join(f"{k}: {v}" for k, v in run["samples"].items()),
+            ]
+    return "\n".join(lines) + "\n"
+
+
+def run(quick: bool = False) -> str:
+    """The benchmark section (`quick`: 8 s rounds with 16 clients)."""
+    return markdown(measure(8.0, 16) if quick else measure())
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--duration", type=float, default=30.0)
+    parser.add_argument("--clients", type=int, default=64)
+    args = parser.parse_args()
+    print(markdown(measure(args.duration, args.clients)))
