@@ -219,7 +219,15 @@ def cmd_backup(args: argparse.Namespace) -> int:
     rt: Runtime = args.runtime
     with rt.database_url(migrate=False) as url:
         subprocess.run(
-            [_pg_tool("pg_dump"), "--format=custom", "--no-owner", "--file", args.file, _libpq(url)], check=True
+            [
+                _pg_tool("pg_dump"),
+                "--format=custom",
+                "--no-owner",
+                "--file",
+                args.file,
+                _libpq(rt.settings.direct_url(url)),
+            ],
+            check=True,
         )
     terminal.info(f"backup written to {args.file}")
     return 0
@@ -238,7 +246,7 @@ def cmd_restore(args: argparse.Namespace) -> int:
                 "--single-transaction",
                 "--exit-on-error",
                 "--dbname",
-                _libpq(url),
+                _libpq(rt.settings.direct_url(url)),
                 args.file,
             ],
             check=True,

@@ -62,7 +62,7 @@ async def running(asm: Assembly, **banner: Any) -> AsyncIterator[None]:
             await EmbeddingModelRepository(session).register(
                 state.embedder.model, state.embedder.provider, state.embedder.dimension
             )
-        state.extras["migrations_at_head"] = await migrations.at_head(asm.boot.url, asm.names)
+        state.extras["migrations_at_head"] = await migrations.at_head(asm.settings.direct_url(asm.boot.url), asm.names)
         for feature in asm.features:
             if feature.startup is not None:
                 await feature.startup(state)

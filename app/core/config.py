@@ -43,6 +43,11 @@ class Settings(BaseSettings):
     # Pooled connections older than this are replaced at checkout (there is no pre-ping); -1 = never
     db_pool_recycle_seconds: int = Field(default=1800, ge=-1)
     db_statement_timeout_ms: int = 30_000
+    # A pooler in transaction mode (PgBouncer) between the server and PostgreSQL: no prepared statement
+    # outlives its transaction and statement_timeout is set per transaction (docs/configuration.md)
+    database_pooler: Literal["none", "transaction"] = "none"
+    # Where migrations and backups connect, bypassing the pooler; unset = database_url
+    database_direct_url: str | None = None
     migrate_on_start: bool = True
 
     # Features: names of the enabled families, or "all" (the entry checks the names)
@@ -117,6 +122,11 @@ class Settings(BaseSettings):
             return ipaddress.ip_address(self.host).is_loopback
         except ValueError:
             return False
+
+    def direct_url(self, url: str) -> str:
+        """Where session-bound work (migrations, backup, restore) connects: `database_direct_url` when
+        a database URL is configured, else `url` (the configured or embedded database)."""
+        return self.database_direct_url if self.database_url and self.database_direct_url else url
 
     def resource_url(self) -> str:
         """The public URL of the MCP endpoint (RFC 9728 resource identifier)."""
