@@ -3,6 +3,7 @@ their lifespan: what starts before the first call and stops after the last."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -72,7 +73,9 @@ async def running(asm: Assembly, **banner: Any) -> AsyncIterator[None]:
             base = asm.settings.public_url or f"http://{banner['host']}:{banner['port']}"
             where = f" at {base}: MCP {base}/mcp, REST {base}/api/v1, docs {base}/docs"
         log.info(f"cairn ready{where}", extra={**banner, "features": asm.names, "open_mode": asm.boot.open_mode})
-        yield
+        usage = asm.callers.usage
+        async with usage.running() if usage is not None else contextlib.nullcontext():
+            yield
     finally:
         await asm.queue.stop()
         for feature in reversed(asm.features):

@@ -56,6 +56,8 @@ class Settings(BaseSettings):
     # Auth
     api_keys: Annotated[list[str], NoDecode] = Field(default_factory=list)
     key_cache_seconds: float = 5.0
+    # How often the stored keys' last-use times are written (in one statement, off the call path)
+    key_usage_flush_seconds: float = Field(default=30.0, gt=0, le=3600)
 
     # Limits
     rate_limit_per_second: float = 50.0
