@@ -52,6 +52,10 @@ def bootstrap(settings: Settings, features: list[str], *, local: bool = False) -
 
 
 def _prepare(settings: Settings, features: list[str], url: str, pg: EmbeddedPostgres | None, local: bool) -> Bootstrap:
+    if settings.database_pooler == "transaction" and not settings.database_direct_url:
+        log.warning(
+            "CAIRN_DATABASE_POOLER=transaction without CAIRN_DATABASE_DIRECT_URL: migrations go through the pooler"
+        )
     if settings.migrate_on_start:
         migrations.upgrade(settings.direct_url(url), features)
     if local:

@@ -13,6 +13,7 @@ from typing import Any
 from app.core import migrations
 from app.core.config import Settings
 from app.core.context import AppState
+from app.core.db import connection_budget
 from app.core.embeddings.queue import EmbeddingQueue
 from app.core.feature import Feature
 from app.core.http.callers import Callers
@@ -72,7 +73,8 @@ async def running(asm: Assembly, **banner: Any) -> AsyncIterator[None]:
         if "host" in banner and "port" in banner:
             base = asm.settings.public_url or f"http://{banner['host']}:{banner['port']}"
             where = f" at {base}: MCP {base}/mcp, REST {base}/api/v1, docs {base}/docs"
-        log.info(f"cairn ready{where}", extra={**banner, "features": asm.names, "open_mode": asm.boot.open_mode})
+        extra = {**banner, "features": asm.names, "open_mode": asm.boot.open_mode}
+        log.info(f"cairn ready{where}", extra={**extra, "db_connections_max": connection_budget(asm.settings)})
         usage = asm.callers.usage
         async with usage.running() if usage is not None else contextlib.nullcontext():
             yield

@@ -17,6 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from sqlalchemy.orm import DeclarativeBase, Session
 
 from app.core.config import Settings
+from app.core.metrics import DB_POOL_CHECKED_OUT, DB_POOL_SIZE
 
 log = logging.getLogger("cairn.db")
 T = TypeVar("T")
@@ -64,6 +65,13 @@ def engine_options(settings: Settings) -> dict[str, Any]:
         "pool_recycle": settings.db_pool_recycle_seconds,
         "connect_args": connect_args,
     }
+
+
+def connection_budget(settings: Settings, processes: int = 1) -> int:
+    """The most connections `processes` server processes open to the database URL at once: each its
+    pool plus its overflow (the embedding queue's workers and background sweeps draw from the same
+    pool). Migrations and `/readyz` open one more, briefly, on the direct URL."""
+    return processes * (settings.db_pool_size + settings.db_max_overflow)
 
 
 def unique_statement_name() -> str:
@@ -144,6 +152,11 @@ class Database:
         self.url = url
         self.engine = make_engine(url, settings)
         self.sessionmaker = session_factory(self.engine, settings)
+        # Each `--workers` process keeps its own figures current: /metrics, answered by any one of them,
+        # adds up all of theirs (app.core.metrics).
+        event.listen(self.engine.sync_engine, "checkout", lambda *_: DB_POOL_CHECKED_OUT.inc())
+        event.listen(self.engine.sync_engine, "checkin", lambda *_: DB_POOL_CHECKED_OUT.dec())
+        DB_POOL_SIZE.set(self.pool_status()["size"])
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[AsyncSession]:

@@ -19,6 +19,7 @@ from app.core.config import Settings
 from app.core.db import (
     CONFLICT_ATTEMPTS,
     Database,
+    connection_budget,
     encode_vector,
     engine_options,
     is_conflict,
@@ -237,3 +238,10 @@ async def test_a_pooler_session_sets_its_statement_timeout_in_every_transaction(
             assert await conn.scalar(text("SHOW statement_timeout")) == "0"
     finally:
         await database.dispose()
+
+
+def test_the_connection_budget_is_pool_plus_overflow_per_process() -> None:
+    settings = Settings(db_pool_size=10, db_max_overflow=10)
+    assert connection_budget(settings) == 20
+    assert connection_budget(settings, processes=2) == 40
+    assert connection_budget(Settings(db_pool_size=5, db_max_overflow=0), processes=3) == 15
