@@ -27,6 +27,7 @@ from tests.support.server import (
     start_server,
     stop_server,
 )
+from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.slow  # a PgBouncer process and a server of their own
 
@@ -53,6 +54,7 @@ def pooled(pg: PgCluster, bouncer: PgBouncer) -> Iterator[RunningServer]:
         db_pool_size=6,
         db_max_overflow=4,
         embedding_write_mode="async",
+        key_usage_flush_seconds=0.3,
     )
     srv, thread, app = start_server(settings)
     try:
@@ -128,6 +130,13 @@ async def test_every_family_works_through_pgbouncer_in_transaction_mode(
         calls += [keyed.post("/api/v1/memory/push", json={"text": f"note {i}", "project": "pool"}) for i in range(10)]
         answers = await asyncio.gather(*calls)
     assert [r.status_code for r in answers] == [200] * len(answers), [r.text for r in answers if r.status_code != 200]
+
+    async def last_used() -> str | None:
+        keys = (await prest.get("/api/v1/keys")).json()["keys"]
+        found: str | None = next(k["last_used_at"] for k in keys if k["name"] == "pooled")
+        return found
+
+    assert await eventually(last_used, timeout=30)  # written in the background, through the pooler
     health = (await prest.get("/readyz")).json()
     assert health["status"] == "ready", health
     # the server's pool opened more connections than PgBouncer has server connections: they shared them

@@ -61,8 +61,9 @@ class PgBouncer:
             return ""
 
     @classmethod
-    def start(cls, cluster: PgCluster, *, pool_size: int = 3, timeout: float = 30.0) -> PgBouncer:
-        """Start PgBouncer for `cluster`'s database and wait until it accepts connections.
+    def start(cls, cluster: PgCluster, *, pool_size: int = 3, extra: str = "", timeout: float = 30.0) -> PgBouncer:
+        """Start PgBouncer for `cluster`'s database and wait until it accepts connections (`extra`: more
+        lines of its [pgbouncer] section).
 
         Raises:
             RuntimeError: no pgbouncer binary, or it exited.
@@ -91,7 +92,7 @@ class PgBouncer:
             "max_client_conn = 500\n"
             f"logfile = {workdir / 'pgbouncer.log'}\n"
             "log_connections = 0\n"
-            "log_disconnections = 0\n"
+            "log_disconnections = 0\n" + extra
         )
         user = None
         if os.geteuid() == 0:
