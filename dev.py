@@ -103,6 +103,22 @@ def ensure_browser() -> None:
     run([apt, "install", "-y", "-q", "chromium"], env=quiet)
 
 
+def ensure_pgbouncer() -> None:
+    """The pooler tests run a real PgBouncer in transaction mode: Debian's `pgbouncer` package, installed
+    with apt-get when missing and this user may; `CAIRN_TEST_PGBOUNCER` names another binary."""
+    if os.environ.get("CAIRN_TEST_PGBOUNCER") or shutil.which("pgbouncer") or Path("/usr/sbin/pgbouncer").exists():
+        return
+    apt = shutil.which("apt-get")
+    if apt is None or not hasattr(os, "geteuid") or os.geteuid() != 0:
+        sys.exit(
+            "The pooler tests need PgBouncer: install your system's pgbouncer package "
+            "(Debian/Ubuntu: sudo apt-get install pgbouncer) or set CAIRN_TEST_PGBOUNCER to its path"
+        )
+    quiet = {"DEBIAN_FRONTEND": "noninteractive", **os.environ}
+    run([apt, "-q", "update"], env=quiet)
+    run([apt, "install", "-y", "-q", "--no-install-recommends", "pgbouncer"], env=quiet)
+
+
 def main(argv: list[str]) -> int:
     """Dispatch the sub-command."""
     if not argv or argv[0] in ("-h", "--help"):
@@ -118,6 +134,7 @@ def main(argv: list[str]) -> int:
         return subprocess.call([str(BIN / "cairn"), "serve", *rest], cwd=ROOT, env=env)
     if cmd == "test":
         ensure_browser()
+        ensure_pgbouncer()
         code = subprocess.call([str(PY), "-m", "pytest", *rest], cwd=ROOT, env=env)
         return 0 if code == 0 else code
     if cmd == "lint":

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import os
 import socket
 import subprocess
@@ -20,7 +21,7 @@ from rich_argparse import RichHelpFormatter
 from app import __version__
 from app.core import migrations, terminal
 from app.core.config import Settings
-from app.core.db import Database
+from app.core.db import Database, connection_budget
 from app.core.errors import CairnError
 from app.core.feature import resolve
 from app.core.runtime import Runtime
@@ -87,10 +88,18 @@ def _serve_workers(settings: Settings, features: list[str], options: dict[str, A
     from uvicorn.supervisors import Multiprocess
 
     from app.core.logs import configure_logging
+    from app.core.metrics import prepare_multiprocess
     from app.main import bootstrap
 
     configure_logging(settings.log_level, settings.log_format)
+    prepare_multiprocess(settings.data_dir / "metrics" / str(settings.port))  # one /metrics for every worker
     boot = bootstrap(settings, features)
+    budget = connection_budget(settings, settings.workers)
+    logging.getLogger("cairn").info(
+        f"{settings.workers} workers: at most {budget} database connections from this host "
+        f"({settings.workers} x (pool {settings.db_pool_size} + overflow {settings.db_max_overflow}))",
+        extra={"db_connections_max": budget},
+    )
     os.environ.update(
         {
             "CAIRN_DATABASE_URL": boot.url,
@@ -219,7 +228,15 @@ def cmd_backup(args: argparse.Namespace) -> int:
     rt: Runtime = args.runtime
     with rt.database_url(migrate=False) as url:
         subprocess.run(
-            [_pg_tool("pg_dump"), "--format=custom", "--no-owner", "--file", args.file, _libpq(url)], check=True
+            [
+                _pg_tool("pg_dump"),
+                "--format=custom",
+                "--no-owner",
+                "--file",
+                args.file,
+                _libpq(rt.settings.direct_url(url)),
+            ],
+            check=True,
         )
     terminal.info(f"backup written to {args.file}")
     return 0
@@ -238,7 +255,7 @@ def cmd_restore(args: argparse.Namespace) -> int:
                 "--single-transaction",
                 "--exit-on-error",
                 "--dbname",
-                _libpq(url),
+                _libpq(rt.settings.direct_url(url)),
                 args.file,
             ],
             check=True,

@@ -52,8 +52,12 @@ def bootstrap(settings: Settings, features: list[str], *, local: bool = False) -
 
 
 def _prepare(settings: Settings, features: list[str], url: str, pg: EmbeddedPostgres | None, local: bool) -> Bootstrap:
+    if settings.database_pooler == "transaction" and not settings.database_direct_url:
+        log.warning(
+            "CAIRN_DATABASE_POOLER=transaction without CAIRN_DATABASE_DIRECT_URL: migrations go through the pooler"
+        )
     if settings.migrate_on_start:
-        migrations.upgrade(url, features)
+        migrations.upgrade(settings.direct_url(url), features)
     if local:
         return Bootstrap(url=url, pg=pg, open_mode=True)
 
@@ -134,6 +138,6 @@ def create_app(settings: Settings | None = None, extra: list[OperationSet] | Non
         asm.mcp,
         asm.catalog,
         asm.features,
-        database_url=asm.boot.url,
+        database_url=settings.direct_url(asm.boot.url),
         running=lambda: running(asm, host=settings.host, port=settings.port),
     )

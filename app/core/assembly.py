@@ -3,6 +3,7 @@ their lifespan: what starts before the first call and stops after the last."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -12,6 +13,7 @@ from typing import Any
 from app.core import migrations
 from app.core.config import Settings
 from app.core.context import AppState
+from app.core.db import connection_budget
 from app.core.embeddings.queue import EmbeddingQueue
 from app.core.feature import Feature
 from app.core.http.callers import Callers
@@ -62,7 +64,7 @@ async def running(asm: Assembly, **banner: Any) -> AsyncIterator[None]:
             await EmbeddingModelRepository(session).register(
                 state.embedder.model, state.embedder.provider, state.embedder.dimension
             )
-        state.extras["migrations_at_head"] = await migrations.at_head(asm.boot.url, asm.names)
+        state.extras["migrations_at_head"] = await migrations.at_head(asm.settings.direct_url(asm.boot.url), asm.names)
         for feature in asm.features:
             if feature.startup is not None:
                 await feature.startup(state)
@@ -71,8 +73,11 @@ async def running(asm: Assembly, **banner: Any) -> AsyncIterator[None]:
         if "host" in banner and "port" in banner:
             base = asm.settings.public_url or f"http://{banner['host']}:{banner['port']}"
             where = f" at {base}: MCP {base}/mcp, REST {base}/api/v1, docs {base}/docs"
-        log.info(f"cairn ready{where}", extra={**banner, "features": asm.names, "open_mode": asm.boot.open_mode})
-        yield
+        extra = {**banner, "features": asm.names, "open_mode": asm.boot.open_mode}
+        log.info(f"cairn ready{where}", extra={**extra, "db_connections_max": connection_budget(asm.settings)})
+        usage = asm.callers.usage
+        async with usage.running() if usage is not None else contextlib.nullcontext():
+            yield
     finally:
         await asm.queue.stop()
         for feature in reversed(asm.features):

@@ -43,6 +43,11 @@ class Settings(BaseSettings):
     # Pooled connections older than this are replaced at checkout (there is no pre-ping); -1 = never
     db_pool_recycle_seconds: int = Field(default=1800, ge=-1)
     db_statement_timeout_ms: int = 30_000
+    # A pooler in transaction mode (PgBouncer) between the server and PostgreSQL: no prepared statement
+    # outlives its transaction and statement_timeout is set per transaction (docs/configuration.md)
+    database_pooler: Literal["none", "transaction"] = "none"
+    # Where migrations and backups connect, bypassing the pooler; unset = database_url
+    database_direct_url: str | None = None
     migrate_on_start: bool = True
 
     # Features: names of the enabled families, or "all" (the entry checks the names)
@@ -51,6 +56,8 @@ class Settings(BaseSettings):
     # Auth
     api_keys: Annotated[list[str], NoDecode] = Field(default_factory=list)
     key_cache_seconds: float = 5.0
+    # How often the stored keys' last-use times are written (in one statement, off the call path)
+    key_usage_flush_seconds: float = Field(default=30.0, gt=0, le=3600)
 
     # Limits
     rate_limit_per_second: float = 50.0
@@ -117,6 +124,11 @@ class Settings(BaseSettings):
             return ipaddress.ip_address(self.host).is_loopback
         except ValueError:
             return False
+
+    def direct_url(self, url: str) -> str:
+        """Where session-bound work (migrations, backup, restore) connects: `database_direct_url` when
+        a database URL is configured, else `url` (the configured or embedded database)."""
+        return self.database_direct_url if self.database_url and self.database_direct_url else url
 
     def resource_url(self) -> str:
         """The public URL of the MCP endpoint (RFC 9728 resource identifier)."""

@@ -5,17 +5,19 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
 from pgvector import SparseVector, Vector
-from sqlalchemy import MetaData, event, text
+from sqlalchemy import Connection, MetaData, event, text
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
-from sqlalchemy.orm import DeclarativeBase
+from sqlalchemy.orm import DeclarativeBase, Session
 
 from app.core.config import Settings
+from app.core.metrics import DB_POOL_CHECKED_OUT, DB_POOL_SIZE
 
 log = logging.getLogger("cairn.db")
 T = TypeVar("T")
@@ -35,29 +37,76 @@ class Base(DeclarativeBase):
     metadata = MetaData(naming_convention=NAMING)
 
 
+def engine_options(settings: Settings) -> dict[str, Any]:
+    """The `create_async_engine` keyword arguments of every engine of the server: the configured pool
+    and, per connection, asyncpg's options.
+
+    Directly on PostgreSQL (`database_pooler` "none") statements are prepared once per connection and
+    cached, and `statement_timeout` is a startup parameter. Behind a pooler in transaction mode
+    ("transaction") a client connection's statements may run on any server connection, so nothing may
+    outlive a transaction: asyncpg's and SQLAlchemy's statement caches are off, each statement is
+    prepared under a name of its own (two clients sharing a server connection cannot collide), and no
+    startup parameter but `application_name` is sent (PgBouncer refuses others):
+    `statement_timeout` is then set per transaction (`session_factory`)."""
+    server_settings = {"application_name": "cairn"}
+    connect_args: dict[str, Any] = {"server_settings": server_settings, "timeout": 10}
+    if settings.database_pooler == "transaction":
+        connect_args |= {
+            "statement_cache_size": 0,
+            "prepared_statement_cache_size": 0,
+            "prepared_statement_name_func": unique_statement_name,
+        }
+    else:
+        server_settings["statement_timeout"] = str(settings.db_statement_timeout_ms)
+    return {
+        "pool_size": settings.db_pool_size,
+        "max_overflow": settings.db_max_overflow,
+        "pool_timeout": settings.db_pool_timeout,
+        "pool_recycle": settings.db_pool_recycle_seconds,
+        "connect_args": connect_args,
+    }
+
+
+def connection_budget(settings: Settings, processes: int = 1) -> int:
+    """The most connections `processes` server processes open to the database URL at once: each its
+    pool plus its overflow (the embedding queue's workers and background sweeps draw from the same
+    pool). Migrations and `/readyz` open one more, briefly, on the direct URL."""
+    return processes * (settings.db_pool_size + settings.db_max_overflow)
+
+
+def unique_statement_name() -> str:
+    """A prepared statement's name no other client of a shared server connection uses."""
+    return f"__cairn_{uuid.uuid4().hex}__"
+
+
 def make_engine(url: str, settings: Settings) -> AsyncEngine:
-    """Create the async engine with the configured pool and a statement timeout.
+    """Create the async engine with `engine_options` (the pool, asyncpg's options per pooler mode).
 
     No pre-ping on checkout (it cost three round trips per call): connections are replaced after
     `db_pool_recycle_seconds`, and a call that finds its pooled connection dead (PostgreSQL restarted)
     is retried once on a fresh one (`Database.run`, `executor.run_operation`). Each new connection gets
     the binary codec of pgvector's `vector` type (`register_vector_codec`)."""
-    engine = create_async_engine(
-        url,
-        pool_size=settings.db_pool_size,
-        max_overflow=settings.db_max_overflow,
-        pool_timeout=settings.db_pool_timeout,
-        pool_recycle=settings.db_pool_recycle_seconds,
-        connect_args={
-            "server_settings": {
-                "statement_timeout": str(settings.db_statement_timeout_ms),
-                "application_name": "cairn",
-            },
-            "timeout": 10,
-        },
-    )
+    engine = create_async_engine(url, **engine_options(settings))
     event.listen(engine.sync_engine, "connect", _on_connect)
     return engine
+
+
+def session_factory(engine: AsyncEngine, settings: Settings) -> async_sessionmaker[AsyncSession]:
+    """Sessions on `engine`. Behind a transaction pooler each transaction begins with
+    `SET LOCAL statement_timeout` (a session-level setting would stay on a server connection other
+    clients then share); directly on PostgreSQL the connection's startup parameter set it already."""
+    if settings.database_pooler != "transaction" or not settings.db_statement_timeout_ms:
+        return async_sessionmaker(engine, expire_on_commit=False, class_=AsyncSession)
+    statement = text(f"SET LOCAL statement_timeout = {int(settings.db_statement_timeout_ms)}")
+
+    class TimedSession(Session):
+        """A session whose transactions set their statement timeout first."""
+
+    def set_timeout(_session: Session, _transaction: Any, connection: Connection) -> None:
+        connection.execute(statement)
+
+    event.listen(TimedSession, "after_begin", set_timeout)
+    return async_sessionmaker(engine, expire_on_commit=False, class_=AsyncSession, sync_session_class=TimedSession)
 
 
 def _on_connect(dbapi_connection: Any, _record: Any) -> None:
@@ -102,7 +151,12 @@ class Database:
     def __init__(self, url: str, settings: Settings) -> None:
         self.url = url
         self.engine = make_engine(url, settings)
-        self.sessionmaker = async_sessionmaker(self.engine, expire_on_commit=False, class_=AsyncSession)
+        self.sessionmaker = session_factory(self.engine, settings)
+        # Each `--workers` process keeps its own figures current: /metrics, answered by any one of them,
+        # adds up all of theirs (app.core.metrics).
+        event.listen(self.engine.sync_engine, "checkout", lambda *_: DB_POOL_CHECKED_OUT.inc())
+        event.listen(self.engine.sync_engine, "checkin", lambda *_: DB_POOL_CHECKED_OUT.dec())
+        DB_POOL_SIZE.set(self.pool_status()["size"])
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[AsyncSession]:

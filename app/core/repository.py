@@ -204,9 +204,16 @@ class ApiKeyRepository(Repository):
         result = await self.session.execute(stmt)
         return int(result.rowcount or 0)  # type: ignore[attr-defined]
 
-    async def touch(self, key_id: uuid.UUID) -> None:
-        """Record that the key was used."""
-        await self.session.execute(update(ApiKey).where(ApiKey.id == key_id).values(last_used_at=func.now()))
+    async def touch_many(self, used: Mapping[uuid.UUID, datetime]) -> int:
+        """Record when keys were last used, in one statement (a time never moves back); returns how many
+        keys were updated."""
+        if not used:
+            return 0
+        return await self.rowcount(
+            "UPDATE api_keys AS k SET last_used_at = GREATEST(k.last_used_at, u.at) "
+            "FROM unnest(CAST(:ids AS uuid[]), CAST(:ats AS timestamptz[])) AS u(id, at) WHERE k.id = u.id",
+            {"ids": list(used), "ats": list(used.values())},
+        )
 
 
 class EmbeddingModelRepository(Repository):

@@ -99,7 +99,7 @@ class Runtime:
             url = pg.url()
         try:
             if migrate:
-                migrations.upgrade(url, self.features)
+                migrations.upgrade(self.settings.direct_url(url), self.features)
             yield url
         finally:
             if pg is not None:

@@ -54,7 +54,9 @@ from app.core.embeddings.tokens import load_tokenizer
 
 __all__ = ["LocalOnnxEmbedder"]
 
-QUEUE_DEPTH = Gauge("cairn_embedding_queue_depth", "Texts waiting for the local embedding batcher")
+QUEUE_DEPTH = Gauge(
+    "cairn_embedding_queue_depth", "Texts waiting for the local embedding batcher", multiprocess_mode="livesum"
+)
 
 
 @dataclass(slots=True)

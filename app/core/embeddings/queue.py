@@ -52,8 +52,16 @@ log = logging.getLogger("cairn.embedding_queue")
 
 JOBS_DONE = Counter("cairn_embedding_jobs_done_total", "Queued rows whose vector was stored")
 JOBS_RETRIED = Counter("cairn_embedding_jobs_retried_total", "Queued rows released for a later try after a failure")
-JOBS_DEPTH = Gauge("cairn_embedding_jobs_queued", "Rows waiting in the embedding queue for the active model")
-JOBS_OLDEST = Gauge("cairn_embedding_jobs_oldest_seconds", "Age of the oldest row waiting in the embedding queue")
+JOBS_DEPTH = Gauge(
+    "cairn_embedding_jobs_queued",
+    "Rows waiting in the embedding queue for the active model",
+    multiprocess_mode="livemostrecent",  # every worker reads the same shared queue
+)
+JOBS_OLDEST = Gauge(
+    "cairn_embedding_jobs_oldest_seconds",
+    "Age of the oldest row waiting in the embedding queue",
+    multiprocess_mode="livemostrecent",
+)
 
 SWEEP_PAGE = 1000
 # A gap between calls shorter than this is one client's think time, not a quiet moment.

@@ -21,6 +21,7 @@ from __future__ import annotations
 import hmac
 import logging
 import time
+import uuid
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
@@ -34,6 +35,7 @@ from app.core.config import Settings
 from app.core.context import OPEN_PRINCIPAL, Principal
 from app.core.db import Database
 from app.core.errors import CairnError, Unauthenticated
+from app.core.keyusage import KeyUsage
 from app.core.ratelimit import FailureLimiter
 from app.core.repository import ApiKeyRepository
 
@@ -72,8 +74,10 @@ class KeyStore:
         static_keys: list[StaticKey],
         cache_seconds: float = 5.0,
         failures: FailureLimiter | None = None,
+        usage: KeyUsage | None = None,
     ) -> None:
         self.db = db
+        self.usage = usage
         self.static = static_keys
         self.cache_seconds = cache_seconds
         self.failures = failures
@@ -131,6 +135,7 @@ class KeyStore:
         now = time.monotonic()
         known = self._cached(digest, now)
         if known is not None:
+            self._used(known)
             return known
         client = client_address.get() if self.failures is not None else None
         if client is not None and self.failures is not None:
@@ -145,7 +150,6 @@ class KeyStore:
             row = await repo.by_hash(digest)
             if row is None:
                 return None
-            await repo.touch(row.id)
             return Principal(
                 key_id=str(row.id),
                 name=row.name,
@@ -164,7 +168,13 @@ class KeyStore:
         if len(self._cache) > _CACHE_MAX:
             self._cache.clear()
         self._cache[digest] = (now, principal)
+        self._used(principal)
         return principal
+
+    def _used(self, principal: Principal) -> None:
+        # Noted in memory only: `KeyUsage` writes the times in the background, off the call path.
+        if self.usage is not None and principal.key_id:
+            self.usage.record(uuid.UUID(principal.key_id))
 
     def _failed(self, client: str | None) -> None:
         if client is not None and self.failures is not None:
@@ -216,11 +226,18 @@ class Callers:
         if local:
             return cls()
         failures = FailureLimiter(settings.auth_failure_limit)
+        usage = KeyUsage(db, settings.key_usage_flush_seconds)
         if open_mode:
-            return cls(guard=OpenModeGuard(KeyStore(db, [], settings.key_cache_seconds, failures)))
-        store = KeyStore(db, parse_static_keys(settings.api_keys), settings.key_cache_seconds, failures)
+            return cls(guard=OpenModeGuard(KeyStore(db, [], settings.key_cache_seconds, failures, usage)))
+        store = KeyStore(db, parse_static_keys(settings.api_keys), settings.key_cache_seconds, failures, usage)
         meta = settings.resource_url().replace("/mcp", "/.well-known/oauth-protected-resource/mcp")
         return cls(store=store, metadata_url=meta)
+
+    @property
+    def usage(self) -> KeyUsage | None:
+        """Where the stored keys' last uses are noted until written (none in a local session)."""
+        store = self.store or (self.guard.store if self.guard is not None else None)
+        return store.usage if store is not None else None
 
     @property
     def keys_known_required(self) -> bool:

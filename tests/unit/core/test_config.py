@@ -55,3 +55,12 @@ def test_allowed_origins_are_the_loopback_ones_and_the_listed() -> None:
 
 def test_get_settings_reads_once() -> None:
     assert get_settings() is get_settings()
+
+
+def test_session_bound_work_connects_to_the_direct_url_when_one_is_configured() -> None:
+    pooled = "postgresql+asyncpg://c@pgbouncer:6432/cairn"
+    direct = "postgresql+asyncpg://c@db:5432/cairn"
+    assert Settings(database_url=pooled, database_direct_url=direct).direct_url(pooled) == direct
+    assert Settings(database_url=pooled).direct_url(pooled) == pooled
+    embedded = "postgresql+asyncpg://postgres@/cairn?host=/tmp/s"
+    assert Settings(database_direct_url=direct).direct_url(embedded) == embedded  # no configured database

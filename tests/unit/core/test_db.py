@@ -19,7 +19,9 @@ from app.core.config import Settings
 from app.core.db import (
     CONFLICT_ATTEMPTS,
     Database,
+    connection_budget,
     encode_vector,
+    engine_options,
     is_conflict,
     is_connection_error,
     is_dead_connection,
@@ -209,3 +211,37 @@ async def test_a_deadlocked_transaction_runs_again_and_both_writers_succeed(pg: 
         assert sorted(runs.values()) == [1, 1]
     finally:
         await db.dispose()
+
+
+def test_engine_options_keep_prepared_statements_directly_and_drop_them_behind_a_transaction_pooler() -> None:
+    direct = engine_options(Settings(db_pool_size=4, db_max_overflow=2, db_statement_timeout_ms=1234))
+    assert (direct["pool_size"], direct["max_overflow"]) == (4, 2)
+    assert direct["connect_args"]["server_settings"] == {"application_name": "cairn", "statement_timeout": "1234"}
+    assert "statement_cache_size" not in direct["connect_args"]
+    pooled = engine_options(Settings(database_pooler="transaction"))["connect_args"]
+    assert pooled["server_settings"] == {"application_name": "cairn"}  # PgBouncer refuses other startup parameters
+    assert pooled["statement_cache_size"] == 0 and pooled["prepared_statement_cache_size"] == 0
+    names = {pooled["prepared_statement_name_func"]() for _ in range(100)}
+    assert len(names) == 100
+
+
+async def test_a_pooler_session_sets_its_statement_timeout_in_every_transaction(pg: PgCluster) -> None:
+    settings = Settings(database_pooler="transaction", db_statement_timeout_ms=250, db_pool_size=1, db_max_overflow=0)
+    database = Database(pg.url, settings)
+    try:
+        for _ in range(2):
+            async with database.transaction() as session:
+                assert await session.scalar(text("SHOW statement_timeout")) == "250ms"
+                await release_reads(session)
+                assert await session.scalar(text("SHOW statement_timeout")) == "250ms"  # the next transaction too
+        async with database.engine.connect() as conn:  # outside a session: the server's default, not a leftover
+            assert await conn.scalar(text("SHOW statement_timeout")) == "0"
+    finally:
+        await database.dispose()
+
+
+def test_the_connection_budget_is_pool_plus_overflow_per_process() -> None:
+    settings = Settings(db_pool_size=10, db_max_overflow=10)
+    assert connection_budget(settings) == 20
+    assert connection_budget(settings, processes=2) == 40
+    assert connection_budget(Settings(db_pool_size=5, db_max_overflow=0), processes=3) == 15

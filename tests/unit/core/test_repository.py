@@ -104,9 +104,14 @@ async def test_keys_are_found_by_hash_until_revoked(db: Database) -> None:
         assert await repo.by_hash("h1") is None and await repo.count_active() == 0
         assert await repo.list() == [] and {k.name for k in await repo.list(include_revoked=True)} == {"one", "two"}
         assert one.last_used_at is None
-        await repo.touch(one.id)
+        early, late = datetime(2026, 1, 1, tzinfo=UTC), datetime(2026, 2, 1, tzinfo=UTC)
+        assert await repo.touch_many({one.id: late, two.id: early}) == 2  # one statement for both
+        assert await repo.touch_many({one.id: early}) == 1
         await session.refresh(one)
-        assert one.last_used_at is not None
+        await session.refresh(two)
+        used = {k.name: k.last_used_at for k in await repo.list(include_revoked=True)}
+        assert used == {"one": late, "two": early}  # a time never moves back
+        assert await repo.touch_many({}) == 0
 
 
 async def test_embedding_models_are_registered_once(db: Database) -> None:

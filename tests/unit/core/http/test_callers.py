@@ -5,6 +5,7 @@ open server that locks once a key exists, and a key cache that made-up keys cann
 from __future__ import annotations
 
 import time
+import uuid
 from typing import Any
 
 import pytest
@@ -27,14 +28,18 @@ from app.core.http.callers import (
     scope_bearer,
     starts_open,
 )
+from app.core.keyusage import KeyUsage
 from app.core.ratelimit import FailureLimiter
 
 STATIC = "static-key-0123456789"
 META = "http://127.0.0.1:8000/.well-known/oauth-protected-resource/mcp"
 
 
+K1 = uuid.UUID("00000000-0000-0000-0000-0000000000a1")
+
+
 class _Row:
-    id, name, scopes, project, toolsets = "k1", "ok", ["read"], None, None
+    id, name, scopes, project, toolsets = K1, "ok", ["read"], None, None
 
 
 class _Keys:
@@ -49,9 +54,6 @@ class _Keys:
     async def by_hash(self, digest: str) -> _Row | None:
         type(self).lookups += 1
         return _Row() if digest == hash_key("good-key") else None
-
-    async def touch(self, key_id: str) -> None:
-        pass
 
     async def count_active(self) -> int:
         return type(self).active
@@ -103,7 +105,7 @@ async def test_a_server_with_keys_requires_a_valid_one_with_a_challenge() -> Non
     static = await resolve_caller(keys, STATIC)
     assert static.project == "p1" and static.has_scope("write") and not static.has_scope("admin")
     stored = await resolve_caller(keys, "good-key")
-    assert stored.key_id == "k1" and await keys.keys_required() and keys.keys_known_required
+    assert stored.key_id == str(K1) and await keys.keys_required() and keys.keys_known_required
     assert await keys.ahead_of_sdk("") is None  # the SDK's verifier resolves callers of such a server
 
 
@@ -117,7 +119,7 @@ async def test_an_open_server_serves_everyone_until_a_key_exists() -> None:
     with pytest.raises(Unauthenticated) as missing:
         await resolve_caller(open_server, "")
     assert missing.value.headers == {"WWW-Authenticate": "Bearer"}  # no metadata served here
-    assert (await resolve_caller(open_server, "good-key")).key_id == "k1"
+    assert (await resolve_caller(open_server, "good-key")).key_id == str(K1)
     assert open_server.keys_known_required
     _Keys.active = 0
     assert await guard.locked()  # once locked, stays locked
@@ -153,7 +155,7 @@ async def test_mcp_callers_come_from_the_sdk_token_or_the_request_state() -> Non
 
     assert await mcp_caller(Callers(guard=OpenModeGuard(_store())), _Request()) == someone
     verified = await CairnTokenVerifier(keys).verify_token("good-key")
-    assert verified is not None and verified.scopes == ["read"] and verified.client_id == "k1"
+    assert verified is not None and verified.scopes == ["read"] and verified.client_id == str(K1)
     assert await CairnTokenVerifier(keys).verify_token("made-up") is None
 
 
@@ -188,7 +190,7 @@ async def test_made_up_keys_neither_flush_valid_ones_nor_escape_the_limit() -> N
     token = client_address.set("10.1.1.1")
     try:
         good = await store.verify("good-key")
-        assert good is not None and good.key_id == "k1"
+        assert good is not None and good.key_id == str(K1)
         for i in range(4):
             assert await store.verify(f"made-up-{i}") is None
         assert await store.verify("made-up-0") is None  # the negative cache answers (a 5th failure)
@@ -208,3 +210,16 @@ async def test_made_up_keys_neither_flush_valid_ones_nor_escape_the_limit() -> N
         assert store._cached(hash_key("good-key"), time.monotonic()) == good  # ...not the valid keys
     finally:
         client_address.reset(token)
+
+
+async def test_a_key_lookup_writes_nothing_and_notes_the_use_in_memory() -> None:
+    usage = KeyUsage(_Db(), interval=3600)  # type: ignore[arg-type]
+    store = KeyStore(_Db(), [], cache_seconds=60.0, usage=usage)  # type: ignore[arg-type]
+    assert await store.verify("good-key") is not None  # looked up: only `by_hash` reaches the key table
+    first = usage._pending[K1]
+    assert await store.verify("good-key") is not None  # cached: noted again, later
+    assert usage.pending == 1 and usage._pending[K1] >= first and _Keys.lookups == 1
+    assert await store.verify("unknown-key") is None and usage.pending == 1
+    assert Callers.build(_Db(), Settings(api_keys=[STATIC]), open_mode=False).usage is not None  # type: ignore[arg-type]
+    assert Callers.build(_Db(), Settings(), open_mode=True).usage is not None  # type: ignore[arg-type]
+    assert Callers.build(_Db(), Settings(), open_mode=False, local=True).usage is None  # type: ignore[arg-type]
