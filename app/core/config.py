@@ -44,6 +44,12 @@ class Settings(BaseSettings):
     db_pool_recycle_seconds: int = Field(default=1800, ge=-1)
     db_statement_timeout_ms: int = 30_000
     migrate_on_start: bool = True
+    # Streaming replicas (URLs like database_url) that serve read-only operations; see docs/reliability.md
+    database_replica_urls: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    # A replica not known to have replayed the primary's WAL of this many seconds ago serves no read
+    database_replica_max_lag_seconds: float = Field(default=2.0, gt=0, le=3600)
+    # How often each process probes the replicas' replay position
+    database_replica_probe_seconds: float = Field(default=0.5, gt=0, le=60)
 
     # Features: names of the enabled families, or "all" (the entry checks the names)
     features: Annotated[list[str], NoDecode] = Field(default_factory=lambda: ["all"])
@@ -104,7 +110,15 @@ class Settings(BaseSettings):
     # auto: readable text lines on a terminal, JSON lines otherwise (files, containers, collectors)
     log_format: Literal["auto", "json", "text"] = "auto"
 
-    @field_validator("allowed_hosts", "allowed_origins", "features", "api_keys", "mcp_toolsets", mode="before")
+    @field_validator(
+        "allowed_hosts",
+        "allowed_origins",
+        "features",
+        "api_keys",
+        "mcp_toolsets",
+        "database_replica_urls",
+        mode="before",
+    )
     @classmethod
     def _lists(cls, value: object) -> object:
         return _split_list(value)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+from sqlalchemy.ext.asyncio import AsyncSession
+
 from app.core.budget import tokens_of
 from app.core.context import CallContext
 from app.core.embeddings.calls import enqueue
@@ -387,9 +389,14 @@ async def open_nodes(ctx: CallContext, args: OpenNodesIn) -> GraphOut:
     out = await _graph(repo, rows, args.max_observations, None)
     out.total = len(rows)
     out.not_found = [n for n in names if n not in found]
-    await SearchRepository(ctx.session).record_feedback(
-        pid, [r.id for r in rows], ctx.feature_settings(GraphSettings).feedback_window_seconds, args.session_id
-    )
+    window = ctx.feature_settings(GraphSettings).feedback_window_seconds
+
+    async def feedback(session: AsyncSession, reply: Any) -> Any:
+        # On the primary, where the search events it credits were written (CallContext.write_after_read)
+        await SearchRepository(session).record_feedback(pid, [r.id for r in rows], window, args.session_id)
+        return reply
+
+    ctx.write_after_read(feedback)
     return out
 
 
