@@ -232,12 +232,13 @@ class _Call:
         # one, unless the call reaches outside the database or has reported progress (Database.run).
         retry = not self.op.open_world and not self.op.long_running
         replicas = self.app.replicas
-        routed = replicas is not None and self.op.read_only and not self.op.primary_only
+        # Only a call that can run again goes to a replica: one the replica fails then runs on the primary.
+        routed = replicas is not None and self.op.read_only and not self.op.primary_only and retry
         replica = replicas.choose(self.key) if replicas is not None and routed else None
         try:
             try:
                 if replica is not None:
-                    ctx, result = await self.on_replica(replica, retry)
+                    ctx, result = await self.on_replica(replica)
                 else:
                     ctx, result = await self.app.db.run(self.attempt, retry=retry)
             except BaseException:  # rolled back (failed or cancelled): record what the handler did outside
@@ -252,24 +253,24 @@ class _Call:
             if replicas is not None and not routed:
                 replicas.note_write(self.key)
 
-    async def on_replica(self, replica: Replica, retry: bool) -> tuple[CallContext, BaseModel]:
+    async def on_replica(self, replica: Replica) -> tuple[CallContext, BaseModel]:
         """The read on `replica`, then its write part on the primary. A replica that cannot serve it
         (unreachable, cancelled by a recovery conflict, or refusing a write: SQLSTATE 25006, an operation
         that writes without saying so) is set aside and the call runs on the primary instead."""
         self.replica = replica
         try:
-            ctx, result = await replica.db.run(self.attempt, retry=retry)
+            ctx, result = await replica.db.run(self.attempt)
         except Exception as exc:
             wrote = isinstance(exc, DBAPIError) and sqlstate(exc) == "25006"
-            if not retry or not (wrote or is_connection_error(exc) or is_conflict(exc)):
+            if not (wrote or is_connection_error(exc) or is_conflict(exc)):
                 raise
             if wrote:
                 log.warning("operation %s wrote on a read replica: declare it primary_only", self.op.name)
-            elif self.app.replicas is not None and is_connection_error(exc):
-                self.app.replicas.failed(replica, exc)
+            if self.app.replicas is not None:
+                self.app.replicas.fell_back(replica, exc, unreachable=is_connection_error(exc))
             self.replica = None
             await run_rollback_steps(self.app, self.attempts)
-            return await self.app.db.run(self.attempt, retry=retry)
+            return await self.app.db.run(self.attempt)
         self.replica = None
         if not ctx.primary_steps and not self.audited:
             return ctx, result

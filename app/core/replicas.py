@@ -9,8 +9,8 @@ transaction that committed before t: it is "caught up to t".
 `choose(key)` picks a replica for a read of `key` (spread at random over those that qualify), or None
 for the primary. A replica qualifies when its last probe succeeded, it is caught up to a time within
 `max_lag_seconds` of now, and the key's last write in this process (`note_write`, taken after the
-write committed) came before that time. A replica that fails a call is set aside until a probe reaches
-it again (`failed`). No replica, or none that qualifies, means the primary: a replica never turns into
+write committed) came before that time. A replica found unreachable by a call is set aside until a probe
+reaches it again (`fell_back`). No replica, or none that qualifies, means the primary: a replica never turns into
 an error. Timestamps come from the monotonic clock of this process only.
 """
 
@@ -24,6 +24,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from prometheus_client import Counter, Gauge
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.core.config import Settings
@@ -33,6 +34,17 @@ from app.core.repository import WalRepository
 log = logging.getLogger("cairn.replicas")
 
 Clock = Callable[[], float]
+
+READS = Counter(
+    "cairn_replica_reads_total",
+    "Read-only calls that could use a replica, by where they ran (fallback: a replica failed it, the primary ran it)",
+    ["target"],
+)
+CAUGHT_UP_AGE = Gauge(
+    "cairn_replica_caught_up_age_seconds",
+    "Seconds since the time up to which a replica is known to hold every commit (-1: unknown, down or no standby)",
+    ["replica"],
+)
 
 
 def parse_lsn(value: str) -> int:
@@ -116,13 +128,17 @@ class Replicas:
             for r in self.replicas
             if r.usable(now, self.max_lag) and (written is None or (r.caught_up is not None and written < r.caught_up))
         ]
+        READS.labels("replica" if fit else "primary").inc()
         return random.choice(fit) if fit else None
 
-    def failed(self, replica: Replica, exc: BaseException) -> None:
-        """Set `replica` aside after a call failed on it, until a probe reaches it again."""
-        if replica.caught_up is not None:
-            log.warning("replica %s set aside after a failed call: %s", replica.name, type(exc).__name__)
-        replica.caught_up = None
+    def fell_back(self, replica: Replica, exc: BaseException, *, unreachable: bool) -> None:
+        """Count a read that `replica` failed and the primary now runs; an `unreachable` replica is set
+        aside until a probe reaches it again."""
+        READS.labels("fallback").inc()
+        if unreachable:
+            if replica.caught_up is not None:
+                log.warning("replica %s set aside after a failed call: %s", replica.name, type(exc).__name__)
+            replica.caught_up = None
 
     async def probe(self) -> None:
         """One round: the primary's WAL position, then each replica's replay position."""
@@ -139,7 +155,11 @@ class Replicas:
         while self.samples and self.samples[0][0] < self.clock() - self.max_lag - self.probe_seconds:
             self.samples.popleft()
         await asyncio.gather(*(self._probe_one(r, timeout) for r in self.replicas))
-        horizon = self.clock() - self.max_lag
+        now = self.clock()
+        for replica in self.replicas:
+            age = -1.0 if replica.caught_up is None else now - replica.caught_up
+            CAUGHT_UP_AGE.labels(replica.name).set(age)
+        horizon = now - self.max_lag
         for key in [k for k, at in self.writes.items() if at < horizon]:
             # no usable replica is caught up to a time before the horizon: the entry decides nothing
             del self.writes[key]

@@ -93,6 +93,16 @@ def test_reads_are_served_by_the_standby_and_a_writer_reads_its_writes(standby: 
     _replicated(standby, host, "beta")
     # once the standby has replayed past the write, the writer's reads may go there again: both agree
     assert _names(host, WRITE_KEY) == _names(host, READ_KEY)
+    metrics = httpx.get(f"{host.url}/metrics", headers={"Authorization": f"Bearer {ADMIN_KEY}"}, timeout=30).text
+    assert _sample(metrics, 'cairn_replica_reads_total{target="replica"}') >= 5
+    assert _sample(metrics, 'cairn_replica_reads_total{target="primary"}') >= 2  # the writer's reads
+    assert 0 <= _sample(metrics, "cairn_replica_caught_up_age_seconds{") < 120
+
+
+def _sample(metrics: str, prefix: str) -> float:
+    """The value of the first sample line of `metrics` that starts with `prefix`."""
+    line = next(line for line in metrics.splitlines() if line.startswith(prefix))
+    return float(line.rsplit(" ", 1)[1])
 
 
 def test_graph_search_on_the_standby_records_its_events_on_the_primary(standby: Standby, host: Host) -> None:

@@ -72,7 +72,9 @@ def test_a_lagging_or_failed_replica_serves_nobody_and_reads_spread_over_the_oth
     assert {id(replicas.choose("k")) for _ in range(50)} == {id(fresh)}  # stale: 10 s behind, beyond 2 s
     stale.caught_up = clock.now - 1.5
     assert {id(replicas.choose("k")) for _ in range(200)} == {id(fresh), id(stale)}
-    replicas.failed(fresh, ConnectionError("gone"))
+    replicas.fell_back(fresh, RuntimeError("a conflict"), unreachable=False)
+    assert fresh.caught_up is not None  # reachable: still serves
+    replicas.fell_back(fresh, ConnectionError("gone"), unreachable=True)
     assert fresh.caught_up is None
     assert {id(replicas.choose("k")) for _ in range(50)} == {id(stale)}
     clock.now += 1.0  # stale is now 2.5 s behind
