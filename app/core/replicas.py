@@ -71,6 +71,8 @@ class Replica:
     # Monotonic time up to which the replica is known to hold every commit (None: unknown or failed)
     caught_up: float | None = None
     not_standby: bool = False
+    # The probe's own one-connection pool (None: `db`), so that busy call pools never delay a probe
+    probe_db: Database | None = None
 
     def usable(self, now: float, max_lag: float) -> bool:
         """Known to be caught up to a time at most `max_lag` seconds ago."""
@@ -88,8 +90,10 @@ class Replicas:
         max_lag_seconds: float,
         probe_seconds: float,
         clock: Clock = time.monotonic,
+        primary_probe: Database | None = None,
     ) -> None:
         self.primary = primary
+        self.primary_probe = primary_probe or primary
         self.replicas = replicas
         self.max_lag = max_lag_seconds
         self.probe_seconds = probe_seconds
@@ -106,12 +110,17 @@ class Replicas:
         urls = settings.database_replica_urls
         if not urls:
             return None
-        replicas = [Replica(redact(url), Database(url, settings)) for url in urls]
+        # The probes get one connection each, apart from the calls' pools: when every pooled connection
+        # is busy, a probe waiting for one would find the replicas stale and send every read to the
+        # primary, the busiest part.
+        single = settings.model_copy(update={"db_pool_size": 1, "db_max_overflow": 0})
+        replicas = [Replica(redact(url), Database(url, settings), probe_db=Database(url, single)) for url in urls]
         return cls(
             primary,
             replicas,
             max_lag_seconds=settings.database_replica_max_lag_seconds,
             probe_seconds=settings.database_replica_probe_seconds,
+            primary_probe=Database(primary.url, single),
         )
 
     def note_write(self, key: str) -> None:
@@ -146,7 +155,7 @@ class Replicas:
         asked = self.clock()
         try:
             async with asyncio.timeout(timeout):
-                lsn = await self.primary.run(_current_lsn)
+                lsn = await self.primary_probe.run(_current_lsn)
         except Exception as exc:  # the primary is down: the replicas' positions mean nothing new
             log.debug("replica probe: primary unreachable (%s)", type(exc).__name__)
         else:
@@ -167,7 +176,7 @@ class Replicas:
     async def _probe_one(self, replica: Replica, timeout: float) -> None:
         try:
             async with asyncio.timeout(timeout):
-                replay = await replica.db.run(_replay_lsn)
+                replay = await (replica.probe_db or replica.db).run(_replay_lsn)
         except Exception as exc:
             if replica.caught_up is not None:
                 log.warning("replica %s unreachable: reads go elsewhere (%s)", replica.name, type(exc).__name__)
@@ -209,6 +218,10 @@ class Replicas:
             self._task = None
         for replica in self.replicas:
             await replica.db.dispose()
+            if replica.probe_db is not None:
+                await replica.probe_db.dispose()
+        if self.primary_probe is not self.primary:
+            await self.primary_probe.dispose()
 
 
 async def _current_lsn(session: AsyncSession) -> str | None:
