@@ -9,9 +9,9 @@ transaction that committed before t: it is "caught up to t".
 `choose(key)` picks a replica for a read of `key` (spread at random over those that qualify), or None
 for the primary. A replica qualifies when its last probe succeeded, it is caught up to a time within
 `max_lag_seconds` of now, and the key's last write in this process (`note_write`, taken after the
-write committed) came before that time. A replica found unreachable by a call is set aside until a probe
-reaches it again (`fell_back`). No replica, or none that qualifies, means the primary: a replica never turns into
-an error. Timestamps come from the monotonic clock of this process only.
+write committed) came before that time. A replica found unreachable by a call is set aside until a
+probe reaches it again (`fell_back`). No replica, or none that qualifies, means the primary: a replica
+never turns into an error. Timestamps come from the monotonic clock of this process only.
 """
 
 from __future__ import annotations

@@ -117,6 +117,12 @@ async def test_a_probe_marks_a_replica_caught_up_to_the_latest_primary_position_
     ahead_db.error = ConnectionError("replica down")
     await replicas.probe()
     assert ahead.caught_up is None
+    # a key's write older than the lag bound decides nothing any more (every usable replica is past it)
+    replicas.note_write("recent")
+    clock.now = 104.0 + 5.0 + 0.1
+    replicas.note_write("now")
+    await replicas.probe()
+    assert set(replicas.writes) == {"now"}
 
 
 async def test_a_probe_sets_aside_a_server_that_is_not_a_standby_and_one_that_is_unreachable(
