@@ -30,19 +30,21 @@ def standby() -> Iterator[Standby]:
         yield made
 
 
+def _env(standby: Standby, max_lag: float) -> dict[str, str]:
+    return {
+        "CAIRN_DATABASE_URL": standby.primary.url(),
+        "CAIRN_DATABASE_REPLICA_URLS": standby.url(),
+        "CAIRN_DATABASE_REPLICA_MAX_LAG_SECONDS": str(max_lag),
+        "CAIRN_DATABASE_REPLICA_PROBE_SECONDS": "0.2",
+        "CAIRN_API_KEYS": ",".join(STATIC_KEYS),
+        "CAIRN_FEATURES": "graph",
+    }
+
+
 @pytest.fixture(scope="module")
 def host(standby: Standby) -> Iterator[Host]:
-    started = Host.start(
-        {
-            "CAIRN_DATABASE_URL": standby.primary.url(),
-            "CAIRN_DATABASE_REPLICA_URLS": standby.url(),
-            # generous: replay is paused for a while below, and the standby must still count as usable
-            "CAIRN_DATABASE_REPLICA_MAX_LAG_SECONDS": "120",
-            "CAIRN_DATABASE_REPLICA_PROBE_SECONDS": "0.2",
-            "CAIRN_API_KEYS": ",".join(STATIC_KEYS),
-            "CAIRN_FEATURES": "graph",
-        }
-    )
+    # a generous lag bound: replay is paused for a while below, and the standby must still count as usable
+    started = Host.start(_env(standby, 120))
     try:
         yield started
     finally:
@@ -148,3 +150,28 @@ def test_reads_succeed_while_the_standby_is_down(standby: Standby, host: Host) -
     finally:
         standby.start()
     _replicated(standby, host, "zeta")
+
+
+def test_on_another_host_a_read_misses_a_write_for_at_most_the_lag_bound(standby: Standby, host: Host) -> None:
+    other = Host.start(_env(standby, 3))
+    try:
+        _create(host, "eta", "before the pause")
+        _replicated(standby, host, "eta")
+        eventually_sync(
+            lambda: "eta" in _names(other, WRITE_KEY), timeout=60, interval=0.1, what="eta on the other host"
+        )
+        standby.pause_replay()
+        try:
+            _create(host, "theta", "written through the first host while replay is paused")
+            written = time.monotonic()
+            # the other host does not know the key wrote; once the standby lags beyond its bound (3 s) it
+            # stops serving there, and the read goes to the primary, although replay is still paused
+            eventually_sync(
+                lambda: "theta" in _names(other, WRITE_KEY), timeout=60, interval=0.1, what="theta on the other host"
+            )
+            assert standby.sql("SELECT count(*) FROM graph_entities WHERE name = 'theta'") == "0"
+            assert time.monotonic() - written < 3 + 20  # the bound, and room for a loaded machine
+        finally:
+            standby.resume_replay()
+    finally:
+        other.stop()
