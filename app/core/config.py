@@ -44,7 +44,7 @@ class Settings(BaseSettings):
     db_pool_recycle_seconds: int = Field(default=1800, ge=-1)
     db_statement_timeout_ms: int = 30_000
     migrate_on_start: bool = True
-    # Streaming replicas (URLs like database_url) that serve read-only operations; see docs/reliability.md
+    # Streaming replicas (URLs like database_url) that serve read-only operations; docs/architecture.md
     database_replica_urls: Annotated[list[str], NoDecode] = Field(default_factory=list)
     # A replica not known to have replayed the primary's WAL of this many seconds ago serves no read
     database_replica_max_lag_seconds: float = Field(default=2.0, gt=0, le=3600)
