@@ -5,6 +5,7 @@ part and the audit rows of reads land on the primary; a stopped standby costs no
 
 from __future__ import annotations
 
+import shutil
 import tempfile
 import time
 from collections.abc import Iterator
@@ -26,8 +27,12 @@ PROJECT = "replicated"
 
 @pytest.fixture(scope="module")
 def standby() -> Iterator[Standby]:
-    with primary_with_standby(Path(tempfile.mkdtemp(prefix="cairn-primary-"))) as made:
-        yield made
+    root = Path(tempfile.mkdtemp(prefix="cairn-primary-"))
+    try:
+        with primary_with_standby(root) as made:
+            yield made
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def _env(standby: Standby, max_lag: float) -> dict[str, str]:
