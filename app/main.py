@@ -27,6 +27,7 @@ from app.core.operations import ops as core_ops
 from app.core.pgembedded import EmbeddedPostgres, start_embedded
 from app.core.ratelimit import JobSlots, RateLimiter
 from app.core.registry import OperationSet
+from app.core.replicas import Replicas
 from app.core.runtime import make_embedder, run_blocking
 from app.core.stdio import serve_stdio
 from app.core.toolsets import Catalog
@@ -110,6 +111,7 @@ def assemble(settings: Settings, extra: list[OperationSet] | None = None, *, loc
         extras={"embedded_pg": boot.pg},
         limiter=RateLimiter(settings.rate_limit_per_second, settings.rate_limit_burst),
         jobs=JobSlots(settings.max_long_jobs_per_key),
+        replicas=Replicas.build(db, settings),
     )
     queue = state.queue = EmbeddingQueue(
         db, state.embedder, [t for f in features for t in f.embedding_targets], settings

@@ -68,6 +68,7 @@ async def analysis_store(ctx: CallContext, args: StoreIn) -> StoreOut:
     output=QueryOut,
     path="/analysis/query",
     read_only=True,
+    primary_only=True,  # deletes expired records before it reads (AnalysisRepository.evict_expired)
     title="Query Analysis",
 )
 async def analysis_query(ctx: CallContext, args: QueryIn) -> QueryOut:

@@ -69,6 +69,8 @@ async def running(asm: Assembly, **banner: Any) -> AsyncIterator[None]:
             if feature.startup is not None:
                 await feature.startup(state)
         asm.queue.start()
+        if state.replicas is not None:
+            state.replicas.start()
         where = ""
         if "host" in banner and "port" in banner:
             base = asm.settings.public_url or f"http://{banner['host']}:{banner['port']}"
@@ -79,6 +81,8 @@ async def running(asm: Assembly, **banner: Any) -> AsyncIterator[None]:
         async with usage.running() if usage is not None else contextlib.nullcontext():
             yield
     finally:
+        if state.replicas is not None:
+            await state.replicas.stop()
         await asm.queue.stop()
         for feature in reversed(asm.features):
             if feature.shutdown is not None:

@@ -49,6 +49,12 @@ class Settings(BaseSettings):
     # Where migrations and backups connect, bypassing the pooler; unset = database_url
     database_direct_url: str | None = None
     migrate_on_start: bool = True
+    # Streaming replicas (URLs like database_url) that serve read-only operations; docs/architecture.md
+    database_replica_urls: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    # A replica not known to have replayed the primary's WAL of this many seconds ago serves no read
+    database_replica_max_lag_seconds: float = Field(default=2.0, gt=0, le=3600)
+    # How often each process probes the replicas' replay position
+    database_replica_probe_seconds: float = Field(default=0.5, gt=0, le=60)
 
     # Features: names of the enabled families, or "all" (the entry checks the names)
     features: Annotated[list[str], NoDecode] = Field(default_factory=lambda: ["all"])
@@ -111,7 +117,15 @@ class Settings(BaseSettings):
     # auto: readable text lines on a terminal, JSON lines otherwise (files, containers, collectors)
     log_format: Literal["auto", "json", "text"] = "auto"
 
-    @field_validator("allowed_hosts", "allowed_origins", "features", "api_keys", "mcp_toolsets", mode="before")
+    @field_validator(
+        "allowed_hosts",
+        "allowed_origins",
+        "features",
+        "api_keys",
+        "mcp_toolsets",
+        "database_replica_urls",
+        mode="before",
+    )
     @classmethod
     def _lists(cls, value: object) -> object:
         return _split_list(value)

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from app.core.embeddings.queue import EmbeddingQueue
     from app.core.ratelimit import JobSlots, RateLimiter
     from app.core.registry import Registry
+    from app.core.replicas import Replicas
 
 log = logging.getLogger("cairn.call")
 S = TypeVar("S", bound=BaseSettings)
@@ -34,6 +35,8 @@ ProgressFn = Callable[[float, float | None, str | None], Awaitable[None]]
 RollbackStep = Callable[[AsyncSession], Awaitable[None]]
 # A step after a call's commit: given the reply, returns the reply to send (see `CallContext.after_commit`)
 CommitHook = Callable[[Any], Awaitable[Any]]
+# The write part of a read-only operation: given a primary session and the reply, returns the reply to send
+PrimaryStep = Callable[[AsyncSession, Any], Awaitable[Any]]
 
 _SCOPE_RANK = {"read": 0, "write": 1, "admin": 2}
 _PROJECT_NAME = re.compile(PROJECT_NAME)
@@ -82,6 +85,8 @@ class AppState:
     jobs: JobSlots | None = None
     catalog: ToolsetSummary | None = None
     queue: EmbeddingQueue | None = None
+    # The read replicas of this process (None: every call runs on the primary)
+    replicas: Replicas | None = None
     extras: dict[str, Any] = field(default_factory=dict)
 
 
@@ -117,6 +122,8 @@ class CallContext:
     # Run by the executor, each in a fresh short transaction, when this call's transaction does not
     # commit (see `on_rollback`)
     rollback_steps: list[RollbackStep] = field(default_factory=list)
+    # The write part of a read-only call, run on the primary (see `write_after_read`)
+    primary_steps: list[PrimaryStep] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         # The embedder shares the model between callers in turn (app.core.embeddings.local): this call's
@@ -166,6 +173,19 @@ class CallContext:
         does not commit. A hook that fails is logged and skipped: the call has committed, its reply still
         goes out."""
         self.commit_hooks.append(hook)
+
+    def write_after_read(self, step: PrimaryStep) -> None:
+        """Register `step(session, reply)`, the write part of a read-only operation (a search that
+        records what it returned): it runs once the handler has returned, on a session of the primary,
+        and returns the reply to send (the same one, or a copy with what it wrote filled in).
+
+        When the call runs on the primary, the step runs in the call's own transaction, after the
+        handler. When it was served by a read replica (`app.core.replicas`), which refuses every
+        write, the executor runs the steps after the read, in one short primary transaction together
+        with the call's audit row; if that transaction fails, the call fails. Steps run in order, must
+        not read what the handler read through `session` expecting the same snapshot, and never run
+        when the handler raised."""
+        self.primary_steps.append(step)
 
     def on_rollback(self, step: RollbackStep) -> None:
         """Register `step(session)` for the case where this call's transaction does not commit.

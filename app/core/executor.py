@@ -19,7 +19,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.core.context import AppState, CallContext, Principal, ProgressFn, _no_progress
-from app.core.db import is_connection_error, sqlstate
+from app.core.db import is_conflict, is_connection_error, sqlstate
 from app.core.embeddings.load import LOAD
 from app.core.embeddings.provider import EmbeddingUnavailable
 from app.core.errors import (
@@ -37,6 +37,7 @@ from app.core.logs import request_id_var
 from app.core.metrics import CALLS, ERRORS, LATENCY
 from app.core.models import AuditEntry
 from app.core.registry import Operation, ResourceDef
+from app.core.replicas import Replica
 from app.core.repository import AuditRepository
 
 log = logging.getLogger("cairn.call")
@@ -191,6 +192,8 @@ class _Call:
     progress: ProgressFn
     audited: bool
     attempts: list[CallContext] = field(default_factory=list)
+    # The read replica the current attempt runs on (None: the primary)
+    replica: Replica | None = None
 
     async def attempt(self, session: AsyncSession) -> tuple[CallContext, BaseModel]:
         """One run of the handler in the transaction of `session`, with the audit row of a success."""
@@ -210,22 +213,77 @@ class _Call:
         result = await op.handler(ctx, self.args)
         if not isinstance(result, op.output_model):
             result = op.output_model.model_validate(result)
-        if self.audited:
-            entry = audit_entry(op, self.transport, self.principal, self.args, result, None)
-            await AuditRepository(session).add(entry)
+        if self.replica is None:
+            result = await self.write_part(ctx, session, result)
         return ctx, result
+
+    async def write_part(self, ctx: CallContext, session: AsyncSession, result: BaseModel) -> BaseModel:
+        """On a primary session: the call's `write_after_read` steps, then the audit row of a success."""
+        for step in ctx.primary_steps:
+            result = await step(session, result)
+        if self.audited:
+            entry = audit_entry(self.op, self.transport, self.principal, self.args, result, None)
+            await AuditRepository(session).add(entry)
+        return result
 
     async def run(self) -> BaseModel:
         """The call's transaction, then its after-commit hooks; the reply."""
         # A pooled connection found dead (PostgreSQL restarted) before the commit: once more on a fresh
         # one, unless the call reaches outside the database or has reported progress (Database.run).
+        retry = not self.op.open_world and not self.op.long_running
+        replicas = self.app.replicas
+        # Only a call that can run again goes to a replica: one the replica fails then runs on the primary.
+        routed = replicas is not None and self.op.read_only and not self.op.primary_only and retry
+        replica = replicas.choose(self.key) if replicas is not None and routed else None
         try:
-            retry = not self.op.open_world and not self.op.long_running
-            ctx, result = await self.app.db.run(self.attempt, retry=retry)
-        except BaseException:  # rolled back (failed or cancelled): record what the handler did outside
+            try:
+                if replica is not None:
+                    ctx, result = await self.on_replica(replica)
+                else:
+                    ctx, result = await self.app.db.run(self.attempt, retry=retry)
+            except BaseException:  # rolled back (failed or cancelled): record what the handler did outside
+                await run_rollback_steps(self.app, self.attempts)
+                raise
+            return await run_commit_hooks(ctx, result)
+        finally:
+            # After the hooks too (they may wait for the call's embeddings): the key's next reads then
+            # go to the primary until a replica has caught up past this moment. What a read's write part
+            # records (search events, access counts) is left out: the key's next search would otherwise
+            # never be served by a replica.
+            if replicas is not None and not routed:
+                replicas.note_write(self.key)
+
+    async def on_replica(self, replica: Replica) -> tuple[CallContext, BaseModel]:
+        """The read on `replica`, then its write part on the primary. A replica that cannot serve it
+        (unreachable, cancelled by a recovery conflict, or refusing a write: SQLSTATE 25006, an operation
+        that writes without saying so) is set aside and the call runs on the primary instead."""
+        self.replica = replica
+        try:
+            ctx, result = await replica.db.run(self.attempt)
+        except Exception as exc:
+            wrote = isinstance(exc, DBAPIError) and sqlstate(exc) == "25006"
+            if not (wrote or is_connection_error(exc) or is_conflict(exc)):
+                raise
+            if wrote:
+                log.warning("operation %s wrote on a read replica: declare it primary_only", self.op.name)
+            if self.app.replicas is not None:
+                self.app.replicas.fell_back(replica, exc, unreachable=is_connection_error(exc))
+            self.replica = None
             await run_rollback_steps(self.app, self.attempts)
-            raise
-        return await run_commit_hooks(ctx, result)
+            return await self.app.db.run(self.attempt)
+        self.replica = None
+        if not ctx.primary_steps and not self.audited:
+            return ctx, result
+
+        async def write(session: AsyncSession) -> BaseModel:
+            return await self.write_part(ctx, session, result)
+
+        return ctx, await self.app.db.run(write)
+
+    @property
+    def key(self) -> str:
+        """Whose reads and writes these are, for read-your-writes (`app.core.replicas`)."""
+        return self.principal.key_id or "open-mode"
 
 
 async def run_commit_hooks(ctx: CallContext, result: R) -> R:

@@ -80,6 +80,9 @@ class Operation:
     text: TextRenderer | None = None
     # Arguments shown as the OpenAPI example when the schema alone cannot make a valid one
     example: dict[str, Any] | None = None
+    # A read-only operation whose reads must run on the primary (it writes as it reads): never routed to
+    # a read replica (`app.core.replicas`)
+    primary_only: bool = False
 
     @property
     def tool(self) -> str:
@@ -183,6 +186,7 @@ class OperationSet:
         open_world: bool = False,
         text: TextRenderer | None = None,
         example: dict[str, Any] | None = None,
+        primary_only: bool = False,
     ) -> Callable[[Handler], Handler]:
         """Declare `handler` as an operation of this feature.
 
@@ -191,7 +195,9 @@ class OperationSet:
         `toolsets` (default: the feature's own) says where MCP clients find it; `tool_name` overrides
         its MCP name; `open_world` marks tools that reach systems outside Cairn; `text` renders the
         MCP text content when it must differ from the JSON of the result; `example` gives the
-        OpenAPI example arguments when the schema alone cannot make valid ones (REST docs only)."""
+        OpenAPI example arguments when the schema alone cannot make valid ones (REST docs only).
+        `primary_only` keeps a read-only operation that writes as it reads off the read replicas
+        (a write part that can run after the read uses `CallContext.write_after_read` instead)."""
         if not _NAME.fullmatch(name):
             raise ValueError(f"invalid operation name {name!r}")
         if mcp and not title:
@@ -221,6 +227,7 @@ class OperationSet:
                     open_world=open_world,
                     text=text,
                     example=example,
+                    primary_only=primary_only,
                 )
             )
             return handler

@@ -277,3 +277,17 @@ class AuditRepository(Repository):
         if before_id is not None:
             stmt = stmt.where(AuditEntry.id < before_id)
         return list((await self.session.scalars(stmt)).all())
+
+
+class WalRepository(Repository):
+    """WAL positions, as text ("16/B374D848"), for routing reads to replicas (`app.core.replicas`)."""
+
+    async def current_lsn(self) -> str | None:
+        """The primary's current WAL write position."""
+        value = await self.scalar("SELECT pg_current_wal_lsn()::text")
+        return None if value is None else str(value)
+
+    async def replay_lsn(self) -> str | None:
+        """How far a standby has replayed the WAL (None on a server that is not in recovery)."""
+        value = await self.scalar("SELECT pg_last_wal_replay_lsn()::text")
+        return None if value is None else str(value)

@@ -65,6 +65,7 @@ async def profile_dataset(ctx: CallContext, args: ProfileIn) -> ProfileOut:
 
 @ops.operation(
     name="execute_query",
+    primary_only=True,  # stores its result's metadata as it reads (get_result reads it back)
     title="Query Dataset",
     input=QueryIn,
     output=QueryOut,

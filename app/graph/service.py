@@ -5,6 +5,8 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+from sqlalchemy.ext.asyncio import AsyncSession
+
 from app.core.budget import tokens_of
 from app.core.context import CallContext
 from app.core.embeddings.calls import enqueue
@@ -387,10 +389,20 @@ async def open_nodes(ctx: CallContext, args: OpenNodesIn) -> GraphOut:
     out = await _graph(repo, rows, args.max_observations, None)
     out.total = len(rows)
     out.not_found = [n for n in names if n not in found]
-    await SearchRepository(ctx.session).record_feedback(
-        pid, [r.id for r in rows], ctx.feature_settings(GraphSettings).feedback_window_seconds, args.session_id
-    )
+    credit_feedback(ctx, pid, [r.id for r in rows], args.session_id)
     return out
+
+
+def credit_feedback(ctx: CallContext, pid: uuid.UUID, ids: list[int], session_id: str | None) -> None:
+    """Count opening `ids` as implicit feedback on the searches that returned them: the write part of
+    the read, on the primary, where those search events were written (`CallContext.write_after_read`)."""
+    window = ctx.feature_settings(GraphSettings).feedback_window_seconds
+
+    async def feedback(session: AsyncSession, reply: Any) -> Any:
+        await SearchRepository(session).record_feedback(pid, ids, window, session_id)
+        return reply
+
+    ctx.write_after_read(feedback)
 
 
 # ---- lifecycle tools ---------------------------------------------------------------------------
@@ -470,9 +482,7 @@ async def get_entity_history(ctx: CallContext, args: EntityHistoryIn) -> EntityH
     rels = await repo.relations_touching([ent.id], include_ended=True, limit=args.limit + 1)
     srepo = SearchRepository(ctx.session)
     refl = await srepo.reflections_for(pid, ent.id, 20)
-    await srepo.record_feedback(
-        pid, [ent.id], ctx.feature_settings(GraphSettings).feedback_window_seconds, args.session_id
-    )
+    credit_feedback(ctx, pid, [ent.id], args.session_id)
     return EntityHistoryOut(
         entity=EntityInfo(
             name=info["name"],

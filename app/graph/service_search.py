@@ -9,6 +9,8 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from sqlalchemy.ext.asyncio import AsyncSession
+
 from app.core.budget import measured
 from app.core.context import CallContext
 from app.core.embeddings.calls import query_vector
@@ -128,10 +130,6 @@ async def search_semantic(ctx: CallContext, args: SearchSemanticIn) -> SearchSem
     served = ranked[: args.limit]
     obs = await GraphRepository(ctx.session).current_observations([c.id for c in served], args.include_observations)
     duration = (time.perf_counter() - started) * 1000
-    query_hash = hashlib.sha256(args.query.encode()).hexdigest()[:32]
-    event_id = await repo.log_event(
-        pid, args.query, query_hash, treatment, args.limit, len(served), duration, found.engine
-    )
     hits, logged = [], []
     for rank, c in enumerate(served, 1):
         comp = _components(c)
@@ -152,12 +150,24 @@ async def search_semantic(ctx: CallContext, args: SearchSemanticIn) -> SearchSem
         logged.append(
             {"entity_id": c.id, "entity_name": c.name, "rank": rank, "baseline_rank": c.baseline_rank, **shown}
         )
-    await repo.log_results(event_id, logged)
     top = [c.id for c in served[: s.cooc_top]]
-    await repo.record_access([c.id for c in served], [(a, b) for i, a in enumerate(top) for b in top[i + 1 :]])
+    pairs = [(a, b) for i, a in enumerate(top) for b in top[i + 1 :]]
+    query_hash = hashlib.sha256(args.query.encode()).hexdigest()[:32]
+
+    async def record(session: AsyncSession, out: SearchSemanticOut) -> SearchSemanticOut:
+        # The write part, on the primary (also when a read replica served the search: CallContext.write_after_read)
+        writer = SearchRepository(session)
+        event_id = await writer.log_event(
+            pid, args.query, query_hash, treatment, args.limit, len(served), duration, found.engine
+        )
+        await writer.log_results(event_id, logged)
+        await writer.record_access([c.id for c in served], pairs)
+        return measured(out.model_copy(update={"event_id": event_id}), "tokens")
+
+    ctx.write_after_read(record)
     out = SearchSemanticOut(
         results=hits,
-        event_id=event_id,
+        event_id=0,
         treatment=_label(treatment),
         engine=found.engine,
         duration_ms=round(duration, 3),

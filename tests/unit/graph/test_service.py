@@ -330,6 +330,8 @@ async def test_ended_relations_status_and_history(db: Database) -> None:
         page = await service.read_graph(ctx, ReadGraphIn(project="life"))
         assert page.total_relations == 1  # the ended relation no longer counts
         history = await service.get_entity_history(ctx, EntityHistoryIn(project="life", entity_name="Ada", limit=1))
+        # its implicit feedback is the call's write part (the executor runs it on the primary), not the read's
+        assert len(ctx.primary_steps) == 1
         assert history.entity.status == "archivado" and history.entity.entityType == "person"
         assert [o.content for o in history.observations] == [
             "wrote notes"

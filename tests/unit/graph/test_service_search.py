@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import pytest
+from sqlalchemy import text
 
 from app.core import migrations
 from app.core.config import Settings
@@ -17,7 +18,7 @@ from app.core.embeddings.providers import build_embedder
 from app.core.registry import Registry
 from app.graph import service, service_search
 from app.graph.config import GraphSettings
-from app.graph.schemas import CreateEntitiesIn, EntityIn, ProjectIn, SearchSemanticIn
+from app.graph.schemas import CreateEntitiesIn, EntityIn, OpenNodesIn, ProjectIn, SearchSemanticIn, SearchSemanticOut
 from app.graph.scoring import Candidate
 from app.graph.service_common import BASELINE, LIMBIC
 from app.graph.service_search import search_semantic
@@ -88,6 +89,15 @@ async def call(db: Database) -> AsyncIterator[CallContext]:
         yield CallContext(session=session, principal=WRITER, app=state, request_id="t", transport="test")
 
 
+async def searched(ctx: CallContext, args: SearchSemanticIn) -> SearchSemanticOut:
+    """`search_semantic` with its write part (the search event), which the executor runs after it."""
+    out = await search_semantic(ctx, args)
+    for step in ctx.primary_steps:
+        out = await step(ctx.session, out)
+    ctx.primary_steps.clear()
+    return out
+
+
 async def test_a_search_on_words_leaves_out_noise_and_archived_entities(db: Database) -> None:
     entities = [
         EntityIn(name="River Thames", entityType="place", observations=["a river through London"]),
@@ -97,18 +107,34 @@ async def test_a_search_on_words_leaves_out_noise_and_archived_entities(db: Data
     async with call(db) as ctx:
         await service.create_entities(ctx, CreateEntitiesIn(project="geo", entities=entities))
     async with call(db) as ctx:
-        out = await search_semantic(ctx, SearchSemanticIn(project="geo", query="river", treatment="baseline"))
+        out = await searched(ctx, SearchSemanticIn(project="geo", query="river", treatment="baseline"))
         assert out.engine == "text" and out.treatment == "baseline" and out.event_id > 0
         assert [h.name for h in out.results] == ["River Thames"]  # the archived one and the volcano left out
         hit = out.results[0]
         assert hit.rank == hit.baseline_rank == 1 and hit.cosine_sim == 0.0 and hit.text_score > 0
         assert hit.observations == ["a river through London"]
-        every = await search_semantic(
+        every = await searched(
             ctx, SearchSemanticIn(project="geo", query="river", treatment="limbic", include_archived=True)
         )
         assert {h.name for h in every.results} == {"River Thames", "River Styx"} and every.treatment == "limbic"
-        assert (await search_semantic(ctx, SearchSemanticIn(project="geo", query="glacier"))).results == []
-        nowhere = await search_semantic(ctx, SearchSemanticIn(project="atlantis", query="river"))
+        assert (await searched(ctx, SearchSemanticIn(project="geo", query="glacier"))).results == []
+        nowhere = await searched(ctx, SearchSemanticIn(project="atlantis", query="river"))
         assert nowhere.results == [] and nowhere.event_id == 0 and nowhere.engine == "none"
     async with call(db) as ctx:
         assert (await graph_stats(ctx, ProjectIn(project="geo"))).search_events == 3  # atlantis logs nothing
+
+
+async def test_opening_a_result_credits_the_search_in_the_write_part_of_the_call(db: Database) -> None:
+    lake = EntityIn(name="Lake Como", entityType="place", observations=["a lake in Italy"])
+    async with call(db) as ctx:
+        await service.create_entities(ctx, CreateEntitiesIn(project="lakes", entities=[lake]))
+    async with call(db) as ctx:
+        event = (await searched(ctx, SearchSemanticIn(project="lakes", query="lake"))).event_id
+    credited = text("SELECT count(*) FROM graph_implicit_feedback WHERE event_id = :e")
+    async with call(db) as ctx:
+        opened = await service.open_nodes(ctx, OpenNodesIn(project="lakes", names=["Lake Como"]))
+        # the read itself writes nothing (a replica may serve it); its write part runs on the primary
+        assert await ctx.session.scalar(credited, {"e": event}) == 0
+        assert len(ctx.primary_steps) == 1
+        assert await ctx.primary_steps[0](ctx.session, opened) is opened
+        assert await ctx.session.scalar(credited, {"e": event}) == 1
