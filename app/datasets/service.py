@@ -32,6 +32,7 @@ from app.datasets.schemas import (
     UploadOut,
 )
 from app.datasets.service_common import Space, space_of
+from app.datasets.storage import project_key
 
 MAX_LISTED_FILES = 200
 
@@ -162,10 +163,12 @@ async def upload_dataset(ctx: CallContext, args: UploadIn) -> UploadOut:
             rule="file_type",
             suggestions=["Upload CSV, TSV, Parquet, JSON or NDJSON (optionally .gz/.zst)"],
         )
-    final = folder / f"{form.name}{m.group(0).lower()}"
+    filename = f"{form.name}{m.group(0).lower()}"
+    key = project_key(space.project, f"{exporting.UPLOADS}/{filename}")
     repo = DatasetRepository(ctx.session, space.project)
     existing = await repo.get(form.name)
-    if existing is not None and not form.replace and existing.path != str(final):
+    # A row written before the object store names the same file by its absolute path.
+    if existing is not None and not form.replace and existing.path not in (key, str(folder / filename)):
         raise Conflict(
             f"Dataset '{form.name}' already exists for another path",
             suggestions=["Send replace=true to point the name at the upload"],
@@ -173,10 +176,10 @@ async def upload_dataset(ctx: CallContext, args: UploadIn) -> UploadOut:
 
     def put_in_place() -> None:
         try:
-            exporting.place(received.staged, final, overwrite=form.replace)
+            space.store.put(key, received.staged, overwrite=form.replace, keep=False)
         except Conflict:
             raise Conflict(
-                f"A dataset file named {final.name} already exists", suggestions=["Send replace=true to overwrite it"]
+                f"A dataset file named {filename} already exists", suggestions=["Send replace=true to overwrite it"]
             ) from None
 
     await asyncio.to_thread(put_in_place)
@@ -184,11 +187,12 @@ async def upload_dataset(ctx: CallContext, args: UploadIn) -> UploadOut:
         ctx,
         space,
         name=form.name,
-        pattern=str(final),
-        files=[final],
+        pattern=key,
+        files=[],
         description=form.description,
         source="upload",
         replace=form.replace,
+        size=received.size,
     )
     return UploadOut(dataset=result.dataset, created=result.created, bytes=received.size)
 
@@ -203,8 +207,10 @@ async def register(
     description: str,
     source: str,
     replace: bool,
+    size: int | None = None,
 ) -> RegisterOut:
-    """Insert or update a registry row of the space's project (shared by the tool and the upload)."""
+    """Insert or update a registry row of the space's project (shared by the tool and the upload: its
+    `pattern` is the object's store key, with no local `files`, and its `size` given)."""
     if not all(inside(f, space.roots) for f in files):
         raise InvalidInput("Every file must lie inside a data root or the project's folder")
     repo = DatasetRepository(ctx.session, space.project)
@@ -214,7 +220,8 @@ async def register(
             f"Dataset '{name}' already exists for another path",
             suggestions=["Pass replace=true to point the name at the new path"],
         )
-    size = await asyncio.to_thread(lambda: sum(f.stat().st_size for f in files))
+    if size is None:
+        size = await asyncio.to_thread(lambda: sum(f.stat().st_size for f in files))
     row, created = await repo.upsert(
         name=name,
         path=pattern,
