@@ -78,7 +78,11 @@ class DatasetSettings(BaseSettings):
     @field_validator("object_store_url", mode="before")
     @classmethod
     def _blank_is_none(cls, value: object) -> object:
-        return None if isinstance(value, str) and not value.strip() else value
+        if isinstance(value, str) and not value.strip():
+            return None
+        if isinstance(value, str) and (not value.startswith("s3://") or not value[5:].split("/", 1)[0]):
+            raise ValueError("CAIRN_OBJECT_STORE_URL must look like s3://bucket/prefix")
+        return value
 
     @field_validator("data_roots", mode="before")
     @classmethod

@@ -39,7 +39,7 @@ from app.datasets.service_common import (
     space_of,
     stored_file,
 )
-from app.datasets.storage import is_key, project_key
+from app.datasets.storage import FolderStore, is_key, project_key
 
 log = logging.getLogger("cairn.datasets")
 MAX_LISTED_ENTRIES = 50  # cache entries named in a cache_invalidate reply
@@ -110,9 +110,11 @@ async def settled(space: Space, query_id: str, path: str, created_at: Any) -> No
     def there() -> bool:
         return space.store.head(path) is not None if is_key(path) else Path(path).is_file()
 
-    # Written by another process: there is nothing to wait on but the file itself.
+    # Written by another process or host: there is nothing to wait on but the file itself (a remote
+    # store is asked less often: each look is a request).
+    pause = 0.01 if isinstance(space.store, FolderStore) else 0.05
     while time.time() < until and not await asyncio.to_thread(there):  # noqa: ASYNC110
-        await asyncio.sleep(0.01)
+        await asyncio.sleep(pause)
 
 
 async def result_file(space: Space, query_id: str, path: str, created_at: Any) -> Path:

@@ -22,6 +22,7 @@ Every method blocks: the services call them in threads (`asyncio.to_thread`).
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import shutil
@@ -282,7 +283,7 @@ class LocalCache:
             self._total += size - self._files.pop(path, 0)
             self._files[path] = size
         base = path.parent.name.rsplit("@", 1)[0]
-        for other in path.parent.parent.glob(f"{base.rsplit('/', 1)[-1]}@*"):
+        for other in path.parent.parent.glob(f"{glob.escape(base)}@*"):
             if other != path.parent:
                 self._drop_dir(other)
         self._evict(keep_path=path)
