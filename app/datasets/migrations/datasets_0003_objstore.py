@@ -27,7 +27,7 @@ def upgrade() -> None:
         "dataset_cache_epochs",
         sa.Column("project", sa.String(128), primary_key=True),
         sa.Column("epoch", sa.BigInteger(), nullable=False, server_default="0"),
-        sa.Column("updated_at", sa.DateTime(timezone=True), server_default=sa.func.now()),
+        sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False, server_default=sa.func.now()),
     )
 
 
