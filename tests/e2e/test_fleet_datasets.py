@@ -13,6 +13,7 @@ import pytest
 from tests.support.hosts import Fleet
 from tests.support.objectstore import S3Server
 from tests.support.server import ADMIN_KEY, STATIC_KEYS, PgCluster
+from tests.support.waiting import eventually_sync
 
 pytestmark = pytest.mark.slow  # two server processes and an S3 server
 
@@ -25,6 +26,15 @@ def post(api: str, path: str, body: dict[str, Any]) -> dict[str, Any]:
     r = httpx.post(f"{api}{path}", json=body, headers=AUTH, timeout=60)
     assert r.status_code == 200, r.text
     return dict(r.json())
+
+
+def query(api: str, sql: str = SQL) -> dict[str, Any]:
+    return post(api, "/datasets/query", {"query_type": "sql", "files": ["weather"], "query": sql})
+
+
+def query_entries(s3: S3Server) -> list[str]:
+    """The query cache entries in the bucket (an object being written has another name)."""
+    return [k for k in s3.objects("cairn/cache/query_") if k.endswith(".json")]
 
 
 @pytest.fixture
@@ -54,14 +64,15 @@ def test_a_fleet_shares_datasets_results_exports_and_invalidation(pg: PgCluster,
 
         prof = post(b.api, "/datasets/profile", {"file_path": "weather"})
         assert prof["statistics"]["row_count"] == 4
-        first = post(b.api, "/datasets/query", {"query_type": "sql", "files": ["weather"], "query": SQL})
+        first = query(b.api)
         assert [r["city"] for r in first["data"]] == ["Quito", "Lima", "Perth"]
         assert first["summary"]["cache_hit"] is False
 
         # A's stored result, read, exported and queried through B.
-        mine = post(a.api, "/datasets/query", {"query_type": "sql", "files": ["weather"], "query": SQL + " DESC"})
+        mine = query(a.api, SQL + " DESC")
         qid = mine["query_id"]
-        assert f"cairn/results/default/{qid}.parquet" in s3.objects()
+        # A small result is answered before its file is written: it reaches the store just after.
+        eventually_sync(lambda: f"cairn/results/default/{qid}.parquet" in s3.objects(), what="A's result stored")
         page = httpx.get(f"{b.api}/datasets/results/{qid}", headers=AUTH, timeout=60)
         assert page.status_code == 200, page.text
         assert [r["city"] for r in page.json()["rows"]] == ["Perth", "Lima", "Quito"]
@@ -75,22 +86,16 @@ def test_a_fleet_shares_datasets_results_exports_and_invalidation(pg: PgCluster,
         )
         assert reused["data"] == [{"t": 57}]
 
+        # Every cache entry written (they follow the answers): none lands after the invalidation below.
+        eventually_sync(lambda: len(query_entries(s3)) == 3, what="three query cache entries")
         # B answers its repeated query from the cache, A too (the entry is shared); after A invalidates,
         # B recomputes.
-        assert post(b.api, "/datasets/query", {"query_type": "sql", "files": ["weather"], "query": SQL})["summary"][
-            "cache_hit"
-        ]
-        assert post(a.api, "/datasets/query", {"query_type": "sql", "files": ["weather"], "query": SQL})["summary"][
-            "cache_hit"
-        ]
+        assert query(b.api)["summary"]["cache_hit"] and query(a.api)["summary"]["cache_hit"]
         dropped = post(a.api, "/datasets/cache/invalidate", {"pattern": "*"})
         assert dropped["invalidated_count"] >= 1
-        again = post(b.api, "/datasets/query", {"query_type": "sql", "files": ["weather"], "query": SQL})
-        assert again["summary"]["cache_hit"] is False and [r["city"] for r in again["data"]] == [
-            "Quito",
-            "Lima",
-            "Perth",
-        ]
+        again = query(b.api)
+        assert again["summary"]["cache_hit"] is False
+        assert [r["city"] for r in again["data"]] == ["Quito", "Lima", "Perth"]
         assert post(b.api, "/datasets/profile", {"file_path": "weather"})["cache_hit"] is False
 
         # A replaced upload is read again by the other host (its local copy is keyed by version).
@@ -102,5 +107,5 @@ def test_a_fleet_shares_datasets_results_exports_and_invalidation(pg: PgCluster,
             timeout=60,
         )
         assert rep.status_code == 200, rep.text
-        now = post(b.api, "/datasets/query", {"query_type": "sql", "files": ["weather"], "query": SQL})
+        now = query(b.api)
         assert now["data"] == [{"city": "Rome", "temp": 15}] and now["summary"]["cache_hit"] is False
