@@ -119,7 +119,7 @@ def _prepare(
         max_rows=max_rows,
     )
     hit = cache.get(key, epoch) if len(present) == len(ids) else None
-    return _Prepared(sources, taken, checked, norm, ids, present, fps, key, hit)
+    return _Prepared(sources, taken, checked, norm, ids, present, fps, key, _with_file(space, cache, key, hit))
 
 
 async def _run_sql(
@@ -159,7 +159,7 @@ async def _run_sql(
     later: asyncio.Future[Any] | None = None  # the stored file's write, when it ends after the answer
     pending: list[Any] = []
     if p.hit is not None:
-        meta, cache_hit = await _from_cache(space, p.hit["meta"]), True
+        meta, cache_hit = p.hit["meta"], True
     else:
         meta, head, later = await _store(cfg, ecfg, args, p)
         cache_hit = False
@@ -276,13 +276,16 @@ def _remember(
         storage.sweep(store, "results/", result_ttl, cache.max_bytes)
 
 
-async def _from_cache(space: Space, meta: dict[str, Any]) -> dict[str, Any]:
-    """A cached result's metadata with the local file of its stored result (fetched from a remote
-    store when this host has no copy of it yet)."""
-    local = await asyncio.to_thread(stored_file, space, str(meta["result_path"]))
+def _with_file(space: Space, cache: Cache, key: str, hit: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A cache hit with the local file of its stored result (fetched from a remote store when this host
+    has no copy yet); None, and the entry dropped, when the result is gone. Blocks."""
+    if hit is None or "result_path" not in hit["meta"]:
+        return hit
+    local = stored_file(space, str(hit["meta"]["result_path"]))
     if local is None:
-        raise NotFound("The stored result is gone (expired or evicted)", suggestions=["Run the query again"])
-    return {**meta, "result_path": str(local)}
+        cache.remove([key])
+        return None
+    return {**hit, "meta": {**hit["meta"], "result_path": str(local)}}
 
 
 async def _run_python(
@@ -299,9 +302,9 @@ async def _run_python(
     key = make_key("python", project=space.project, code=args.query, views=defs, files=fps)
     cache = cache_of(ctx, space)
     epoch = await cache_epoch(ctx, space)
-    hit = await asyncio.to_thread(cache.get, key, epoch)
+    hit = await asyncio.to_thread(lambda: _with_file(space, cache, key, cache.get(key, epoch)))
     if hit is not None:
-        meta, cache_hit = await _from_cache(space, hit["meta"]), True
+        meta, cache_hit = hit["meta"], True
     else:
         ecfg = engine_config(cfg, space, args.timeout_ms)
         query_id = "q_" + uuid.uuid4().hex[:16]
