@@ -10,6 +10,7 @@ import dataclasses
 import os
 import re
 import stat
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -52,6 +53,7 @@ class Space:
 
 
 _STORES: dict[tuple[Any, ...], Store] = {}
+_STORES_LOCK = threading.Lock()
 
 
 def make_store(data_dir: Path, cfg: DatasetSettings) -> Store:
