@@ -32,7 +32,7 @@ from app.datasets.schemas import (
     UploadOut,
 )
 from app.datasets.service_common import Space, space_of
-from app.datasets.storage import project_key
+from app.datasets.storage import FolderStore, project_key
 
 MAX_LISTED_FILES = 200
 
@@ -75,12 +75,37 @@ def _scan_files(rts: list[Path], limit: int) -> tuple[list[FileOut], bool]:
     return out, False
 
 
+def listed_files(space: Space, limit: int) -> tuple[list[FileOut], bool]:
+    """`_scan_files` of the space's roots, then (with a remote store) the files of the project's folder
+    that only the store holds (another host's uploads and exports), by their path in the folder; one a
+    shared root shadows is left out, since that name reads the root's file."""
+    out, more = _scan_files(space.roots, limit)
+    if more or isinstance(space.store, FolderStore):
+        return out, more
+    listed = {f.path for f in out}
+    prefix = f"projects/{space.project}/"
+    for obj in sorted(space.store.listing(prefix), key=lambda o: o.key):
+        rel = obj.key.removeprefix(prefix)
+        name = rel.lower().rsplit("/", 1)[-1].removesuffix(".gz").removesuffix(".zst")
+        hidden = any(part.startswith(".") for part in rel.split("/"))
+        if rel in listed or hidden or not name.endswith(DATA_EXTENSIONS):
+            continue
+        if any((root / rel).exists() for root in space.roots):
+            continue
+        if len(out) >= limit:
+            return out, True
+        out.append(FileOut(path=rel, format=file_format(rel), size_bytes=obj.size))
+    return out, False
+
+
 async def list_datasets(ctx: CallContext, args: ListDatasetsIn) -> ListDatasetsOut:
     """The project's registered datasets and the data files it can read."""
     space = await space_of(ctx, args.project)
     rows, total = await DatasetRepository(ctx.session, space.project).list(args.limit, args.offset)
     rts = space.roots
-    files, more = (await asyncio.to_thread(_scan_files, rts, MAX_LISTED_FILES)) if args.include_files else ([], False)
+    files, more = (
+        (await asyncio.to_thread(listed_files, space, MAX_LISTED_FILES)) if args.include_files else ([], False)
+    )
     nxt = args.offset + len(rows)
     return ListDatasetsOut(
         datasets=[dataset_out(d) for d in rows],

@@ -27,7 +27,7 @@ from app.datasets.engine.sandbox import file_format, inside, resolve_path
 from app.datasets.models import Dataset
 from app.datasets.repository import CacheEpochRepository, DatasetRepository
 from app.datasets.schemas import DATASET_NAME
-from app.datasets.storage import CacheEntries, FolderStore, LocalCache, S3Store, Store, is_key
+from app.datasets.storage import CacheEntries, FolderStore, LocalCache, S3Store, Store, is_key, project_key
 
 QUERY_ID = re.compile(r"\bq_[0-9a-f]{16}\b")
 _NAME_RE = re.compile(DATASET_NAME)
@@ -261,11 +261,16 @@ async def registered(ctx: CallContext, space: Space, refs: list[str]) -> dict[st
 
 
 def source_of(
-    ref: str, known: dict[str, Dataset], rts: list[Path], taken: set[str], store: Store | None = None
+    ref: str,
+    known: dict[str, Dataset],
+    rts: list[Path],
+    taken: set[str],
+    store: Store | None = None,
+    project: str | None = None,
 ) -> engine.Source:
     """`ref` as a Source: the registered dataset it names (in `known`: an upload is read from `store`),
-    else a path/glob inside the roots `rts`; its view is named apart from the names `taken`. Looks at
-    the filesystem (and the store)."""
+    else a path/glob inside the roots `rts` (else a file of `project`'s folder in a remote `store`); its
+    view is named apart from the names `taken`. Looks at the filesystem (and the store)."""
     ds = known.get(ref) if is_name(ref) else None
     if ds is not None and store is not None and is_key(ds.path):
         local = store.fetch(ds.path)
@@ -279,8 +284,27 @@ def source_of(
         pattern, files = resolve_path(ds.path, rts)
         name = ref.lower() if ref.lower() not in taken else view_name(ref, taken)
         return engine.make_source(name, pattern, files)
-    pattern, files = resolve_path(ref, rts)
+    try:
+        pattern, files = resolve_path(ref, rts)
+    except NotFound:
+        local = stored_copy(store, project, ref)
+        if local is None:
+            raise
+        return engine.Source(name=view_name(ref, taken), pattern=str(local), files=[local], fmt=file_format(ref))
     return engine.make_source(view_name(ref, taken), pattern, files)
+
+
+def stored_copy(store: Store | None, project: str | None, ref: str) -> Path | None:
+    """The local copy of a file of the project's folder that `ref` (a relative path, no glob) names in a
+    remote store, when this host's folder lacks it (another host uploaded or exported it); None when
+    there is none, or for the local store. Blocks."""
+    if store is None or project is None or isinstance(store, FolderStore):
+        return None
+    rel = os.path.normpath(ref)
+    parts = Path(rel).parts
+    if os.path.isabs(ref) or any(ch in ref for ch in "*?[") or not parts or any(p.startswith(".") for p in parts):
+        return None
+    return store.fetch(project_key(project, rel))
 
 
 async def resolve_source(ctx: CallContext, space: Space, ref: str, taken: set[str] | None = None) -> engine.Source:
@@ -288,11 +312,11 @@ async def resolve_source(ctx: CallContext, space: Space, ref: str, taken: set[st
     Source."""
     known = await registered(ctx, space, [ref])
     chosen = taken if taken is not None else set()
-    return await asyncio.to_thread(source_of, ref, known, space.roots, chosen, space.store)
+    return await asyncio.to_thread(source_of, ref, known, space.roots, chosen, space.store, space.project)
 
 
 def sources_of(
-    refs: list[str], known: dict[str, Dataset], rts: list[Path], store: Store | None = None
+    refs: list[str], known: dict[str, Dataset], rts: list[Path], store: Store | None = None, project: str | None = None
 ) -> tuple[list[engine.Source], list[str], set[str]]:
     """The sources `refs` (execute_query's `files`) name, in order, the stored results they name, and
     every view name taken. A single source is also the view `data`. Looks at the filesystem."""
@@ -304,7 +328,7 @@ def sources_of(
             result_ids.append(ref)
             taken.add(ref)
             continue
-        src = source_of(ref, known, rts, taken, store)
+        src = source_of(ref, known, rts, taken, store, project)
         taken.add(src.name)
         sources.append(src)
     if len(sources) == 1 and "data" not in taken:

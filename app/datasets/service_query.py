@@ -63,7 +63,7 @@ async def _execute_query(ctx: CallContext, args: QueryIn) -> QueryOut:
     refs = list(args.files)
     known = await registered(ctx, space, [r for r in refs if not QUERY_ID.fullmatch(r)])
     if engine_used == "python":
-        sources, _, taken = await asyncio.to_thread(sources_of, refs, known, space.roots, space.store)
+        sources, _, taken = await asyncio.to_thread(sources_of, refs, known, space.roots, space.store, space.project)
         return await _run_python(ctx, cfg, space, args, sources, sorted(taken))
     return await _run_sql(ctx, cfg, space, args, sql, refs, known, engine_used)
 
@@ -98,7 +98,7 @@ def _prepare(
     """Find the files (fetching objects of a remote store), check the query and look its result up in
     the cache. Looks at the filesystem."""
     rts = space.roots
-    sources, result_ids, taken = sources_of(refs, known, rts, space.store)
+    sources, result_ids, taken = sources_of(refs, known, rts, space.store, space.project)
     checked, literal_files = _checked_sql(sql, rts)
     ids = result_ids + [q for q in QUERY_ID.findall(checked) if q not in result_ids]
     present: dict[str, Path] = {}

@@ -85,9 +85,18 @@ def test_a_fleet_shares_datasets_results_exports_and_invalidation(pg: PgCluster,
             {"query_type": "sql", "files": [qid], "query": f"SELECT sum(temp) AS t FROM {qid}"},
         )
         assert reused["data"] == [{"t": 57}]
+        # A lists and reads the file B exported (its own folder lacks it: the store has it).
+        listed = httpx.get(f"{a.api}/datasets", headers=AUTH, timeout=60).json()
+        assert {f"exports/{qid}.csv", "uploads/weather.csv"} <= {f["path"] for f in listed["files"]}
+        back = post(
+            a.api,
+            "/datasets/query",
+            {"query_type": "sql", "files": [f"exports/{qid}.csv"], "query": "SELECT count(*) AS n FROM data"},
+        )
+        assert back["data"] == [{"n": 3}]
 
         # Every cache entry written (they follow the answers): none lands after the invalidation below.
-        eventually_sync(lambda: len(query_entries(s3)) == 3, what="three query cache entries")
+        eventually_sync(lambda: len(query_entries(s3)) == 4, what="four query cache entries")
         # B answers its repeated query from the cache, A too (the entry is shared); after A invalidates,
         # B recomputes.
         assert query(b.api)["summary"]["cache_hit"] and query(a.api)["summary"]["cache_hit"]
