@@ -71,16 +71,20 @@ def store_later(
 async def _publish_later(
     query_id: str, later: asyncio.Future[Any], publishing: Callable[[], Any], remember: Callable[[], None]
 ) -> None:
+    def both() -> None:
+        publishing()
+        try:
+            remember()
+        except Exception as exc:  # a later call misses the cache: nothing else is wrong
+            log.warning("a cache entry was not written: %s", exc)
+
     try:
         await asyncio.shield(later)
-        await asyncio.to_thread(publishing)
+        # One thread for both: the cache entry follows the file as closely as before there was a store.
+        await asyncio.to_thread(both)
     except Exception as exc:
         log.warning("the result %s was answered but its file was not stored: %s", query_id, exc)
         raise
-    try:
-        await asyncio.to_thread(remember)
-    except Exception as exc:  # a later call misses the cache: nothing else is wrong
-        log.warning("a cache entry was not written: %s", exc)
 
 
 def publish(space: Space, key: str, local: Path) -> None:
@@ -118,7 +122,7 @@ async def settled(space: Space, query_id: str, path: str, created_at: Any) -> No
 
 
 async def result_file(space: Space, query_id: str, path: str, created_at: Any) -> Path:
-    """The local file of a stored result, once settled (fetched from a remote store); 4040 when gone."""
+    """The local file of a stored result, once settled (fetched from a remote store); 4002 when gone."""
     await settled(space, query_id, path, created_at)
     local = await asyncio.to_thread(stored_file, space, path)
     if local is None:
