@@ -107,7 +107,7 @@ async def test_the_cache_entry_of_an_early_answer_is_written_once_its_file_is() 
     later.set_result(None)
     await until(lambda: remembered == [True])
     assert published == [True]  # the file went to the store before its cache entry was written
-    assert "q_00000000000000aa" not in service_results._WRITING
+    await until(lambda: "q_00000000000000aa" not in service_results._WRITING)  # forgotten once all is done
 
 
 async def test_a_cancelled_write_forgets_the_result_without_caching_it() -> None:
