@@ -22,6 +22,15 @@ class DatasetSettings(BaseSettings):
     # Each project's private folder (uploads, exports) lives under this directory, outside the shared
     # data roots (default `<CAIRN_DATA_DIR>/datasets-projects`).
     datasets_projects_dir: Path | None = None
+    # A store shared by every host of a fleet for the datasets files (uploads, stored results, exports,
+    # cache entries): `s3://bucket/prefix` on any S3-compatible store, reached with the standard
+    # AWS_ENDPOINT_URL / AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY / AWS_REGION variables. Unset: the
+    # local folders above (see app/datasets/storage.py).
+    object_store_url: str | None = None
+    # The host's local copies of objects read from that store (default `<CAIRN_DATA_DIR>/datasets-objects`),
+    # least recently used first out past the cap.
+    datasets_object_cache_dir: Path | None = None
+    datasets_object_cache_max_bytes: int = Field(default=4 * 1024 * 1024 * 1024, ge=0)
 
     # DuckDB resource limits.
     datasets_memory_limit: str = "2GB"
@@ -66,6 +75,15 @@ class DatasetSettings(BaseSettings):
     # ... and kept off one core while other calls are being answered (app.core.embeddings.cpus).
     datasets_long_call_confine: bool = True
 
+    @field_validator("object_store_url", mode="before")
+    @classmethod
+    def _blank_is_none(cls, value: object) -> object:
+        if isinstance(value, str) and not value.strip():
+            return None
+        if isinstance(value, str) and (not value.startswith("s3://") or not value[5:].split("/", 1)[0]):
+            raise ValueError("CAIRN_OBJECT_STORE_URL must look like s3://bucket/prefix")
+        return value
+
     @field_validator("data_roots", mode="before")
     @classmethod
     def _split(cls, value: object) -> object:
@@ -108,4 +126,11 @@ def work_dir(data_dir: Path, cfg: DatasetSettings) -> Path:
     (path / "results").mkdir(parents=True, exist_ok=True)
     (path / "cache").mkdir(parents=True, exist_ok=True)
     (path / "tmp").mkdir(parents=True, exist_ok=True)
+    return path.resolve()
+
+
+def object_cache_dir(data_dir: Path, cfg: DatasetSettings) -> Path:
+    """The directory of the local copies of the object store's files (created if missing), resolved."""
+    path = (cfg.datasets_object_cache_dir or data_dir / "datasets-objects").expanduser()
+    path.mkdir(parents=True, exist_ok=True)
     return path.resolve()

@@ -52,3 +52,15 @@ class DatasetQuery(Base):
     label: Mapped[str | None] = mapped_column(String(200), nullable=True)
     created_by: Mapped[str | None] = mapped_column(String(128), nullable=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+
+
+class DatasetCacheEpoch(Base):
+    """The result cache's epoch of one project: `cache_invalidate` raises it, and every host re-reads
+    from the shared store any cache entry it remembered in an older epoch (the invalidation reaches
+    every host through the database, with no LISTEN/NOTIFY)."""
+
+    __tablename__ = "dataset_cache_epochs"
+
+    project: Mapped[str] = mapped_column(String(128), primary_key=True)
+    epoch: Mapped[int] = mapped_column(BigInteger, nullable=False, server_default="0")
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())

@@ -11,7 +11,7 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.core.repository import Repository
-from app.datasets.models import Dataset, DatasetQuery
+from app.datasets.models import Dataset, DatasetCacheEpoch, DatasetQuery
 
 
 class DatasetRepository(Repository):
@@ -121,3 +121,31 @@ class QueryRepository(Repository):
             select(DatasetQuery).where(DatasetQuery.query_id.in_(ids), DatasetQuery.project == self.project)
         )
         return {q.query_id: q for q in rows}
+
+
+class CacheEpochRepository(Repository):
+    """The result cache's epoch of one project (see `DatasetCacheEpoch`)."""
+
+    def __init__(self, session: AsyncSession, project: str) -> None:
+        super().__init__(session)
+        self.project = project
+
+    async def current(self) -> int:
+        """The project's epoch (0 before its first invalidation)."""
+        value = await self.session.scalar(
+            select(DatasetCacheEpoch.epoch).where(DatasetCacheEpoch.project == self.project)
+        )
+        return int(value or 0)
+
+    async def advance(self) -> int:
+        """Raise the project's epoch by one; returns the new epoch."""
+        stmt = (
+            insert(DatasetCacheEpoch)
+            .values(project=self.project, epoch=1)
+            .on_conflict_do_update(
+                index_elements=[DatasetCacheEpoch.project],
+                set_={"epoch": DatasetCacheEpoch.epoch + 1, "updated_at": func.now()},
+            )
+            .returning(DatasetCacheEpoch.epoch)
+        )
+        return int((await self.session.execute(stmt)).scalar_one())

@@ -32,6 +32,7 @@ from app.datasets.schemas import (
     UploadOut,
 )
 from app.datasets.service_common import Space, space_of
+from app.datasets.storage import FolderStore, project_key
 
 MAX_LISTED_FILES = 200
 
@@ -74,12 +75,37 @@ def _scan_files(rts: list[Path], limit: int) -> tuple[list[FileOut], bool]:
     return out, False
 
 
+def listed_files(space: Space, limit: int) -> tuple[list[FileOut], bool]:
+    """`_scan_files` of the space's roots, then (with a remote store) the files of the project's folder
+    that only the store holds (another host's uploads and exports), by their path in the folder; one a
+    shared root shadows is left out, since that name reads the root's file."""
+    out, more = _scan_files(space.roots, limit)
+    if more or isinstance(space.store, FolderStore):
+        return out, more
+    listed = {f.path for f in out}
+    prefix = f"projects/{space.project}/"
+    for obj in sorted(space.store.listing(prefix), key=lambda o: o.key):
+        rel = obj.key.removeprefix(prefix)
+        name = rel.lower().rsplit("/", 1)[-1].removesuffix(".gz").removesuffix(".zst")
+        hidden = any(part.startswith(".") for part in rel.split("/"))
+        if rel in listed or hidden or not name.endswith(DATA_EXTENSIONS):
+            continue
+        if any((root / rel).exists() for root in space.roots):
+            continue
+        if len(out) >= limit:
+            return out, True
+        out.append(FileOut(path=rel, format=file_format(rel), size_bytes=obj.size))
+    return out, False
+
+
 async def list_datasets(ctx: CallContext, args: ListDatasetsIn) -> ListDatasetsOut:
     """The project's registered datasets and the data files it can read."""
     space = await space_of(ctx, args.project)
     rows, total = await DatasetRepository(ctx.session, space.project).list(args.limit, args.offset)
     rts = space.roots
-    files, more = (await asyncio.to_thread(_scan_files, rts, MAX_LISTED_FILES)) if args.include_files else ([], False)
+    files, more = (
+        (await asyncio.to_thread(listed_files, space, MAX_LISTED_FILES)) if args.include_files else ([], False)
+    )
     nxt = args.offset + len(rows)
     return ListDatasetsOut(
         datasets=[dataset_out(d) for d in rows],
@@ -162,10 +188,12 @@ async def upload_dataset(ctx: CallContext, args: UploadIn) -> UploadOut:
             rule="file_type",
             suggestions=["Upload CSV, TSV, Parquet, JSON or NDJSON (optionally .gz/.zst)"],
         )
-    final = folder / f"{form.name}{m.group(0).lower()}"
+    filename = f"{form.name}{m.group(0).lower()}"
+    key = project_key(space.project, f"{exporting.UPLOADS}/{filename}")
     repo = DatasetRepository(ctx.session, space.project)
     existing = await repo.get(form.name)
-    if existing is not None and not form.replace and existing.path != str(final):
+    # A row written before the object store names the same file by its absolute path.
+    if existing is not None and not form.replace and existing.path not in (key, str(folder / filename)):
         raise Conflict(
             f"Dataset '{form.name}' already exists for another path",
             suggestions=["Send replace=true to point the name at the upload"],
@@ -173,10 +201,10 @@ async def upload_dataset(ctx: CallContext, args: UploadIn) -> UploadOut:
 
     def put_in_place() -> None:
         try:
-            exporting.place(received.staged, final, overwrite=form.replace)
+            space.store.put(key, received.staged, overwrite=form.replace, keep=False)
         except Conflict:
             raise Conflict(
-                f"A dataset file named {final.name} already exists", suggestions=["Send replace=true to overwrite it"]
+                f"A dataset file named {filename} already exists", suggestions=["Send replace=true to overwrite it"]
             ) from None
 
     await asyncio.to_thread(put_in_place)
@@ -184,11 +212,12 @@ async def upload_dataset(ctx: CallContext, args: UploadIn) -> UploadOut:
         ctx,
         space,
         name=form.name,
-        pattern=str(final),
-        files=[final],
+        pattern=key,
+        files=[],
         description=form.description,
         source="upload",
         replace=form.replace,
+        size=received.size,
     )
     return UploadOut(dataset=result.dataset, created=result.created, bytes=received.size)
 
@@ -203,8 +232,10 @@ async def register(
     description: str,
     source: str,
     replace: bool,
+    size: int | None = None,
 ) -> RegisterOut:
-    """Insert or update a registry row of the space's project (shared by the tool and the upload)."""
+    """Insert or update a registry row of the space's project (shared by the tool and the upload: its
+    `pattern` is the object's store key, with no local `files`, and its `size` given)."""
     if not all(inside(f, space.roots) for f in files):
         raise InvalidInput("Every file must lie inside a data root or the project's folder")
     repo = DatasetRepository(ctx.session, space.project)
@@ -214,7 +245,8 @@ async def register(
             f"Dataset '{name}' already exists for another path",
             suggestions=["Pass replace=true to point the name at the new path"],
         )
-    size = await asyncio.to_thread(lambda: sum(f.stat().st_size for f in files))
+    if size is None:
+        size = await asyncio.to_thread(lambda: sum(f.stat().st_size for f in files))
     row, created = await repo.upsert(
         name=name,
         path=pattern,

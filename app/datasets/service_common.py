@@ -10,6 +10,7 @@ import dataclasses
 import os
 import re
 import stat
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,15 +18,16 @@ from typing import Any
 from cachetools import TTLCache
 
 from app.core.context import CallContext
-from app.core.errors import EngineError
+from app.core.errors import EngineError, NotFound
 from app.datasets import engine
-from app.datasets.config import DatasetSettings, data_roots, projects_dir, work_dir
+from app.datasets.config import DatasetSettings, data_roots, object_cache_dir, projects_dir, work_dir
 from app.datasets.engine import exporting
 from app.datasets.engine.cache import Cache, get_cache
-from app.datasets.engine.sandbox import inside, resolve_path
+from app.datasets.engine.sandbox import file_format, inside, resolve_path
 from app.datasets.models import Dataset
-from app.datasets.repository import DatasetRepository
+from app.datasets.repository import CacheEpochRepository, DatasetRepository
 from app.datasets.schemas import DATASET_NAME
+from app.datasets.storage import CacheEntries, FolderStore, LocalCache, S3Store, Store, is_key, project_key
 
 QUERY_ID = re.compile(r"\bq_[0-9a-f]{16}\b")
 _NAME_RE = re.compile(DATASET_NAME)
@@ -40,11 +42,39 @@ class Space:
     folder: Path
     shared: list[Path]
     work: Path
+    store: Store
+    # Local folders where the project's objects of a remote store are read (none for the local store).
+    stored: tuple[Path, ...] = ()
 
     @property
     def roots(self) -> list[Path]:
         """The readable folders, searched in this order for a relative path: own folder first."""
         return [self.folder, *self.shared]
+
+
+_STORES: dict[tuple[Any, ...], Store] = {}
+_STORES_LOCK = threading.Lock()
+
+
+def make_store(data_dir: Path, cfg: DatasetSettings) -> Store:
+    """The store of the datasets files these settings name (one per process and settings): the object
+    store of `CAIRN_OBJECT_STORE_URL`, else the local folders. Looks at the filesystem."""
+    key = (
+        data_dir,
+        cfg.object_store_url,
+        cfg.datasets_projects_dir,
+        cfg.datasets_work_dir,
+        cfg.datasets_object_cache_dir,
+    )
+    store = _STORES.get(key)
+    if store is None:
+        if cfg.object_store_url:
+            cache = LocalCache(object_cache_dir(data_dir, cfg), cfg.datasets_object_cache_max_bytes)
+            store = S3Store(cfg.object_store_url, cache)
+        else:
+            store = FolderStore(projects_dir(data_dir, cfg), work_dir(data_dir, cfg))
+        _STORES[key] = store
+    return store
 
 
 def make_space(data_dir: Path, project: str, cfg: DatasetSettings) -> Space:
@@ -69,12 +99,14 @@ def make_space(data_dir: Path, project: str, cfg: DatasetSettings) -> Space:
             f"The datasets storage is misconfigured: the project {project[:80]!r} is not a folder name",
             suggestions=["The operator must bind the key to a project of letters, digits, '_', '-' and '.'"],
         )
-    for path in (folder, mine / "results", mine / "tmp"):
+    store = make_store(data_dir, cfg)
+    stored: tuple[Path, ...] = tuple(store.local_dirs(project))
+    for path in (folder, mine / "results", mine / "tmp", *stored):
         path.mkdir(parents=True, exist_ok=True)
     for path in (folder, mine):
         if stat.S_ISLNK(os.lstat(path).st_mode):
             raise EngineError("The datasets storage is misconfigured: a project folder is a symbolic link")
-    return Space(project=project, folder=folder, shared=shared, work=mine)
+    return Space(project=project, folder=folder, shared=shared, work=mine, store=store, stored=stored)
 
 
 # Spaces made (folders created and checked) in the last few seconds, by data directory, project and
@@ -99,6 +131,8 @@ async def space_of(ctx: CallContext, requested: str | None) -> Space:
         tuple(str(r) for r in cfg.data_roots),
         cfg.datasets_projects_dir,
         cfg.datasets_work_dir,
+        cfg.object_store_url,
+        cfg.datasets_object_cache_dir,
     )
     space = _SPACES.get(key)
     if space is None or not _still_there(space):
@@ -129,16 +163,18 @@ def engine_config(cfg: DatasetSettings, space: Space, timeout_ms: int | None = N
         threads=cfg.datasets_threads,
         timeout_s=limit / 1000.0,
         concurrency=cfg.datasets_max_concurrency,
+        stored=space.stored,
     )
 
 
 _CACHES: TTLCache[tuple[Any, ...], Cache] = TTLCache(maxsize=16, ttl=10)
 
 
-def cache_of(ctx: CallContext) -> Cache:
-    """The process cache of this server's work directory (its folders made again if removed)."""
+def cache_of(ctx: CallContext, space: Space) -> Cache:
+    """The process cache of this server's work directory (its folders made again if removed), its
+    entries kept in the space's store."""
     cfg = ctx.feature_settings(DatasetSettings)
-    key = (ctx.settings.data_dir, cfg.datasets_work_dir)
+    key = (ctx.settings.data_dir, cfg.datasets_work_dir, cfg.object_store_url)
     cache = _CACHES.get(key)
     # Two stats on the event loop rather than `work_dir`'s three mkdirs and a resolve on every call.
     if cache is None or not (os.path.isdir(cache.dir) and os.path.isdir(cache.results)):
@@ -147,9 +183,38 @@ def cache_of(ctx: CallContext) -> Cache:
             cfg.datasets_cache_ttl_seconds,
             cfg.datasets_cache_max_bytes,
             cfg.datasets_cache_memory_entries,
+            CacheEntries(space.store),
+            cfg.object_store_url or "",
         )
         _CACHES[key] = cache
     return cache
+
+
+async def cache_epoch(ctx: CallContext, space: Space) -> int:
+    """The space's project's cache epoch (one indexed read; see `Cache`)."""
+    return await CacheEpochRepository(ctx.session, space.project).current()
+
+
+def stored_file(space: Space, path: str) -> Path | None:
+    """The local file of a stored result of the space's project (`path`: the store key its row holds,
+    or the absolute path of a row written before the store): None when it is gone or not the project's.
+    Blocks (a remote store is asked)."""
+    if is_key(path):
+        if not path.startswith(f"results/{space.project}/"):
+            return None
+        return space.store.fetch(path)
+    local = Path(path)
+    return local if inside(local, [space.work / "results"]) and local.is_file() else None
+
+
+def portable_fingerprints(space: Space, fps: list[list[Any]]) -> list[list[Any]]:
+    """File fingerprints named the same on every host (a cached object's local path as its key and
+    version, without the local copy's mtime), so that hosts share cache entries."""
+    out: list[list[Any]] = []
+    for f in fps:
+        name = space.store.portable(str(f[0]))
+        out.append(list(f) if name == str(f[0]) else [name, f[1], 0])
+    return out
 
 
 @contextlib.contextmanager
@@ -195,27 +260,63 @@ async def registered(ctx: CallContext, space: Space, refs: list[str]) -> dict[st
     return await DatasetRepository(ctx.session, space.project).get_many(names) if names else {}
 
 
-def source_of(ref: str, known: dict[str, Dataset], rts: list[Path], taken: set[str]) -> engine.Source:
-    """`ref` as a Source: the registered dataset it names (in `known`), else a path/glob inside the
-    roots `rts`; its view is named apart from the names `taken`. Looks at the filesystem."""
+def source_of(
+    ref: str,
+    known: dict[str, Dataset],
+    rts: list[Path],
+    taken: set[str],
+    store: Store | None = None,
+    project: str | None = None,
+) -> engine.Source:
+    """`ref` as a Source: the registered dataset it names (in `known`: an upload is read from `store`),
+    else a path/glob inside the roots `rts` (else a file of `project`'s folder in a remote `store`); its
+    view is named apart from the names `taken`. Looks at the filesystem (and the store)."""
     ds = known.get(ref) if is_name(ref) else None
+    if ds is not None and store is not None and is_key(ds.path):
+        local = store.fetch(ds.path)
+        if local is None:
+            raise NotFound(
+                f"The file of dataset '{ref}' is gone from the object store", suggestions=["Upload it again"]
+            )
+        name = ref.lower() if ref.lower() not in taken else view_name(ref, taken)
+        return engine.Source(name=name, pattern=str(local), files=[local], fmt=file_format(ds.path))
     if ds is not None:
         pattern, files = resolve_path(ds.path, rts)
         name = ref.lower() if ref.lower() not in taken else view_name(ref, taken)
         return engine.make_source(name, pattern, files)
-    pattern, files = resolve_path(ref, rts)
+    try:
+        pattern, files = resolve_path(ref, rts)
+    except NotFound:
+        local = stored_copy(store, project, ref)
+        if local is None:
+            raise
+        return engine.Source(name=view_name(ref, taken), pattern=str(local), files=[local], fmt=file_format(ref))
     return engine.make_source(view_name(ref, taken), pattern, files)
+
+
+def stored_copy(store: Store | None, project: str | None, ref: str) -> Path | None:
+    """The local copy of a file of the project's folder that `ref` (a relative path, no glob) names in a
+    remote store, when this host's folder lacks it (another host uploaded or exported it); None when
+    there is none, or for the local store. Blocks."""
+    if store is None or project is None or isinstance(store, FolderStore):
+        return None
+    rel = os.path.normpath(ref)
+    parts = Path(rel).parts
+    if os.path.isabs(ref) or any(ch in ref for ch in "*?[") or not parts or any(p.startswith(".") for p in parts):
+        return None
+    return store.fetch(project_key(project, rel))
 
 
 async def resolve_source(ctx: CallContext, space: Space, ref: str, taken: set[str] | None = None) -> engine.Source:
     """A dataset name registered in the space's project, or a path/glob inside its readable roots, as a
     Source."""
     known = await registered(ctx, space, [ref])
-    return await asyncio.to_thread(source_of, ref, known, space.roots, taken if taken is not None else set())
+    chosen = taken if taken is not None else set()
+    return await asyncio.to_thread(source_of, ref, known, space.roots, chosen, space.store, space.project)
 
 
 def sources_of(
-    refs: list[str], known: dict[str, Dataset], rts: list[Path]
+    refs: list[str], known: dict[str, Dataset], rts: list[Path], store: Store | None = None, project: str | None = None
 ) -> tuple[list[engine.Source], list[str], set[str]]:
     """The sources `refs` (execute_query's `files`) name, in order, the stored results they name, and
     every view name taken. A single source is also the view `data`. Looks at the filesystem."""
@@ -227,7 +328,7 @@ def sources_of(
             result_ids.append(ref)
             taken.add(ref)
             continue
-        src = source_of(ref, known, rts, taken)
+        src = source_of(ref, known, rts, taken, store, project)
         taken.add(src.name)
         sources.append(src)
     if len(sources) == 1 and "data" not in taken:

@@ -1,7 +1,7 @@
 """download_export: check that the caller's project may read a file of its own folder (an export or
 an upload) before the console streams it. Only the project's private folder is served: never a shared
 data root, another project's folder, a hidden file (an export or upload being written) or anything
-reached through a symbolic link."""
+reached through a symbolic link. With an object store, a file another host wrote is read from the store."""
 
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ from app.core.context import CallContext
 from app.core.errors import Forbidden, InvalidInput, NotFound
 from app.datasets.engine.exporting import storage_error
 from app.datasets.schemas_downloads import DownloadIn, DownloadOut
-from app.datasets.service_common import space_of
+from app.datasets.service_common import Space, space_of
+from app.datasets.storage import FolderStore, project_key
 
 MEDIA_TYPES = {
     ".csv": "text/csv",
@@ -76,7 +77,31 @@ def checked_file(folder: Path, raw: str) -> DownloadOut:
     )
 
 
+def checked_or_stored(space: Space, raw: str) -> DownloadOut:
+    """`checked_file` in the project's folder; a file missing there (written by another host of a
+    fleet) is read from the space's store, by the same relative path."""
+    try:
+        return checked_file(space.folder, raw)
+    except NotFound:
+        if isinstance(space.store, FolderStore):
+            raise
+        path = Path(os.path.normpath(raw.strip() if os.path.isabs(raw.strip()) else space.folder / raw.strip()))
+        rel = path.relative_to(space.folder)  # checked_file refused a path outside the folder
+        local = (
+            None if any(p.startswith(".") for p in rel.parts) else space.store.fetch(project_key(space.project, rel))
+        )
+        if local is None:
+            raise
+    return DownloadOut(
+        path=str(local),
+        relative_path=str(rel),
+        name=rel.name,
+        size_bytes=local.stat().st_size,
+        media_type=media_type(rel.name),
+    )
+
+
 async def download_export(ctx: CallContext, args: DownloadIn) -> DownloadOut:
     """The file of the caller's project folder that `args.path` names, checked for download."""
     space = await space_of(ctx, args.project)
-    return await asyncio.to_thread(checked_file, space.folder, args.path)
+    return await asyncio.to_thread(checked_or_stored, space, args.path)

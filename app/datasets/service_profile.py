@@ -22,7 +22,16 @@ from app.datasets.schemas import (
     SampleOut,
     SamplingInfo,
 )
-from app.datasets.service_common import budget_of, cache_of, engine_config, name_caller, resolve_source, space_of
+from app.datasets.service_common import (
+    budget_of,
+    cache_epoch,
+    cache_of,
+    engine_config,
+    name_caller,
+    portable_fingerprints,
+    resolve_source,
+    space_of,
+)
 
 
 async def profile_dataset(ctx: CallContext, args: ProfileIn) -> ProfileOut:
@@ -33,17 +42,19 @@ async def profile_dataset(ctx: CallContext, args: ProfileIn) -> ProfileOut:
     space = await space_of(ctx, args.project)
     name_caller(ctx)
     src = await resolve_source(ctx, space, args.file_path)
-    cache = cache_of(ctx)
+    cache = cache_of(ctx, space)
+    epoch = await cache_epoch(ctx, space)
+    fps = portable_fingerprints(space, await asyncio.to_thread(fingerprint, src.files))
     key = make_key(
         "profile",
         project=space.project,
-        pattern=src.pattern,
-        files=fingerprint(src.files),
+        pattern=space.store.portable(src.pattern),
+        files=fps,
         sample=args.sample_size,
         stats=args.compute_stats,
         cats=args.max_categories,
     )
-    hit = await asyncio.to_thread(cache.get, key)
+    hit = await asyncio.to_thread(cache.get, key, epoch)
     if hit is not None:
         raw, cache_hit = hit["payload"], True
     else:
@@ -58,12 +69,12 @@ async def profile_dataset(ctx: CallContext, args: ProfileIn) -> ProfileOut:
         cache_hit = False
         entry = {
             "payload": raw,
-            "files": fingerprint(src.files),
-            "label": f"profile:{src.pattern}",
+            "files": fps,
+            "label": f"profile:{space.store.portable(src.pattern)}",
             "text": args.file_path,
             "project": space.project,
         }
-        await asyncio.to_thread(cache.put, key, entry)
+        await asyncio.to_thread(cache.put, key, entry, epoch)
     return await asyncio.to_thread(fit_profile, raw, args, src, cache_hit, budget_of(cfg, args.max_tokens))
 
 

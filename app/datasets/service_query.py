@@ -13,11 +13,11 @@ from typing import Any
 
 from app.core.context import CallContext
 from app.core.errors import CairnError, InvalidInput, NotFound
-from app.datasets import engine
+from app.datasets import engine, storage
 from app.datasets.config import DatasetSettings
 from app.datasets.engine import polars_expr, pysandbox
 from app.datasets.engine.cache import Cache, fingerprint, make_key, normalize_sql
-from app.datasets.engine.sandbox import check_sql, context_in, inside, resolve_path
+from app.datasets.engine.sandbox import check_sql, context_in, resolve_path
 from app.datasets.models import Dataset, DatasetQuery
 from app.datasets.repository import QueryRepository
 from app.datasets.schemas import QueryIn, QueryOut
@@ -25,14 +25,18 @@ from app.datasets.service_answer import Stored, answer, rows_shown
 from app.datasets.service_common import (
     QUERY_ID,
     Space,
+    cache_epoch,
     cache_of,
     engine_config,
     name_caller,
+    portable_fingerprints,
     registered,
     sources_of,
     space_of,
+    stored_file,
 )
-from app.datasets.service_results import settled, store_later
+from app.datasets.service_results import publish, settled, store_later
+from app.datasets.storage import FolderStore, Store, result_key
 
 # A query whose input files weigh at most this much in all runs on one DuckDB thread.
 SMALL_INPUT_BYTES = 4 * 1024 * 1024
@@ -59,7 +63,7 @@ async def _execute_query(ctx: CallContext, args: QueryIn) -> QueryOut:
     refs = list(args.files)
     known = await registered(ctx, space, [r for r in refs if not QUERY_ID.fullmatch(r)])
     if engine_used == "python":
-        sources, _, taken = await asyncio.to_thread(sources_of, refs, known, space.roots)
+        sources, _, taken = await asyncio.to_thread(sources_of, refs, known, space.roots, space.store, space.project)
         return await _run_python(ctx, cfg, space, args, sources, sorted(taken))
     return await _run_sql(ctx, cfg, space, args, sql, refs, known, engine_used)
 
@@ -89,30 +93,33 @@ def _prepare(
     named: dict[str, DatasetQuery],
     cache: Cache,
     max_rows: int,
+    epoch: int = 0,
 ) -> _Prepared:
-    """Find the files, check the query and look its result up in the cache. Looks at the filesystem."""
+    """Find the files (fetching objects of a remote store), check the query and look its result up in
+    the cache. Looks at the filesystem."""
     rts = space.roots
-    results_dir = space.work / "results"
-    sources, result_ids, taken = sources_of(refs, known, rts)
+    sources, result_ids, taken = sources_of(refs, known, rts, space.store, space.project)
     checked, literal_files = _checked_sql(sql, rts)
     ids = result_ids + [q for q in QUERY_ID.findall(checked) if q not in result_ids]
-    present = {
-        q: Path(named[q].result_path) for q in ids if q in named and inside(Path(named[q].result_path), [results_dir])
-    }
+    present: dict[str, Path] = {}
+    for q in ids:
+        local = stored_file(space, named[q].result_path) if q in named else None
+        if local is not None:
+            present[q] = local
     all_files = [f for s in sources for f in s.files] + literal_files + list(present.values())
-    fps = fingerprint(all_files)
+    fps = portable_fingerprints(space, fingerprint(all_files))
     norm = normalize_sql(checked)
     key = make_key(
         "query",
         project=space.project,
         sql=norm,
-        views={s.name: s.sql() for s in sources},
+        views={s.name: space.store.portable(s.sql()) for s in sources},
         results=sorted(ids),
         files=fps,
         max_rows=max_rows,
     )
-    hit = cache.get(key) if len(present) == len(ids) else None
-    return _Prepared(sources, taken, checked, norm, ids, present, fps, key, hit)
+    hit = cache.get(key, epoch) if len(present) == len(ids) else None
+    return _Prepared(sources, taken, checked, norm, ids, present, fps, key, _with_file(space, cache, key, hit))
 
 
 async def _run_sql(
@@ -133,9 +140,10 @@ async def _run_sql(
         list(dict.fromkeys([r for r in refs if QUERY_ID.fullmatch(r)] + QUERY_ID.findall(sql)))
     )
     for q in named.values():
-        await settled(q.query_id, Path(q.result_path), q.created_at)
-    cache = cache_of(ctx)
-    p = await asyncio.to_thread(_prepare, sql, refs, known, space, named, cache, cfg.datasets_result_max_rows)
+        await settled(space, q.query_id, q.result_path, q.created_at)
+    cache = cache_of(ctx, space)
+    epoch = await cache_epoch(ctx, space)
+    p = await asyncio.to_thread(_prepare, sql, refs, known, space, named, cache, cfg.datasets_result_max_rows, epoch)
     missing = [q for q in p.result_ids if q not in named]
     if missing:
         raise NotFound(f"Unknown query_id {missing[0]}", suggestions=["Run execute_query to get a query_id"])
@@ -155,20 +163,25 @@ async def _run_sql(
     else:
         meta, head, later = await _store(cfg, ecfg, args, p)
         cache_hit = False
+        key = result_key(space.project, meta["query_id"])
         remember = functools.partial(
             _remember,
             cache,
             p.key,
-            _cache_entry(meta, p.fingerprints, args, space),
+            _cache_entry({**meta, "result_path": key}, p.fingerprints, args, space),
             cfg.datasets_result_ttl_seconds,
             Path(meta["result_path"]),
+            epoch,
+            space.store,
         )
+        publishing = functools.partial(publish, space, key, Path(meta["result_path"]))
         if later is None:
-            # The cache entry is written while the database records the result.
-            pending.append(asyncio.to_thread(remember))
+            # The result goes to the store, then its cache entry, while the database records the result.
+            pending.append(asyncio.to_thread(lambda: (publishing(), remember())))
         else:
-            store_later(meta["query_id"], later, remember)
-    pending.append(queries.save(_result_row(ctx, meta, p.checked[:100_000], p.fingerprints, p.key, args)))
+            store_later(meta["query_id"], later, remember, publishing)
+    row = _result_row(ctx, meta, p.checked[:100_000], p.fingerprints, p.key, args)
+    pending.append(queries.save({**row, "result_path": result_key(space.project, meta["query_id"])}))
     await asyncio.gather(*pending)
     # Reading the stored result back runs under the server's time limit, not the query's own.
     reader = dataclasses.replace(ecfg, timeout_s=cfg.datasets_query_timeout_ms / 1000.0)
@@ -251,10 +264,28 @@ def text_of(query: str) -> str:
     return " ".join(query.split())[:200]
 
 
-def _remember(cache: Cache, key: str, entry: dict[str, Any], result_ttl: float, stored: Path) -> None:
-    """Cache a new result's entry, and sweep the result store when that is due."""
-    cache.put(key, entry)
+def _remember(
+    cache: Cache, key: str, entry: dict[str, Any], result_ttl: float, stored: Path, epoch: int, store: Store
+) -> None:
+    """Cache a new result's entry, and sweep the result store when that is due (a remote store's
+    results too, when this host's local store was swept)."""
+    cache.put(key, entry, epoch)
+    before = cache.swept_at
     cache.sweep_if_due(result_ttl, stored)
+    if cache.swept_at != before and not isinstance(store, FolderStore):
+        storage.sweep(store, "results/", result_ttl, cache.max_bytes)
+
+
+def _with_file(space: Space, cache: Cache, key: str, hit: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A cache hit with the local file of its stored result (fetched from a remote store when this host
+    has no copy yet); None, and the entry dropped, when the result is gone. Blocks."""
+    if hit is None or "result_path" not in hit["meta"]:
+        return hit
+    local = stored_file(space, str(hit["meta"]["result_path"]))
+    if local is None:
+        cache.remove([key])
+        return None
+    return {**hit, "meta": {**hit["meta"], "result_path": str(local)}}
 
 
 async def _run_python(
@@ -266,12 +297,12 @@ async def _run_python(
     views: list[str],
 ) -> QueryOut:
     """The operator-enabled python engine: a limited child process writes the stored result."""
-    fps = await asyncio.to_thread(fingerprint, [f for s in sources for f in s.files])
-    key = make_key(
-        "python", project=space.project, code=args.query, views={s.name: s.sql() for s in sources}, files=fps
-    )
-    cache = cache_of(ctx)
-    hit = await asyncio.to_thread(cache.get, key)
+    fps = portable_fingerprints(space, await asyncio.to_thread(fingerprint, [f for s in sources for f in s.files]))
+    defs = {s.name: space.store.portable(s.sql()) for s in sources}
+    key = make_key("python", project=space.project, code=args.query, views=defs, files=fps)
+    cache = cache_of(ctx, space)
+    epoch = await cache_epoch(ctx, space)
+    hit = await asyncio.to_thread(lambda: _with_file(space, cache, key, cache.get(key, epoch)))
     if hit is not None:
         meta, cache_hit = hit["meta"], True
     else:
@@ -300,9 +331,13 @@ async def _run_python(
             "elapsed_ms": int((asyncio.get_running_loop().time() - started) * 1000),
         }
         cache_hit = False
-        await asyncio.to_thread(cache.put, key, _cache_entry(meta, fps, args, space))
+        stored = result_key(space.project, query_id)
+        await asyncio.to_thread(publish, space, stored, dest)
+        await asyncio.to_thread(cache.put, key, _cache_entry({**meta, "result_path": stored}, fps, args, space), epoch)
     row = _result_row(ctx, meta, "-- python\n" + args.query[:100_000], fps, key, args)
-    await QueryRepository(ctx.session, space.project).save(row)
+    await QueryRepository(ctx.session, space.project).save(
+        {**row, "result_path": result_key(space.project, meta["query_id"])}
+    )
     return await answer(cfg, args, Stored(meta, cache_hit, "python", "", views), engine_config(cfg, space))
 
 

@@ -20,8 +20,7 @@ from app.datasets import engine
 from app.datasets.config import DatasetSettings
 from app.datasets.engine import exporting
 from app.datasets.engine.cache import describe
-from app.datasets.engine.sandbox import inside
-from app.datasets.repository import QueryRepository
+from app.datasets.repository import CacheEpochRepository, QueryRepository
 from app.datasets.schemas import (
     ExportIn,
     ExportOut,
@@ -31,13 +30,16 @@ from app.datasets.schemas import (
     ResultPageOut,
 )
 from app.datasets.service_common import (
+    Space,
     budget_of,
     cache_of,
     engine_config,
     name_caller,
     resolve_source,
     space_of,
+    stored_file,
 )
+from app.datasets.storage import FolderStore, is_key, project_key
 
 log = logging.getLogger("cairn.datasets")
 MAX_LISTED_ENTRIES = 50  # cache entries named in a cache_invalidate reply
@@ -49,27 +51,46 @@ _WRITING: dict[str, asyncio.Future[Any]] = {}
 SETTLE_S = 5.0
 
 
-def store_later(query_id: str, later: asyncio.Future[Any], remember: Callable[[], None]) -> None:
-    """Track the file of a result answered early: readers wait for it, and once it is in place
-    `remember` (which writes its cache entry) runs in a thread: an entry whose file is missing would
-    count as a miss."""
-    _WRITING[query_id] = later
+def store_later(
+    query_id: str, later: asyncio.Future[Any], remember: Callable[[], None], publishing: Callable[[], Any]
+) -> None:
+    """Track the file of a result answered early: readers in this process wait for it, and once it is
+    written `publishing` (which puts it in the store) then `remember` (which writes its cache entry) run
+    in a thread: an entry whose file is missing would count as a miss."""
+    done = asyncio.ensure_future(_publish_later(query_id, later, publishing, remember))
+    _WRITING[query_id] = done
 
-    def written(done: asyncio.Future[Any]) -> None:
+    def forget(task: asyncio.Future[Any]) -> None:
         _WRITING.pop(query_id, None)
-        if done.cancelled() or done.exception() is not None:
-            log.warning("the result %s was answered but its file was not written: %s", query_id, done.exception())
-            return
-        cached = asyncio.get_running_loop().run_in_executor(None, remember)
-        cached.add_done_callback(_cache_written)
+        if not task.cancelled():
+            task.exception()  # retrieved: its readers find the file missing, the log has the cause
 
-    later.add_done_callback(written)
+    done.add_done_callback(forget)
 
 
-def _cache_written(done: asyncio.Future[Any]) -> None:
-    """Log a cache entry that could not be written after its result's file was (a later call misses)."""
-    if not done.cancelled() and done.exception() is not None:
-        log.warning("a cache entry was not written: %s", done.exception())
+async def _publish_later(
+    query_id: str, later: asyncio.Future[Any], publishing: Callable[[], Any], remember: Callable[[], None]
+) -> None:
+    def both() -> None:
+        publishing()
+        try:
+            remember()
+        except Exception as exc:  # a later call misses the cache: nothing else is wrong
+            log.warning("a cache entry was not written: %s", exc)
+
+    try:
+        await asyncio.shield(later)
+        # One thread for both: the cache entry follows the file as closely as before there was a store.
+        await asyncio.to_thread(both)
+    except Exception as exc:
+        log.warning("the result %s was answered but its file was not stored: %s", query_id, exc)
+        raise
+
+
+def publish(space: Space, key: str, local: Path) -> None:
+    """Put a stored result just written locally into the space's store under `key` (the local store
+    already holds it there). Blocks."""
+    space.store.put(key, local, keep=True)
 
 
 async def written(writing: asyncio.Future[Any]) -> None:
@@ -78,10 +99,10 @@ async def written(writing: asyncio.Future[Any]) -> None:
         await asyncio.shield(writing)
 
 
-async def settled(query_id: str, path: Path, created_at: Any) -> None:
-    """Return once the file of the stored result `query_id` is in place, or once it will not be: one
-    this process answered early is awaited; one answered moments ago by another process is looked for
-    until SETTLE_S after it was recorded."""
+async def settled(space: Space, query_id: str, path: str, created_at: Any) -> None:
+    """Return once the stored result `query_id` (at `path`, its key or older local path) is in place,
+    or once it will not be: one this process answered early is awaited; one answered moments ago by
+    another process (or host) is looked for until SETTLE_S after it was recorded."""
     later = _WRITING.get(query_id)
     if later is not None:
         await written(later)
@@ -89,9 +110,24 @@ async def settled(query_id: str, path: Path, created_at: Any) -> None:
     if not isinstance(created_at, datetime.datetime):
         return
     until = created_at.timestamp() + SETTLE_S
-    # Written by another process: there is nothing to wait on but the file itself.
-    while not await asyncio.to_thread(path.is_file) and time.time() < until:  # noqa: ASYNC110
-        await asyncio.sleep(0.01)
+
+    def there() -> bool:
+        return space.store.head(path) is not None if is_key(path) else Path(path).is_file()
+
+    # Written by another process or host: there is nothing to wait on but the file itself (a remote
+    # store is asked less often: each look is a request).
+    pause = 0.01 if isinstance(space.store, FolderStore) else 0.05
+    while time.time() < until and not await asyncio.to_thread(there):  # noqa: ASYNC110
+        await asyncio.sleep(pause)
+
+
+async def result_file(space: Space, query_id: str, path: str, created_at: Any) -> Path:
+    """The local file of a stored result, once settled (fetched from a remote store); 4002 when gone."""
+    await settled(space, query_id, path, created_at)
+    local = await asyncio.to_thread(stored_file, space, path)
+    if local is None:
+        raise NotFound("The stored result is gone (expired or evicted)", suggestions=["Run the query again"])
+    return local
 
 
 async def get_result(ctx: CallContext, args: ResultPageIn) -> ResultPageOut:
@@ -102,8 +138,7 @@ async def get_result(ctx: CallContext, args: ResultPageIn) -> ResultPageOut:
     q = await QueryRepository(ctx.session, space.project).get(args.query_id)
     if q is None:
         raise NotFound(f"Unknown query_id {args.query_id}", suggestions=["Run execute_query to get a query_id"])
-    path = Path(q.result_path)
-    await settled(q.query_id, path, q.created_at)
+    path = await result_file(space, q.query_id, q.result_path, q.created_at)
     rows = await engine.offload(engine.read_rows, engine_config(cfg, space), path, args.offset, args.limit)
     columns = [c[0] for c in q.columns]
     limit = budget_of(cfg, args.max_tokens)
@@ -134,10 +169,7 @@ async def export_result(ctx: CallContext, args: ExportIn) -> ExportOut:
     q = await QueryRepository(ctx.session, space.project).get(args.query_id)
     if q is None:
         raise NotFound(f"Unknown query_id {args.query_id}", suggestions=["Run execute_query to get a query_id"])
-    source = Path(q.result_path)
-    await settled(q.query_id, source, q.created_at)
-    if not inside(source, [space.work / "results"]) or not await asyncio.to_thread(source.is_file):
-        raise NotFound("The stored result is gone (expired or evicted)", suggestions=["Run the query again"])
+    source = await result_file(space, q.query_id, q.result_path, q.created_at)
     columns = [c[0] for c in q.columns]
     if args.partition_by is not None and args.partition_by not in columns:
         raise InvalidInput(
@@ -148,6 +180,7 @@ async def export_result(ctx: CallContext, args: ExportIn) -> ExportOut:
     dest_dir = await asyncio.to_thread(exporting.destination, space.folder, args.destination)
     ecfg = engine_config(ctx.feature_settings(DatasetSettings), space)
     files = await asyncio.to_thread(exporting.export, ecfg, source, dest_dir, name, args, q.rows_stored)
+    await asyncio.to_thread(_publish_export, space, [Path(f.path) for f in files])
     total = sum(f.size_bytes for f in files)
     return ExportOut(
         exported=True,
@@ -168,8 +201,17 @@ async def cache_invalidate(ctx: CallContext, args: InvalidateIn) -> InvalidateOu
     files: list[str] | None = None
     if args.file_path is not None:
         src = await resolve_source(ctx, space, args.file_path)
-        files = [str(p) for p in src.files]
-    removed = await asyncio.to_thread(cache_of(ctx).invalidate, args.pattern, files, space.project)
+        files = [space.store.portable(str(p)) for p in src.files]
+    removed = await asyncio.to_thread(cache_of(ctx, space).invalidate, args.pattern, files, space.project)
+    # Every host re-reads from the store the entries it remembered before this epoch (see `Cache`).
+    await CacheEpochRepository(ctx.session, space.project).advance()
     return InvalidateOut(
         invalidated_count=len(removed), keys_removed=[describe(e) for e in removed[:MAX_LISTED_ENTRIES]]
     )
+
+
+def _publish_export(space: Space, files: list[Path]) -> None:
+    """Put an export's files into the space's store (under the project's folder), so that every host
+    of a fleet can serve them. Blocks."""
+    for path in files:
+        space.store.put(project_key(space.project, path.relative_to(space.folder)), path, keep=True)

@@ -11,7 +11,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from app.datasets.config import DatasetSettings
+from app.core.context import feature_settings_of
+from app.datasets.config import DatasetSettings, projects_dir
 from tests.support.server import ADMIN_KEY, READ_KEY, RunningServer, mcp_client, overridden
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
@@ -32,8 +33,11 @@ async def test_upload_registers_and_queries(server: RunningServer, rest: httpx.A
     body = r.json()
     assert body["created"] is True and body["bytes"] == len(content)
     assert body["dataset"]["name"] == "weather" and body["dataset"]["source"] == "upload"
-    stored = Path(body["dataset"]["path"])
-    assert read_bytes(stored) == content and stored.name == "weather.csv"
+    # The registry names the upload by its key in the store (here the local folders).
+    assert body["dataset"]["path"] == "projects/default/uploads/weather.csv"
+    cfg = feature_settings_of(server.app.state.cairn.feature_settings, DatasetSettings)
+    stored = projects_dir(server.settings.data_dir, cfg) / "default" / "uploads" / "weather.csv"
+    assert read_bytes(stored) == content
     assert not list(stored.parent.glob(".incoming-*"))
     doc = (await rest.get("/openapi.json")).json()
     form = doc["paths"]["/api/v1/datasets/upload"]["post"]["requestBody"]["content"]["multipart/form-data"]

@@ -1,4 +1,5 @@
-"""Result cache, in memory (cachetools' LRU with a TTL) and on disk (one JSON file per key beside the stored results).
+"""Result cache, in memory (cachetools' LRU with a TTL) and in a store shared by the hosts (one JSON entry
+per key: a local folder beside the stored results, or the object store, see `app.datasets.storage`).
 
 A key is the SHA-256 of the caller's project, the normalised query (DuckDB tokens re-joined, comments dropped, keywords
 lower-cased), the inputs' view definitions, the options that change the answer, and each input file's
@@ -20,7 +21,7 @@ import os
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import duckdb
 from cachetools import TTLCache
@@ -65,8 +66,73 @@ def make_key(kind: str, **parts: Any) -> str:
     return f"{kind}:" + hashlib.sha256(blob.encode()).hexdigest()[:40]
 
 
+class Entries(Protocol):
+    """Where the cache's entries are kept, by name (`<key>.json`), and how it tells that a stored result
+    an entry names is still there: a local folder by default, the shared object store on a fleet."""
+
+    def read(self, name: str) -> bytes | None:
+        """The entry's bytes, or None."""
+        ...
+
+    def write(self, name: str, data: bytes) -> None:
+        """Store an entry."""
+        ...
+
+    def remove(self, names: list[str]) -> None:
+        """Drop entries (missing ones are no error)."""
+        ...
+
+    def names(self) -> list[str]:
+        """Every entry's name."""
+        ...
+
+    def result_exists(self, path: str) -> bool:
+        """True when the stored result `path` (a local path or a store key) is still there."""
+        ...
+
+
+class FolderEntries:
+    """Entries as JSON files of one folder."""
+
+    def __init__(self, directory: Path) -> None:
+        self.dir = directory
+
+    def read(self, name: str) -> bytes | None:
+        """See `Entries.read`."""
+        try:
+            return (self.dir / name).read_bytes()
+        except OSError:
+            return None
+
+    def write(self, name: str, data: bytes) -> None:
+        """See `Entries.write` (a temporary file renamed into place)."""
+        tmp = (self.dir / name).with_suffix(".tmp")
+        tmp.write_bytes(data)
+        tmp.replace(self.dir / name)
+
+    def remove(self, names: list[str]) -> None:
+        """See `Entries.remove`."""
+        for name in names:
+            try:
+                (self.dir / name).unlink()
+            except FileNotFoundError:
+                pass
+
+    def names(self) -> list[str]:
+        """See `Entries.names`."""
+        return [f.name for f in self.dir.glob("*.json")]
+
+    def result_exists(self, path: str) -> bool:
+        """See `Entries.result_exists`."""
+        return Path(path).is_file()
+
+
 class Cache:
-    """Memory + disk cache of small JSON entries (results themselves are Parquet files)."""
+    """Memory + shared cache of small JSON entries (results themselves are Parquet files).
+
+    Entries remembered in memory carry the epoch they were read in: a call passes its project's
+    current epoch (`get`'s `epoch`, read from the database), and an entry remembered in an older epoch
+    is read again from `entries`, where another host's invalidation has removed it."""
 
     def __init__(
         self,
@@ -76,38 +142,44 @@ class Cache:
         max_bytes: int,
         memory_entries: int,
         projects: Path | None = None,
+        entries: Entries | None = None,
     ) -> None:
         self.dir = directory
         self.results = results
+        self.store: Entries = entries if entries is not None else FolderEntries(directory)
         # Each project's result store is `<projects>/<project>/results`; the cap covers them all.
         self.projects = projects
         self.ttl = ttl
         self.max_bytes = max_bytes
         self.memory_entries = memory_entries
         # Least recently used entries go first once `memory_entries` are held; each leaves after `ttl`.
-        self._mem: TTLCache[str, dict[str, Any]] = TTLCache(maxsize=max(memory_entries, 1), ttl=ttl)
+        self._mem: TTLCache[str, tuple[int, dict[str, Any]]] = TTLCache(maxsize=max(memory_entries, 1), ttl=ttl)
         self._lock = threading.Lock()
         self._swept_at: float | None = None  # time.monotonic() of the last sweep
         self._stored_bytes = 0  # the store's size at the last sweep, plus results stored since
 
-    def _file(self, key: str) -> Path:
-        return self.dir / (key.replace(":", "_") + ".json")
+    @staticmethod
+    def _name(key: str) -> str:
+        return key.replace(":", "_") + ".json"
 
-    def get(self, key: str) -> dict[str, Any] | None:
+    def get(self, key: str, epoch: int = 0) -> dict[str, Any] | None:
         """The live entry for `key`, or None (expired entries are dropped). Always None when the TTL is
-        0: the cache is off."""
+        0: the cache is off. `epoch`: the caller's project's cache epoch (see the class docstring)."""
         if self.ttl <= 0:
             return None
         now = time.time()
         with self._lock:
-            entry = self._mem.get(key)
+            held = self._mem.get(key)
+        entry = held[1] if held is not None and held[0] >= epoch else None
         if entry is None:
             try:
-                entry = json.loads(self._file(key).read_text())
-            except (OSError, ValueError):
+                entry = json.loads(self.store.read(self._name(key)) or b"null")
+            except ValueError:
+                entry = None
+            if not isinstance(entry, dict):
                 return None
             with self._lock:
-                self._mem[key] = entry
+                self._mem[key] = (epoch, entry)
         if entry.get("expires_at", 0) < now or not self._result_ok(entry):
             self.remove([key])
             return None
@@ -115,30 +187,30 @@ class Cache:
 
     def _result_ok(self, entry: dict[str, Any]) -> bool:
         path = entry.get("result_path")
-        return path is None or Path(path).is_file()
+        return path is None or self.store.result_exists(str(path))
 
-    def put(self, key: str, entry: dict[str, Any]) -> None:
-        """Store an entry (memory and disk); nothing with a TTL of 0."""
+    def put(self, key: str, entry: dict[str, Any], epoch: int = 0) -> None:
+        """Store an entry (memory and `entries`); nothing with a TTL of 0."""
         if self.ttl <= 0:
             return
         entry = {**entry, "key": key, "created_at": time.time(), "expires_at": time.time() + self.ttl}
         try:
-            tmp = self._file(key).with_suffix(".tmp")
-            tmp.write_text(json.dumps(entry, default=str))
-            tmp.replace(self._file(key))
+            self.store.write(self._name(key), json.dumps(entry, default=str).encode())
         except OSError as exc:
             raise CacheError(f"Could not write the cache entry: {exc.strerror}") from None
         with self._lock:
-            self._mem[key] = entry
+            self._mem[key] = (epoch, entry)
 
     def entries(self) -> list[dict[str, Any]]:
-        """Every entry on disk (bounded by the cache size)."""
+        """Every stored entry (bounded by the cache size)."""
         out: list[dict[str, Any]] = []
-        for f in self.dir.glob("*.json"):
+        for name in self.store.names():
             try:
-                out.append(json.loads(f.read_text()))
-            except (OSError, ValueError):
+                entry = json.loads(self.store.read(name) or b"null")
+            except ValueError:
                 continue
+            if isinstance(entry, dict):
+                out.append(entry)
         return out
 
     def remove(self, keys: list[str]) -> None:
@@ -146,11 +218,7 @@ class Cache:
         with self._lock:
             for k in keys:
                 self._mem.pop(k, None)
-        for k in keys:
-            try:
-                self._file(k).unlink()
-            except FileNotFoundError:
-                pass
+        self.store.remove([self._name(k) for k in keys])
 
     def invalidate(
         self, pattern: str | None, files: list[str] | None, project: str | None = None
@@ -171,6 +239,12 @@ class Cache:
                 removed.append(entry)
         self.remove([str(e.get("key", "")) for e in removed])
         return removed
+
+    @property
+    def swept_at(self) -> float | None:
+        """time.monotonic() of the last sweep (None before the first)."""
+        with self._lock:
+            return self._swept_at
 
     def sweep_if_due(self, result_ttl: float, stored: Path | None = None) -> int:
         """`sweep` when it may delete something that must go now; `stored` is a result just written."""
@@ -239,12 +313,15 @@ _caches: dict[str, Cache] = {}
 _caches_lock = threading.Lock()
 
 
-def get_cache(work: Path, ttl: float, max_bytes: int, memory_entries: int) -> Cache:
-    """The process-wide cache of one work directory."""
-    key = str(work)
+def get_cache(
+    work: Path, ttl: float, max_bytes: int, memory_entries: int, entries: Entries | None = None, store: str = ""
+) -> Cache:
+    """The process-wide cache of one work directory, its entries kept in `entries` (the work directory's
+    `cache/` folder by default); `store` names where, so that two stores get two caches."""
+    key = f"{work}|{store}"
     with _caches_lock:
         cache = _caches.get(key)
         if cache is None:
-            cache = Cache(work / "cache", work / "results", ttl, max_bytes, memory_entries, work / "projects")
+            cache = Cache(work / "cache", work / "results", ttl, max_bytes, memory_entries, work / "projects", entries)
             _caches[key] = cache
         return cache

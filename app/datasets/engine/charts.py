@@ -221,7 +221,7 @@ def _edge(v: float) -> float | int:
 def chart_data(cfg: EngineConfig, path: Path, plan: Roles, points: int) -> Chart:
     """The chart of a stored result (a file of this server's result store) with at most `points`
     points, computed in DuckDB over all of its rows (runs in a DuckDB worker process)."""
-    if not inside(path, [cfg.results]):
+    if not inside(path, [cfg.results, *cfg.stored]):
         raise NotFound("The stored result is gone (expired or evicted)", suggestions=["Run the query again"])
     build = {"bar": _bar, "line": _line, "scatter": _scatter, "histogram": _histogram, "heatmap": _heatmap}
 

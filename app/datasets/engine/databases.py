@@ -47,6 +47,8 @@ class EngineConfig:
     threads: int
     timeout_s: float
     concurrency: int = 2
+    # Local copies of the object store's files (uploads, stored results) that the call may read.
+    stored: tuple[Path, ...] = ()
 
     @property
     def results(self) -> Path:
@@ -54,7 +56,7 @@ class EngineConfig:
 
     @property
     def allowed(self) -> list[Path]:
-        return [*self.roots, self.results]
+        return [*self.roots, self.results, *self.stored]
 
     def lockdown(self, threads: int | None = None) -> Lockdown:
         """The locked-database settings of this configuration (the connection pool's key)."""

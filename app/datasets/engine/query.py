@@ -294,7 +294,7 @@ def read_rows(
 ) -> list[dict[str, Any]]:
     """Rows `offset..offset+limit` of a stored result (a file of this server's result store): fewer when
     they would weigh more than `PAGE_MAX_BYTES`."""
-    if not inside(path, [cfg.results]):
+    if not inside(path, [cfg.results, *cfg.stored]):
         raise _gone()
 
     def work(con: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
@@ -315,7 +315,7 @@ def summarize_stored(
 ) -> dict[str, Any]:
     """A compact per-column summary of a stored result from row `offset` on. `described`: its columns'
     names and types, when the caller knows them."""
-    if not inside(path, [cfg.results]):
+    if not inside(path, [cfg.results, *cfg.stored]):
         raise _gone()
     src = (
         f"SELECT * FROM read_parquet({lit(str(path))}) OFFSET {int(offset)}"

@@ -6,8 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
-from app.datasets.config import DatasetSettings, data_roots, projects_dir, work_dir
+from app.datasets.config import DatasetSettings, data_roots, object_cache_dir, projects_dir, work_dir
 
 
 def test_data_roots_are_split_on_commas_else_colons(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -39,4 +40,20 @@ def test_the_private_folders_follow_the_settings_given(tmp_path: Path) -> None:
     assert (projects_dir(tmp_path, moved), work_dir(tmp_path, moved)) == (
         (tmp_path / "p").resolve(),
         (tmp_path / "w").resolve(),
+    )
+
+
+def test_the_object_store_is_an_s3_url_or_nothing() -> None:
+    assert DatasetSettings(object_store_url="  ").object_store_url is None
+    assert DatasetSettings(object_store_url="s3://bucket/prefix").object_store_url == "s3://bucket/prefix"
+    for bad in ("https://bucket/x", "s3://", "bucket/prefix"):
+        with pytest.raises(ValidationError, match="s3://bucket/prefix"):
+            DatasetSettings(object_store_url=bad)
+
+
+def test_the_object_cache_lives_in_the_data_directory_unless_set(tmp_path: Path) -> None:
+    assert object_cache_dir(tmp_path, DatasetSettings()) == (tmp_path / "datasets-objects").resolve()
+    chosen = DatasetSettings(datasets_object_cache_dir=tmp_path / "elsewhere")
+    assert (
+        object_cache_dir(tmp_path, chosen) == (tmp_path / "elsewhere").resolve() and (tmp_path / "elsewhere").is_dir()
     )

@@ -3,6 +3,8 @@ second start keeps it), and its stop closes the pool and its worker processes.""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from app.core.config import Settings
@@ -13,6 +15,7 @@ from app.core.registry import Registry
 from app.datasets import lifecycle
 from app.datasets.config import DatasetSettings
 from app.datasets.engine import pool
+from app.datasets.storage import FolderStore, S3Store
 from tests.support.engine import gone
 
 
@@ -38,3 +41,17 @@ async def test_the_pool_starts_with_the_server_and_stops_with_it() -> None:
     finally:
         pool.shutdown()
         await db.dispose()
+
+
+def test_the_object_store_client_is_made_ahead_of_the_first_call(tmp_path: Path) -> None:
+    remote = DatasetSettings(object_store_url="s3://bucket/prefix", datasets_object_cache_dir=tmp_path / "objects")
+    store = lifecycle.warm_store(tmp_path, remote)
+    assert isinstance(store, S3Store) and store._client is not None  # made, though nothing was sent
+    assert lifecycle.warm_store(tmp_path, remote) is store  # the store every call of these settings uses
+    local = lifecycle.warm_store(tmp_path, DatasetSettings())
+    assert isinstance(local, FolderStore)
+    blocked = tmp_path / "file"
+    blocked.write_text("not a folder")
+    assert (
+        lifecycle.warm_store(tmp_path, remote.model_copy(update={"datasets_object_cache_dir": blocked / "x"})) is None
+    )

@@ -35,7 +35,7 @@ def test_helpers_of_the_pages() -> None:
 
 @pytest.mark.slow  # the test server
 async def test_a_file_is_registered_profiled_queried_exported_and_downloaded(server: RunningServer) -> None:
-    name = f"sales_{uuid.uuid4().hex[:8]}"
+    name = f"regions_{uuid.uuid4().hex[:8]}"  # not sales_*: test_datasets globs those in the same root
     (root_of(server) / f"{name}.csv").write_text(
         "region,amount,units\n" + "".join(f"{r},{i * 1.5},{i}\n" for i, r in enumerate(["north", "south"] * 10))
     )

@@ -12,7 +12,7 @@ import pytest
 from app.core import migrations
 from app.core.config import Settings
 from app.core.db import Database
-from app.datasets.repository import DatasetRepository, QueryRepository
+from app.datasets.repository import CacheEpochRepository, DatasetRepository, QueryRepository
 from tests.support.server import PgCluster
 
 
@@ -96,3 +96,14 @@ async def test_stored_results_are_saved_once_and_read_by_their_project(db: Datab
         assert await mine.get("q_0000000000000002") is None  # another project's result
         assert set(await mine.get_many(["q_0000000000000001", "q_0000000000000002"])) == {"q_0000000000000001"}
         assert await mine.get_many([]) == {}
+
+
+async def test_the_cache_epoch_starts_at_zero_and_rises_per_project(db: Database) -> None:
+    async with db.transaction() as s:
+        lab = CacheEpochRepository(s, "epoch-lab")
+        assert await lab.current() == 0
+        assert await lab.advance() == 1 and await lab.advance() == 2
+        assert await lab.current() == 2
+        assert await CacheEpochRepository(s, "epoch-other").current() == 0
+    async with db.transaction() as s:
+        assert await CacheEpochRepository(s, "epoch-lab").current() == 2  # committed: every host reads it

@@ -13,9 +13,11 @@ from app.core.errors import InvalidInput
 from app.datasets.config import DatasetSettings
 from app.datasets.models import Dataset
 from app.datasets.schemas import UploadIn
-from app.datasets.service import UPLOAD_TYPES, _scan_files, dataset_out, register, upload_dataset
-from app.datasets.service_common import make_space
+from app.datasets.service import UPLOAD_TYPES, _scan_files, dataset_out, listed_files, register, upload_dataset
+from app.datasets.service_common import make_space, stored_copy
+from app.datasets.storage import project_key
 from tests.support.datasets import call_context as context
+from tests.support.objectstore import S3Server
 
 
 def test_data_files_are_listed_by_the_shortest_name_that_reads_them_back(tmp_path: Path) -> None:
@@ -81,3 +83,34 @@ async def test_a_file_outside_the_readable_roots_is_not_registered(tmp_path: Pat
     kw: dict[str, Any] = {"description": "", "source": "registered", "replace": False}
     with pytest.raises(InvalidInput, match="inside a data root"):
         await register(context(tmp_path, cfg), space, name="x", pattern=str(outside), files=[outside], **kw)
+
+
+def test_files_only_the_object_store_holds_are_listed_and_read_by_their_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    s3 = S3Server.start(tmp_path / "s3")
+    try:
+        for name, value in s3.env().items():
+            monkeypatch.setenv(name, value)
+        cfg = DatasetSettings(data_roots=[tmp_path / "shared"], object_store_url=s3.env()["CAIRN_OBJECT_STORE_URL"])
+        writer, reader = (make_space(tmp_path / host, "p", cfg) for host in ("a", "b"))
+        for rel, text in (("exports/out.csv", "a\n1\n"), ("exports/.export-1.csv", "x"), ("notes/read.me", "x")):
+            made = writer.folder / rel
+            made.parent.mkdir(parents=True, exist_ok=True)
+            made.write_text(text)
+            writer.store.put(project_key("p", rel), made)
+        (reader.shared[0] / "exports").mkdir()
+        shadow = reader.shared[0] / "exports" / "shadowed.csv"
+        shadow.write_text("b\n2\n")
+        writer.store.put(project_key("p", "exports/shadowed.csv"), shadow)
+        files, more = listed_files(reader, 10)
+        assert [(f.path, f.size_bytes) for f in files] == [("exports/shadowed.csv", 4), ("exports/out.csv", 4)]
+        assert not more and listed_files(reader, 1) == (files[:1], True)
+        copy = stored_copy(reader.store, "p", "exports/out.csv")
+        assert copy is not None and copy.read_text() == "a\n1\n" and copy.is_relative_to(tmp_path / "b")
+        for ref in ("exports/*.csv", "/abs/out.csv", "exports/.export-1.csv", "../q/exports/out.csv"):
+            assert stored_copy(reader.store, "p", ref) is None
+        assert stored_copy(reader.store, "p", "exports/none.csv") is None
+        assert stored_copy(writer.store, None, "exports/out.csv") is None  # no project: nothing to read
+    finally:
+        s3.stop()

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from app.core.context import Principal
-from app.core.errors import CairnError, EngineError, Forbidden, InvalidInput
+from app.core.errors import CairnError, EngineError, Forbidden, InvalidInput, NotFound
 from app.datasets import engine, service_common
 from app.datasets.config import DatasetSettings
 from app.datasets.engine import pool
@@ -22,11 +22,14 @@ from app.datasets.service_common import (
     is_name,
     make_space,
     name_caller,
+    portable_fingerprints,
     sources_of,
     space_of,
     storage_errors,
+    stored_file,
     view_name,
 )
+from app.datasets.storage import FolderStore, S3Store
 from tests.support.datasets import call_context as context
 
 
@@ -165,3 +168,52 @@ def test_sources_name_files_registered_datasets_and_stored_results(tmp_path: Pat
     assert [s.name for s in two] == ["cities", "towns"] and ids == ["q_0123456789abcdef"]
     assert taken == {"cities", "towns", "q_0123456789abcdef"}
     assert two[1].files == [root / "towns.csv"]
+
+
+def test_the_store_is_the_local_folders_unless_an_object_store_is_set(tmp_path: Path, cfg: DatasetSettings) -> None:
+    space = make_space(tmp_path, "alpha", cfg)
+    assert isinstance(space.store, FolderStore) and space.stored == ()
+    assert space.store.path_of("projects/alpha/uploads/a.csv") == space.folder / "uploads" / "a.csv"
+    assert space.store.path_of("results/alpha/q_1.parquet") == space.work / "results" / "q_1.parquet"
+    remote = cfg.model_copy(update={"object_store_url": "s3://bucket/prefix"})
+    far = make_space(tmp_path, "alpha", remote)
+    assert isinstance(far.store, S3Store) and (far.store.bucket, far.store.prefix) == ("bucket", "prefix")
+    objects = (tmp_path / "datasets-objects").resolve()
+    assert far.stored == (objects / "projects" / "alpha", objects / "results" / "alpha")
+    assert all(p.is_dir() for p in far.stored)
+    assert set(far.stored) <= set(engine_config(remote, far).allowed)
+
+
+def test_a_stored_result_is_read_by_key_or_by_the_path_an_older_row_holds(tmp_path: Path, cfg: DatasetSettings) -> None:
+    space = make_space(tmp_path, "alpha", cfg)
+    (space.work / "results" / "q_1.parquet").write_bytes(b"PAR1")
+    assert stored_file(space, "results/alpha/q_1.parquet") == space.work / "results" / "q_1.parquet"
+    assert stored_file(space, str(space.work / "results" / "q_1.parquet")) == space.work / "results" / "q_1.parquet"
+    assert stored_file(space, "results/alpha/q_2.parquet") is None
+    other = make_space(tmp_path, "beta", cfg)
+    (other.work / "results" / "q_3.parquet").write_bytes(b"PAR1")
+    assert stored_file(space, "results/beta/q_3.parquet") is None  # another project's key
+    assert stored_file(space, str(other.work / "results" / "q_3.parquet")) is None  # another project's path
+
+
+def test_fingerprints_of_cached_objects_are_named_alike_on_every_host(tmp_path: Path, cfg: DatasetSettings) -> None:
+    remote = cfg.model_copy(update={"object_store_url": "s3://bucket/prefix"})
+    space = make_space(tmp_path, "alpha", remote)
+    assert isinstance(space.store, S3Store)
+    cached = str(space.store.cache.path_of("projects/alpha/uploads/a.csv", "v1"))
+    local = str(tmp_path / "shared" / "b.csv")
+    fps = portable_fingerprints(space, [[cached, 10, 123], [local, 5, 456]])
+    assert fps == [["store:projects/alpha/uploads/a.csv@v1/a.csv", 10, 0], [local, 5, 456]]
+
+
+def test_an_upload_registered_by_key_is_read_from_the_store(tmp_path: Path, cfg: DatasetSettings) -> None:
+    space = make_space(tmp_path, "alpha", cfg)
+    upload = space.folder / "uploads" / "towns.csv"
+    upload.parent.mkdir()
+    upload.write_text("town\nBergen\n")
+    known = {"towns": Dataset(name="towns", path="projects/alpha/uploads/towns.csv")}
+    (src, data), _, _ = sources_of(["towns"], known, space.roots, space.store)
+    assert src.name == "towns" and src.files == data.files == [upload] and src.fmt == "csv"
+    gone = {"towns": Dataset(name="towns", path="projects/alpha/uploads/gone.csv")}
+    with pytest.raises(NotFound):
+        sources_of(["towns"], gone, space.roots, space.store)

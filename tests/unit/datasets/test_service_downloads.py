@@ -8,7 +8,11 @@ from pathlib import Path
 import pytest
 
 from app.core.errors import Forbidden, InvalidInput, NotFound
-from app.datasets.service_downloads import checked_file, media_type
+from app.datasets.config import DatasetSettings
+from app.datasets.service_common import make_space
+from app.datasets.service_downloads import checked_file, checked_or_stored, media_type
+from app.datasets.storage import project_key
+from tests.support.objectstore import S3Server
 
 
 @pytest.fixture
@@ -58,3 +62,27 @@ def test_media_types_by_the_last_extension() -> None:
     assert media_type("a.parquet") == "application/vnd.apache.parquet"
     assert media_type("a.csv.gz") == "application/gzip"
     assert media_type("a.unknown") == "application/octet-stream"
+
+
+def test_a_file_another_host_exported_is_read_from_the_object_store(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    s3 = S3Server.start(tmp_path / "s3")
+    try:
+        for name, value in s3.env().items():
+            monkeypatch.setenv(name, value)
+        cfg = DatasetSettings(data_roots=[tmp_path / "shared"], object_store_url=s3.env()["CAIRN_OBJECT_STORE_URL"])
+        writer, reader = (make_space(tmp_path / host, "p", cfg) for host in ("a", "b"))
+        exported = writer.folder / "exports" / "sales.csv"
+        exported.parent.mkdir()
+        exported.write_text("a\n1\n")
+        writer.store.put(project_key("p", "exports/sales.csv"), exported)
+        out = checked_or_stored(reader, "exports/sales.csv")
+        assert Path(out.path).read_text() == "a\n1\n" and Path(out.path).is_relative_to(tmp_path / "b")
+        assert (out.relative_path, out.name, out.size_bytes) == ("exports/sales.csv", "sales.csv", 4)
+        with pytest.raises(NotFound):
+            checked_or_stored(reader, "exports/other.csv")
+        with pytest.raises(Forbidden):
+            checked_or_stored(reader, "../../a/datasets-projects/p/exports/sales.csv")
+    finally:
+        s3.stop()

@@ -110,3 +110,17 @@ def test_a_refused_query_is_refused_before_it_runs(space: Space, cache: Cache) -
     with pytest.raises(CairnError) as caught:
         _prepare("COPY cities TO '/tmp/x.csv'", ["cities.csv"], {}, space, {}, cache, 1000)
     assert caught.value.code == 4030
+
+
+def test_a_hit_reads_its_stored_result_by_key_and_a_gone_one_is_a_miss(space: Space, cache: Cache) -> None:
+    sql = "SELECT city FROM cities"
+    p = _prepare(sql, ["cities.csv"], {}, space, {}, cache, 1000)
+    kept = stored(space, "q_00000000000000dd")
+    cache.put(
+        p.key, {"meta": {"query_id": "q_00000000000000dd", "result_path": "results/alpha/q_00000000000000dd.parquet"}}
+    )
+    hit = _prepare(sql, ["cities.csv"], {}, space, {}, cache, 1000).hit
+    assert hit is not None and hit["meta"]["result_path"] == kept.result_path  # the local file of the key
+    Path(kept.result_path).unlink()
+    assert _prepare(sql, ["cities.csv"], {}, space, {}, cache, 1000).hit is None
+    assert cache.get(p.key) is None  # the entry went with its result

@@ -7,34 +7,40 @@ from __future__ import annotations
 import asyncio
 import datetime
 from collections.abc import Awaitable, Callable
-from pathlib import Path, PosixPath
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from app.core.errors import QueryError
 from app.datasets import service_results
+from app.datasets.service_common import Space
 from app.datasets.service_results import SETTLE_S, settled, store_later
+from app.datasets.storage import FolderStore, ObjectInfo
 
 NOW = datetime.datetime.now
 
 
-class WatchedPath(PosixPath):
-    """A path that counts how often the reader looked for its file."""
+KEY = "results/p/q_0123456789abcdef.parquet"
+
+
+class WatchedStore(FolderStore):
+    """The local store, counting how often a reader looked for an object."""
 
     looks = 0
 
-    def is_file(self) -> bool:
-        type(self).looks += 1
-        return super().is_file()
+    def head(self, key: str) -> ObjectInfo | None:
+        self.looks += 1
+        return super().head(key)
 
 
 @pytest.fixture
-def watched() -> type[WatchedPath]:
-    class Fresh(WatchedPath):
-        looks = 0
+def watched(tmp_path: Path) -> WatchedStore:
+    return WatchedStore(tmp_path / "projects", tmp_path / "work")
 
-    return Fresh
+
+def space_of(store: FolderStore) -> Space:
+    return Space(project="p", folder=store.projects / "p", shared=[], work=store.work / "projects" / "p", store=store)
 
 
 async def until(condition: Callable[[], bool], deadline_s: float = 5.0) -> None:
@@ -50,38 +56,40 @@ async def finished(task: Awaitable[Any]) -> Any:
     return await asyncio.wait_for(task, 5.0)
 
 
-async def test_a_reader_waits_for_a_file_another_process_is_writing(tmp_path: Path, watched: type[WatchedPath]) -> None:
-    path = watched(tmp_path / "q_0123456789abcdef.parquet")
-    reader = asyncio.create_task(settled("q_0123456789abcdef", path, NOW(datetime.UTC)))
+async def test_a_reader_waits_for_a_file_another_process_is_writing(watched: WatchedStore) -> None:
+    reader = asyncio.create_task(settled(space_of(watched), "q_0123456789abcdef", KEY, NOW(datetime.UTC)))
     await until(lambda: watched.looks >= 2)  # it looked, found nothing, and looks again
     assert not reader.done()
-    path.write_bytes(b"PAR1")
+    watched.put_bytes(KEY, b"PAR1")
     await finished(reader)
-    assert path.is_file()
+    assert watched.fetch(KEY) is not None
 
 
-async def test_a_reader_of_an_old_result_without_its_file_does_not_wait(
-    tmp_path: Path, watched: type[WatchedPath]
-) -> None:
+async def test_a_reader_of_an_old_result_without_its_file_does_not_wait(watched: WatchedStore) -> None:
     old = NOW(datetime.UTC) - datetime.timedelta(seconds=SETTLE_S + 1)
-    await finished(settled("q_0123456789abcdef", watched(tmp_path / "gone.parquet"), old))
-    assert watched.looks == 1  # looked once, past the settling time: no second look
+    await finished(settled(space_of(watched), "q_0123456789abcdef", KEY, old))
+    assert watched.looks == 0  # past the settling time: not looked for
 
 
-async def test_a_reader_of_a_result_without_a_time_does_not_look(tmp_path: Path, watched: type[WatchedPath]) -> None:
-    await finished(settled("q_0123456789abcdef", watched(tmp_path / "gone.parquet"), None))
+async def test_a_reader_of_a_result_without_a_time_does_not_look(watched: WatchedStore) -> None:
+    await finished(settled(space_of(watched), "q_0123456789abcdef", KEY, None))
     assert watched.looks == 0
 
 
-async def test_a_reader_in_this_process_waits_for_the_write_it_knows_of(
-    tmp_path: Path, watched: type[WatchedPath]
-) -> None:
+async def test_a_reader_of_a_result_stored_before_the_object_store_looks_at_its_path(tmp_path: Path) -> None:
+    legacy = tmp_path / "q_0123456789abcdef.parquet"
+    legacy.write_bytes(b"PAR1")
+    store = FolderStore(tmp_path / "projects", tmp_path / "work")
+    await finished(settled(space_of(store), "q_0123456789abcdef", str(legacy), NOW(datetime.UTC)))
+
+
+async def test_a_reader_in_this_process_waits_for_the_write_it_knows_of(watched: WatchedStore) -> None:
     later: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
     remembered: list[bool] = []
-    store_later("q_fedcba9876543210", later, lambda: remembered.append(True))
+    store_later("q_fedcba9876543210", later, lambda: remembered.append(True), lambda: None)
     # Created long ago: only the write this process knows of is waited for.
     old = NOW(datetime.UTC) - datetime.timedelta(hours=1)
-    reader = asyncio.create_task(settled("q_fedcba9876543210", watched(tmp_path / "q.parquet"), old))
+    reader = asyncio.create_task(settled(space_of(watched), "q_fedcba9876543210", KEY, old))
     await asyncio.sleep(0)  # the reader starts and waits on the write
     assert not reader.done()
     later.set_exception(QueryError("disk full"))
@@ -93,17 +101,19 @@ async def test_a_reader_in_this_process_waits_for_the_write_it_knows_of(
 async def test_the_cache_entry_of_an_early_answer_is_written_once_its_file_is() -> None:
     later: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
     remembered: list[bool] = []
-    store_later("q_00000000000000aa", later, lambda: remembered.append(True))
+    published: list[bool] = []
+    store_later("q_00000000000000aa", later, lambda: remembered.append(True), lambda: published.append(True))
     assert "q_00000000000000aa" in service_results._WRITING and remembered == []
     later.set_result(None)
     await until(lambda: remembered == [True])
-    assert "q_00000000000000aa" not in service_results._WRITING
+    assert published == [True]  # the file went to the store before its cache entry was written
+    await until(lambda: "q_00000000000000aa" not in service_results._WRITING)  # forgotten once all is done
 
 
 async def test_a_cancelled_write_forgets_the_result_without_caching_it() -> None:
     later: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
     remembered: list[bool] = []
-    store_later("q_00000000000000bb", later, lambda: remembered.append(True))
+    store_later("q_00000000000000bb", later, lambda: remembered.append(True), lambda: None)
     later.cancel()
     await until(lambda: "q_00000000000000bb" not in service_results._WRITING)
     assert remembered == []

@@ -69,3 +69,28 @@ def test_the_interval_follows_a_short_result_ttl(cache: Cache, monkeypatch: pyte
     monkeypatch.setattr(cache_module, "SWEEP_INTERVAL", 0.0)
     late = store(cache.results, "late", 10, age=7200)
     assert cache.sweep_if_due(3600, None) == 1 and not late.exists()
+
+
+def test_an_entry_remembered_in_an_older_epoch_is_read_again_from_the_shared_entries(tmp_path: Path) -> None:
+    (tmp_path / "cache").mkdir()
+    (tmp_path / "results").mkdir()
+    # Two hosts' caches over the same entries (the shared store stands in as one folder).
+    a = Cache(tmp_path / "cache", tmp_path / "results", ttl=60, max_bytes=1000, memory_entries=8)
+    b = Cache(tmp_path / "cache", tmp_path / "results", ttl=60, max_bytes=1000, memory_entries=8)
+    a.put("query:1", {"meta": {"query_id": "q_1"}, "project": "p"}, epoch=0)
+    a.put("query:2", {"meta": {"query_id": "q_2"}, "project": "p"}, epoch=0)
+    assert b.get("query:1", 0) is not None and b.get("query:2", 0) is not None  # both held in b's memory
+    assert [e["key"] for e in a.invalidate("q_1", None, "p")] == ["query:1"]
+    assert b.get("query:1", 0) is not None  # the same epoch: b's memory still answers
+    # The invalidating call raised the epoch: b reads again, and finds only the entry still stored.
+    assert b.get("query:1", 1) is None
+    again = b.get("query:2", 1)
+    assert again is not None and again["meta"]["query_id"] == "q_2"
+
+
+def test_an_entry_whose_stored_result_is_gone_is_a_miss(cache: Cache) -> None:
+    kept = store(cache.results, "kept", 10)
+    cache.put("query:kept", {"result_path": str(kept)})
+    cache.put("query:gone", {"result_path": str(cache.results / "gone.parquet")})
+    assert cache.get("query:kept") is not None and cache.get("query:gone") is None
+    assert not (cache.dir / "query_gone.json").exists()
