@@ -135,9 +135,9 @@ async def run_operation(
     LOAD.call_started()
     try:
         if app.limiter is not None:
-            app.limiter.check(key)
+            await app.limiter.admit(key)
         if op.long_running and app.jobs is not None:
-            app.jobs.acquire(key, op.name)
+            await app.jobs.claim(key, op.name)
             slot = True
         args = validate_args(op.input_model, raw_args)
         check_scope(op, principal)

@@ -34,6 +34,7 @@ from app.core.config import Settings
 from app.core.context import OPEN_PRINCIPAL, Principal
 from app.core.db import Database
 from app.core.errors import CairnError, Unauthenticated
+from app.core.fleet_limits import FleetFailures
 from app.core.ratelimit import FailureLimiter
 from app.core.repository import ApiKeyRepository
 
@@ -137,10 +138,12 @@ class KeyStore:
             self.failures.check(client)
         seen = self._unknown.get(digest)
         if seen is not None and now - seen < self.cache_seconds:
-            self._failed(client)
+            await self._failed(client)
             return None
 
         async def lookup(session: AsyncSession) -> Principal | None:
+            if client is not None and self.failures is not None:  # a lockout other processes recorded
+                await self.failures.verify_allowed(session, client)
             repo = ApiKeyRepository(session)
             row = await repo.by_hash(digest)
             if row is None:
@@ -159,16 +162,16 @@ class KeyStore:
             if len(self._unknown) > _CACHE_MAX:
                 self._unknown.clear()
             self._unknown[digest] = now
-            self._failed(client)
+            await self._failed(client)
             return None
         if len(self._cache) > _CACHE_MAX:
             self._cache.clear()
         self._cache[digest] = (now, principal)
         return principal
 
-    def _failed(self, client: str | None) -> None:
+    async def _failed(self, client: str | None) -> None:
         if client is not None and self.failures is not None:
-            self.failures.record(client)
+            await self.failures.record_failure(client)
 
 
 class OpenModeGuard:
@@ -215,7 +218,7 @@ class Callers:
         session (`local`)."""
         if local:
             return cls()
-        failures = FailureLimiter(settings.auth_failure_limit)
+        failures = FleetFailures(settings.auth_failure_limit, db)
         if open_mode:
             return cls(guard=OpenModeGuard(KeyStore(db, [], settings.key_cache_seconds, failures)))
         store = KeyStore(db, parse_static_keys(settings.api_keys), settings.key_cache_seconds, failures)
