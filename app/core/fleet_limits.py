@@ -210,8 +210,13 @@ class FleetSlots:
             await repo.lock_slots(self.kind, key)
             return await repo.take_slot(slot, self.kind, key, self.holder, self.limit, self.ttl)
 
+        # Its own task: a caller cancelled mid-claim must not cut the transaction holding the lock short.
+        claim = asyncio.ensure_future(self.shared.run(take))
         try:
-            taken = await self.shared.run(take)
+            taken = await asyncio.shield(claim)
+        except asyncio.CancelledError:
+            claim.add_done_callback(lambda done: self._abandoned(done, slot))
+            raise
         except Exception:
             self._claim_locally(key, operation)
             return
@@ -220,6 +225,16 @@ class FleetSlots:
         self._held.setdefault(key, []).append(slot)
         if self._heartbeat is None or self._heartbeat.done():
             self._heartbeat = asyncio.ensure_future(self._renew())
+
+    def _abandoned(self, claim: asyncio.Future[bool], slot: uuid.UUID) -> None:
+        """Free the slot a cancelled caller's claim took after all."""
+        if not claim.cancelled() and claim.exception() is None and claim.result():
+            self._spawn(self._free([slot]))
+
+    def _spawn(self, work: Awaitable[None]) -> None:
+        task = asyncio.ensure_future(work)
+        self._pending.add(task)
+        task.add_done_callback(self._pending.discard)
 
     def _claim_locally(self, key: str, operation: str) -> None:
         if isinstance(self.local, JobSlots):
@@ -239,9 +254,7 @@ class FleetSlots:
         if slot is None:
             self.local.release(key)
             return
-        task = asyncio.ensure_future(self._free([slot]))
-        self._pending.add(task)
-        task.add_done_callback(self._pending.discard)
+        self._spawn(self._free([slot]))
 
     def held(self) -> list[uuid.UUID]:
         """The rows this process holds now."""
