@@ -49,6 +49,9 @@ T = TypeVar("T")
 OUTAGE_BACKOFF_SECONDS = 2.0
 # How often (at most) a process drops the stale rows of every limit table.
 SWEEP_SECONDS = 60.0
+# A key that spends half its lease sooner than this leases twice as many next time (up to a quarter of
+# its burst): a busy key costs a few leases a second, whatever its call rate.
+QUICK_LEASE_SECONDS = 0.25
 _MAX_KEYS = 10_000
 
 
@@ -103,7 +106,9 @@ class _Stock:
     """One key's tokens in this process."""
 
     tokens: int = 0
+    batch: int = 1  # the next lease's size: doubled while calls outrun the leases, reset at the limit
     until: float = 0.0  # the tokens lapse then (monotonic)
+    landed: float = 0.0  # when the last lease came back
     refused_until: float = 0.0  # the bucket was empty: refuse in memory until then
     waiting: int = 0  # calls waiting for the lease in flight
     lease: asyncio.Task[None] | None = None
@@ -111,14 +116,17 @@ class _Stock:
 
 class FleetRateLimiter(RateLimiter):
     """`rate` calls per second per key with bursts of up to `burst`, across every process: a token
-    bucket in the database, leased `batch` tokens at a time (see the module docstring). A rate of 0
-    turns the limit off."""
+    bucket in the database, leased `batch` tokens at a time (see the module docstring); a key whose
+    calls outrun its leases (a call waits for one, or half a lease is spent within
+    `QUICK_LEASE_SECONDS`) leases twice as many next time, up to a quarter of the burst, and `batch`
+    again once the bucket runs short. A rate of 0 turns the limit off."""
 
     def __init__(self, rate: float, burst: int, db: Database, *, batch: int | None = None, hold: float = 2.0) -> None:
         super().__init__(rate, burst)
         # A fifth of a second's worth: about five leases a second per busy key, and at most a quarter
         # of the burst held by any one process.
         self.batch = batch or max(1, min(math.ceil(rate / 5), self.burst // 4))
+        self.max_batch = max(self.batch, self.burst // 4)
         self.hold = hold
         # A bucket untouched for its refill time is full: the sweep may drop it.
         idle = max(3600.0, self.burst / rate) if rate > 0 else 3600.0
@@ -133,15 +141,17 @@ class FleetRateLimiter(RateLimiter):
         if stock is None:
             if len(self._stocks) >= _MAX_KEYS:
                 self._stocks.clear()
-            stock = self._stocks[key] = _Stock()
+            stock = self._stocks[key] = _Stock(batch=self.batch)
         for _ in range(3):
             now = time.monotonic()
             if stock.until <= now:
                 stock.tokens = 0
             if stock.tokens > 0:
                 stock.tokens -= 1
-                if stock.tokens <= self.batch // 2 and stock.lease is None:
-                    stock.lease = asyncio.ensure_future(self._lease(key, stock, self.batch))
+                if stock.tokens <= stock.batch // 2 and stock.lease is None:
+                    if now - stock.landed < QUICK_LEASE_SECONDS:  # half spent this soon: lease more
+                        stock.batch = min(self.max_batch, stock.batch * 2)
+                    stock.lease = asyncio.ensure_future(self._lease(key, stock, stock.batch))
                 return
             if now < stock.refused_until:
                 raise self.exceeded(max(1, math.ceil(stock.refused_until - now)))
@@ -154,8 +164,10 @@ class FleetRateLimiter(RateLimiter):
     async def _wait_for_lease(self, key: str, stock: _Stock) -> None:
         stock.waiting += 1
         try:
+            if stock.waiting == 1 and stock.until > time.monotonic():  # spent before it lapsed: lease more
+                stock.batch = min(self.max_batch, stock.batch * 2)
             if stock.lease is None:
-                stock.lease = asyncio.ensure_future(self._lease(key, stock, max(self.batch, stock.waiting)))
+                stock.lease = asyncio.ensure_future(self._lease(key, stock, max(stock.batch, stock.waiting)))
             await asyncio.shield(stock.lease)
         finally:
             stock.waiting -= 1
@@ -171,11 +183,13 @@ class FleetRateLimiter(RateLimiter):
         finally:
             stock.lease = None
         now = time.monotonic()
+        if lease.granted < want:  # the bucket runs short: small leases share it fairly
+            stock.batch = self.batch
         if lease.granted > 0:
             if stock.until <= now:
                 stock.tokens = 0
             stock.tokens += lease.granted
-            stock.until = now + self.hold
+            stock.until, stock.landed = now + self.hold, now
             stock.refused_until = 0.0
         else:
             stock.refused_until = now + max(0.0, 1.0 - lease.tokens) / self.rate

@@ -114,6 +114,14 @@ async def test_a_warm_key_leases_once_per_batch(two: tuple[Database, Database]) 
     assert FleetRateLimiter(20, 40, two[0]).batch == 4 and FleetRateLimiter(1, 2, two[0]).batch == 1
 
 
+async def test_calls_that_outrun_their_leases_lease_more_at_a_time(two: tuple[Database, Database]) -> None:
+    limiter = FleetRateLimiter(0.01, 64, two[0], batch=2, hold=600)
+    runs = count_runs(limiter)
+    outcomes = [await admitted(limiter, "fast") for _ in range(80)]  # no pause: every lease is waited for
+    assert sum(outcomes) == 64 and outcomes[:64] == [True] * 64
+    assert len(runs) <= 12  # 2, 4, 8, then 16 (a quarter of the burst) at a time: not 32 leases of 2
+
+
 async def test_lapsed_tokens_are_not_spent(two: tuple[Database, Database]) -> None:
     limiter = FleetRateLimiter(0.01, 10, two[0], batch=5, hold=0.05)
     assert await admitted(limiter, "lapse")  # leased 5, spent 1
@@ -173,17 +181,30 @@ async def test_slots_hold_across_processes_and_come_back(two: tuple[Database, Da
 
 
 async def test_a_claim_whose_caller_is_cancelled_gives_its_slot_back(two: tuple[Database, Database]) -> None:
-    slots = FleetSlots(JobSlots(1), two[0], "job")
+    slots = FleetSlots(JobSlots(1), two[0], "job", ttl=600)  # freed, not expired
+    entered, finished = asyncio.Event(), asyncio.Event()
+    took: list[object] = []
+    original = slots.shared.run
+
+    async def watched(work: Callable[[LimitsRepository], Awaitable[Any]]) -> Any:
+        entered.set()
+        took.append(await original(work))
+        finished.set()
+        return took[-1]
+
+    slots.shared.run = watched  # type: ignore[method-assign]
     caller = asyncio.ensure_future(slots.claim("cancelled", "ingest"))
-    await asyncio.sleep(0)  # the claim is on its way to the database
+    await entered.wait()  # the claim's transaction is under way
     caller.cancel()
     with pytest.raises(asyncio.CancelledError):
         await caller
+    await finished.wait()
+    assert took == [True]  # it took the slot after all, for a caller that is gone
 
     async def free() -> bool:
         return await two[1].run(lambda s: LimitsRepository(s).held_slots("job", "cancelled")) == 0
 
-    await eventually(free, what="the cancelled claim's slot given back")
+    await eventually(free, what="the cancelled claim's slot given back", timeout=10)
     await slots.claim("cancelled", "ingest")  # and the lock it took is gone with its transaction
     await slots.close()
 
