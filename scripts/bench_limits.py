@@ -124,7 +124,7 @@ def _rest(url: str, calls: int, paced: bool) -> list[dict[str, Any]]:
         ) as c:
             for _ in range(20):
                 c.get("/api/v1/projects")  # warm up
-            for round_ in range(4):
+            for round_ in range(6):
                 name, limiter = ("in-memory (before)", memory) if round_ % 2 == 0 else ("fleet (after)", fleet)
                 state.limiter = limiter
                 for _ in range(calls // 2):

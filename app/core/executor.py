@@ -159,8 +159,6 @@ async def run_operation(
         raise err from None
     finally:
         LOAD.call_finished()
-        if slot and app.jobs is not None:
-            app.jobs.release(key)
         elapsed = time.perf_counter() - started
         CALLS.labels(op.name, transport, outcome).inc()
         LATENCY.labels(op.name, transport).observe(elapsed)
@@ -175,6 +173,8 @@ async def run_operation(
             },
         )
         request_id_var.reset(token)
+        if slot and app.jobs is not None:  # last: a cancelled call may be cancelled again here
+            await app.jobs.give_back(key)
 
 
 @dataclass

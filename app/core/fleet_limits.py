@@ -6,15 +6,16 @@ with PostgreSQL as the only shared part (tables of revision `core_0006_limits`, 
   batch of tokens in one statement, in a short transaction of its own, and spends them in memory; it
   leases the next batch in the background while a few are left, so a call under the limit never waits
   for the database once the key is warm. The cluster never spends more than the bucket gave out:
-  tokens a process leased but did not spend within `hold` seconds lapse. A refused call says
+  tokens a process leased but did not spend within `hold` seconds (10) lapse, and a process holds at
+  most one and a half leases, so no process can save tokens up. A refused call says
   Retry-After from the bucket's level, and later ones are refused in memory until then.
 - **Long-job and stream slots** (`FleetSlots`): one row per held slot with a lease its process renews
   in the background; a claim counts the key's live rows under a transaction-level advisory lock and
-  inserts one (one round trip per job or stream); a release deletes it; a crashed process's rows
+  inserts one (one round trip per job or stream); giving it back deletes it; a crashed process's rows
   expire after `ttl` seconds.
 - **Failed authentications** (`FleetFailures`): only a failure writes (an upsert of the address's
-  recent failures); the lockout is read in the transaction that looks an uncached key up anyway, so a
-  static key or a cached valid key costs nothing.
+  recent failures); the lockout is read right before an uncached key is looked up anyway, so a static
+  key or a cached valid key costs nothing.
 
 While the database cannot be reached, each limit counts in this process's memory
 (`app.core.ratelimit`) instead of adding an error of its own: the call then fails on its own database
@@ -121,7 +122,7 @@ class FleetRateLimiter(RateLimiter):
     `QUICK_LEASE_SECONDS`) leases twice as many next time, up to a quarter of the burst, and `batch`
     again once the bucket runs short. A rate of 0 turns the limit off."""
 
-    def __init__(self, rate: float, burst: int, db: Database, *, batch: int | None = None, hold: float = 2.0) -> None:
+    def __init__(self, rate: float, burst: int, db: Database, *, batch: int | None = None, hold: float = 10.0) -> None:
         super().__init__(rate, burst)
         # A fifth of a second's worth: about five leases a second per busy key, and at most a quarter
         # of the burst held by any one process.
@@ -209,7 +210,7 @@ class FleetSlots:
         self.shared = _Shared(db, f"{kind} slots")
         self._held: dict[str, list[uuid.UUID | None]] = {}  # None: a slot counted in memory only
         self._heartbeat: asyncio.Task[None] | None = None
-        self._pending: set[asyncio.Task[None]] = set()
+        self._pending: set[asyncio.Future[None]] = set()
 
     async def claim(self, key: str, operation: str = "") -> None:
         """Take a slot of `key` or raise RateLimited."""
@@ -245,10 +246,11 @@ class FleetSlots:
         if not claim.cancelled() and claim.exception() is None and claim.result():
             self._spawn(self._free([slot]))
 
-    def _spawn(self, work: Awaitable[None]) -> None:
+    def _spawn(self, work: Awaitable[None]) -> asyncio.Future[None]:
         task = asyncio.ensure_future(work)
         self._pending.add(task)
         task.add_done_callback(self._pending.discard)
+        return task
 
     def _claim_locally(self, key: str, operation: str) -> None:
         if isinstance(self.local, JobSlots):
@@ -257,18 +259,25 @@ class FleetSlots:
             self.local.acquire(key)
         self._held.setdefault(key, []).append(None)
 
-    def release(self, key: str) -> None:
-        """Give one of `key`'s slots back (its row is deleted in the background)."""
+    async def give_back(self, key: str) -> None:
+        """Give one of `key`'s slots back; returns once its row is deleted, so the key's next claim
+        anywhere finds the slot free. A cancelled caller leaves the deletion running."""
+        slot = self._pop(key)
+        if slot is not None:
+            await asyncio.shield(self._spawn(self._free([slot])))
+
+    def _pop(self, key: str) -> uuid.UUID | None:
+        """Forget one of `key`'s slots: its row's id (None for none, or one counted in memory, which is
+        given back here)."""
         held = self._held.get(key)
         if not held:
-            return
+            return None
         slot = held.pop()
         if not held:
             del self._held[key]
         if slot is None:
             self.local.release(key)
-            return
-        self._spawn(self._free([slot]))
+        return slot
 
     def held(self) -> list[uuid.UUID]:
         """The rows this process holds now."""
@@ -305,7 +314,7 @@ class FleetSlots:
 class FleetFailures(FailureLimiter):
     """At most `limit` failed authentications per client address in any `window` seconds, across every
     process: a failure is recorded in the database (one upsert), and the lockout is read in the key
-    lookup's transaction (`verify_allowed`). What this process learned stays in memory, so `check` and
+    lookup's transaction (`verify_allowed`, right before it). What this process learned stays in memory, so `check` and
     `retry_after` answer without the database."""
 
     def __init__(self, limit: int, db: Database, window: float = 60.0, max_clients: int = 10_000) -> None:
@@ -333,12 +342,16 @@ class FleetFailures(FailureLimiter):
             self._locked.clear()
         self._locked[client] = time.monotonic() + wait
 
-    async def verify_allowed(self, session: AsyncSession, client: str) -> None:
-        """Raise RateLimited when the shared record locks `client` out (read in the key lookup's
-        transaction, `session`)."""
-        if self.limit <= 0:
+    async def verify_allowed(self, client: str) -> None:
+        """Raise RateLimited when the shared record locks `client` out (read right before a key lookup,
+        in a short transaction of its own on the primary: the lookup itself may be served elsewhere;
+        while the database cannot be reached, what this process knows decides)."""
+        if self.limit <= 0 or self.shared.offline:
             return
-        wait = await LimitsRepository(session).auth_lockout(client, self.limit, self.window)
+        try:
+            wait = await self.shared.run(lambda repo: repo.auth_lockout(client, self.limit, self.window))
+        except Exception:
+            return
         if wait is not None and wait > 0:
             self._learn(client, wait)
             self.check(client)

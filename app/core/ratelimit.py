@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import time
 from collections import deque
-from typing import Any, Protocol
+from typing import Protocol
 
 from limits import RateLimitItemPerSecond
 from limits.storage import MemoryStorage
@@ -69,7 +69,7 @@ class Slots(Protocol):
         """Take a slot of `key` or raise RateLimited."""
         ...
 
-    def release(self, key: str) -> None:
+    async def give_back(self, key: str) -> None:
         """Give one of `key`'s slots back."""
         ...
 
@@ -96,6 +96,10 @@ class JobSlots:
     async def claim(self, key: str, operation: str = "") -> None:
         """`acquire`."""
         self.acquire(key, operation)
+
+    async def give_back(self, key: str) -> None:
+        """`release`."""
+        self.release(key)
 
     async def close(self) -> None:
         """Nothing to give back: the counts die with the process."""
@@ -173,9 +177,9 @@ class FailureLimiter:
         """`record` (the key store awaits this on its failure path)."""
         self.record(client)
 
-    async def verify_allowed(self, session: Any, client: str) -> None:
-        """Nothing beyond `check` in memory; the fleet's limiter reads the shared record here, in the
-        transaction of the key lookup (`session`)."""
+    async def verify_allowed(self, client: str) -> None:
+        """Nothing beyond `check` in memory; the fleet's limiter reads the shared record here, right
+        before a key lookup."""
 
     def _prune(self) -> None:
         """Forget addresses whose last failure left the window (all of them if none did: a flood from
@@ -207,6 +211,10 @@ class StreamSlots:
     async def claim(self, key: str, operation: str = "") -> None:
         """`acquire`."""
         self.acquire(key)
+
+    async def give_back(self, key: str) -> None:
+        """`release`."""
+        self.release(key)
 
     async def close(self) -> None:
         """Nothing to give back: the counts die with the process."""

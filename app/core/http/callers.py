@@ -141,9 +141,10 @@ class KeyStore:
             await self._failed(client)
             return None
 
+        if client is not None and self.failures is not None:  # a lockout other processes recorded
+            await self.failures.verify_allowed(client)
+
         async def lookup(session: AsyncSession) -> Principal | None:
-            if client is not None and self.failures is not None:  # a lockout other processes recorded
-                await self.failures.verify_allowed(session, client)
             repo = ApiKeyRepository(session)
             row = await repo.by_hash(digest)
             if row is None:

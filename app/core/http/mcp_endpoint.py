@@ -84,7 +84,7 @@ class McpEndpoint:
         try:
             await self._serve(scope, receive, send, token)
         finally:
-            self.streams.release(key)
+            await self.streams.give_back(key)
 
     async def _serve(self, scope: Any, receive: Any, send: Any, token: str) -> None:
         try:
