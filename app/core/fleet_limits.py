@@ -19,7 +19,8 @@ with PostgreSQL as the only shared part (tables of revision `core_0006_limits`, 
 
 While the database cannot be reached, each limit counts in this process's memory
 (`app.core.ratelimit`) instead of adding an error of its own: the call then fails on its own database
-access as it would have without the limiter. The fleet's figure then holds per process only.
+access as it would have without the limiter. The fleet's figure then holds per process only. A call
+waits at most `lease_timeout` seconds for a rate lease.
 """
 
 from __future__ import annotations
@@ -96,10 +97,14 @@ class _Shared:
         try:
             return await self.db.run(unit)
         except Exception as exc:
-            if not self.offline:
-                log.warning("%s: the database failed (%s); counting in this process for now", self.name, exc)
-            self._offline_until = time.monotonic() + OUTAGE_BACKOFF_SECONDS
+            self.pause(str(exc))
             raise
+
+    def pause(self, why: str) -> None:
+        """Count in memory for `OUTAGE_BACKOFF_SECONDS` (logged when it starts)."""
+        if not self.offline:
+            log.warning("%s: the database failed (%s); counting in this process for now", self.name, why)
+        self._offline_until = time.monotonic() + OUTAGE_BACKOFF_SECONDS
 
 
 @dataclass
@@ -122,8 +127,20 @@ class FleetRateLimiter(RateLimiter):
     `QUICK_LEASE_SECONDS`) leases twice as many next time, up to a quarter of the burst, and `batch`
     again once the bucket runs short. A rate of 0 turns the limit off."""
 
-    def __init__(self, rate: float, burst: int, db: Database, *, batch: int | None = None, hold: float = 10.0) -> None:
+    def __init__(
+        self,
+        rate: float,
+        burst: int,
+        db: Database,
+        *,
+        batch: int | None = None,
+        hold: float = 10.0,
+        lease_timeout: float = 2.0,
+    ) -> None:
         super().__init__(rate, burst)
+        # A call waits this long for a lease, then counts in memory (the lease goes on): a database that
+        # stopped answering must not hold every call up for the driver's connect timeout first.
+        self.lease_timeout = lease_timeout
         # A fifth of a second's worth: about five leases a second per busy key, and at most a quarter
         # of the burst held by any one process.
         self.batch = batch or max(1, min(math.ceil(rate / 5), self.burst // 4))
@@ -156,20 +173,24 @@ class FleetRateLimiter(RateLimiter):
                 return
             if now < stock.refused_until:
                 raise self.exceeded(max(1, math.ceil(stock.refused_until - now)))
-            if self.shared.offline:
+            if self.shared.offline or not await self._wait_for_lease(key, stock):
                 self.check(key)
                 return
-            await self._wait_for_lease(key, stock)
         raise self.exceeded(1)
 
-    async def _wait_for_lease(self, key: str, stock: _Stock) -> None:
+    async def _wait_for_lease(self, key: str, stock: _Stock) -> bool:
+        """Wait for the key's lease in flight (started if none is); False when it took too long."""
         stock.waiting += 1
         try:
             if stock.waiting == 1 and stock.until > time.monotonic():  # spent before it lapsed: lease more
                 stock.batch = min(self.max_batch, stock.batch * 2)
             if stock.lease is None:
                 stock.lease = asyncio.ensure_future(self._lease(key, stock, max(stock.batch, stock.waiting)))
-            await asyncio.shield(stock.lease)
+            await asyncio.wait_for(asyncio.shield(stock.lease), self.lease_timeout)
+            return True
+        except TimeoutError:
+            self.shared.pause(f"no lease within {self.lease_timeout:g} s")
+            return False
         finally:
             stock.waiting -= 1
 

@@ -154,6 +154,24 @@ async def test_without_the_database_each_limit_counts_in_memory(down: Database) 
     assert failures.retry_after("10.1.1.1") is not None
 
 
+async def test_a_database_that_stops_answering_holds_no_call_up_for_long() -> None:
+    async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read()  # accepts, never answers
+
+    server = await asyncio.start_server(silent, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    db = Database(f"postgresql+asyncpg://cairn:x@127.0.0.1:{port}/none", Settings())
+    try:
+        limiter = FleetRateLimiter(0.001, 2, db, lease_timeout=0.2)
+        start = time.monotonic()
+        assert await admitted(limiter, "k")  # waited 0.2 s for a lease, then counted in memory
+        assert [await admitted(limiter, "k") for _ in range(2)] == [True, False]  # in memory at once
+        assert time.monotonic() - start < 2  # not the driver's 10 s connect timeout
+    finally:
+        server.close()
+        await db.dispose()
+
+
 async def test_slots_hold_across_processes_and_come_back(two: tuple[Database, Database]) -> None:
     a, b = (FleetSlots(JobSlots(1), db, "job") for db in two)
     await a.claim("key", "ingest")
