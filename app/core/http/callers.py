@@ -12,7 +12,8 @@ and the console's sign-in cookie. The answer depends on how the server started (
 - **local** (a stdio session of the user who started it): the anonymous admin.
 
 A client address that presented too many unknown keys lately is refused (4290) before any lookup;
-a static key or a cached valid key is never refused. The address comes from `client_address`, set
+a static key or a cached valid key is never refused. The failures are counted across every process on
+the database (`app.core.fleet_limits.FleetFailures`). The address comes from `client_address`, set
 by the HTTP front for each request, because the SDK's verifier is handed the token alone.
 """
 
