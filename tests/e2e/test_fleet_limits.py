@@ -70,10 +70,11 @@ async def test_one_keys_rate_holds_across_hosts(pg: PgCluster) -> None:
     assert two_hosts <= 1.25 * max(one_host, bound), (alone, both)
 
 
-async def test_long_job_slots_and_auth_lockouts_hold_across_hosts(pg: PgCluster, tmp_path: Path) -> None:
+async def test_long_job_and_stream_slots_and_auth_lockouts_hold_across_hosts(pg: PgCluster, tmp_path: Path) -> None:
     env = fleet_env(
         pg.handle.url(pg.new_database()),
         CAIRN_MAX_LONG_JOBS_PER_KEY="1",
+        CAIRN_MAX_SSE_STREAMS_PER_KEY="1",
         CAIRN_AUTH_FAILURE_LIMIT="3",
         CAIRN_RATE_LIMIT_PER_SECOND="1000",
         CAIRN_RATE_LIMIT_BURST="1000",
@@ -94,6 +95,12 @@ async def test_long_job_slots_and_auth_lockouts_hold_across_hosts(pg: PgCluster,
             # A's slot was given back before its answer: B runs one at once.
             after = await c.post(f"{b.api}/testing/progress", json={"steps": 1, "delay_ms": 0})
             assert after.status_code == 200, after.text
+
+            sse = {**auth, "Accept": "text/event-stream"}
+            async with c.stream("GET", f"{a.url}/mcp", headers=sse) as held_stream:
+                assert held_stream.status_code == 200
+                second = await c.get(f"{b.url}/mcp", headers=sse, timeout=10)  # refused at once, not a stream
+                assert second.status_code == 429 and second.json()["error"]["code"] == 4290, second.text
 
         async with httpx.AsyncClient(timeout=30) as c:
             for i in range(3):  # three unknown keys from this address, all on host A
