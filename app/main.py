@@ -19,13 +19,14 @@ from app.core.context import AppState
 from app.core.db import Database
 from app.core.embeddings.queue import EmbeddingQueue
 from app.core.feature import build_registry, build_settings
+from app.core.fleet_limits import FleetRateLimiter, FleetSlots
 from app.core.http.callers import Callers, keys_exist, starts_open
 from app.core.http.mcp_adapter import build_mcp
 from app.core.http.server import build_http_app
 from app.core.logs import configure_logging
 from app.core.operations import ops as core_ops
 from app.core.pgembedded import EmbeddedPostgres, start_embedded
-from app.core.ratelimit import JobSlots, RateLimiter
+from app.core.ratelimit import JobSlots, RateLimiter, StreamSlots
 from app.core.registry import OperationSet
 from app.core.replicas import Replicas
 from app.core.runtime import make_embedder, run_blocking
@@ -109,10 +110,9 @@ def assemble(settings: Settings, extra: list[OperationSet] | None = None, *, loc
         feature_settings=feature_settings,
         public_settings=public_settings,
         extras={"embedded_pg": boot.pg},
-        limiter=RateLimiter(settings.rate_limit_per_second, settings.rate_limit_burst),
-        jobs=JobSlots(settings.max_long_jobs_per_key),
         replicas=Replicas.build(db, settings),
     )
+    _limits(state, local)
     queue = state.queue = EmbeddingQueue(
         db, state.embedder, [t for f in features for t in f.embedding_targets], settings
     )
@@ -120,6 +120,20 @@ def assemble(settings: Settings, extra: list[OperationSet] | None = None, *, loc
     catalog = state.catalog = Catalog(registry, settings.mcp_toolsets)
     mcp = build_mcp(state, callers, catalog)
     return Assembly(settings, boot, features, state, queue, callers, catalog, mcp)
+
+
+def _limits(state: AppState, local: bool) -> None:
+    """The per-key limits: held across every process on the database for a server, in this process's
+    memory for a local (stdio) session, which is one user's only process."""
+    settings, db = state.settings, state.db
+    rate, burst = settings.rate_limit_per_second, settings.rate_limit_burst
+    jobs = JobSlots(settings.max_long_jobs_per_key)
+    if local:
+        state.limiter, state.jobs = RateLimiter(rate, burst), jobs
+        return
+    state.limiter = FleetRateLimiter(rate, burst, db)
+    state.jobs = FleetSlots(jobs, db, "job")
+    state.streams = FleetSlots(StreamSlots(settings.max_sse_streams_per_key), db, "stream")
 
 
 def run_stdio(settings: Settings, toolsets: str | None = None) -> int:

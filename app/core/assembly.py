@@ -84,6 +84,9 @@ async def running(asm: Assembly, **banner: Any) -> AsyncIterator[None]:
         if state.replicas is not None:
             await state.replicas.stop()
         await asm.queue.stop()
+        for slots in (state.jobs, state.streams):
+            if slots is not None:
+                await slots.close()
         for feature in reversed(asm.features):
             if feature.shutdown is not None:
                 await feature.shutdown(state)

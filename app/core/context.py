@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from app.core.db import Database
     from app.core.embeddings.provider import EmbeddingProvider
     from app.core.embeddings.queue import EmbeddingQueue
-    from app.core.ratelimit import JobSlots, RateLimiter
+    from app.core.ratelimit import RateLimiter, Slots
     from app.core.registry import Registry
     from app.core.replicas import Replicas
 
@@ -82,7 +82,9 @@ class AppState:
     feature_settings: dict[type[BaseSettings], BaseSettings] = field(default_factory=dict)
     public_settings: dict[str, Any] = field(default_factory=dict)
     limiter: RateLimiter | None = None
-    jobs: JobSlots | None = None
+    jobs: Slots | None = None
+    # Open `GET /mcp` streams per key (None: the HTTP app counts them in its own memory)
+    streams: Slots | None = None
     catalog: ToolsetSummary | None = None
     queue: EmbeddingQueue | None = None
     # The read replicas of this process (None: every call runs on the primary)

@@ -136,9 +136,9 @@ async def run_operation(
     LOAD.call_started()
     try:
         if app.limiter is not None:
-            app.limiter.check(key)
+            await app.limiter.admit(key)
         if op.long_running and app.jobs is not None:
-            app.jobs.acquire(key, op.name)
+            await app.jobs.claim(key, op.name)
             slot = True
         args = validate_args(op.input_model, raw_args)
         check_scope(op, principal)
@@ -160,8 +160,6 @@ async def run_operation(
         raise err from None
     finally:
         LOAD.call_finished()
-        if slot and app.jobs is not None:
-            app.jobs.release(key)
         elapsed = time.perf_counter() - started
         CALLS.labels(op.name, transport, outcome).inc()
         LATENCY.labels(op.name, transport).observe(elapsed)
@@ -176,6 +174,8 @@ async def run_operation(
             },
         )
         request_id_var.reset(token)
+        if slot and app.jobs is not None:  # last: a cancelled call may be cancelled again here
+            await app.jobs.give_back(key)
 
 
 @dataclass

@@ -1,9 +1,11 @@
-"""Per-key limits: a call rate (the `limits` library's moving window, in process memory), a cap on
-concurrent long-running operations and on open event streams; per client address, a cap on failed
-authentications.
+"""Per-key limits kept in this process's memory: a call rate (the `limits` library's moving window), a
+cap on concurrent long-running operations and on open event streams; per client address, a cap on
+failed authentications.
 
-Each replica limits independently, so the effective cluster-wide rate is at most `replicas * rate`;
-that keeps the check free of database round trips.
+A `cairn serve` process uses `app.core.fleet_limits` instead, which holds each limit across every
+process sharing the database and falls back to these classes while the database cannot be reached.
+These alone serve a stdio session (one user, one process). The awaitable methods (`admit`, `claim`,
+`record_failure`, `verify_allowed`) are the interface both share with their callers.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import math
 import time
 from collections import deque
+from typing import Protocol
 
 from limits import RateLimitItemPerSecond
 from limits.storage import MemoryStorage
@@ -41,8 +44,15 @@ class RateLimiter:
         if not self.enabled or self._limiter.hit(self._item, key):
             return
         reset = self._limiter.get_window_stats(self._item, key).reset_time
-        wait = max(1, math.ceil(reset - time.time()))
-        raise RateLimited(
+        raise self.exceeded(max(1, math.ceil(reset - time.time())))
+
+    async def admit(self, key: str) -> None:
+        """`check` (the executor awaits this on every call)."""
+        self.check(key)
+
+    def exceeded(self, wait: int) -> RateLimited:
+        """The refusal of a call over the rate, to retry after `wait` seconds."""
+        return RateLimited(
             f"Rate limit exceeded for this API key ({self.rate:g} calls/s, burst {self.burst})",
             suggestions=[f"Retry after {wait} s"],
             details={"retry_after": wait},
@@ -50,8 +60,26 @@ class RateLimiter:
         )
 
 
+class Slots(Protocol):
+    """Slots per key (long jobs, event streams), in memory or shared by the fleet."""
+
+    limit: int
+
+    async def claim(self, key: str, operation: str = "") -> None:
+        """Take a slot of `key` or raise RateLimited."""
+        ...
+
+    async def give_back(self, key: str) -> None:
+        """Give one of `key`'s slots back."""
+        ...
+
+    async def close(self) -> None:
+        """Give back every slot still held (the process stops)."""
+        ...
+
+
 class JobSlots:
-    """At most `limit` long-running operations at once per API key (in this replica)."""
+    """At most `limit` long-running operations at once per API key (in this process)."""
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
@@ -62,13 +90,28 @@ class JobSlots:
         if self.limit <= 0:
             return
         if self._running.get(key, 0) >= self.limit:
-            raise RateLimited(
-                f"This API key already runs {self.limit} long operation(s); '{operation}' must wait",
-                suggestions=["Wait for the running operation to finish, then retry"],
-                details={"retry_after": 5},
-                headers={"Retry-After": "5"},
-            )
+            raise self.full(operation)
         self._running[key] = self._running.get(key, 0) + 1
+
+    async def claim(self, key: str, operation: str = "") -> None:
+        """`acquire`."""
+        self.acquire(key, operation)
+
+    async def give_back(self, key: str) -> None:
+        """`release`."""
+        self.release(key)
+
+    async def close(self) -> None:
+        """Nothing to give back: the counts die with the process."""
+
+    def full(self, operation: str = "") -> RateLimited:
+        """The refusal of one more long operation (`operation`) of a key that runs `limit` already."""
+        return RateLimited(
+            f"This API key already runs {self.limit} long operation(s); '{operation}' must wait",
+            suggestions=["Wait for the running operation to finish, then retry"],
+            details={"retry_after": 5},
+            headers={"Retry-After": "5"},
+        )
 
     def release(self, key: str) -> None:
         """Give the slot back."""
@@ -81,7 +124,7 @@ class JobSlots:
 
 class FailureLimiter:
     """At most `limit` failed authentications (unknown or revoked keys) per client address in any
-    window of `window` seconds (in this replica); past that the address is refused until its oldest
+    window of `window` seconds (in this process); past that the address is refused until its oldest
     counted failure leaves the window. A limit of 0 turns it off.
 
     Only the failure path writes here; the check costs one dict lookup for an address that has not
@@ -130,6 +173,14 @@ class FailureLimiter:
             recent = self._failures[client] = deque(maxlen=self.limit)
         recent.append(time.monotonic())
 
+    async def record_failure(self, client: str) -> None:
+        """`record` (the key store awaits this on its failure path)."""
+        self.record(client)
+
+    async def verify_allowed(self, client: str) -> None:
+        """Nothing beyond `check` in memory; the fleet's limiter reads the shared record here, right
+        before a key lookup."""
+
     def _prune(self) -> None:
         """Forget addresses whose last failure left the window (all of them if none did: a flood from
         many addresses must not grow the table without bound)."""
@@ -142,7 +193,7 @@ class FailureLimiter:
 
 
 class StreamSlots:
-    """At most `limit` open `GET /mcp` event streams per key at once (in this replica); 0 = no limit."""
+    """At most `limit` open `GET /mcp` event streams per key at once (in this process); 0 = no limit."""
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
@@ -154,13 +205,28 @@ class StreamSlots:
             return
         count = self._open.get(key, 0)
         if count >= self.limit:
-            raise RateLimited(
-                f"This API key already has {self.limit} open event stream(s) (GET /mcp)",
-                suggestions=["Close an open stream, then retry"],
-                details={"retry_after": 5},
-                headers={"Retry-After": "5"},
-            )
+            raise self.full()
         self._open[key] = count + 1
+
+    async def claim(self, key: str, operation: str = "") -> None:
+        """`acquire`."""
+        self.acquire(key)
+
+    async def give_back(self, key: str) -> None:
+        """`release`."""
+        self.release(key)
+
+    async def close(self) -> None:
+        """Nothing to give back: the counts die with the process."""
+
+    def full(self, operation: str = "") -> RateLimited:
+        """The refusal of one more stream of a key that holds `limit` already."""
+        return RateLimited(
+            f"This API key already has {self.limit} open event stream(s) (GET /mcp)",
+            suggestions=["Close an open stream, then retry"],
+            details={"retry_after": 5},
+            headers={"Retry-After": "5"},
+        )
 
     def release(self, key: str) -> None:
         """Give the slot back."""

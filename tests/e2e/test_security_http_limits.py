@@ -10,6 +10,8 @@ from typing import Any
 import httpx
 import pytest
 
+from app.core.db import Database
+from app.core.limits_repository import LimitsRepository
 from tests.support.server import (
     ADMIN_KEY,
     READ_KEY,
@@ -92,7 +94,20 @@ async def test_failed_authentications_are_limited_per_address(limited: RunningSe
             assert missing.status_code == 401
     finally:
         store.db = counting.db
-        limited.app.state.callers.store.failures._failures.clear()
+        await forget_failures(limited)
+
+
+async def forget_failures(server: RunningServer) -> None:
+    """Clear the lockout the test caused, in the database (the fleet's record) and in the process."""
+    failures = server.app.state.callers.store.failures
+    failures._failures.clear()
+    failures._locked.clear()
+    db = Database(server.app.state.cairn.db.url, server.settings)  # the server's pool belongs to its own loop
+    try:
+        async with db.transaction() as session:
+            await LimitsRepository(session).execute("DELETE FROM limit_auth_failures")
+    finally:
+        await db.dispose()
 
 
 async def test_event_streams_are_capped_per_key(limited: RunningServer) -> None:
@@ -115,7 +130,7 @@ async def test_event_streams_are_capped_per_key(limited: RunningServer) -> None:
         async with mcp_client(limited.url, key=ADMIN_KEY) as mcp:
             assert not (await mcp.call_tool("list_projects", {})).is_error
     # Closed streams give their slots back.
-    await eventually(lambda: not limited.app.state.mcp_streams._open, what="every closed stream's slot given back")
+    await eventually(lambda: not limited.app.state.mcp_streams.held(), what="every closed stream's slot given back")
     async with AsyncExitStack() as stack:
         again = [await open_stream(stack, ADMIN_KEY) for _ in range(STREAMS)]
         assert all(s.status_code == 200 for s in again)
@@ -127,4 +142,4 @@ async def test_a_locked_out_address_cannot_fill_the_stream_slots(limited: Runnin
         for _ in range(STREAMS + 2):
             r = await c.get("/mcp", headers={"Accept": "text/event-stream"})
             assert r.status_code == 401
-    assert not limited.app.state.mcp_streams._open
+    assert not limited.app.state.mcp_streams.held()

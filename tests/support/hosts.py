@@ -32,6 +32,8 @@ class Host:
     env: dict[str, str]
     args: list[str] = field(default_factory=list)
     cwd: Path = ROOT
+    # The module run as `python -m MODULE serve --port N` (`tests.support.instrumentation`: with the test operations)
+    module: str = "app"
     proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -65,11 +67,12 @@ class Host:
         cwd: Path = ROOT,
         timeout: float = 120.0,
         wait: bool = True,
+        module: str = "app",
     ) -> Host:
         """Spawn a host with `env` over a clean `CAIRN_*` environment (a data dir of its own unless `env`
         names one) and, unless `wait` is false, wait until it answers `/healthz`."""
         data_dir = Path(env.get("CAIRN_DATA_DIR") or tempfile.mkdtemp(prefix="cairn-host-"))
-        host = cls(port=free_port(), data_dir=data_dir, env=dict(env), args=list(args or []), cwd=cwd)
+        host = cls(port=free_port(), data_dir=data_dir, env=dict(env), args=list(args or []), cwd=cwd, module=module)
         host.launch()
         if wait:
             host.wait_ready(timeout)
@@ -88,7 +91,7 @@ class Host:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         with self.log_path.open("ab") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "app", "serve", "--port", str(self.port), *self.args],
+                [sys.executable, "-m", self.module, "serve", "--port", str(self.port), *self.args],
                 cwd=self.cwd,
                 env=full,
                 stdout=subprocess.DEVNULL,

@@ -77,13 +77,19 @@ async def progress(ctx: CallContext, args: ProgressIn) -> Done:
 
 
 def serve_with_instrumentation() -> None:
-    """Run a real server process that also serves these test operations (used by shutdown tests)."""
+    """Run a real server process that also serves these test operations (used by shutdown tests, and by
+    fleet hosts as `python -m tests.support.instrumentation serve --port N`)."""
+    import sys
+
     import uvicorn
 
     from app.core.config import Settings
     from app.main import create_app
 
+    argv = sys.argv[1:]
     settings = Settings()
+    if "--port" in argv:
+        settings = settings.model_copy(update={"port": int(argv[argv.index("--port") + 1])})
     uvicorn.run(
         create_app(settings, extra=[ops]),
         host=settings.host,

@@ -12,7 +12,8 @@ and the console's sign-in cookie. The answer depends on how the server started (
 - **local** (a stdio session of the user who started it): the anonymous admin.
 
 A client address that presented too many unknown keys lately is refused (4290) before any lookup;
-a static key or a cached valid key is never refused. The address comes from `client_address`, set
+a static key or a cached valid key is never refused. The failures are counted across every process on
+the database (`app.core.fleet_limits.FleetFailures`). The address comes from `client_address`, set
 by the HTTP front for each request, because the SDK's verifier is handed the token alone.
 """
 
@@ -35,6 +36,7 @@ from app.core.config import Settings
 from app.core.context import OPEN_PRINCIPAL, Principal
 from app.core.db import Database
 from app.core.errors import CairnError, Unauthenticated
+from app.core.fleet_limits import FleetFailures
 from app.core.keyusage import KeyUsage
 from app.core.ratelimit import FailureLimiter
 from app.core.repository import ApiKeyRepository
@@ -142,8 +144,11 @@ class KeyStore:
             self.failures.check(client)
         seen = self._unknown.get(digest)
         if seen is not None and now - seen < self.cache_seconds:
-            self._failed(client)
+            await self._failed(client)
             return None
+
+        if client is not None and self.failures is not None:  # a lockout other processes recorded
+            await self.failures.verify_allowed(client)
 
         async def lookup(session: AsyncSession) -> Principal | None:
             repo = ApiKeyRepository(session)
@@ -163,7 +168,7 @@ class KeyStore:
             if len(self._unknown) > _CACHE_MAX:
                 self._unknown.clear()
             self._unknown[digest] = now
-            self._failed(client)
+            await self._failed(client)
             return None
         if len(self._cache) > _CACHE_MAX:
             self._cache.clear()
@@ -176,9 +181,9 @@ class KeyStore:
         if self.usage is not None and principal.key_id:
             self.usage.record(uuid.UUID(principal.key_id))
 
-    def _failed(self, client: str | None) -> None:
+    async def _failed(self, client: str | None) -> None:
         if client is not None and self.failures is not None:
-            self.failures.record(client)
+            await self.failures.record_failure(client)
 
 
 class OpenModeGuard:
@@ -225,7 +230,7 @@ class Callers:
         session (`local`)."""
         if local:
             return cls()
-        failures = FailureLimiter(settings.auth_failure_limit)
+        failures = FleetFailures(settings.auth_failure_limit, db)
         usage = KeyUsage(db, settings.key_usage_flush_seconds)
         if open_mode:
             return cls(guard=OpenModeGuard(KeyStore(db, [], settings.key_cache_seconds, failures, usage)))

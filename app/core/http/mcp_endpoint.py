@@ -28,7 +28,7 @@ from app.core.auth import hash_key
 from app.core.errors import CairnError
 from app.core.http.callers import CALLER_STATE, Callers, scope_bearer
 from app.core.http.front import send_error
-from app.core.ratelimit import StreamSlots
+from app.core.ratelimit import Slots
 from app.core.toolsets import MCP_PATH, Catalog, Selection, requested
 
 TOOLSETS_STATE = "toolsets"
@@ -50,7 +50,7 @@ class McpEndpoint:
         *,
         catalog: Catalog,
         callers: Callers,
-        streams: StreamSlots,
+        streams: Slots,
         json_app: Any = None,
     ) -> None:
         self.sdk_app = sdk_app
@@ -77,14 +77,14 @@ class McpEndpoint:
             return
         key = hash_key(token)[:16] if token else "anonymous"
         try:
-            self.streams.acquire(key)
+            await self.streams.claim(key)
         except CairnError as err:
             await send_error(send, err)
             return
         try:
             await self._serve(scope, receive, send, token)
         finally:
-            self.streams.release(key)
+            await self.streams.give_back(key)
 
     async def _serve(self, scope: Any, receive: Any, send: Any, token: str) -> None:
         try:

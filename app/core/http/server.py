@@ -68,7 +68,7 @@ def build_http_app(
     app.state.cairn = state
     app.state.callers = callers
     app.state.mcp = mcp
-    streams = app.state.mcp_streams = StreamSlots(settings.max_sse_streams_per_key)
+    streams = app.state.mcp_streams = state.streams or StreamSlots(settings.max_sse_streams_per_key)
     endpoint = McpEndpoint(sdk_app, catalog=catalog, callers=callers, streams=streams, json_app=json_app)
     app.add_middleware(Shortcut, endpoint=endpoint)  # innermost: the front's checks still apply
 

@@ -165,3 +165,27 @@ def test_a_full_failure_table_forgets_stale_addresses_first_then_everything(cloc
     assert set(failures._failures) == {"a", "b", "c"}
     failures.record("d")  # none is stale: a flood from many addresses empties the table
     assert set(failures._failures) == {"d"}
+
+
+async def test_the_awaitable_interface_counts_as_the_plain_methods(clock: Clock) -> None:
+    """What the executor, the MCP endpoint and the key store await (shared with the fleet's limits)."""
+    limiter = RateLimiter(rate=0.5, burst=2)
+    await limiter.admit("k")
+    await limiter.admit("k")
+    with pytest.raises(RateLimited) as refused:
+        await limiter.admit("k")
+    assert refused.value.headers["Retry-After"] == "4" and limiter.exceeded(7).details == {"retry_after": 7}
+    jobs, streams = JobSlots(limit=1), StreamSlots(limit=1)
+    for slots in (jobs, streams):
+        await slots.claim("k", "ingest")
+        with pytest.raises(RateLimited):
+            await slots.claim("k", "ingest")
+        await slots.give_back("k")
+        await slots.claim("k", "ingest")
+        await slots.close()
+    assert "'ingest' must wait" in jobs.full("ingest").message and "event stream" in streams.full().message
+    failures = FailureLimiter(limit=2, window=60.0)
+    await failures.record_failure("10.0.0.1")
+    await failures.verify_allowed("10.0.0.1")  # nothing beyond the check in memory
+    await failures.record_failure("10.0.0.1")
+    assert failures.retry_after("10.0.0.1") == 60

@@ -10,10 +10,13 @@ from typing import Any
 
 import pytest
 
+from app.core import migrations
 from app.core.auth import StaticKey, hash_key
 from app.core.config import Settings
 from app.core.context import OPEN_PRINCIPAL, Principal
+from app.core.db import Database
 from app.core.errors import RateLimited, Unauthenticated
+from app.core.fleet_limits import FleetFailures
 from app.core.http import callers as callers_module
 from app.core.http.callers import (
     CALLER_STATE,
@@ -30,6 +33,7 @@ from app.core.http.callers import (
 )
 from app.core.keyusage import KeyUsage
 from app.core.ratelimit import FailureLimiter
+from tests.support.server import PgCluster
 
 STATIC = "static-key-0123456789"
 META = "http://127.0.0.1:8000/.well-known/oauth-protected-resource/mcp"
@@ -176,6 +180,31 @@ async def test_a_locked_out_address_is_refused_before_any_lookup() -> None:
     finally:
         client_address.reset(token)
     assert Callers(guard=OpenModeGuard(_store(failures))).refusal("x", "10.9.9.9") is None  # checked on lookup
+
+
+async def test_a_lockout_holds_across_the_key_stores_of_two_processes(pg: PgCluster) -> None:
+    """Two processes' key stores on one database: the failures one records lock the address out of the
+    other's lookups, which then knows it without the database."""
+    url = pg.handle.url(pg.new_database())
+    await migrations.upgrade_async(url, [])
+    dbs = [Database(url, Settings()) for _ in range(2)]
+    static = [StaticKey(STATIC, frozenset({"read"}), None)]
+    a, b = (KeyStore(db, static, cache_seconds=60, failures=FleetFailures(2, db)) for db in dbs)
+    token = client_address.set("10.7.7.7")
+    try:
+        for i in range(2):
+            assert await a.verify(f"made-up-{i}") is None
+        assert Callers(store=b).refusal("made-up-b", "10.7.7.7") is None  # b has not looked anything up yet
+        with pytest.raises(RateLimited):
+            await b.verify("made-up-b")  # its lookup reads the lockout a recorded
+        assert Callers(store=b).refusal("made-up-c", "10.7.7.7") is not None
+        assert await b.verify(STATIC) is not None  # a static key is never refused
+        client_address.set("10.8.8.8")
+        assert await b.verify("made-up-elsewhere") is None  # another address may still try
+    finally:
+        client_address.reset(token)
+        for db in dbs:
+            await db.dispose()
 
 
 def test_only_a_loopback_server_starts_without_keys() -> None:

@@ -161,10 +161,11 @@ async def test_a_server_with_keys_leaves_the_caller_to_the_sdk() -> None:
 
 async def test_event_streams_take_a_slot_per_key() -> None:
     endpoint, sdk = _endpoint(streams=1)
-    endpoint.streams.acquire("anonymous")
+    await endpoint.streams.claim("anonymous")
     status, body = await _call(endpoint, "/mcp", method="GET")
     assert status == 429 and body["error"]["code"] == 4290 and not sdk.scopes
     assert (await _call(endpoint, "/mcp", method="GET", authorization="Bearer k"))[0] == 200
+    assert isinstance(endpoint.streams, StreamSlots)
     assert endpoint.streams._open == {"anonymous": 1}  # the keyed stream gave its slot back
     assert (await _call(endpoint, "/mcp"))[0] == 200  # a POST is no stream
 
