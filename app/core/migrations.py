@@ -25,7 +25,6 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import Script, ScriptDirectory
-from alembic.script.revision import RevisionError
 from alembic.util import to_tuple
 from sqlalchemy import RowMapping, inspect, select
 from sqlalchemy.dialects.postgresql import insert
@@ -140,11 +139,10 @@ def older_code_may_run(rev: Script) -> bool:
     return getattr(rev.module, "older_code_may_run", None) is True
 
 
-def _known(script: ScriptDirectory, revision: str) -> bool:
-    try:
-        return script.get_revision(revision) is not None
-    except RevisionError:
-        return False
+@functools.cache
+def known_revisions() -> frozenset[str]:
+    """Every revision this build has."""
+    return frozenset(rev.revision for rev in script_directory().walk_revisions())
 
 
 @dataclass(frozen=True)
@@ -163,9 +161,8 @@ def newer_schema(connection: Connection) -> Standing:
         SchemaTooNew: a revision this build does not have is not safe for older code, or is not
             recorded at all; the message names it and the build that is needed.
     """
-    script = script_directory()
     heads = MigrationContext.configure(connection).get_current_heads()
-    known = {h for h in heads if _known(script, h)}
+    known = {h for h in heads if h in known_revisions()}
     todo = [h for h in heads if h not in known]
     if not todo:
         return Standing(frozenset(known), ())
@@ -190,7 +187,7 @@ def newer_schema(connection: Connection) -> Standing:
             )
         newer.append(rev)
         for down in record["down_revisions"]:
-            if _known(script, down):
+            if down in known_revisions():
                 known.add(down)
             else:
                 todo.append(down)

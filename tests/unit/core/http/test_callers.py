@@ -244,7 +244,7 @@ async def test_an_outage_is_a_5030_on_every_path_that_looks_a_key_up() -> None:
     with pytest.raises(Unavailable):
         await open_server.keys_required()
     with pytest.raises(Unavailable):
-        await keys_exist(_Db(), [])  # type: ignore[arg-type]
+        await _keys_exist([])
     _Keys.down = False
     assert (await resolve_caller(keys, "good-key")).key_id == "k1"  # back: served again
 
@@ -259,12 +259,20 @@ async def test_the_sdk_verifier_reuses_the_endpoints_lookup() -> None:
     assert _Keys.lookups == 2  # neither was looked up twice
 
 
+async def _keys_exist(static: list[StaticKey]) -> bool:
+    return await keys_exist(_Db(), static)  # type: ignore[arg-type]
+
+
+def _locked() -> bool:
+    return _Keys.locked_db
+
+
 async def test_a_database_that_had_a_key_stays_locked() -> None:
-    assert not await keys_exist(_Db(), []) and not _Keys.locked_db  # type: ignore[arg-type]
+    assert not await _keys_exist([]) and not _locked()
     _Keys.active = 1
-    assert await keys_exist(_Db(), []) and _Keys.locked_db  # type: ignore[arg-type]
+    assert await _keys_exist([]) and _locked()
     _Keys.active = 0  # every key revoked
-    assert await keys_exist(_Db(), [])  # type: ignore[arg-type]
+    assert await _keys_exist([])
     assert not starts_open(Settings(database_url="x", host="127.0.0.1"), has_keys=True)
     guard = OpenModeGuard(_store(), interval=0)
     assert await guard.locked()  # an open server of it would lock at once
@@ -272,5 +280,5 @@ async def test_a_database_that_had_a_key_stays_locked() -> None:
 
 async def test_static_keys_lock_the_database_too() -> None:
     static = [StaticKey(STATIC, frozenset({"admin"}), None)]
-    assert await keys_exist(_Db(), static) and _Keys.locked_db  # type: ignore[arg-type]
-    assert await keys_exist(_Db(), [])  # type: ignore[arg-type]
+    assert await _keys_exist(static) and _locked()
+    assert await _keys_exist([])
