@@ -344,10 +344,11 @@ def starts_open(settings: Settings, has_keys: bool) -> bool:
 async def keys_exist(db: Database, static: list[StaticKey]) -> bool:
     """Whether keys are required (start-up decides open mode on it): a static or stored key exists,
     or the database has had one. A key existing locks the database for good (`auth_lock`), so no
-    later start of it is open, even once every key is revoked.
+    later start of it is open, even once every key is revoked. With static keys the answer needs no
+    database: failing to record the lock then (a schema not migrated yet) is only logged.
 
     Raises:
-        Unavailable: the database cannot answer (5030).
+        Unavailable: the database cannot answer (5030) and no static key is configured.
     """
 
     async def decide(session: AsyncSession) -> tuple[bool, bool]:
@@ -360,7 +361,10 @@ async def keys_exist(db: Database, static: list[StaticKey]) -> bool:
     try:
         active, locked = await db.run(decide)
     except Exception as exc:
-        _unavailable(exc)
+        if not static:
+            _unavailable(exc)
+        log.warning("could not record that this database has had keys: %s", str(exc)[:200])
+        return True
     if locked and not active and not static:
         log.warning(
             "this database has had API keys and has no valid one now: every request needs a key (401); "

@@ -6,6 +6,11 @@ allows it."""
 
 from __future__ import annotations
 
+import asyncio
+import os
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import asyncpg
@@ -16,6 +21,7 @@ from app.core import migrations
 from app.features import FEATURES
 from tests.support.server import PgCluster
 
+ROOT = Path(__file__).resolve().parents[3]
 FEATURE_TABLE_PREFIXES = {"memory": "memor", "graph": "graph_", "analysis": "analysis_", "datasets": "dataset"}
 
 
@@ -218,3 +224,21 @@ async def test_a_build_refuses_a_newer_revision_nobody_recorded(pg: PgCluster) -
     with pytest.raises(migrations.SchemaTooNew, match=r"memory_9999, which this build .* does not have"):
         await migrations.upgrade_async(url, ["memory"])
     assert not await migrations.at_head(url, ["memory"])
+
+
+def test_hosts_starting_together_migrate_one_at_a_time(pg: PgCluster) -> None:
+    """Separate processes, as hosts are (Alembic's `context` is one per process)."""
+    db = pg.new_database()
+    url = pg.handle.url(db)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CAIRN_")}
+    env |= {"CAIRN_DATABASE_URL": url, "CAIRN_FEATURES": "memory,graph", "CAIRN_LOG_LEVEL": "WARNING"}
+    procs = [
+        subprocess.Popen([sys.executable, "-m", "app", "migrate"], env=env, cwd=ROOT, stderr=subprocess.PIPE)
+        for _ in range(3)
+    ]
+    errors = [proc.communicate(timeout=180)[1].decode() for proc in procs]
+    assert [proc.returncode for proc in procs] == [0, 0, 0], errors
+    assert asyncio.run(migrations.at_head(url, ["memory", "graph"]))
+    [rows] = asyncio.run(_execute(pg, db, "SELECT revision FROM schema_revisions"))
+    revisions = [r["revision"] for r in rows]
+    assert len(revisions) == len(set(revisions)) and {"graph_0002", "memory_0005"} <= set(revisions)
