@@ -13,10 +13,12 @@ from typing import Any, TypeVar
 from pgvector import SparseVector, Vector
 from sqlalchemy import Connection, MetaData, event, text
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
 from sqlalchemy.orm import DeclarativeBase, Session
 
 from app.core.config import Settings
+from app.core.errors import Unavailable
 from app.core.metrics import DB_POOL_CHECKED_OUT, DB_POOL_SIZE
 
 log = logging.getLogger("cairn.db")
@@ -278,6 +280,24 @@ def is_connection_error(exc: BaseException) -> bool:
     if isinstance(exc, (ConnectionError, OSError)):
         return True
     return type(exc).__name__ in _CONNECTION_ERRORS
+
+
+# What an outage's 5030 asks clients to wait before retrying (PostgreSQL restarting, a failover).
+RETRY_AFTER_SECONDS = 2
+
+
+def outage(exc: BaseException) -> Unavailable | None:
+    """The 5030 a caller gets when `exc` says the database cannot serve right now (unreachable, not
+    accepting connections while it starts or shuts down, or no pooled connection free within
+    `db_pool_timeout`); None for any other error. Every path that reaches the database maps its
+    errors through this: the executor, key lookups, the open-mode lock, the probes."""
+    if isinstance(exc, PoolTimeout):  # "QueuePool limit of size … reached"
+        message = "The database is busy: no connection became free in time; no change was made"
+    elif is_connection_error(exc):
+        message = "The database is unavailable; no change was made"
+    else:
+        return None
+    return Unavailable(message, headers={"Retry-After": str(RETRY_AFTER_SECONDS)})
 
 
 async def release_reads(session: AsyncSession) -> None:

@@ -19,7 +19,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.core.context import AppState, CallContext, Principal, ProgressFn, _no_progress
-from app.core.db import is_conflict, is_connection_error, sqlstate
+from app.core.db import is_conflict, is_connection_error, outage, sqlstate
 from app.core.embeddings.load import LOAD
 from app.core.embeddings.provider import EmbeddingUnavailable
 from app.core.errors import (
@@ -89,9 +89,10 @@ def translate(exc: BaseException, name: str) -> CairnError:
     if isinstance(exc, EmbeddingUnavailable):
         log.warning("embedding provider unavailable during %s: %s", name, exc)
         return Unavailable(f"The embedding provider is unavailable: {str(exc)[:200]}; no change was made")
-    if is_connection_error(exc):
+    unavailable = outage(exc)
+    if unavailable is not None:
         log.warning("database unavailable during %s: %s", name, type(exc).__name__)
-        return Unavailable("The database is unavailable; no change was made")
+        return unavailable
     if isinstance(exc, DBAPIError):
         mapped = _from_sqlstate(exc)
         if mapped is not None:

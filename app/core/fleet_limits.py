@@ -1,5 +1,5 @@
 """Per-key limits held across every process of a fleet (`cairn serve` hosts and their `--workers`),
-with PostgreSQL as the only shared part (tables of revision `core_0006_limits`, SQL in
+with PostgreSQL as the only shared part (tables of revision `core_0006`, SQL in
 `app.core.limits_repository`).
 
 - **Call rate** (`FleetRateLimiter`): a token bucket per key in the database. A process leases a small

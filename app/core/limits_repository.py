@@ -1,5 +1,5 @@
 """The SQL of the fleet-wide limits (`app.core.fleet_limits`): token buckets, held slots and failed
-authentications, in the tables of revision `core_0006_limits`.
+authentications, in the tables of revision `core_0006`.
 
 Every time is the database's clock, so hosts with skewed clocks still agree. The bucket is leased with
 `clock_timestamp()` (the statement's own time): a lease that waited for a row lock then counts the

@@ -1,4 +1,5 @@
-"""Core tables: projects, API keys and the per-model embedding bookkeeping."""
+"""Core tables: projects, API keys, the per-model embedding bookkeeping, the auth lock and the log of
+applied revisions."""
 
 from __future__ import annotations
 
@@ -6,7 +7,21 @@ import uuid
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ARRAY, BigInteger, DateTime, Identity, Index, Integer, String, Text, UniqueConstraint, func
+from sqlalchemy import (
+    ARRAY,
+    BigInteger,
+    Boolean,
+    CheckConstraint,
+    DateTime,
+    Identity,
+    Index,
+    Integer,
+    SmallInteger,
+    String,
+    Text,
+    UniqueConstraint,
+    func,
+)
 from sqlalchemy.dialects.postgresql import (
     JSONB,
     UUID,
@@ -99,3 +114,28 @@ class EmbeddingJob(Base):
     not_before: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
     leased_until: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     last_error: Mapped[str | None] = mapped_column(Text)
+
+
+class AuthLock(Base):
+    """One row once the database has had an API key: no host of it starts open from then on, even
+    after every key is revoked (docs/reliability.md)."""
+
+    __tablename__ = "auth_lock"
+    __table_args__ = (CheckConstraint("id = 1", name="single_row"),)
+
+    id: Mapped[int] = mapped_column(SmallInteger, primary_key=True, server_default="1")
+    locked_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    reason: Mapped[str] = mapped_column(String(200), nullable=False)
+
+
+class SchemaRevision(Base):
+    """An applied Alembic revision as the build that applied it described it, read by builds that do
+    not have its file (`app.core.migrations.newer_schema`)."""
+
+    __tablename__ = "schema_revisions"
+
+    revision: Mapped[str] = mapped_column(String(64), primary_key=True)
+    down_revisions: Mapped[list[str]] = mapped_column(ARRAY(String(64)), nullable=False)
+    older_code_may_run: Mapped[bool] = mapped_column(Boolean, nullable=False)
+    build: Mapped[str] = mapped_column(String(64), nullable=False)
+    applied_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())

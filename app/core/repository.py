@@ -17,7 +17,7 @@ from sqlalchemy import CursorResult, Executable, RowMapping, func, select, text,
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.core.models import ApiKey, AuditEntry, EmbeddingModel, Project
+from app.core.models import ApiKey, AuditEntry, AuthLock, EmbeddingModel, Project
 
 R = TypeVar("R")
 Statement = str | Executable
@@ -157,7 +157,8 @@ class ApiKeyRepository(Repository):
         project: str | None,
         toolsets: list[str] | None = None,
     ) -> ApiKey:
-        """Store a new key's hash."""
+        """Store a new key's hash, and lock the database in the same transaction (`lock`)."""
+        await self.lock("a key was created")
         key = ApiKey(
             id=uuid.uuid4(),
             name=name,
@@ -214,6 +215,19 @@ class ApiKeyRepository(Repository):
             "FROM unnest(CAST(:ids AS uuid[]), CAST(:ats AS timestamptz[])) AS u(id, at) WHERE k.id = u.id",
             {"ids": list(used), "ats": list(used.values())},
         )
+
+    async def lock(self, reason: str) -> None:
+        """Record that the database has had a key: no host of it starts open from then on (idempotent)."""
+        await self.session.execute(insert(AuthLock).values(id=1, reason=reason[:200]).on_conflict_do_nothing())
+
+    async def locked(self) -> bool:
+        """Whether the database has had a key (`lock`)."""
+        return bool(await self.session.scalar(select(func.count()).select_from(AuthLock)))
+
+    async def keys_required(self) -> bool:
+        """Whether an unrevoked key exists or the database has had one (one round trip)."""
+        active = select(ApiKey.id).where(ApiKey.revoked_at.is_(None)).exists()
+        return bool(await self.session.scalar(select(active | select(AuthLock.id).exists())))
 
 
 class EmbeddingModelRepository(Repository):

@@ -234,7 +234,9 @@ def test_a_worker_that_cannot_start_stops_the_server(tmp_path: Path) -> None:
 
 
 def test_refuses_non_loopback_without_keys(pg: PgCluster) -> None:
-    env = {**os.environ, "CAIRN_DATABASE_URL": pg.url, "CAIRN_API_KEYS": "", "CAIRN_HOST": "0.0.0.0"}
+    # A database that never had a key (the session's own has: it is locked, and keys are required there).
+    db_url = pg.handle.url(pg.new_database())
+    env = {**os.environ, "CAIRN_DATABASE_URL": db_url, "CAIRN_API_KEYS": "", "CAIRN_HOST": "0.0.0.0"}
     out = subprocess.run(
         [sys.executable, "-m", "app", "serve", "--port", str(free_port())],
         cwd=ROOT,

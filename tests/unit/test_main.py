@@ -1,8 +1,8 @@
 """app/main.py on migrated databases of their own: start-up migrates and decides the auth mode (keys
-close the server, a server beyond loopback without keys refuses to start, a local stdio session needs
-none), the parts are assembled from the settings and the enabled features (extra operation sets
-included), the HTTP app is built on them, and a worker that cannot start exits with uvicorn's start-up
-failure code."""
+close the server, and keep it closed once the database had one; a server beyond loopback without keys
+refuses to start, a local stdio session needs none), the parts are assembled from the settings and the
+enabled features (extra operation sets included), the HTTP app is built on them, and a worker that
+cannot start exits with uvicorn's start-up failure code."""
 
 from __future__ import annotations
 
@@ -29,21 +29,27 @@ def test_start_up_migrates_and_decides_the_auth_mode(pg: PgCluster) -> None:
     boot = bootstrap(Settings(database_url=url, features=["memory"]), ["memory"])
     assert (boot.url, boot.pg, boot.open_mode) == (url, None, True)  # no key, loopback: open
     assert asyncio.run(migrations.at_head(url, ["memory"]))
-    static = Settings(database_url=url, api_keys=["k" * 16 + ":read"])
-    assert not bootstrap(static, ["memory"]).open_mode
     with pytest.raises(RuntimeError, match=r"Refusing to serve on 0\.0\.0\.0 without API keys"):
         bootstrap(Settings(database_url=url, host="0.0.0.0"), ["memory"])
     assert bootstrap(Settings(database_url=url, host="0.0.0.0"), ["memory"], local=True).open_mode
+    static = Settings(database_url=url, api_keys=["k" * 16 + ":read"])
+    assert not bootstrap(static, ["memory"]).open_mode
+    # A host started with keys locked the database: no key configured, it still requires one.
+    assert not bootstrap(Settings(database_url=url), ["memory"]).open_mode
+    assert not bootstrap(Settings(database_url=url, host="0.0.0.0"), ["memory"]).open_mode
+
+    other = fresh(pg)  # a database that never had a key starts open, until a key is stored
+    assert bootstrap(Settings(database_url=other), ["memory"]).open_mode
 
     async def stored_key() -> None:
-        db = Database(url, Settings())
+        db = Database(other, Settings())
         try:
             await create_key(db, scopes=["read"], project=None)
         finally:
             await db.dispose()
 
     asyncio.run(stored_key())
-    assert not bootstrap(Settings(database_url=url, host="0.0.0.0"), ["memory"]).open_mode  # a stored key
+    assert not bootstrap(Settings(database_url=other, host="0.0.0.0"), ["memory"]).open_mode  # a stored key
 
 
 def test_without_migrating_on_start_the_schema_is_left_alone(pg: PgCluster) -> None:

@@ -1,4 +1,8 @@
-"""Alembic environment: async engine, one advisory lock so concurrent replicas migrate one at a time."""
+"""Alembic environment: async engine, one advisory lock so concurrent replicas migrate one at a time.
+
+Under the lock, a database already at a newer build's revisions is left alone when every one of them
+may run under older code, and refused otherwise (`migrations.newer_schema`); after migrating, the
+applied revisions are recorded for older builds to read (`migrations.record_applied`)."""
 
 from __future__ import annotations
 
@@ -12,6 +16,7 @@ from sqlalchemy import pool, text
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import create_async_engine
 
+from app.core import migrations
 from app.core.db import Base
 
 config = context.config
@@ -42,7 +47,15 @@ def _run(connection: Connection) -> None:
     connection.execute(text("SELECT pg_advisory_lock(:k)"), {"k": MIGRATION_LOCK})
     try:
         with context.begin_transaction():
-            context.run_migrations()
+            standing = migrations.newer_schema(connection)  # raises SchemaTooNew for an incompatible one
+            if standing.newer:
+                migrations.log.warning(
+                    "the database schema is at a newer build's revisions (%s), all safe for this build: not migrating",
+                    ", ".join(standing.newer),
+                )
+            else:
+                context.run_migrations()
+                migrations.record_applied(connection)
     finally:
         connection.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": MIGRATION_LOCK})
         connection.commit()

@@ -6,15 +6,20 @@ and the console's sign-in cookie. The answer depends on how the server started (
 
 - **with keys** (`CAIRN_API_KEYS` or stored keys): every request needs a valid bearer key; a missing
   or unknown one is 4010 with a `WWW-Authenticate` challenge naming the protected-resource metadata;
-- **open** (no key at start, loopback only): every caller is the anonymous admin until a key is
-  created, then the server locks within `OpenModeGuard.interval` seconds and behaves as if it had
-  started with keys (without the metadata, which such a server does not serve);
+- **open** (no key at start, loopback only, and a database that never had one): every caller is the
+  anonymous admin until a key is created, then the server locks within `OpenModeGuard.interval`
+  seconds and behaves as if it had started with keys (without the metadata, which such a server does
+  not serve). Creating a key, or starting with keys, locks the database for good (`auth_lock`): no
+  later start is open, even once every key is revoked;
 - **local** (a stdio session of the user who started it): the anonymous admin.
 
 A client address that presented too many unknown keys lately is refused (4290) before any lookup;
 a static key or a cached valid key is never refused. The failures are counted across every process on
 the database (`app.core.fleet_limits.FleetFailures`). The address comes from `client_address`, set
 by the HTTP front for each request, because the SDK's verifier is handed the token alone.
+
+A lookup the database cannot answer (down, restarting, no pooled connection free) is 5030 with
+`Retry-After` (`db.outage`), never a 500 and never a 401.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ import time
 import uuid
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 from mcp.server.auth.middleware.auth_context import get_access_token
 from mcp.server.auth.provider import AccessToken, TokenVerifier
@@ -34,7 +39,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.core.auth import SCOPES, StaticKey, hash_key, parse_static_keys
 from app.core.config import Settings
 from app.core.context import OPEN_PRINCIPAL, Principal
-from app.core.db import Database
+from app.core.db import Database, outage
 from app.core.errors import CairnError, Unauthenticated
 from app.core.fleet_limits import FleetFailures
 from app.core.keyusage import KeyUsage
@@ -48,6 +53,18 @@ _CACHE_MAX = 10_000
 CALLER_STATE = "caller"
 
 client_address: ContextVar[str | None] = ContextVar("cairn_client_address", default=None)
+# A key the MCP endpoint verified ahead of the SDK (so that an outage is a 5030, not the SDK's 401 or
+# 500), and its principal (None: unknown or revoked); the SDK's verifier then needs no second lookup.
+_verified: ContextVar[tuple[str, Principal | None] | None] = ContextVar("cairn_verified_key", default=None)
+
+
+def _unavailable(exc: Exception) -> NoReturn:
+    """Raise the 5030 for a database outage (`db.outage`), or `exc` itself for any other error."""
+    err = outage(exc)
+    if err is None:
+        raise exc
+    log.warning("the database is unavailable for a key lookup: %s", type(exc).__name__)
+    raise err from None
 
 
 def bearer_token(authorization: str) -> str:
@@ -87,11 +104,18 @@ class KeyStore:
         self._unknown: dict[str, float] = {}
 
     async def has_any_key(self) -> bool:
-        """True when at least one static or stored key exists."""
+        """True when a static or stored key exists, or the database has had one (its lock).
+
+        Raises:
+            Unavailable: the database cannot answer (5030).
+        """
         if self.static:
             return True
-        async with self.db.transaction() as session:
-            return await ApiKeyRepository(session).count_active() > 0
+        try:
+            async with self.db.transaction() as session:
+                return await ApiKeyRepository(session).keys_required()
+        except Exception as exc:
+            _unavailable(exc)
 
     def _static(self, token: str) -> Principal | None:
         for key in self.static:
@@ -129,6 +153,7 @@ class KeyStore:
         Raises:
             RateLimited: the client presented too many unknown keys lately (and this one is not known
                 without a lookup).
+            Unavailable: the database cannot answer (5030).
         """
         static = self._static(token)
         if static is not None:
@@ -163,7 +188,10 @@ class KeyStore:
                 toolsets=tuple(row.toolsets) if row.toolsets else None,
             )
 
-        principal = await self.db.run(lookup)  # once more on a fresh connection if the pooled one was dead
+        try:
+            principal = await self.db.run(lookup)  # once more on a fresh connection if the pooled one was dead
+        except Exception as exc:
+            _unavailable(exc)
         if principal is None:
             if len(self._unknown) > _CACHE_MAX:
                 self._unknown.clear()
@@ -269,10 +297,15 @@ class Callers:
         """The caller of an MCP HTTP request, resolved before the SDK sees it: on an open server,
         `resolve_caller`'s answer; None on a server with keys, whose SDK verifier resolves it.
 
+        On a server with keys the key is looked up here all the same (once: the SDK's verifier reuses
+        the answer), so that an outage or a lockout is answered with the error body.
+
         Raises:
-            Unauthenticated / RateLimited: as `resolve_caller`.
+            Unauthenticated / RateLimited / Unavailable: as `resolve_caller`.
         """
         if self.store is not None:
+            if token:  # the SDK's verifier finds the answer in `_verified`
+                _verified.set((token, await self.store.verify(token)))
             return None
         return await resolve_caller(self, token)
 
@@ -285,6 +318,7 @@ async def resolve_caller(callers: Callers, token: str) -> Principal:
         Unauthenticated: a key is required and `token` is empty (4010, "required") or unknown or
             revoked (4010, `error="invalid_token"`), with a `WWW-Authenticate` challenge.
         RateLimited: the client presented too many unknown keys lately (4290).
+        Unavailable: the database cannot answer the lookup (5030, with `Retry-After`).
     """
     store = callers.store
     if store is None:
@@ -330,8 +364,35 @@ def starts_open(settings: Settings, has_keys: bool) -> bool:
 
 
 async def keys_exist(db: Database, static: list[StaticKey]) -> bool:
-    """Whether any static or stored key exists (start-up decides open mode on it)."""
-    return await KeyStore(db, static).has_any_key()
+    """Whether keys are required (start-up decides open mode on it): a static or stored key exists,
+    or the database has had one. A key existing locks the database for good (`auth_lock`), so no
+    later start of it is open, even once every key is revoked. With static keys the answer needs no
+    database: failing to record the lock then (a schema not migrated yet) is only logged.
+
+    Raises:
+        Unavailable: the database cannot answer (5030) and no static key is configured.
+    """
+
+    async def decide(session: AsyncSession) -> tuple[bool, bool]:
+        repo = ApiKeyRepository(session)
+        active, locked = await repo.count_active() > 0, await repo.locked()
+        if (static or active) and not locked:
+            await repo.lock("a host started with configured keys" if static else "stored keys exist")
+        return active, locked
+
+    try:
+        active, locked = await db.run(decide)
+    except Exception as exc:
+        if not static:
+            _unavailable(exc)
+        log.warning("could not record that this database has had keys: %s", str(exc)[:200])
+        return True
+    if locked and not active and not static:
+        log.warning(
+            "this database has had API keys and has no valid one now: every request needs a key (401); "
+            "create one with `cairn keys create --scopes read,write`"
+        )
+    return bool(static or active or locked)
 
 
 class CairnTokenVerifier(TokenVerifier):
@@ -346,9 +407,15 @@ class CairnTokenVerifier(TokenVerifier):
 
         A client locked out of key lookups is answered 4290 before the SDK is reached
         (`Callers.refusal`); one locked out in between is simply not authenticated here (an exception
-        would become a 500)."""
+        would become a 500). The endpoint has usually looked the key up already (`_verified`)."""
+        verified = _verified.get()
         try:
-            principal = await resolve_caller(self.callers, token)
+            if verified is not None and verified[0] == token and self.callers.store is not None:
+                principal = verified[1]
+                if principal is None:
+                    return None
+            else:
+                principal = await resolve_caller(self.callers, token)
         except CairnError:
             return None
         implied = [s for s in SCOPES if principal.has_scope(s)]  # admin implies write implies read

@@ -15,6 +15,8 @@ revision: str = "datasets_0001"
 down_revision: str | None = None
 branch_labels: str | Sequence[str] | None = ("datasets",)
 depends_on: str | Sequence[str] | None = "core_0001"
+# Expand/contract (docs/reliability.md): new tables only.
+older_code_may_run: bool = True
 
 
 def upgrade() -> None:

@@ -14,6 +14,9 @@ revision: str = "datasets_0002"
 down_revision: str | None = "datasets_0001"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
+# Expand/contract (docs/reliability.md):
+# names become unique per project: older code would see and overwrite other projects' datasets.
+older_code_may_run: bool = False
 
 
 def upgrade() -> None:

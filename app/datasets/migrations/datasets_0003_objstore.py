@@ -3,7 +3,7 @@
 Stored paths need no change: rows written before the object store hold absolute paths, which are still
 read in place; new rows hold keys relative to the store.
 
-Revision ID: datasets_0003_objstore
+Revision ID: datasets_0003
 Revises: datasets_0002
 Create Date: 2026-11-27
 """
@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "datasets_0003_objstore"
+revision: str = "datasets_0003"
 down_revision: str | None = "datasets_0002"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None

@@ -13,6 +13,8 @@ revision: str = "graph_0001"
 down_revision: str | None = None
 branch_labels: str | Sequence[str] | None = ("graph",)
 depends_on: str | Sequence[str] | None = "core_0001"
+# Expand/contract (docs/reliability.md): new tables only.
+older_code_may_run: bool = True
 
 MODEL = "all-MiniLM-L6-v2"
 

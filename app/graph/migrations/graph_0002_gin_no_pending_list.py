@@ -18,6 +18,8 @@ revision: str = "graph_0002"
 down_revision: str | None = "graph_0001"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
+# Expand/contract (docs/reliability.md): index storage options only.
+older_code_may_run: bool = True
 
 INDEXES = ("ix_graph_entities_tsv", "ix_graph_entities_trgm", "ix_graph_reflections_tsv")
 

@@ -15,6 +15,8 @@ revision: str = "memory_0001"
 down_revision: str | None = None
 branch_labels: str | Sequence[str] | None = ("memory",)
 depends_on: str | Sequence[str] | None = "core_0001"
+# Expand/contract (docs/reliability.md): new tables only.
+older_code_may_run: bool = True
 
 UUID = postgresql.UUID(as_uuid=True)
 NOW = sa.text("now()")

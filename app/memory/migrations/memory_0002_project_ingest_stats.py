@@ -15,6 +15,8 @@ revision: str = "memory_0002"
 down_revision: str | None = "memory_0001"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
+# Expand/contract (docs/reliability.md): a new table.
+older_code_may_run: bool = True
 
 
 def upgrade() -> None:

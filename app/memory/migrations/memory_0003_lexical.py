@@ -17,6 +17,9 @@ revision: str = "memory_0003"
 down_revision: str | None = "memory_0002"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = "core_0005"
+# Expand/contract (docs/reliability.md):
+# `tsv` changes to English stems: older code's `simple` full-text queries would miss words.
+older_code_may_run: bool = False
 
 
 def upgrade() -> None:

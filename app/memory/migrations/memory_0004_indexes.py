@@ -19,6 +19,8 @@ revision: str = "memory_0004"
 down_revision: str | None = "memory_0003"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
+# Expand/contract (docs/reliability.md): new indexes only.
+older_code_may_run: bool = True
 
 
 def upgrade() -> None:

@@ -21,6 +21,8 @@ revision: str = "memory_0005"
 down_revision: str | None = "memory_0004"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
+# Expand/contract (docs/reliability.md): index storage options only.
+older_code_may_run: bool = True
 
 INDEXES = ("ix_memories_tsv", "ix_memories_tags", "ix_memories_metadata")
 

@@ -1,6 +1,7 @@
 """app/core/db.py against the session's embedded PostgreSQL: the transaction boundary, the retries of
 `Database.run` (a conflict PostgreSQL broke, a real deadlock between two writers, a pooled connection
-found dead), how errors are told apart, `release_reads`, and the binary `vector` codec."""
+found dead), how errors are told apart (an outage among them), `release_reads`, and the binary
+`vector` codec."""
 
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ from app.core.db import (
     is_conflict,
     is_connection_error,
     is_dead_connection,
+    outage,
     release_reads,
     sqlstate,
 )
@@ -77,6 +79,31 @@ async def test_errors_are_told_apart_by_their_sqlstate(db: Database) -> None:
     assert not is_conflict(RuntimeError("40001"))
     assert is_connection_error(ConnectionRefusedError()) and is_connection_error(OSError("unreachable"))
     assert not is_connection_error(ValueError("a wrong query"))
+
+
+async def test_an_outage_or_an_exhausted_pool_is_a_5030_and_a_wrong_query_is_not(pg: PgCluster) -> None:
+    settings = Settings(db_pool_size=1, db_max_overflow=0, db_pool_timeout=0.2)
+    busy = Database(pg.handle.url(pg.new_database()), settings)
+    try:
+        async with busy.transaction() as held:
+            await held.execute(text("SELECT 1"))  # the pool's one connection stays checked out
+            with pytest.raises(Exception) as timed_out:
+                await busy.run(lambda session: session.execute(text("SELECT 1")))
+        err = outage(timed_out.value)
+        assert err is not None and err.code == 5030 and "busy" in err.message
+        assert err.headers == {"Retry-After": "2"}
+        zero = await _failure(busy, "SELECT 1 / 0")
+        assert outage(zero) is None and outage(ValueError("no")) is None
+    finally:
+        await busy.dispose()
+    nowhere = Database("postgresql+asyncpg://u:p@127.0.0.1:9/none", Settings())  # nothing listens on port 9
+    try:
+        with pytest.raises(Exception) as refused:
+            await nowhere.run(lambda session: session.execute(text("SELECT 1")))
+        err = outage(refused.value)
+        assert err is not None and err.status == 503 and "unavailable" in err.message
+    finally:
+        await nowhere.dispose()
 
 
 async def test_run_retries_a_transaction_postgresql_failed_to_break_a_conflict(db: Database) -> None:

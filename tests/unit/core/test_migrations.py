@@ -1,17 +1,27 @@
 """app/core/migrations.py on the session's embedded PostgreSQL: feature-tagged branches that upgrade and
-downgrade alone, "at head" as Alembic records it, the models matching the migrations, and no GIN
-index with a pending list."""
+downgrade alone, "at head" as Alembic records it, the models matching the migrations, no GIN index
+with a pending list, and rolling deploys: every revision says whether older code may run on it, each
+upgrade records that, and a build runs on a newer build's schema only when every newer revision
+allows it."""
 
 from __future__ import annotations
 
+import asyncio
+import os
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import asyncpg
+import pytest
 
+from app import __version__
 from app.core import migrations
 from app.features import FEATURES
 from tests.support.server import PgCluster
 
+ROOT = Path(__file__).resolve().parents[3]
 FEATURE_TABLE_PREFIXES = {"memory": "memor", "graph": "graph_", "analysis": "analysis_", "datasets": "dataset"}
 
 
@@ -123,3 +133,112 @@ async def test_no_gin_index_keeps_a_pending_list(pg: PgCluster) -> None:
     options = {r["relname"]: r["options"] for r in rows}
     assert {"ix_memories_tsv", "ix_memories_tags", "ix_graph_entities_tsv", "ix_graph_reflections_tsv"} <= set(options)
     assert {name for name, opts in options.items() if "fastupdate=off" not in opts} == set()
+
+
+def test_every_revision_declares_whether_older_code_may_run() -> None:
+    undeclared = [
+        rev.revision
+        for rev in migrations.script_directory().walk_revisions()
+        if not isinstance(getattr(rev.module, "older_code_may_run", None), bool)
+    ]
+    assert undeclared == []
+
+
+async def _execute(pg: PgCluster, database: str, *statements: str) -> list[Any]:
+    conn = await asyncpg.connect(pg.handle.libpq_uri(database))
+    try:
+        return [await conn.fetch(sql) for sql in statements]
+    finally:
+        await conn.close()
+
+
+async def _newer_build(pg: PgCluster, database: str, *, safe: bool | None) -> None:
+    """What a newer build leaves behind: memory_9999 on top of memory_0005 (recorded unless `safe` is
+    None), a revision this build does not have."""
+    record = (
+        []
+        if safe is None
+        else [
+            "INSERT INTO schema_revisions (revision, down_revisions, older_code_may_run, build) "
+            f"VALUES ('memory_9999', ARRAY['memory_0005'], {str(safe).lower()}, '9.9.9')"
+        ]
+    )
+    await _execute(
+        pg,
+        database,
+        *record,
+        "UPDATE alembic_version SET version_num = 'memory_9999' WHERE version_num = 'memory_0005'",
+    )
+
+
+async def test_each_upgrade_records_the_applied_revisions_with_their_flags(pg: PgCluster) -> None:
+    db = pg.new_database()
+    url = pg.handle.url(db)
+    await migrations.upgrade_async(url, ["memory", "datasets"])
+    [rows] = await _execute(pg, db, "SELECT * FROM schema_revisions")
+    recorded = {r["revision"]: r for r in rows}
+    assert {"core_0001", "core_0007", "memory_0005", "datasets_0002"} <= set(recorded)
+    assert not any(r.startswith("graph") for r in recorded)  # a disabled branch is not applied
+    assert (
+        recorded["memory_0004"]["down_revisions"] == ["memory_0003"] and recorded["core_0001"]["down_revisions"] == []
+    )
+    assert recorded["memory_0004"]["older_code_may_run"] and not recorded["memory_0003"]["older_code_may_run"]
+    assert {r["build"] for r in rows} == {__version__}
+    await migrations.upgrade_async(url, ["memory", "datasets", "graph"])
+    [again] = await _execute(pg, db, "SELECT revision FROM schema_revisions")
+    assert {r["revision"] for r in again} == set(recorded) | {"graph_0001", "graph_0002"}
+
+
+async def test_a_build_runs_on_a_newer_schema_when_every_newer_revision_allows_it(pg: PgCluster) -> None:
+    db = pg.new_database()
+    url = pg.handle.url(db)
+    await migrations.upgrade_async(url, ["memory"])
+    await _newer_build(pg, db, safe=True)
+    assert await migrations.at_head(url, ["memory"])  # /readyz stays ready
+    assert not await migrations.at_head(url, ["memory", "graph"])  # graph's branch is still missing here
+    await migrations.upgrade_async(url, ["memory"])  # a restart: no migration, no error
+    [heads] = await _execute(pg, db, "SELECT version_num FROM alembic_version")
+    assert "memory_9999" in {r["version_num"] for r in heads}
+
+
+async def test_a_build_refuses_a_newer_schema_older_code_may_not_run_on(pg: PgCluster) -> None:
+    db = pg.new_database()
+    url = pg.handle.url(db)
+    await migrations.upgrade_async(url, ["memory"])
+    await _newer_build(pg, db, safe=False)
+    assert not await migrations.at_head(url, ["memory"])
+    message = (
+        f"the database schema is at memory_9999 (written by build 9.9.9); this build ({__version__}) "
+        "cannot run on it: deploy build 9.9.9 or newer"
+    )
+    with pytest.raises(migrations.SchemaTooNew) as refused:
+        await migrations.upgrade_async(url, ["memory"])
+    assert str(refused.value) == message
+
+
+async def test_a_build_refuses_a_newer_revision_nobody_recorded(pg: PgCluster) -> None:
+    db = pg.new_database()
+    url = pg.handle.url(db)
+    await migrations.upgrade_async(url, ["memory"])
+    await _newer_build(pg, db, safe=None)
+    with pytest.raises(migrations.SchemaTooNew, match=r"memory_9999, which this build .* does not have"):
+        await migrations.upgrade_async(url, ["memory"])
+    assert not await migrations.at_head(url, ["memory"])
+
+
+def test_hosts_starting_together_migrate_one_at_a_time(pg: PgCluster) -> None:
+    """Separate processes, as hosts are (Alembic's `context` is one per process)."""
+    db = pg.new_database()
+    url = pg.handle.url(db)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CAIRN_")}
+    env |= {"CAIRN_DATABASE_URL": url, "CAIRN_FEATURES": "memory,graph", "CAIRN_LOG_LEVEL": "WARNING"}
+    procs = [
+        subprocess.Popen([sys.executable, "-m", "app", "migrate"], env=env, cwd=ROOT, stderr=subprocess.PIPE)
+        for _ in range(3)
+    ]
+    errors = [proc.communicate(timeout=180)[1].decode() for proc in procs]
+    assert [proc.returncode for proc in procs] == [0, 0, 0], errors
+    assert asyncio.run(migrations.at_head(url, ["memory", "graph"]))
+    [rows] = asyncio.run(_execute(pg, db, "SELECT revision FROM schema_revisions"))
+    revisions = [r["revision"] for r in rows]
+    assert len(revisions) == len(set(revisions)) and {"graph_0002", "memory_0005"} <= set(revisions)

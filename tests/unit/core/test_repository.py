@@ -1,7 +1,7 @@
 """app/core/repository.py on a migrated database of its own: the base's helpers return rows by column
 name, projects are created once (ensure is safe when the name exists), keys are found by hash until
-revoked (by id or prefix, per project), embedding models are registered once, and the audit log pages
-backwards with its filters."""
+revoked (by id or prefix, per project) and lock the database for good, embedding models are registered
+once, and the audit log pages backwards with its filters."""
 
 from __future__ import annotations
 
@@ -12,11 +12,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.core import migrations
 from app.core.config import Settings
 from app.core.db import Database
-from app.core.models import AuditEntry
+from app.core.models import ApiKey, AuditEntry
 from app.core.repository import (
     ApiKeyRepository,
     AuditRepository,
@@ -162,3 +163,36 @@ async def _page(
     return await repo.page(
         key_id=key_id, operation=operation, project=project, since=since, before_id=before_id, limit=limit
     )
+
+
+async def test_a_created_key_locks_the_database_in_its_own_transaction(pg: PgCluster) -> None:
+    url = pg.handle.url(pg.new_database())
+    await migrations.upgrade_async(url, [])
+    fresh = Database(url, Settings())
+
+    async def add_key(session: AsyncSession) -> ApiKey:
+        return await ApiKeyRepository(session).add(
+            name="k", prefix="cairn_lock", key_hash="d" * 64, scopes=["read"], project=None
+        )
+
+    try:
+        async with fresh.transaction() as session:
+            repo = ApiKeyRepository(session)
+            assert not await repo.locked() and not await repo.keys_required()
+        with pytest.raises(RuntimeError, match="rolled back"):
+            async with fresh.transaction() as session:
+                await add_key(session)
+                raise RuntimeError("rolled back")
+        async with fresh.transaction() as session:
+            assert not await ApiKeyRepository(session).locked()  # the lock went with the key
+            row = await add_key(session)
+        async with fresh.transaction() as session:
+            repo = ApiKeyRepository(session)
+            assert await repo.locked() and await repo.keys_required()
+            assert await repo.revoke(str(row.id)) == 1
+        async with fresh.transaction() as session:
+            repo = ApiKeyRepository(session)
+            await repo.lock("again")  # idempotent
+            assert await repo.count_active() == 0 and await repo.keys_required()  # revoked, still locked
+    finally:
+        await fresh.dispose()

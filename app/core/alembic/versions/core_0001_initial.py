@@ -15,6 +15,8 @@ revision: str = "core_0001"
 down_revision: str | None = None
 branch_labels: str | Sequence[str] | None = ("core",)
 depends_on: str | Sequence[str] | None = None
+# Expand/contract (docs/reliability.md): new tables only (the first schema).
+older_code_may_run: bool = True
 
 
 def upgrade() -> None:

@@ -15,6 +15,8 @@ revision: str = "core_0003"
 down_revision: str | None = "core_0002"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
+# Expand/contract (docs/reliability.md): a nullable column older code neither reads nor writes.
+older_code_may_run: bool = True
 
 
 def upgrade() -> None:

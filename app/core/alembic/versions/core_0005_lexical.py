@@ -19,6 +19,8 @@ revision: str = "core_0005"
 down_revision: str | None = "core_0004"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
+# Expand/contract (docs/reliability.md): new functions only.
+older_code_may_run: bool = True
 
 # md5, not hashtext: a stored dimension must not change when PostgreSQL's internal hash does.
 # bm25_document keeps the search path it was created under: pg_restore recomputes generated columns

@@ -1,6 +1,6 @@
 """core: per-key limits shared by every process of a fleet (`app.core.fleet_limits`)
 
-Revision ID: core_0006_limits
+Revision ID: core_0006
 Revises: core_0005
 Create Date: 2026-11-27
 
@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 from alembic import op
 
-revision: str = "core_0006_limits"
+revision: str = "core_0006"
 down_revision: str | None = "core_0005"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None

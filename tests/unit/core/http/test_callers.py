@@ -15,7 +15,7 @@ from app.core.auth import StaticKey, hash_key
 from app.core.config import Settings
 from app.core.context import OPEN_PRINCIPAL, Principal
 from app.core.db import Database
-from app.core.errors import RateLimited, Unauthenticated
+from app.core.errors import RateLimited, Unauthenticated, Unavailable
 from app.core.fleet_limits import FleetFailures
 from app.core.http import callers as callers_module
 from app.core.http.callers import (
@@ -26,6 +26,7 @@ from app.core.http.callers import (
     OpenModeGuard,
     bearer_token,
     client_address,
+    keys_exist,
     mcp_caller,
     resolve_caller,
     scope_bearer,
@@ -51,16 +52,31 @@ class _Keys:
 
     lookups = 0
     active = 0
+    locked_db = False
+    down = False  # PostgreSQL refuses connections
 
     def __init__(self, session: Any) -> None:
         pass
 
     async def by_hash(self, digest: str) -> _Row | None:
+        if type(self).down:
+            raise ConnectionRefusedError(111, "Connect call failed")
         type(self).lookups += 1
         return _Row() if digest == hash_key("good-key") else None
 
     async def count_active(self) -> int:
+        if type(self).down:
+            raise ConnectionRefusedError(111, "Connect call failed")
         return type(self).active
+
+    async def locked(self) -> bool:
+        return type(self).locked_db
+
+    async def lock(self, reason: str) -> None:
+        type(self).locked_db = True
+
+    async def keys_required(self) -> bool:
+        return await self.count_active() > 0 or type(self).locked_db
 
 
 class _Db:
@@ -85,6 +101,8 @@ def _key_table(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(callers_module, "ApiKeyRepository", _Keys)
     monkeypatch.setattr(_Keys, "lookups", 0)
     monkeypatch.setattr(_Keys, "active", 0)
+    monkeypatch.setattr(_Keys, "locked_db", False)
+    monkeypatch.setattr(_Keys, "down", False)
 
 
 def _store(failures: FailureLimiter | None = None, static: list[StaticKey] | None = None) -> KeyStore:
@@ -252,3 +270,59 @@ async def test_a_key_lookup_writes_nothing_and_notes_the_use_in_memory() -> None
     assert Callers.build(_Db(), Settings(api_keys=[STATIC]), open_mode=False).usage is not None  # type: ignore[arg-type]
     assert Callers.build(_Db(), Settings(), open_mode=True).usage is not None  # type: ignore[arg-type]
     assert Callers.build(_Db(), Settings(), open_mode=False, local=True).usage is None  # type: ignore[arg-type]
+
+
+async def test_an_outage_is_a_5030_on_every_path_that_looks_a_key_up() -> None:
+    _Keys.down = True
+    keys = Callers(store=_store(static=[StaticKey(STATIC, frozenset({"read"}), None)]), metadata_url=META)
+    with pytest.raises(Unavailable) as lookup:
+        await resolve_caller(keys, "good-key")
+    assert lookup.value.code == 5030 and lookup.value.status == 503
+    assert lookup.value.headers == {"Retry-After": "2"}
+    assert (await resolve_caller(keys, STATIC)).name == "static"  # a static key needs no database
+    with pytest.raises(Unavailable):
+        await keys.ahead_of_sdk("good-key")  # the MCP endpoint answers it before the SDK would say 401
+    open_server = Callers(guard=OpenModeGuard(_store(), interval=0))
+    with pytest.raises(Unavailable):
+        await resolve_caller(open_server, "")  # an open server does not serve while it cannot tell
+    with pytest.raises(Unavailable):
+        await open_server.keys_required()
+    with pytest.raises(Unavailable):
+        await _keys_exist([])
+    _Keys.down = False
+    assert (await resolve_caller(keys, "good-key")).key_id == "k1"  # back: served again
+
+
+async def test_the_sdk_verifier_reuses_the_endpoints_lookup() -> None:
+    keys = Callers(store=_store(), metadata_url=META)
+    assert await keys.ahead_of_sdk("good-key") is None and _Keys.lookups == 1
+    verified = await CairnTokenVerifier(keys).verify_token("good-key")
+    assert verified is not None and verified.client_id == "k1"
+    assert await keys.ahead_of_sdk("made-up") is None and _Keys.lookups == 2
+    assert await CairnTokenVerifier(keys).verify_token("made-up") is None
+    assert _Keys.lookups == 2  # neither was looked up twice
+
+
+async def _keys_exist(static: list[StaticKey]) -> bool:
+    return await keys_exist(_Db(), static)  # type: ignore[arg-type]
+
+
+def _locked() -> bool:
+    return _Keys.locked_db
+
+
+async def test_a_database_that_had_a_key_stays_locked() -> None:
+    assert not await _keys_exist([]) and not _locked()
+    _Keys.active = 1
+    assert await _keys_exist([]) and _locked()
+    _Keys.active = 0  # every key revoked
+    assert await _keys_exist([])
+    assert not starts_open(Settings(database_url="x", host="127.0.0.1"), has_keys=True)
+    guard = OpenModeGuard(_store(), interval=0)
+    assert await guard.locked()  # an open server of it would lock at once
+
+
+async def test_static_keys_lock_the_database_too() -> None:
+    static = [StaticKey(STATIC, frozenset({"admin"}), None)]
+    assert await _keys_exist(static) and _locked()
+    assert await _keys_exist([])
