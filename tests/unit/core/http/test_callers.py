@@ -290,14 +290,14 @@ async def test_an_outage_is_a_5030_on_every_path_that_looks_a_key_up() -> None:
     with pytest.raises(Unavailable):
         await _keys_exist([])
     _Keys.down = False
-    assert (await resolve_caller(keys, "good-key")).key_id == "k1"  # back: served again
+    assert (await resolve_caller(keys, "good-key")).key_id == str(K1)  # back: served again
 
 
 async def test_the_sdk_verifier_reuses_the_endpoints_lookup() -> None:
     keys = Callers(store=_store(), metadata_url=META)
     assert await keys.ahead_of_sdk("good-key") is None and _Keys.lookups == 1
     verified = await CairnTokenVerifier(keys).verify_token("good-key")
-    assert verified is not None and verified.client_id == "k1"
+    assert verified is not None and verified.client_id == str(K1)
     assert await keys.ahead_of_sdk("made-up") is None and _Keys.lookups == 2
     assert await CairnTokenVerifier(keys).verify_token("made-up") is None
     assert _Keys.lookups == 2  # neither was looked up twice
