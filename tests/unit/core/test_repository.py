@@ -7,14 +7,9 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-import pytest
-
-from app.core import migrations
-from app.core.config import Settings
 from app.core.db import Database
 from app.core.models import AuditEntry
 from app.core.repository import (
@@ -24,7 +19,7 @@ from app.core.repository import (
     ProjectRepository,
     Repository,
 )
-from tests.support.server import PgCluster
+from tests.support.databases import database_fixture
 
 
 @dataclass
@@ -33,15 +28,7 @@ class Pair:
     label: str
 
 
-@pytest.fixture(scope="module")
-async def db(pg: PgCluster) -> AsyncIterator[Database]:
-    url = pg.handle.url(pg.new_database())
-    await migrations.upgrade_async(url, [])
-    database = Database(url, Settings())
-    try:
-        yield database
-    finally:
-        await database.dispose()
+db = database_fixture([])
 
 
 async def test_the_base_returns_rows_by_name(db: Database) -> None:
