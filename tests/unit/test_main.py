@@ -17,6 +17,7 @@ from app.core.config import Settings, get_settings
 from app.core.db import Database
 from app.core.registry import OperationSet
 from app.main import assemble, bootstrap, create_app, create_worker_app
+from tests.support.databases import migrated_url
 from tests.support.server import PgCluster
 
 
@@ -61,7 +62,9 @@ def test_without_migrating_on_start_the_schema_is_left_alone(pg: PgCluster) -> N
 
 def test_the_parts_are_assembled_from_the_settings(pg: PgCluster) -> None:
     extra = OperationSet("extra_ops", "test operations")
-    settings = Settings(database_url=fresh(pg), features=["memory", "graph"], rate_limit_per_second=3)
+    settings = Settings(
+        database_url=migrated_url(pg, ["memory", "graph"]), features=["memory", "graph"], rate_limit_per_second=3
+    )
     asm = assemble(settings, [extra])
     try:
         state = asm.state
@@ -77,7 +80,7 @@ def test_the_parts_are_assembled_from_the_settings(pg: PgCluster) -> None:
 
 
 def test_the_http_app_is_built_on_the_parts(pg: PgCluster) -> None:
-    app = create_app(Settings(database_url=fresh(pg), features=["graph"]))
+    app = create_app(Settings(database_url=migrated_url(pg, ["graph"]), features=["graph"]))
     state = app.state.cairn
     try:
         assert state.features == ["graph"] and app.state.mcp is not None

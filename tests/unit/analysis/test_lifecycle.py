@@ -5,7 +5,7 @@ stop hooks own that task."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from types import SimpleNamespace
 from typing import cast
 
@@ -15,24 +15,15 @@ from sqlalchemy import text
 from app.analysis import lifecycle
 from app.analysis.config import AnalysisSettings
 from app.analysis.repository import AnalysisRepository
-from app.core import migrations
 from app.core.context import AppState
 from app.core.db import Database
-from tests.support.server import PgCluster, server_settings
+from tests.support.databases import database_fixture
 from tests.support.waiting import eventually
 
 TABLES = ("analysis_records", "analysis_findings", "analysis_ingest_state")
 
 
-@pytest.fixture
-async def db(pg: PgCluster) -> AsyncIterator[Database]:
-    url = pg.handle.url(pg.new_database())
-    await migrations.upgrade_async(url, ["analysis"])
-    database = Database(url, server_settings(url))
-    try:
-        yield database
-    finally:
-        await database.dispose()
+db = database_fixture(["analysis"], scope="function")
 
 
 async def _seed(db: Database, aid: str, records: int, findings: int, seconds: float) -> None:

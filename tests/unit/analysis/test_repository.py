@@ -6,7 +6,6 @@ characters dropped."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -14,23 +13,13 @@ from sqlalchemy import text
 
 from app.analysis import repository
 from app.analysis.repository import AnalysisRepository
-from app.core import migrations
 from app.core.db import Database
-from tests.support.server import PgCluster, server_settings
+from tests.support.databases import database_fixture
 
 Rows = list[tuple[str | None, dict[str, Any]]]
 
 
-@pytest.fixture(scope="module")
-async def db(pg: PgCluster) -> AsyncIterator[Database]:
-    """A fresh database with the analysis tables."""
-    url = pg.handle.url(pg.new_database())
-    await migrations.upgrade_async(url, ["analysis"])
-    database = Database(url, server_settings(url))
-    try:
-        yield database
-    finally:
-        await database.dispose()
+db = database_fixture(["analysis"])
 
 
 async def _upsert(db: Database, aid: str, pages: list[Rows]) -> tuple[list[int], list[tuple[Any, ...]]]:

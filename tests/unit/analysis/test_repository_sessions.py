@@ -13,9 +13,9 @@ import pytest
 
 from app.analysis.repository import AnalysisRepository
 from app.analysis.repository_sessions import SessionRepository
-from app.core import migrations
 from app.core.config import Settings
 from app.core.db import Database
+from tests.support.databases import migrated_url
 from tests.support.server import PgCluster
 
 Rows = list[tuple[str | None, dict[str, Any]]]
@@ -23,9 +23,7 @@ Rows = list[tuple[str | None, dict[str, Any]]]
 
 @pytest.fixture(scope="module")
 async def seeded(pg: PgCluster) -> AsyncIterator[tuple[Database, uuid.UUID]]:
-    url = pg.handle.url(pg.new_database())
-    await migrations.upgrade_async(url, ["analysis"])
-    database = Database(url, Settings())
+    database = Database(migrated_url(pg, ["analysis"]), Settings())
     try:
         # One transaction per step: each has its own now(), so the sessions' last activity differs.
         async with database.transaction() as s:

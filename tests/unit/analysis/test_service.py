@@ -5,8 +5,7 @@ named as warnings."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 import pytest
@@ -15,35 +14,22 @@ from app.analysis import service
 from app.analysis.repository import FINDING_TARGET, AnalysisRepository
 from app.analysis.schemas import ClearIn, FindingIn, StoreIn
 from app.analysis.validation import parse_where
-from app.core import budget, migrations
-from app.core.config import Settings
-from app.core.context import AppState, CallContext, Principal
+from app.core import budget
+from app.core.context import CallContext, Principal
 from app.core.db import Database
-from app.core.embeddings.local import LocalOnnxEmbedder
 from app.core.errors import Forbidden, InvalidInput, NotFound
-from app.core.registry import Registry
-from tests.support.server import PgCluster
+from tests.support.calls import service_call
+from tests.support.databases import database_fixture
 
 WRITER = Principal(key_id="w", name="writer", scopes=frozenset({"write"}))
 ADMIN = Principal(key_id="a", name="admin", scopes=frozenset({"admin"}))
 
 
-@pytest.fixture(scope="module")
-async def db(pg: PgCluster) -> AsyncIterator[Database]:
-    url = pg.handle.url(pg.new_database())
-    await migrations.upgrade_async(url, ["analysis"])
-    database = Database(url, Settings())
-    try:
-        yield database
-    finally:
-        await database.dispose()
+db = database_fixture(["analysis"])
 
 
-@asynccontextmanager
-async def call(db: Database, principal: Principal = WRITER) -> AsyncIterator[CallContext]:
-    state = AppState(Settings(), db, LocalOnnxEmbedder(), Registry())
-    async with db.transaction() as s:
-        yield CallContext(session=s, principal=principal, app=state, request_id="t", transport="test")
+def call(db: Database, principal: Principal = WRITER) -> AbstractAsyncContextManager[CallContext]:
+    return service_call(db, principal)
 
 
 def test_long_values_are_trimmed() -> None:

@@ -6,8 +6,7 @@ rollback step when the call's transaction does not commit), and records cut off 
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 import httpx
@@ -18,16 +17,13 @@ from app.analysis.repository import AnalysisRepository
 from app.analysis.schemas import ActIn, ActOut
 from app.analysis.service_act import act
 from app.analysis.validation import parse_where
-from app.core import migrations
-from app.core.config import Settings
-from app.core.context import AppState, CallContext, Principal
+from app.core.context import CallContext, Principal
 from app.core.db import Database
-from app.core.embeddings.local import LocalOnnxEmbedder
 from app.core.errors import CairnError, Forbidden, InvalidInput, NotFound
-from app.core.registry import Registry
 from tests.support import analysis as analysis_helpers
 from tests.support.analysis import TOKEN, Upstream, expected_books
-from tests.support.server import PgCluster
+from tests.support.calls import service_call
+from tests.support.databases import database_fixture
 
 upstream = analysis_helpers.upstream
 bookshelf = analysis_helpers.bookshelf
@@ -42,23 +38,11 @@ class Aborted(Exception):
     """Raised inside a call to roll its transaction back."""
 
 
-@pytest.fixture(scope="module")
-async def db(pg: PgCluster) -> AsyncIterator[Database]:
-    url = pg.handle.url(pg.new_database())
-    await migrations.upgrade_async(url, ["analysis"])
-    database = Database(url, Settings())
-    try:
-        yield database
-    finally:
-        await database.dispose()
+db = database_fixture(["analysis"])
 
 
-@asynccontextmanager
-async def call(db: Database, up: Upstream, principal: Principal = WRITER) -> AsyncIterator[CallContext]:
-    state = AppState(Settings(), db, LocalOnnxEmbedder(), Registry())
-    state.feature_settings[AnalysisSettings] = AnalysisSettings(upstreams=up.registry)
-    async with db.transaction() as s:
-        yield CallContext(session=s, principal=principal, app=state, request_id="t", transport="test")
+def call(db: Database, up: Upstream, principal: Principal = WRITER) -> AbstractAsyncContextManager[CallContext]:
+    return service_call(db, principal, feature_settings={AnalysisSettings: AnalysisSettings(upstreams=up.registry)})
 
 
 async def seed(db: Database, aid: str, books: list[dict[str, Any]]) -> None:

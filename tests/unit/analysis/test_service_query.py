@@ -6,7 +6,7 @@ cannot match reported as warnings, and semantic mode over findings whose vectors
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 import pytest
@@ -14,13 +14,12 @@ import pytest
 from app.analysis.repository import AnalysisRepository
 from app.analysis.schemas import ProximityIn, QueryIn, QueryOut
 from app.analysis.service_query import query
-from app.core import migrations
 from app.core.config import Settings
-from app.core.context import AppState, CallContext, Principal
+from app.core.context import CallContext, Principal
 from app.core.db import Database
-from app.core.embeddings.local import LocalOnnxEmbedder
 from app.core.errors import CairnError, InvalidInput, NotFound
-from app.core.registry import Registry
+from tests.support.calls import service_call
+from tests.support.databases import migrated_url
 from tests.support.server import PgCluster
 
 READER = Principal(key_id="r", name="reader", scopes=frozenset({"read"}))
@@ -33,9 +32,7 @@ def order(i: int) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 async def db(pg: PgCluster) -> AsyncIterator[Database]:
-    url = pg.handle.url(pg.new_database())
-    await migrations.upgrade_async(url, ["analysis"])
-    database = Database(url, Settings())
+    database = Database(migrated_url(pg, ["analysis"]), Settings())
     try:
         async with database.transaction() as s:
             repo = AnalysisRepository(s)
@@ -54,11 +51,8 @@ async def db(pg: PgCluster) -> AsyncIterator[Database]:
         await database.dispose()
 
 
-@asynccontextmanager
-async def call(db: Database) -> AsyncIterator[CallContext]:
-    state = AppState(Settings(), db, LocalOnnxEmbedder(), Registry())
-    async with db.transaction() as s:
-        yield CallContext(session=s, principal=READER, app=state, request_id="t", transport="test")
+def call(db: Database) -> AbstractAsyncContextManager[CallContext]:
+    return service_call(db, READER)
 
 
 async def ask(db: Database, **kw: Any) -> QueryOut:

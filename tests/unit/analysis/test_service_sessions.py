@@ -5,20 +5,19 @@ long findings cut), expired rows no longer part of a session, and a bound key ke
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager
 
 import pytest
 
 from app.analysis.repository import AnalysisRepository
 from app.analysis.schemas_sessions import SessionIn, SessionsIn
 from app.analysis.service_sessions import FINDING_CHARS, session, sessions
-from app.core import migrations
 from app.core.config import Settings
-from app.core.context import AppState, CallContext, Principal
+from app.core.context import CallContext, Principal
 from app.core.db import Database
-from app.core.embeddings.local import LocalOnnxEmbedder
 from app.core.errors import Forbidden, NotFound
-from app.core.registry import Registry
+from tests.support.calls import service_call
+from tests.support.databases import migrated_url
 from tests.support.server import PgCluster
 
 READER = Principal(key_id="r", name="reader", scopes=frozenset({"read"}))
@@ -27,9 +26,7 @@ BOUND = Principal(key_id="b", name="bound", scopes=frozenset({"read"}), project=
 
 @pytest.fixture(scope="module")
 async def db(pg: PgCluster) -> AsyncIterator[Database]:
-    url = pg.handle.url(pg.new_database())
-    await migrations.upgrade_async(url, ["analysis"])
-    database = Database(url, Settings())
+    database = Database(migrated_url(pg, ["analysis"]), Settings())
     try:
         async with database.transaction() as s:
             repo = AnalysisRepository(s)
@@ -52,11 +49,8 @@ async def db(pg: PgCluster) -> AsyncIterator[Database]:
         await database.dispose()
 
 
-@asynccontextmanager
-async def call(db: Database, principal: Principal = READER) -> AsyncIterator[CallContext]:
-    state = AppState(Settings(), db, LocalOnnxEmbedder(), Registry())
-    async with db.transaction() as s:
-        yield CallContext(session=s, principal=principal, app=state, request_id="t", transport="test")
+def call(db: Database, principal: Principal = READER) -> AbstractAsyncContextManager[CallContext]:
+    return service_call(db, principal)
 
 
 async def test_a_projects_sessions_are_paged_with_what_each_holds(db: Database) -> None:

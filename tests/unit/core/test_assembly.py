@@ -16,12 +16,13 @@ from app.core.config import Settings
 from app.core.feature import Feature
 from app.core.repository import EmbeddingModelRepository
 from app.main import assemble
+from tests.support.databases import migrated_url
 from tests.support.server import PgCluster
 
 
 def parts(pg: PgCluster, **settings: object) -> tuple[Assembly, list[str]]:
     """The parts of a server with the memory feature, its hooks recording their calls."""
-    asm = assemble(Settings(database_url=pg.handle.url(pg.new_database()), features=["memory"], **settings))  # type: ignore[arg-type]
+    asm = assemble(Settings(database_url=migrated_url(pg, ["memory"]), features=["memory"], **settings))  # type: ignore[arg-type]
     calls: list[str] = []
     (memory,) = asm.features
     assert memory.startup is not None and memory.shutdown is not None

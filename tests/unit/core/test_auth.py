@@ -5,28 +5,17 @@ from __future__ import annotations
 
 import hashlib
 import uuid
-from collections.abc import AsyncIterator
 
 import pytest
 
-from app.core import auth, migrations
-from app.core.config import Settings
+from app.core import auth
 from app.core.db import Database
 from app.core.errors import InvalidInput
 from app.core.models import ApiKey
 from app.core.repository import ApiKeyRepository
-from tests.support.server import PgCluster
+from tests.support.databases import database_fixture
 
-
-@pytest.fixture(scope="module")
-async def db(pg: PgCluster) -> AsyncIterator[Database]:
-    url = pg.handle.url(pg.new_database())
-    await migrations.upgrade_async(url, [])
-    database = Database(url, Settings())
-    try:
-        yield database
-    finally:
-        await database.dispose()
+db = database_fixture([])
 
 
 def test_keys_are_fresh_prefixed_and_hashed_with_sha256() -> None:

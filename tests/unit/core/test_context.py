@@ -4,8 +4,7 @@ work, slow work run with the reads released, and the hooks kept in order."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 import pytest
@@ -13,15 +12,12 @@ from pydantic_settings import BaseSettings
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.core import migrations
-from app.core.config import Settings
-from app.core.context import OPEN_PRINCIPAL, AppState, CallContext, Principal, feature_settings_of
+from app.core.context import OPEN_PRINCIPAL, CallContext, Principal, feature_settings_of
 from app.core.db import Database
-from app.core.embeddings.local import LocalOnnxEmbedder
 from app.core.embeddings.provider import embedding_caller
 from app.core.errors import Forbidden, InvalidInput
-from app.core.registry import Registry
-from tests.support.server import PgCluster
+from tests.support.calls import service_call
+from tests.support.databases import database_fixture
 
 READER = Principal(key_id="r1", name="reader", scopes=frozenset({"read"}))
 BOUND = Principal(key_id="b1", name="bound", scopes=frozenset({"write"}), project="team")
@@ -31,22 +27,11 @@ class Knobs(BaseSettings):
     depth: int = 3
 
 
-@pytest.fixture(scope="module")
-async def db(pg: PgCluster) -> AsyncIterator[Database]:
-    url = pg.handle.url(pg.new_database())
-    await migrations.upgrade_async(url, [])
-    database = Database(url, Settings())
-    try:
-        yield database
-    finally:
-        await database.dispose()
+db = database_fixture([])
 
 
-@asynccontextmanager
-async def call(db: Database, principal: Principal = READER, **kw: Any) -> AsyncIterator[CallContext]:
-    state = AppState(Settings(), db, LocalOnnxEmbedder(), Registry())
-    async with db.transaction() as session:
-        yield CallContext(session=session, principal=principal, app=state, request_id="t", transport="test", **kw)
+def call(db: Database, principal: Principal = READER, **kw: Any) -> AbstractAsyncContextManager[CallContext]:
+    return service_call(db, principal, **kw)
 
 
 def test_scopes_rank_admin_over_write_over_read() -> None:

@@ -4,31 +4,21 @@ one statement per flush, periodically and when the block ends; a failed write ke
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
 from sqlalchemy import event, text
 from sqlalchemy.exc import DBAPIError
 
-from app.core import migrations
 from app.core.config import Settings
 from app.core.db import Database
 from app.core.keyusage import KeyUsage
 from app.core.repository import ApiKeyRepository
+from tests.support.databases import database_fixture
 from tests.support.server import PgCluster
 from tests.support.waiting import eventually
 
-
-@pytest.fixture(scope="module")
-async def db(pg: PgCluster) -> AsyncIterator[Database]:
-    url = pg.handle.url(pg.new_database())
-    await migrations.upgrade_async(url, [])
-    database = Database(url, Settings(db_pool_size=2, db_max_overflow=0))
-    try:
-        yield database
-    finally:
-        await database.dispose()
+db = database_fixture([], settings=Settings(db_pool_size=2, db_max_overflow=0))
 
 
 async def _keys(db: Database, n: int) -> list[uuid.UUID]:

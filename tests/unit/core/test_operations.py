@@ -13,7 +13,7 @@ import pytest
 from pydantic import BaseModel
 
 from app import __version__
-from app.core import migrations, operations
+from app.core import operations
 from app.core.config import Settings
 from app.core.context import AppState, CallContext, Principal
 from app.core.db import Database
@@ -37,7 +37,8 @@ from app.core.schemas import (
     WaitForEmbeddingsOut,
 )
 from app.core.toolsets import Catalog
-from tests.support.server import PgCluster, free_port
+from tests.support.databases import database_fixture
+from tests.support.server import free_port
 
 ADMIN = Principal(key_id="a", name="admin", scopes=frozenset({"admin"}))
 BOUND = Principal(key_id="b", name="bound", scopes=frozenset({"admin"}), project="team")
@@ -51,15 +52,7 @@ async def reply(cls: type[M], pending: Awaitable[BaseModel]) -> M:
     return out
 
 
-@pytest.fixture(scope="module")
-async def db(pg: PgCluster) -> AsyncIterator[Database]:
-    url = pg.handle.url(pg.new_database())
-    await migrations.upgrade_async(url, [])
-    database = Database(url, Settings())
-    try:
-        yield database
-    finally:
-        await database.dispose()
+db = database_fixture([])
 
 
 @pytest.fixture(scope="module")

@@ -7,14 +7,12 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 import pytest
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.core import migrations
 from app.core.config import Settings
 from app.core.db import Database
 from app.core.models import ApiKey, AuditEntry
@@ -25,6 +23,7 @@ from app.core.repository import (
     ProjectRepository,
     Repository,
 )
+from tests.support.databases import database_fixture, migrated_url
 from tests.support.server import PgCluster
 
 
@@ -34,15 +33,7 @@ class Pair:
     label: str
 
 
-@pytest.fixture(scope="module")
-async def db(pg: PgCluster) -> AsyncIterator[Database]:
-    url = pg.handle.url(pg.new_database())
-    await migrations.upgrade_async(url, [])
-    database = Database(url, Settings())
-    try:
-        yield database
-    finally:
-        await database.dispose()
+db = database_fixture([])
 
 
 async def test_the_base_returns_rows_by_name(db: Database) -> None:
@@ -166,9 +157,7 @@ async def _page(
 
 
 async def test_a_created_key_locks_the_database_in_its_own_transaction(pg: PgCluster) -> None:
-    url = pg.handle.url(pg.new_database())
-    await migrations.upgrade_async(url, [])
-    fresh = Database(url, Settings())
+    fresh = Database(migrated_url(pg, []), Settings())
 
     async def add_key(session: AsyncSession) -> ApiKey:
         return await ApiKeyRepository(session).add(

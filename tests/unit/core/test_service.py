@@ -4,36 +4,27 @@ embedding probe's summary, and a wait for vectors without a queue."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager
 
 import pytest
 
-from app.core import migrations, service
+from app.core import service
 from app.core.config import Settings
-from app.core.context import AppState, CallContext, Principal
+from app.core.context import CallContext, Principal
 from app.core.db import Database
 from app.core.embeddings.local import LocalOnnxEmbedder
 from app.core.embeddings.provider import EmbeddingProvider
 from app.core.errors import Forbidden, NotFound, Unavailable
 from app.core.models import ApiKey
-from app.core.registry import Registry
 from app.core.schemas import CreateKeyIn
-from tests.support.server import PgCluster
+from tests.support.calls import service_call
+from tests.support.databases import database_fixture
 
 ADMIN = Principal(key_id="a", name="admin", scopes=frozenset({"admin"}))
 BOUND = Principal(key_id="b", name="bound", scopes=frozenset({"admin"}), project="team")
 
 
-@pytest.fixture(scope="module")
-async def db(pg: PgCluster) -> AsyncIterator[Database]:
-    url = pg.handle.url(pg.new_database())
-    await migrations.upgrade_async(url, [])
-    database = Database(url, Settings())
-    try:
-        yield database
-    finally:
-        await database.dispose()
+db = database_fixture([])
 
 
 @pytest.fixture(scope="module")
@@ -41,11 +32,10 @@ def model() -> LocalOnnxEmbedder:
     return LocalOnnxEmbedder()
 
 
-@asynccontextmanager
-async def call(db: Database, embedder: EmbeddingProvider, principal: Principal = ADMIN) -> AsyncIterator[CallContext]:
-    state = AppState(Settings(embedding_max_length=16), db, embedder, Registry())
-    async with db.transaction() as session:
-        yield CallContext(session=session, principal=principal, app=state, request_id="t", transport="test")
+def call(
+    db: Database, embedder: EmbeddingProvider, principal: Principal = ADMIN
+) -> AbstractAsyncContextManager[CallContext]:
+    return service_call(db, principal, embedder=embedder, settings=Settings(embedding_max_length=16))
 
 
 async def test_projects_are_created_once_and_listed_per_caller(db: Database, model: LocalOnnxEmbedder) -> None:

@@ -14,6 +14,7 @@ from app.core.config import Settings
 from app.core.errors import NotFound
 from app.core.stdio import serve_stdio
 from app.main import assemble
+from tests.support.databases import migrated_url
 from tests.support.server import PgCluster
 
 
@@ -47,7 +48,7 @@ def test_a_failing_build_is_raised_with_stdout_restored(stdout_identity: tuple[i
 
 
 def test_unknown_toolsets_are_refused_before_anything_runs(pg: PgCluster, stdout_identity: tuple[int, int]) -> None:
-    asm = assemble(Settings(database_url=pg.handle.url(pg.new_database()), features=["memory"]), local=True)
+    asm = assemble(Settings(database_url=migrated_url(pg, ["memory"]), features=["memory"]), local=True)
     seen: list[bool] = []
     before = asm.mcp.fixed
 

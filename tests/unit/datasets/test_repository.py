@@ -4,27 +4,13 @@ results are saved once and read back only by their own project."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
-import pytest
-
-from app.core import migrations
-from app.core.config import Settings
 from app.core.db import Database
 from app.datasets.repository import CacheEpochRepository, DatasetRepository, QueryRepository
-from tests.support.server import PgCluster
+from tests.support.databases import database_fixture
 
-
-@pytest.fixture(scope="module")
-async def db(pg: PgCluster) -> AsyncIterator[Database]:
-    url = pg.handle.url(pg.new_database())
-    await migrations.upgrade_async(url, ["datasets"])
-    database = Database(url, Settings())
-    try:
-        yield database
-    finally:
-        await database.dispose()
+db = database_fixture(["datasets"])
 
 
 def entry(path: str, *, replace: bool = False, description: str = "") -> dict[str, Any]:

@@ -10,6 +10,7 @@ import pytest
 
 from app.cli import build_parser, runtime
 from app.core.config import Settings
+from tests.support.databases import migrated_url
 from tests.support.server import PgCluster
 
 MEMORY_FILE = [
@@ -29,7 +30,7 @@ def _run(argv: list[str], settings: Settings) -> int:
 def test_a_memory_file_imports_and_exports_again(
     pg: PgCluster, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    settings = Settings(database_url=pg.handle.url(pg.new_database()), features=["graph"])
+    settings = Settings(database_url=migrated_url(pg, ["graph"]), features=["graph"])
     source = tmp_path / "memory.jsonl"
     source.write_text("".join(json.dumps(line) + "\n" for line in MEMORY_FILE), encoding="utf-8")
     assert _run(["graph", "import", str(source), "--project", "lab"], settings) == 0

@@ -6,16 +6,11 @@ source entity cut, pages and substring matches with their totals, the summary's 
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator
 
-import pytest
-
-from app.core import migrations
-from app.core.config import Settings
 from app.core.db import Database
 from app.core.repository import ProjectRepository
 from app.graph.repository import GraphRepository, like_pattern, snapshot_text
-from tests.support.server import PgCluster
+from tests.support.databases import database_fixture
 
 
 def test_like_pattern_matches_a_literal_lower_cased_substring() -> None:
@@ -29,15 +24,7 @@ def test_the_snapshot_text_is_name_type_and_observations() -> None:
     assert GraphRepository.obs_text(["a", "b"]) == "a | b" and GraphRepository.obs_text([]) == ""
 
 
-@pytest.fixture(scope="module")
-async def db(pg: PgCluster) -> AsyncIterator[Database]:
-    url = pg.handle.url(pg.new_database())
-    await migrations.upgrade_async(url, ["graph"])
-    database = Database(url, Settings())
-    try:
-        yield database
-    finally:
-        await database.dispose()
+db = database_fixture(["graph"])
 
 
 async def _project(repo: GraphRepository, name: str) -> uuid.UUID:

@@ -6,32 +6,21 @@ counters, and reflections found by words or vectors."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator
 
 import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.core import migrations
-from app.core.config import Settings
 from app.core.db import Database
 from app.core.repository import ProjectRepository
 from app.graph.repository import GraphRepository
 from app.graph.repository_search import SearchRepository
-from tests.support.server import PgCluster
+from tests.support.databases import database_fixture
 
 MODEL = "test-model"
 
 
-@pytest.fixture(scope="module")
-async def db(pg: PgCluster) -> AsyncIterator[Database]:
-    url = pg.handle.url(pg.new_database())
-    await migrations.upgrade_async(url, ["graph"])
-    database = Database(url, Settings())
-    try:
-        yield database
-    finally:
-        await database.dispose()
+db = database_fixture(["graph"])
 
 
 async def _entities(

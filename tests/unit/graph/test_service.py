@@ -5,19 +5,14 @@ keep history (superseded observations, ended relations) with their errors."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager
 
 import pytest
 from sqlalchemy import text
 
-from app.core import migrations
-from app.core.config import Settings
-from app.core.context import AppState, CallContext, Principal
+from app.core.context import CallContext, Principal
 from app.core.db import Database
-from app.core.embeddings.providers import build_embedder
 from app.core.errors import Conflict, InvalidInput, NotFound
-from app.core.registry import Registry
 from app.graph import service
 from app.graph.config import GraphSettings
 from app.graph.schemas import (
@@ -41,7 +36,8 @@ from app.graph.schemas import (
     SetEntityStatusIn,
     SupersedeObservationIn,
 )
-from tests.support.server import PgCluster, free_port
+from tests.support.calls import service_call, unreachable_embedder
+from tests.support.databases import database_fixture
 
 ADA_TEXT = text(
     "SELECT g.obs_text FROM graph_entities g JOIN projects p ON p.id = g.project_id "
@@ -77,24 +73,12 @@ def test_shrink_cuts_one_entity_down_to_the_budget() -> None:
     assert empty.observations == [] and none == [] and empty.name == "Big"
 
 
-@pytest.fixture(scope="module")
-async def db(pg: PgCluster) -> AsyncIterator[Database]:
-    url = pg.handle.url(pg.new_database())
-    await migrations.upgrade_async(url, ["graph"])
-    database = Database(url, Settings())
-    try:
-        yield database
-    finally:
-        await database.dispose()
+db = database_fixture(["graph"])
 
 
-@asynccontextmanager
-async def call(db: Database) -> AsyncIterator[CallContext]:
-    url = f"http://127.0.0.1:{free_port()}/v1"  # nothing answers: vectors are queued, never made
-    embedder = build_embedder("openai", model="text-embedding-3-small", dimension=384, base_url=url, timeout=2)
-    state = AppState(Settings(), db, embedder, Registry(), feature_settings={GraphSettings: GraphSettings()})
-    async with db.transaction() as session:
-        yield CallContext(session=session, principal=WRITER, app=state, request_id="t", transport="test")
+def call(db: Database) -> AbstractAsyncContextManager[CallContext]:
+    # Nothing answers: vectors are queued, never made
+    return service_call(db, WRITER, embedder=unreachable_embedder(), feature_settings={GraphSettings: GraphSettings()})
 
 
 async def _seed(db: Database, project: str) -> None:

@@ -5,38 +5,29 @@ then merged by a consolidation that a dry run only describes; no model, no scan.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager
 
 import pytest
 
-from app.core import migrations
-from app.core.config import Settings
-from app.core.context import AppState, CallContext, Principal
+from app.core.context import CallContext, Principal
 from app.core.db import Database
 from app.core.embeddings.local import LocalOnnxEmbedder
 from app.core.embeddings.provider import EmbeddingProvider
 from app.core.embeddings.providers import build_embedder
 from app.core.errors import NotFound, Unavailable
-from app.core.registry import Registry
 from app.graph import service
 from app.graph.schemas import ConsolidateIn, CreateEntitiesIn, EntityIn, FindDuplicatesIn, ProjectIn
 from app.graph.service_maintenance import consolidate, find_duplicate_observations
 from app.graph.service_stats import graph_stats
-from tests.support.server import PgCluster, free_port
+from tests.support.calls import service_call
+from tests.support.databases import database_fixture
+from tests.support.server import free_port
 
 FIRST = "Ada wrote the first computer program"
 ADMIN = Principal(key_id="k1", name="admin", scopes=frozenset({"admin"}))
 
 
-@pytest.fixture(scope="module")
-async def db(pg: PgCluster) -> AsyncIterator[Database]:
-    url = pg.handle.url(pg.new_database())
-    await migrations.upgrade_async(url, ["graph"])
-    database = Database(url, Settings())
-    try:
-        yield database
-    finally:
-        await database.dispose()
+db = database_fixture(["graph"])
 
 
 @pytest.fixture(scope="module")
@@ -49,11 +40,8 @@ async def local() -> AsyncIterator[LocalOnnxEmbedder]:
         await model.close()
 
 
-@asynccontextmanager
-async def call(db: Database, embedder: EmbeddingProvider) -> AsyncIterator[CallContext]:
-    state = AppState(Settings(), db, embedder, Registry())
-    async with db.transaction() as session:
-        yield CallContext(session=session, principal=ADMIN, app=state, request_id="t", transport="test")
+def call(db: Database, embedder: EmbeddingProvider) -> AbstractAsyncContextManager[CallContext]:
+    return service_call(db, ADMIN, embedder=embedder)
 
 
 async def test_duplicates_are_flagged_then_merged(db: Database, local: LocalOnnxEmbedder) -> None:

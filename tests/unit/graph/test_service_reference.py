@@ -5,18 +5,13 @@ keep the graph service's sentences."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager
 
 import pytest
 
-from app.core import migrations
-from app.core.config import Settings
-from app.core.context import AppState, CallContext, Principal
+from app.core.context import CallContext, Principal
 from app.core.db import Database
-from app.core.embeddings.providers import build_embedder
 from app.core.errors import NotFound
-from app.core.registry import Registry
 from app.graph import service_reference as ref
 from app.graph.config import GraphSettings
 from app.graph.schemas_reference import (
@@ -30,7 +25,8 @@ from app.graph.schemas_reference import (
     RefReadGraphIn,
     RefSearchNodesIn,
 )
-from tests.support.server import PgCluster, free_port
+from tests.support.calls import service_call, unreachable_embedder
+from tests.support.databases import database_fixture
 
 LIMIT = GraphSettings(reference_reply_tokens=1000)
 
@@ -41,25 +37,13 @@ def test_the_cut_notice_names_the_offset_to_continue_from() -> None:
     assert "about 1000 tokens" in notice and '{"offset": 40}' in notice
 
 
-@pytest.fixture(scope="module")
-async def db(pg: PgCluster) -> AsyncIterator[Database]:
-    url = pg.handle.url(pg.new_database())
-    await migrations.upgrade_async(url, ["graph"])
-    database = Database(url, Settings())
-    try:
-        yield database
-    finally:
-        await database.dispose()
+db = database_fixture(["graph"])
 
 
-@asynccontextmanager
-async def call(db: Database, project: str, settings: GraphSettings = LIMIT) -> AsyncIterator[CallContext]:
-    url = f"http://127.0.0.1:{free_port()}/v1"  # nothing answers: vectors stay queued
-    embedder = build_embedder("openai", model="text-embedding-3-small", dimension=384, base_url=url, timeout=2)
-    state = AppState(Settings(), db, embedder, Registry(), feature_settings={GraphSettings: settings})
+def call(db: Database, project: str, settings: GraphSettings = LIMIT) -> AbstractAsyncContextManager[CallContext]:
     principal = Principal(key_id="k", name="bound", scopes=frozenset({"write"}), project=project)
-    async with db.transaction() as session:
-        yield CallContext(session=session, principal=principal, app=state, request_id="t", transport="test")
+    # Nothing answers: vectors stay queued
+    return service_call(db, principal, embedder=unreachable_embedder(), feature_settings={GraphSettings: settings})
 
 
 def _entities(*names: str, obs: list[str] | None = None) -> RefCreateEntitiesIn:

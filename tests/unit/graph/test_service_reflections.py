@@ -4,47 +4,31 @@ their vectors queued, and the search's filters and score."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager
 
 import pytest
 
-from app.core import migrations
-from app.core.config import Settings
-from app.core.context import AppState, CallContext, Principal
+from app.core.context import CallContext, Principal
 from app.core.db import Database
 from app.core.embeddings.calls import QueuedVectors
-from app.core.embeddings.providers import build_embedder
 from app.core.errors import InvalidInput, NotFound
-from app.core.registry import Registry
 from app.graph import service
 from app.graph.config import GraphSettings
 from app.graph.schemas import AddReflectionIn, CreateEntitiesIn, EntityIn, SearchReflectionsIn
 from app.graph.service_reflections import add_reflection, search_reflections
-from tests.support.server import PgCluster, free_port
+from tests.support.calls import service_call, unreachable_embedder
+from tests.support.databases import database_fixture
 
 WRITER = Principal(key_id="k1", name="writer", scopes=frozenset({"write"}))
 SETTINGS = GraphSettings(text_weight=0.5)
 
 
-@pytest.fixture(scope="module")
-async def db(pg: PgCluster) -> AsyncIterator[Database]:
-    url = pg.handle.url(pg.new_database())
-    await migrations.upgrade_async(url, ["graph"])
-    database = Database(url, Settings())
-    try:
-        yield database
-    finally:
-        await database.dispose()
+db = database_fixture(["graph"])
 
 
-@asynccontextmanager
-async def call(db: Database) -> AsyncIterator[CallContext]:
-    url = f"http://127.0.0.1:{free_port()}/v1"  # nothing answers: no vectors, words alone
-    embedder = build_embedder("openai", model="text-embedding-3-small", dimension=384, base_url=url, timeout=2)
-    state = AppState(Settings(), db, embedder, Registry(), feature_settings={GraphSettings: SETTINGS})
-    async with db.transaction() as session:
-        yield CallContext(session=session, principal=WRITER, app=state, request_id="t", transport="test")
+def call(db: Database) -> AbstractAsyncContextManager[CallContext]:
+    # Nothing answers: no vectors, words alone
+    return service_call(db, WRITER, embedder=unreachable_embedder(), feature_settings={GraphSettings: SETTINGS})
 
 
 async def test_reflections_name_their_target_and_queue_their_vector(db: Database) -> None:

@@ -4,18 +4,12 @@ archived entities and noise out and logs its event."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager
 
-import pytest
 from sqlalchemy import text
 
-from app.core import migrations
-from app.core.config import Settings
-from app.core.context import AppState, CallContext, Principal
+from app.core.context import CallContext, Principal
 from app.core.db import Database
-from app.core.embeddings.providers import build_embedder
-from app.core.registry import Registry
 from app.graph import service, service_search
 from app.graph.config import GraphSettings
 from app.graph.schemas import CreateEntitiesIn, EntityIn, OpenNodesIn, ProjectIn, SearchSemanticIn, SearchSemanticOut
@@ -23,7 +17,8 @@ from app.graph.scoring import Candidate
 from app.graph.service_common import BASELINE, LIMBIC
 from app.graph.service_search import search_semantic
 from app.graph.service_stats import graph_stats
-from tests.support.server import PgCluster, free_port
+from tests.support.calls import service_call, unreachable_embedder
+from tests.support.databases import database_fixture
 
 WRITER = Principal(key_id="k1", name="writer", scopes=frozenset({"write"}))
 S = GraphSettings(semantic_floor=0.3)
@@ -69,24 +64,12 @@ def test_the_notice_says_why_nothing_or_text_alone_was_used() -> None:
     assert "close enough" in (service_search._notice([0.1], [], _found(2), SETTINGS) or "")
 
 
-@pytest.fixture(scope="module")
-async def db(pg: PgCluster) -> AsyncIterator[Database]:
-    url = pg.handle.url(pg.new_database())
-    await migrations.upgrade_async(url, ["graph"])
-    database = Database(url, Settings())
-    try:
-        yield database
-    finally:
-        await database.dispose()
+db = database_fixture(["graph"])
 
 
-@asynccontextmanager
-async def call(db: Database) -> AsyncIterator[CallContext]:
-    url = f"http://127.0.0.1:{free_port()}/v1"  # nothing answers: the search runs on words alone
-    embedder = build_embedder("openai", model="text-embedding-3-small", dimension=384, base_url=url, timeout=2)
-    state = AppState(Settings(), db, embedder, Registry(), feature_settings={GraphSettings: S})
-    async with db.transaction() as session:
-        yield CallContext(session=session, principal=WRITER, app=state, request_id="t", transport="test")
+def call(db: Database) -> AbstractAsyncContextManager[CallContext]:
+    # Nothing answers: the search runs on words alone
+    return service_call(db, WRITER, embedder=unreachable_embedder(), feature_settings={GraphSettings: S})
 
 
 async def searched(ctx: CallContext, args: SearchSemanticIn) -> SearchSemanticOut:

@@ -3,17 +3,10 @@ type and status, an unknown project counted as empty, and a quality report with 
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager
 
-import pytest
-
-from app.core import migrations
-from app.core.config import Settings
-from app.core.context import AppState, CallContext, Principal
+from app.core.context import CallContext, Principal
 from app.core.db import Database
-from app.core.embeddings.providers import build_embedder
-from app.core.registry import Registry
 from app.graph import service
 from app.graph.config import GraphSettings
 from app.graph.schemas import (
@@ -27,29 +20,18 @@ from app.graph.schemas import (
 )
 from app.graph.service_reflections import add_reflection
 from app.graph.service_stats import graph_stats, search_quality_report
-from tests.support.server import PgCluster, free_port
+from tests.support.calls import service_call, unreachable_embedder
+from tests.support.databases import database_fixture
 
 WRITER = Principal(key_id="k1", name="writer", scopes=frozenset({"write"}))
 
 
-@pytest.fixture(scope="module")
-async def db(pg: PgCluster) -> AsyncIterator[Database]:
-    url = pg.handle.url(pg.new_database())
-    await migrations.upgrade_async(url, ["graph"])
-    database = Database(url, Settings())
-    try:
-        yield database
-    finally:
-        await database.dispose()
+db = database_fixture(["graph"])
 
 
-@asynccontextmanager
-async def call(db: Database) -> AsyncIterator[CallContext]:
-    url = f"http://127.0.0.1:{free_port()}/v1"  # vectors stay queued: none is counted as made
-    embedder = build_embedder("openai", model="text-embedding-3-small", dimension=384, base_url=url, timeout=2)
-    state = AppState(Settings(), db, embedder, Registry(), feature_settings={GraphSettings: GraphSettings()})
-    async with db.transaction() as session:
-        yield CallContext(session=session, principal=WRITER, app=state, request_id="t", transport="test")
+def call(db: Database) -> AbstractAsyncContextManager[CallContext]:
+    # Vectors stay queued: none is counted as made
+    return service_call(db, WRITER, embedder=unreachable_embedder(), feature_settings={GraphSettings: GraphSettings()})
 
 
 async def test_the_counts_of_a_project(db: Database) -> None:

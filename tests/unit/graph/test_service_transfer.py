@@ -5,19 +5,13 @@ the new observations, dangling relations skipped), and exported back."""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager
 
-import pytest
-
-from app.core import migrations
-from app.core.config import Settings
-from app.core.context import AppState, CallContext, Principal
+from app.core.context import CallContext, Principal
 from app.core.db import Database
-from app.core.embeddings.providers import build_embedder
-from app.core.registry import Registry
 from app.graph.service_transfer import ImportReport, export_graph, import_graph, parse
-from tests.support.server import PgCluster, free_port
+from tests.support.calls import service_call, unreachable_embedder
+from tests.support.databases import database_fixture
 
 WRITER = Principal(key_id="k1", name="writer", scopes=frozenset({"write"}))
 
@@ -50,24 +44,12 @@ def test_the_report_names_at_most_twenty_bad_lines() -> None:
     assert summary["invalid_lines"] == list(range(1, 21)) and summary["invalid_count"] == 30
 
 
-@pytest.fixture(scope="module")
-async def db(pg: PgCluster) -> AsyncIterator[Database]:
-    url = pg.handle.url(pg.new_database())
-    await migrations.upgrade_async(url, ["graph"])
-    database = Database(url, Settings())
-    try:
-        yield database
-    finally:
-        await database.dispose()
+db = database_fixture(["graph"])
 
 
-@asynccontextmanager
-async def call(db: Database) -> AsyncIterator[CallContext]:
-    url = f"http://127.0.0.1:{free_port()}/v1"  # vectors are queued, never made: not what is tested here
-    embedder = build_embedder("openai", model="text-embedding-3-small", dimension=384, base_url=url, timeout=2)
-    state = AppState(Settings(), db, embedder, Registry())
-    async with db.transaction() as session:
-        yield CallContext(session=session, principal=WRITER, app=state, request_id="t", transport="test")
+def call(db: Database) -> AbstractAsyncContextManager[CallContext]:
+    # Vectors are queued, never made: not what is tested here
+    return service_call(db, WRITER, embedder=unreachable_embedder())
 
 
 async def test_an_import_merges_into_what_exists_and_skips_dangling_relations(db: Database) -> None:

@@ -18,6 +18,7 @@ from app.core.config import Settings
 from app.core.db import Database
 from app.core.repository import ProjectRepository
 from app.memory.repository import MemoryRepository
+from tests.support.databases import migrated_url
 from tests.support.server import PgCluster
 
 
@@ -74,7 +75,7 @@ def _vectors(settings: Settings) -> int:
 def test_backfill_counts_queues_and_embeds_what_lacks_a_vector(
     pg: PgCluster, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    settings = Settings(database_url=pg.handle.url(pg.new_database()), features=["memory"])
+    settings = Settings(database_url=migrated_url(pg, ["memory"]), features=["memory"])
     assert _run(["backfill", "--project", "nowhere"], settings) == 2
     assert "no project named 'nowhere'" in capsys.readouterr().err
     _seed(settings, "tides", 3)
@@ -111,7 +112,7 @@ def _beir(root: Path) -> Path:
 def test_eval_beir_scores_each_mode_and_refuses_unknown_modes(
     pg: PgCluster, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    settings = Settings(database_url=pg.handle.url(pg.new_database()), features=["memory"])
+    settings = Settings(database_url=migrated_url(pg, ["memory"]), features=["memory"])
     data = _beir(tmp_path)
     assert _run(["eval", "beir", str(data), "--modes", "semantic,telepathy"], settings) == 2
     assert "--modes takes" in capsys.readouterr().err

@@ -6,12 +6,9 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import AsyncIterator
 
-import pytest
 from sqlalchemy import text
 
-from app.core import migrations
 from app.core.config import Settings
 from app.core.context import AppState
 from app.core.db import Database
@@ -22,21 +19,14 @@ from app.memory import lifecycle
 from app.memory.config import MemorySettings
 from app.memory.lifecycle import BackfillRunner
 from app.memory.repository import MemoryRepository
+from tests.support.databases import database_fixture
 from tests.support.server import PgCluster, free_port
 from tests.support.waiting import eventually
 
 MODEL = "runner-model"
 
 
-@pytest.fixture(scope="module")
-async def db(pg: PgCluster) -> AsyncIterator[Database]:
-    url = pg.handle.url(pg.new_database())
-    await migrations.upgrade_async(url, ["memory"])
-    database = Database(url, Settings())
-    try:
-        yield database
-    finally:
-        await database.dispose()
+db = database_fixture(["memory"])
 
 
 async def _memories(db: Database, n: int, project: str = "runner") -> None:

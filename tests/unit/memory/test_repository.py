@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -15,12 +14,10 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.core import migrations
-from app.core.config import Settings
 from app.core.db import Database
 from app.core.repository import ProjectRepository
 from app.memory.repository import MemoryRepository, Scope
-from tests.support.server import PgCluster
+from tests.support.databases import database_fixture
 
 MODEL = "test-model"
 
@@ -46,15 +43,7 @@ def test_a_scope_becomes_bound_conditions() -> None:
     assert Scope(tags=[]).where()[1] == {}  # an empty tag list filters nothing
 
 
-@pytest.fixture(scope="module")
-async def db(pg: PgCluster) -> AsyncIterator[Database]:
-    url = pg.handle.url(pg.new_database())
-    await migrations.upgrade_async(url, ["memory"])
-    database = Database(url, Settings())
-    try:
-        yield database
-    finally:
-        await database.dispose()
+db = database_fixture(["memory"])
 
 
 def _row(pid: uuid.UUID, cid: uuid.UUID, content: str, **over: Any) -> dict[str, Any]:

@@ -6,20 +6,16 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import AsyncIterator
 from typing import Any
 
-import pytest
 from sqlalchemy import text
 
-from app.core import migrations
-from app.core.config import Settings
 from app.core.db import Database
 from app.core.embeddings.repository import EmbeddingQueueRepository
 from app.core.repository import ProjectRepository
 from app.memory.repository import MEMORY_TARGET, MemoryRepository
 from app.memory.repository_items import Members, MemoryItemsRepository
-from tests.support.server import PgCluster
+from tests.support.databases import database_fixture
 
 
 def test_members_cover_the_document_or_the_memory_alone() -> None:
@@ -33,15 +29,7 @@ def test_members_cover_the_document_or_the_memory_alone() -> None:
     assert alone.where() == ("m.id = :m_id", {"m_id": mid})
 
 
-@pytest.fixture(scope="module")
-async def db(pg: PgCluster) -> AsyncIterator[Database]:
-    url = pg.handle.url(pg.new_database())
-    await migrations.upgrade_async(url, ["memory"])
-    database = Database(url, Settings())
-    try:
-        yield database
-    finally:
-        await database.dispose()
+db = database_fixture(["memory"])
 
 
 def _chunk(pid: uuid.UUID, cid: uuid.UUID, doc: uuid.UUID | None, index: int | None, tags: list[str]) -> dict[str, Any]:

@@ -10,7 +10,6 @@ from collections.abc import AsyncIterator
 import pytest
 from sqlalchemy import text
 
-from app.core import migrations
 from app.core.config import Settings
 from app.core.context import AppState, CallContext, Principal
 from app.core.db import Database
@@ -19,6 +18,7 @@ from app.core.registry import Registry
 from app.memory import service
 from app.memory.schemas import PushIn
 from app.memory.service_backfill import SAMPLE_IDS, backfill
+from tests.support.databases import migrated_url
 from tests.support.server import PgCluster
 
 MODEL = "backfill-test-model"  # no memory has a vector of it
@@ -27,9 +27,7 @@ WRITER = Principal(key_id="w", name="writer", scopes=frozenset({"write"}))
 
 @pytest.fixture(scope="module")
 async def db(pg: PgCluster) -> AsyncIterator[Database]:
-    url = pg.handle.url(pg.new_database())
-    await migrations.upgrade_async(url, ["memory"])
-    database = Database(url, Settings())
+    database = Database(migrated_url(pg, ["memory"]), Settings())
     state = AppState(Settings(), database, LocalOnnxEmbedder(), Registry())
     try:
         for name, count in (("lab", 14), ("other", 3)):

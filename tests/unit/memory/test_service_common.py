@@ -6,63 +6,35 @@ from __future__ import annotations
 
 import hashlib
 import uuid
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager
 
 import pytest
 
-from app.core import migrations
-from app.core.config import Settings
-from app.core.context import AppState, CallContext, Principal
+from app.core.context import CallContext, Principal
 from app.core.db import Database
 from app.core.embeddings.calls import query_vector
 from app.core.embeddings.provider import EmbeddingProvider
 from app.core.embeddings.providers import build_embedder
 from app.core.errors import Forbidden, NotFound
-from app.core.registry import Registry
 from app.memory import service_common
 from app.memory.config import MemorySettings
-from tests.support.server import PgCluster, free_port
+from tests.support.calls import service_call, unreachable_embedder
+from tests.support.databases import database_fixture
 
 UNBOUND = Principal(key_id="k1", name="unbound", scopes=frozenset({"write"}))
 BOUND = Principal(key_id="k2", name="bound", scopes=frozenset({"write"}), project="alpha")
 
 
-@pytest.fixture(scope="module")
-async def db(pg: PgCluster) -> AsyncIterator[Database]:
-    url = pg.handle.url(pg.new_database())
-    await migrations.upgrade_async(url, ["memory"])
-    database = Database(url, Settings())
-    try:
-        yield database
-    finally:
-        await database.dispose()
+db = database_fixture(["memory"])
 
 
-def _unreachable() -> EmbeddingProvider:
-    """An OpenAI-compatible provider nothing answers for (a closed port on this host)."""
-    return build_embedder(
-        "openai",
-        model="text-embedding-3-small",
-        dimension=384,
-        base_url=f"http://127.0.0.1:{free_port()}/v1",
-        timeout=2,
-    )
-
-
-@asynccontextmanager
-async def call(
+def call(
     db: Database, principal: Principal = UNBOUND, embedder: EmbeddingProvider | None = None
-) -> AsyncIterator[CallContext]:
-    state = AppState(
-        settings=Settings(),
-        db=db,
-        embedder=embedder or _unreachable(),
-        registry=Registry(),
-        feature_settings={MemorySettings: MemorySettings(memory_default_collection="notes")},
+) -> AbstractAsyncContextManager[CallContext]:
+    notes = MemorySettings(memory_default_collection="notes")
+    return service_call(
+        db, principal, embedder=embedder or unreachable_embedder(), feature_settings={MemorySettings: notes}
     )
-    async with db.transaction() as session:
-        yield CallContext(session=session, principal=principal, app=state, request_id="t", transport="test")
 
 
 def test_the_dedupe_and_summary_keys_are_stable_hashes() -> None:

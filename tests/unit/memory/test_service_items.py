@@ -5,47 +5,32 @@ whole document, deleted alone or with its document, and hidden from a key bound 
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager
 
 import pytest
 from sqlalchemy import text
 
-from app.core import migrations
-from app.core.config import Settings
-from app.core.context import AppState, CallContext, Principal
+from app.core.context import CallContext, Principal
 from app.core.db import Database
-from app.core.embeddings.local import LocalOnnxEmbedder
 from app.core.errors import NotFound
-from app.core.registry import Registry
 from app.memory import service, service_items
 from app.memory.config import MemorySettings
 from app.memory.schemas import PushIn
 from app.memory.schemas_items import DeleteMemoryIn, GetMemoryIn, UpdateMemoryIn
-from tests.support.server import PgCluster
+from tests.support.calls import service_call
+from tests.support.databases import database_fixture
 
 WRITER = Principal(key_id="k1", name="writer", scopes=frozenset({"write"}))
 ELSEWHERE = Principal(key_id="k2", name="bound", scopes=frozenset({"write"}), project="elsewhere")
 SENTENCE = "Sentence number {i} on {topic} talks about rivers, stones and the weather of day {i}."
 
 
-@pytest.fixture(scope="module")
-async def db(pg: PgCluster) -> AsyncIterator[Database]:
-    url = pg.handle.url(pg.new_database())
-    await migrations.upgrade_async(url, ["memory"])
-    database = Database(url, Settings())
-    try:
-        yield database
-    finally:
-        await database.dispose()
+db = database_fixture(["memory"])
 
 
-@asynccontextmanager
-async def call(db: Database, principal: Principal = WRITER) -> AsyncIterator[CallContext]:
+def call(db: Database, principal: Principal = WRITER) -> AbstractAsyncContextManager[CallContext]:
     memory = MemorySettings(memory_chunk_tokens=64, memory_chunk_overlap=8)
-    state = AppState(Settings(), db, LocalOnnxEmbedder(), Registry(), feature_settings={MemorySettings: memory})
-    async with db.transaction() as session:
-        yield CallContext(session=session, principal=principal, app=state, request_id="t", transport="test")
+    return service_call(db, principal, feature_settings={MemorySettings: memory})
 
 
 async def _document(db: Database, topic: str) -> uuid.UUID:

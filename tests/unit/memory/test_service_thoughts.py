@@ -7,19 +7,15 @@ once per key, the backfill queueing what lacks a vector, and a bound key seeing 
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager
 
 import pytest
 from sqlalchemy import text
 
-from app.core import migrations
-from app.core.config import Settings
-from app.core.context import AppState, CallContext, Principal
+from app.core.context import CallContext, Principal
 from app.core.db import Database
 from app.core.embeddings.local import LocalOnnxEmbedder
 from app.core.errors import NotFound, TooLarge
-from app.core.registry import Registry
 from app.memory import service_thoughts as thoughts
 from app.memory.config import MemorySettings
 from app.memory.schemas_thoughts import (
@@ -37,7 +33,8 @@ from app.memory.schemas_thoughts import (
     ThoughtStatsIn,
     UpdateThoughtIn,
 )
-from tests.support.server import PgCluster
+from tests.support.calls import service_call
+from tests.support.databases import database_fixture
 
 WRITER = Principal(key_id="k1", name="writer", scopes=frozenset({"write"}))
 ELSEWHERE = Principal(key_id="k2", name="bound", scopes=frozenset({"write"}), project="elsewhere")
@@ -55,23 +52,12 @@ def test_metadata_json_keeps_what_is_set_and_refuses_too_much() -> None:
     assert err.value.code == 4130
 
 
-@pytest.fixture(scope="module")
-async def db(pg: PgCluster) -> AsyncIterator[Database]:
-    url = pg.handle.url(pg.new_database())
-    await migrations.upgrade_async(url, ["memory"])
-    database = Database(url, Settings())
-    try:
-        yield database
-    finally:
-        await database.dispose()
+db = database_fixture(["memory"])
 
 
-@asynccontextmanager
-async def call(db: Database, principal: Principal = WRITER) -> AsyncIterator[CallContext]:
+def call(db: Database, principal: Principal = WRITER) -> AbstractAsyncContextManager[CallContext]:
     memory = MemorySettings(memory_max_thought_chars=200)
-    state = AppState(Settings(), db, EMBEDDER, Registry(), feature_settings={MemorySettings: memory})
-    async with db.transaction() as session:
-        yield CallContext(session=session, principal=principal, app=state, request_id="t", transport="test")
+    return service_call(db, principal, embedder=EMBEDDER, feature_settings={MemorySettings: memory})
 
 
 async def _capture(db: Database, project: str, content: str, **meta: object) -> uuid.UUID:

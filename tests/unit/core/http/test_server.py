@@ -16,11 +16,12 @@ from app.core.config import Settings
 from app.core.http.server import _sdk_apps
 from app.main import assemble
 from tests.support.console import signed_in
+from tests.support.databases import migrated_url
 from tests.support.server import ADMIN_KEY, PgCluster, RunningServer
 
 
 def test_the_sdk_apps_follow_the_json_response_setting(pg: PgCluster) -> None:
-    url = pg.handle.url(pg.new_database())
+    url = migrated_url(pg, ["memory"])
     choices: list[tuple[Literal["auto"] | bool, int]] = [("auto", 2), (True, 1), (False, 1)]
     for choice, apps in choices:
         settings = Settings(database_url=url, features=["memory"], mcp_json_response=choice)
