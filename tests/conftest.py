@@ -19,6 +19,7 @@ from playwright.async_api import Browser
 from app.core.pgembedded import start_embedded
 from tests.support.browser import launched
 from tests.support.instrumentation import ops as test_ops
+from tests.support.pgbouncer import PgBouncer
 from tests.support.server import ADMIN_KEY, PgCluster, RunningServer, server_settings, start_server, stop_server
 
 KEEP_TABLES = {"alembic_version", "embedding_models"}
@@ -41,13 +42,23 @@ def pg() -> Iterator[PgCluster]:
 
 @pytest.fixture(scope="session")
 def server(pg: PgCluster) -> Iterator[RunningServer]:
-    """The main test server (all features, static test keys, plus the test instrumentation ops)."""
-    settings = server_settings(pg.url)
+    """The main test server (all features, static test keys, plus the test instrumentation ops).
+
+    With `CAIRN_TEST_POOLER=pgbouncer` its database URL goes through a real PgBouncer in transaction
+    mode (`CAIRN_DATABASE_POOLER=transaction`, migrations on the direct URL), so the whole suite's
+    calls run through the pooler."""
+    bouncer = PgBouncer.start(pg, pool_size=8) if os.environ.get("CAIRN_TEST_POOLER") == "pgbouncer" else None
+    if bouncer is None:
+        settings = server_settings(pg.url)
+    else:
+        settings = server_settings(bouncer.url(), database_pooler="transaction", database_direct_url=pg.url)
     srv, thread, app = start_server(settings, extra=[test_ops])
     try:
         yield RunningServer(url=f"http://127.0.0.1:{settings.port}", settings=settings, app=app)
     finally:
         stop_server(srv, thread)
+        if bouncer is not None:
+            bouncer.stop()
 
 
 @pytest.fixture(scope="session")
