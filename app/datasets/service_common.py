@@ -272,6 +272,7 @@ def source_of(
     else a path/glob inside the roots `rts` (else a file of `project`'s folder in a remote `store`); its
     view is named apart from the names `taken`. Looks at the filesystem (and the store)."""
     ds = known.get(ref) if is_name(ref) else None
+    ref = own_relative(ref, project)
     if ds is not None and store is not None and is_key(ds.path):
         local = store.fetch(ds.path)
         if local is None:
@@ -292,6 +293,13 @@ def source_of(
             raise
         return engine.Source(name=view_name(ref, taken), pattern=str(local), files=[local], fmt=file_format(ref))
     return engine.make_source(view_name(ref, taken), pattern, files)
+
+
+def own_relative(ref: str, project: str | None) -> str:
+    """`ref` relative to the project's folder when it is the key of one of the project's own files
+    (`projects/<project>/uploads/x.csv`, the `path` that answers show for an upload), else `ref`."""
+    prefix = f"projects/{project}/"
+    return ref[len(prefix) :] if project and ref.startswith(prefix) and len(ref) > len(prefix) else ref
 
 
 def stored_copy(store: Store | None, project: str | None, ref: str) -> Path | None:

@@ -215,8 +215,10 @@ async def test_datasets_are_scoped_to_the_callers_project(server: RunningServer,
                 files={"file": ("payroll.csv", b"who,salary\nann,100\nbob,200\n", "text/csv")},
             )
         assert up.status_code == 200, up.text
-        beta_file = Path(up.json()["dataset"]["path"])
-        assert beta_file == beta / "uploads" / "payroll.csv"
+        # Recorded by its key in the store (never a host path); the local store keeps it in beta's folder.
+        assert up.json()["dataset"]["path"] == "projects/beta/uploads/payroll.csv"
+        beta_file = beta / "uploads" / "payroll.csv"
+        assert beta_file.is_file()
         await admin.ok("register_dataset", {"name": "towns", "path": "cities.csv", "project": "beta"})
         beta_qid = await stored_result(admin, "beta")
         hit = {"query_type": "sql", "query": "SELECT sum(salary) AS s FROM payroll", "files": ["payroll"]}
@@ -227,6 +229,10 @@ async def test_datasets_are_scoped_to_the_callers_project(server: RunningServer,
         await bound.refused("execute_query", hit, 4002)
         await bound.refused("execute_query", {**hit, "project": "beta"}, 4030, "bound to project")
         await bound.refused("profile_dataset", {"file_path": str(beta_file)}, 4030, "outside")
+        await bound.refused("profile_dataset", {"file_path": "projects/beta/uploads/payroll.csv"}, 4002)
+        owned = {"file_path": "projects/beta/uploads/payroll.csv", "project": "beta"}
+        # The path list_datasets shows names the file for its own project.
+        assert (await admin.ok("profile_dataset", owned))["statistics"]["row_count"] == 2
         await bound.refused("stream_sample", {"file_path": "uploads/payroll.csv"}, 4002)
         await bound.refused(
             "execute_query",
@@ -258,7 +264,7 @@ async def test_datasets_are_scoped_to_the_callers_project(server: RunningServer,
         assert again["summary"]["cache_hit"] is True
         beta_list = await admin.ok("list_datasets", {"project": "beta"})
         assert [(d["name"], d["path"]) for d in beta_list["datasets"]] == [
-            ("payroll", str(beta_file)),
+            ("payroll", "projects/beta/uploads/payroll.csv"),
             ("towns", str(real(shared) / "cities.csv")),
         ]
         # The bound key's results and exports are its own too, and land in its folder.

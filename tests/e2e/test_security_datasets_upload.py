@@ -131,8 +131,8 @@ async def test_uploads_land_in_the_callers_project(server: RunningServer, rest: 
     async with httpx.AsyncClient(base_url=server.url, headers={"Authorization": f"Bearer {PROJECT_KEY}"}) as c:
         r = await c.post(UPLOAD, content=body(part("name", b"mine"), CSV), headers=MULTIPART)
         assert r.status_code == 200, r.text
-    path = Path(r.json()["dataset"]["path"])
-    assert path == project_folder(server, BOUND_PROJECT) / "uploads" / "mine.csv"
+    assert r.json()["dataset"]["path"] == f"projects/{BOUND_PROJECT}/uploads/mine.csv"  # its key in the store
+    assert (project_folder(server, BOUND_PROJECT) / "uploads" / "mine.csv").is_file()
     assert (await rest.get("/api/v1/datasets")).json()["datasets"] == []  # not the default project's
     theirs = (await rest.get("/api/v1/datasets", params={"project": BOUND_PROJECT})).json()["datasets"]
     assert [d["name"] for d in theirs] == ["mine"]

@@ -22,6 +22,7 @@ from app.datasets.service_common import (
     is_name,
     make_space,
     name_caller,
+    own_relative,
     portable_fingerprints,
     sources_of,
     space_of,
@@ -217,3 +218,11 @@ def test_an_upload_registered_by_key_is_read_from_the_store(tmp_path: Path, cfg:
     gone = {"towns": Dataset(name="towns", path="projects/alpha/uploads/gone.csv")}
     with pytest.raises(NotFound):
         sources_of(["towns"], gone, space.roots, space.store)
+
+
+def test_a_key_of_the_callers_own_file_reads_as_its_path_in_the_project_folder() -> None:
+    assert own_relative("projects/beta/uploads/x.csv", "beta") == "uploads/x.csv"
+    assert own_relative("projects/alpha/uploads/x.csv", "beta") == "projects/alpha/uploads/x.csv"  # not its own
+    assert own_relative("projects/beta/", "beta") == "projects/beta/"
+    assert own_relative("uploads/x.csv", "beta") == "uploads/x.csv"
+    assert own_relative("projects/beta/uploads/x.csv", None) == "projects/beta/uploads/x.csv"
