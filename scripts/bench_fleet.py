@@ -1,5 +1,6 @@
 """Fleet load test: the load test's 64 MCP clients (plus REST traffic) against two `cairn serve` hosts on
-one PostgreSQL, side by side in one run with the same load against one host on the same PostgreSQL.
+one PostgreSQL, side by side in one run with the same load against one host on the same PostgreSQL
+(pairs of rounds, alternating; medians).
 
     python scripts/bench.py --only fleet          # (or: python scripts/bench_fleet.py [--duration S])
 
@@ -17,6 +18,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -34,6 +36,8 @@ from loadtest import KEY, SCENARIOS, SEEDS, Stats, _drain, _free_port, _write_da
 from loadtest import server_cpu_seconds as _own_cpu
 
 ROOT = Path(__file__).resolve().parents[1]
+# Off (`--no-limits`): what the hosts cost without the shared limits, to tell coordination from the rest.
+LIMITS = "--no-limits" not in sys.argv
 
 
 def _start_host(db_url: str, shared_root: Path) -> tuple[subprocess.Popen[bytes], str]:
@@ -51,6 +55,7 @@ def _start_host(db_url: str, shared_root: Path) -> tuple[subprocess.Popen[bytes]
         "CAIRN_RATE_LIMIT_BURST": "10000",
         "CAIRN_DB_POOL_SIZE": "10",
         "CAIRN_MAX_LONG_JOBS_PER_KEY": "64",
+        **({} if LIMITS else {"CAIRN_RATE_LIMIT_PER_SECOND": "0", "CAIRN_MAX_LONG_JOBS_PER_KEY": "0"}),
     }
     proc = subprocess.Popen(
         [sys.executable, "-m", "app", "serve"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
@@ -134,59 +139,75 @@ async def one_round(cluster: Any, hosts: int, clients: int, duration: float, sha
     }
 
 
-def measure(duration: float = 30.0, clients: int = 64) -> dict[str, Any]:
-    """One host, then two hosts, on one standalone PostgreSQL started for the run."""
+def measure(duration: float = 20.0, clients: int = 64, pairs: int = 3) -> dict[str, Any]:
+    """`pairs` pairs of rounds, one host then two hosts, on one standalone PostgreSQL started for the run
+    (alternating, so a drift of the machine touches both sides alike)."""
     from app.core.pgembedded import start_embedded
 
     cluster = start_embedded(Path(tempfile.mkdtemp(prefix="cairn-fleet-pg-")))
     shared_root = Path(tempfile.mkdtemp(prefix="cairn-fleet-data-"))
     _write_dataset(str(shared_root), rows=20_000)
+    rounds: list[tuple[dict[str, Any], dict[str, Any]]] = []
     try:
-        one = asyncio.run(one_round(cluster, 1, clients, duration, shared_root))
-        two = asyncio.run(one_round(cluster, 2, clients, duration, shared_root))
+        for _ in range(pairs):
+            one = asyncio.run(one_round(cluster, 1, clients, duration, shared_root))
+            two = asyncio.run(one_round(cluster, 2, clients, duration, shared_root))
+            rounds.append((one, two))
     finally:
         cluster.stop()
-    return {"clients": clients, "duration": duration, "one": one, "two": two}
+    return {"clients": clients, "duration": duration, "rounds": rounds, "limits": LIMITS}
+
+
+def _median(rounds: list[tuple[dict[str, Any], dict[str, Any]]], side: int, field: str) -> float:
+    return statistics.median(pair[side][field] for pair in rounds)
 
 
 def markdown(result: dict[str, Any]) -> str:
     """The section of docs/benchmarks.md."""
-    one, two = result["one"], result["two"]
+    rounds = result["rounds"]
+    limits = "limits on (one key, rate far above the load)" if result["limits"] else "limits off"
     lines = [
         f"{result['clients']} MCP clients + 4 REST clients for {result['duration']:.0f} s per round, split evenly "
-        "over the hosts; one standalone PostgreSQL (embedded binaries), a fresh database per round; limits on "
-        "(one key, rate far above the load). Server CPU: every host's own processes.",
+        f"over the hosts; {len(rounds)} pairs of rounds (one host, then two), alternating; one standalone "
+        f"PostgreSQL (embedded binaries), a fresh database per round; {limits}. Server CPU: every host's own "
+        "processes (embedding work done during the round included).",
         "",
-        "| hosts | calls | calls/s | server CPU ms per call | errors |",
-        "| ---: | ---: | ---: | ---: | ---: |",
+        "| pair | hosts | calls | calls/s | server CPU ms per call | errors |",
+        "| ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
-    for run in (one, two):
-        lines.append(
-            f"| {run['hosts']} | {run['calls']} | {run['throughput']:.1f} | {run['cpu_ms_per_call']:.2f} | "
-            f"{run['errors']} |"
-        )
+    for n, pair in enumerate(rounds, 1):
+        for run in pair:
+            lines.append(
+                f"| {n} | {run['hosts']} | {run['calls']} | {run['throughput']:.1f} | {run['cpu_ms_per_call']:.2f} | "
+                f"{run['errors']} |"
+            )
+    cpu = [_median(rounds, side, "cpu_ms_per_call") for side in (0, 1)]
+    rate = [_median(rounds, side, "throughput") for side in (0, 1)]
+    ratios = ", ".join(f"{two['cpu_ms_per_call'] / one['cpu_ms_per_call']:.2f}" for one, two in rounds)
     lines += [
         "",
-        f"Two hosts / one host: server CPU per call {two['cpu_ms_per_call'] / one['cpu_ms_per_call']:.2f}x, "
-        f"throughput {two['throughput'] / one['throughput']:.2f}x (both hosts share this machine's cores).",
+        f"Medians: one host {cpu[0]:.2f} ms per call at {rate[0]:.1f} calls/s, two hosts {cpu[1]:.2f} ms per call "
+        f"at {rate[1]:.1f} calls/s. Two hosts / one host: server CPU per call {cpu[1] / cpu[0]:.2f}x (per pair: "
+        f"{ratios}), throughput {rate[1] / rate[0]:.2f}x (both hosts share this machine's cores).",
     ]
-    for run in (one, two):
-        if run["samples"]:
-            lines += [
-                "",
-                f"Error samples ({run['hosts']} host(s)): " + "; ".join(f"{k}: {v}" for k, v in run["samples"].items()),
-            ]
+    for pair in rounds:
+        for run in pair:
+            if run["samples"]:
+                samples = "; ".join(f"{k}: {v[:160]}" for k, v in run["samples"].items())
+                lines += ["", f"Error samples ({run['hosts']} host(s)): {samples}"]
     return "\n".join(lines) + "\n"
 
 
 def run(quick: bool = False) -> str:
     """The benchmark section (`quick`: 8 s rounds with 16 clients)."""
-    return markdown(measure(8.0, 16) if quick else measure())
+    return markdown(measure(8.0, 16, 1) if quick else measure())
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
-    parser.add_argument("--duration", type=float, default=30.0)
+    parser.add_argument("--duration", type=float, default=20.0)
+    parser.add_argument("--pairs", type=int, default=3)
     parser.add_argument("--clients", type=int, default=64)
+    parser.add_argument("--no-limits", action="store_true", help="turn the per-key limits off on every host")
     args = parser.parse_args()
-    print(markdown(measure(args.duration, args.clients)))
+    print(markdown(measure(args.duration, args.clients, args.pairs)))
