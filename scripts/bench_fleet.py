@@ -159,7 +159,7 @@ def measure(duration: float = 20.0, clients: int = 64, pairs: int = 3) -> dict[s
 
 
 def _median(rounds: list[tuple[dict[str, Any], dict[str, Any]]], side: int, field: str) -> float:
-    return statistics.median(pair[side][field] for pair in rounds)
+    return float(statistics.median(pair[side][field] for pair in rounds))
 
 
 def markdown(result: dict[str, Any]) -> str:
