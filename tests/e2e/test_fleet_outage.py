@@ -11,6 +11,7 @@ log how to create a key."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -37,9 +38,12 @@ def cluster() -> Iterator[EmbeddedPostgres]:
     try:
         yield handle
     finally:
-        if not (handle.pgdata / "postmaster.pid").exists():
-            _pg_ctl(handle, "start")
         handle.stop()
+        # A cluster restarted by pg_ctl is not the one the package started: it is left running by
+        # `stop`, so it is stopped here (whatever state the test left it in).
+        if (handle.pgdata / "postmaster.pid").exists():
+            _pg_ctl(handle, "stop")
+        shutil.rmtree(handle.pgdata.parent, ignore_errors=True)
 
 
 def _pg_ctl(handle: EmbeddedPostgres, action: str) -> None:
