@@ -27,7 +27,9 @@ LATENCY = Histogram(
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
 )
 ERRORS = Counter("cairn_errors_total", "Errors by code", ["code", "transport"])
-DB_POOL_CHECKED_OUT = Gauge("cairn_db_pool_checked_out", "DB connections in use", multiprocess_mode="livesum")
+DB_POOL_CHECKED_OUT = Gauge(
+    "cairn_db_pool_checked_out", "DB connections in use (every pool of the process)", multiprocess_mode="livesum"
+)
 DB_POOL_SIZE = Gauge("cairn_db_pool_size", "DB pool size", multiprocess_mode="livesum")
 
 _LIVE_FILE = re.compile(r"gauge_live\w+?_(\d+)\.db$")
@@ -56,10 +58,10 @@ def _forget_dead_workers(directory: str) -> None:
 
 
 def render(pool_status: dict[str, int] | None = None) -> tuple[bytes, str]:
-    """The exposition text (every worker's, under `--workers`), refreshing this process's pool gauges
-    first."""
+    """The exposition text (every worker's, under `--workers`), refreshing this process's pool size
+    first. Connections in use are counted as they are checked out and in (`app.core.db.Database`), over
+    every pool of the process (replicas' too): setting that gauge here as well would race with them."""
     if pool_status is not None:
-        DB_POOL_CHECKED_OUT.set(pool_status.get("checked_out", 0))
         DB_POOL_SIZE.set(pool_status.get("size", 0))
     directory = os.environ.get(MULTIPROC_ENV)
     if not directory:

@@ -19,20 +19,22 @@ def _value(name: str) -> float | None:
     return REGISTRY.get_sample_value(name)
 
 
-def test_render_refreshes_the_pool_gauges_and_serves_the_exposition_format() -> None:
+def test_render_refreshes_the_pool_size_and_serves_the_exposition_format() -> None:
+    # Connections in use are counted by the pools' checkout and checkin events (other pools of this
+    # test process move that gauge at any time), so only the size is read back here.
     body, content_type = render({"checked_out": 3, "size": 10})
     assert content_type.startswith("text/plain") and "version=" in content_type
-    assert _value("cairn_db_pool_checked_out") == 3 and _value("cairn_db_pool_size") == 10
+    assert _value("cairn_db_pool_size") == 10
     families = {f.name for f in text_string_to_metric_families(body.decode())}
     assert {"cairn_calls", "cairn_call_seconds", "cairn_errors", "cairn_db_pool_checked_out"} <= families
     render({})  # a pool that reports nothing counts as empty
-    assert _value("cairn_db_pool_checked_out") == 0 and _value("cairn_db_pool_size") == 0
+    assert _value("cairn_db_pool_size") == 0
 
 
 def test_render_without_pool_figures_leaves_the_gauges_alone() -> None:
     render({"checked_out": 2, "size": 5})
     render(None)
-    assert _value("cairn_db_pool_checked_out") == 2
+    assert _value("cairn_db_pool_size") == 5
 
 
 def test_calls_are_counted_per_operation_transport_and_outcome() -> None:
