@@ -32,7 +32,7 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from loadtest import KEY, SCENARIOS, SEEDS, Stats, _drain, _free_port, _write_dataset, mcp_worker, rest_worker
+from loadtest import KEY, Stats, _drain, _free_port, _write_dataset, mcp_worker, rest_worker, seed
 from loadtest import server_cpu_seconds as _own_cpu
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -75,27 +75,6 @@ def _start_host(db_url: str, shared_root: Path) -> tuple[subprocess.Popen[bytes]
     raise TimeoutError("a host did not become ready")
 
 
-async def _seed(url: str) -> list[tuple[str, str, Any]]:
-    """Seed the data the scenarios read; the scenarios this server serves."""
-    import httpx2
-    from mcp.client.session import ClientSession
-    from mcp.client.streamable_http import streamable_http_client
-
-    async with (
-        httpx2.AsyncClient(headers={"Authorization": f"Bearer {KEY}"}) as http,
-        streamable_http_client(f"{url}/mcp/all", http_client=http) as (read, write),
-        ClientSession(read, write) as session,
-    ):
-        await session.initialize()
-        served = {t.name for t in (await session.list_tools()).tools}
-        for tool, arguments in SEEDS:
-            if tool in served:
-                seeded = await session.call_tool(tool, arguments)
-                if seeded.is_error:
-                    raise RuntimeError(f"seeding {tool} failed: {seeded.content}")
-    return [s for s in SCENARIOS if s[0] in served]
-
-
 async def one_round(cluster: Any, hosts: int, clients: int, duration: float, shared_root: Path) -> dict[str, Any]:
     """Start `hosts` hosts on a fresh database of `cluster`, load them for `duration` s, measure, stop."""
     database = f"cairn_fleet_{uuid.uuid4().hex[:8]}"
@@ -105,7 +84,7 @@ async def one_round(cluster: Any, hosts: int, clients: int, duration: float, sha
         for _ in range(hosts):
             started_hosts.append(_start_host(cluster.url(database), shared_root))
         urls = [url for _, url in started_hosts]
-        scenarios = await _seed(urls[0])
+        scenarios = await seed(urls[0])
         stats = Stats()
         pids = [proc.pid for proc, _ in started_hosts]
         cpu_before = sum(_own_cpu(pid) for pid in pids)

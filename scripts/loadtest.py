@@ -294,6 +294,23 @@ async def _drain(url: str) -> tuple[int, float]:
         return int(health["embedding_queue"]["depth"]), time.monotonic() - started
 
 
+async def seed(url: str) -> list[tuple[str, str, Args]]:
+    """Seed the data the scenarios read (`SEEDS`, those the server serves); the scenarios it serves."""
+    async with (
+        httpx2.AsyncClient(headers={"Authorization": f"Bearer {KEY}"}) as http,
+        streamable_http_client(f"{url}/mcp/all", http_client=http) as (read, write),
+        ClientSession(read, write) as session,
+    ):
+        await session.initialize()
+        served = {t.name for t in (await session.list_tools()).tools}
+        for tool, arguments in SEEDS:
+            if tool in served:
+                seeded = await session.call_tool(tool, arguments)
+                if seeded.is_error:
+                    raise RuntimeError(f"seeding {tool} failed: {seeded.content}")
+    return [s for s in SCENARIOS if s[0] in served]
+
+
 async def one_round(
     clients: int, duration: float, rest_clients: int, workers: int = 1, cpu_seconds: float = 0
 ) -> dict[str, Any]:
@@ -304,19 +321,7 @@ async def one_round(
     proc = start_server(data_dir, port, workers)
     url = f"http://127.0.0.1:{port}"
     try:
-        async with (
-            httpx2.AsyncClient(headers={"Authorization": f"Bearer {KEY}"}) as http,
-            streamable_http_client(f"{url}/mcp/all", http_client=http) as (read, write),
-            ClientSession(read, write) as session,
-        ):
-            await session.initialize()
-            served = {t.name for t in (await session.list_tools()).tools}
-            for tool, arguments in SEEDS:
-                if tool in served:
-                    seeded = await session.call_tool(tool, arguments)
-                    if seeded.is_error:
-                        raise RuntimeError(f"seeding {tool} failed: {seeded.content}")
-        scenarios = [s for s in SCENARIOS if s[0] in served]
+        scenarios = await seed(url)
         stats = Stats()
         until = time.monotonic() + duration
         started = time.monotonic()
