@@ -13,11 +13,16 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
+import pytest
 
+from app.datasets.config import DatasetSettings
+from app.datasets.service_common import Space, make_space
 from tests.support.server import free_port
 
 KEY, SECRET = "cairn-test-key", "cairn-test-secret"
@@ -95,3 +100,18 @@ class S3Server:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
+
+
+@contextmanager
+def two_spaces_on_s3(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Space, Space]]:
+    """Project `p`'s datasets space on two hosts (data dirs `tmp_path/a` and `tmp_path/b`, one shared
+    data root) that share a real S3 server, for as long as the block runs: (writer, reader)."""
+    s3 = S3Server.start(tmp_path / "s3")
+    try:
+        for name, value in s3.env().items():
+            monkeypatch.setenv(name, value)
+        cfg = DatasetSettings(data_roots=[tmp_path / "shared"], object_store_url=s3.env()["CAIRN_OBJECT_STORE_URL"])
+        writer, reader = (make_space(tmp_path / host, "p", cfg) for host in ("a", "b"))
+        yield writer, reader
+    finally:
+        s3.stop()

@@ -17,7 +17,7 @@ from app.datasets.service import UPLOAD_TYPES, _scan_files, dataset_out, listed_
 from app.datasets.service_common import make_space, stored_copy
 from app.datasets.storage import project_key
 from tests.support.datasets import call_context as context
-from tests.support.objectstore import S3Server
+from tests.support.objectstore import two_spaces_on_s3
 
 
 def test_data_files_are_listed_by_the_shortest_name_that_reads_them_back(tmp_path: Path) -> None:
@@ -88,12 +88,7 @@ async def test_a_file_outside_the_readable_roots_is_not_registered(tmp_path: Pat
 def test_files_only_the_object_store_holds_are_listed_and_read_by_their_path(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    s3 = S3Server.start(tmp_path / "s3")
-    try:
-        for name, value in s3.env().items():
-            monkeypatch.setenv(name, value)
-        cfg = DatasetSettings(data_roots=[tmp_path / "shared"], object_store_url=s3.env()["CAIRN_OBJECT_STORE_URL"])
-        writer, reader = (make_space(tmp_path / host, "p", cfg) for host in ("a", "b"))
+    with two_spaces_on_s3(tmp_path, monkeypatch) as (writer, reader):
         for rel, text in (("exports/out.csv", "a\n1\n"), ("exports/.export-1.csv", "x"), ("notes/read.me", "x")):
             made = writer.folder / rel
             made.parent.mkdir(parents=True, exist_ok=True)
@@ -112,5 +107,3 @@ def test_files_only_the_object_store_holds_are_listed_and_read_by_their_path(
             assert stored_copy(reader.store, "p", ref) is None
         assert stored_copy(reader.store, "p", "exports/none.csv") is None
         assert stored_copy(writer.store, None, "exports/out.csv") is None  # no project: nothing to read
-    finally:
-        s3.stop()

@@ -8,11 +8,9 @@ from pathlib import Path
 import pytest
 
 from app.core.errors import Forbidden, InvalidInput, NotFound
-from app.datasets.config import DatasetSettings
-from app.datasets.service_common import make_space
 from app.datasets.service_downloads import checked_file, checked_or_stored, media_type
 from app.datasets.storage import project_key
-from tests.support.objectstore import S3Server
+from tests.support.objectstore import two_spaces_on_s3
 
 
 @pytest.fixture
@@ -67,12 +65,7 @@ def test_media_types_by_the_last_extension() -> None:
 def test_a_file_another_host_exported_is_read_from_the_object_store(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    s3 = S3Server.start(tmp_path / "s3")
-    try:
-        for name, value in s3.env().items():
-            monkeypatch.setenv(name, value)
-        cfg = DatasetSettings(data_roots=[tmp_path / "shared"], object_store_url=s3.env()["CAIRN_OBJECT_STORE_URL"])
-        writer, reader = (make_space(tmp_path / host, "p", cfg) for host in ("a", "b"))
+    with two_spaces_on_s3(tmp_path, monkeypatch) as (writer, reader):
         exported = writer.folder / "exports" / "sales.csv"
         exported.parent.mkdir()
         exported.write_text("a\n1\n")
@@ -84,5 +77,3 @@ def test_a_file_another_host_exported_is_read_from_the_object_store(
             checked_or_stored(reader, "exports/other.csv")
         with pytest.raises(Forbidden):
             checked_or_stored(reader, "../../a/datasets-projects/p/exports/sales.csv")
-    finally:
-        s3.stop()
