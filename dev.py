@@ -88,35 +88,35 @@ def write_lock() -> int:
 
 def ensure_browser() -> None:
     """The console's browser tests drive a real headless Chromium: Debian's `chromium` package (the
-    browser Playwright downloads itself cannot be fetched on every machine). Installed with apt-get when
-    missing and this user may; `CAIRN_TEST_CHROMIUM` names another binary."""
-    if os.environ.get("CAIRN_TEST_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser"):
-        return
-    apt = shutil.which("apt-get")
-    if apt is None or not hasattr(os, "geteuid") or os.geteuid() != 0:
-        sys.exit(
-            "The browser tests need Chromium: install your system's chromium package "
-            "(Debian/Ubuntu: sudo apt-get install chromium) or set CAIRN_TEST_CHROMIUM to its path"
-        )
-    quiet = {"DEBIAN_FRONTEND": "noninteractive", **os.environ}
-    run([apt, "-q", "update"], env=quiet)
-    run([apt, "install", "-y", "-q", "chromium"], env=quiet)
+    browser Playwright downloads itself cannot be fetched on every machine); `CAIRN_TEST_CHROMIUM` names
+    another binary."""
+    found = shutil.which("chromium") or shutil.which("chromium-browser")
+    ensure_package("chromium", "The browser tests need Chromium", "CAIRN_TEST_CHROMIUM", bool(found))
 
 
 def ensure_pgbouncer() -> None:
-    """The pooler tests run a real PgBouncer in transaction mode: Debian's `pgbouncer` package, installed
-    with apt-get when missing and this user may; `CAIRN_TEST_PGBOUNCER` names another binary."""
-    if os.environ.get("CAIRN_TEST_PGBOUNCER") or shutil.which("pgbouncer") or Path("/usr/sbin/pgbouncer").exists():
+    """The pooler tests run a real PgBouncer in transaction mode: Debian's `pgbouncer` package;
+    `CAIRN_TEST_PGBOUNCER` names another binary."""
+    found = shutil.which("pgbouncer") or Path("/usr/sbin/pgbouncer").exists()
+    ensure_package(
+        "pgbouncer", "The pooler tests need PgBouncer", "CAIRN_TEST_PGBOUNCER", bool(found), "--no-install-recommends"
+    )
+
+
+def ensure_package(package: str, need: str, variable: str, found: bool, *options: str) -> None:
+    """Install the system package `package` with apt-get when it is not `found`, `variable` does not name
+    another binary, and this user may; else stop with what to do."""
+    if os.environ.get(variable) or found:
         return
     apt = shutil.which("apt-get")
     if apt is None or not hasattr(os, "geteuid") or os.geteuid() != 0:
         sys.exit(
-            "The pooler tests need PgBouncer: install your system's pgbouncer package "
-            "(Debian/Ubuntu: sudo apt-get install pgbouncer) or set CAIRN_TEST_PGBOUNCER to its path"
+            f"{need}: install your system's {package} package "
+            f"(Debian/Ubuntu: sudo apt-get install {package}) or set {variable} to its path"
         )
     quiet = {"DEBIAN_FRONTEND": "noninteractive", **os.environ}
     run([apt, "-q", "update"], env=quiet)
-    run([apt, "install", "-y", "-q", "--no-install-recommends", "pgbouncer"], env=quiet)
+    run([apt, "install", "-y", "-q", *options, package], env=quiet)
 
 
 def main(argv: list[str]) -> int:
