@@ -25,6 +25,7 @@ import httpx
 import psutil
 import pytest
 
+from app.datasets import service_results
 from app.datasets.config import get_dataset_settings
 from app.datasets.engine.pool import GRACE_S, SPARE, WorkerPool, existing_pool, memory_bytes
 from tests.support.datasets import root_of
@@ -67,12 +68,13 @@ def results_dirs(server: RunningServer) -> list[Path]:
     return [p for p in work.rglob("results") if p.is_dir()]
 
 
-def leftovers(server: RunningServer) -> list[Path]:
-    """Unfinished result files and worker spill folders, once no worker is busy (a small result is
-    answered before its file is written)."""
-    deadline = time.monotonic() + 10
-    while pool().busy_pids() and time.monotonic() < deadline:
-        time.sleep(0.01)
+async def leftovers(server: RunningServer) -> list[Path]:
+    """Unfinished result files and worker spill folders, once no worker is busy and no result answered
+    early is still being written (a small result is answered before its file and cache entry are)."""
+    await eventually(
+        lambda: not pool().busy_pids() and not service_results._WRITING,
+        what="no worker busy and no result still being written",
+    )
     work = Path(server.settings.data_dir) / "datasets-work"
     return [*work.rglob("*.tmp"), *(p for p in work.rglob("w[0-9]*") if p.is_dir())]
 
@@ -109,7 +111,7 @@ async def test_a_quadratic_scalar_function_stops_at_its_time_limit_while_another
         assert before - set(pool().pids()), "the workers that outran their limit were killed"
         again = await query(hostile, "SELECT 44 AS n")
         assert again.status_code == 200 and again.json()["data"] == [{"n": 44}]
-    assert leftovers(server) == []
+    assert await leftovers(server) == []
 
 
 @contextmanager
@@ -215,7 +217,7 @@ async def test_a_worker_dying_mid_call_gives_a_clean_error_and_leaves_nothing_ha
 
     async with client(server, READ_KEY) as c:
         assert (await query(c, "SELECT 1 AS n")).status_code == 200
-        assert leftovers(server) == []  # the answer's file is in place
+        assert await leftovers(server) == []  # the answer's file is in place
         files_before = {p for d in results_dirs(server) for p in d.iterdir()}
         rows_before = await stored_results()
         call = asyncio.create_task(query(c, ENDLESS, timeout_ms=30_000))
@@ -231,7 +233,7 @@ async def test_a_worker_dying_mid_call_gives_a_clean_error_and_leaves_nothing_ha
         assert error["code"] == 5030 and error["category"] == "Unavailable" and error["suggestions"]
         assert "SIGKILL" in error["message"]
         assert {p for d in results_dirs(server) for p in d.iterdir()} == files_before
-        assert leftovers(server) == [] and await stored_results() == rows_before
+        assert await leftovers(server) == [] and await stored_results() == rows_before
         again = await query(c, "SELECT 5 AS n")
         assert again.status_code == 200 and again.json()["data"] == [{"n": 5}]
 

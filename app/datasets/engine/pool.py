@@ -191,11 +191,14 @@ class WorkerPool:
             loop.call_soon_threadsafe(take, value)
 
         done = await self._start(caller, fn, cfg, args, kwargs, early)
-        await asyncio.wait([first, asyncio.shield(done)], return_when=asyncio.FIRST_COMPLETED)
+        # One shield, awaited below when it ends first: a second one would hold an exception nobody reads.
+        final = asyncio.shield(done)
+        await asyncio.wait([first, final], return_when=asyncio.FIRST_COMPLETED)
         if first.done():
+            final.add_done_callback(_consume)
             return first.result(), done
         first.cancel()
-        return await asyncio.shield(done), None
+        return await final, None
 
     async def _start(
         self,
