@@ -22,7 +22,10 @@ statistics leave out, are counted through the GIN index (cheap: they are rare; c
 `COUNT_CAP`). The statistics are cached per table for `STATS_TTL` seconds.
 
 `coverage` turns a score into [0, 1]: the score over the best a document could score for this
-query, Σ idf · (k1 + 1) over the query's lexemes found in the table.
+query, Σ idf · (k1 + 1) over every lexeme of the query, those found in no row included (their idf is
+that of a lexeme in no row, the highest there is). A query of five words of which one ordinary word
+occurs in the table thus covers little, however well a row matches that word: a word the corpus
+never uses is evidence that the query is about something else.
 
 Names (table, columns, configuration) are written in code, never a caller's value, and checked as
 identifiers all the same; the query text is always a bound parameter.
@@ -111,15 +114,18 @@ class Term:
 
 @dataclass(frozen=True)
 class LexicalQuery:
-    """A query's lexemes found in the table, with their idf; empty when none is."""
+    """A query's lexemes found in the table, with their idf (empty when none is), and the idf of
+    those found in no row, which count in `best` only."""
 
     terms: tuple[Term, ...]
     rows: int = 0  # the table's row count the idf came from
+    missing: tuple[Term, ...] = ()
 
     @property
     def best(self) -> float:
-        """The score of a document holding every lexeme with saturated frequency: Σ idf · (k1 + 1)."""
-        return sum(t.idf for t in self.terms) * (K1 + 1)
+        """The score of a document holding every lexeme of the query, found or not, with saturated
+        frequency: Σ idf · (k1 + 1)."""
+        return sum(t.idf for t in (*self.terms, *self.missing)) * (K1 + 1)
 
     @property
     def vector(self) -> SparseVector:
@@ -193,8 +199,9 @@ def forget_stats() -> None:
 
 
 async def lexical_query(repo: Repository, index: LexicalIndex, text: str) -> LexicalQuery:
-    """The lexemes of `text` under the index's configuration that occur in the table, with their idf
-    (the planner's frequencies for common lexemes, a capped GIN count for the others)."""
+    """The lexemes of `text` under the index's configuration, with their idf (the planner's
+    frequencies for common lexemes, a capped GIN count for the others); those in no row go to
+    `missing`, which lowers every coverage of the query."""
     stats = await _table_stats(repo, index)
     known = list(stats.frequent)
     rows = await repo.rows(
@@ -205,12 +212,13 @@ async def lexical_query(repo: Repository, index: LexicalIndex, text: str) -> Lex
         {"known": known, "cap": COUNT_CAP, "cfg": index.config, "text": text},
     )
     n = max(stats.rows, 1)
-    terms = []
+    terms: list[Term] = []
+    missing: list[Term] = []
     for r in rows:
         df = float(r["df"]) if r["df"] is not None else stats.frequent[r["lexeme"]] * n
-        if df > 0:
-            terms.append(Term(str(r["lexeme"]), int(r["dim"]), df, idf(n, min(df, n))))
-    return LexicalQuery(tuple(terms), n)
+        term = Term(str(r["lexeme"]), int(r["dim"]), df, idf(n, min(df, n)))
+        (terms if df > 0 else missing).append(term)
+    return LexicalQuery(tuple(terms), n, tuple(missing))
 
 
 def ranked(rows: Sequence[Any], key: str = "id", score: str = "score") -> list[tuple[Any, float]]:

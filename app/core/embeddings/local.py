@@ -40,6 +40,7 @@ import numpy as np
 from prometheus_client import Gauge
 
 from app.core.embeddings import cpus
+from app.core.embeddings.calibration import LOCAL
 from app.core.embeddings.provider import (
     LOCAL_DIMENSION,
     LOCAL_MODEL_NAME,
@@ -125,6 +126,7 @@ class LocalOnnxEmbedder(EmbeddingProvider):
     """
 
     provider = "local"
+    calibration = LOCAL
 
     def __init__(
         self,

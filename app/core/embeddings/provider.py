@@ -12,6 +12,8 @@ import abc
 import contextvars
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 from prometheus_client import Counter, Histogram
@@ -64,12 +66,25 @@ def check_texts(texts: Sequence[str]) -> None:
         raise TypeError("embed() takes a sequence of str")
 
 
+@dataclass(frozen=True)
+class Calibration:
+    """Where a model's cosine similarities fall (`app.core.embeddings.calibration`): what a question and a
+    text about something else stay below, and what a text that answers it typically reaches; `source`
+    says where the figures come from."""
+
+    unrelated: float
+    related: float
+    source: Literal["declared", "measured", "assumed"] = "declared"
+
+
 class EmbeddingProvider(abc.ABC):
-    """An embedding backend. ``model`` names the vectors it makes (the key they are stored under)."""
+    """An embedding backend. ``model`` names the vectors it makes (the key they are stored under);
+    ``calibration`` is its declared `Calibration`, None to have the server measure it."""
 
     provider: str
     model: str
     dimension: int
+    calibration: Calibration | None = None
 
     @abc.abstractmethod
     async def embed(self, texts: Sequence[str]) -> list[list[float]]:

@@ -135,6 +135,28 @@ async def test_no_gin_index_keeps_a_pending_list(pg: PgCluster) -> None:
     assert {name for name, opts in options.items() if "fastupdate=off" not in opts} == set()
 
 
+async def test_cairn_text_ignores_accents_and_english_and_spanish_function_words(pg: PgCluster) -> None:
+    """core_0008: the `cairn_text` configuration gives accented and unaccented words the same lexemes
+    and keeps no function word of either language."""
+    db = pg.new_database()
+    await migrations.upgrade_async(pg.handle.url(db), [])
+    [[accented], [plain], [function_words], [english]] = await _execute(
+        pg,
+        db,
+        "SELECT to_tsvector('cairn_text', 'Migración del catálogo de la tienda')::text AS v",
+        "SELECT to_tsvector('cairn_text', 'migracion catalogo tienda')::text AS v",
+        "SELECT to_tsvector('cairn_text', 'with the de la los y en of and')::text AS v",
+        "SELECT to_tsvector('english', 'Migración del catálogo')::text AS v",
+    )
+    assert _lexemes(accented["v"]) == _lexemes(plain["v"]) == {"migracion", "catalogo", "tienda"}
+    assert function_words["v"] == ""
+    assert _lexemes(english["v"]) != {"migracion", "catalogo"}  # the english configuration keeps accents
+
+
+def _lexemes(tsvector: str) -> set[str]:
+    return {part.split(":")[0].strip("'") for part in tsvector.split()}
+
+
 def test_every_revision_declares_whether_older_code_may_run() -> None:
     undeclared = [
         rev.revision

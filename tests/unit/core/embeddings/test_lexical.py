@@ -58,3 +58,17 @@ def test_rare_means_a_share_of_the_table_within_a_floor_and_a_ceiling() -> None:
     assert LexicalQuery(terms, rows=45).rare() == "'t10' | 't49'"  # a small table: the floor, 50 rows
     assert LexicalQuery(terms, rows=100_000).rare() == "'t10' | 't49' | 't60' | 't900'"  # 1%: 1,000 rows
     assert LexicalQuery(terms, rows=10_000_000).rare() == "'t10' | 't49' | 't60' | 't900' | 't1500'"  # 2,000
+
+
+def test_query_words_found_in_no_row_count_against_coverage() -> None:
+    # "weekly yoga class schedule" over engineering notes: only "schedul" occurs, in many rows.
+    n = 60
+    found = (Term("schedul", 11, 6, idf(n, 6)),)
+    absent = tuple(Term(w, i, 0, idf(n, 0)) for i, w in enumerate(("week", "yoga", "class")))
+    alone, whole = LexicalQuery(found, n), LexicalQuery(found, n, absent)
+    full_match = found[0].idf * (K1 + 1)  # a row holding "schedul" with saturated frequency
+    assert alone.coverage(full_match) == 1.0  # what the found words alone would claim
+    assert whole.coverage(full_match) == pytest.approx(idf(n, 6) / (idf(n, 6) + 3 * idf(n, 0)))
+    assert whole.coverage(full_match) < 0.25
+    assert whole.vector == alone.vector  # a word in no row adds nothing to the scan
+    assert LexicalQuery((), n, absent).coverage(1.0) == pytest.approx(1.0 / LexicalQuery((), n, absent).best)
