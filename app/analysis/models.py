@@ -6,9 +6,9 @@ import uuid
 from datetime import datetime
 from typing import Any
 
-from pgvector.sqlalchemy import Vector
-from sqlalchemy import BigInteger, Boolean, DateTime, ForeignKey, Identity, Integer, String, Text, func
-from sqlalchemy.dialects.postgresql import JSONB, UUID
+from pgvector.sqlalchemy import SPARSEVEC, Vector
+from sqlalchemy import BigInteger, Boolean, Computed, DateTime, ForeignKey, Identity, Integer, String, Text, func
+from sqlalchemy.dialects.postgresql import JSONB, TSVECTOR, UUID
 from sqlalchemy.orm import Mapped, mapped_column
 
 from app.core.db import Base
@@ -45,6 +45,11 @@ class AnalysisFinding(Base):
     persistent: Mapped[bool] = mapped_column(Boolean, default=False)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
     expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    # BM25 over `cairn_text` (analysis_0002_lexical, `app.core.embeddings.lexical`).
+    tsv: Mapped[Any] = mapped_column(TSVECTOR, Computed("to_tsvector('cairn_text'::regconfig, finding)"))
+    lexical: Mapped[Any] = mapped_column(
+        SPARSEVEC(1_000_000_000), Computed("bm25_document(to_tsvector('cairn_text'::regconfig, finding))")
+    )
 
 
 class AnalysisFindingEmbedding(Base):

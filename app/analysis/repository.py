@@ -8,6 +8,7 @@ against `^[a-zA-Z_][a-zA-Z0-9_]*$`.
 from __future__ import annotations
 
 import json
+import math
 import uuid
 from datetime import datetime
 from typing import Any
@@ -16,6 +17,7 @@ from sqlalchemy import text
 
 from app.analysis.validation import FIELD, Where
 from app.core.embeddings.knn import KnnQuery, nearest_rows
+from app.core.embeddings.lexical import LexicalIndex, LexicalQuery, lexical_query
 from app.core.embeddings.vectors import EmbeddedRows
 from app.core.repository import ProjectRepository, Repository
 
@@ -83,6 +85,8 @@ FINDING_VECTORS = EmbeddedRows(
     text="finding",
     live="t.expires_at IS NULL OR t.expires_at > now()",
 )
+# Findings ranked by words: BM25 over `cairn_text` (analysis_0002_lexical).
+FINDING_LEXICAL = LexicalIndex("analysis_findings", config="cairn_text")
 SCOPE = "project_id = :pid AND analysis_id = :aid AND model = :model AND expires_at > now()"
 
 UPSERT_CHUNK = 2000  # rows per statement: bounds the JSON text of a large nested batch
@@ -464,11 +468,27 @@ class AnalysisRepository(Repository):
         ids.sort()  # identity values follow insertion order
         return ids, (rows[0]["expires_at"] if rows else None)
 
+    async def lexical_query(self, query: str) -> LexicalQuery:
+        """The query's lexemes under `cairn_text` with their idf over every finding
+        (`app.core.embeddings.lexical`); words found in no finding lower every coverage."""
+        return await lexical_query(self, FINDING_LEXICAL, query)
+
     async def text_hits(
-        self, pid: uuid.UUID, aid: str, query: str, model: str, top_k: int, category: str | None, only_pending: bool
+        self,
+        pid: uuid.UUID,
+        aid: str,
+        terms: LexicalQuery,
+        model: str,
+        top_k: int,
+        category: str | None,
+        only_pending: bool,
     ) -> list[tuple[int, str, str, dict[str, Any], float]]:
-        """Live findings matching any word of `query` by full text (rank in [0, 1)), best first; with
-        `only_pending`, only those that have no vector of `model` yet."""
+        """The `top_k` live findings of the session sharing a lexeme with `terms`, by BM25 score, best
+        first (id, category, finding, metadata, score); with `only_pending`, only those that have no
+        vector of `model` yet. Scored exactly: the session's findings holding a query lexeme are found
+        through the GIN index on `tsv` (analysis_0002_lexical)."""
+        if not terms.terms:
+            return []
         cat = "AND f.category = :cat" if category else ""
         pending = (
             "AND NOT EXISTS (SELECT 1 FROM analysis_finding_embeddings e WHERE e.owner_id = f.id AND e.model = :model)"
@@ -476,14 +496,19 @@ class AnalysisRepository(Repository):
             else ""
         )
         rows = await self.rows(
-            "WITH q AS (SELECT to_tsquery('simple', array_to_string(ARRAY(SELECT quote_literal(w) FROM "
-            "regexp_split_to_table(lower(:query), '\\W+') AS w WHERE w <> ''), ' | ')) AS q) "
-            "SELECT f.id, f.category, f.finding, f.metadata, "
-            "ts_rank_cd(to_tsvector('simple', f.finding), q.q, 32) AS score "
-            "FROM analysis_findings f, q WHERE f.project_id = :pid AND f.analysis_id = :aid "
+            f"SELECT f.id, f.category, f.finding, f.metadata, {FINDING_LEXICAL.score_sql('f')} AS score "
+            "FROM analysis_findings f WHERE f.project_id = :pid AND f.analysis_id = :aid "
             f"AND (f.expires_at IS NULL OR f.expires_at > now()) {cat} {pending} "
-            "AND to_tsvector('simple', f.finding) @@ q.q ORDER BY score DESC, f.id LIMIT :k",
-            {"query": query, "model": model, "pid": pid, "aid": aid, "cat": category, "k": top_k},
+            "AND f.tsv @@ CAST(:any AS tsquery) ORDER BY score DESC, f.id LIMIT :k",
+            {
+                "lq": terms.vector,
+                "any": terms.rare(cap=math.inf),  # every lexeme of the query found in the table
+                "model": model,
+                "pid": pid,
+                "aid": aid,
+                "cat": category,
+                "k": top_k,
+            },
         )
         return [(int(r["id"]), r["category"], r["finding"], r["metadata"], float(r["score"])) for r in rows]
 

@@ -154,7 +154,13 @@ class QueryIn(_Session):
     )
     query: str | None = Field(default=None, min_length=1, max_length=2000, description="semantic: the text")
     top_k: int = Field(default=50, ge=1, le=100, description="semantic: most results")
-    threshold: float = Field(default=0.5, ge=0.0, le=1.0, description="semantic: minimum cosine similarity")
+    threshold: float | None = Field(
+        default=None,
+        ge=0.0,
+        le=1.0,
+        description="semantic: minimum score, cosine similarity or (findings matched by words) word relevance; "
+        "default: the embedding model's similarity threshold and 0.3 for words (the reply states both)",
+    )
     category: str | None = Field(default=None, pattern=CATEGORY, description="semantic: only this category")
     group_by: str | None = Field(default=None, max_length=64, description="aggregate: the field")
     where: dict[str, Any] | None = Field(default=None, description="filter/sample/aggregate: conditions")
@@ -183,8 +189,13 @@ class FindingHit(BaseModel):
     finding: str
     score: float
     metadata: dict[str, Any] | None = None
+    matched_by: Literal["words"] | None = Field(
+        default=None,
+        exclude_if=lambda v: v is None,
+        description="words: matched by its words (score = word relevance), not compared by similarity",
+    )
     embedding: Literal["pending"] | None = Field(
-        default=None, exclude_if=lambda v: v is None, description="pending: matched by text; its vector is not made yet"
+        default=None, exclude_if=lambda v: v is None, description="pending: its vector is not made yet"
     )
 
 
@@ -200,6 +211,20 @@ class QueryOut(BaseModel):
     groups: list[GroupOut] | None = None
     rows: list[dict[str, Any]] | None = None
     findings: list[FindingHit] | None = None
+    threshold: float | None = Field(
+        default=None, exclude_if=lambda v: v is None, description="semantic: the similarity threshold applied"
+    )
+    word_threshold: float | None = Field(
+        default=None,
+        exclude_if=lambda v: v is None,
+        description="semantic: the word relevance threshold applied to findings matched by words",
+    )
+    candidates: int | None = Field(
+        default=None, exclude_if=lambda v: v is None, description="semantic: findings scored (nearest and by words)"
+    )
+    best_score: float | None = Field(
+        default=None, exclude_if=lambda v: v is None, description="semantic: the best score among the candidates"
+    )
     truncated: bool = False
     warnings: list[str] | None = Field(
         default=None, description="Conditions or fields that cannot match as written (unknown field, other type)"

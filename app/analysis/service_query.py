@@ -9,8 +9,9 @@ from typing import Any
 
 from app.analysis.catalog import AttributeCfg
 from app.analysis.repository import AnalysisRepository
-from app.analysis.schemas import FindingHit, GroupOut, QueryIn, QueryOut
+from app.analysis.schemas import GroupOut, QueryIn, QueryOut
 from app.analysis.service import bounded_rows, catalog, project_for_read, settings, where_warnings, with_tokens
+from app.analysis.service_semantic import Thresholds, semantic, thresholds_for
 from app.analysis.validation import (
     FIELD,
     bucket_interval,
@@ -19,7 +20,6 @@ from app.analysis.validation import (
     parse_date,
     parse_where,
 )
-from app.core import budget
 from app.core.context import CallContext
 from app.core.embeddings.calls import query_vector
 from app.core.errors import InvalidInput, NotFound, SchemaError, invalid_field
@@ -28,7 +28,6 @@ log = logging.getLogger("cairn.analysis")
 
 FILTER_DEFAULT, FILTER_CAP = 20, 200
 GROUPS_DEFAULT = 50
-FINDING_CHARS = 600
 # describe reads every record of a model up to this many (in ingest order), and says so beyond it.
 DESCRIBE_ROWS = 20_000
 
@@ -36,16 +35,15 @@ DESCRIBE_ROWS = 20_000
 async def query(ctx: CallContext, args: QueryIn) -> QueryOut:
     """Dispatch on `mode`."""
     # The query's vector first: no transaction is open while the model runs.
-    vector = (
-        await query_vector(ctx, args.query, "analysis semantic query")
-        if args.mode == "semantic" and args.query
-        else None
-    )
+    searching = args.mode == "semantic" and bool(args.query)
+    vector = await query_vector(ctx, args.query, "analysis semantic query") if searching and args.query else None
+    thresholds = await thresholds_for(ctx, args, vector is not None) if searching else Thresholds(0.0, 0.0, False)
     repo = AnalysisRepository(ctx.session)
     pid = await project_for_read(ctx, repo, args.project, args.analysis_id)
     await repo.evict_expired()
     if args.mode == "semantic":
-        out = await _semantic(ctx, repo, pid, args, vector)
+        _check_mode_args(args, {"query", "category"})
+        out = await semantic(ctx, repo, pid, args, vector, thresholds)
     elif args.mode == "describe":
         out = await _describe(ctx, repo, pid, args)
     else:
@@ -94,55 +92,6 @@ def _check_mode_args(args: QueryIn, allowed: set[str]) -> None:
     stray = [name for name, value in used.items() if value is not None and name not in allowed]
     if stray:
         raise invalid_field(stray[0], f"mode '{args.mode}' does not use {', '.join(stray)}")
-
-
-async def _semantic(
-    ctx: CallContext, repo: AnalysisRepository, pid: uuid.UUID, args: QueryIn, vector: list[float] | None
-) -> QueryOut:
-    _check_mode_args(args, {"query", "category"})
-    if not args.query:
-        raise invalid_field("query", "semantic mode needs query")
-    if await repo.count_findings(pid, args.analysis_id) == 0 and not await repo.session_models(pid, args.analysis_id):
-        raise NotFound(
-            f"No analysis session '{args.analysis_id}' (nothing ingested or stored)",
-            suggestions=["Run analysis_ingest or analysis_store first"],
-        )
-    model = ctx.embedder.model
-    if vector is not None:
-        hits = await repo.semantic(pid, args.analysis_id, vector, model, args.top_k, args.category)
-        kept = [h for h in hits if h[4] >= args.threshold]
-    else:
-        hits = kept = []
-    # Findings whose vector is not made yet (or every finding, without a query vector) by full text.
-    by_text = await repo.text_hits(
-        pid, args.analysis_id, args.query, model, args.top_k, args.category, only_pending=vector is not None
-    )
-    pending = {h[0] for h in by_text}
-    kept = (kept + [h for h in by_text if h[0] not in {k[0] for k in kept}])[: args.top_k]
-    findings = []
-    for fid, category, text, metadata, score in kept:
-        meta = None if category == "page_summary" or not metadata else metadata
-        if meta is not None and len(budget.dumps(meta)) > 400:
-            meta = {"truncated": budget.dumps(meta)[:400]}
-        findings.append(
-            FindingHit(
-                id=fid,
-                category=category,
-                score=round(score, 3),
-                metadata=meta,
-                finding=text if len(text) <= FINDING_CHARS else text[:FINDING_CHARS] + "…",
-                embedding="pending" if fid in pending and vector is not None else None,
-            )
-        )
-    scope = f" in category '{args.category}'" if args.category else ""
-    message = f"{len(findings)} finding(s){scope} with similarity >= {args.threshold:g} (of {len(hits)} nearest)."
-    if vector is None:
-        message = f"{len(findings)} finding(s){scope} matched by full text: the embedding model is unavailable."
-    elif pending:
-        message += f" {len(pending)} matched by text: their vectors are not made yet."
-    return QueryOut(
-        analysis_id=args.analysis_id, mode="semantic", total=len(findings), findings=findings, message=message
-    )
 
 
 _TYPE_NAMES = {

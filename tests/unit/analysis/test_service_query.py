@@ -1,7 +1,9 @@
 """app/analysis/service_query.py with a real call context on a database of its own: describe's table
 of fields and its examples, aggregate's groups, filter's pages, sample's strata and date window, the
 model a query reads (several models need naming), the arguments each mode refuses, conditions that
-cannot match reported as warnings, and semantic mode over findings whose vectors are not made yet."""
+cannot match reported as warnings, semantic mode over findings whose vectors are not made yet (found by
+their own words at once, labelled so and never counted as similar), and semantic replies that say why
+nothing passed."""
 
 from __future__ import annotations
 
@@ -12,17 +14,23 @@ from typing import Any
 import pytest
 
 from app.analysis.repository import AnalysisRepository
-from app.analysis.schemas import ProximityIn, QueryIn, QueryOut
+from app.analysis.schemas import FindingIn, ProximityIn, QueryIn, QueryOut, StoreIn
+from app.analysis.service import store
 from app.analysis.service_query import query
 from app.core.config import Settings
 from app.core.context import CallContext, Principal
 from app.core.db import Database
+from app.core.embeddings.lexical import forget_stats
+from app.core.embeddings.local import LocalOnnxEmbedder
+from app.core.embeddings.provider import EmbeddingProvider
 from app.core.errors import CairnError, InvalidInput, NotFound
-from tests.support.calls import service_call
+from tests.support.calls import service_call, unreachable_embedder
 from tests.support.databases import migrated_url
+from tests.support.judged_analysis import load
 from tests.support.server import PgCluster
 
 READER = Principal(key_id="r", name="reader", scopes=frozenset({"read"}))
+WRITER = Principal(key_id="w", name="writer", scopes=frozenset({"read", "write"}))
 STATUSES = ("open", "closed", "void")
 
 
@@ -139,9 +147,98 @@ async def test_semantic_mode_finds_findings_by_text_while_their_vectors_wait(db:
     out = await ask(db, mode="semantic", query="refund", category="refunds")
     hits = out.findings or []
     assert out.total == 2 and {h.category for h in hits} == {"refunds"}
-    assert all(h.embedding == "pending" for h in hits) and "2 matched by text" in out.message
+    assert all(h.embedding == "pending" and h.matched_by == "words" for h in hits)
+    assert "2 finding(s) in category 'refunds' matched by their words" in out.message
     long = next(h for h in hits if h.finding.startswith("refund x"))
     assert len(long.finding) == 601 and long.finding.endswith("…")
     assert field_of(await refused(db, InvalidInput, mode="semantic")) == "query"
     assert field_of(await refused(db, InvalidInput, mode="semantic", query="x", group_by="a")) == "group_by"
     await refused(db, NotFound, mode="semantic", analysis_id="never", query="refund")
+
+
+@pytest.fixture(scope="module")
+async def helpdesk(pg: PgCluster) -> AsyncIterator[Database]:
+    """The judged helpdesk set twice: session `embedded` with the local model's vectors, session
+    `waiting` without any (as right after a store, before the queue made them)."""
+    database = Database(migrated_url(pg, ["analysis"]), Settings())
+    try:
+        await load(database, "lab", "embedded", LocalOnnxEmbedder())
+        await load(database, "lab", "waiting", None)
+        yield database
+    finally:
+        await database.dispose()
+
+
+async def semantic(db: Database, aid: str, embedder: EmbeddingProvider | None = None, **kw: Any) -> QueryOut:
+    args = QueryIn.model_validate({"project": "lab", "analysis_id": aid, "mode": "semantic", **kw})
+    async with service_call(db, READER, embedder=embedder) as ctx:
+        return await query(ctx, args)
+
+
+async def stored(db: Database, aid: str, text: str) -> int:
+    async with service_call(db, WRITER) as ctx:
+        out = await store(ctx, StoreIn(project="lab", analysis_id=aid, findings=[FindingIn(finding=text)]))
+    forget_stats()
+    return out.ids[0]
+
+
+async def test_a_finding_stored_moments_ago_is_found_by_its_own_words_and_never_called_similar(
+    helpdesk: Database,
+) -> None:
+    fid = await stored(helpdesk, "embedded", "Invoices in Swiss francs were labelled as euros by the nightly export")
+    out = await semantic(helpdesk, "embedded", query="Swiss francs labelled as euros by the export")
+    hits = out.findings or []
+    new = [h for h in hits if h.id == fid]
+    assert len(new) == 1 and new[0].matched_by == "words" and new[0].embedding == "pending", hits
+    assert new[0].score >= 0.3 and out.threshold == 0.45 and out.word_threshold == 0.3
+    similar = [h for h in hits if h.matched_by is None]
+    assert all(h.score >= 0.45 and h.embedding is None for h in similar)
+    assert out.message.startswith(f"{len(similar)} finding(s) with similarity >= 0.45 (default) (of ")
+    more = "more " if similar else ""
+    assert out.message.endswith(
+        f" 1 {more}finding(s) matched by their words (word relevance >= 0.3), not by similarity: "
+        "their vectors are not made yet."
+    ), out.message
+
+
+async def test_while_no_vector_is_made_function_words_match_nothing_and_the_stored_finding_comes_first(
+    helpdesk: Database,
+) -> None:
+    fid = await stored(helpdesk, "waiting", "Invoices in Swiss francs were labelled as euros by the nightly export")
+    out = await semantic(helpdesk, "waiting", query="what about the francs in the export of the invoices", top_k=5)
+    hits = out.findings or []
+    assert hits and hits[0].id == fid and hits[0].score > 0.8
+    assert all(h.matched_by == "words" and h.embedding == "pending" for h in hits)
+    assert out.threshold is None or out.threshold == 0.45
+    assert out.message == (
+        f"No finding has a vector yet. {len(hits)} finding(s) matched by their words (word relevance >= 0.3 "
+        "(default)), not by similarity: their vectors are not made yet."
+    )
+    # words the session never uses rank nothing, and the reply says so
+    none = await semantic(helpdesk, "waiting", query="the of with xq zvbnm plorf")
+    assert none.total == 0 and none.candidates == 0 and none.best_score is None
+    assert none.message == "No finding has a vector yet. Nothing to rank: no finding shares a word with the query."
+
+
+async def test_when_nothing_passes_the_reply_names_candidates_best_score_threshold_and_argument(
+    helpdesk: Database,
+) -> None:
+    out = await semantic(helpdesk, "embedded", query="status of my passport renewal")
+    assert out.total == 0 and out.findings == [] and out.threshold == 0.45
+    best, n = out.best_score or 0.0, out.candidates or 0
+    assert n > 0 and 0 < best < 0.45
+    lower = int(best * 100) / 100
+    assert out.message == (
+        f"0 finding(s) with similarity >= 0.45 (default) (of {n - 0} nearest). Nothing reached similarity 0.45: "
+        f"the best of {n} candidate(s) scored {best:.3f}; pass threshold {lower:g} (or lower) to see them."
+    )
+    shown = await semantic(helpdesk, "embedded", query="status of my passport renewal", threshold=lower)
+    assert shown.total and (shown.findings or [])[0].score == best
+    words = await semantic(helpdesk, "embedded", embedder=unreachable_embedder(), query="status of my passport renewal")
+    assert words.total == 0 and words.threshold is None and words.word_threshold == 0.3
+    best = words.best_score or 0.0
+    assert 0 < best < 0.3 and words.message == (
+        "The embedding model is unavailable: nothing was compared by similarity. Nothing reached word relevance "
+        f"0.3: the best of {words.candidates} candidate(s) scored {best:.3f}; pass threshold "
+        f"{int(best * 100) / 100:g} (or lower) to see them."
+    )
