@@ -1,7 +1,9 @@
 """app/analysis/repository.py: AnalysisRepository.upsert_records, one statement per page (chunked for
 large batches) that keeps the semantics the queries rely on: one row per (model, record_id), the last
 copy winning, ingest order by first appearance with rows without an id after the others, NUL
-characters dropped."""
+characters dropped; and AnalysisRepository.text_hits, findings ranked by BM25 under `cairn_text`
+within one session: function words match nothing, accents do not matter, words found in no finding
+lower the coverage, and the category and pending filters hold."""
 
 from __future__ import annotations
 
@@ -12,8 +14,11 @@ import pytest
 from sqlalchemy import text
 
 from app.analysis import repository
-from app.analysis.repository import AnalysisRepository
+from app.analysis.repository import FINDING_VECTORS, AnalysisRepository
 from app.core.db import Database
+from app.core.embeddings.lexical import forget_stats
+from app.core.embeddings.repository import VectorRepository
+from app.core.embeddings.vectors import vector_param
 from tests.support.databases import database_fixture
 
 Rows = list[tuple[str | None, dict[str, Any]]]
@@ -84,3 +89,51 @@ async def test_a_batch_larger_than_one_statement_gives_the_same_rows(
 async def test_an_empty_page_stores_nothing(db: Database) -> None:
     counts, rows = await _upsert(db, f"a{uuid.uuid4().hex[:8]}", [[]])
     assert counts == [0] and rows == []
+
+
+FINDINGS = [
+    ("data_issue", "Migración del catálogo: los precios de la tienda quedaron sin impuestos"),
+    ("pattern", "Refund requests doubled in January after the price increase"),
+    ("pattern", "Shipping delays in the north during the storm"),
+    ("general", "The weekly report of the team"),
+]
+
+
+async def _hits(db: Database, aid: str, query: str, **kw: Any) -> list[tuple[str, float]]:
+    """(finding, coverage) of text_hits for `query` in session `aid`, best first."""
+    async with db.transaction() as session:
+        repo = AnalysisRepository(session)
+        pid = await repo.ensure_project("default")
+        terms = await repo.lexical_query(query)
+        hits = await repo.text_hits(pid, aid, terms, kw.pop("model", "m"), kw.pop("k", 10), **kw)
+        return [(h[2], round(terms.coverage(h[4]), 3)) for h in hits]
+
+
+async def test_findings_are_ranked_by_words_within_their_session(db: Database) -> None:
+    async with db.transaction() as session:
+        repo = AnalysisRepository(session)
+        pid = await repo.ensure_project("default")
+        items = [{"category": c, "finding": f} for c, f in FINDINGS]
+        ids, _ = await repo.insert_findings(pid, "words", items, True, 3600)
+        await repo.insert_findings(pid, "other", items, True, 3600)
+        await VectorRepository(session).store(FINDING_VECTORS, "m", ids[1:2], [vector_param([0.6, 0.8])])
+    forget_stats()
+    spanish, refunds, shipping, weekly = (f for _, f in FINDINGS)
+    plain = await _hits(db, "words", "migracion catalogo precios", only_pending=False, category=None)
+    accented = await _hits(db, "words", "Migración catálogo precios", only_pending=False, category=None)
+    assert [f for f, _ in plain] == [f for f, _ in accented] == [spanish] and plain == accented
+    # "the", "of", "with", "de", "la": none of them admits a finding
+    assert await _hits(db, "words", "the of with de la los", only_pending=False, category=None) == []
+    ranked = await _hits(db, "words", "refund requests and shipping delays", only_pending=False, category=None)
+    assert {f for f, _ in ranked} == {refunds, shipping}  # "and" is no word of either
+    # two of three content words in the corpus, the third in no finding: the coverage says so
+    full = dict(await _hits(db, "words", "shipping delays north", only_pending=False, category=None))
+    part = dict(await _hits(db, "words", "shipping delays flamingo", only_pending=False, category=None))
+    assert 0 < part[shipping] < full[shipping]
+    assert await _hits(db, "words", "weekly report", only_pending=False, category="pattern") == []
+    assert [f for f, _ in await _hits(db, "words", "weekly report", only_pending=False, category="general")] == [weekly]
+    # the refund finding has a vector of model "m": with only_pending it is left to the similarity search
+    assert await _hits(db, "words", "refund requests", only_pending=True, category=None) == []
+    assert [f for f, _ in await _hits(db, "words", "refund requests", only_pending=True, category=None, model="x")] == [
+        refunds
+    ]
