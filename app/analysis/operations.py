@@ -74,7 +74,8 @@ async def analysis_store(ctx: CallContext, args: StoreIn) -> StoreOut:
 async def analysis_query(ctx: CallContext, args: QueryIn) -> QueryOut:
     """Query an analysis session without pulling the whole data set into context. Modes:
     `describe` (fields, types, values and query examples), `semantic` (`query`; findings and page
-    summaries by meaning; `top_k` default 50, `threshold` 0.5, optional `category`), `aggregate`
+    summaries by meaning, those without a vector yet by their words; `top_k` default 50, `threshold`
+    default the model's (0.45 with the local model; 0.3 for word matches), optional `category`), `aggregate`
     (`group_by`: value counts and percentages), `filter` (`where`; rows, default 20, cap 200, `offset`),
     `sample` (`sample_size` default 5, cap 50, composing `stratify_by` (even spread over a field's values),
     `where` and `proximity` {field, origin, window, bucket?} such as window '7 days', bucket '1 day').

@@ -14,6 +14,7 @@ import uuid
 from datetime import date, timedelta
 from typing import Any
 
+from app.analysis.demo_upstream import generate
 from app.analysis.repository import FINDING_VECTORS, AnalysisRepository
 from app.analysis.summaries import summarize
 from app.core.db import Database
@@ -129,30 +130,55 @@ SUMMARY_QUERIES = tuple((q, keys) for q, keys in JUDGED if all(" p" in k for k i
 async def load(db: Database, project: str, analysis_id: str, embedder: EmbeddingProvider | None) -> dict[int, str]:
     """Write every page summary and finding into one session (with `embedder`'s vectors unless None);
     returns finding id -> key."""
-    summaries = page_summaries()
+    items = [
+        (key, {"category": "page_summary", "finding": text, "metadata": {"page": page}, "source_model": model})
+        for key, (page, model, text) in page_summaries().items()
+    ]
+    items += [(key, {"category": c, "finding": t}) for key, (c, t) in FINDINGS.items()]
+    return await store_findings(db, project, analysis_id, items, embedder)
+
+
+async def store_findings(
+    db: Database,
+    project: str,
+    analysis_id: str,
+    items: list[tuple[str, dict[str, Any]]],
+    embedder: EmbeddingProvider | None,
+) -> dict[int, str]:
+    """Write (key, finding row) items as persistent findings of one session, with `embedder`'s vectors
+    unless None; returns finding id -> key."""
     async with db.transaction() as s:
         repo = AnalysisRepository(s)
         pid = await repo.ensure_project(project)
-        keys: dict[int, str] = {}
-        for key, (page, model, text) in summaries.items():
-            item = {"category": "page_summary", "finding": text, "metadata": {"page": page}, "source_model": model}
-            ids, _ = await repo.insert_findings(pid, analysis_id, [item], True, 3600)
-            keys[ids[0]] = key
-        items = [{"category": c, "finding": t} for c, t in FINDINGS.values()]
-        ids, _ = await repo.insert_findings(pid, analysis_id, items, True, 3600)
-        keys.update(zip(ids, FINDINGS, strict=True))
+        ids, _ = await repo.insert_findings(pid, analysis_id, [row for _, row in items], True, 3600)
+    keys = dict(zip(ids, (key for key, _ in items), strict=True))
     if embedder is not None:
-        texts = {fid: _text(keys[fid], summaries) for fid in keys}
-        vectors = await embedder.embed(list(texts.values()))
+        vectors = await embedder.embed([row["finding"] for _, row in items])
         async with db.transaction() as s:
-            await VectorRepository(s).store(
-                FINDING_VECTORS, embedder.model, list(texts), [vector_param(v) for v in vectors]
-            )
+            await VectorRepository(s).store(FINDING_VECTORS, embedder.model, ids, [vector_param(v) for v in vectors])
     return keys
 
 
-def _text(key: str, summaries: dict[str, tuple[int, str, str]]) -> str:
-    return summaries[key][2] if key in summaries else FINDINGS[key][1]
+def demo_page_summaries(books: int = 300, per_page: int = 100) -> list[tuple[str, dict[str, Any]]]:
+    """The page summaries ingest writes for the demo upstream's first `books` books (and its authors),
+    as (key, finding row) items: keys "book p1"… and "author p1"."""
+    data = generate(books)
+    pages = [("book", list(data.books.values())), ("author", list(data.authors.values()))]
+    out: list[tuple[str, dict[str, Any]]] = []
+    for model, rows in pages:
+        for start in range(0, len(rows), per_page):
+            page = start // per_page + 1
+            text = summarize(model, f"page {page}", rows[start : start + per_page])
+            out.append((f"{model} p{page}", {"category": "page_summary", "finding": text, "metadata": {"page": page}}))
+    return out
+
+
+# Questions the demo's book page summaries answer (the reference design's own data).
+DEMO_SUMMARY_QUERIES = (
+    "reading status and ratings of the books",
+    "how many books are completed, reading or unread",
+    "which genres are on the shelf",
+)
 
 
 def ranking(findings: list[Any], keys: dict[int, str]) -> list[str]:

@@ -37,12 +37,15 @@ from app.core.embeddings.provider import Calibration, EmbeddingProvider
 from tests.support.calls import service_call, unreachable_embedder
 from tests.support.databases import migrated_url
 from tests.support.judged_analysis import (
+    DEMO_SUMMARY_QUERIES,
     JUDGED,
     OFF_TOPIC,
     SUMMARY_QUERIES,
+    demo_page_summaries,
     load,
     ranking,
     reciprocal_rank,
+    store_findings,
 )
 from tests.support.server import PgCluster
 
@@ -56,6 +59,7 @@ async def db(pg: PgCluster) -> AsyncIterator[tuple[Database, dict[int, str]]]:
     database = Database(migrated_url(pg, ["analysis"]), Settings())
     try:
         keys = await load(database, PROJECT, AID, LOCAL_MODEL)
+        keys.update(await store_findings(database, PROJECT, "demo", demo_page_summaries(), LOCAL_MODEL))
         forget_stats()
         yield database, keys
     finally:
@@ -125,6 +129,10 @@ async def test_at_the_default_threshold_answers_pass_and_off_topic_queries_get_n
     for q, relevant in SUMMARY_QUERIES:  # the page summaries that answer pass the default
         out = await ask(database, embedder, query=q)
         assert relevant <= set(ranking(out.findings or [], keys)), q
+    if way == "meaning":  # the demo upstream's book pages, for questions they answer
+        for q in DEMO_SUMMARY_QUERIES:
+            out = await ask(database, embedder, query=q, analysis_id="demo")
+            assert ranking(out.findings or [], keys)[:1] in (["book p1"], ["book p2"], ["book p3"]), q
     for q in OFF_TOPIC:
         out = await ask(database, embedder, query=q)
         assert out.total == 0 and out.findings == [], (q, out.findings)
