@@ -132,8 +132,8 @@ async def semantic(
     by_words = [(fid, c, t, m, round(lexical_relevance(terms.coverage(s)), 3)) for fid, c, t, m, s in words]
     found = _Found(nearest, by_words, thresholds)
     similar, worded = found.similar(), found.worded()
-    hits = [_hit(h, None) for h in similar] + [_hit(h, vector is not None) for h in worded]
-    hits = hits[: args.top_k]
+    hits = ([_hit(h, None) for h in similar] + [_hit(h, vector is not None) for h in worded])[: args.top_k]
+    shown = min(len(similar), len(hits))
     return QueryOut(
         analysis_id=args.analysis_id,
         mode="semantic",
@@ -143,7 +143,7 @@ async def semantic(
         word_threshold=thresholds.words,
         candidates=found.candidates,
         best_score=None if found.best is None else round(found.best, 3),
-        message=_message(args, found, len(similar), len(worded), vector is not None),
+        message=_message(args, found, shown, len(hits) - shown, vector is not None),
     )
 
 
@@ -191,8 +191,8 @@ def _message(args: QueryIn, found: _Found, similar: int, worded: int, embedded: 
         return f"{text} Nothing to rank: no finding{scope} shares a word with the query."
     bars = [f"similarity {found.thresholds.similarity:g}"] if found.nearest else []
     bars += [f"word relevance {found.thresholds.words:g}"] if found.by_words else []
-    lower = math.floor(found.best * 100) / 100
+    lower = max(0.0, math.floor(found.best * 100) / 100)
     return (
         f"{text} Nothing reached {' or '.join(bars)}: the best of {found.candidates} candidate(s) scored "
-        f"{found.best:.3f}; pass threshold {lower:g} (or lower) to see them."
+        f"{found.best:.3f}; pass threshold {lower:g}{' (or lower)' if lower > 0 else ''} to see them."
     )

@@ -24,6 +24,8 @@ from app.analysis.service_semantic import (
     THRESHOLD_SHARE,
     WORD_THRESHOLD,
     Thresholds,
+    _Found,
+    _message,
     default_threshold,
     thresholds_for,
 )
@@ -77,6 +79,15 @@ def test_the_default_threshold_lies_halfway_between_unrelated_and_related_texts(
     assert default_threshold(LOCAL) == 0.45
     assert default_threshold(Calibration(unrelated=0.65, related=0.85)) == 0.75
     assert default_threshold(Calibration(unrelated=0.3, related=0.2)) == 0.3  # a degenerate calibration
+
+
+def test_the_threshold_suggested_when_nothing_passes_is_never_below_zero() -> None:
+    args = QueryIn(analysis_id="a", mode="semantic", query="q", category="notes")
+    found = _Found([(1, "notes", "t", {}, -0.05), (2, "notes", "u", {}, -0.1)], [], Thresholds(0.45, 0.3, True))
+    assert _message(args, found, 0, 0, True) == (
+        "0 finding(s) in category 'notes' with similarity >= 0.45 (default) (of 2 nearest). Nothing reached "
+        "similarity 0.45: the best of 2 candidate(s) scored -0.050; pass threshold 0 to see them."
+    )
 
 
 async def test_a_model_without_a_declared_calibration_gets_the_local_figures_while_unreachable() -> None:
