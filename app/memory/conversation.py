@@ -6,15 +6,17 @@ time as the memory's `created_at`, and later ask "what did Maya say last week ab
 are read from such a query:
 
 - **speaker**: a query word equal (case aside) to the `speaker` metadata of a candidate, or to one word
-  of it (`maya` names "Maya Lopez"). Only names found among the candidates count, so an ordinary word
-  names nobody unless someone is called that.
+  of it (`maya` names "Maya Lopez"). Only names found among the candidates count, and a word counts
+  when the query says someone spoke (`say`, `told`, `asked`...) or when it is written with a capital
+  after the query's first word: "what did the user say" names a speaker called `user`, "user account
+  lockout" does not.
 - **date**: the first relative date of the query, as a window of UTC days against a reference time
-  `now` (the request's time; `date_window`): `today`, `yesterday`, `N days ago`, `this week`, `last
-  week`, `N weeks ago` (calendar weeks from Monday), `this month`, `last month`, `N months ago`,
-  `last weekend`, a weekday after `on`, `last` or `this past` (its latest date before today), a month
-  after `in`, `during`, `since`, `early`, `mid` or `late` (its latest occurrence not after `now`;
-  `early` is days 1-10, `mid` 11-20, `late` 21 to the end). N is a digit or a word up to twelve (`a`
-  and `an` are one).
+  `now` (the request's time; `date_window`): `today` (`tonight`, `this morning`...), `yesterday`
+  (`last night`), `N days ago`, `this week`, `last week`, `N weeks ago` (calendar weeks from Monday),
+  `this month`, `last month`, `N months ago`, `last weekend`, a weekday after `on`, `last` or `this
+  past` (its latest date before today), a month after `in`, `during`, `last`, `early`, `mid` or `late`
+  (its latest occurrence not after `now`; `early` is days 1-10, `mid` 11-20, `late` 21 to the end) or
+  `since` (from its first day to today). N is a digit or a word up to twelve (`a` and `an` are one).
 
 A candidate's match is the mean, over the cues the query names, of its match to each: 1 for its own
 speaker, else 0; for the date, 1 inside the window, falling linearly to 0 over a margin of a quarter of
@@ -23,11 +25,11 @@ the window (at least one day) on either side, so "last week" keeps most of a Mon
 Its score then rises with the match `m` (`boost`): `s = 1 - (1 - r) ** (1 + GAIN * m)` from its
 relevance `r`; with GAIN = 2 a full match cubes the distance to 1. Worked example, "what did Maya say
 last week about the flights", GAIN 2: Maya's turn of last week at r = 0.40 (m = 1) scores
-1 - 0.6 ** 3 = 0.784; Tom's turn of last week at r = 0.55 (m = 0.5) scores 1 - 0.45 ** 2 = 0.798; a
-turn of another week by Tom at r = 0.70 (m = 0) keeps 0.70. The boost is monotone in `r` and keeps
-the score in [0, 1]; a candidate with r = 0 stays at 0, and the threshold applies to `r` before the
-boost, so a cue reorders what is relevant and never admits an off-topic turn nor removes one (a soft
-filter: no cue can empty a result). GAIN was chosen on the judged chats of
+1 - 0.6 ** 3 = 0.784; Tom's turn of last week at r = 0.50 (m = 0.5) scores 1 - 0.5 ** 2 = 0.75; a
+turn of another week by Tom at r = 0.70 (m = 0) keeps 0.70: Maya's answer comes first. The boost is
+monotone in `r` and keeps the score in [0, 1]; a candidate with r = 0 stays at 0, and the threshold
+applies to `r` before the boost, so a cue reorders what is relevant and never admits an off-topic turn
+nor removes one (a soft filter: no cue can empty a result). GAIN was chosen on the judged chats of
 `tests/support/judged_chats.py` (docs/memory.md, "Conversations").
 """
 
@@ -76,12 +78,20 @@ _MONTHS = (
 )
 _N = r"(\d{1,3}|" + "|".join(_NUMBERS) + r")"
 _DATES = re.compile(
-    r"\b(?:(?P<day>today|yesterday)"
+    r"\b(?:(?P<day>today|tonight|this\s+(?:morning|afternoon|evening)|yesterday|last\s+night)"
     rf"|(?P<ago>{_N})\s+(?P<unit>day|week|month)s?\s+ago"
     r"|(?P<rel>this|last|past|previous)\s+(?P<span>week|month|weekend)"
     rf"|(?:on|last|this\s+past)\s+(?P<weekday>{'|'.join(_WEEKDAYS)})"
-    rf"|(?:in|during|since|(?P<part>early|mid|late))\s+(?P<month>{'|'.join(_MONTHS)}))\b",
+    rf"|(?:in|during|last|(?P<since>since)|(?P<part>early|mid|late))\s+(?P<month>{'|'.join(_MONTHS)}))\b",
     re.IGNORECASE,
+)
+# Words that say someone spoke: with one of them in the query, a lower-case word may name a speaker too.
+_SPEECH = frozenset(
+    """
+say says said saying tell tells told ask asks asked mention mentions mentioned think thinks thought reply
+replied answer answered write wrote talk talked explain explained suggest suggested propose proposed promise
+promised agree agreed decide decided want wanted claim claimed complain complained
+""".split()
 )
 _WORD = re.compile(r"\w+", re.UNICODE)
 
@@ -131,7 +141,7 @@ def date_window(query: str, now: datetime) -> Window | None:
     monday = today - timedelta(days=today.weekday())
     g = {k: (v.lower() if v else v) for k, v in found.groupdict().items()}
     if g["day"]:
-        start = today - timedelta(days=1 if g["day"] == "yesterday" else 0)
+        start = today - timedelta(days=1 if g["day"] in ("yesterday", "last night") else 0)
         end = start + timedelta(days=1)
     elif g["ago"]:
         n = _count(g["ago"])
@@ -168,12 +178,21 @@ def date_window(query: str, now: datetime) -> Window | None:
             first, last = {"early": (1, 11), "mid": (11, 21), "late": (21, None)}[g["part"]]
             start = date(year, month, first)
             end = date(year, month, last) if last else end
+        elif g["since"]:
+            end = today + timedelta(days=1)
     return Window(_day(start), _day(end), found.group(0))
 
 
 def query_words(query: str) -> frozenset[str]:
-    """The query's words, case folded (possessives split off: `Maya's` gives `maya`)."""
-    return frozenset(w.casefold() for w in _WORD.findall(query))
+    """The words of a query that may name a speaker, case folded (possessives split off: `Maya's` gives
+    `maya`): every word when the query says someone spoke (`say`, `told`, `asked`...), else those
+    written with a capital after the first word, so that a speaker called `user` is not named by a
+    query about user accounts."""
+    words = _WORD.findall(query)
+    folded = [w.casefold() for w in words]
+    if _SPEECH.intersection(folded):
+        return frozenset(folded)
+    return frozenset(f for w, f in zip(words[1:], folded[1:], strict=True) if w[:1].isupper())
 
 
 def names(speaker: str | None, words: frozenset[str]) -> bool:
