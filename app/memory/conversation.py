@@ -248,6 +248,12 @@ def now() -> datetime:
     return datetime.now(UTC)
 
 
+def may_name_cues(query: str) -> bool:
+    """Whether `query` may name a speaker (`query_words`) or names a date: when it does neither, a
+    search need not read its candidates' speakers and times."""
+    return bool(query_words(query)) or _DATES.search(query) is not None
+
+
 def rerank(hits: list[Hit], turns: Mapping[uuid.UUID, Turn], query: str, at: datetime) -> list[Hit]:
     """`hits` scored by `boost` of their cue matches (`matches`), best first (ties keep their order),
     each matched cue listed in its signals (`speaker`, `date`: the match in [0, 1]); `hits` unchanged

@@ -145,8 +145,9 @@ async def retrieve(
             hits = single("lexical", lex)
     under = [h.score for h in hits if h.score < threshold]
     kept = [h for h in hits if h.score >= threshold]
-    turns = await repo.turns([h.id for h in kept])
-    kept = conversation.rerank(kept, turns, query, now or conversation.now())
+    if kept and conversation.may_name_cues(query):
+        turns = await repo.turns([h.id for h in kept])
+        kept = conversation.rerank(kept, turns, query, now or conversation.now())
     return Retrieval(kept[:limit], used, len(under), max(under, default=0.0))
 
 

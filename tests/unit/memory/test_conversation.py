@@ -16,6 +16,7 @@ from app.memory.conversation import (
     combined,
     date_window,
     matches,
+    may_name_cues,
     names,
     query_words,
     rerank,
@@ -148,3 +149,11 @@ def test_rerank_raises_the_named_speakers_turn_and_explains_it() -> None:
     assert out[0].signals == {"semantic": {"rank": 3, "score": 0.4}, "speaker": {"score": 1.0}, "date": {"score": 1.0}}
     assert out[2].score == 0.60  # no speaker, and dated today: no match, the relevance as it was
     assert rerank(hits, turns, "the flights", NOW) is hits  # no cue: nothing changes
+
+
+def test_a_query_without_capitals_speech_or_dates_needs_no_cue_lookup() -> None:
+    assert not may_name_cues("statement timeout of the database migration")
+    assert not may_name_cues("0-dimensional biomaterials show inductive properties.")
+    assert may_name_cues("what did she say")  # a speaker of that name may exist
+    assert may_name_cues("notes from the Lisbon trip")
+    assert may_name_cues("notes from last week")
