@@ -256,14 +256,14 @@ def may_name_cues(query: str) -> bool:
 
 def rerank(hits: list[Hit], turns: Mapping[uuid.UUID, Turn], query: str, at: datetime) -> list[Hit]:
     """`hits` scored by `boost` of their cue matches (`matches`), best first (ties keep their order),
-    each matched cue listed in its signals (`speaker`, `date`: the match in [0, 1]); `hits` unchanged
-    when the query names no cue."""
+    each cue it matches listed in its signals (`speaker`, `date`: the match in (0, 1]); `hits`
+    unchanged when the query names no cue."""
     found = matches(query, at, {h.id: t for h in hits if (t := turns.get(h.id)) is not None})
     if not found:
         return hits
     out = []
     for h in hits:
         cues = found.get(h.id, {})
-        signals = {**h.signals, **{name: {"score": round(v, 6)} for name, v in cues.items()}}
+        signals = {**h.signals, **{name: {"score": round(v, 6)} for name, v in cues.items() if v > 0}}
         out.append(Hit(h.id, round(boost(h.score, combined(cues)), 6), signals))
     return sorted(out, key=lambda h: -h.score)

@@ -23,6 +23,8 @@ from datetime import UTC, datetime, timedelta
 import asyncpg
 import httpx
 
+from app.core.embeddings.lexical import forget_stats
+
 NOW = datetime(2026, 4, 16, 9, 0, tzinfo=UTC)
 
 
@@ -292,7 +294,8 @@ def turns() -> list[tuple[str, int, str, str, datetime]]:
 
 async def store_chats(rest: httpx.AsyncClient, dsn: str, project: str) -> dict[str, tuple[str, int]]:
     """Capture every turn into `project` (one thought each, metadata `speaker` and `session`, vectors
-    made before the reply), then date each row at its turn's time. Returns (session, index) by id."""
+    made before the reply), then date each row at its turn's time and refresh the table's statistics.
+    Returns (session, index) by id."""
     refs: dict[str, tuple[str, int]] = {}
     when: dict[str, datetime] = {}
     gate = asyncio.Semaphore(4)
@@ -318,8 +321,12 @@ async def store_chats(rest: httpx.AsyncClient, dsn: str, project: str) -> dict[s
             "UPDATE memories SET created_at = $2, updated_at = $2 WHERE id = $1::uuid",
             [(mid, at) for mid, at in when.items()],
         )
+        # Common words' idf comes from the planner's statistics: taken now, they describe this set,
+        # not whatever an earlier test left in the table when autovacuum last ran.
+        await conn.execute("ANALYZE memories")
     finally:
         await conn.close()
+    forget_stats()  # the test server runs in this process: its cached statistics go too
     return refs
 
 

@@ -147,6 +147,7 @@ def test_rerank_raises_the_named_speakers_turn_and_explains_it() -> None:
     assert [h.id for h in out] == [maya, tom, note]
     assert out[0].score == pytest.approx(1 - 0.6**3, abs=1e-6)
     assert out[0].signals == {"semantic": {"rank": 3, "score": 0.4}, "speaker": {"score": 1.0}, "date": {"score": 1.0}}
+    assert out[1].signals == hits[0].signals  # Tom in March: no cue matched, none listed
     assert out[2].score == 0.60  # no speaker, and dated today: no match, the relevance as it was
     assert rerank(hits, turns, "the flights", NOW) is hits  # no cue: nothing changes
 
