@@ -7,9 +7,9 @@ are read from such a query:
 
 - **speaker**: a query word equal (case aside) to the `speaker` metadata of a candidate, or to one word
   of it (`maya` names "Maya Lopez"). Only names found among the candidates count, and a word counts
-  when the query says someone spoke (`say`, `told`, `asked`...) or when it is written with a capital
-  after the query's first word: "what did the user say" names a speaker called `user`, "user account
-  lockout" does not.
+  when the query says someone spoke (`say`, `told`, `asked`...) or when it is written as a name (a
+  capital, then lower case) after the query's first word: "what did the user say" names a speaker
+  called `user`, "user account lockout" does not.
 - **date**: the first relative date of the query, as a window of UTC days against a reference time
   `now` (the request's time; `date_window`): `today` (`tonight`, `this morning`...), `yesterday`
   (`last night`), `N days ago`, `this week`, `last week`, `N weeks ago` (calendar weeks from Monday),
@@ -186,13 +186,18 @@ def date_window(query: str, now: datetime) -> Window | None:
 def query_words(query: str) -> frozenset[str]:
     """The words of a query that may name a speaker, case folded (possessives split off: `Maya's` gives
     `maya`): every word when the query says someone spoke (`say`, `told`, `asked`...), else those
-    written with a capital after the first word, so that a speaker called `user` is not named by a
-    query about user accounts."""
+    written as a name (`Maya`: a capital, then lower case) after the first word, so that a speaker
+    called `user` is not named by a query about user accounts, nor anyone by `DNA` or `ADAR1`."""
     words = _WORD.findall(query)
     folded = [w.casefold() for w in words]
     if _SPEECH.intersection(folded):
         return frozenset(folded)
-    return frozenset(f for w, f in zip(words[1:], folded[1:], strict=True) if w[:1].isupper())
+    return frozenset(f for w, f in zip(words[1:], folded[1:], strict=True) if _name_like(w))
+
+
+def _name_like(word: str) -> bool:
+    """`Maya`, not `DNA`, `ADAR1` or `maya`: a capital, then lower-case letters."""
+    return word.isalpha() and word[:1].isupper() and word[1:].islower()
 
 
 def names(speaker: str | None, words: frozenset[str]) -> bool:

@@ -155,6 +155,9 @@ def test_rerank_raises_the_named_speakers_turn_and_explains_it() -> None:
 def test_a_query_without_capitals_speech_or_dates_needs_no_cue_lookup() -> None:
     assert not may_name_cues("statement timeout of the database migration")
     assert not may_name_cues("0-dimensional biomaterials show inductive properties.")
+    assert not may_name_cues("CRP is not predictive of mortality after CABG surgery")  # acronyms
+    assert may_name_cues("ADAR1 binds to Dicer")  # a protein written as a name: read, matches nobody
+
     assert may_name_cues("what did she say")  # a speaker of that name may exist
     assert may_name_cues("notes from the Lisbon trip")
     assert may_name_cues("notes from last week")
