@@ -10,7 +10,9 @@ from typing import Any
 import httpx
 import pytest
 
+from app.core.embeddings.relevance import relevance
 from app.memory import conversation
+from app.memory.conversation import boost
 from tests.support.judged_chats import NOW, QUESTIONS, recall_at, store_chats
 from tests.support.memory import api
 from tests.support.server import PgCluster
@@ -44,12 +46,18 @@ async def test_speakers_and_relative_dates_raise_recall_at_5(
         before, _ = await recall_at(search, refs)
     assert recall >= RECALL_AT_5 and recall - before >= GAIN_OVER_NO_CUES, (recall, before, len(QUESTIONS), missed)
 
-    # Explained: each hit's speaker and date matches are signals beside the cosine and the coverage.
-    body = await _search(rest, "What did Tom say last week about cooking?", explain=True)
+    # Explained: each hit's speaker and date matches are signals beside the cosine and the coverage,
+    # its score is their boost of its relevance, and the threshold held for the relevance before it.
+    body = await _search(rest, "What did Tom say last week about cooking?", explain=True, k=10)
     first = body["results"][0]
     assert refs[first["id"]] == ("s5", 16), body["context"]
     assert first["signals"]["speaker"]["score"] == 1.0 and first["signals"]["date"]["score"] == 1.0, first
     assert {"semantic", "lexical"} <= set(first["signals"]), first
+    for r in body["results"]:
+        s = r["signals"]
+        before = relevance(s.get("semantic", {}).get("score"), s.get("lexical", {}).get("score"))
+        match = (s.get("speaker", {}).get("score", 0.0) + s.get("date", {}).get("score", 0.0)) / 2
+        assert before >= body["score_threshold"] and r["score"] == pytest.approx(boost(before, match), abs=2e-3), r
     # A query naming no speaker and no date keeps its relevance and signals as they were.
     body = await _search(rest, "the camping stove", explain=True)
     assert body["results"] and all(set(r["signals"]) <= {"semantic", "lexical"} for r in body["results"]), body
