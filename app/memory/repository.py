@@ -14,6 +14,7 @@ from app.core.embeddings.knn import KnnQuery, model_literal, nearest, prepare_sc
 from app.core.embeddings.lexical import LexicalIndex, LexicalQuery, lexical_query, ranked
 from app.core.embeddings.vectors import EmbeddedRows
 from app.core.repository import Repository
+from app.memory.conversation import Turn
 from app.memory.models import MemoryCollection
 
 MEMORY_TARGET = "memory"  # the embedding queue's name for memory (chunk, thought, summary) vectors
@@ -503,6 +504,17 @@ class MemoryRepository(Repository):
             },
         )
         return {r["id"]: (None if r["cosine"] is None else float(r["cosine"]), float(r["score"] or 0.0)) for r in rows}
+
+    async def turns(self, ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, Turn]:
+        """Per memory of `ids`: its `speaker` metadata (None without one) and its time, what the
+        conversation cues of a search look at (`app.memory.conversation`)."""
+        if not ids:
+            return {}
+        rows = await self.dicts(
+            "SELECT id, metadata->>'speaker' AS speaker, created_at FROM memories WHERE id = ANY(:ids)",
+            {"ids": list(ids)},
+        )
+        return {r["id"]: Turn(r["speaker"], r["created_at"]) for r in rows}
 
     # Backfill ----------------------------------------------------------------------------------
 

@@ -22,6 +22,7 @@ from typing import Literal
 from app.core.embeddings.lexical import LexicalQuery
 from app.core.embeddings.provider import EmbeddingProvider, EmbeddingUnavailable
 from app.core.embeddings.tokens import count_tokens, truncate_to_tokens, words_within
+from app.memory import conversation
 from app.memory.config import MemorySettings
 from app.memory.fusion import Hit, fuse, single
 from app.memory.repository import MemoryRepository, Scope
@@ -101,6 +102,7 @@ async def retrieve(
     vector: Sequence[float] | None = None,
     exact: bool = False,
     embed_query: bool = True,
+    now: datetime | None = None,
 ) -> Retrieval:
     """Search `scope` for `query` in `mode`: at most `limit` hits whose relevance (`app.core.embeddings.relevance`:
     the cosine in semantic mode, the lexical relevance in lexical mode, both combined in hybrid mode) is
@@ -108,7 +110,8 @@ async def retrieve(
 
     `vector` replaces embedding the query; without it and with `embed_query` false (the model was
     unavailable) the search falls back to full text. Hybrid search takes `memory_candidates` from each
-    ranking and scores every candidate with both signals.
+    ranking and scores every candidate with both signals. A speaker or relative date the query names
+    (`app.memory.conversation`, dates against `now`) raises the hits that match it.
     """
     model = embedder.model
     sem: list[tuple[uuid.UUID, float]] = []
@@ -141,7 +144,11 @@ async def retrieve(
         else:
             hits = single("lexical", lex)
     under = [h.score for h in hits if h.score < threshold]
-    return Retrieval([h for h in hits if h.score >= threshold][:limit], used, len(under), max(under, default=0.0))
+    kept = [h for h in hits if h.score >= threshold]
+    if kept and conversation.may_name_cues(query):
+        turns = await repo.turns([h.id for h in kept])
+        kept = conversation.rerank(kept, turns, query, now or conversation.now())
+    return Retrieval(kept[:limit], used, len(under), max(under, default=0.0))
 
 
 Unit = Literal["chars", "tokens"]

@@ -236,6 +236,22 @@ async def test_vector_words_and_bm25_searches_stay_in_scope(db: Database) -> Non
         assert blind == {ids[0]: (None, 0.0)} and await repo.signals([], None, MODEL, None) == {}
 
 
+async def test_turns_give_each_memory_its_speaker_and_time(db: Database) -> None:
+    async with db.transaction() as session:
+        repo, pid, cid = await _scope(session, "p-turns", "c-turns")
+        rows = [
+            _row(pid, cid, "We fly on the 9th", metadata=json.dumps({"speaker": "Maya", "session": "s5"})),
+            _row(pid, cid, "A note of nobody's"),
+        ]
+        await repo.insert_memories(rows)
+        await _age(session, rows[0]["id"], 4)
+        turns = await repo.turns([r["id"] for r in rows])
+        assert turns[rows[0]["id"]].speaker == "Maya" and turns[rows[1]["id"]].speaker is None
+        age = turns[rows[1]["id"]].when - turns[rows[0]["id"]].when
+        assert abs(age - timedelta(days=4)) < timedelta(minutes=1), age
+        assert await repo.turns([]) == {}
+
+
 async def test_memories_without_vectors_page_oldest_first(db: Database) -> None:
     async with db.transaction() as session:
         repo, pid, cid = await _scope(session, "p-missing", "c-missing")
