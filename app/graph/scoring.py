@@ -1,12 +1,34 @@
-"""The limbic score and the search-quality metrics (pure functions, no I/O).
+"""The limbic score, what counts as an answer, and the search-quality metrics (pure functions, no I/O).
 
 relevance    = cosine_sim + text_weight * text_score                  (the baseline ranking)
 importance   = 1 - exp(-access_count / importance_scale)              (0 for never-returned entities)
 temporal     = 0.5 ** (days_since_last_access / half_life_days)       (creation time when never accessed)
-cooc_boost   = 1 - exp(-co_count_with_top_candidates / cooc_scale)
+cooc_boost   = min(1, Σ_{j in top, j != e} co_count(e, j) / (n_top_others * (access_count + cooc_scale)))
 limbic_score = relevance * (1 + importance_weight * importance)
                          * ((1 - temporal_weight) + temporal_weight * temporal)
                          * (1 + cooc_weight * cooc_boost)
+
+`text_score` is the BM25 coverage of the query (`app.core.embeddings.lexical`, in [0, 1]).
+
+`cooc_boost` is on a [0, 1] scale: the share of the entity's past returns in which it came back together
+with the other top candidates of this search (`n_top_others` of them: the `cooc_top` best by relevance,
+itself left out), averaged over those candidates. Every return of an entity in the top counted one access
+and one co-occurrence per other top entity, so `co_count(e, j) <= access_count(e)`. `cooc_scale` returns
+are added to the denominator as a prior of returns without those candidates, so that one shared search
+proves little. A raw count saturated as history grew: one ten-result search gave every top-10 entity the
+same boost of 0.835, and five gave ~1.0 whatever else they had been returned with. A share keeps telling an
+entity that always comes back with this neighbourhood from one that comes back with everything.
+
+Worked example (cooc_scale 5): the top of a search holds A, B, C. A has been returned 15 times, 9 of them
+with B and 6 with C: cooc_boost(A) = (9 + 6) / (2 * (15 + 5)) = 0.375. D, outside the top, has been
+returned 45 times (a hub entity, returned with everything), 5 times with each of A, B, C:
+(5 + 5 + 5) / (3 * (45 + 5)) = 0.1. A new entity returned once with A, B and C: 3 / (3 * (1 + 5)) = 0.1667.
+
+An answer is a candidate that passes the relevance floor: a cosine of at least the semantic floor (when
+the query has a vector), or a text coverage of at least `min_text_coverage`. The semantic floor follows the
+model's calibration (`app.core.embeddings.calibration`) unless set:
+
+semantic_floor = unrelated + FLOOR_SHARE * (related - unrelated)
 """
 
 from __future__ import annotations
@@ -14,8 +36,13 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Literal
 
+from app.core.embeddings.provider import Calibration
 from app.graph.config import GraphSettings
+
+Match = Literal["meaning", "text", "both"]  # the signals that admit an answer
+FLOOR_SHARE = 0.75  # of the way from the model's `unrelated` to its `related` cosine (docs/graph.md)
 
 
 @dataclass
@@ -36,6 +63,7 @@ class Candidate:
     cooc_boost: float = 0.0
     limbic_score: float = 0.0
     baseline_rank: int = 0
+    matched_by: Match | None = None
 
 
 def relevance(cos: float, text_score: float, s: GraphSettings) -> float:
@@ -53,9 +81,28 @@ def temporal(days: float, s: GraphSettings) -> float:
     return float(0.5 ** (max(days, 0.0) / s.half_life_days))
 
 
-def cooc_boost(co_count: int, s: GraphSettings) -> float:
-    """Saturating boost from co-occurrences with the other top candidates."""
-    return 1.0 - math.exp(-max(co_count, 0) / s.cooc_scale)
+def cooc_boost(co_count: int, others: int, access_count: int, s: GraphSettings) -> float:
+    """The share of an entity's returns spent with the `others` other top candidates (`co_count`: its
+    co-occurrences with them, summed), shrunk by `cooc_scale` prior returns; in [0, 1]."""
+    if others <= 0 or co_count <= 0:
+        return 0.0
+    return min(1.0, co_count / (others * (max(access_count, 0) + s.cooc_scale)))
+
+
+def semantic_floor(cal: Calibration, s: GraphSettings) -> float:
+    """The cosine a candidate found by meaning must reach: the setting when set, else the module
+    docstring's rule over the model's calibration."""
+    if s.semantic_floor is not None:
+        return s.semantic_floor
+    return round(cal.unrelated + FLOOR_SHARE * (cal.related - cal.unrelated), 3)
+
+
+def matched_by(cos: float, coverage: float, by_meaning: bool, floor: float, min_coverage: float) -> Match | None:
+    """Which signals admit a candidate: "both", "meaning", "text", or None (no answer). The cosine counts
+    only when the query was embedded (`by_meaning`)."""
+    meaning = by_meaning and cos >= floor
+    words = coverage > 0 and coverage >= min_coverage
+    return "both" if meaning and words else "meaning" if meaning else "text" if words else None
 
 
 def limbic(rel: float, imp: float, tmp: float, cooc: float, s: GraphSettings) -> float:
@@ -85,7 +132,8 @@ def score(cands: list[Candidate], cooc: Sequence[tuple[int, int, int]], s: Graph
     for c in baseline:
         c.importance = importance(c.access_count, s)
         c.temporal = temporal(c.days_since_access, s)
-        c.cooc_boost = cooc_boost(co_sum.get(c.id, 0), s)
+        others = len(top) - (1 if c.id in top else 0)
+        c.cooc_boost = cooc_boost(co_sum.get(c.id, 0), others, c.access_count, s)
         c.limbic_score = limbic(c.relevance, c.importance, c.temporal, c.cooc_boost, s)
     return baseline
 
