@@ -24,11 +24,18 @@ with B and 6 with C: cooc_boost(A) = (9 + 6) / (2 * (15 + 5)) = 0.375. D, outsid
 returned 45 times (a hub entity, returned with everything), 5 times with each of A, B, C:
 (5 + 5 + 5) / (3 * (45 + 5)) = 0.1. A new entity returned once with A, B and C: 3 / (3 * (1 + 5)) = 0.1667.
 
-An answer is a candidate that passes the relevance floor: a cosine of at least the semantic floor (when
-the query has a vector), or a text coverage of at least `min_text_coverage`. The semantic floor follows the
-model's calibration (`app.core.embeddings.calibration`) unless set:
+An answer is a candidate that passes the relevance floor (`Floor`): by meaning, a cosine of at least
+`semantic_floor`, or of at least `supported_floor` when its text holds a query word; by words, a text
+coverage of at least `min_text_coverage`. Both cosine floors follow the model's calibration
+(`app.core.embeddings.calibration`):
 
-semantic_floor = unrelated + FLOOR_SHARE * (related - unrelated)
+semantic_floor  = unrelated + FLOOR_SHARE * (related - unrelated)      (unless set)
+supported_floor = semantic_floor - WORD_SUPPORT * (related - unrelated)
+
+For all-MiniLM-L6-v2 (unrelated 0.176, related 0.731): 0.176 + 0.75 * 0.555 = 0.592 and
+0.592 - 0.35 * 0.555 = 0.398. The shares were chosen on a judged graph (docs/graph.md): an unrelated
+Spanish query reached cosine 0.563 under this English model with no shared word, and an unrelated
+English query sharing one ordinary word 0.356.
 """
 
 from __future__ import annotations
@@ -43,6 +50,7 @@ from app.graph.config import GraphSettings
 
 Match = Literal["meaning", "text", "both"]  # the signals that admit an answer
 FLOOR_SHARE = 0.75  # of the way from the model's `unrelated` to its `related` cosine (docs/graph.md)
+WORD_SUPPORT = 0.35  # of that span, taken off the floor for a candidate sharing a query word
 
 
 @dataclass
@@ -89,20 +97,39 @@ def cooc_boost(co_count: int, others: int, access_count: int, s: GraphSettings) 
     return min(1.0, co_count / (others * (max(access_count, 0) + s.cooc_scale)))
 
 
-def semantic_floor(cal: Calibration, s: GraphSettings) -> float:
-    """The cosine a candidate found by meaning must reach: the setting when set, else the module
-    docstring's rule over the model's calibration."""
-    if s.semantic_floor is not None:
-        return s.semantic_floor
-    return round(cal.unrelated + FLOOR_SHARE * (cal.related - cal.unrelated), 3)
+@dataclass(frozen=True)
+class Floor:
+    """The relevance floor of one search: the cosine that admits by meaning alone, the lower cosine that
+    admits with at least one query word in the text (both None when the query has no vector), and the
+    text coverage that admits by words alone."""
+
+    cosine: float | None
+    supported: float | None
+    coverage: float
+
+    def admits(self, cos: float, coverage: float) -> Match | None:
+        """Which signals admit a candidate: "both", "meaning", "text", or None (no answer)."""
+        shares_a_word = coverage > 0
+        meaning = self.cosine is not None and (
+            cos >= self.cosine or (shares_a_word and self.supported is not None and cos >= self.supported)
+        )
+        words = shares_a_word and coverage >= self.coverage
+        return "both" if meaning and words else "meaning" if meaning else "text" if words else None
 
 
-def matched_by(cos: float, coverage: float, by_meaning: bool, floor: float, min_coverage: float) -> Match | None:
-    """Which signals admit a candidate: "both", "meaning", "text", or None (no answer). The cosine counts
-    only when the query was embedded (`by_meaning`)."""
-    meaning = by_meaning and cos >= floor
-    words = coverage > 0 and coverage >= min_coverage
-    return "both" if meaning and words else "meaning" if meaning else "text" if words else None
+def floor_of(
+    cal: Calibration | None, s: GraphSettings, cosine: float | None = None, coverage: float | None = None
+) -> Floor:
+    """The floor of a search: `cosine` and `coverage` when given (a call's arguments), else the settings,
+    else the module docstring's rules over the model's calibration; `cal` None: the query has no vector."""
+    min_coverage = coverage if coverage is not None else s.min_text_coverage
+    if cal is None:
+        return Floor(None, None, min_coverage)
+    span = cal.related - cal.unrelated
+    floor = cosine if cosine is not None else s.semantic_floor
+    if floor is None:
+        floor = round(cal.unrelated + FLOOR_SHARE * span, 3)
+    return Floor(floor, round(floor - WORD_SUPPORT * span, 3), min_coverage)
 
 
 def limbic(rel: float, imp: float, tmp: float, cooc: float, s: GraphSettings) -> float:

@@ -49,8 +49,8 @@ async def add_reflection(ctx: CallContext, args: AddReflectionIn) -> AddReflecti
 
 
 async def search_reflections(ctx: CallContext, args: SearchReflectionsIn) -> SearchReflectionsOut:
-    """Hybrid (vector + BM25) search over reflections; only those passing the relevance floor (the cosine
-    floor of the model's calibration, or the minimum text coverage) are returned."""
+    """Hybrid (vector + BM25) search over reflections; only those passing the relevance floor of
+    search_semantic (`app.graph.scoring.Floor`) are returned."""
     s = ctx.feature_settings(GraphSettings)
     qvec = await query_vector(ctx, args.query, "graph search")
     pid = await project_id(ctx, args.project, create=False)
@@ -68,11 +68,11 @@ async def search_reflections(ctx: CallContext, args: SearchReflectionsIn) -> Sea
         args.target_type,
         args.author,
     )
-    floor = scoring.semantic_floor(await calibration_of(ctx.embedder), s) if qvec is not None else 0.0
+    floor = scoring.floor_of(await calibration_of(ctx.embedder) if qvec is not None else None, s)
     hits = []
     for r in rows:
         cos, ts = float(r["cos"]), lq.coverage(float(r["bm25"]))
-        if scoring.matched_by(cos, ts, qvec is not None, floor, s.min_text_coverage) is None:
+        if floor.admits(cos, ts) is None:
             continue
         base = reflection_out(r)
         hits.append(

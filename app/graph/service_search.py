@@ -49,21 +49,15 @@ class _Candidates:
     inputs: list[Any]
     answers: list[scoring.Candidate]
     pending: set[int]
-    floor: float | None = None  # None: the query has no vector, the cosine is no signal
-    min_coverage: float = 0.0
+    floor: scoring.Floor = field(default_factory=lambda: scoring.Floor(None, None, 0.0))
     below: list[scoring.Candidate] = field(default_factory=list)  # candidates under the floor (not archived)
 
 
-async def _floors(ctx: CallContext, args: SearchSemanticIn, qvec: list[float] | None) -> tuple[float | None, float]:
-    """The semantic floor (the argument, else the setting, else the model's calibration's rule; None
-    without a query vector) and the minimum text coverage of this search."""
-    s = ctx.feature_settings(GraphSettings)
-    floor = None
-    if qvec is not None:
-        floor = args.semantic_floor
-        if floor is None:
-            floor = scoring.semantic_floor(await calibration_of(ctx.embedder), s)
-    return floor, args.min_text_coverage if args.min_text_coverage is not None else s.min_text_coverage
+async def _floor(ctx: CallContext, args: SearchSemanticIn, qvec: list[float] | None) -> scoring.Floor:
+    """The relevance floor of this search: the arguments, else the settings, else the rules over the
+    model's calibration (no cosine floor without a query vector)."""
+    cal = await calibration_of(ctx.embedder) if qvec is not None else None
+    return scoring.floor_of(cal, ctx.feature_settings(GraphSettings), args.semantic_floor, args.min_text_coverage)
 
 
 async def _candidates(
@@ -81,8 +75,8 @@ async def _candidates(
     ids = list(dict.fromkeys([i for i, _ in vec] + [i for i, _ in txt]))
     inputs = await repo.score_inputs(ids, qvec, ctx.embedder.dimension, model, lq) if ids else []
     archived = set() if args.include_archived else set(s.archived_statuses)
-    floor, min_coverage = await _floors(ctx, args, qvec)
-    found = _Candidates(engine, inputs, [], {int(r["id"]) for r in inputs if not r["has_vector"]}, floor, min_coverage)
+    floor = await _floor(ctx, args, qvec)
+    found = _Candidates(engine, inputs, [], {int(r["id"]) for r in inputs if not r["has_vector"]}, floor)
     for r in inputs:
         if r["status"] in archived:
             continue
@@ -96,9 +90,8 @@ async def _candidates(
             access_count=int(r["access_count"]),
             days_since_access=float(r["days_since"]),
         )
-        by = scoring.matched_by(cand.cosine_sim, cand.text_score, floor is not None, floor or 0.0, min_coverage)
-        cand.matched_by = by
-        (found.answers if by else found.below).append(cand)
+        cand.matched_by = floor.admits(cand.cosine_sim, cand.text_score)
+        (found.answers if cand.matched_by else found.below).append(cand)
     return found
 
 
@@ -131,16 +124,17 @@ def _notice(qvec: list[float] | None, hits: list[SemanticHit], found: _Candidate
         best = max(found.below, key=lambda c: scoring.relevance(c.cosine_sim, c.text_score, s))
         cos = max(c.cosine_sim for c in found.below)
         cov = max(c.text_score for c in found.below)
+        f = found.floor
         floor = (
-            f"cosine similarity {found.floor:g} (semantic_floor)"
-            if found.floor is not None
+            f"cosine similarity {f.cosine:g} (semantic_floor; {f.supported:g} with a query word in the text)"
+            if f.cosine is not None and f.supported is not None
             else "no cosine (the query has no vector)"
         )
         parts.append(
             f"No entity passed the relevance floor: {len(found.below)} candidate(s), the best relevance "
             f"{scoring.relevance(best.cosine_sim, best.text_score, s):.3f} ({best.name}); best cosine similarity "
             f"{cos:.3f}, best text coverage {cov:.3f}, against a floor of {floor} or text coverage "
-            f"{found.min_coverage:g} (min_text_coverage). Nothing matches well: try other words, or pass a lower "
+            f"{f.coverage:g} (min_text_coverage). Nothing matches well: try other words, or pass a lower "
             "semantic_floor / min_text_coverage (server defaults: CAIRN_GRAPH_SEMANTIC_FLOOR, "
             "CAIRN_GRAPH_MIN_TEXT_COVERAGE) to see them"
         )

@@ -94,20 +94,30 @@ def test_the_co_occurrence_boost_keeps_telling_entities_apart_as_history_grows()
 
 
 def test_what_admits_an_answer() -> None:
-    assert scoring.matched_by(0.6, 0.0, True, 0.5, 0.2) == "meaning"
-    assert scoring.matched_by(0.6, 0.3, True, 0.5, 0.2) == "both"
-    assert scoring.matched_by(0.4, 0.3, True, 0.5, 0.2) == "text"
-    assert scoring.matched_by(0.4, 0.1, True, 0.5, 0.2) is None  # one ordinary word of a longer query
-    assert scoring.matched_by(0.9, 0.1, False, 0.5, 0.2) is None  # no query vector: the cosine is no signal
-    assert scoring.matched_by(0.4, 0.0, True, 0.5, 0.0) is None  # no shared word is no text match
+    floor = scoring.Floor(cosine=0.5, supported=0.3, coverage=0.2)
+    assert floor.admits(0.6, 0.0) == "meaning"
+    assert floor.admits(0.6, 0.3) == "both"
+    assert floor.admits(0.35, 0.1) == "meaning"  # one shared word: the lower floor
+    assert floor.admits(0.45, 0.0) is None  # no shared word: the full floor
+    assert floor.admits(0.25, 0.3) == "text"
+    assert floor.admits(0.25, 0.1) is None  # one ordinary word of a longer query, and a far meaning
+    blind = scoring.Floor(None, None, 0.2)  # no query vector: the cosine is no signal
+    assert blind.admits(0.9, 0.1) is None and blind.admits(0.9, 0.2) == "text"
+    assert scoring.Floor(0.5, 0.3, 0.0).admits(0.1, 0.0) is None  # no shared word is no text match
 
 
-def test_the_semantic_floor_follows_the_calibration_unless_set() -> None:
+def test_the_floors_follow_the_calibration_unless_set() -> None:
     local = Calibration(unrelated=0.176, related=0.731)
-    assert scoring.semantic_floor(local, GraphSettings()) == round(0.176 + scoring.FLOOR_SHARE * 0.555, 3)
+    assert scoring.floor_of(local, GraphSettings()) == scoring.Floor(0.592, 0.398, 0.2)  # the docstring's figures
     wide = Calibration(unrelated=0.65, related=0.85, source="measured")
-    assert scoring.semantic_floor(wide, GraphSettings()) == round(0.65 + scoring.FLOOR_SHARE * 0.2, 3)
-    assert scoring.semantic_floor(wide, GraphSettings(semantic_floor=0.3)) == 0.3
+    assert scoring.floor_of(wide, GraphSettings()) == scoring.Floor(0.8, 0.73, 0.2)  # above its unrelated 0.65
+    assert scoring.floor_of(wide, GraphSettings(semantic_floor=0.9, min_text_coverage=0.4)) == scoring.Floor(
+        0.9, 0.83, 0.4
+    )
+    assert scoring.floor_of(wide, GraphSettings(semantic_floor=0.9), cosine=0.7, coverage=0.1) == scoring.Floor(
+        0.7, 0.63, 0.1
+    )  # a call's arguments first
+    assert scoring.floor_of(None, GraphSettings()) == scoring.Floor(None, None, 0.2)
 
 
 @given(

@@ -22,7 +22,7 @@ from app.graph.schemas import (
     SearchSemanticOut,
     SemanticHit,
 )
-from app.graph.scoring import Candidate
+from app.graph.scoring import Candidate, Floor
 from app.graph.service_common import BASELINE, LIMBIC
 from app.graph.service_search import search_semantic
 from app.graph.service_stats import graph_stats
@@ -34,8 +34,9 @@ S = GraphSettings(semantic_floor=0.3)
 SETTINGS = GraphSettings()
 
 
-def _found(below: list[Candidate], floor: float | None = 0.592) -> service_search._Candidates:
-    return service_search._Candidates("hybrid", [{}] * len(below), [], set(), floor, 0.2, below)
+def _found(below: list[Candidate], cosine: float | None = 0.592) -> service_search._Candidates:
+    floor = Floor(cosine, None if cosine is None else 0.398, 0.2)
+    return service_search._Candidates("hybrid", [{}] * len(below), [], set(), floor, below)
 
 
 def _hit(name: str, pending: bool) -> SemanticHit:
@@ -87,9 +88,12 @@ def test_the_notice_says_why_nothing_passed_with_the_figures_and_what_to_change(
     assert "No entity passed the relevance floor: 2 candidate(s)" in notice
     assert "best relevance 0.563 (Pasarela de pagos)" in notice  # cosine + text_weight x coverage
     assert "best cosine similarity 0.563, best text coverage 0.147" in notice
-    assert "floor of cosine similarity 0.592 (semantic_floor) or text coverage 0.2 (min_text_coverage)" in notice
+    assert (
+        "floor of cosine similarity 0.592 (semantic_floor; 0.398 with a query word in the text) or text coverage 0.2 "
+        "(min_text_coverage)"
+    ) in notice
     assert "pass a lower semantic_floor / min_text_coverage" in notice and "CAIRN_GRAPH_SEMANTIC_FLOOR" in notice
-    blind = service_search._notice(None, [], _found(below, floor=None), SETTINGS) or ""
+    blind = service_search._notice(None, [], _found(below, cosine=None), SETTINGS) or ""
     assert blind.startswith("The embedding model is unavailable") and "no cosine (the query has no vector)" in blind
 
 
