@@ -305,7 +305,7 @@ class SemanticHit(BaseModel):
     limbic_score: float
     relevance: float = Field(description="cosine_sim + text_weight * text_score (the baseline score)")
     cosine_sim: float
-    text_score: float
+    text_score: float = Field(description="BM25 coverage of the query: its words' weight this entity holds, 0 to 1")
     importance: float
     temporal: float
     cooc_boost: float

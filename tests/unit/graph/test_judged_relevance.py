@@ -77,9 +77,12 @@ def score(out: SearchSemanticOut, treatment: str) -> float:
     return top.limbic_score if treatment == "limbic" else top.relevance
 
 
-async def accesses(db: Database) -> int:
+async def accesses(db: Database) -> tuple[int, int]:
+    """Accesses and co-occurrences counted so far."""
     async with db.transaction() as session:
-        return int(await session.scalar(text("SELECT coalesce(sum(access_count), 0) FROM graph_entity_access")))
+        hits = await session.scalar(text("SELECT coalesce(sum(access_count), 0) FROM graph_entity_access"))
+        pairs = await session.scalar(text("SELECT coalesce(sum(co_count), 0) FROM graph_cooccurrences"))
+        return int(hits), int(pairs)
 
 
 async def test_off_topic_scores_below_every_judged_answer_and_earns_no_access(
@@ -87,7 +90,7 @@ async def test_off_topic_scores_below_every_judged_answer_and_earns_no_access(
 ) -> None:
     for treatment in TREATMENTS:
         off = {q: await search(judged, local, q, treatment=treatment) for q in OFF_TOPIC}
-        assert await accesses(judged) == 0, {q: [h.name for h in o.results] for q, o in off.items()}
+        assert await accesses(judged) == (0, 0), {q: [h.name for h in o.results] for q, o in off.items()}
         for q, out in off.items():
             assert out.results == [] and out.notice and "No entity passed the relevance floor" in out.notice, q
         best_off = max(score(o, treatment) for o in off.values())
@@ -100,6 +103,7 @@ async def test_off_topic_scores_below_every_judged_answer_and_earns_no_access(
         mrr = sum(1 / r for r in ranks if r) / len(JUDGED)
         assert mrr >= 0.95, (treatment, list(zip(JUDGED, ranks, strict=True)))
         assert best_off < min(top1), (treatment, best_off, min(top1))
+        assert (await accesses(judged))[0] > 0  # the answers are counted
         async with judged.transaction() as session:  # the next treatment starts from no history
             await session.execute(text("DELETE FROM graph_entity_access"))
             await session.execute(text("DELETE FROM graph_cooccurrences"))
