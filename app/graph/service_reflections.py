@@ -53,6 +53,8 @@ async def search_reflections(ctx: CallContext, args: SearchReflectionsIn) -> Sea
     search_semantic (`app.graph.scoring.Floor`) are returned."""
     s = ctx.feature_settings(GraphSettings)
     qvec = await query_vector(ctx, args.query, "graph search")
+    # before any SQL: a first measurement of the calibration calls the model
+    floor = scoring.floor_of(await calibration_of(ctx.embedder) if qvec is not None else None, s)
     pid = await project_id(ctx, args.project, create=False)
     if pid is None:
         return SearchReflectionsOut(results=[])
@@ -68,7 +70,6 @@ async def search_reflections(ctx: CallContext, args: SearchReflectionsIn) -> Sea
         args.target_type,
         args.author,
     )
-    floor = scoring.floor_of(await calibration_of(ctx.embedder) if qvec is not None else None, s)
     hits = []
     for r in rows:
         cos, ts = float(r["cos"]), lq.coverage(float(r["bm25"]))

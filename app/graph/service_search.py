@@ -55,13 +55,19 @@ class _Candidates:
 
 async def _floor(ctx: CallContext, args: SearchSemanticIn, qvec: list[float] | None) -> scoring.Floor:
     """The relevance floor of this search: the arguments, else the settings, else the rules over the
-    model's calibration (no cosine floor without a query vector)."""
+    model's calibration (no cosine floor without a query vector). Called before any SQL: measuring a
+    model's calibration (once per process) calls the model, which no open transaction may wait for."""
     cal = await calibration_of(ctx.embedder) if qvec is not None else None
     return scoring.floor_of(cal, ctx.feature_settings(GraphSettings), args.semantic_floor, args.min_text_coverage)
 
 
 async def _candidates(
-    ctx: CallContext, repo: SearchRepository, pid: uuid.UUID, args: SearchSemanticIn, qvec: list[float] | None
+    ctx: CallContext,
+    repo: SearchRepository,
+    pid: uuid.UUID,
+    args: SearchSemanticIn,
+    qvec: list[float] | None,
+    floor: scoring.Floor,
 ) -> _Candidates:
     """Vector and BM25 candidates (`candidate_multiplier` times the limit each), with their score
     inputs, split into answers and the rest; archived entities are left out unless asked for."""
@@ -75,7 +81,6 @@ async def _candidates(
     ids = list(dict.fromkeys([i for i, _ in vec] + [i for i, _ in txt]))
     inputs = await repo.score_inputs(ids, qvec, ctx.embedder.dimension, model, lq) if ids else []
     archived = set() if args.include_archived else set(s.archived_statuses)
-    floor = await _floor(ctx, args, qvec)
     found = _Candidates(engine, inputs, [], {int(r["id"]) for r in inputs if not r["has_vector"]}, floor)
     for r in inputs:
         if r["status"] in archived:
@@ -146,13 +151,14 @@ async def search_semantic(ctx: CallContext, args: SearchSemanticIn) -> SearchSem
     s = ctx.feature_settings(GraphSettings)
     started = time.perf_counter()
     qvec = await query_vector(ctx, args.query, "graph search")
+    floor = await _floor(ctx, args, qvec)
     pid = await project_id(ctx, args.project, create=False)
     treatment = _treatment(args.treatment, s.ab_limbic_ratio)
     if pid is None:
         empty = SearchSemanticOut(results=[], event_id=0, treatment=_label(treatment), engine="none", duration_ms=0.0)
         return measured(empty, "tokens")
     repo = SearchRepository(ctx.session)
-    found = await _candidates(ctx, repo, pid, args, qvec)
+    found = await _candidates(ctx, repo, pid, args, qvec, floor)
     ids = [c.id for c in found.answers]
     baseline = scoring.score(found.answers, await repo.cooccurrences(ids) if ids else [], s)
     ranked = sorted(baseline, key=lambda c: (-c.limbic_score, c.baseline_rank)) if treatment == LIMBIC else baseline

@@ -1,16 +1,20 @@
 """app/graph/service_search.py: its pure parts (treatment, components, the notice that says why nothing
 passed and which results wait for their vector), and a search with a real call context (the model
 unreachable: words alone) that leaves archived entities and noise out, labels its pending results and
-logs its event."""
+logs its event; a model's calibration is measured before the search's transaction opens."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
 
 from sqlalchemy import text
 
+from app.core.config import Settings
 from app.core.context import CallContext, Principal
 from app.core.db import Database
+from app.core.embeddings.calibration import forget
+from app.core.embeddings.local import LocalOnnxEmbedder
 from app.graph import service, service_search
 from app.graph.config import GraphSettings
 from app.graph.schemas import (
@@ -167,3 +171,44 @@ async def test_opening_a_result_credits_the_search_in_the_write_part_of_the_call
         assert len(ctx.primary_steps) == 1
         assert await ctx.primary_steps[0](ctx.session, opened) is opened
         assert await ctx.session.scalar(credited, {"e": event}) == 1
+
+
+class _Unmeasured(LocalOnnxEmbedder):
+    """The local model under another name and with no declared calibration, so that the first search
+    measures it; each batch counts the test database's connections idle in a transaction meanwhile."""
+
+    calibration = None
+
+    def __init__(self, db: Database) -> None:
+        super().__init__()
+        self.model = "unmeasured-model"  # no vectors stored under this name: the search runs on words
+        self.probe = Database(db.url, Settings())
+        self.held: list[int] = []
+
+    async def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        if len(texts) > 1:  # the calibration's batch (a query is embedded alone)
+            async with self.probe.transaction() as session:
+                held = await session.scalar(
+                    text(
+                        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                        "AND state LIKE 'idle in transaction%'"
+                    )
+                )
+            self.held.append(int(held or 0))
+        return await super().embed(texts)
+
+
+async def test_a_calibration_is_measured_before_the_search_opens_a_transaction(db: Database) -> None:
+    lake = EntityIn(name="Lake Garda", entityType="place", observations=["the largest lake in Italy"])
+    async with call(db) as ctx:
+        await service.create_entities(ctx, CreateEntitiesIn(project="garda", entities=[lake]))
+    model = _Unmeasured(db)
+    try:
+        async with service_call(db, WRITER, embedder=model) as ctx:
+            out = await searched(ctx, SearchSemanticIn(project="garda", query="lake"))
+        assert [h.name for h in out.results] == ["Lake Garda"] and out.results[0].matched_by == "text"
+        assert model.held == [0]  # measured once, with no transaction of the search open
+    finally:
+        forget()
+        await model.probe.dispose()
+        await model.close()
