@@ -23,15 +23,29 @@ class GraphSettings(BaseSettings):
     temporal_weight: float = Field(default=0.25, ge=0.0, le=1.0)
     half_life_days: float = Field(default=30.0, gt=0.0)
     cooc_weight: float = Field(default=0.2, ge=0.0)
-    cooc_scale: float = Field(default=5.0, gt=0.0)
+    cooc_scale: float = Field(
+        default=5.0,
+        gt=0.0,
+        description="Prior returns added to an entity's access count when its co-occurrence share is taken",
+    )
     candidate_multiplier: int = Field(default=4, ge=1, le=50)
-    semantic_floor: float = Field(
+    semantic_floor: float | None = Field(
+        default=None,
+        ge=0.0,
+        le=1.0,
+        description=(
+            "search_semantic / search_reflections: the cosine similarity a candidate found by meaning must "
+            "reach to be an answer (returned and counted as accessed); default: derived from the model's "
+            "calibration (app/graph/scoring.py, docs/graph.md)"
+        ),
+    )
+    min_text_coverage: float = Field(
         default=0.2,
         ge=0.0,
         le=1.0,
         description=(
-            "search_semantic: a candidate found by meaning only (no query word in its text) whose cosine "
-            "similarity is below this is no answer: it is neither returned nor counted as accessed"
+            "The BM25 coverage of the query (share of its words' weight a text holds) a candidate found by "
+            "words must reach to be an answer"
         ),
     )
     archived_statuses: list[str] = Field(

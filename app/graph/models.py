@@ -1,13 +1,15 @@
-"""Tables of the knowledge graph (migrations graph_0001 and graph_0002 create them; SQL lives in the repositories).
+"""Tables of the knowledge graph (migrations graph_0001 to graph_0003 create them; SQL lives in the repositories).
 
-Generated columns (`search_text`, `tsv`) and the vector columns are declared for reference only.
+Generated columns (`search_text`, `tsv`, `lexical`) and the vector columns are declared for reference only.
 """
 
 from __future__ import annotations
 
 import uuid
 from datetime import date, datetime
+from typing import Any
 
+from pgvector.sqlalchemy import SPARSEVEC
 from sqlalchemy import BigInteger, Boolean, Date, DateTime, Float, ForeignKey, Integer, Text, func
 from sqlalchemy.dialects.postgresql import TSVECTOR, UUID
 from sqlalchemy.orm import Mapped, mapped_column
@@ -28,6 +30,7 @@ class GraphEntity(Base):
     obs_text: Mapped[str] = mapped_column(Text, server_default="")
     search_text: Mapped[str] = mapped_column(Text)
     tsv: Mapped[str] = mapped_column(TSVECTOR)
+    lexical: Mapped[Any] = mapped_column(SPARSEVEC(1_000_000_000))
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
 
@@ -77,6 +80,7 @@ class GraphReflection(Base):
     content: Mapped[str] = mapped_column(Text)
     mood: Mapped[str | None] = mapped_column(Text)
     tsv: Mapped[str] = mapped_column(TSVECTOR)
+    lexical: Mapped[Any] = mapped_column(SPARSEVEC(1_000_000_000))
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
 
 

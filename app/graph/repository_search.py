@@ -9,12 +9,15 @@ from typing import Any
 from sqlalchemy import text
 
 from app.core.embeddings.knn import KnnQuery, nearest, prepare_scan, query_params, similarity_sql
+from app.core.embeddings.lexical import LexicalIndex, LexicalQuery, lexical_query, ranked
 from app.core.embeddings.vectors import EmbeddedRows
 from app.core.repository import Repository
 from app.graph.repository import ENTITY_VECTORS, REFLECTION_TARGET
 
-TEXT_SCAN_CAP = 2000  # full-text matches ranked at most (very common words match most of a large graph)
 REFLECTION_VECTORS = EmbeddedRows(REFLECTION_TARGET, "graph_reflections", "graph_reflection_embeddings", text="content")
+# tsv (cairn_text) and lexical (bm25_document) of graph_0003_lexical
+ENTITY_LEXICAL = LexicalIndex("graph_entities", config="cairn_text")
+REFLECTION_LEXICAL = LexicalIndex("graph_reflections", config="cairn_text")
 
 
 class SearchRepository(Repository):
@@ -29,40 +32,47 @@ class SearchRepository(Repository):
         query = KnnQuery(ENTITY_VECTORS, model, qvec, n, alias="g", where=where, params=params)
         return [(int(owner), cos) for owner, cos in await nearest(self, query)]
 
+    async def lexical_query(self, query: str) -> LexicalQuery:
+        """The query's lexemes under `cairn_text` found in entities, with their idf; the others in
+        `missing`, where they lower every coverage (`app.core.embeddings.lexical`)."""
+        return await lexical_query(self, ENTITY_LEXICAL, query)
+
     async def text_candidates(
-        self, project_id: uuid.UUID, words: list[str], n: int, entity_type: str | None
+        self, project_id: uuid.UUID, query: LexicalQuery, n: int, entity_type: str | None
     ) -> list[tuple[int, float]]:
-        """Entities matching any query word in the full-text index: (id, ts_rank_cd in [0, 1))."""
-        if not words:
+        """The `n` entities of the project (and type) with the best BM25 score for `query`: (id, score),
+        best first, those sharing no lexeme left out. One scan of the inner-product HNSW index plus the
+        entities holding a rare query lexeme through the GIN index (`LexicalIndex.top_sql`)."""
+        if not query.terms:
             return []
-        type_cond = " AND entity_type = :t" if entity_type else ""
+        where = "g.project_id = :pid" + (" AND g.entity_type = :t" if entity_type else "")
+        rare = query.rare()
+        await prepare_scan(self, n)
         rows = await self.rows(
-            f"""WITH q AS (SELECT to_tsquery('simple', array_to_string(CAST(:w AS text[]), ' | ')) AS q),
-                     hits AS (SELECT id, tsv FROM graph_entities, q
-                              WHERE project_id = :pid AND tsv @@ q.q{type_cond} LIMIT :scan)
-                SELECT id, ts_rank_cd(tsv, q.q, 32) AS rank FROM hits, q ORDER BY 2 DESC, id LIMIT :n""",
-            {"w": words, "pid": project_id, "t": entity_type, "n": n, "scan": TEXT_SCAN_CAP},
+            ENTITY_LEXICAL.top_sql("g", where, rare is not None),
+            {"pid": project_id, "t": entity_type, "lq": query.vector, "k": n, **({"rare": rare} if rare else {})},
         )
-        return [(int(r["id"]), float(r["rank"])) for r in rows]
+        return [(int(i), score) for i, score in ranked(rows)[:n]]
 
     async def score_inputs(
-        self, ids: Sequence[int], qvec: Sequence[float] | None, dim: int, model: str, words: list[str]
+        self, ids: Sequence[int], qvec: Sequence[float] | None, dim: int, model: str, query: LexicalQuery | None
     ) -> list[Any]:
         """Per candidate: id, name, type, status, cosine (0 without a query vector or an entity vector),
-        whether the entity has a vector of `model`, text score, access count, days since last access."""
+        whether the entity has a vector of `model`, BM25 score `bm25` (0 without a query lexeme found),
+        access count, days since last access."""
+        lq = query if query is not None and query.terms else None
+        bm25 = ENTITY_LEXICAL.score_sql("g") if lq is not None else "0::float8"
         return await self.rows(
             f"""SELECT g.id, g.name, g.entity_type, g.status,
                        COALESCE({similarity_sql(dim)}, 0) AS cos, e.owner_id IS NOT NULL AS has_vector,
-                       CASE WHEN cardinality(CAST(:w AS text[])) = 0 THEN 0 ELSE
-                         ts_rank_cd(g.tsv, to_tsquery('simple', array_to_string(CAST(:w AS text[]), ' | ')), 32)
-                       END AS ts,
+                       COALESCE({bm25}, 0) AS bm25,
                        COALESCE(a.access_count, 0) AS access_count,
                        EXTRACT(EPOCH FROM (now() - COALESCE(a.last_access, g.created_at))) / 86400.0 AS days_since
                 FROM graph_entities g
                 LEFT JOIN graph_embeddings e ON e.owner_id = g.id AND e.model = :model
                 LEFT JOIN graph_entity_access a ON a.entity_id = g.id
                 WHERE g.id = ANY(CAST(:ids AS bigint[]))""",
-            {**query_params(qvec), "model": model, "w": words, "ids": list(ids)},
+            {**query_params(qvec), "model": model, "ids": list(ids), **({"lq": lq.vector} if lq is not None else {})},
         )
 
     async def cooccurrences(self, ids: Sequence[int]) -> list[tuple[int, int, int]]:
@@ -297,37 +307,44 @@ class SearchRepository(Repository):
         qvec: Sequence[float] | None,
         dim: int,
         model: str,
-        words: list[str],
+        query: LexicalQuery,
         n: int,
         target_type: str | None,
         author: str | None,
     ) -> list[Any]:
-        """Hybrid candidates with cosine and text scores: the `n` nearest by vector (`app.core.embeddings.knn`; none
-        without a query vector) and the `n` best by full text."""
+        """Hybrid candidates with their cosine (`cos`) and BM25 score (`bm25`): the `n` nearest by vector
+        (`app.core.embeddings.knn`; none without a query vector) and the `n` best by BM25 over
+        `cairn_text` (`LexicalIndex.top_sql`)."""
         filters = "".join([" AND r.target_type = :tt" if target_type else "", " AND r.author = :au" if author else ""])
         scope = {"pid": project_id, "tt": target_type, "au": author}
-        params: dict[str, Any] = {**scope, "m": model, "n": n, "w": words, **query_params(qvec)}
-        vec, cand = "", "SELECT id FROM txt"
+        ids: list[int] = []
         if qvec is not None:
             knn = KnnQuery(
                 REFLECTION_VECTORS, model, qvec, n, alias="r", where=f"r.project_id = :pid{filters}", params=scope
             )
+            ids += [int(owner) for owner, _ in await nearest(self, knn)]
+        lexical = bool(query.terms)
+        if lexical:
+            rare = query.rare()
             await prepare_scan(self, n)
-            vec, cand = f"vec AS ({knn.sql}), ", "SELECT owner AS id FROM vec UNION SELECT id FROM txt"
-            params.update(knn.parameters)
+            rows = await self.rows(
+                REFLECTION_LEXICAL.top_sql("r", f"r.project_id = :pid{filters}", rare is not None),
+                {**scope, "lq": query.vector, "k": n, **({"rare": rare} if rare else {})},
+            )
+            ids += [int(i) for i, _ in ranked(rows)[:n]]
+        if not ids:
+            return []
+        bm25 = REFLECTION_LEXICAL.score_sql("r") if lexical else "0::float8"
         return await self.rows(
-            f"""WITH {vec}txt AS (
-                    SELECT r.id FROM graph_reflections r,
-                           to_tsquery('simple', array_to_string(CAST(:w AS text[]), ' | ')) AS tq
-                    WHERE cardinality(CAST(:w AS text[])) > 0 AND r.project_id = :pid AND r.tsv @@ tq{filters}
-                    ORDER BY ts_rank_cd(r.tsv, tq, 32) DESC LIMIT :n),
-                cand AS ({cand})
-                SELECT r.id, r.target_type, r.target_id, g.name AS target_name, r.author, r.content, r.mood,
-                       r.created_at, COALESCE({similarity_sql(dim)}, 0) AS cos,
-                       CASE WHEN cardinality(CAST(:w AS text[])) = 0 THEN 0 ELSE ts_rank_cd(r.tsv,
-                         to_tsquery('simple', array_to_string(CAST(:w AS text[]), ' | ')), 32) END AS ts
-                FROM cand JOIN graph_reflections r ON r.id = cand.id
+            f"""SELECT r.id, r.target_type, r.target_id, g.name AS target_name, r.author, r.content, r.mood,
+                       r.created_at, COALESCE({similarity_sql(dim)}, 0) AS cos, COALESCE({bm25}, 0) AS bm25
+                FROM graph_reflections r
                 LEFT JOIN graph_reflection_embeddings e ON e.owner_id = r.id AND e.model = :m
-                LEFT JOIN graph_entities g ON g.id = r.target_id AND r.target_type = 'entity'""",
-            params,
+                LEFT JOIN graph_entities g ON g.id = r.target_id AND r.target_type = 'entity'
+                WHERE r.id = ANY(CAST(:ids AS bigint[]))""",
+            {"m": model, "ids": sorted(set(ids)), **query_params(qvec), **({"lq": query.vector} if lexical else {})},
         )
+
+    async def reflection_query(self, query: str) -> LexicalQuery:
+        """The query's lexemes under `cairn_text` found in reflections, with their idf."""
+        return await lexical_query(self, REFLECTION_LEXICAL, query)

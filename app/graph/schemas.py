@@ -279,6 +279,18 @@ class SearchSemanticIn(ProjectIn):
     entity_type: str | None = Field(default=None, max_length=128)
     include_observations: int = Field(default=3, ge=0, le=20, description="Observations shown per result")
     include_archived: bool = Field(default=False, description="Also return archived entities")
+    semantic_floor: float | None = Field(
+        default=None,
+        ge=0.0,
+        le=1.0,
+        description="Cosine similarity a result found by meaning must reach (default: fitted to the model)",
+    )
+    min_text_coverage: float | None = Field(
+        default=None,
+        ge=0.0,
+        le=1.0,
+        description="Share of the query's word weight a result found by words must hold (default: the server's)",
+    )
 
 
 class SemanticHit(BaseModel):
@@ -293,13 +305,18 @@ class SemanticHit(BaseModel):
     limbic_score: float
     relevance: float = Field(description="cosine_sim + text_weight * text_score (the baseline score)")
     cosine_sim: float
-    text_score: float
+    text_score: float = Field(description="BM25 coverage of the query: its words' weight this entity holds, 0 to 1")
     importance: float
     temporal: float
     cooc_boost: float
     access_count: int
     embedding: Literal["pending"] | None = Field(
         default=None, exclude_if=lambda v: v is None, description="pending: found by text; its vector is not made yet"
+    )
+    matched_by: Literal["meaning", "text", "both"] | None = Field(
+        default=None,
+        description="What made it an answer: a cosine at or above the semantic floor, a text coverage at or above "
+        "min_text_coverage, or both",
     )
 
 

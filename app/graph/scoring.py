@@ -1,12 +1,41 @@
-"""The limbic score and the search-quality metrics (pure functions, no I/O).
+"""The limbic score, what counts as an answer, and the search-quality metrics (pure functions, no I/O).
 
 relevance    = cosine_sim + text_weight * text_score                  (the baseline ranking)
 importance   = 1 - exp(-access_count / importance_scale)              (0 for never-returned entities)
 temporal     = 0.5 ** (days_since_last_access / half_life_days)       (creation time when never accessed)
-cooc_boost   = 1 - exp(-co_count_with_top_candidates / cooc_scale)
+cooc_boost   = min(1, Σ_{j in top, j != e} co_count(e, j) / (n_top_others * (access_count + cooc_scale)))
 limbic_score = relevance * (1 + importance_weight * importance)
                          * ((1 - temporal_weight) + temporal_weight * temporal)
                          * (1 + cooc_weight * cooc_boost)
+
+`text_score` is the BM25 coverage of the query (`app.core.embeddings.lexical`, in [0, 1]).
+
+`cooc_boost` is on a [0, 1] scale: the share of the entity's past returns in which it came back together
+with the other top candidates of this search (`n_top_others` of them: the `cooc_top` best by relevance,
+itself left out), averaged over those candidates. Every return of an entity in the top counted one access
+and one co-occurrence per other top entity, so `co_count(e, j) <= access_count(e)`. `cooc_scale` returns
+are added to the denominator as a prior of returns without those candidates, so that one shared search
+proves little. A raw count saturated as history grew: one ten-result search gave every top-10 entity the
+same boost of 0.835, and five gave ~1.0 whatever else they had been returned with. A share keeps telling an
+entity that always comes back with this neighbourhood from one that comes back with everything.
+
+Worked example (cooc_scale 5): the top of a search holds A, B, C. A has been returned 15 times, 9 of them
+with B and 6 with C: cooc_boost(A) = (9 + 6) / (2 * (15 + 5)) = 0.375. D, outside the top, has been
+returned 45 times (a hub entity, returned with everything), 5 times with each of A, B, C:
+(5 + 5 + 5) / (3 * (45 + 5)) = 0.1. A new entity returned once with A, B and C: 3 / (3 * (1 + 5)) = 0.1667.
+
+An answer is a candidate that passes the relevance floor (`Floor`): by meaning, a cosine of at least
+`semantic_floor`, or of at least `supported_floor` when its text holds a query word; by words, a text
+coverage of at least `min_text_coverage`. Both cosine floors follow the model's calibration
+(`app.core.embeddings.calibration`):
+
+semantic_floor  = unrelated + FLOOR_SHARE * (related - unrelated)      (unless set)
+supported_floor = semantic_floor - WORD_SUPPORT * (related - unrelated)
+
+For all-MiniLM-L6-v2 (unrelated 0.176, related 0.731): 0.176 + 0.75 * 0.555 = 0.592 and
+0.592 - 0.35 * 0.555 = 0.398. The shares were chosen on a judged graph (docs/graph.md): an unrelated
+Spanish query reached cosine 0.563 under this English model with no shared word, and an unrelated
+English query sharing one ordinary word 0.356.
 """
 
 from __future__ import annotations
@@ -14,8 +43,14 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Literal
 
+from app.core.embeddings.provider import Calibration
 from app.graph.config import GraphSettings
+
+Match = Literal["meaning", "text", "both"]  # the signals that admit an answer
+FLOOR_SHARE = 0.75  # of the way from the model's `unrelated` to its `related` cosine (docs/graph.md)
+WORD_SUPPORT = 0.35  # of that span, taken off the floor for a candidate sharing a query word
 
 
 @dataclass
@@ -36,6 +71,7 @@ class Candidate:
     cooc_boost: float = 0.0
     limbic_score: float = 0.0
     baseline_rank: int = 0
+    matched_by: Match | None = None
 
 
 def relevance(cos: float, text_score: float, s: GraphSettings) -> float:
@@ -53,9 +89,47 @@ def temporal(days: float, s: GraphSettings) -> float:
     return float(0.5 ** (max(days, 0.0) / s.half_life_days))
 
 
-def cooc_boost(co_count: int, s: GraphSettings) -> float:
-    """Saturating boost from co-occurrences with the other top candidates."""
-    return 1.0 - math.exp(-max(co_count, 0) / s.cooc_scale)
+def cooc_boost(co_count: int, others: int, access_count: int, s: GraphSettings) -> float:
+    """The share of an entity's returns spent with the `others` other top candidates (`co_count`: its
+    co-occurrences with them, summed), shrunk by `cooc_scale` prior returns; in [0, 1]."""
+    if others <= 0 or co_count <= 0:
+        return 0.0
+    return min(1.0, co_count / (others * (max(access_count, 0) + s.cooc_scale)))
+
+
+@dataclass(frozen=True)
+class Floor:
+    """The relevance floor of one search: the cosine that admits by meaning alone, the lower cosine that
+    admits with at least one query word in the text (both None when the query has no vector), and the
+    text coverage that admits by words alone."""
+
+    cosine: float | None
+    supported: float | None
+    coverage: float
+
+    def admits(self, cos: float, coverage: float) -> Match | None:
+        """Which signals admit a candidate: "both", "meaning", "text", or None (no answer)."""
+        shares_a_word = coverage > 0
+        meaning = self.cosine is not None and (
+            cos >= self.cosine or (shares_a_word and self.supported is not None and cos >= self.supported)
+        )
+        words = shares_a_word and coverage >= self.coverage
+        return "both" if meaning and words else "meaning" if meaning else "text" if words else None
+
+
+def floor_of(
+    cal: Calibration | None, s: GraphSettings, cosine: float | None = None, coverage: float | None = None
+) -> Floor:
+    """The floor of a search: `cosine` and `coverage` when given (a call's arguments), else the settings,
+    else the module docstring's rules over the model's calibration; `cal` None: the query has no vector."""
+    min_coverage = coverage if coverage is not None else s.min_text_coverage
+    if cal is None:
+        return Floor(None, None, min_coverage)
+    span = cal.related - cal.unrelated
+    floor = cosine if cosine is not None else s.semantic_floor
+    if floor is None:
+        floor = round(cal.unrelated + FLOOR_SHARE * span, 3)
+    return Floor(floor, round(floor - WORD_SUPPORT * span, 3), min_coverage)
 
 
 def limbic(rel: float, imp: float, tmp: float, cooc: float, s: GraphSettings) -> float:
@@ -85,7 +159,8 @@ def score(cands: list[Candidate], cooc: Sequence[tuple[int, int, int]], s: Graph
     for c in baseline:
         c.importance = importance(c.access_count, s)
         c.temporal = temporal(c.days_since_access, s)
-        c.cooc_boost = cooc_boost(co_sum.get(c.id, 0), s)
+        others = len(top) - (1 if c.id in top else 0)
+        c.cooc_boost = cooc_boost(co_sum.get(c.id, 0), others, c.access_count, s)
         c.limbic_score = limbic(c.relevance, c.importance, c.temporal, c.cooc_boost, s)
     return baseline
 

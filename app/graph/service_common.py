@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import re
 import uuid
 
 from app.core.context import CallContext
@@ -16,7 +15,6 @@ from app.graph.repository_search import REFLECTION_VECTORS
 
 log = logging.getLogger("cairn.graph")
 
-_WORD = re.compile(r"\w+", re.UNICODE)
 LIMBIC, BASELINE = 1, 0  # the search treatments: limbic re-ranking, or the baseline order
 
 
@@ -54,12 +52,3 @@ def require(rows: list[EntityRow], names: list[str]) -> dict[str, EntityRow]:
         if n not in by_name:
             raise not_found(n)
     return by_name
-
-
-def query_words(query: str, cap: int = 32) -> list[str]:
-    """Lower-cased words of a query for the OR full-text match."""
-    words: list[str] = []
-    for w in _WORD.findall(query.lower()):
-        if w not in words:
-            words.append(w)
-    return words[:cap]

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from app.core.context import CallContext
+from app.core.embeddings.calibration import calibration_of
 from app.core.embeddings.calls import enqueue, query_vector
 from app.core.errors import invalid_field
+from app.graph import scoring
 from app.graph.config import GraphSettings
 from app.graph.repository import REFLECTION_TARGET, GraphRepository
 from app.graph.repository_search import SearchRepository
@@ -16,7 +18,7 @@ from app.graph.schemas import (
     SearchReflectionsOut,
 )
 from app.graph.service import reflection_out
-from app.graph.service_common import not_found, project_id, query_words
+from app.graph.service_common import not_found, project_id
 
 
 async def add_reflection(ctx: CallContext, args: AddReflectionIn) -> AddReflectionOut:
@@ -47,30 +49,37 @@ async def add_reflection(ctx: CallContext, args: AddReflectionIn) -> AddReflecti
 
 
 async def search_reflections(ctx: CallContext, args: SearchReflectionsIn) -> SearchReflectionsOut:
-    """Hybrid (vector + full-text) search over reflections."""
+    """Hybrid (vector + BM25) search over reflections; only those passing the relevance floor of
+    search_semantic (`app.graph.scoring.Floor`) are returned."""
     s = ctx.feature_settings(GraphSettings)
     qvec = await query_vector(ctx, args.query, "graph search")
+    # before any SQL: a first measurement of the calibration calls the model
+    floor = scoring.floor_of(await calibration_of(ctx.embedder) if qvec is not None else None, s)
     pid = await project_id(ctx, args.project, create=False)
     if pid is None:
         return SearchReflectionsOut(results=[])
-    rows = await SearchRepository(ctx.session).search_reflections(
+    repo = SearchRepository(ctx.session)
+    lq = await repo.reflection_query(args.query)
+    rows = await repo.search_reflections(
         pid,
         qvec,
         ctx.embedder.dimension,
         ctx.embedder.model,
-        query_words(args.query),
+        lq,
         args.limit * s.candidate_multiplier,
         args.target_type,
         args.author,
     )
     hits = []
     for r in rows:
-        cos, ts = float(r["cos"]), float(r["ts"])
+        cos, ts = float(r["cos"]), lq.coverage(float(r["bm25"]))
+        if floor.admits(cos, ts) is None:
+            continue
         base = reflection_out(r)
         hits.append(
             ReflectionHit(
                 **base.model_dump(),
-                score=round(cos + s.text_weight * ts, 6),
+                score=round(scoring.relevance(cos, ts, s), 6),
                 cosine_sim=round(cos, 6),
                 text_score=round(ts, 6),
             )

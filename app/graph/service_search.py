@@ -6,13 +6,14 @@ import hashlib
 import random
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.core.budget import measured
 from app.core.context import CallContext
+from app.core.embeddings.calibration import calibration_of
 from app.core.embeddings.calls import query_vector
 from app.graph import scoring
 from app.graph.config import GraphSettings
@@ -23,7 +24,7 @@ from app.graph.schemas import (
     SearchSemanticOut,
     SemanticHit,
 )
-from app.graph.service_common import BASELINE, LIMBIC, project_id, query_words
+from app.graph.service_common import BASELINE, LIMBIC, project_id
 
 
 def _treatment(requested: str, ratio: float) -> int:
@@ -34,58 +35,69 @@ def _treatment(requested: str, ratio: float) -> int:
     return LIMBIC if random.random() < ratio else BASELINE
 
 
-def _an_answer(cosine: float, text_score: float, by_meaning: bool, s: GraphSettings) -> bool:
-    """Whether a candidate answers the query at all: a query word in its text, or (when the query was
-    embedded) a cosine similarity of at least `semantic_floor`. Vector search always finds nearest
-    neighbours, relevant or not; counting noise as accessed would make it rank higher next time."""
-    return text_score > 0 or (by_meaning and cosine >= s.semantic_floor)
-
-
 def _label(treatment: int) -> Literal["limbic", "baseline"]:
     return "limbic" if treatment == LIMBIC else "baseline"
 
 
 @dataclass
 class _Candidates:
-    """What the hybrid retrieval found: the engines that answered, every candidate's score inputs,
-    the candidates that answer the query at all, and those still waiting for their vector."""
+    """What the hybrid retrieval found: the engines that answered, every candidate's score inputs, the
+    candidates that answer the query (pass the relevance floor), those still waiting for their vector,
+    and the floor applied."""
 
     engine: str
     inputs: list[Any]
     answers: list[scoring.Candidate]
     pending: set[int]
+    floor: scoring.Floor = field(default_factory=lambda: scoring.Floor(None, None, 0.0))
+    below: list[scoring.Candidate] = field(default_factory=list)  # candidates under the floor (not archived)
+
+
+async def _floor(ctx: CallContext, args: SearchSemanticIn, qvec: list[float] | None) -> scoring.Floor:
+    """The relevance floor of this search: the arguments, else the settings, else the rules over the
+    model's calibration (no cosine floor without a query vector). Called before any SQL: measuring a
+    model's calibration (once per process) calls the model, which no open transaction may wait for."""
+    cal = await calibration_of(ctx.embedder) if qvec is not None else None
+    return scoring.floor_of(cal, ctx.feature_settings(GraphSettings), args.semantic_floor, args.min_text_coverage)
 
 
 async def _candidates(
-    ctx: CallContext, repo: SearchRepository, pid: uuid.UUID, args: SearchSemanticIn, qvec: list[float] | None
+    ctx: CallContext,
+    repo: SearchRepository,
+    pid: uuid.UUID,
+    args: SearchSemanticIn,
+    qvec: list[float] | None,
+    floor: scoring.Floor,
 ) -> _Candidates:
-    """Vector and full-text candidates (`candidate_multiplier` times the limit each), with their score
-    inputs; archived entities are left out unless asked for."""
+    """Vector and BM25 candidates (`candidate_multiplier` times the limit each), with their score
+    inputs, split into answers and the rest; archived entities are left out unless asked for."""
     s = ctx.feature_settings(GraphSettings)
-    words = query_words(args.query)
     n = args.limit * s.candidate_multiplier
     model = ctx.embedder.model
+    lq = await repo.lexical_query(args.query)
     vec = await repo.vector_candidates(pid, qvec, model, n, args.entity_type) if qvec is not None else []
-    txt = await repo.text_candidates(pid, words, n, args.entity_type)
+    txt = await repo.text_candidates(pid, lq, n, args.entity_type)
     engine = "hybrid" if vec and txt else "vector" if vec else "text" if txt else "none"
     ids = list(dict.fromkeys([i for i, _ in vec] + [i for i, _ in txt]))
-    inputs = await repo.score_inputs(ids, qvec, ctx.embedder.dimension, model, words) if ids else []
+    inputs = await repo.score_inputs(ids, qvec, ctx.embedder.dimension, model, lq) if ids else []
     archived = set() if args.include_archived else set(s.archived_statuses)
-    answers = [
-        scoring.Candidate(
+    found = _Candidates(engine, inputs, [], {int(r["id"]) for r in inputs if not r["has_vector"]}, floor)
+    for r in inputs:
+        if r["status"] in archived:
+            continue
+        cand = scoring.Candidate(
             id=int(r["id"]),
             name=r["name"],
             entity_type=r["entity_type"],
             status=r["status"],
             cosine_sim=float(r["cos"]),
-            text_score=float(r["ts"]),
+            text_score=lq.coverage(float(r["bm25"])),
             access_count=int(r["access_count"]),
             days_since_access=float(r["days_since"]),
         )
-        for r in inputs
-        if r["status"] not in archived and _an_answer(float(r["cos"]), float(r["ts"]), qvec is not None, s)
-    ]
-    return _Candidates(engine, inputs, answers, {int(r["id"]) for r in inputs if not r["has_vector"]})
+        cand.matched_by = floor.admits(cand.cosine_sim, cand.text_score)
+        (found.answers if cand.matched_by else found.below).append(cand)
+    return found
 
 
 def _components(c: scoring.Candidate) -> dict[str, float]:
@@ -102,14 +114,36 @@ def _components(c: scoring.Candidate) -> dict[str, float]:
 
 
 def _notice(qvec: list[float] | None, hits: list[SemanticHit], found: _Candidates, s: GraphSettings) -> str | None:
+    """Why the reply holds what it holds: ranked by words alone, results matched by words while their
+    vectors are pending, or why nothing passed (best scores seen, candidates, floors, what to change)."""
+    parts = []
     if qvec is None:
-        return "The embedding model is unavailable: ranked by text alone"
-    if hits or not found.inputs:
-        return None
-    return (
-        f"No entity is close enough to the query (cosine similarity {s.semantic_floor} or a query "
-        "word in its text): try other words"
-    )
+        parts.append("The embedding model is unavailable: ranked by text alone")
+    pending = sum(1 for h in hits if h.embedding == "pending")
+    if pending:
+        parts.append(
+            f"{pending} result(s) matched by text only while their vectors are pending: their cosine "
+            "similarity is not known yet and passed no semantic floor"
+        )
+    if not hits and found.below:
+        best = max(found.below, key=lambda c: scoring.relevance(c.cosine_sim, c.text_score, s))
+        cos = max(c.cosine_sim for c in found.below)
+        cov = max(c.text_score for c in found.below)
+        f = found.floor
+        floor = (
+            f"cosine similarity {f.cosine:g} (semantic_floor; {f.supported:g} with a query word in the text)"
+            if f.cosine is not None and f.supported is not None
+            else "no cosine (the query has no vector)"
+        )
+        parts.append(
+            f"No entity passed the relevance floor: {len(found.below)} candidate(s), the best relevance "
+            f"{scoring.relevance(best.cosine_sim, best.text_score, s):.3f} ({best.name}); best cosine similarity "
+            f"{cos:.3f}, best text coverage {cov:.3f}, against a floor of {floor} or text coverage "
+            f"{f.coverage:g} (min_text_coverage). Nothing matches well: try other words, or pass a lower "
+            "semantic_floor / min_text_coverage (server defaults: CAIRN_GRAPH_SEMANTIC_FLOOR, "
+            "CAIRN_GRAPH_MIN_TEXT_COVERAGE) to see them"
+        )
+    return ". ".join(parts) or None
 
 
 async def search_semantic(ctx: CallContext, args: SearchSemanticIn) -> SearchSemanticOut:
@@ -117,13 +151,14 @@ async def search_semantic(ctx: CallContext, args: SearchSemanticIn) -> SearchSem
     s = ctx.feature_settings(GraphSettings)
     started = time.perf_counter()
     qvec = await query_vector(ctx, args.query, "graph search")
+    floor = await _floor(ctx, args, qvec)
     pid = await project_id(ctx, args.project, create=False)
     treatment = _treatment(args.treatment, s.ab_limbic_ratio)
     if pid is None:
         empty = SearchSemanticOut(results=[], event_id=0, treatment=_label(treatment), engine="none", duration_ms=0.0)
         return measured(empty, "tokens")
     repo = SearchRepository(ctx.session)
-    found = await _candidates(ctx, repo, pid, args, qvec)
+    found = await _candidates(ctx, repo, pid, args, qvec, floor)
     ids = [c.id for c in found.answers]
     baseline = scoring.score(found.answers, await repo.cooccurrences(ids) if ids else [], s)
     ranked = sorted(baseline, key=lambda c: (-c.limbic_score, c.baseline_rank)) if treatment == LIMBIC else baseline
@@ -143,6 +178,7 @@ async def search_semantic(ctx: CallContext, args: SearchSemanticIn) -> SearchSem
                 baseline_rank=c.baseline_rank,
                 access_count=c.access_count,
                 embedding="pending" if c.id in found.pending else None,
+                matched_by=c.matched_by,
                 **comp,
             )
         )

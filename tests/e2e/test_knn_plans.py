@@ -229,9 +229,9 @@ async def test_graph_reflection_search_plans_on_its_partial_hnsw_index(plans: Pl
             3,
         )
         plans.statements.clear()
-        rows = await SearchRepository(session).search_reflections(
-            pid, vectors[probe], DIM, MODEL, ["unmatched"], 6, "project", "ops"
-        )
+        repo = SearchRepository(session)
+        unmatched = await repo.reflection_query("unmatched")
+        rows = await repo.search_reflections(pid, vectors[probe], DIM, MODEL, unmatched, 6, "project", "ops")
         assert {int(r["id"]) for r in rows} <= ops and len(rows) == 6
         best = max(rows, key=lambda r: float(r["cos"]))
         assert int(best["id"]) == ids[probe] and float(best["cos"]) == pytest.approx(1.0)

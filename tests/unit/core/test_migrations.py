@@ -208,7 +208,7 @@ async def test_each_upgrade_records_the_applied_revisions_with_their_flags(pg: P
     assert {r["build"] for r in rows} == {__version__}
     await migrations.upgrade_async(url, ["memory", "datasets", "graph"])
     [again] = await _execute(pg, db, "SELECT revision FROM schema_revisions")
-    assert {r["revision"] for r in again} == set(recorded) | {"graph_0001", "graph_0002"}
+    assert {r["revision"] for r in again} == set(recorded) | {"graph_0001", "graph_0002", "graph_0003_lexical"}
 
 
 async def test_a_build_runs_on_a_newer_schema_when_every_newer_revision_allows_it(pg: PgCluster) -> None:

@@ -57,18 +57,26 @@ async def test_candidates_by_vector_and_by_words_stay_in_their_project_and_type(
         dirs = await repo.vector_candidates(pid, [0.0, 1.0, 0.0], MODEL, 5, "dir")
         assert [i for i, _ in dirs] == [ids["East"], ids["North"]]
         assert await repo.vector_candidates(pid, [1.0, 0.0, 0.0], "another-model", 5, None) == []
-        words = await repo.text_candidates(pid, ["wind", "sun"], 10, None)
-        assert {i for i, _ in words} == set(ids.values()) and words[0][0] == ids["Wind"]  # said twice: first
-        assert all(0 < rank < 1 for _, rank in words)
-        assert [i for i, _ in await repo.text_candidates(pid, ["wind"], 10, "dir")] == [ids["North"]]
-        assert await repo.text_candidates(pid, [], 10, None) == []
-        assert [i for i, _ in await repo.text_candidates(other, ["cold"], 10, None)] == [far["North"]]
-        inputs = {r["name"]: r for r in await repo.score_inputs(list(ids.values()), [1.0, 0.0, 0.0], 3, MODEL, ["sun"])}
+        wind_sun = await repo.lexical_query("wind and the sun")
+        assert {t.lexeme for t in wind_sun.terms} == {"wind", "sun"} and not wind_sun.missing  # no function word
+        words = await repo.text_candidates(pid, wind_sun, 10, None)
+        # the rarer word weighs more; of two with "wind", the one saying it three times comes first
+        assert [i for i, _ in words] == [ids["East"], ids["Wind"], ids["North"]]
+        assert all(score > 0 for _, score in words)
+        assert [i for i, _ in await repo.text_candidates(pid, await repo.lexical_query("winds"), 10, "dir")] == [
+            ids["North"]
+        ]  # a stem of the type's entities only
+        assert await repo.text_candidates(pid, await repo.lexical_query("the of"), 10, None) == []
+        cold = await repo.lexical_query("cold")
+        assert [i for i, _ in await repo.text_candidates(other, cold, 10, None)] == [far["North"]]
+        sun = await repo.lexical_query("sun")
+        inputs = {r["name"]: r for r in await repo.score_inputs(list(ids.values()), [1.0, 0.0, 0.0], 3, MODEL, sun)}
         assert inputs["North"]["cos"] == pytest.approx(1.0) and inputs["East"]["cos"] == pytest.approx(0.0)
-        assert inputs["East"]["ts"] > 0 and inputs["North"]["ts"] == 0 and inputs["North"]["has_vector"]
+        assert inputs["East"]["bm25"] > 0 and inputs["North"]["bm25"] == 0 and inputs["North"]["has_vector"]
+        assert 0 < sun.coverage(inputs["East"]["bm25"]) <= 1
         assert inputs["North"]["access_count"] == 0 and inputs["North"]["days_since"] < 1
-        blind = await repo.score_inputs([ids["North"]], None, 3, "another-model", [])
-        assert blind[0]["cos"] == 0 and blind[0]["ts"] == 0 and not blind[0]["has_vector"]
+        blind = await repo.score_inputs([ids["North"]], None, 3, "another-model", None)
+        assert blind[0]["cos"] == 0 and blind[0]["bm25"] == 0 and not blind[0]["has_vector"]
 
 
 async def test_accesses_count_per_entity_and_pair_in_canonical_order(db: Database) -> None:
@@ -165,13 +173,16 @@ async def test_reflections_are_listed_per_entity_and_found_by_words_or_vector(db
         listed = await repo.reflections_for(pid, ids["A"], 10)
         assert [r["id"] for r in listed] == [two["id"], one["id"]] and listed[0]["target_name"] == "A"
         assert len(await repo.reflections_for(pid, ids["A"], 1)) == 1
-        by_words = await repo.search_reflections(pid, None, 3, MODEL, ["river"], 10, None, None)
-        assert [r["id"] for r in by_words] == [one["id"]] and by_words[0]["cos"] == 0 and by_words[0]["ts"] > 0
+        river = await repo.reflection_query("river")
+        by_words = await repo.search_reflections(pid, None, 3, MODEL, river, 10, None, None)
+        assert {r["id"] for r in by_words} == {one["id"], free["id"]}  # "rivers": the same stem
+        assert all(r["cos"] == 0 and r["bm25"] > 0 for r in by_words)
         await _vector(session, "graph_reflection_embeddings", two["id"], [0.0, 1.0, 0.0])
         await _vector(session, "graph_reflection_embeddings", free["id"], [1.0, 0.0, 0.0])
-        both = await repo.search_reflections(pid, [0.0, 1.0, 0.0], 3, MODEL, ["river"], 10, None, None)
+        both = await repo.search_reflections(pid, [0.0, 1.0, 0.0], 3, MODEL, river, 10, None, None)
         cos = {r["id"]: r["cos"] for r in both}
         assert set(cos) == {one["id"], two["id"], free["id"]} and cos[two["id"]] == pytest.approx(1.0)
-        mine = await repo.search_reflections(pid, [0.0, 1.0, 0.0], 3, MODEL, ["river"], 10, "graph", "ana")
+        mine = await repo.search_reflections(pid, [0.0, 1.0, 0.0], 3, MODEL, river, 10, "graph", "ana")
         assert [r["id"] for r in mine] == [free["id"]] and mine[0]["target_name"] is None
-        assert await repo.search_reflections(pid, None, 3, MODEL, [], 10, None, None) == []
+        nothing = await repo.reflection_query("the")
+        assert await repo.search_reflections(pid, None, 3, MODEL, nothing, 10, None, None) == []

@@ -1,4 +1,6 @@
-"""app/graph/scoring.py: the limbic score against its docstring's formula, and the quality metrics."""
+"""app/graph/scoring.py: the limbic score against its docstring's formula and worked example, the
+co-occurrence share that keeps telling entities apart as history grows, what admits an answer, the
+semantic floor's rule over a calibration, and the quality metrics."""
 
 from __future__ import annotations
 
@@ -8,18 +10,19 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from app.core.embeddings.provider import Calibration
 from app.graph import scoring
 from app.graph.config import GraphSettings
 
 S = GraphSettings()
 
 
-def _formula(cos: float, text: float, accesses: int, days: float, co: int, s: GraphSettings) -> float:
+def _formula(cos: float, text: float, accesses: int, days: float, co: int, s: GraphSettings, others: int = 9) -> float:
     """The module docstring's formula, written out once more."""
     relevance = cos + s.text_weight * text
     importance = 1 - math.exp(-accesses / s.importance_scale)
     temporal = float(0.5 ** (days / s.half_life_days))
-    cooc = 1 - math.exp(-co / s.cooc_scale)
+    cooc = min(1.0, co / (others * (accesses + s.cooc_scale)))
     return (
         relevance
         * (1 + s.importance_weight * importance)
@@ -33,21 +36,88 @@ def _candidate(id: int, cos: float, text: float = 0.0, accesses: int = 0, days: 
 
 
 def test_worked_example_of_docs() -> None:
-    """The example of docs/: three entities, Babbage and Lovelace co-occurring three times."""
+    """The example of docs/graph.md: three entities, Babbage and Lovelace returned together ten times."""
     cands = [
-        scoring.Candidate(1, "Charles Babbage", "person", "activo", 0.62, 0.10, 5, 15.0),
-        scoring.Candidate(2, "Difference Engine", "machine", "activo", 0.70, 0.05, 0, 2.0),
-        scoring.Candidate(3, "Ada Lovelace", "person", "activo", 0.55, 0.0, 2, 1.0),
+        scoring.Candidate(1, "Charles Babbage", "person", "activo", 0.62, 0.40, 20, 15.0),
+        scoring.Candidate(2, "Difference Engine", "machine", "activo", 0.70, 0.20, 0, 2.0),
+        scoring.Candidate(3, "Ada Lovelace", "person", "activo", 0.55, 0.0, 12, 1.0),
     ]
-    out = {c.name: c for c in scoring.score(cands, [(1, 3, 3)], GraphSettings())}
+    out = {c.name: c for c in scoring.score(cands, [(1, 3, 10)], GraphSettings())}
     assert [round(out[n].limbic_score, 4) for n in ("Charles Babbage", "Difference Engine", "Ada Lovelace")] == [
-        0.7286,
-        0.7045,
-        0.6286,
+        0.874,
+        0.7415,
+        0.7004,
     ]
     assert [out[n].baseline_rank for n in ("Difference Engine", "Charles Babbage", "Ada Lovelace")] == [1, 2, 3]
-    assert round(out["Charles Babbage"].cooc_boost, 4) == 0.4512
+    assert round(out["Charles Babbage"].cooc_boost, 4) == 0.2 and round(out["Ada Lovelace"].cooc_boost, 4) == 0.2941
     assert math.isclose(scoring.ndcg([2], 10), 1 / math.log2(3)) and scoring.reciprocal_rank([3, 2]) == 0.5
+
+
+def test_the_co_occurrence_example_of_the_docstring() -> None:
+    """Top A, B, C; A returned 15 times (9 with B, 6 with C); D, a hub returned 45 times, 5 with each;
+    a new entity returned once with all three."""
+    s = GraphSettings(cooc_scale=5.0)
+    assert math.isclose(scoring.cooc_boost(9 + 6, 2, 15, s), 0.375)
+    assert math.isclose(scoring.cooc_boost(5 + 5 + 5, 3, 45, s), 0.1)
+    assert round(scoring.cooc_boost(3, 3, 1, s), 4) == 0.1667
+    cands = [_candidate(1, 0.9, accesses=15), _candidate(2, 0.8, accesses=9), _candidate(3, 0.7, accesses=6)]
+    cands.append(_candidate(4, 0.1, accesses=45))
+    pairs = [(1, 2, 9), (1, 3, 6), (1, 4, 5), (2, 4, 5), (3, 4, 5)]
+    out = {c.id: c for c in scoring.score(cands, pairs, GraphSettings(cooc_top=3))}
+    assert math.isclose(out[1].cooc_boost, 0.375) and math.isclose(out[4].cooc_boost, 0.1)
+
+
+def test_the_co_occurrence_boost_keeps_telling_entities_apart_as_history_grows() -> None:
+    """Ten entities returned together once all get a small boost (not 0.835); after many searches the
+    one always returned with this top keeps the highest boost, and one returned with this top in a fifth
+    of its many returns (a hub) stays far below it (a saturating count gave both about 1.0)."""
+    s = GraphSettings()
+    once = [_candidate(i, 1.0 - i / 100, accesses=1) for i in range(1, 11)]
+    pairs = [(a, b, 1) for a in range(1, 11) for b in range(a + 1, 11)]
+    boosts = {round(c.cooc_boost, 4) for c in scoring.score(once, pairs, s)}
+    assert boosts == {round(9 / (9 * (1 + s.cooc_scale)), 4)} and max(boosts) < 0.2
+    # 50 searches: 1 and 2 always together; 3 returned 250 times, with 1 in 50 of them
+    loyal, hub = _candidate(2, 0.8, accesses=50), _candidate(3, 0.7, accesses=250)
+    out = {c.id: c for c in scoring.score([_candidate(1, 0.9, accesses=50), loyal, hub], [(1, 2, 50), (1, 3, 50)], s)}
+    assert out[2].cooc_boost > 0.45 and out[3].cooc_boost < 0.1
+    assert out[2].cooc_boost > 4 * out[3].cooc_boost
+    # more of the same history: the loyal one's share grows towards 1 / 2, the hub's stays put
+    grown = {
+        c.id: c
+        for c in scoring.score(
+            [_candidate(1, 0.9, accesses=500), _candidate(2, 0.8, accesses=500), _candidate(3, 0.7, accesses=2500)],
+            [(1, 2, 500), (1, 3, 500)],
+            s,
+        )
+    }
+    assert grown[3].cooc_boost < 0.1 < 0.45 < grown[2].cooc_boost <= 0.5
+
+
+def test_what_admits_an_answer() -> None:
+    floor = scoring.Floor(cosine=0.5, supported=0.3, coverage=0.2)
+    assert floor.admits(0.6, 0.0) == "meaning"
+    assert floor.admits(0.6, 0.3) == "both"
+    assert floor.admits(0.35, 0.1) == "meaning"  # one shared word: the lower floor
+    assert floor.admits(0.45, 0.0) is None  # no shared word: the full floor
+    assert floor.admits(0.25, 0.3) == "text"
+    assert floor.admits(0.25, 0.1) is None  # one ordinary word of a longer query, and a far meaning
+    blind = scoring.Floor(None, None, 0.2)  # no query vector: the cosine is no signal
+    assert blind.admits(0.9, 0.1) is None and blind.admits(0.9, 0.2) == "text"
+    assert scoring.Floor(0.5, 0.3, 0.0).admits(0.1, 0.0) is None  # no shared word is no text match
+
+
+def test_the_floors_follow_the_calibration_unless_set() -> None:
+    local = Calibration(unrelated=0.176, related=0.731)
+    assert scoring.floor_of(local, GraphSettings()) == scoring.Floor(0.592, 0.398, 0.2)  # the docstring's figures
+    wide = Calibration(unrelated=0.65, related=0.85, source="measured")
+    assert scoring.floor_of(wide, GraphSettings()) == scoring.Floor(0.8, 0.73, 0.2)  # above its unrelated 0.65
+    assert scoring.floor_of(wide, GraphSettings(semantic_floor=0.9, min_text_coverage=0.4)) == scoring.Floor(
+        0.9, 0.83, 0.4
+    )
+    assert scoring.floor_of(wide, GraphSettings(semantic_floor=0.9), cosine=0.7, coverage=0.1) == scoring.Floor(
+        0.7, 0.63, 0.1
+    )  # a call's arguments first
+    assert scoring.floor_of(None, GraphSettings()) == scoring.Floor(None, None, 0.2)
 
 
 @given(
@@ -61,7 +131,8 @@ def test_the_components_compose_as_the_docstring_says(
     cos: float, text: float, accesses: int, days: float, co: int
 ) -> None:
     rel = scoring.relevance(cos, text, S)
-    got = scoring.limbic(rel, scoring.importance(accesses, S), scoring.temporal(days, S), scoring.cooc_boost(co, S), S)
+    cooc = scoring.cooc_boost(co, 9, accesses, S)
+    got = scoring.limbic(rel, scoring.importance(accesses, S), scoring.temporal(days, S), cooc, S)
     assert math.isclose(got, _formula(cos, text, accesses, days, co, S), rel_tol=1e-12, abs_tol=1e-12)
 
 
@@ -73,7 +144,9 @@ def test_the_components_at_their_landmarks() -> None:
     assert scoring.temporal(0.0, s) == 1.0
     assert math.isclose(scoring.temporal(10.0, s), 0.5) and math.isclose(scoring.temporal(20.0, s), 0.25)
     assert scoring.temporal(-5.0, s) == 1.0  # a clock skew into the future is "just now"
-    assert scoring.cooc_boost(0, s) == 0.0 and math.isclose(scoring.cooc_boost(2, s), 1 - 1 / math.e)
+    assert scoring.cooc_boost(0, 3, 4, s) == 0.0 and scoring.cooc_boost(5, 0, 4, s) == 0.0  # nothing, or alone
+    assert math.isclose(scoring.cooc_boost(6, 3, 4, s), 6 / (3 * (4 + 2)))  # a third of its returns
+    assert scoring.cooc_boost(50, 1, 1, s) == 1.0  # counts decayed under their pairs: capped at 1
     assert scoring.relevance(0.5, 0.4, GraphSettings(text_weight=0.5)) == 0.7
 
 
@@ -100,16 +173,16 @@ def test_score_orders_by_relevance_with_ties_broken_by_id_and_fills_every_compon
 
 def test_only_co_occurrences_with_the_top_candidates_boost() -> None:
     s = GraphSettings(cooc_top=2)
-    cands = [_candidate(1, 0.9), _candidate(2, 0.8), _candidate(3, 0.7), _candidate(4, 0.6)]
+    cands = [_candidate(i, 1.0 - i / 10, accesses=10) for i in (1, 2, 3, 4)]
     # A candidate counts its co-occurrences with the top two (1 and 2), whatever its own rank:
     # (3, 4) pairs two others (no boost for either), (1, 3) and (3, 2) add up for 3, (4, 2) boosts 4,
     # (1, 2) boosts both top ones, and 1 and 2 get nothing from pairs with 3 or 4.
     pairs = [(3, 4, 50), (1, 3, 2), (4, 2, 1), (3, 2, 3), (1, 2, 4)]
     out = {c.id: c for c in scoring.score(cands, pairs, s)}
-    assert math.isclose(out[3].cooc_boost, scoring.cooc_boost(2 + 3, s))
-    assert math.isclose(out[4].cooc_boost, scoring.cooc_boost(1, s))
-    assert math.isclose(out[1].cooc_boost, scoring.cooc_boost(4, s))
-    assert math.isclose(out[2].cooc_boost, scoring.cooc_boost(4, s))
+    assert math.isclose(out[3].cooc_boost, scoring.cooc_boost(2 + 3, 2, 10, s))
+    assert math.isclose(out[4].cooc_boost, scoring.cooc_boost(1, 2, 10, s))
+    assert math.isclose(out[1].cooc_boost, scoring.cooc_boost(4, 1, 10, s))  # the top one has one other
+    assert math.isclose(out[2].cooc_boost, scoring.cooc_boost(4, 1, 10, s))
 
 
 def test_limbic_can_lift_a_well_used_recent_entity_past_a_slightly_closer_one() -> None:

@@ -1,5 +1,4 @@
-"""app/graph/service_common.py: the words a graph search matches on, and the reference server's
-"not found" for a missing entity."""
+"""app/graph/service_common.py: the reference server's "not found" for a missing entity."""
 
 from __future__ import annotations
 
@@ -7,16 +6,7 @@ import pytest
 
 from app.core.errors import NotFound
 from app.graph.repository import EntityRow
-from app.graph.service_common import not_found, query_words, require
-
-
-def test_query_words_are_lowered_unique_in_order_and_capped() -> None:
-    assert query_words("Ada LOVELACE and ada's Engine, engine!") == ["ada", "lovelace", "and", "s", "engine"]
-    assert query_words("Größe café 東京 x_1") == ["größe", "café", "東京", "x_1"]  # unicode words, underscores kept
-    assert query_words("  ,;:!  ") == []
-    many = " ".join(f"w{i}" for i in range(50))
-    assert query_words(many) == [f"w{i}" for i in range(32)]
-    assert query_words(many, cap=3) == ["w0", "w1", "w2"]
+from app.graph.service_common import not_found, require
 
 
 def test_not_found_uses_the_reference_servers_wording() -> None:
