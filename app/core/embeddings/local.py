@@ -44,6 +44,7 @@ from app.core.embeddings.calibration import LOCAL
 from app.core.embeddings.provider import (
     LOCAL_DIMENSION,
     LOCAL_MODEL_NAME,
+    Calibration,
     EmbeddingProvider,
     EmbeddingUnavailable,
     check_texts,
@@ -126,7 +127,7 @@ class LocalOnnxEmbedder(EmbeddingProvider):
     """
 
     provider = "local"
-    calibration = LOCAL
+    calibration: Calibration | None = LOCAL
 
     def __init__(
         self,
