@@ -528,18 +528,15 @@ async def backfill_embeddings(ctx: CallContext, args: BackfillIn) -> BackfillOut
 
     async def report_embedded(out: Any) -> Any:
         # After the commit (and the wait, if any): the queued rows whose vector is stored by now, and
-        # those the provider refused.
-        waited = queued.waited
-        if waited is None:
-            return out
-        failures = [BackfillFailure(id=ref, error=error[:200]) for _, ref, error in waited.failed.values()]
-        return out.model_copy(
-            update={
-                "embedded": len(report.job_ids) - len(waited.remaining),
-                "failed": len(failures),
-                "failures": failures[:20],
-            }
-        )
+        # those that failed (refused by the provider, or queued after a failed try while it is down).
+        update: dict[str, Any] = {}
+        if queued.waited is not None:
+            update["embedded"] = len(report.job_ids) - len(queued.waited.remaining)
+        if queued.pending is not None and queued.pending.failed_rows:
+            failures = queued.pending.failures.values()
+            update["failed"] = queued.pending.failed_rows
+            update["failures"] = [BackfillFailure(id=ref, error=error[:200]) for _, ref, error in failures][:20]
+        return out.model_copy(update=update) if update else out
 
     if report.job_ids:
         ctx.after_commit(report_embedded)
