@@ -203,7 +203,9 @@ class EmbeddingQueue:
             error = "cancelled" if cancelled else f"{type(exc).__name__}: {exc}"
             if not cancelled:
                 JOBS_RETRIED.inc(len(jobs))
-                self._provider_failed(error)
+                # One text alone cannot tell a refused text from a provider that is down: ask the provider.
+                if len(todo) > 1 or not await self._provider_answers():
+                    self._provider_failed(error)
             with contextlib.suppress(Exception):
                 async with self.db.transaction() as session:
                     repo = EmbeddingQueueRepository(session)
@@ -275,6 +277,15 @@ class EmbeddingQueue:
         except Exception as exc:
             log.info("waiting for embeddings gave up: %s: %s", type(exc).__name__, exc)
         return WaitResult(remaining=remaining, failed=failed)
+
+    async def _provider_answers(self) -> bool:
+        """Whether the provider passes its readiness check (a remote one answered within its check
+        interval, or answers a probe now)."""
+        try:
+            await self.embedder.check()
+        except Exception:
+            return False
+        return True
 
     def _provider_failed(self, error: str) -> None:
         since = self.outage.since if self.outage is not None else datetime.now(UTC)
