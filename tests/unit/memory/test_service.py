@@ -86,7 +86,8 @@ async def _summarize(db: Database, project: str, **args: Any) -> SummarizeOut:
 async def test_a_chunked_document_is_summarised_in_whole_sentences(db: Database) -> None:
     sentences = _long_sentences(30)
     async with call(db) as ctx:
-        pushed = await service.push(ctx, PushIn(text=" ".join(sentences), project_id="long", memory_type="episodic"))
+        document = PushIn.model_validate({"text": " ".join(sentences), "project": "long", "type": "episodic"})
+        pushed = await service.push(ctx, document)
     assert pushed.inserted >= 20  # chunks overlap and many end mid-sentence
     everything = await _summarize(db, "long", max_words=5000, limit=100)
     # every chunk read: the document's own sentences, each once, in order
@@ -101,7 +102,7 @@ async def test_a_summary_cites_short_ids_and_states_its_tokens(db: Database) -> 
     for i in range(40):
         async with call(db) as ctx:
             note = f"Note {i}: the wildcard cert for *.internal expires every 60 days; v2.3.{i} renews it."
-            await service.push(ctx, PushIn(text=note, project_id="cite", memory_type="episodic"))
+            await service.push(ctx, PushIn.model_validate({"text": note, "project": "cite", "type": "episodic"}))
     out = await _summarize(db, "cite", max_words=60)
     async with call(db) as ctx:
         stored = await ctx.session.scalar(

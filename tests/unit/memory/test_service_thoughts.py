@@ -12,6 +12,7 @@ from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 import pytest
+from pydantic_settings import BaseSettings
 from sqlalchemy import text
 
 from app.core.config import Settings
@@ -287,7 +288,7 @@ async def test_writes_and_the_backfill_name_the_provider_failure_while_it_is_dow
     down = unreachable_embedder()  # a closed port: every request fails to connect
     settings = Settings(embedding_wait_seconds=5.0)
     queue = EmbeddingQueue(db, down, [EMBEDDING_TARGET], settings)
-    memory = {MemorySettings: MemorySettings()}
+    memory: dict[type[BaseSettings], BaseSettings] = {MemorySettings: MemorySettings()}
 
     def call_down(args: Any) -> AbstractAsyncContextManager[CallContext]:
         return service_call(db, WRITER, embedder=down, settings=settings, feature_settings=memory, args=args)
@@ -303,7 +304,7 @@ async def test_writes_and_the_backfill_name_the_provider_failure_while_it_is_dow
     assert "ConnectError" in state["provider_error"] and state["failing_since"]
     assert state["waiting"] >= 1 and state["failed"] >= 1
     # a write that does not wait: the queue knows the provider is down
-    pushed = PushIn(text="a document pushed during the outage", project_id="down")
+    pushed = PushIn.model_validate({"text": "a document pushed during the outage", "project": "down"})
     async with call_down(pushed) as ctx:
         ctx.app.queue = queue
         out = await service.push(ctx, pushed)
@@ -322,7 +323,7 @@ async def test_writes_and_the_backfill_name_the_provider_failure_while_it_is_dow
     assert report["embedding"]["waiting"] >= 2 and "ConnectError" in report["embedding"]["provider_error"]
     # with the provider answering again the reply says "pending" and nothing more (a field only on failure)
     queue.outage = None
-    another = PushIn(text="another document", project_id="down")
+    another = PushIn.model_validate({"text": "another document", "project": "down"})
     async with call_down(another) as ctx:
         ctx.app.queue = queue
         out = await service.push(ctx, another)
