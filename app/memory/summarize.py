@@ -24,6 +24,7 @@ import numpy as np
 import nupunkt
 
 from app.core.embeddings.provider import EmbeddingProvider
+from app.core.embeddings.tokens import token_spans
 from app.core.errors import UpstreamError, invalid_field
 from app.memory.config import MemorySettings
 
@@ -72,19 +73,37 @@ def _word_ends(text: str) -> list[int]:
     return [m.end() for m in re.finditer(r"\S+", text)][::-1]
 
 
-def join_chunks(left: str, right: str) -> str:
-    """`left` followed by `right`, the text they share (the chunk overlap: a suffix of `left` that is
-    a prefix of `right`, on word boundaries) written once; joined by a space when they share none."""
-    for k in _word_ends(right[: len(left)]):
+def _shared(left: str, right: str, most: int) -> int | None:
+    """The length of the longest prefix of `right` of at most `most` characters that `left` ends with,
+    on word boundaries (None: there is none)."""
+    for k in _word_ends(right[: min(len(left), most)]):
         if left.endswith(right[:k]) and (k == len(left) or left[-k - 1].isspace()):
+            return k
+    return None
+
+
+def join_chunks(left: str, right: str, overlap_tokens: int | None = None) -> str:
+    """`left` followed by `right`, the text they share (the chunk overlap: a suffix of `left` that is
+    a prefix of `right`, on word boundaries) written once; joined by a space when they share none.
+
+    With `overlap_tokens` (the chunker's overlap) the shared text is the longest that fits in that many
+    tokens of `right`, as the chunker made it, so a text that repeats itself ("retrying. retrying.")
+    is not folded into fewer repeats; only when none fits is a longer one taken."""
+    if overlap_tokens is not None:
+        if overlap_tokens <= 0:  # chunks made without overlap only touch
+            return f"{left} {right}"
+        spans = token_spans(right)
+        k = _shared(left, right, spans[min(overlap_tokens, len(spans)) - 1][1] if spans else 0)
+        if k is not None:
             return left + right[k:]
-    return f"{left} {right}"
+    k = _shared(left, right, len(right))
+    return left + right[k:] if k is not None else f"{left} {right}"
 
 
-def assemble(passages: Sequence[Passage]) -> list[Span]:
+def assemble(passages: Sequence[Passage], overlap_tokens: int | None = None) -> list[Span]:
     """The passages as stretches of stored text: the chunks of one document in order, consecutive ones
-    joined over their overlap; a stretch is marked cut where a neighbouring chunk is not among them.
-    Stretches come in the order their first passage was given."""
+    joined over their overlap (`join_chunks`); a stretch is marked cut where a neighbouring chunk is not
+    among them. Stretches come in the order their first passage was given."""
     spans: list[Span] = []
     groups: dict[str, list[Passage]] = {}
     order: list[str | Passage] = []
@@ -107,7 +126,7 @@ def assemble(passages: Sequence[Passage]) -> list[Span]:
                 continue
             text = run[0].text
             for nxt in run[1:]:
-                text = join_chunks(text, nxt.text)
+                text = join_chunks(text, nxt.text, overlap_tokens)
             last = run[-1]
             cut_tail = last.last is not None and (last.index or 0) < last.last
             spans.append(Span(text, cut_head=(run[0].index or 0) > 0, cut_tail=cut_tail))
@@ -155,10 +174,10 @@ def span_sentences(span: Span) -> list[str]:
     return out
 
 
-def split_sentences(texts: Sequence[str | Passage]) -> list[str]:
+def split_sentences(texts: Sequence[str | Passage], overlap_tokens: int | None = None) -> list[str]:
     """Whole sentences of the texts (or passages, reassembled first) in order, whitespace-normalised,
     without exact repeats; capped."""
-    spans = assemble([t if isinstance(t, Passage) else Passage(t) for t in texts])
+    spans = assemble([t if isinstance(t, Passage) else Passage(t) for t in texts], overlap_tokens)
     out: list[str] = []
     seen: set[str] = set()
     per_span = max(3, MAX_SENTENCES // max(len(spans), 1))
@@ -196,10 +215,12 @@ def _fit(sentence: str, budget: int) -> str:
     return sentence if len(words) <= budget else " ".join(words[:budget]) + " …"
 
 
-async def extractive(embedder: EmbeddingProvider, texts: Sequence[str | Passage], max_words: int) -> str:
+async def extractive(
+    embedder: EmbeddingProvider, texts: Sequence[str | Passage], max_words: int, overlap_tokens: int | None = None
+) -> str:
     """The most central, mutually diverse whole sentences (MMR) within `max_words`, in their original
     order. Only when no sentence fits at all is the most central one shortened, marked with "…"."""
-    sentences = split_sentences(texts)
+    sentences = split_sentences(texts, overlap_tokens)
     if not sentences:
         return ""
     if sum(_words(s) for s in sentences) <= max_words:
@@ -310,7 +331,8 @@ async def summarize(
         )
     if strategy in ("auto", "abstractive") and chosen is not None and chosen_model:
         base = settings.summary_base_url or DEFAULT_URLS[chosen]
-        whole = [span.text for span in assemble([t if isinstance(t, Passage) else Passage(t) for t in texts])]
+        passages = [t if isinstance(t, Passage) else Passage(t) for t in texts]
+        whole = [span.text for span in assemble(passages, settings.memory_chunk_overlap)]
         try:
             text = await abstractive(
                 chosen, base, chosen_model, settings.summary_api_key, whole, max_words, settings.summary_timeout
@@ -319,4 +341,4 @@ async def summarize(
         except UpstreamError:
             if strategy == "abstractive":
                 raise
-    return SummaryResult(await extractive(embedder, texts, max_words), "extractive")
+    return SummaryResult(await extractive(embedder, texts, max_words, settings.memory_chunk_overlap), "extractive")

@@ -78,6 +78,17 @@ def test_a_document_read_whole_gives_its_sentences_once() -> None:
     assert split_sentences(passages[::-1]) == [" ".join(s.split()) for s in sentences]
 
 
+def test_a_text_that_repeats_itself_keeps_its_repeats_when_the_overlap_is_known() -> None:
+    lines = [f"Attempt {i} failed." if i % 10 == 0 else "Retrying the connection now." for i in range(60)]
+    chunks = chunk_text(" ".join(lines), 40, 8)
+    passages = [Passage(c.text, "log", c.index, len(chunks) - 1) for c in chunks]
+    joined = assemble(passages, overlap_tokens=8)
+    assert [s.text for s in joined] == [" ".join(lines)]
+    # without the chunker's overlap the longest shared text is taken: repeats fold into fewer
+    assert len(assemble(passages)[0].text) < len(" ".join(lines))
+    assert join_chunks("one two", "two three", overlap_tokens=0) == "one two two three"
+
+
 def test_a_missing_chunk_skips_the_sentences_it_cut() -> None:
     sentences, passages = _document(40)
     normal = [" ".join(s.split()) for s in sentences]
