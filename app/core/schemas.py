@@ -109,9 +109,25 @@ class EmbedOut(BaseModel):
     truncated: bool
 
 
-EmbeddingState = Literal["done", "pending"]
+class EmbeddingPending(BaseModel):
+    """`embedding` of a write whose vectors wait while the embedding provider fails (or refused some of
+    this call's texts): the error, since when, and how many texts wait."""
+
+    status: Literal["pending"] = "pending"
+    provider_error: str = Field(description="The provider's last error (this call's own, when it has one)")
+    failing_since: datetime | None = Field(
+        default=None,
+        exclude_if=lambda v: v is None,
+        description="When the provider began failing, as this server saw it (absent: it answers other texts)",
+    )
+    waiting: int = Field(description="Texts waiting for a vector of the active model, this call's included")
+    failed: int = Field(description="Of those, how many failed at their last try (retried with a growing delay)")
+
+
+EmbeddingState = Literal["done", "pending"] | EmbeddingPending
 EMBEDDING_STATE_DESCRIPTION = (
-    "done: this call's vectors are stored; pending: queued, made shortly (text search finds the rows meanwhile)"
+    "done: this call's vectors are stored; pending: queued, made shortly (text search finds the rows meanwhile); "
+    "while the embedding provider fails, an object {status: pending, provider_error, failing_since, waiting, failed}"
 )
 
 

@@ -9,6 +9,7 @@ from typing import Any
 
 from app.core import terminal
 from app.core.db import Database
+from app.core.embeddings.calls import pending_state
 from app.core.repository import ProjectRepository
 from app.core.runtime import Runtime
 from app.memory import service_eval
@@ -70,7 +71,7 @@ def cmd_backfill(args: argparse.Namespace) -> int:
                     for key in totals:
                         totals[key] += getattr(report, key)
                     bar.advance(report.scanned)
-            left = 0
+            left, failing = 0, None
             if not args.dry_run:
                 depth = (await queue.stats()).depth
                 with terminal.progress(depth, f"embed {embedder.model}") as bar:
@@ -82,13 +83,17 @@ def cmd_backfill(args: argparse.Namespace) -> int:
                         if depth == 0 or (stats.retrying and stats.retrying >= depth):
                             break
                 left = depth
+                failing = pending_state(await queue.pending_report([])) if left else None
             terminal.emit(
                 {
                     "model": embedder.model,
                     **totals,
                     "embedded": totals["queued"] - left if not args.dry_run else 0,
                     "waiting": left,
+                    "failed": failing.failed if failing else 0,
                     "dry_run": args.dry_run,
+                    # while the provider fails: its error, since when, how many texts wait
+                    **({"embedding": failing.model_dump(mode="json")} if failing else {}),
                 }
             )
             return 0 if left == 0 else 1

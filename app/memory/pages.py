@@ -225,6 +225,9 @@ async def summarize(request: Request) -> Response:
     error: dict[str, Any] | None = None
     try:
         result = await view.call("summarize", args)
+        # The reply cites short ids; the stored summary keeps the full ones the links need.
+        stored = await view.call("get_memory", {"id": result["upserted_memory_id"], "chunk_limit": 0})
+        result["source_memory_ids"] = stored["memory"]["metadata"].get("source_memory_ids", [])
     except CairnError as exc:
         error = _refusal(exc)
     return view.render("memory/summarize.html", form=form, result=result, error=error, **_choices())

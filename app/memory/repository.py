@@ -203,6 +203,17 @@ class MemoryRepository(Repository):
         )
         return {r["content_hash"] for r in rows}
 
+    async def last_chunks(self, document_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, int]:
+        """The highest chunk index of each of `document_ids` (documents with no chunk are absent)."""
+        if not document_ids:
+            return {}
+        rows = await self.dicts(
+            "SELECT document_id, max(chunk_index) AS last FROM memories WHERE document_id = ANY(:ids) "
+            "AND kind = 'chunk' GROUP BY document_id",
+            {"ids": list(document_ids)},
+        )
+        return {r["document_id"]: int(r["last"]) for r in rows if r["last"] is not None}
+
     async def chunks_of_source(
         self, project_id: uuid.UUID, collection_id: uuid.UUID, source_uri: str
     ) -> list[dict[str, Any]]:

@@ -148,6 +148,10 @@ COMPACT_TIME_DESCRIPTION = "ISO 8601, UTC, to the minute (the date alone at midn
 REPLY_TOKENS_DESCRIPTION = (
     "Tokens of this reply as sent: its compact JSON, this field included (the embedding model's tokenizer)"
 )
+SOURCE_IDS_DESCRIPTION = (
+    "The memories summarised, as the first 8 characters of their ids (longer where two would clash); "
+    "the stored summary (upserted_memory_id) lists the full ids in metadata.source_memory_ids"
+)
 
 
 def _absent(value: Any) -> bool:
@@ -267,13 +271,14 @@ class SummarizeOut(BaseModel):
     """Result of summarize."""
 
     summary: str
-    source_memory_ids: list[str]
+    source_memory_ids: list[str] = Field(description=SOURCE_IDS_DESCRIPTION)
     upserted_memory_id: str
     strategy: Literal["extractive", "abstractive"]
     provider: str | None = None
     model: str | None = None
     used_filters: dict[str, Any]
     embedding: EmbeddingState = Field(default="done", description=EMBEDDING_STATE_DESCRIPTION)
+    tokens: int = Field(default=0, description=REPLY_TOKENS_DESCRIPTION)
 
 
 class CollectionsOut(BaseModel):

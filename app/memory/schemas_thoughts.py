@@ -18,6 +18,7 @@ from app.core.schemas import (
 from app.memory.schemas import (
     COMPACT_TIME_DESCRIPTION,
     REPLY_TOKENS_DESCRIPTION,
+    SOURCE_IDS_DESCRIPTION,
     Provider,
     RetrievalMode,
     SearchMode,
@@ -281,13 +282,14 @@ class SummarizeThoughtsOut(BaseModel):
     """Result of summarize_thoughts."""
 
     summary: str
-    source_memory_ids: list[str]
+    source_memory_ids: list[str] = Field(description=SOURCE_IDS_DESCRIPTION)
     upserted_memory_id: str
     strategy: str
     provider: str | None = None
     model: str | None = None
     retrieval_mode: RetrievalMode | None = None
     embedding: EmbeddingState = Field(default="done", description=EMBEDDING_STATE_DESCRIPTION)
+    tokens: int = Field(default=0, description=REPLY_TOKENS_DESCRIPTION)
 
 
 class RelatedThoughtsIn(StrictModel):

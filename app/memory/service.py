@@ -37,6 +37,7 @@ from app.memory.schemas import (
     round_score,
 )
 from app.memory.service_search import cite, query_terms, retrieve
+from app.memory.summarize import Passage, short_ids
 from app.memory.summarize import summarize as make_summary
 
 
@@ -324,11 +325,12 @@ async def summarize(ctx: CallContext, args: SummarizeIn) -> SummarizeOut:
         )
     # Ranking sentences (the model) or asking an LLM provider runs with no transaction open; the
     # summary is stored in a fresh one.
+    passages = await summary_passages(repo, rows)
     result = await ctx.without_transaction(
         lambda: make_summary(
             ctx.embedder,
             cfg,
-            [r["content"] for r in rows],
+            passages,
             strategy=args.strategy,
             provider=args.provider,
             model=args.model,
@@ -354,15 +356,32 @@ async def summarize(ctx: CallContext, args: SummarizeIn) -> SummarizeOut:
             "summarized_type": memory_type,
         },
     )
-    return SummarizeOut(
+    out = SummarizeOut(
         summary=result.text,
-        source_memory_ids=source_ids,
+        source_memory_ids=short_ids(source_ids),
         upserted_memory_id=str(summary_id),
         strategy=result.strategy,  # type: ignore[arg-type]
         provider=result.provider,
         model=result.model,
         used_filters=used,
     )
+    return budget.measured(out, "tokens")
+
+
+async def summary_passages(repo: MemoryRepository, rows: list[dict[str, Any]]) -> list[Passage]:
+    """The memories to summarise as passages: a chunk knows its document, position and the document's
+    last position, so the summary can join a document's chunks and skip what a missing chunk cut."""
+    documents = {r["document_id"] for r in rows if r.get("kind") == "chunk" and r.get("document_id")}
+    last = await repo.last_chunks(sorted(documents, key=str))
+    out = []
+    for r in rows:
+        doc = r.get("document_id") if r.get("kind") == "chunk" else None
+        index = r.get("chunk_index")
+        if doc is None or index is None:
+            out.append(Passage(r["content"]))
+        else:
+            out.append(Passage(r["content"], str(doc), int(index), last.get(doc)))
+    return out
 
 
 async def store_summary(

@@ -45,9 +45,10 @@ from app.memory.schemas_thoughts import (
     UpdateThoughtIn,
     UpdateThoughtOut,
 )
-from app.memory.service import store_summary
+from app.memory.service import store_summary, summary_passages
 from app.memory.service_backfill import backfill
 from app.memory.service_search import Retrieval, build_context, clip, retrieve
+from app.memory.summarize import short_ids
 from app.memory.summarize import summarize as make_summary
 
 MAX_METADATA_BYTES = 16_384
@@ -379,11 +380,12 @@ async def summarize(ctx: CallContext, args: SummarizeThoughtsIn) -> SummarizeTho
         raise NotFound("No thoughts match", suggestions=["Drop the query or widen days"])
     # Ranking sentences (the model) or asking an LLM provider runs with no transaction open; the
     # summary is stored in a fresh one.
+    passages = await summary_passages(repo, picked)
     result = await ctx.without_transaction(
         lambda: make_summary(
             ctx.embedder,
             cfg,
-            [r["content"] for r in picked],
+            passages,
             strategy=args.strategy,
             provider=args.provider,
             model=args.model,
@@ -411,15 +413,16 @@ async def summarize(ctx: CallContext, args: SummarizeThoughtsIn) -> SummarizeTho
             "days": args.days,
         },
     )
-    return SummarizeThoughtsOut(
+    out = SummarizeThoughtsOut(
         summary=result.text,
-        source_memory_ids=source_ids,
+        source_memory_ids=short_ids(source_ids),
         upserted_memory_id=str(summary_id),
         strategy=result.strategy,
         provider=result.provider,
         model=result.model,
         retrieval_mode=mode,
     )
+    return budget.measured(out, "tokens")
 
 
 async def related(ctx: CallContext, args: RelatedThoughtsIn) -> RelatedThoughtsOut:
@@ -525,18 +528,15 @@ async def backfill_embeddings(ctx: CallContext, args: BackfillIn) -> BackfillOut
 
     async def report_embedded(out: Any) -> Any:
         # After the commit (and the wait, if any): the queued rows whose vector is stored by now, and
-        # those the provider refused.
-        waited = queued.waited
-        if waited is None:
-            return out
-        failures = [BackfillFailure(id=ref, error=error[:200]) for _, ref, error in waited.failed.values()]
-        return out.model_copy(
-            update={
-                "embedded": len(report.job_ids) - len(waited.remaining),
-                "failed": len(failures),
-                "failures": failures[:20],
-            }
-        )
+        # those that failed (refused by the provider, or queued after a failed try while it is down).
+        update: dict[str, Any] = {}
+        if queued.waited is not None:
+            update["embedded"] = len(report.job_ids) - len(queued.waited.remaining)
+        if queued.pending is not None and queued.pending.failed_rows:
+            failures = queued.pending.failures.values()
+            update["failed"] = queued.pending.failed_rows
+            update["failures"] = [BackfillFailure(id=ref, error=error[:200]) for _, ref, error in failures][:20]
+        return out.model_copy(update=update) if update else out
 
     if report.job_ids:
         ctx.after_commit(report_embedded)

@@ -294,15 +294,24 @@ async def test_embedder_outage_never_fails_a_write(pg: PgCluster) -> None:
         ) as c:
             ready = await c.get("/readyz")
             assert ready.status_code == 503 and ready.json()["checks"]["embedder"] is False
+            # the reply names the failure where the caller looks, not only /readyz and the log (these
+            # test servers wait for their vectors; the async path: tests/unit/memory/test_service_thoughts.py)
             for path, body in [
                 ("/api/v1/memory/push", {"text": "a memory that cannot be embedded yet"}),
                 ("/api/v1/graph/entities", {"entities": [{"name": "n", "observations": ["o"]}]}),
                 ("/api/v1/analysis/store", {"analysis_id": "a", "findings": [{"finding": "f"}]}),
             ]:
                 r = await c.post(path, json=body)
-                assert r.status_code == 200 and r.json()["embedding"] == "pending", (path, r.text)
+                assert r.status_code == 200, (path, r.text)
+                state = r.json()["embedding"]
+                assert state["status"] == "pending" and "ConnectError" in state["provider_error"], (path, state)
+                assert state["failing_since"] and state["waiting"] >= 1 and state["failed"] >= 1, (path, state)
             thought = await c.post("/api/v1/thoughts", json={"content": "kept for a later vector"})
             assert thought.status_code == 200 and thought.json()["embedded"] is False
+            assert "ConnectError" in thought.json()["embedding"]["provider_error"]
+            filled = (await c.post("/api/v1/thoughts/backfill", json={})).json()
+            assert filled["queued"] == 2 and filled["failed"] >= 1 and "ConnectError" in filled["failures"][0]["error"]
+            assert filled["embedding"]["waiting"] >= 4, filled
             lexical = await c.post("/api/v1/thoughts/search", json={"query": "later vector"})
             assert lexical.status_code == 200 and lexical.json()["retrieval_mode"] == "lexical_fallback"
         assert settings.database_url is not None

@@ -54,6 +54,32 @@ async def test_cli_backfill(server: RunningServer, rest: httpx.AsyncClient, pg: 
     assert stats["missing_embeddings"] == 0
 
 
+async def test_cli_backfill_names_the_provider_failure(
+    server: RunningServer, rest: httpx.AsyncClient, pg: PgCluster
+) -> None:
+    await seed_notes(rest, project="cli-down")
+    with FakeEmbeddingServer("minilm-gone") as fake:
+        url = fake.base_url  # the provider answered once; it is stopped before the backfill runs
+    env = {
+        **os.environ,
+        "CAIRN_DATABASE_URL": pg.url,
+        "CAIRN_LOG_LEVEL": "WARNING",
+        "CAIRN_EMBEDDING_PROVIDER": "openai",
+        "CAIRN_EMBEDDING_BASE_URL": url,
+        "CAIRN_EMBEDDING_MODEL": "minilm-gone",
+        "CAIRN_EMBEDDING_DIMENSION": "384",
+        "CAIRN_EMBEDDING_TIMEOUT": "2",
+    }
+    cmd = [sys.executable, "-m", "app", "backfill", "--project", "cli-down"]
+    done = await asyncio.to_thread(subprocess.run, cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1, done.stderr  # vectors still wait
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert out["queued"] == out["waiting"] == out["failed"] == len(NOTES) and out["embedded"] == 0, out
+    failing = out["embedding"]
+    assert failing["status"] == "pending" and "ConnectError" in failing["provider_error"], failing
+    assert failing["failing_since"] and failing["waiting"] == failing["failed"] == len(NOTES)
+
+
 async def test_background_runner(server: RunningServer, rest: httpx.AsyncClient, pg: PgCluster) -> None:
     await seed_notes(rest, project="runner")
     await _drop_vectors(pg)

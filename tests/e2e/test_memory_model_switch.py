@@ -56,13 +56,15 @@ async def test_model_switch_fallback_then_backfill(
                 failed = await api(
                     other, "/thoughts", {"content": "FAIL-EMBED this one cannot be embedded", "project": "sw"}
                 )
-                assert failed["embedded"] is False and failed["embedding"] == "pending"
+                assert failed["embedded"] is False and "HTTP 500" in failed["embedding"]["provider_error"]
+                assert "failing_since" not in failed["embedding"]  # one text refused; the provider answers
                 async with mcp_client(url) as mcp:
                     res = await mcp.call_tool("backfill_embeddings", {"project": "sw", "batch_size": 4})
                     report = res.structured_content
                 assert report is not None
                 assert report["model"] == "minilm-http" and report["scanned"] == 7 and report["queued"] == 7
-                assert report["embedded"] == 6 and report["failed"] == 1 and report["embedding"] == "pending"
+                assert report["embedded"] == 6 and report["failed"] == 1
+                assert report["embedding"]["status"] == "pending" and report["embedding"]["failed"] == 1
                 assert report["failures"][0]["id"] == failed["thought"]["id"]
                 body = await api(other, "/memory/search", query)
                 assert body["retrieval_mode"] == "hybrid"

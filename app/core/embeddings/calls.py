@@ -5,7 +5,9 @@ embed a search's query.
 hook `QueuedVectors` (`CallContext.after_commit`): once the call has committed, it wakes the queue's
 workers, waits for the call's own rows when asked (the call's `wait_for_embedding`, else the server's
 `embedding_write_mode`), and reports `embedding` ("done" or "pending") in a reply that has that
-field. The executor runs the hook as it runs any other and names no queue.
+field. While the provider fails (or refused some of the call's texts), `embedding` is instead an
+`EmbeddingPending` object naming the error, since when, and how many texts wait; a reply that states
+its `tokens` is measured again. The executor runs the hook as it runs any other and names no queue.
 """
 
 from __future__ import annotations
@@ -17,12 +19,14 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from app.core import budget
 from app.core.context import CallContext
 from app.core.embeddings.provider import EmbeddingUnavailable
-from app.core.embeddings.queue import WaitResult
+from app.core.embeddings.queue import PendingReport, WaitResult
 from app.core.embeddings.repository import EmbeddingQueueRepository
+from app.core.schemas import EmbeddingPending, EmbeddingState
 
-__all__ = ["QueuedVectors", "enqueue", "query_vector"]
+__all__ = ["QueuedVectors", "enqueue", "pending_state", "query_vector"]
 
 log = logging.getLogger("cairn.embeddings")
 
@@ -35,6 +39,8 @@ class QueuedVectors:
     ctx: CallContext
     ids: list[int] = field(default_factory=list)
     waited: WaitResult | None = None
+    # Set when the vectors wait because something failed: why (None: nothing failed)
+    pending: PendingReport | None = None
 
     @classmethod
     def of(cls, ctx: CallContext) -> QueuedVectors:
@@ -66,9 +72,31 @@ class QueuedVectors:
             if self.wants_wait():
                 self.waited = await queue.wait(self.ids, self.ctx.settings.embedding_wait_seconds)
                 done = not self.waited.remaining
-        if isinstance(result, BaseModel) and "embedding" in type(result).model_fields:
-            result = result.model_copy(update={"embedding": "done" if done else "pending"})
+            if not done:
+                try:
+                    self.pending = await queue.pending_report(self.ids, self.waited.failed if self.waited else None)
+                except Exception as exc:  # the reply still goes out, saying "pending"
+                    log.warning("could not read why the vectors wait: %s: %s", type(exc).__name__, exc)
+        fields = type(result).model_fields if isinstance(result, BaseModel) else {}
+        if isinstance(result, BaseModel) and "embedding" in fields:
+            state: EmbeddingState = "done" if done else pending_state(self.pending) or "pending"
+            result = result.model_copy(update={"embedding": state})
+            stated: int = getattr(result, "tokens", 0) if "tokens" in fields else 0
+            if isinstance(state, EmbeddingPending) and stated:  # the reply states its size: say it again
+                result = budget.measured(result, "tokens")
         return result
+
+
+def pending_state(report: PendingReport | None) -> EmbeddingPending | None:
+    """The `embedding` of a reply whose vectors wait because something failed (None: nothing failed)."""
+    if report is None:
+        return None
+    return EmbeddingPending(
+        provider_error=report.error,
+        failing_since=report.since,
+        waiting=report.waiting,
+        failed=report.retrying,
+    )
 
 
 async def enqueue(ctx: CallContext, target: str, refs: Sequence[Any]) -> list[int]:

@@ -18,7 +18,9 @@ vectors within that bound. Waits for a call's own rows and drains never hold bac
 
 A failed batch (provider down) is released with an exponential delay per row, so writes keep
 queueing and the vectors arrive once the provider answers; a text the provider refuses alone is
-retried on its own without holding back its batch. Vectors are stored per model: switching the model
+retried on its own without holding back its batch. The queue remembers the provider's failure (`Outage`:
+the error, and since when) until a batch succeeds again, and `pending_report` tells a call that waits
+on its vectors what fails and how many texts wait, for its reply. Vectors are stored per model: switching the model
 queues every row lacking a vector for it (the start-up sweep of each server).
 
 Features declare what they embed as `EmbeddingTarget`s (`app.core.embeddings.targets`); the core names
@@ -33,8 +35,9 @@ import logging
 import os
 import time
 from collections import defaultdict
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from prometheus_client import Counter, Gauge
@@ -84,6 +87,33 @@ class WaitResult:
     failed: dict[int, tuple[str, str, str]]
 
 
+@dataclass(frozen=True)
+class Outage:
+    """The provider failed a whole batch: `error` is the last failure's message, `since` (UTC) the first
+    failure after the last success."""
+
+    error: str
+    since: datetime
+
+
+@dataclass(frozen=True)
+class PendingReport:
+    """Why a call's vectors still wait: the error (the call's own when it has one, else the provider's
+    outage), since when the provider fails (None: it answers other texts), the texts of the model
+    waiting and those that failed at their last try; `failed_rows` of the call's own rows, a sample of
+    them in `failures` (job id -> (target, ref, error))."""
+
+    error: str
+    since: datetime | None
+    waiting: int
+    retrying: int
+    failed_rows: int = 0
+    failures: dict[int, tuple[str, str, str]] = field(default_factory=dict)
+
+
+FAILURE_SAMPLE = 20
+
+
 class EmbeddingQueue:
     """The process's queue workers and the read-your-writes wait."""
 
@@ -100,6 +130,7 @@ class EmbeddingQueue:
         self._wake = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._last_warning = 0.0
+        self.outage: Outage | None = None
 
     @property
     def model(self) -> str:
@@ -172,6 +203,9 @@ class EmbeddingQueue:
             error = "cancelled" if cancelled else f"{type(exc).__name__}: {exc}"
             if not cancelled:
                 JOBS_RETRIED.inc(len(jobs))
+                # One text alone cannot tell a refused text from a provider that is down: ask the provider.
+                if len(todo) > 1 or not await self._provider_answers():
+                    self._provider_failed(error)
             with contextlib.suppress(Exception):
                 async with self.db.transaction() as session:
                     repo = EmbeddingQueueRepository(session)
@@ -196,6 +230,8 @@ class EmbeddingQueue:
                 await self.targets[name].store(session, self.model, items)
         JOBS_DONE.inc(sum(len(v) for v in stored.values()))
         JOBS_RETRIED.inc(len(failed))
+        if made:
+            self.outage = None  # the provider answers again
         if log.isEnabledFor(logging.DEBUG):  # what each process embedded: N workers never share a job
             log.debug("embedded a batch", extra={"model": self.model, "jobs": sorted(made), "worker_pid": os.getpid()})
         return BatchResult(len(jobs), {i: (j.target, j.ref, e) for i, (j, e) in failed.items()})
@@ -233,12 +269,55 @@ class EmbeddingQueue:
                     remaining = await EmbeddingQueueRepository(session).remaining(remaining)
                 if not remaining or failed or time.monotonic() >= deadline:
                     break
+                if not batch.leased and self.outage is not None:
+                    break  # the rows wait out a retry delay and the provider is down: no use waiting
                 await asyncio.sleep(0.01)  # another worker holds them
         except asyncio.CancelledError:
             raise
         except Exception as exc:
             log.info("waiting for embeddings gave up: %s: %s", type(exc).__name__, exc)
         return WaitResult(remaining=remaining, failed=failed)
+
+    async def _provider_answers(self) -> bool:
+        """Whether the provider passes its readiness check (a remote one answered within its check
+        interval, or answers a probe now)."""
+        try:
+            await self.embedder.check()
+        except Exception:
+            return False
+        return True
+
+    def _provider_failed(self, error: str) -> None:
+        since = self.outage.since if self.outage is not None else datetime.now(UTC)
+        self.outage = Outage(error[:500], since)
+
+    async def pending_report(
+        self, ids: Sequence[int], own: Mapping[int, tuple[str, str, str]] | None = None
+    ) -> PendingReport | None:
+        """Why the vectors of `ids` (a call's rows, still queued) wait, or None when nothing fails:
+        neither the provider (`outage`, with rows of the model that failed their last try) nor the call's
+        own rows (`own`: the failures its wait saw, and its rows queued after a failed try). Reads the
+        database only when something failed."""
+        own = dict(own or {})
+        outage = self.outage
+        if outage is None and not own:
+            return None
+        async with self.db.transaction() as session:
+            repo = EmbeddingQueueRepository(session)
+            stats = await repo.stats(self.model)
+            total, rows = await repo.failures(ids, FAILURE_SAMPLE)
+        failures = {**own, **rows}
+        if not failures and (outage is None or not stats.retrying):
+            return None
+        error = next(iter(failures.values()))[2] if failures else outage.error if outage else ""
+        return PendingReport(
+            error=error[:300],
+            since=outage.since if outage is not None else None,
+            waiting=stats.depth,
+            retrying=stats.retrying,
+            failed_rows=max(total, len(failures)),
+            failures=dict(list(failures.items())[:FAILURE_SAMPLE]),
+        )
 
     async def drain(self, timeout: float) -> QueueStats:
         """Help the workers until the queue of the active model is empty or `timeout` passes (the

@@ -143,6 +143,19 @@ class EmbeddingQueueRepository(Repository):
             for i in await self.scalars("SELECT id FROM embedding_queue WHERE id = ANY(:ids)", {"ids": list(ids)})
         ]
 
+    async def failures(self, ids: Sequence[int], limit: int) -> tuple[int, dict[int, tuple[str, str, str]]]:
+        """How many of `ids` are queued after a failed try, and up to `limit` of them (lowest ids first)
+        as job id -> (target, ref, last error)."""
+        if not ids:
+            return 0, {}
+        rows = await self.rows(
+            "SELECT id, target, ref, last_error, count(*) OVER () AS n FROM embedding_queue "
+            "WHERE id = ANY(:ids) AND last_error IS NOT NULL ORDER BY id LIMIT :limit",
+            {"ids": list(ids), "limit": limit},
+        )
+        total = int(rows[0]["n"]) if rows else 0
+        return total, {int(r["id"]): (str(r["target"]), str(r["ref"]), str(r["last_error"])) for r in rows}
+
     async def queued_by_model(self, target: str, refs: str, params: Mapping[str, Any]) -> dict[str, int]:
         """Per model: how many of the refs of `target` that the query `refs` selects wait in the queue.
 

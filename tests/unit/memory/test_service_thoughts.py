@@ -2,22 +2,30 @@
 own: a thought captured with its metadata (size limits with their codes), listed with filters, updated
 (a new text loses its vector and is queued again), moved, archived and deleted; searches and recall
 cite what they found; project context, stats, related thoughts by vector or by words, summaries stored
-once per key, the backfill queueing what lacks a vector, and a bound key seeing nothing elsewhere."""
+once per key, the backfill queueing what lacks a vector, and a bound key seeing nothing elsewhere; with
+the embedding provider unreachable, writes and the backfill name its failure in their replies."""
 
 from __future__ import annotations
 
 import uuid
 from contextlib import AbstractAsyncContextManager
+from typing import Any
 
 import pytest
+from pydantic_settings import BaseSettings
 from sqlalchemy import text
 
+from app.core.config import Settings
 from app.core.context import CallContext, Principal
 from app.core.db import Database
 from app.core.embeddings.local import LocalOnnxEmbedder
+from app.core.embeddings.queue import EmbeddingQueue
 from app.core.errors import NotFound, TooLarge
+from app.core.executor import run_commit_hooks
+from app.memory import service
 from app.memory import service_thoughts as thoughts
 from app.memory.config import MemorySettings
+from app.memory.schemas import PushIn
 from app.memory.schemas_thoughts import (
     ArchiveThoughtIn,
     BackfillIn,
@@ -33,7 +41,8 @@ from app.memory.schemas_thoughts import (
     ThoughtStatsIn,
     UpdateThoughtIn,
 )
-from tests.support.calls import service_call
+from app.memory.service_common import EMBEDDING_TARGET
+from tests.support.calls import service_call, unreachable_embedder
 from tests.support.databases import database_fixture
 
 WRITER = Principal(key_id="k1", name="writer", scopes=frozenset({"write"}))
@@ -234,9 +243,13 @@ async def test_summaries_are_stored_once_per_key(db: Database) -> None:
         topical = await thoughts.summarize(
             ctx, SummarizeThoughtsIn(project="sum", query="river", strategy="extractive")
         )
+        # the reply cites short ids; the stored summary keeps the full ones
         contents = await ctx.session.scalars(
-            text("SELECT content FROM memories WHERE id = ANY(CAST(:ids AS uuid[]))"),
-            {"ids": [uuid.UUID(i) for i in topical.source_memory_ids]},
+            text(
+                "SELECT content FROM memories WHERE id::text IN (SELECT jsonb_array_elements_text("
+                "metadata -> 'source_memory_ids') FROM memories WHERE id = :id)"
+            ),
+            {"id": uuid.UUID(topical.upserted_memory_id)},
         )
         picked = list(contents)
         assert "Unrelated: buy milk" in picked  # its topic names the query
@@ -263,3 +276,55 @@ async def test_backfill_queues_what_lacks_a_vector_in_the_named_project(db: Data
         out = await thoughts.backfill_embeddings(ctx, BackfillIn(project="fill"))
         refs = await ctx.session.scalars(text("SELECT ref FROM embedding_queue WHERE target = 'memory'"))
         assert set(refs) == {str(missing)} and out.queued == 1 and not out.dry_run
+
+
+async def _reply(ctx: CallContext, out: Any) -> dict[str, Any]:
+    """The reply as the executor sends it: after the commit, through the call's after-commit hooks."""
+    sent: dict[str, Any] = (await run_commit_hooks(ctx, out)).model_dump(mode="json")
+    return sent
+
+
+async def test_writes_and_the_backfill_name_the_provider_failure_while_it_is_down(db: Database) -> None:
+    down = unreachable_embedder()  # a closed port: every request fails to connect
+    settings = Settings(embedding_wait_seconds=5.0)
+    queue = EmbeddingQueue(db, down, [EMBEDDING_TARGET], settings)
+    memory: dict[type[BaseSettings], BaseSettings] = {MemorySettings: MemorySettings()}
+
+    def call_down(args: Any) -> AbstractAsyncContextManager[CallContext]:
+        return service_call(db, WRITER, embedder=down, settings=settings, feature_settings=memory, args=args)
+
+    # a write that waits for its vector learns at once why it has none
+    waits = CaptureThoughtIn(content="kept until the provider answers", project="down", wait_for_embedding=True)
+    async with call_down(waits) as ctx:
+        ctx.app.queue = queue
+        out: Any = await thoughts.capture(ctx, waits)
+    captured = await _reply(ctx, out)  # after the commit, as the executor runs the hooks
+    state = captured["embedding"]
+    assert isinstance(state, dict) and state["status"] == "pending" and captured["embedded"] is False, state
+    assert "ConnectError" in state["provider_error"] and state["failing_since"]
+    assert state["waiting"] >= 1 and state["failed"] >= 1
+    # a write that does not wait: the queue knows the provider is down
+    pushed = PushIn.model_validate({"text": "a document pushed during the outage", "project": "down"})
+    async with call_down(pushed) as ctx:
+        ctx.app.queue = queue
+        out = await service.push(ctx, pushed)
+    later = (await _reply(ctx, out))["embedding"]
+    assert isinstance(later, dict) and later["failing_since"] == state["failing_since"]
+    assert later["waiting"] >= 2 and "ConnectError" in later["provider_error"]
+    # the backfill names the failure, counts what failed and samples it
+    fill = BackfillIn(project="down")
+    async with call_down(fill) as ctx:
+        ctx.app.queue = queue
+        out = await thoughts.backfill_embeddings(ctx, fill)
+    report = await _reply(ctx, out)
+    assert report["queued"] == 2 and report["failed"] >= 1 and report["failures"], report
+    assert report["failures"][0]["id"] == captured["thought"]["id"]
+    assert "ConnectError" in report["failures"][0]["error"]
+    assert report["embedding"]["waiting"] >= 2 and "ConnectError" in report["embedding"]["provider_error"]
+    # with the provider answering again the reply says "pending" and nothing more (a field only on failure)
+    queue.outage = None
+    another = PushIn.model_validate({"text": "another document", "project": "down"})
+    async with call_down(another) as ctx:
+        ctx.app.queue = queue
+        out = await service.push(ctx, another)
+    assert (await _reply(ctx, out))["embedding"] == "pending"

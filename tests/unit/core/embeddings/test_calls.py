@@ -5,23 +5,34 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from typing import Any, cast
 
 import pytest
 from pydantic import BaseModel
 
+from app.core import budget
 from app.core.config import Settings
 from app.core.context import OPEN_PRINCIPAL, AppState, CallContext
 from app.core.embeddings.calls import QueuedVectors, enqueue, query_vector
 from app.core.embeddings.provider import EmbeddingUnavailable
-from app.core.embeddings.queue import WaitResult
+from app.core.embeddings.queue import PendingReport, WaitResult
 from app.core.executor import run_commit_hooks
 from app.core.registry import Registry
+from app.core.schemas import EmbeddingPending, EmbeddingState
 
 
 class Reply(BaseModel):
     id: str = "x"
-    embedding: str = "pending"
+    embedding: str | EmbeddingPending = "pending"
+
+
+class Sized(BaseModel):
+    """A reply that states its own size, as the summary replies do."""
+
+    summary: str = "a summary"
+    embedding: EmbeddingState = "done"
+    tokens: int = 0
 
 
 class Plain(BaseModel):
@@ -31,10 +42,12 @@ class Plain(BaseModel):
 class FakeQueue:
     """Records wakes and waits; a wait leaves `remaining` of the ids queued."""
 
-    def __init__(self, remaining: int = 0) -> None:
+    def __init__(self, remaining: int = 0, report: PendingReport | None = None) -> None:
         self.remaining = remaining
+        self.report = report
         self.woken = 0
         self.waits: list[tuple[list[int], float]] = []
+        self.asked: list[tuple[list[int], dict[int, tuple[str, str, str]] | None]] = []
 
     def wake(self) -> None:
         self.woken += 1
@@ -42,6 +55,12 @@ class FakeQueue:
     async def wait(self, ids: Sequence[int], timeout: float) -> WaitResult:
         self.waits.append((list(ids), timeout))
         return WaitResult(remaining=list(ids)[: self.remaining], failed={})
+
+    async def pending_report(
+        self, ids: Sequence[int], own: dict[int, tuple[str, str, str]] | None = None
+    ) -> PendingReport | None:
+        self.asked.append((list(ids), own))
+        return self.report
 
 
 class FakeEmbedder:
@@ -165,6 +184,69 @@ async def test_nothing_queued_or_no_queue_leaves_the_reply_as_it_was() -> None:
     ctx = context(FakeQueue(), mode="sync")
     await enqueue(ctx, "notes", ["a"])
     assert await run_commit_hooks(ctx, Plain()) == Plain()  # a reply without the field
+
+
+DOWN = PendingReport(
+    error="EmbeddingUnavailable: openai embeddings at http://127.0.0.1:9/v1/embeddings: ConnectError",
+    since=datetime(2026, 11, 27, 15, 0, tzinfo=UTC),
+    waiting=12,
+    retrying=10,
+)
+
+
+async def test_a_reply_names_the_provider_failure_while_its_vectors_wait() -> None:
+    queue = FakeQueue(report=DOWN)
+    ctx = context(queue)
+    await enqueue(ctx, "notes", ["a", "b"])
+    reply = await run_commit_hooks(ctx, Reply())
+    assert reply.embedding == EmbeddingPending(
+        provider_error=DOWN.error, failing_since=DOWN.since, waiting=12, failed=10
+    )
+    assert queue.asked == [([1, 2], None)]  # no wait: nothing of its own failed
+    assert reply.model_dump(mode="json")["embedding"] == {
+        "status": "pending",
+        "provider_error": DOWN.error,
+        "failing_since": "2026-11-27T15:00:00Z",
+        "waiting": 12,
+        "failed": 10,
+    }
+    queued = QueuedVectors.find(ctx)
+    assert queued is not None and queued.pending is DOWN  # later hooks (the backfill's) read it
+
+
+async def test_a_text_refused_alone_names_no_outage_and_a_healthy_queue_adds_nothing() -> None:
+    refused = PendingReport(error="EmbeddingUnavailable: HTTP 500 refused", since=None, waiting=1, retrying=1)
+    ctx = context(FakeQueue(report=refused))
+    await enqueue(ctx, "notes", ["a"])
+    sent = (await run_commit_hooks(ctx, Reply())).model_dump(mode="json")["embedding"]
+    assert "failing_since" not in sent and sent["provider_error"].endswith("refused")
+    ctx = context(FakeQueue(report=None))
+    await enqueue(ctx, "notes", ["a"])
+    assert (await run_commit_hooks(ctx, Reply())).embedding == "pending"
+
+
+async def test_a_reply_that_states_its_tokens_is_measured_again_with_the_failure() -> None:
+    ctx = context(FakeQueue(report=DOWN))
+    await enqueue(ctx, "notes", ["a"])
+    before = budget.measured(Sized(), "tokens")
+    after = await run_commit_hooks(ctx, before)
+    assert after.tokens > before.tokens
+    sent = budget.tokens_of(after.model_dump(mode="json"))
+    assert after.tokens in (sent, sent - 1)
+
+
+async def test_a_report_that_cannot_be_read_still_answers_pending(caplog: pytest.LogCaptureFixture) -> None:
+    queue = FakeQueue()
+
+    async def broken(ids: Sequence[int], own: object = None) -> PendingReport | None:
+        raise ConnectionError("database gone")
+
+    queue.pending_report = broken  # type: ignore[method-assign]
+    ctx = context(queue)
+    await enqueue(ctx, "notes", ["a"])
+    with caplog.at_level(logging.WARNING, logger="cairn.embeddings"):
+        assert (await run_commit_hooks(ctx, Reply())).embedding == "pending"
+    assert "could not read why the vectors wait" in caplog.text
 
 
 async def test_query_vector_is_none_when_the_model_is_unavailable(caplog: pytest.LogCaptureFixture) -> None:

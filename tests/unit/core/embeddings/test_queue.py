@@ -1,5 +1,6 @@
 """app/core/embeddings/queue.py: background batches give way to the calls the process is answering
-(the process's one load signal), within the defer bound. The queue's work on a database is tested
+(the process's one load signal), within the defer bound; the provider's outage is remembered with
+when it began, and a report on a call's rows reads nothing when nothing failed. The queue's work on a database is tested
 end to end (tests/e2e/test_embedding_queue.py, test_embedding_fairness.py)."""
 
 from __future__ import annotations
@@ -48,3 +49,13 @@ async def test_a_quiet_process_or_no_defer_bound_never_holds_back() -> None:
     assert await queue(load).give_way() == 0.0
     with load.call():
         assert await queue(load, defer=0).give_way() == 0.0
+
+
+async def test_the_outage_keeps_when_it_began_and_nothing_failed_reads_no_database() -> None:
+    q = queue(Load())  # no database: a report with nothing failed must not need one
+    assert q.outage is None and await q.pending_report([1, 2]) is None
+    q._provider_failed("EmbeddingUnavailable: ConnectError")
+    first = q.outage
+    assert first is not None and first.error == "EmbeddingUnavailable: ConnectError"
+    q._provider_failed("EmbeddingUnavailable: ReadTimeout")
+    assert q.outage is not None and q.outage.since == first.since and q.outage.error.endswith("ReadTimeout")
