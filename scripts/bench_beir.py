@@ -10,6 +10,11 @@ scored with the same nDCG@10 as `cairn eval beir`. Latency is the client's round
 embedding, search, serialisation and HTTP included).
 
     python scripts/bench_beir.py [--quick]   # quick: 300 documents pushed, the first 60 queries
+    python scripts/bench_beir.py [--quick] --compare ../other-checkout [--rounds 3]
+
+`--compare` runs the other checkout (with its own `.venv`) side by side: both servers are loaded, then
+the queries run in `--rounds` rounds, the two servers alternating within each round, so that both
+see the same machine; the section gives each one's nDCG@10 and the medians over rounds of p50 and p95.
 """
 
 from __future__ import annotations
@@ -127,5 +132,56 @@ def run(quick: bool = False) -> str:
     )
 
 
+def compare(other: Path, quick: bool = False, rounds: int = 3) -> str:
+    """This checkout and `other`, side by side on one machine (module docstring): a markdown section."""
+    from bench_mcp import on_embedded_postgres
+
+    from app.memory import service_eval
+
+    env = {"CAIRN_FEATURES": "memory", "CAIRN_MEMORY_CHUNK_TOKENS": "512"}
+    names = {"this": ROOT, "other": other.resolve()}
+    runs: dict[str, list[tuple[float, float]]] = {n: [] for n in names}
+    quality: dict[str, float] = {}
+    with (
+        on_embedded_postgres(env, prefix="cairn-bench-beir-", root=names["this"]) as (this_srv, this_dsn),
+        on_embedded_postgres(env, prefix="cairn-bench-beir-", root=names["other"]) as (other_srv, other_dsn),
+    ):
+        servers = {"this": (this_srv, this_dsn), "other": (other_srv, other_dsn)}
+        loaded = {n: asyncio.run(_push(srv.url, dsn, quick)) for n, (srv, dsn) in servers.items()}
+        for r in range(rounds):
+            for n in list(names) if r % 2 == 0 else list(reversed(names)):
+                rankings, latencies, _ = asyncio.run(_queries(servers[n][0].url, loaded[n][0], quick))
+                quality[n] = service_eval.quality(rankings, loaded[n][0].qrels)["nDCG@10"]
+                latencies.sort()
+                p95 = latencies[min(len(latencies) - 1, int(len(latencies) * 0.95))]
+                runs[n].append((statistics.median(latencies), p95))
+    rows = []
+    for n, root in names.items():
+        p50 = statistics.median(x for x, _ in runs[n])
+        p95 = statistics.median(y for _, y in runs[n])
+        rows.append(f"| {n} ({root.name}) | {quality[n]:.3f} | {p50:.1f} | {p95:.1f} |")
+    ratio = statistics.median(y for _, y in runs["this"]) / statistics.median(y for _, y in runs["other"])
+    return "\n".join(
+        [
+            "## SciFact over MCP, side by side",
+            "",
+            f"Both checkouts loaded with the same documents, then {rounds} rounds of every test query, the two "
+            "servers alternating; medians over rounds:",
+            "",
+            "| checkout | nDCG@10 | p50 ms | p95 ms |",
+            "| --- | --- | --- | --- |",
+            *rows,
+            "",
+            f"p95 of this checkout over the other's: {ratio:.2f}x.",
+        ]
+    )
+
+
 if __name__ == "__main__":
-    print(run(quick="--quick" in sys.argv))
+    quick = "--quick" in sys.argv
+    if "--compare" in sys.argv:
+        other = Path(sys.argv[sys.argv.index("--compare") + 1])
+        rounds = int(sys.argv[sys.argv.index("--rounds") + 1]) if "--rounds" in sys.argv else 3
+        print(compare(other, quick, rounds))
+    else:
+        print(run(quick=quick))

@@ -66,10 +66,14 @@ def _free_port() -> int:
 
 def _cairn(root: Path) -> list[str]:
     """The command that starts Cairn from the checkout `root`: this checkout's console script when there
-    is one next to this interpreter, else `python -m app` run in `root` (which then imports `root/app`)."""
+    is one next to this interpreter, else the console script of `root`'s own `.venv` (its dependencies
+    may differ), else `python -m app` run in `root` (which then imports `root/app`)."""
     script = Path(sys.executable).parent / "cairn"
     if root == ROOT and script.exists():
         return [str(script)]
+    own = root / ".venv" / "bin" / "cairn"
+    if own.exists():
+        return [str(own)]
     return [sys.executable, "-m", "app"]
 
 
@@ -185,17 +189,20 @@ class Server:
 
 
 @contextmanager
-def on_embedded_postgres(env: dict[str, str], prefix: str = "cairn-bench-") -> Iterator[tuple[Server, str]]:
-    """A started `cairn serve` (see `Server`, with `env`) on an embedded PostgreSQL started here, and
-    the libpq DSN of its database (for samplers); both are stopped and removed after the block."""
+def on_embedded_postgres(
+    env: dict[str, str], prefix: str = "cairn-bench-", root: Path = ROOT
+) -> Iterator[tuple[Server, str]]:
+    """A started `cairn serve` of the checkout `root` (see `Server`, with `env`) on an embedded
+    PostgreSQL started here, and the libpq DSN of its database (for samplers); both are stopped and
+    removed after the block."""
     from app.core.pgembedded import start_embedded
 
-    root = Path(tempfile.mkdtemp(prefix=prefix))
-    pg = start_embedded(root / "pg")
+    place = Path(tempfile.mkdtemp(prefix=prefix))
+    pg = start_embedded(place / "pg")
     srv: Server | None = None
     try:
         pg.ensure_database("bench")
-        srv = Server(env={"CAIRN_DATABASE_URL": pg.url("bench"), **env})
+        srv = Server(root, env={"CAIRN_DATABASE_URL": pg.url("bench"), **env})
         srv.start()
         yield srv, pg.libpq_uri("bench")
     finally:
@@ -204,7 +211,7 @@ def on_embedded_postgres(env: dict[str, str], prefix: str = "cairn-bench-") -> I
                 srv.stop()
         with contextlib.suppress(Exception):
             pg.stop()
-        shutil.rmtree(root, ignore_errors=True)
+        shutil.rmtree(place, ignore_errors=True)
 
 
 async def longest_idle_in_transaction(dsn: str, stop: asyncio.Event, every: float) -> float:
