@@ -91,8 +91,8 @@ async def test_off_topic_queries_score_below_every_judged_answer(rest: httpx.Asy
         assert worst_off < weakest, (mode, weakest, dict(zip(OFF_TOPIC, m.off[mode], strict=True)))
     assert m.mrr("hybrid") >= 0.95, m.rr["hybrid"]
     # The defaults (the rule over the model's calibration) keep every judged answer in every mode, and
-    # keep every off-topic query out by meaning and in hybrid mode (words alone cannot tell "weekly" in a
-    # yoga schedule from "weekly" in a load test: lexical mode keeps the seed's 0.25).
+    # keep every off-topic query out by meaning and in hybrid mode (words alone cannot tell "water" in
+    # "how to water orchids" from the watered office plants: lexical mode keeps the seed's 0.25).
     search = (await api(rest, "/resources/settings", method="GET"))["search"]
     defaults = search["default_score_thresholds"]
     assert search["score_threshold_source"] == "calibration (declared)"
