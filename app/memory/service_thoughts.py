@@ -359,12 +359,13 @@ async def summarize(ctx: CallContext, args: SummarizeThoughtsIn) -> SummarizeTho
     cfg = common.settings(ctx)
     repo = MemoryRepository(ctx.session)
     mode: RetrievalMode | None = None
+    why: str | None = None
     kinds = ["thought", "chunk"]
     if args.query:
         found, rows = await _search(
             ctx, args.project, args.query, limit=args.limit, threshold=None, kinds=kinds, days=args.days
         )
-        mode = found.retrieval_mode
+        mode, why = found.retrieval_mode, found.notice("search_thoughts' threshold")
         picked = [rows[h.id] for h in found.hits if h.id in rows]
         # A thought whose metadata names the query as a topic is about it, whatever its words say: those
         # come first, then what retrieval found.
@@ -387,7 +388,7 @@ async def summarize(ctx: CallContext, args: SummarizeThoughtsIn) -> SummarizeTho
             )
         )
     if not picked:
-        raise NotFound("No thoughts match", suggestions=["Drop the query or widen days"])
+        raise NotFound(f"No thoughts match{': ' + why if why else ''}", suggestions=["Drop the query or widen days"])
     # Ranking sentences (the model) or asking an LLM provider runs with no transaction open; the
     # summary is stored in a fresh one.
     result = await ctx.without_transaction(

@@ -117,6 +117,8 @@ async def test_nothing_passing_and_pending_vectors_explain_themselves(rest: http
     assert body["results"] == [] and body["threshold"] == 0.25 and "shares a word" in body["notice"], body
     recall = await api(rest, "/thoughts/recall", {"query": OFF_TOPIC[0], "project": "why"})
     assert recall["items"] == [] and "under the relevance threshold" in recall["notice"], recall
+    summary = await api(rest, "/thoughts/summarize", {"query": OFF_TOPIC[0], "project": "why"}, status=404)
+    assert "under the relevance threshold 0.591" in str(summary), summary
     # A thought whose vector is pending is found by its words, labelled so, held to the lexical
     # threshold and said to be scored by words, not similarity.
     conn = await asyncpg.connect(pg.handle.libpq_uri(pg.database))
