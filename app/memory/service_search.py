@@ -74,7 +74,7 @@ class Retrieval:
         if self.retrieval_mode == "lexical_fallback":
             return (
                 "Ranked by words only (no vectors of the active model here, or the model is unreachable): "
-                f"scores are lexical relevance, held to the lexical threshold {self.threshold:g}"
+                f"scores are lexical relevance, not similarity (threshold {self.threshold:g})"
             )
         if self.pending:
             return (
