@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from fastapi import APIRouter
 from pydantic import BaseModel
@@ -19,11 +19,20 @@ from pydantic_settings import BaseSettings
 from app.core.registry import OperationSet, Registry
 
 if TYPE_CHECKING:
-    from app.core.context import AppState
+    from app.core.context import AppState, CallContext
     from app.core.embeddings.targets import EmbeddingTarget
     from app.core.ui import ConsoleSection
 
 Hook = Callable[["AppState"], Awaitable[None]]
+
+
+@runtime_checkable
+class LiveSection(Protocol):
+    """A section of mcp://settings whose values depend on the call (e.g. on the active model)."""
+
+    async def resolved(self, ctx: CallContext) -> BaseModel:
+        """The section's values for this call."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -34,7 +43,8 @@ class Feature:
     - `settings`: its `CAIRN_*` settings class; the server builds it once and handlers read it with
       `ctx.feature_settings(TheClass)`.
     - `public_settings`: the part of those settings shown in the `mcp://settings` resource, as
-      top-level sections (e.g. `{"search": {...}}`).
+      top-level sections (e.g. `{"search": {...}}`); a `LiveSection` is resolved when it is read (its
+      values depend on the call, e.g. the active model).
     - `routers`: plain REST routes that are not operations (they must still call the executor);
       `own_body_limit` lists path prefixes among them that enforce their own size limit (streamed
       uploads), so the server's request-body cap does not apply there.
@@ -49,7 +59,7 @@ class Feature:
     name: str
     operations: OperationSet
     settings: type[BaseSettings] | None = None
-    public_settings: Callable[[Any], dict[str, BaseModel]] | None = None
+    public_settings: Callable[[Any], dict[str, BaseModel | LiveSection]] | None = None
     routers: tuple[APIRouter, ...] = ()
     own_body_limit: tuple[str, ...] = ()
     startup: Hook | None = None

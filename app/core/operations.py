@@ -6,6 +6,7 @@ from app import __version__
 from app.core import service
 from app.core.context import CallContext
 from app.core.errors import Forbidden
+from app.core.feature import LiveSection
 from app.core.registry import OperationSet
 from app.core.repository import AuditRepository
 from app.core.schemas import (
@@ -224,7 +225,11 @@ async def health(ctx: CallContext) -> HealthOut:
 async def settings(ctx: CallContext) -> SettingsOut:
     """Enabled features, the embedding configuration and the defaults each enabled feature publishes
     (such as search limits)."""
-    return SettingsOut(features=ctx.app.features, embedding=_embedding_info(ctx), **ctx.app.public_settings)
+    sections = {
+        name: await section.resolved(ctx) if isinstance(section, LiveSection) else section
+        for name, section in ctx.app.public_settings.items()
+    }
+    return SettingsOut(features=ctx.app.features, embedding=_embedding_info(ctx), **sections)
 
 
 @ops.resource(uri="mcp://toolsets", name="toolsets", output=ToolsetsOut, path="/resources/toolsets")

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from dataclasses import dataclass
+from typing import Any, Literal
 
 import pytimeparse
-from pydantic import BaseModel, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from app.core.context import CallContext
 from app.memory.schemas import SearchDefaults
+from app.memory.thresholds import defaults
 
 
 def parse_duration(value: str) -> float:
@@ -41,7 +44,13 @@ class MemorySettings(BaseSettings):
     # Search defaults (seed 001; published in mcp://settings)
     search_default_limit: int = Field(default=5, ge=1, le=50)
     search_max_limit: int = Field(default=50, ge=1, le=1000)
-    search_default_score_threshold: float = Field(default=0.25, ge=0.0, le=1.0)
+    search_default_score_threshold: float | None = Field(
+        default=None,
+        ge=0.0,
+        le=1.0,
+        description="Default minimum relevance in every mode; unset: per mode, from the model's calibration "
+        "(app.memory.thresholds)",
+    )
 
     # Search
     memory_candidates: int = Field(default=50, ge=10, le=1000, description="Candidates per ranking in hybrid search")
@@ -97,12 +106,25 @@ class MemorySettings(BaseSettings):
         return parse_duration(self.backfill_interval) if self.backfill_interval else None
 
 
-def public_settings(settings: MemorySettings) -> dict[str, BaseModel]:
-    """The `search` section of mcp://settings."""
-    return {
-        "search": SearchDefaults(
-            default_limit=settings.search_default_limit,
-            max_limit=settings.search_max_limit,
-            default_score_threshold=settings.search_default_score_threshold,
+@dataclass(frozen=True)
+class SearchSection:
+    """The `search` section of mcp://settings: its thresholds follow the active model's calibration, so
+    the section is resolved when it is read."""
+
+    settings: MemorySettings
+
+    async def resolved(self, ctx: CallContext) -> SearchDefaults:
+        """The section with the thresholds in force for `ctx`'s model."""
+        found = await defaults(ctx.embedder, self.settings.search_default_score_threshold)
+        return SearchDefaults(
+            default_limit=self.settings.search_default_limit,
+            max_limit=self.settings.search_max_limit,
+            default_score_threshold=found.hybrid,
+            default_score_thresholds=found.as_dict(),
+            score_threshold_source=found.source,
         )
-    }
+
+
+def public_settings(settings: MemorySettings) -> dict[str, Any]:
+    """The `search` section of mcp://settings."""
+    return {"search": SearchSection(settings)}

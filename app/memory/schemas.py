@@ -354,4 +354,9 @@ class SearchDefaults(BaseModel):
 
     default_limit: int
     max_limit: int
-    default_score_threshold: float
+    default_score_threshold: float = Field(description="The default of the default mode, hybrid")
+    default_score_thresholds: dict[str, float] = Field(description="Per search mode, its default threshold")
+    score_threshold_source: str = Field(
+        description="'setting' (CAIRN_SEARCH_DEFAULT_SCORE_THRESHOLD) or 'calibration (...)': the rule over the "
+        "active model's calibration"
+    )

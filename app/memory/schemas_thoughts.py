@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
@@ -195,6 +195,11 @@ class ThoughtHit(BaseModel):
         default=None, exclude_if=_absent, description="true: content is cut (CAIRN_MEMORY_RESULT_TOKENS)"
     )
     similarity: float = Field(description="Relevance in [0, 1], one scale in every mode")
+    embedding: Literal["pending"] | None = Field(
+        default=None,
+        exclude_if=_absent,
+        description="pending: found by its words; its vector is not made yet, so its score is lexical relevance",
+    )
     project: str
     metadata: dict[str, Any] | None = Field(default=None, exclude_if=_absent, description="Left out when empty")
     created_at: str = Field(description=COMPACT_TIME_DESCRIPTION)
@@ -209,6 +214,12 @@ class SearchThoughtsOut(BaseModel):
     results: list[ThoughtHit]
     retrieval_mode: RetrievalMode
     model: str
+    threshold: float = Field(description="The minimum relevance applied: the caller's, or the default of the mode")
+    notice: str | None = Field(
+        default=None,
+        exclude_if=_absent,
+        description="Why nothing came back, or which results were found by words alone",
+    )
     tokens: int = Field(default=0, description=REPLY_TOKENS_DESCRIPTION)
 
 
@@ -236,6 +247,9 @@ class RecallContextOut(BaseModel):
     items: list[CitedItem]
     retrieval_mode: RetrievalMode
     truncated: bool
+    notice: str | None = Field(
+        default=None, exclude_if=_absent, description="Why nothing came back, or which items were found by words alone"
+    )
     tokens: int = Field(default=0, description=REPLY_TOKENS_DESCRIPTION)
 
 

@@ -14,6 +14,7 @@ from app.core.embeddings.calls import query_vector
 from app.core.errors import Forbidden, InvalidInput, NotFound, TooLarge, invalid_field
 from app.core.repository import ProjectRepository
 from app.memory import service_common as common
+from app.memory import thresholds
 from app.memory.chunking import Chunk, chunk_text
 from app.memory.config import MemorySettings
 from app.memory.fusion import Hit
@@ -228,8 +229,9 @@ async def search(ctx: CallContext, args: SearchIn) -> SearchOut:
     the reply does not already state once, and the reply states its own size in tokens."""
     cfg = common.settings(ctx)
     limit = _limit(args.limit, cfg.search_default_limit, cfg.search_max_limit)
-    threshold = cfg.search_default_score_threshold if args.score_threshold is None else args.score_threshold
     qvec = await query_vector(ctx, args.query_text, "memory search") if args.mode != "lexical" else None
+    defaults = await thresholds.defaults(ctx.embedder, cfg.search_default_score_threshold)
+    threshold = defaults.of(args.mode) if args.score_threshold is None else args.score_threshold
     name, project = await common.project_for_read(ctx, args.project_id)
     coll = await common.collection_for_read(ctx, args.collection)
     coll_name = coll.name if coll is not None else cfg.memory_default_collection
@@ -269,7 +271,7 @@ async def search(ctx: CallContext, args: SearchIn) -> SearchOut:
         args.query_text,
         mode=args.mode,
         limit=limit,
-        threshold=threshold,
+        threshold=defaults if args.score_threshold is None else args.score_threshold,
         vector=qvec,
         embed_query=False,
     )
@@ -284,7 +286,8 @@ async def search(ctx: CallContext, args: SearchIn) -> SearchOut:
     )
     out.results = [_hit(args, hit, row, shortened) for (hit, row), shortened in zip(hits, cut, strict=True)]
     out.context, out.retrieval_mode = context or None, found.retrieval_mode
-    out.notice = found.notice(threshold)
+    out.score_threshold = out.scoreThreshold = found.threshold
+    out.notice = found.notice("score_threshold")
     return budget.measured(out, "tokens")
 
 

@@ -15,7 +15,7 @@ import logging
 import re
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Literal
 
@@ -27,6 +27,7 @@ from app.memory.config import MemorySettings
 from app.memory.fusion import Hit, fuse, single
 from app.memory.repository import MemoryRepository, Scope
 from app.memory.schemas import RetrievalMode, SearchMode
+from app.memory.thresholds import Thresholds
 
 log = logging.getLogger("cairn.memory")
 
@@ -47,22 +48,47 @@ _EXCLUDED = re.compile(r"(?:^|\s)-\S+")
 
 @dataclass
 class Retrieval:
-    """The ranked hits, the retrieval mode actually used, and the candidates left under the threshold
-    (how many, and the best relevance among them)."""
+    """The ranked hits, the retrieval mode actually used, the threshold applied (a default per mode,
+    `app.memory.thresholds`, unless the caller gave one), the candidates left under it (how many, and
+    the best relevance among them) and how many hits have no vector yet (found by their words)."""
 
     hits: list[Hit]
     retrieval_mode: RetrievalMode
     below: int = 0
     best_below: float = 0.0
+    threshold: float = 0.0
+    pending: int = 0
 
-    def notice(self, threshold: float) -> str | None:
-        """Why nothing came back although candidates were found, or None."""
-        if self.hits or not self.below:
-            return None
-        return (
-            f"{self.below} candidate(s) scored under the relevance threshold {threshold:g} (best "
-            f"{self.best_below:.2f}): nothing matches well; lower score_threshold to see them"
-        )
+    def first(self, limit: int) -> Retrieval:
+        """The first `limit` hits, with `pending` counted among them."""
+        hits = self.hits[:limit]
+        pending = sum(_unvectored(h, self.retrieval_mode) for h in hits)
+        return replace(self, hits=hits, pending=pending)
+
+    def notice(self, argument: str = "score_threshold") -> str | None:
+        """What the caller should know about the hits, or None: why nothing came back (how many
+        candidates, the best score, the threshold and the `argument` that changes it, or that nothing
+        shares a word or a meaning with the query) and which hits were found by words alone."""
+        if not self.hits:
+            if self.below:
+                return (
+                    f"{self.below} candidate(s) scored under the relevance threshold {self.threshold:g} (best "
+                    f"{self.best_below:.2f}): nothing matches well; lower {argument} to see them"
+                )
+            if self.retrieval_mode in ("lexical", "lexical_fallback"):
+                return "No memory in the searched scope shares a word with the query: try other words"
+            return "Nothing in the searched scope: check the project and the filters"
+        if self.retrieval_mode == "lexical_fallback":
+            return (
+                "Ranked by words only (no vectors of the active model here, or the model is unreachable): "
+                f"scores are lexical relevance, not similarity (threshold {self.threshold:g})"
+            )
+        if self.pending:
+            return (
+                f"{self.pending} result(s) have no vector yet (embedding pending): found by their words alone, "
+                "their score is lexical relevance, not similarity"
+            )
+        return None
 
 
 def query_terms(query: str) -> list[str]:
@@ -98,7 +124,7 @@ async def retrieve(
     *,
     mode: SearchMode,
     limit: int,
-    threshold: float,
+    threshold: float | Thresholds,
     vector: Sequence[float] | None = None,
     exact: bool = False,
     embed_query: bool = True,
@@ -106,7 +132,9 @@ async def retrieve(
 ) -> Retrieval:
     """Search `scope` for `query` in `mode`: at most `limit` hits whose relevance (`app.core.embeddings.relevance`:
     the cosine in semantic mode, the lexical relevance in lexical mode, both combined in hybrid mode) is
-    at least `threshold`, best first.
+    at least `threshold`, best first. `threshold` is the caller's, or the defaults per mode
+    (`app.memory.thresholds.Thresholds`): then a search that ran on words alone, and in hybrid mode a
+    hit without a vector, is held to the lexical default.
 
     `vector` replaces embedding the query; without it and with `embed_query` false (the model was
     unavailable) the search falls back to full text. Hybrid search takes `memory_candidates` from each
@@ -143,12 +171,31 @@ async def retrieve(
             hits = fuse(sem, lex, filled)
         else:
             hits = single("lexical", lex)
-    under = [h.score for h in hits if h.score < threshold]
-    kept = [h for h in hits if h.score >= threshold]
-    if kept and conversation.may_name_cues(query):
-        turns = await repo.turns([h.id for h in kept])
-        kept = conversation.rerank(kept, turns, query, now or conversation.now())
-    return Retrieval(kept[:limit], used, len(under), max(under, default=0.0))
+    passed = apply_threshold(hits, used, len(hits), threshold)
+    if passed.hits and conversation.may_name_cues(query):
+        # A speaker or date the query names reorders what passed; the threshold held before the boost.
+        turns = await repo.turns([h.id for h in passed.hits])
+        passed.hits = conversation.rerank(passed.hits, turns, query, now or conversation.now())
+    return passed.first(limit)
+
+
+def apply_threshold(hits: list[Hit], used: RetrievalMode, limit: int, threshold: float | Thresholds) -> Retrieval:
+    """The hits at or over their threshold (at most `limit`), and what was left under it. In hybrid
+    mode a hit without a semantic signal has no vector of the model (a stored one always yields a cosine)."""
+    level = threshold if isinstance(threshold, float | int) else threshold.of(used)
+    words_only = threshold if isinstance(threshold, float | int) else threshold.lexical
+    kept: list[Hit] = []
+    under: list[float] = []
+    for h in hits:
+        if h.score >= (words_only if _unvectored(h, used) else level):
+            kept.append(h)
+        else:
+            under.append(h.score)
+    return Retrieval(kept, used, len(under), max(under, default=0.0), float(level)).first(limit)
+
+
+def _unvectored(hit: Hit, used: RetrievalMode) -> bool:
+    return used == "hybrid" and "semantic" not in hit.signals
 
 
 Unit = Literal["chars", "tokens"]

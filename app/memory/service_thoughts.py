@@ -12,6 +12,7 @@ from app.core.embeddings.calls import QueuedVectors, query_vector
 from app.core.errors import NotFound, TooLarge
 from app.core.repository import ProjectRepository
 from app.memory import service_common as common
+from app.memory import thresholds
 from app.memory.repository import MemoryRepository, Scope
 from app.memory.schemas import RetrievalMode, SearchMode, Signal, compact_time, round_score
 from app.memory.schemas_thoughts import (
@@ -219,6 +220,7 @@ def _hits(found: Retrieval, rows: dict[uuid.UUID, dict[str, Any]], cap: int, exp
                 content=body,
                 truncated=True if cut else None,
                 similarity=round_score(hit.score),
+                embedding=None if row.get("has_embedding") else "pending",
                 project=row["project"],
                 metadata=row["metadata"] or None,
                 created_at=compact_time(row["created_at"]),
@@ -249,12 +251,13 @@ async def _search(
     days: int | None = None,
 ) -> tuple[Retrieval, dict[uuid.UUID, dict[str, Any]]]:
     qvec = await query_vector(ctx, query, "memory search") if mode != "lexical" else None
+    defaults = await thresholds.defaults(ctx.embedder, common.settings(ctx).search_default_score_threshold)
+    thr = defaults if threshold is None else threshold
     exists, project_id = await common.project_filter(ctx, project)
     if not exists:
-        return Retrieval([], mode), {}
+        return Retrieval([], mode, threshold=defaults.of(mode) if threshold is None else threshold), {}
     scope = Scope(project_id=project_id, include_archived=include_archived, exclude_id=exclude, kinds=kinds, days=days)
     repo = MemoryRepository(ctx.session)
-    thr = common.settings(ctx).search_default_score_threshold if threshold is None else threshold
     found = await retrieve(
         repo,
         ctx.embedder,
@@ -285,6 +288,8 @@ async def search(ctx: CallContext, args: SearchThoughtsIn) -> SearchThoughtsOut:
         results=_hits(found, rows, common.settings(ctx).memory_result_tokens, args.explain),
         retrieval_mode=found.retrieval_mode,
         model=ctx.embedder.model,
+        threshold=found.threshold,
+        notice=found.notice("threshold"),
     )
     return budget.measured(out, "tokens")
 
@@ -304,7 +309,13 @@ async def recall(ctx: CallContext, args: RecallContextIn) -> RecallContextOut:
     context, truncated = build_context(
         [(str(n), rows[uuid.UUID(i.id)]["content"], None) for n, i in enumerate(items, start=1)], args.max_chars
     )
-    out = RecallContextOut(context=context, items=items, truncated=truncated, retrieval_mode=found.retrieval_mode)
+    out = RecallContextOut(
+        context=context,
+        items=items,
+        truncated=truncated,
+        retrieval_mode=found.retrieval_mode,
+        notice=found.notice("search_thoughts' threshold"),
+    )
     return budget.measured(out, "tokens")
 
 
@@ -349,12 +360,13 @@ async def summarize(ctx: CallContext, args: SummarizeThoughtsIn) -> SummarizeTho
     cfg = common.settings(ctx)
     repo = MemoryRepository(ctx.session)
     mode: RetrievalMode | None = None
+    why: str | None = None
     kinds = ["thought", "chunk"]
     if args.query:
         found, rows = await _search(
             ctx, args.project, args.query, limit=args.limit, threshold=None, kinds=kinds, days=args.days
         )
-        mode = found.retrieval_mode
+        mode, why = found.retrieval_mode, found.notice("search_thoughts' threshold")
         picked = [rows[h.id] for h in found.hits if h.id in rows]
         # A thought whose metadata names the query as a topic is about it, whatever its words say: those
         # come first, then what retrieval found.
@@ -377,7 +389,7 @@ async def summarize(ctx: CallContext, args: SummarizeThoughtsIn) -> SummarizeTho
             )
         )
     if not picked:
-        raise NotFound("No thoughts match", suggestions=["Drop the query or widen days"])
+        raise NotFound(f"No thoughts match{': ' + why if why else ''}", suggestions=["Drop the query or widen days"])
     # Ranking sentences (the model) or asking an LLM provider runs with no transaction open; the
     # summary is stored in a fresh one.
     passages = await summary_passages(repo, picked)

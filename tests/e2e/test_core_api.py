@@ -247,7 +247,14 @@ async def test_resources_match_across_transports(server: RunningServer, rest: ht
     assert health["embedding"]["dimension"] == 384 and health["database"]["reachable"] is True
     rest_settings = (await rest.get("/api/v1/resources/settings")).json()
     assert rest_settings == settings
-    assert settings["search"] == {"default_limit": 5, "max_limit": 50, "default_score_threshold": 0.25}
+    # Thresholds from the local model's declared calibration (app.memory.thresholds).
+    assert settings["search"] == {
+        "default_limit": 5,
+        "max_limit": 50,
+        "default_score_threshold": 0.591,
+        "default_score_thresholds": {"hybrid": 0.591, "semantic": 0.454, "lexical": 0.25},
+        "score_threshold_source": "calibration (declared)",
+    }
 
 
 async def test_embed_operation(server: RunningServer, rest: httpx.AsyncClient) -> None:

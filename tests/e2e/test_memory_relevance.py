@@ -60,9 +60,11 @@ async def test_a_query_matching_nothing_well_returns_nothing_and_says_why(rest: 
         body = await _search(rest, notes, "zzqx unrelated gibberish", mode=mode)
         assert body["results"] == [], (mode, body["results"])
         notice = str(body["notice"])
-        assert "under the relevance threshold 0.25" in notice and "score_threshold" in notice, notice
+        threshold = body["score_threshold"]  # the mode's default, echoed
+        assert f"under the relevance threshold {threshold:g}" in notice and "score_threshold" in notice, notice
     body = await _search(rest, notes, "zzqx unrelated gibberish", mode="lexical")
     assert body["results"] == []  # no stem of the query is in any note: no candidate at all
+    assert "shares a word" in body["notice"], body
 
 
 async def test_lexical_search_matches_word_forms(rest: httpx.AsyncClient, notes: str) -> None:

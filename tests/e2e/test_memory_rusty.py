@@ -39,7 +39,8 @@ async def test_push_search_over_both_transports(server: RunningServer, rest: htt
         body = res.structured_content
         assert body is not None
         assert body["retrieval_mode"] == "hybrid" and body["limit"] == 3
-        assert body["score_threshold"] == body["scoreThreshold"] == 0.25
+        # the hybrid default of the local model's calibration (app.memory.thresholds), echoed
+        assert body["score_threshold"] == body["scoreThreshold"] == 0.591
         assert body["used_filters"]["project_id"] == "ops"
         ids = [r["id"] for r in body["results"]]
         assert 2 <= len(ids) <= 3

@@ -25,7 +25,11 @@ statistics leave out, are counted through the GIN index (cheap: they are rare; c
 query, Σ idf · (k1 + 1) over every lexeme of the query, those found in no row included (their idf is
 that of a lexeme in no row, the highest there is). A query of five words of which one ordinary word
 occurs in the table thus covers little, however well a row matches that word: a word the corpus
-never uses is evidence that the query is about something else.
+never uses is evidence that the query is about something else. Only a plain word counts so
+(`counts_when_missing`): a hyphenated compound (`kras-ralb`, which the parser emits beside its parts,
+and the parts carry the evidence either way), a path-like `a/b`, or a token with a digit (`400mg`,
+`g94p`, a version) names an identifier rather than a topic, and its absence says little; counting
+those lowered SciFact's train hybrid nDCG@10 (docs/memory.md).
 
 Names (table, columns, configuration) are written in code, never a caller's value, and checked as
 identifiers all the same; the query text is always a bound parameter.
@@ -34,6 +38,7 @@ identifiers all the same; the query text is always a bound parameter.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -151,6 +156,15 @@ class LexicalQuery:
         return min(1.0, max(0.0, score / best)) if best > 0 else 0.0
 
 
+_IDENTIFIER = re.compile(r"[-/\d]")
+
+
+def counts_when_missing(lexeme: str) -> bool:
+    """Whether a query lexeme found in no row lowers coverage: a plain word does; a compound, a
+    path-like token or one with a digit does not (module docstring)."""
+    return _IDENTIFIER.search(lexeme) is None
+
+
 def idf(n: int, df: float) -> float:
     """BM25's idf of a lexeme in `df` of `n` documents (always positive)."""
     return math.log(1.0 + (n - df + 0.5) / (df + 0.5))
@@ -200,8 +214,8 @@ def forget_stats() -> None:
 
 async def lexical_query(repo: Repository, index: LexicalIndex, text: str) -> LexicalQuery:
     """The lexemes of `text` under the index's configuration, with their idf (the planner's
-    frequencies for common lexemes, a capped GIN count for the others); those in no row go to
-    `missing`, which lowers every coverage of the query."""
+    frequencies for common lexemes, a capped GIN count for the others); the plain words in no row go
+    to `missing`, which lowers every coverage of the query."""
     stats = await _table_stats(repo, index)
     known = list(stats.frequent)
     rows = await repo.rows(
@@ -217,7 +231,10 @@ async def lexical_query(repo: Repository, index: LexicalIndex, text: str) -> Lex
     for r in rows:
         df = float(r["df"]) if r["df"] is not None else stats.frequent[r["lexeme"]] * n
         term = Term(str(r["lexeme"]), int(r["dim"]), df, idf(n, min(df, n)))
-        (terms if df > 0 else missing).append(term)
+        if df > 0:
+            terms.append(term)
+        elif counts_when_missing(term.lexeme):
+            missing.append(term)
     return LexicalQuery(tuple(terms), n, tuple(missing))
 
 

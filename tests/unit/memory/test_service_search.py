@@ -1,12 +1,17 @@
-"""app/memory/service_search.py (pure parts): cutting texts and context blocks by characters or tokens."""
+"""app/memory/service_search.py (pure parts): cutting texts and context blocks by characters or tokens,
+thresholds applied to hits (defaults per mode, pending vectors) and the notice when nothing passes."""
 
 from __future__ import annotations
 
+import uuid
 from datetime import UTC, datetime, timedelta, timezone
 
+from app.core.embeddings.calibration import LOCAL
 from app.core.embeddings.tokens import count_tokens
+from app.memory.fusion import Hit
 from app.memory.schemas import compact_time, round_score
-from app.memory.service_search import build_context, cite, clip
+from app.memory.service_search import Retrieval, apply_threshold, build_context, cite, clip
+from app.memory.thresholds import rule
 
 
 def test_clip_by_tokens_and_by_characters() -> None:
@@ -48,3 +53,33 @@ def test_compact_time_and_round_score() -> None:
     assert compact_time(datetime(2026, 11, 25, 1, 30, tzinfo=timezone(timedelta(hours=2)))) == "2026-11-24T23:30Z"
     assert compact_time(datetime(2026, 11, 25, 2, 0, tzinfo=timezone(timedelta(hours=2)))) == "2026-11-25"
     assert round_score(0.123456) == 0.123 and round_score(12.3456) == 12.346
+
+
+def _hit(score: float, *signals: str) -> Hit:
+    return Hit(uuid.uuid4(), score, {s: {"score": score} for s in signals})
+
+
+def test_default_thresholds_hold_each_hit_to_its_evidence() -> None:
+    defaults = rule(LOCAL)  # hybrid 0.591, semantic 0.454, lexical 0.25
+    hits = [_hit(0.7, "semantic", "lexical"), _hit(0.5, "semantic"), _hit(0.3, "lexical"), _hit(0.2, "lexical")]
+    found = apply_threshold(hits, "hybrid", 10, defaults)
+    # The hit without a vector (no semantic signal) is held to the lexical default, and said to be pending.
+    assert [h.score for h in found.hits] == [0.7, 0.3] and found.pending == 1
+    assert (found.below, found.best_below, found.threshold) == (2, 0.5, 0.591)
+    assert "1 result(s) have no vector yet" in str(found.notice())
+    # The caller's threshold is the same for every hit.
+    found = apply_threshold(hits, "hybrid", 10, 0.25)
+    assert [h.score for h in found.hits] == [0.7, 0.5, 0.3] and found.threshold == 0.25
+    fallback = apply_threshold(hits[2:], "lexical_fallback", 10, defaults)
+    assert fallback.threshold == 0.25 and "Ranked by words only" in str(fallback.notice())
+
+
+def test_nothing_passing_says_why() -> None:
+    found = apply_threshold([_hit(0.42, "semantic"), _hit(0.3, "semantic")], "semantic", 5, rule(LOCAL))
+    assert found.hits == [] and found.notice("threshold") == (
+        "2 candidate(s) scored under the relevance threshold 0.454 (best 0.42): nothing matches well; "
+        "lower threshold to see them"
+    )
+    assert "shares a word" in str(Retrieval([], "lexical").notice())
+    assert "check the project" in str(Retrieval([], "hybrid").notice())
+    assert Retrieval([_hit(0.9, "semantic")], "hybrid").notice() is None

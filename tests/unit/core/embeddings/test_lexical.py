@@ -7,7 +7,16 @@ import math
 import pytest
 from pgvector import SparseVector
 
-from app.core.embeddings.lexical import DIMENSIONS, K1, LexicalIndex, LexicalQuery, Term, idf, ranked
+from app.core.embeddings.lexical import (
+    DIMENSIONS,
+    K1,
+    LexicalIndex,
+    LexicalQuery,
+    Term,
+    counts_when_missing,
+    idf,
+    ranked,
+)
 
 
 def test_idf_is_bm25s_and_always_positive() -> None:
@@ -72,3 +81,9 @@ def test_query_words_found_in_no_row_count_against_coverage() -> None:
     assert whole.coverage(full_match) < 0.25
     assert whole.vector == alone.vector  # a word in no row adds nothing to the scan
     assert LexicalQuery((), n, absent).coverage(1.0) == pytest.approx(1.0 / LexicalQuery((), n, absent).best)
+
+
+def test_only_plain_words_found_in_no_row_count_against_coverage() -> None:
+    assert counts_when_missing("yoga") and counts_when_missing("walnut")
+    for identifier in ("kras-ralb", "alpha-tocopheryl", "g34r/v", "400mg", "g94p", "2.3"):
+        assert not counts_when_missing(identifier), identifier
