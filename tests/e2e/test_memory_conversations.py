@@ -5,6 +5,7 @@ the set's `NOW`."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
@@ -13,6 +14,7 @@ import pytest
 from app.core.embeddings.relevance import relevance
 from app.memory import conversation
 from app.memory.conversation import boost
+from tests.support.databases import own_server
 from tests.support.judged_chats import NOW, QUESTIONS, recall_at, store_chats
 from tests.support.memory import api
 from tests.support.server import PgCluster
@@ -26,15 +28,24 @@ RECALL_AT_5 = 0.70
 GAIN_OVER_NO_CUES = 0.12
 
 
+@pytest.fixture
+async def own(pg: PgCluster) -> AsyncIterator[tuple[httpx.AsyncClient, str]]:
+    """A server on a database of its own: lexical scores depend on the whole table's statistics, which
+    the rest of the suite's memories would move."""
+    async with own_server(pg) as pair:
+        yield pair
+
+
 async def _search(rest: httpx.AsyncClient, query: str, **extra: object) -> dict[str, Any]:
     return await api(rest, "/memory/search", {"query_text": query, "project": PROJECT, "k": 5, **extra})
 
 
 async def test_speakers_and_relative_dates_raise_recall_at_5(
-    rest: httpx.AsyncClient, pg: PgCluster, monkeypatch: pytest.MonkeyPatch
+    own: tuple[httpx.AsyncClient, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    rest, dsn = own
     monkeypatch.setattr(conversation, "now", lambda: NOW)  # the questions are asked on 2026-04-16
-    refs = await store_chats(rest, pg.handle.libpq_uri(pg.database), PROJECT)
+    refs = await store_chats(rest, dsn, PROJECT)
 
     async def search(query: str) -> list[str]:
         return [r["id"] for r in (await _search(rest, query, score_threshold=0))["results"]]

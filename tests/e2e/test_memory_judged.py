@@ -10,18 +10,28 @@ from __future__ import annotations
 import json
 import os
 import uuid
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 import asyncpg
 import httpx
 import pytest
 
+from tests.support.databases import own_server
 from tests.support.judged_notes import JUDGED, NOTES, OFF_TOPIC
 from tests.support.memory import api
 from tests.support.server import PgCluster
 
 pytestmark = pytest.mark.slow
 MODES = ("hybrid", "semantic", "lexical")
+
+
+@pytest.fixture
+async def own(pg: PgCluster) -> AsyncIterator[tuple[httpx.AsyncClient, str]]:
+    """A server on a database of its own: lexical scores depend on the whole table's statistics, which
+    the rest of the suite's memories would move."""
+    async with own_server(pg) as pair:
+        yield pair
 
 
 @dataclass
@@ -82,7 +92,10 @@ async def _measure(rest: httpx.AsyncClient, dialect: str, project: str) -> Measu
 
 
 @pytest.mark.parametrize("dialect", ["rusty", "thoughts"])
-async def test_off_topic_queries_score_below_every_judged_answer(rest: httpx.AsyncClient, dialect: str) -> None:
+async def test_off_topic_queries_score_below_every_judged_answer(
+    own: tuple[httpx.AsyncClient, str], dialect: str
+) -> None:
+    rest, _ = own
     project = f"judged-{dialect}"
     await _seed(rest, dialect, project)
     m = await _measure(rest, dialect, project)
@@ -103,7 +116,8 @@ async def test_off_topic_queries_score_below_every_judged_answer(rest: httpx.Asy
         assert max(m.off[mode]) < defaults[mode], (mode, defaults[mode], m.off[mode])
 
 
-async def test_nothing_passing_and_pending_vectors_explain_themselves(rest: httpx.AsyncClient, pg: PgCluster) -> None:
+async def test_nothing_passing_and_pending_vectors_explain_themselves(own: tuple[httpx.AsyncClient, str]) -> None:
+    rest, dsn = own
     ids = []
     for note in NOTES[:20]:
         ids.append((await api(rest, "/thoughts", {"content": note, "project": "why"}))["thought"]["id"])
@@ -121,7 +135,7 @@ async def test_nothing_passing_and_pending_vectors_explain_themselves(rest: http
     assert "under the relevance threshold 0.591" in str(summary), summary
     # A thought whose vector is pending is found by its words, labelled so, held to the lexical
     # threshold and said to be scored by words, not similarity.
-    conn = await asyncpg.connect(pg.handle.libpq_uri(pg.database))
+    conn = await asyncpg.connect(dsn)
     try:
         await conn.execute("DELETE FROM memory_embeddings WHERE memory_id = $1", uuid.UUID(ids[13]))
     finally:

@@ -18,12 +18,14 @@ from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import asynccontextmanager
 from typing import Any, Literal
 
+import httpx
 import pytest
+from sqlalchemy.engine import make_url
 
 from app.core import migrations
 from app.core.config import Settings
 from app.core.db import Database
-from tests.support.server import PgCluster
+from tests.support.server import ADMIN_KEY, PgCluster, server_settings, start_server, stop_server
 
 _templates: dict[tuple[str, tuple[str, ...]], str] = {}
 # One template is migrated at a time; clones run outside the lock (PostgreSQL lets several copy one
@@ -84,3 +86,24 @@ def database_fixture(
             yield database
 
     return fixture
+
+
+@asynccontextmanager
+async def own_server(
+    pg: PgCluster, features: Iterable[str] = ("memory",)
+) -> AsyncIterator[tuple[httpx.AsyncClient, str]]:
+    """A test server (all test settings) serving `features` on a new migrated database of its own, and an
+    admin REST client on it; yields the client and the database's libpq URI. For tests whose figures
+    depend on the whole table, as BM25's statistics do, or that count rows: what the rest of the suite
+    stores in the shared database cannot move them."""
+    wanted = list(features)
+    url = migrated_url(pg, wanted)
+    settings = server_settings(url, features=wanted)
+    srv, thread, _app = start_server(settings)
+    try:
+        async with httpx.AsyncClient(
+            base_url=f"http://127.0.0.1:{settings.port}", timeout=60, headers={"Authorization": f"Bearer {ADMIN_KEY}"}
+        ) as client:
+            yield client, pg.handle.libpq_uri(str(make_url(url).database))
+    finally:
+        stop_server(srv, thread)
