@@ -10,7 +10,7 @@ scored with the same nDCG@10 as `cairn eval beir`. Latency is the client's round
 embedding, search, serialisation and HTTP included).
 
     python scripts/bench_beir.py [--quick]   # quick: 300 documents pushed, the first 60 queries
-    python scripts/bench_beir.py [--quick] --compare ../other-checkout [--rounds 3]
+    python scripts/bench_beir.py [--quick] --compare ../other-checkout [--rounds 3] [--other-first]
 
 `--compare` runs the other checkout (with its own `.venv`) side by side: both servers are loaded, then
 the queries run in `--rounds` rounds, the two servers alternating within each round, so that both
@@ -132,8 +132,9 @@ def run(quick: bool = False) -> str:
     )
 
 
-def compare(other: Path, quick: bool = False, rounds: int = 3) -> str:
-    """This checkout and `other`, side by side on one machine (module docstring): a markdown section."""
+def compare(other: Path, quick: bool = False, rounds: int = 3, other_first: bool = False) -> str:
+    """This checkout and `other`, side by side on one machine (module docstring): a markdown section.
+    `other_first` loads the other checkout first (the load order is the one thing rounds do not alternate)."""
     from bench_mcp import on_embedded_postgres
 
     from app.memory import service_eval
@@ -147,7 +148,8 @@ def compare(other: Path, quick: bool = False, rounds: int = 3) -> str:
         on_embedded_postgres(env, prefix="cairn-bench-beir-", root=names["other"]) as (other_srv, other_dsn),
     ):
         servers = {"this": (this_srv, this_dsn), "other": (other_srv, other_dsn)}
-        loaded = {n: asyncio.run(_push(srv.url, dsn, quick)) for n, (srv, dsn) in servers.items()}
+        order = ["other", "this"] if other_first else ["this", "other"]
+        loaded = {n: asyncio.run(_push(servers[n][0].url, servers[n][1], quick)) for n in order}
         for r in range(rounds):
             for n in list(names) if r % 2 == 0 else list(reversed(names)):
                 rankings, latencies, _ = asyncio.run(_queries(servers[n][0].url, loaded[n][0], quick))
@@ -165,8 +167,8 @@ def compare(other: Path, quick: bool = False, rounds: int = 3) -> str:
         [
             "## SciFact over MCP, side by side",
             "",
-            f"Both checkouts loaded with the same documents, then {rounds} rounds of every test query, the two "
-            "servers alternating; medians over rounds:",
+            f"Both checkouts loaded with the same documents ({' first, then '.join(order)}), then {rounds} rounds "
+            "of every test query, the two servers alternating; medians over rounds:",
             "",
             "| checkout | nDCG@10 | p50 ms | p95 ms |",
             "| --- | --- | --- | --- |",
@@ -182,6 +184,6 @@ if __name__ == "__main__":
     if "--compare" in sys.argv:
         other = Path(sys.argv[sys.argv.index("--compare") + 1])
         rounds = int(sys.argv[sys.argv.index("--rounds") + 1]) if "--rounds" in sys.argv else 3
-        print(compare(other, quick, rounds))
+        print(compare(other, quick, rounds, other_first="--other-first" in sys.argv))
     else:
         print(run(quick=quick))
