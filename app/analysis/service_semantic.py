@@ -56,8 +56,7 @@ def default_threshold(calibration: Calibration) -> float:
     Worked example: all-MiniLM-L6-v2 declares unrelated 0.176 and related 0.731, so the default is
     0.176 + 0.5 · 0.555 = 0.4535, i.e. 0.45; a model whose unrelated pairs reach 0.65 and related ones
     0.85 gets 0.75."""
-    span = max(0.0, calibration.related - calibration.unrelated)
-    return round(calibration.unrelated + THRESHOLD_SHARE * span, 2)
+    return round(max(calibration.unrelated, calibration.at(THRESHOLD_SHARE)), 2)
 
 
 @dataclass(frozen=True)

@@ -128,7 +128,7 @@ def floor_of(
     span = cal.related - cal.unrelated
     floor = cosine if cosine is not None else s.semantic_floor
     if floor is None:
-        floor = round(cal.unrelated + FLOOR_SHARE * span, 3)
+        floor = round(cal.at(FLOOR_SHARE), 3)
     return Floor(floor, round(floor - WORD_SUPPORT * span, 3), min_coverage)
 
 

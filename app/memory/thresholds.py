@@ -62,7 +62,7 @@ class Thresholds:
 
 def rule(cal: Calibration, lexical: float = LEXICAL) -> Thresholds:
     """The defaults of the module docstring for a model's calibration."""
-    semantic = round((cal.unrelated + cal.related) / 2, 3)
+    semantic = round(cal.at(0.5), 3)
     hybrid = round(1.0 - (1.0 - semantic) * (1.0 - lexical), 3)
     return Thresholds(semantic=semantic, lexical=lexical, hybrid=hybrid, source=f"calibration ({cal.source})")
 

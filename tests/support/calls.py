@@ -3,10 +3,11 @@ transaction, as the executor would give a service (without the executor's retrie
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
 
+import pytest
 from pydantic_settings import BaseSettings
 
 from app.core.config import Settings
@@ -24,6 +25,22 @@ def unreachable_embedder() -> EmbeddingProvider:
     queued and searches run on words alone."""
     url = f"http://127.0.0.1:{free_port()}/v1"
     return build_embedder("openai", model="text-embedding-3-small", dimension=384, base_url=url, timeout=2)
+
+
+def local_model_fixture() -> Callable[..., Any]:
+    """A module-scoped pytest fixture yielding the local model, checked (loaded) and closed after the
+    module; assign it to the fixture's name in the test module: `local = local_model_fixture()`."""
+
+    @pytest.fixture(scope="module")
+    async def fixture() -> AsyncIterator[LocalOnnxEmbedder]:
+        model = LocalOnnxEmbedder()
+        await model.check()
+        try:
+            yield model
+        finally:
+            await model.close()
+
+    return fixture
 
 
 @asynccontextmanager

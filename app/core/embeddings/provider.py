@@ -76,6 +76,11 @@ class Calibration:
     related: float
     source: Literal["declared", "measured", "assumed"] = "declared"
 
+    def at(self, share: float) -> float:
+        """The cosine `share` of the way from `unrelated` (0) to `related` (1): a default threshold a
+        family states as a share, so that it fits whatever model is in use."""
+        return (1.0 - share) * self.unrelated + share * self.related
+
 
 class EmbeddingProvider(abc.ABC):
     """An embedding backend. ``model`` names the vectors it makes (the key they are stored under);

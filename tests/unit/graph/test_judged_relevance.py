@@ -5,7 +5,6 @@ accented and unaccented forms of a query find the same entity."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager
 
 import pytest
@@ -21,7 +20,7 @@ from app.graph import service
 from app.graph.schemas import CreateEntitiesIn, EntityIn, SearchSemanticIn, SearchSemanticOut
 from app.graph.service_common import EMBEDDING_TARGETS
 from app.graph.service_search import search_semantic
-from tests.support.calls import service_call
+from tests.support.calls import local_model_fixture, service_call
 from tests.support.databases import database_fixture
 from tests.support.judged_graph import ACCENT_PAIRS, ENTITIES, JUDGED, OFF_TOPIC
 
@@ -34,14 +33,7 @@ TREATMENTS = ("limbic", "baseline")
 db = database_fixture(["graph"])
 
 
-@pytest.fixture(scope="module")
-async def local() -> AsyncIterator[LocalOnnxEmbedder]:
-    model = LocalOnnxEmbedder()
-    await model.check()
-    try:
-        yield model
-    finally:
-        await model.close()
+local = local_model_fixture()
 
 
 def call(db: Database, embedder: LocalOnnxEmbedder) -> AbstractAsyncContextManager[CallContext]:

@@ -4,7 +4,6 @@ then merged by a consolidation that a dry run only describes; no model, no scan.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager
 
 import pytest
@@ -19,7 +18,7 @@ from app.graph import service
 from app.graph.schemas import ConsolidateIn, CreateEntitiesIn, EntityIn, FindDuplicatesIn, ProjectIn
 from app.graph.service_maintenance import consolidate, find_duplicate_observations
 from app.graph.service_stats import graph_stats
-from tests.support.calls import service_call
+from tests.support.calls import local_model_fixture, service_call
 from tests.support.databases import database_fixture
 from tests.support.server import free_port
 
@@ -30,14 +29,7 @@ ADMIN = Principal(key_id="k1", name="admin", scopes=frozenset({"admin"}))
 db = database_fixture(["graph"])
 
 
-@pytest.fixture(scope="module")
-async def local() -> AsyncIterator[LocalOnnxEmbedder]:
-    model = LocalOnnxEmbedder()
-    await model.check()
-    try:
-        yield model
-    finally:
-        await model.close()
+local = local_model_fixture()
 
 
 def call(db: Database, embedder: EmbeddingProvider) -> AbstractAsyncContextManager[CallContext]:

@@ -75,3 +75,9 @@ async def test_an_undeclared_model_is_measured_once_and_an_unreachable_one_is_as
     assert (await calibration_of(down)).source == "measured"  # measured once the model answers
     assert len(PAIRS) >= 20
     calibration.forget()
+
+
+def test_a_share_of_the_way_from_unrelated_to_related() -> None:
+    assert LOCAL.at(0.0) == LOCAL.unrelated and LOCAL.at(1.0) == LOCAL.related
+    assert LOCAL.at(0.5) == (LOCAL.unrelated + LOCAL.related) / 2
+    assert Calibration(0.65, 0.85).at(0.75) == pytest.approx(0.8)
