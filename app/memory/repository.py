@@ -341,13 +341,14 @@ class MemoryRepository(Repository):
     async def list_memories(
         self, scope: Scope, model: str, limit: int, offset: int = 0, oldest_first: bool = False
     ) -> list[dict[str, Any]]:
-        """Memories in scope, newest first (or oldest first)."""
+        """Memories in scope, newest first (or oldest first); one push's chunks, which share a time, in
+        document order (reversed when newest first), so a window of them is contiguous."""
         where, params = scope.where()
         order = "ASC" if oldest_first else "DESC"
         return await self.dicts(
             f"SELECT {MEMORY_COLUMNS}, EXISTS (SELECT 1 FROM memory_embeddings e WHERE e.memory_id = m.id "
             f"AND e.model = :model) AS has_embedding FROM {MEMORY_FROM} WHERE {where} "
-            f"ORDER BY m.created_at {order}, m.id LIMIT :limit OFFSET :offset",
+            f"ORDER BY m.created_at {order}, m.chunk_index {order} NULLS LAST, m.id LIMIT :limit OFFSET :offset",
             {**params, "model": model, "limit": limit, "offset": offset},
         )
 
