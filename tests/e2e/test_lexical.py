@@ -112,6 +112,11 @@ async def test_idf_comes_from_the_planner_statistics_once_analysed(plans: Plans)
         assert query.missing[0].idf == pytest.approx(lexical.idf(n, 0)) and query.missing[0].idf > by["embryo"].idf
         expected = (by["bread"].idf + by["embryo"].idf + query.missing[0].idf) * (lexical.K1 + 1)
         assert math.isclose(query.best, expected)
+        # A typo, an acronym and a Spanish word are in no memory too, but name nothing the notes are known
+        # not to be about; "Walnuts" counts through its stem, "Café" through its unaccented spelling.
+        other = await repo.lexical_query("Walnuts breadd PTPRS receta Café bread")
+        assert {t.lexeme for t in other.terms} == {"bread"}
+        assert sorted(t.lexeme for t in other.missing) == ["café", "walnut"]  # memories keep accents
 
 
 async def test_any_query_text_is_a_parameter_and_never_breaks_the_statement(plans: Plans) -> None:

@@ -25,11 +25,12 @@ statistics leave out, are counted through the GIN index (cheap: they are rare; c
 query, Σ idf · (k1 + 1) over every lexeme of the query, those found in no row included (their idf is
 that of a lexeme in no row, the highest there is). A query of five words of which one ordinary word
 occurs in the table thus covers little, however well a row matches that word: a word the corpus
-never uses is evidence that the query is about something else. Only a plain word counts so
-(`counts_when_missing`): a hyphenated compound (`kras-ralb`, which the parser emits beside its parts,
-and the parts carry the evidence either way), a path-like `a/b`, or a token with a digit (`400mg`,
-`g94p`, a version) names an identifier rather than a topic, and its absence says little; counting
-those lowered SciFact's train hybrid nDCG@10 (docs/memory.md).
+never uses is evidence that the query is about something else. Only a word of the language counts
+so (`counts_when_missing`): one of the whole words of the bundled model's WordPiece vocabulary (about
+20,000 common English words, `known_words`), with no hyphen, slash or digit. A typo (`reatment`), a
+gene or product acronym (`PTPRS`, `OmpF`), a hyphenated compound (`kras-ralb`, whose parts the parser
+also emits), a path (`a/b`) or a version names nothing the corpus is known not to be about: its absence
+says little, and counting such tokens lowered SciFact's hybrid nDCG@10 (docs/memory.md).
 
 Names (table, columns, configuration) are written in code, never a caller's value, and checked as
 identifiers all the same; the query text is always a bound parameter.
@@ -39,13 +40,16 @@ from __future__ import annotations
 
 import math
 import re
+import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cache
 from typing import TYPE_CHECKING, Any
 
 from cachetools import TTLCache
 from pgvector import SparseVector
 
+from app.core.embeddings.tokens import get_tokenizer
 from app.core.embeddings.vectors import identifier
 
 if TYPE_CHECKING:
@@ -159,10 +163,28 @@ class LexicalQuery:
 _IDENTIFIER = re.compile(r"[-/\d]")
 
 
-def counts_when_missing(lexeme: str) -> bool:
-    """Whether a query lexeme found in no row lowers coverage: a plain word does; a compound, a
-    path-like token or one with a digit does not (module docstring)."""
-    return _IDENTIFIER.search(lexeme) is None
+@cache
+def known_words() -> frozenset[str]:
+    """The whole words (letters only, no `##` continuation) of the packaged tokenizer's vocabulary:
+    a list of common English words that every deployment has, whatever its embedding provider."""
+    return frozenset(t for t in get_tokenizer().get_vocab() if t.isalpha())
+
+
+def plain_word(token: str) -> str:
+    """`token` lower-cased with its accents dropped, as the uncased vocabulary spells words."""
+    decomposed = unicodedata.normalize("NFKD", token.lower())
+    return "".join(ch for ch in decomposed if not unicodedata.combining(ch))
+
+
+def counts_when_missing(lexeme: str, tokens: Sequence[str] = ()) -> bool:
+    """Whether a query lexeme found in no row lowers coverage: a plain lexeme (no hyphen, slash or
+    digit) that is itself, or comes from a query word that is, one of `known_words` (so "walnuts" counts
+    through its stem "walnut") does; a typo, an acronym or an identifier does not (module docstring).
+    `tokens` are the query words the lexeme came from."""
+    if _IDENTIFIER.search(lexeme) is not None:
+        return False
+    words = known_words()
+    return lexeme in words or any(plain_word(t) in words for t in tokens)
 
 
 def idf(n: int, df: float) -> float:
@@ -214,15 +236,19 @@ def forget_stats() -> None:
 
 async def lexical_query(repo: Repository, index: LexicalIndex, text: str) -> LexicalQuery:
     """The lexemes of `text` under the index's configuration, with their idf (the planner's
-    frequencies for common lexemes, a capped GIN count for the others); the plain words in no row go
+    frequencies for common lexemes, a capped GIN count for the others); the known words in no row go
     to `missing`, which lowers every coverage of the query."""
     stats = await _table_stats(repo, index)
     known = list(stats.frequent)
     rows = await repo.rows(
-        f"SELECT u.lexeme, lexeme_dim(u.lexeme) AS dim, CASE WHEN u.lexeme = ANY(CAST(:known AS text[])) "
+        f"SELECT u.lexeme, w.tokens, lexeme_dim(u.lexeme) AS dim, CASE WHEN u.lexeme = ANY(CAST(:known AS text[])) "
         f"THEN NULL ELSE (SELECT count(*) FROM (SELECT 1 FROM {index.table} "
         f"WHERE {index.tsv} @@ CAST({_QUOTED} AS tsquery) LIMIT :cap) x) END AS df "
-        f"FROM unnest(to_tsvector(CAST(:cfg AS regconfig), :text)) AS u ORDER BY u.lexeme",
+        f"FROM unnest(to_tsvector(CAST(:cfg AS regconfig), :text)) AS u LEFT JOIN ("
+        f"SELECT v.lexeme, array_agg(DISTINCT p.token) AS tokens FROM ts_parse((SELECT cfgparser FROM "
+        f"pg_ts_config WHERE oid = CAST(:cfg AS regconfig)), :text) AS p, "
+        f"unnest(to_tsvector(CAST(:cfg AS regconfig), p.token)) AS v GROUP BY v.lexeme) AS w USING (lexeme) "
+        f"ORDER BY u.lexeme",
         {"known": known, "cap": COUNT_CAP, "cfg": index.config, "text": text},
     )
     n = max(stats.rows, 1)
@@ -233,7 +259,7 @@ async def lexical_query(repo: Repository, index: LexicalIndex, text: str) -> Lex
         term = Term(str(r["lexeme"]), int(r["dim"]), df, idf(n, min(df, n)))
         if df > 0:
             terms.append(term)
-        elif counts_when_missing(term.lexeme):
+        elif counts_when_missing(term.lexeme, r["tokens"] or ()):
             missing.append(term)
     return LexicalQuery(tuple(terms), n, tuple(missing))
 

@@ -128,7 +128,7 @@ async def test_findings_are_ranked_by_words_within_their_session(db: Database) -
     assert {f for f, _ in ranked} == {refunds, shipping}  # "and" is no word of either
     # two of three content words in the corpus, the third in no finding: the coverage says so
     full = dict(await _hits(db, "words", "shipping delays north", only_pending=False, category=None))
-    part = dict(await _hits(db, "words", "shipping delays flamingo", only_pending=False, category=None))
+    part = dict(await _hits(db, "words", "shipping delays umbrella", only_pending=False, category=None))
     assert 0 < part[shipping] < full[shipping]
     assert await _hits(db, "words", "weekly report", only_pending=False, category="pattern") == []
     assert [f for f, _ in await _hits(db, "words", "weekly report", only_pending=False, category="general")] == [weekly]

@@ -83,7 +83,12 @@ def test_query_words_found_in_no_row_count_against_coverage() -> None:
     assert LexicalQuery((), n, absent).coverage(1.0) == pytest.approx(1.0 / LexicalQuery((), n, absent).best)
 
 
-def test_only_plain_words_found_in_no_row_count_against_coverage() -> None:
-    assert counts_when_missing("yoga") and counts_when_missing("walnut")
+def test_only_known_words_found_in_no_row_count_against_coverage() -> None:
+    assert counts_when_missing("yoga", ["yoga"]) and counts_when_missing("walnut", ["Walnuts", "walnut"])
+    assert counts_when_missing("cafe", ["Café"])  # accents dropped, as the uncased vocabulary spells it
+    # typos and acronyms are not words of the vocabulary: their absence says nothing of the topic
+    for typo_or_acronym in ("reatment", "assosci", "PTPRS", "OmpF", "tirasemtiv"):
+        assert not counts_when_missing(typo_or_acronym.lower(), [typo_or_acronym]), typo_or_acronym
     for identifier in ("kras-ralb", "alpha-tocopheryl", "g34r/v", "400mg", "g94p", "2.3"):
-        assert not counts_when_missing(identifier), identifier
+        assert not counts_when_missing(identifier, [identifier, "alpha"]), identifier
+    assert not counts_when_missing("schedul")  # a stem outside the vocabulary, no source word given
