@@ -6,6 +6,7 @@ project stays chosen across the sections."""
 from __future__ import annotations
 
 import json
+import uuid
 
 import pytest
 from playwright.async_api import Browser, expect
@@ -66,3 +67,15 @@ async def test_an_agents_note_is_found_from_the_home_page_by_clicking(
         await expect(page.locator("h1")).to_have_text(f"Datasets · {PROJECT}")
         await expect(page.locator("#project-choice")).to_have_value(PROJECT)
         assert await page.evaluate("document.documentElement.scrollWidth") <= viewport["width"]
+        # The upload form: a file from the browser becomes a dataset of the chosen project.
+        upload = page.locator("#upload")
+        dataset = f"standups_{uuid.uuid4().hex[:8]}"  # files outlive the tables emptied between tests
+        await upload.locator("input[name=name]").fill(dataset)
+        csv = b"day,attendees\nMon,5\nThu,7\n"
+        await upload.locator("input[name=file]").set_input_files(
+            files=[{"name": "standups.csv", "mimeType": "text/csv", "buffer": csv}]
+        )
+        await upload.locator("button[type=submit]").click()
+        await expect(page.locator(".flash")).to_contain_text(f"Uploaded {len(csv)} bytes as dataset {dataset}")
+        await expect(page.locator(f"#datasets tr[data-dataset={dataset}]")).to_contain_text("csv")
+        await shot(page, "datasets-upload-phone" if phone else "datasets-upload")
