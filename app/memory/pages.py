@@ -176,25 +176,24 @@ async def search_page(request: Request) -> Response:
     reply: dict[str, Any] | None = None
     error: dict[str, Any] | None = None
     hits: list[dict[str, Any]] = []
-    if form.get("q"):
-        args: dict[str, Any] = {"query_text": form["q"][:512], "mode": form["mode"], "explain": True}
-        for field, name in (("project_id", "project"), ("collection", "collection"), ("memory_type", "memory_type")):
-            if name in form:
-                args[field] = form[name]
-        if "tags" in form:
-            args["tags"] = _words(form["tags"])[:MAX_TAGS]
-        if "limit" in form:
-            args["limit"] = form["limit"]
-        try:
-            reply = await view.call("search", args)
-        except CairnError as exc:
-            error = _refusal(exc)
-        if reply is not None:
-            texts = cited(reply.get("context"))
-            hits = [
-                {**hit, "text": texts.get(n), "signals": _signals(hit.get("signals"))}
-                for n, hit in enumerate(reply["results"], start=1)
-            ]
+    args: dict[str, Any] = {"query_text": form["q"][:512], "mode": form["mode"], "explain": True}
+    for field, name in (("project_id", "project"), ("collection", "collection"), ("memory_type", "memory_type")):
+        if name in form:
+            args[field] = form[name]
+    if "tags" in form:
+        args["tags"] = _words(form["tags"])[:MAX_TAGS]
+    if "limit" in form:
+        args["limit"] = form["limit"]
+    try:
+        reply = await view.call("search", args)
+    except CairnError as exc:
+        error = _refusal(exc)
+    if reply is not None:
+        texts = cited(reply.get("context"))
+        hits = [
+            {**hit, "text": texts.get(n), "signals": _signals(hit.get("signals"))}
+            for n, hit in enumerate(reply["results"], start=1)
+        ]
     return view.render(
         "memory/search.html",
         form=form,
