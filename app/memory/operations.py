@@ -218,6 +218,7 @@ async def get_memory(ctx: CallContext, args: GetMemoryIn) -> GetMemoryOut:
 
 @ops.operation(
     name="list_memories",
+    example={"project": "team-notes", "tags": ["standup"], "kind": ["chunk"], "limit": 10},
     title="List Memories",
     toolsets=("memory_items",),
     input=ListMemoriesIn,
