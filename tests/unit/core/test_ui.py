@@ -121,6 +121,9 @@ async def test_the_chosen_project_is_remembered_across_sections(server: RunningS
         bound.client.cookies.set(PROJECT_COOKIE, "alpha", path="/ui")
         page = await bound.page("/ui/")
         assert _heading(page) == "Project bound-proj" and 'id="project-choice"' not in page
+        # Every tally of its own project answers (the server-wide queue is not shown to it).
+        assert 'role="alert"' not in page and 'data-tally="Memories"' in page
+        assert 'data-tally="Embedding queue"' not in page
 
 
 @pytest.mark.slow
