@@ -565,7 +565,7 @@ async def home(request: Request) -> Response:
     if queue is not None:
         tallies.append(
             Tally(
-                title="Embedding queue",
+                title="Embedding queue (server)",
                 count=queue["depth"],
                 href=CONSOLE_PATH + "/admin/health" if view.can("admin") else "",
                 note="server-wide: rows waiting for a vector"

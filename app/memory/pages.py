@@ -124,7 +124,7 @@ def _headline(memory: dict[str, Any], chars: int = 80) -> str:
 
 async def overview(view: Viewer, project: str) -> list[Tally]:
     """The home page's memory tallies of `project`: pushed memories and summaries, and thoughts, each
-    with its newest items (two list_memories calls)."""
+    with its newest items, and how many of them wait for a vector (two list_memories calls)."""
     memories, thoughts = await asyncio.gather(
         view.call("list_memories", {"project": project, "kind": ["chunk", "summary"], "limit": RECENT}),
         view.call("list_memories", {"project": project, "kind": ["thought"], "limit": RECENT}),
@@ -150,6 +150,12 @@ async def overview(view: Viewer, project: str) -> list[Tally]:
                 Recent(_headline(t), f"{THOUGHTS_PATH}/{quote(t['id'], safe='')}", t["created_at"])
                 for t in thoughts["memories"]
             ],
+        ),
+        Tally(
+            title="Waiting for a vector",
+            count=memories["queued"] + thoughts["queued"],
+            href="",
+            note="this project's memories and thoughts in the embedding queue",
         ),
     ]
 

@@ -142,3 +142,6 @@ class ListMemoriesOut(BaseModel):
     memories: list[ListedMemory]
     total: int
     next_offset: int | None = Field(default=None, description="offset of the next page, null at the end")
+    queued: int = Field(
+        default=0, description="Memories of these filters waiting in the embedding queue (active model)"
+    )

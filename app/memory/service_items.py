@@ -128,5 +128,6 @@ async def list_memories(ctx: CallContext, args: ListMemoriesIn) -> ListMemoriesO
         item = _item(row)
         cut = len(item.content) > PREVIEW_CHARS
         listed.append(ListedMemory(**{**item.model_dump(), "content": item.content[:PREVIEW_CHARS], "truncated": cut}))
+    queued = await MemoryItemsRepository(ctx.session).queued_in(scope, ctx.embedder.model)
     nxt = args.offset + len(rows)
-    return ListMemoriesOut(memories=listed, total=total, next_offset=nxt if nxt < total else None)
+    return ListMemoriesOut(memories=listed, total=total, next_offset=nxt if nxt < total else None, queued=queued)

@@ -9,7 +9,7 @@ import json
 import uuid
 
 import pytest
-from playwright.async_api import Browser, expect
+from playwright.async_api import Browser, FilePayload, expect
 
 from tests.support.browser import LAPTOP, PHONE, new_page, shot, sign_in
 from tests.support.server import ADMIN_KEY, RunningServer, mcp_client, text_of
@@ -72,9 +72,8 @@ async def test_an_agents_note_is_found_from_the_home_page_by_clicking(
         dataset = f"standups_{uuid.uuid4().hex[:8]}"  # files outlive the tables emptied between tests
         await upload.locator("input[name=name]").fill(dataset)
         csv = b"day,attendees\nMon,5\nThu,7\n"
-        await upload.locator("input[name=file]").set_input_files(
-            files=[{"name": "standups.csv", "mimeType": "text/csv", "buffer": csv}]
-        )
+        payload: FilePayload = {"name": "standups.csv", "mimeType": "text/csv", "buffer": csv}
+        await upload.locator("input[name=file]").set_input_files(files=[payload])
         await upload.locator("button[type=submit]").click()
         await expect(page.locator(".flash")).to_contain_text(f"Uploaded {len(csv)} bytes as dataset {dataset}")
         await expect(page.locator(f"#datasets tr[data-dataset={dataset}]")).to_contain_text("csv")

@@ -123,7 +123,7 @@ async def test_the_chosen_project_is_remembered_across_sections(server: RunningS
         assert _heading(page) == "Project bound-proj" and 'id="project-choice"' not in page
         # Every tally of its own project answers (the server-wide queue is not shown to it).
         assert 'role="alert"' not in page and 'data-tally="Memories"' in page
-        assert 'data-tally="Embedding queue"' not in page
+        assert 'data-tally="Embedding queue (server)"' not in page
 
 
 @pytest.mark.slow
@@ -138,7 +138,7 @@ async def test_the_home_page_counts_a_projects_items(server: RunningServer, rest
     tallies = dict(re.findall(r'<li data-tally="([^"]+)">.*?<span class="count">([^<]*)</span>', home, re.S))
     assert tallies["Memories"] == "2" and tallies["Thoughts"] == "1" and tallies["Entities"] == "1", tallies
     assert tallies["Analysis sessions"] == "0" and tallies["Datasets"] == "0", tallies
-    assert tallies["Embedding queue"] == "0", tallies
+    assert tallies["Embedding queue (server)"] == "0" and tallies["Waiting for a vector"] == "0", tallies
     # The newest first, each a link to its page; the projects listed as links that pick them.
     memories = re.search(r'data-tally="Memories">(.*?)</li>\s*<li data-tally', home, re.S)
     assert memories is not None

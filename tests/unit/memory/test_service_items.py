@@ -129,6 +129,11 @@ async def test_memories_are_listed_newest_first_filtered_and_cut_to_a_preview(db
         out = await service_items.list_memories(ctx, ListMemoriesIn(project="yard", kind=["thought"]))
     (thought,) = out.memories
     assert thought.truncated and len(thought.content) == PREVIEW_CHARS and long_text.startswith(thought.content)
+    # Nothing embeds here (no worker runs): each of them waits in the queue, and is counted in its scope.
+    assert out.queued == 1
+    async with call(db) as ctx:
+        assert (await service_items.list_memories(ctx, ListMemoriesIn(project="yard"))).queued == 4
+        assert (await service_items.list_memories(ctx, ListMemoriesIn(project="yard", source="todo/"))).queued == 2
     # A key bound to another project lists its own (here: none), never this one's.
     async with call(db, ELSEWHERE) as ctx:
         own = await service_items.list_memories(ctx, ListMemoriesIn())
