@@ -78,3 +78,26 @@ async def test_an_agents_note_is_found_from_the_home_page_by_clicking(
         await expect(page.locator(".flash")).to_contain_text(f"Uploaded {len(csv)} bytes as dataset {dataset}")
         await expect(page.locator(f"#datasets tr[data-dataset={dataset}]")).to_contain_text("csv")
         await shot(page, "datasets-upload-phone" if phone else "datasets-upload")
+
+
+async def test_every_section_fits_a_phone(server: RunningServer, browser: Browser) -> None:
+    """Each section's first page, with the picker in the header, is no wider than a phone's screen."""
+    async with new_page(browser, PHONE) as page:
+        await sign_in(page, server.url, ADMIN_KEY, f"/ui/?project={PROJECT}")
+        for path in (
+            "/ui/memory",
+            "/ui/thoughts",
+            "/ui/graph",
+            "/ui/graph/quality",
+            "/ui/analysis",
+            "/ui/datasets",
+            "/ui/datasets/query",
+            "/ui/admin",
+            "/ui/admin/audit",
+            "/ui/admin/health",
+            "/ui/admin/settings",
+        ):
+            await page.goto(f"{server.url}{path}")
+            await expect(page.locator("#project-choice")).to_have_value(PROJECT)
+            width = await page.evaluate("document.documentElement.scrollWidth")
+            assert width <= PHONE["width"], (path, width)
