@@ -477,7 +477,7 @@ async def viewer(request: Request) -> Viewer:
     else:
         view.project = remembered
     request.state.console_project = view.project
-    view.projects = await _picker_projects(view)
+    view.projects = [view.project] if principal.project else await _picker_projects(view)
     return view
 
 
