@@ -20,6 +20,8 @@ from app.core.charts import vega_lite_png
 from app.core.errors import CairnError, Forbidden, InvalidInput, Unauthenticated
 from app.core.ui import (
     ConsoleSection,
+    Recent,
+    Tally,
     Viewer,
     chosen_project,
     console_router,
@@ -32,9 +34,6 @@ from app.core.ui import (
 log = logging.getLogger("cairn.console.analysis")
 
 router = console_router("/analysis")
-SECTIONS = (
-    ConsoleSection(title="Analysis", path="/ui/analysis", router=router, templates=Path(__file__).parent / "templates"),
-)
 MODES = ("describe", "aggregate", "filter", "sample", "semantic")
 PAGE = 20
 CHART_GROUPS = 40  # bars drawn of an aggregate (the table lists every group returned)
@@ -118,6 +117,38 @@ def aggregate_spec(field: str, groups: list[dict[str, Any]]) -> dict[str, Any]:
             "tooltip": [{"field": "value"}, {"field": "count"}, {"field": "percent"}],
         },
     }
+
+
+async def overview(view: Viewer, project: str) -> list[Tally]:
+    """The home page's analysis tally of `project`: its sessions, the most recently active first."""
+    listed = await view.call("analysis_sessions", {"project": project, "limit": 5})
+    return [
+        Tally(
+            title="Analysis sessions",
+            count=listed["total"],
+            href=f"/ui/analysis?{urlencode({'project': project})}",
+            recent=[
+                Recent(
+                    s["analysis_id"],
+                    _session_url(s["analysis_id"], project),
+                    s["last_activity"],
+                    f"{s['records']} records",
+                )
+                for s in listed["sessions"]
+            ],
+        )
+    ]
+
+
+SECTIONS = (
+    ConsoleSection(
+        title="Analysis",
+        path="/ui/analysis",
+        router=router,
+        templates=Path(__file__).parent / "templates",
+        overview=overview,
+    ),
+)
 
 
 # ---------------------------------------------------------------------------------------------- pages

@@ -21,21 +21,27 @@ Sign-in and forms:
   allowed for the graph library), no framing, no referrer to other sites.
 - **Errors** of a call are shown on the page with their code, message and suggestions; a request
   without a valid key goes to the sign-in page.
+- **The project** a page shows is remembered per browser in the `cairn_project` cookie (HttpOnly,
+  `SameSite=Strict`, path `/ui`): the picker on every page (a CSRF-checked form) sets it, and so does a
+  page opened with `?project=`; a key bound to a project always sees its own. The home page shows the
+  chosen project's counts and newest items, which each section contributes (`ConsoleSection.overview`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 import json
 import logging
+import re
 import secrets
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote, unquote, urlsplit
+from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit
 
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse, Response
@@ -49,6 +55,7 @@ from app.core.context import AppState, Principal
 from app.core.errors import CairnError, Forbidden, InternalError, InvalidInput, NotFound, Unauthenticated
 from app.core.executor import read_resource, run_operation
 from app.core.http.callers import Callers, resolve_caller
+from app.core.schemas import PROJECT_NAME
 
 log = logging.getLogger("cairn.console")
 
@@ -56,6 +63,9 @@ CONSOLE_PATH = "/ui"
 KEY_COOKIE = "cairn_key"
 SEED_COOKIE = "cairn_seed"
 FLASH_COOKIE = "cairn_flash"
+PROJECT_COOKIE = "cairn_project"
+PICKER_PROJECTS = 200  # projects the picker lists (by name)
+_PROJECT = re.compile(PROJECT_NAME)
 TRANSPORT = "console"
 # The most a console form may send (fields are short: a search, tags, a query, a key).
 MAX_FORM_FIELDS = 200
@@ -79,18 +89,46 @@ SECURITY_HEADERS = {
 
 
 @dataclass(frozen=True)
+class Recent:
+    """One of the newest items of a section, as the home page lists it."""
+
+    label: str
+    href: str
+    when: Any = None
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class Tally:
+    """What a section holds in a project, for the home page: a count, where to browse it, the newest items."""
+
+    title: str
+    count: int | None
+    href: str
+    recent: list[Recent] = field(default_factory=list)
+    note: str = ""
+    error: dict[str, Any] | None = None
+
+
+# A section's contribution to the home page: its tallies of one project (operation calls, no SQL).
+Overview = Callable[["Viewer", str], Coroutine[Any, Any, list[Tally]]]
+
+
+@dataclass(frozen=True)
 class ConsoleSection:
     """A part of the console: an entry in the navigation and the pages behind it.
 
     `router` comes from `console_router(prefix)` (so its errors render as pages); `templates` is the
     folder of its Jinja2 templates, named `<section>/<page>.html` to stay apart from the others';
-    `scope` is the least scope that shows the entry (the operations still check their own)."""
+    `scope` is the least scope that shows the entry (the operations still check their own);
+    `overview` gives the home page its counts and newest items of a project."""
 
     title: str
     path: str
     router: APIRouter
     templates: Path | None = None
     scope: str = "read"
+    overview: Overview | None = None
 
 
 # Who pages without a resolved key show: no name, no scope (the navigation is empty).
@@ -213,6 +251,8 @@ class Viewer:
     seed: str
     new_seed: bool = False
     cookies: dict[str, str | None] = field(default_factory=dict)
+    project: str = ""
+    projects: list[str] | None = None
 
     @property
     def csrf(self) -> str:
@@ -270,13 +310,21 @@ class Viewer:
         for key in data:
             values = data.getlist(key)
             fields[key] = values if len(values) > 1 else values[0]
-        token = fields.pop("csrf", "")
+        self.check_token(fields.pop("csrf", ""))
+        return fields
+
+    def check_token(self, token: Any) -> None:
+        """Check a form's CSRF token (a file upload's travels in its action's query string, so that it
+        is checked before a byte of the body is read).
+
+        Raises:
+            Forbidden: the token is missing or does not belong to this session.
+        """
         if self.new_seed or not isinstance(token, str) or not hmac.compare_digest(token, self.csrf):
             raise Forbidden(
                 "The form's security token is missing or expired (cross-site request protection)",
                 suggestions=["Reload the page and send the form again"],
             )
-        return fields
 
     def render(self, template: str, status: int = 200, **context: Any) -> Response:
         """The page `template` with the shared context (caller, navigation, CSRF token, flash)."""
@@ -291,6 +339,7 @@ class Viewer:
             flash=flash[:500] if flash else None,
             path=self.request.url.path,
             query=dict(self.request.query_params),
+            picker={"project": self.project, "projects": self.projects, "next": _without_project(self.request)},
             **context,
         )
         response = HTMLResponse(html, status_code=status, headers=SECURITY_HEADERS)
@@ -356,10 +405,24 @@ def whole_number(raw: str | None, name: str) -> int | None:
 
 
 def chosen_project(request: Request, fields: Mapping[str, Any] | None = None) -> str:
-    """The project a page was asked for: the posted form's `project` field, else the query string's
-    ("" for none; the operations check the name and the key's binding)."""
+    """The project a page was asked for: the posted form's `project` field, else the query string's,
+    else the one remembered for this browser ("" for none; the operations check the name and the key's
+    binding)."""
     raw = form_text(fields, "project") if fields is not None else request.query_params.get("project", "").strip()
+    if not raw:
+        raw = getattr(request.state, "console_project", "")
     return raw[:128]
+
+
+def project_name(raw: str | None) -> str:
+    """`raw` when it is a valid project name, else ""."""
+    return raw if raw and _PROJECT.match(raw) else ""
+
+
+def _without_project(request: Request) -> str:
+    """This page's path and query without `project` (where the picker returns to)."""
+    kept = [(k, v) for k, v in request.query_params.multi_items() if k != "project"]
+    return request.url.path + (f"?{urlencode(kept)}" if kept else "")
 
 
 def with_project(args: dict[str, Any], project: str) -> dict[str, Any]:
@@ -402,7 +465,32 @@ async def viewer(request: Request) -> Viewer:
     console = console_of(request)
     principal = await console.principal(request.cookies.get(KEY_COOKIE))
     seed, new = _seed(request)
-    return Viewer(request, console, principal, seed, new)
+    view = Viewer(request, console, principal, seed, new)
+    remembered = project_name(request.cookies.get(PROJECT_COOKIE))
+    asked = project_name(request.query_params.get("project", "").strip())
+    if principal.project:
+        view.project = principal.project
+    elif asked:
+        view.project = asked
+        if asked != remembered:
+            view.cookies[PROJECT_COOKIE] = asked  # a page opened on a project makes it the chosen one
+    else:
+        view.project = remembered
+    request.state.console_project = view.project
+    view.projects = [view.project] if principal.project else await _picker_projects(view)
+    return view
+
+
+async def _picker_projects(view: Viewer) -> list[str] | None:
+    """The project names the picker offers (None when the list cannot be read: the picker is a text box)."""
+    try:
+        listed = await view.call("list_projects", {"limit": PICKER_PROJECTS})
+    except CairnError:
+        return None
+    names = [p["name"] for p in listed["projects"]]
+    if view.project and view.project not in names:
+        names.insert(0, view.project)
+    return names
 
 
 async def anonymous(request: Request) -> Viewer:
@@ -466,10 +554,52 @@ async def static(name: str) -> Response:
 
 @core_router.get("/")
 async def home(request: Request) -> Response:
-    """The home page: who is signed in, the sections they may open, the server's health."""
+    """The home page: the chosen project's counts and newest items per section, the embedding queue,
+    the other projects (each a link that picks it) and the server's health."""
     view = await viewer(request)
-    health = await view.resource("health")
-    return view.render("console/home.html", health=health)
+    project = view.project or "default"
+    sections = [s for s in view.console.nav(view.principal) if s.overview is not None]
+    health, *found = await asyncio.gather(view.resource("health"), *(_tallies(view, s, project) for s in sections))
+    tallies = [t for group in found for t in group]
+    queue = health.get("embedding_queue")
+    if queue is not None:
+        tallies.append(
+            Tally(
+                title="Embedding queue (server)",
+                count=queue["depth"],
+                href=CONSOLE_PATH + "/admin/health" if view.can("admin") else "",
+                note="server-wide: rows waiting for a vector"
+                + (f", {queue['retrying']} retrying" if queue["retrying"] else ""),
+            )
+        )
+    return view.render("console/home.html", health=health, project=project, tallies=tallies)
+
+
+async def _tallies(view: Viewer, section: ConsoleSection, project: str) -> list[Tally]:
+    """A section's tallies, or one that shows its error (the other sections still show)."""
+    assert section.overview is not None
+    try:
+        return await section.overview(view, project)
+    except CairnError as exc:
+        if isinstance(exc, Unauthenticated):
+            raise
+        return [Tally(title=section.title, count=None, href=section.path, error=exc.body()["error"])]
+
+
+@core_router.post("/project")
+async def pick_project(request: Request) -> Response:
+    """The picker: remember the project for this browser (empty: none), then back to the page."""
+    view = await viewer(request)
+    fields = await view.form()
+    raw = form_text(fields, "project", 128)
+    chosen = project_name(raw)
+    if raw and not chosen:
+        raise InvalidInput(f"{raw[:128]!r} is not a project name", suggestions=["Pick a project from the list"])
+    target = safe_next(form_text(fields, "next", 2000) or None)
+    parts = urlsplit(target)
+    query = urlencode([(k, v) for k, v in parse_qsl(parts.query) if k not in ("project", "offset")])
+    view.cookies[PROJECT_COOKIE] = chosen or None
+    return view.redirect(parts.path + (f"?{query}" if query else ""), flash=f"Project: {chosen or 'none chosen'}")
 
 
 @core_router.get("/login")
@@ -496,6 +626,7 @@ async def login(request: Request) -> Response:
         raise InvalidInput("Enter an API key")
     principal = await view.console.principal(key.strip())
     view.cookies[KEY_COOKIE] = key.strip()
+    view.cookies[PROJECT_COOKIE] = None  # another key: no project carried over
     view.seed, view.new_seed = secrets.token_urlsafe(32), True
     log.info("console sign-in", extra={"key_id": principal.key_id})
     return view.redirect(target, flash=f"Signed in as {principal.name}")
@@ -508,6 +639,7 @@ async def logout(request: Request) -> Response:
     await view.form()
     view.cookies[KEY_COOKIE] = None
     view.cookies[SEED_COOKIE] = None
+    view.cookies[PROJECT_COOKIE] = None
     response = RedirectResponse(CONSOLE_PATH + "/login", status_code=303, headers=SECURITY_HEADERS)
     return view.finish(response)
 

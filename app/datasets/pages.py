@@ -1,7 +1,8 @@
 """The console's datasets pages: the project's datasets and data files, a profile as a readable page
 (with a histogram per numeric column), SQL queries with a result table and a chart, stored results,
-exports and their download. Every read and write is an operation call through the executor; a
-download is streamed only after `download_export` has checked that the caller may read the file."""
+exports and their download, and an upload form. Every read and write is an operation call through the
+executor; a download is streamed only after `download_export` has checked that the caller may read
+the file, and an upload is the `upload_dataset` operation reading the form's body, as over REST."""
 
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ from app.core.errors import CairnError, Forbidden, InvalidInput, Unauthenticated
 from app.core.ui import (
     SECURITY_HEADERS,
     ConsoleSection,
+    Recent,
+    Tally,
     Viewer,
     chosen_project,
     console_router,
@@ -24,11 +27,10 @@ from app.core.ui import (
     whole_number,
     with_project,
 )
+from app.datasets.routes import upload_body
 
 router = console_router("/datasets")
-SECTIONS = (
-    ConsoleSection(title="Datasets", path="/ui/datasets", router=router, templates=Path(__file__).parent / "templates"),
-)
+UPLOAD_PATH = "/ui/datasets/upload"
 PAGE = 50
 NUMERIC = ("int64", "float64")
 HISTOGRAMS = 6  # numeric columns given a histogram on a profile page
@@ -66,6 +68,33 @@ def _files(raw: str) -> list[str]:
     return [f.strip() for f in raw.replace("\n", ",").split(",") if f.strip()]
 
 
+async def overview(view: Viewer, project: str) -> list[Tally]:
+    """The home page's datasets tally of `project`: its registered datasets (list_datasets, no file scan)."""
+    listed = await view.call("list_datasets", {"project": project, "limit": 5, "include_files": False})
+    return [
+        Tally(
+            title="Datasets",
+            count=listed["total"],
+            href=_url("", project=project),
+            recent=[
+                Recent(d["name"], _url("/profile", file=d["name"], project=project), d["created_at"], d["format"])
+                for d in listed["datasets"]
+            ],
+        )
+    ]
+
+
+SECTIONS = (
+    ConsoleSection(
+        title="Datasets",
+        path="/ui/datasets",
+        router=router,
+        templates=Path(__file__).parent / "templates",
+        overview=overview,
+    ),
+)
+
+
 # ---------------------------------------------------------------------------------------------- list
 
 
@@ -90,6 +119,23 @@ async def register(request: Request) -> Response:
     verb = "registered" if done["created"] else "already registered"
     return view.redirect(
         _url("", project=project), flash=f"Dataset {done['dataset']['name']} {verb} ({done['dataset']['path']})"
+    )
+
+
+@router.post("/upload")
+async def upload(request: Request) -> Response:
+    """Upload a file into the project's `uploads/` folder and register it: the `upload_dataset`
+    operation, which reads the multipart body itself (after its rate limit, scope and project checks),
+    exactly as the REST route runs it. The CSRF token and the project come in the query string."""
+    view = await viewer(request)
+    view.check_token(request.query_params.get("csrf", ""))
+    project = chosen_project(request)
+    async with upload_body(request):
+        done = await view.call("upload_dataset", with_project({}, project))
+    dataset = done["dataset"]
+    return view.redirect(
+        _url("", project=project),
+        flash=f"Uploaded {done['bytes']:,} bytes as dataset {dataset['name']} ({dataset['path']})",
     )
 
 

@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import os
 import uuid
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -228,6 +229,20 @@ class MultipartUpload:
                 os.unlink(self.staged)
 
 
+@contextlib.asynccontextmanager
+async def upload_body(request: Request) -> AsyncIterator[None]:
+    """Within the block, the `upload_dataset` operation reads `request`'s multipart body (the REST
+    route's and the console's); after it, nothing of the upload is kept unless the operation moved
+    the file into place."""
+    incoming = MultipartUpload(request)
+    token = service.INCOMING.set(incoming)
+    try:
+        yield
+    finally:
+        service.INCOMING.reset(token)
+        await asyncio.to_thread(incoming.discard)
+
+
 def _create(path: Path) -> BinaryIO:
     """A new file, never through a link."""
     return os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600), "wb")
@@ -280,9 +295,7 @@ async def upload_dataset(request: Request) -> JSONResponse:
     state: AppState = request.app.state.cairn
     op = state.registry.get("upload_dataset")
     assert op is not None, "the datasets feature declares upload_dataset"
-    incoming = MultipartUpload(request)
-    token = service.INCOMING.set(incoming)
-    try:
+    async with upload_body(request):
         result = await run_operation(
             state,
             op,
@@ -291,8 +304,4 @@ async def upload_dataset(request: Request) -> JSONResponse:
             transport="rest",
             request_id=request.state.request_id,
         )
-    finally:
-        service.INCOMING.reset(token)
-        # Gone when the operation moved it into place; otherwise nothing of the upload is kept.
-        await asyncio.to_thread(incoming.discard)
     return JSONResponse(result.model_dump(mode="json"))

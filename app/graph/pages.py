@@ -3,8 +3,9 @@ text), an entity page with its history, relations, reflections and neighbourhood
 that change an entity, and the search-quality report as a chart.
 
 Every read and write is an operation call through the executor (`Viewer.call`); this module imports
-only the core and the family's schemas. An optional `project` query parameter (a hidden field on
-forms) picks the graph's project; without it the key's project (or `default`) is used.
+only the core and the family's schemas. The graph shown is the chosen project's (the console's
+picker, or a `project` query parameter; a hidden field on forms); without one the key's project (or
+`default`). Statuses read in English (the seed's `activo` / `archivado` are stored as they are).
 """
 
 from __future__ import annotations
@@ -18,18 +19,26 @@ from fastapi.responses import Response
 
 from app.core.charts import vega_lite_png
 from app.core.errors import InvalidInput
-from app.core.ui import CONSOLE_PATH, ConsoleSection, Viewer, console_router, form_text, viewer
+from app.core.ui import (
+    CONSOLE_PATH,
+    ConsoleSection,
+    Tally,
+    Viewer,
+    chosen_project,
+    console_router,
+    form_text,
+    viewer,
+)
 from app.graph.schemas import MAX_NAME_CHARS, MAX_OBSERVATION_CHARS
 
 SECTION_PATH = CONSOLE_PATH + "/graph"
 router = console_router("/graph")
-SECTIONS = (
-    ConsoleSection(title="Graph", path=SECTION_PATH, router=router, templates=Path(__file__).parent / "templates"),
-)
 
 MODES = ("semantic", "nodes")
 TREATMENTS = ("auto", "limbic", "baseline")
 STATUSES = ("activo", "archivado")
+# The seed's status values as a page shows them (any other status is shown as stored).
+STATUS_LABELS = {"activo": "active", "archivado": "archived"}
 PAGE = 25
 HISTORY_LIMIT = 200  # observations and relations shown on an entity page, each
 GRAPH_NODES = 60  # neighbours drawn in the neighbourhood graph at most (the list shows them all)
@@ -64,6 +73,44 @@ def _int(value: str | None, default: int, low: int, high: int) -> int:
 
 def _project_args(project: str) -> dict[str, str]:
     return {"project": project} if project else {}
+
+
+def status_label(status: str | None) -> str:
+    """An entity status in English (`activo` reads "active", `archivado` "archived")."""
+    return STATUS_LABELS.get(status or "", status or "")
+
+
+def status_buckets(stats: dict[str, Any]) -> list[dict[str, Any]]:
+    """graph_stats' `by_status` as (status, label, count) rows, whichever key its rows name the status by."""
+    rows = []
+    for bucket in stats.get("by_status") or []:
+        value = bucket.get("status", bucket.get("entityType", ""))
+        rows.append({"status": value, "label": status_label(value), "count": bucket.get("count", 0)})
+    return rows
+
+
+async def overview(view: Viewer, project: str) -> list[Tally]:
+    """The home page's graph tally of `project`: its entities (graph_stats)."""
+    stats = await view.call("graph_stats", {"project": project})
+    return [
+        Tally(
+            title="Entities",
+            count=stats["entities"],
+            href=f"{SECTION_PATH}?{urlencode({'project': project})}",
+            note=f"{stats['relations']} relations, {stats['observations']} observations",
+        )
+    ]
+
+
+SECTIONS = (
+    ConsoleSection(
+        title="Graph",
+        path=SECTION_PATH,
+        router=router,
+        templates=Path(__file__).parent / "templates",
+        overview=overview,
+    ),
+)
 
 
 def entity_url(name: str, project: str = "") -> str:
@@ -173,7 +220,7 @@ async def search_page(request: Request) -> Response:
     and, with no query, the entities page by page."""
     view = await viewer(request)
     query = request.query_params
-    project = query.get("project", "").strip()
+    project = chosen_project(request)
     scoped = _project_args(project)
     q = query.get("q", "").strip()[:2048]
     mode = query.get("mode") if query.get("mode") in MODES else "semantic"
@@ -210,6 +257,8 @@ async def search_page(request: Request) -> Response:
         treatments=TREATMENTS,
         entity_url=entity_url,
         more_url=_more_url(form, project),
+        status_label=status_label,
+        statuses_of=status_buckets(stats),
     )
 
 
@@ -224,7 +273,7 @@ async def quality_page(request: Request) -> Response:
     """search_quality_report: NDCG@k and MRR per A/B treatment as a chart and a table."""
     view = await viewer(request)
     query = request.query_params
-    project = query.get("project", "").strip()
+    project = chosen_project(request)
     days = _int(query.get("days"), 30, 1, 3650)
     k = _int(query.get("k"), 10, 1, 50)
     report = await view.call("search_quality_report", {**_project_args(project), "days": days, "k": k})
@@ -239,7 +288,7 @@ async def entity_page(request: Request, name: str) -> Response:
     """One entity: type and status, observations with their superseded history, relations in and out,
     reflections about it, and its neighbourhood drawn as a graph (and listed, for pages without scripts)."""
     view = await viewer(request)
-    project = request.query_params.get("project", "").strip()
+    project = chosen_project(request)
     history = await view.call(
         "get_entity_history", {**_project_args(project), "entity_name": name, "limit": HISTORY_LIMIT}
     )
@@ -263,6 +312,7 @@ async def entity_page(request: Request, name: str) -> Response:
         limit=HISTORY_LIMIT,
         project=project,
         statuses=STATUSES,
+        status_label=status_label,
         entity_url=entity_url,
     )
 
@@ -318,5 +368,5 @@ async def set_status(request: Request) -> Response:
     result = await view.call(
         "set_entity_status", {**scoped, "entity_name": name, "status": _text(fields, "status", 32)}
     )
-    flash = f"Status set to {result['status']} (was {result['previous_status']})"
+    flash = f"Status set to {status_label(result['status'])} (was {status_label(result['previous_status'])})"
     return view.redirect(entity_url(name, scoped.get("project", "")), flash=flash)

@@ -30,6 +30,8 @@ from app.memory.schemas_items import (
     DeleteMemoryOut,
     GetMemoryIn,
     GetMemoryOut,
+    ListMemoriesIn,
+    ListMemoriesOut,
     UpdateMemoryIn,
     UpdateMemoryOut,
 )
@@ -212,6 +214,24 @@ async def get_memory(ctx: CallContext, args: GetMemoryIn) -> GetMemoryOut:
     the chunks of its document in order (chunk_offset, chunk_limit) with the models holding a vector of
     each, and per model how many of the document's memories are embedded, missing or queued."""
     return await items.get(ctx, args)
+
+
+@ops.operation(
+    name="list_memories",
+    example={"project": "team-notes", "tags": ["standup"], "kind": ["chunk"], "limit": 10},
+    title="List Memories",
+    toolsets=("memory_items",),
+    input=ListMemoriesIn,
+    output=ListMemoriesOut,
+    path="/memory/items",
+    method="GET",
+    read_only=True,
+)
+async def list_memories(ctx: CallContext, args: ListMemoriesIn) -> ListMemoriesOut:
+    """Stored memories newest first, filtered by project, memory_type, tags (any of), source_uri prefix
+    and kind (chunk, thought, summary); paginated (limit, offset). Each text is a preview: get_memory
+    reads one whole."""
+    return await items.list_memories(ctx, args)
 
 
 @ops.operation(

@@ -1,5 +1,6 @@
-"""The console's memory pages: "Memories" at `/ui/memory` (search with each hit's signals, a memory's
-page with its chunks and vector status, retag, delete, summarize a window) and "Thoughts" at
+"""The console's memory pages: "Memories" at `/ui/memory` (the newest memories page by page with
+filters, or a search with each hit's signals; a memory's page with its chunks and vector status,
+retag, delete, summarize a window) and "Thoughts" at
 `/ui/thoughts` (list or search with metadata facets, a thought with its related ones, edit, archive,
 delete).
 
@@ -21,7 +22,7 @@ from fastapi import Request
 from fastapi.responses import Response
 
 from app.core.errors import CairnError, InvalidInput, Unauthenticated
-from app.core.ui import CONSOLE_PATH, ConsoleSection, console_router, form_text, viewer
+from app.core.ui import CONSOLE_PATH, ConsoleSection, Recent, Tally, Viewer, console_router, form_text, viewer
 from app.memory.schemas import MAX_TAGS
 
 MEMORY_PATH = CONSOLE_PATH + "/memory"
@@ -29,16 +30,17 @@ THOUGHTS_PATH = CONSOLE_PATH + "/thoughts"
 TEMPLATES = Path(__file__).parent / "templates"
 memory_router = console_router("/memory")
 thoughts_router = console_router("/thoughts")
-SECTIONS = (
-    ConsoleSection(title="Memories", path=MEMORY_PATH, router=memory_router, templates=TEMPLATES),
-    ConsoleSection(title="Thoughts", path=THOUGHTS_PATH, router=thoughts_router, templates=TEMPLATES),
-)
 
 MODES = ("hybrid", "semantic", "lexical")
 MEMORY_TYPES = ("episodic", "semantic", "procedural")
 STRATEGIES = ("auto", "extractive", "abstractive")
+KINDS = ("chunk", "thought", "summary")
+# How a memory's kind reads on a page: push stores a document as chunks; a short note is one chunk.
+KIND_LABELS = {"chunk": "pushed", "thought": "thought", "summary": "summary"}
 CHUNKS_PAGE = 20
 THOUGHTS_PAGE = 25
+MEMORIES_PAGE = 25
+RECENT = 5  # newest items the home page lists per tally
 MAX_TEXT = 20_000
 # What each signal of a search hit measures, as the page names it.
 SIGNAL_NAMES = {"semantic": "cosine", "lexical": "lexical coverage"}
@@ -62,6 +64,14 @@ def _query(request: Request, *names: str) -> dict[str, str]:
     """The named query parameters that are not blank, stripped."""
     query = request.query_params
     return {n: query[n].strip()[:2000] for n in names if query.get(n, "").strip()}
+
+
+def _form(view: Viewer, *names: str) -> dict[str, str]:
+    """The named query parameters that are not blank; `project` defaults to the chosen project."""
+    form = _query(view.request, *names)
+    if "project" in names and "project" not in form and view.project:
+        form["project"] = view.project
+    return form
 
 
 async def _attempt(call: Awaitable[dict[str, Any]]) -> dict[str, Any] | CairnError:
@@ -99,40 +109,149 @@ def _stamp(value: datetime) -> str:
     return value.strftime("%Y-%m-%dT%H:%M")
 
 
+def kind_label(kind: str, chunk_index: int | None = None) -> str:
+    """A memory's kind as a page names it: "pushed" (a note or document stored with push; "pushed, part
+    N" for a later chunk of a document), "thought" or "summary"."""
+    label = KIND_LABELS.get(kind, kind)
+    return f"{label}, part {chunk_index + 1}" if kind == "chunk" and chunk_index else label
+
+
+def _headline(memory: dict[str, Any], chars: int = 80) -> str:
+    """A short title of a memory: its source, else the start of its text."""
+    text = str(memory.get("source_uri") or " ".join(str(memory.get("content", "")).split()))
+    return text if len(text) <= chars else text[: chars - 1] + "…"
+
+
+async def overview(view: Viewer, project: str) -> list[Tally]:
+    """The home page's memory tallies of `project`: pushed memories and summaries, and thoughts, each
+    with its newest items, and how many of them wait for a vector (two list_memories calls)."""
+    memories, thoughts = await asyncio.gather(
+        view.call("list_memories", {"project": project, "kind": ["chunk", "summary"], "limit": RECENT}),
+        view.call("list_memories", {"project": project, "kind": ["thought"], "limit": RECENT}),
+    )
+    where = urlencode({"project": project})
+    return [
+        Tally(
+            title="Memories",
+            count=memories["total"],
+            href=f"{MEMORY_PATH}?{where}",
+            note="pushed notes, document chunks and summaries",
+            recent=[
+                Recent(_headline(m), _item_url(m["id"]), m["created_at"], kind_label(m["kind"], m.get("chunk_index")))
+                for m in memories["memories"]
+            ],
+        ),
+        Tally(
+            title="Thoughts",
+            count=thoughts["total"],
+            href=f"{THOUGHTS_PATH}?{where}",
+            note="captured with capture_thought",
+            recent=[
+                Recent(_headline(t), f"{THOUGHTS_PATH}/{quote(t['id'], safe='')}", t["created_at"])
+                for t in thoughts["memories"]
+            ],
+        ),
+        Tally(
+            title="Waiting for a vector",
+            count=memories["queued"] + thoughts["queued"],
+            href="",
+            note="this project's memories and thoughts in the embedding queue",
+        ),
+    ]
+
+
+SECTIONS = (
+    ConsoleSection(title="Memories", path=MEMORY_PATH, router=memory_router, templates=TEMPLATES, overview=overview),
+    ConsoleSection(title="Thoughts", path=THOUGHTS_PATH, router=thoughts_router, templates=TEMPLATES),
+)
+
+
 # ------------------------------------------------------------------------------------------ memories
 
 
 @memory_router.get("")
 async def search_page(request: Request) -> Response:
-    """Search memories (hybrid, semantic or lexical, with filters); each hit with its signals."""
+    """The chosen project's memories newest first, page by page, filtered by type, tags, source and
+    kind; or, with a query, a search (hybrid, semantic or lexical) with each hit's signals."""
     view = await viewer(request)
-    form = _query(request, "q", "mode", "project", "collection", "tags", "memory_type", "limit")
+    form = _form(view, "q", "mode", "project", "collection", "tags", "memory_type", "limit", "source", "kind")
     if form.get("mode") not in MODES:
         form["mode"] = "hybrid"
+    if not form.get("q"):
+        return await _browse(view, request, form)
     reply: dict[str, Any] | None = None
     error: dict[str, Any] | None = None
     hits: list[dict[str, Any]] = []
-    if form.get("q"):
-        args: dict[str, Any] = {"query_text": form["q"][:512], "mode": form["mode"], "explain": True}
-        for field, name in (("project_id", "project"), ("collection", "collection"), ("memory_type", "memory_type")):
-            if name in form:
-                args[field] = form[name]
-        if "tags" in form:
-            args["tags"] = _words(form["tags"])[:MAX_TAGS]
-        if "limit" in form:
-            args["limit"] = form["limit"]
-        try:
-            reply = await view.call("search", args)
-        except CairnError as exc:
-            error = _refusal(exc)
-        if reply is not None:
-            texts = cited(reply.get("context"))
-            hits = [
-                {**hit, "text": texts.get(n), "signals": _signals(hit.get("signals"))}
-                for n, hit in enumerate(reply["results"], start=1)
-            ]
+    args: dict[str, Any] = {"query_text": form["q"][:512], "mode": form["mode"], "explain": True}
+    for field, name in (("project_id", "project"), ("collection", "collection"), ("memory_type", "memory_type")):
+        if name in form:
+            args[field] = form[name]
+    if "tags" in form:
+        args["tags"] = _words(form["tags"])[:MAX_TAGS]
+    if "limit" in form:
+        args["limit"] = form["limit"]
+    try:
+        reply = await view.call("search", args)
+    except CairnError as exc:
+        error = _refusal(exc)
+    if reply is not None:
+        texts = cited(reply.get("context"))
+        hits = [
+            {**hit, "text": texts.get(n), "signals": _signals(hit.get("signals"))}
+            for n, hit in enumerate(reply["results"], start=1)
+        ]
     return view.render(
-        "memory/search.html", form=form, modes=MODES, memory_types=MEMORY_TYPES, reply=reply, hits=hits, error=error
+        "memory/search.html",
+        form=form,
+        modes=MODES,
+        memory_types=MEMORY_TYPES,
+        kinds=KINDS,
+        reply=reply,
+        hits=hits,
+        error=error,
+        listed=None,
+    )
+
+
+async def _browse(view: Viewer, request: Request, form: dict[str, str]) -> Response:
+    """The memories of the filters in `form`, newest first (list_memories), a page at a time."""
+    try:
+        offset = max(0, int(request.query_params.get("offset", "0")))
+    except ValueError:
+        raise InvalidInput("offset must be a whole number") from None
+    args: dict[str, Any] = {"limit": MEMORIES_PAGE, "offset": offset}
+    for name in ("project", "memory_type", "source"):
+        if name in form:
+            args[name] = form[name]
+    if "tags" in form:
+        args["tags"] = _words(form["tags"])[:MAX_TAGS]
+    if form.get("kind") in KINDS:
+        args["kind"] = [form["kind"]]
+    listed: dict[str, Any] | None = None
+    error: dict[str, Any] | None = None
+    try:
+        listed = await view.call("list_memories", args)
+    except CairnError as exc:
+        error = _refusal(exc)
+    filters: dict[str, Any] = {k: form[k] for k in ("project", "memory_type", "tags", "source", "kind") if k in form}
+    pages: dict[str, str] = {}
+    if listed is not None and listed["next_offset"] is not None:
+        pages["older"] = f"{MEMORY_PATH}?{urlencode({**filters, 'offset': listed['next_offset']})}"
+    if offset:
+        pages["newer"] = f"{MEMORY_PATH}?{urlencode({**filters, 'offset': max(0, offset - MEMORIES_PAGE)})}"
+    return view.render(
+        "memory/search.html",
+        form=form,
+        modes=MODES,
+        memory_types=MEMORY_TYPES,
+        kinds=KINDS,
+        reply=None,
+        hits=[],
+        error=error,
+        listed=listed,
+        offset=offset,
+        pages=pages,
+        kind_label=kind_label,
     )
 
 
@@ -156,7 +275,9 @@ async def item_page(request: Request, memory_id: str) -> Response:
     except ValueError:
         raise InvalidInput("offset must be a whole number") from None
     item = await view.call("get_memory", {"id": memory_id, "chunk_offset": offset, "chunk_limit": CHUNKS_PAGE})
-    return view.render("memory/item.html", item=item, memory=item["memory"], offset=offset, page=CHUNKS_PAGE)
+    return view.render(
+        "memory/item.html", item=item, memory=item["memory"], offset=offset, page=CHUNKS_PAGE, kind_label=kind_label
+    )
 
 
 @memory_router.post("/items/{memory_id}/tags")
@@ -249,9 +370,8 @@ def _thoughts_url(filters: dict[str, str], **change: str | None) -> str:
 async def thoughts_page(request: Request) -> Response:
     """Thoughts newest first (or found by a query), filtered by the metadata facets beside them."""
     view = await viewer(request)
-    form = _query(request, "q", "mode", *THOUGHT_FILTERS, "archived", "offset")
-    if form.get("mode") not in MODES:
-        form["mode"] = "hybrid"
+    form = _form(view, "q", "mode", *THOUGHT_FILTERS, "archived", "offset")
+    form["mode"] = form["mode"] if form.get("mode") in MODES else "hybrid"
     archived = form.get("archived") == "1"
     error: dict[str, Any] | None = None
     listed: dict[str, Any] | None = None
@@ -325,6 +445,7 @@ async def thoughts_page(request: Request) -> Response:
         facets=facets,
         next_url=next_url,
         error=error,
+        kind_label=kind_label,
     )
 
 
@@ -335,7 +456,9 @@ async def thought_page(request: Request, thought_id: str) -> Response:
     got = await view.call("get_thought", {"id": thought_id})
     related = await view.call("related_thoughts", {"id": thought_id, "limit": 5, "explain": True})
     hits = [{**hit, "signals": _signals(hit.get("signals"))} for hit in related["results"]]
-    return view.render("thoughts/thought.html", thought=got["thought"], related=related, hits=hits)
+    return view.render(
+        "thoughts/thought.html", thought=got["thought"], related=related, hits=hits, kind_label=kind_label
+    )
 
 
 @thoughts_router.post("/{thought_id}/edit")

@@ -60,6 +60,7 @@ class Scope:
     days: int | None = None
     kinds: list[str] | None = None
     ids: list[uuid.UUID] | None = None
+    source_prefix: str | None = None
     params: dict[str, Any] = field(default_factory=dict)
 
     def where(self, alias: str = "m") -> tuple[str, dict[str, Any]]:
@@ -115,6 +116,9 @@ class Scope:
         if self.ids is not None:
             conds.append(f"{a}.id = ANY(CAST(:f_ids AS uuid[]))")
             p["f_ids"] = list(self.ids)
+        if self.source_prefix is not None:
+            conds.append(f"starts_with({a}.source_uri, :f_source)")
+            p["f_source"] = self.source_prefix
         return " AND ".join(conds), p
 
 

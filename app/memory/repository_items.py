@@ -8,7 +8,7 @@ from typing import Any
 
 from app.core.embeddings.repository import EmbeddingQueueRepository
 from app.core.repository import Repository
-from app.memory.repository import MEMORY_COLUMNS, MEMORY_FROM, MEMORY_TARGET
+from app.memory.repository import MEMORY_COLUMNS, MEMORY_FROM, MEMORY_TARGET, Scope
 
 
 @dataclass(frozen=True)
@@ -75,6 +75,13 @@ class MemoryItemsRepository(Repository):
         where, params = members.where()
         refs = f"SELECT m.id::text FROM memories m WHERE {where}"
         return await EmbeddingQueueRepository(self.session).queued_by_model(MEMORY_TARGET, refs, params)
+
+    async def queued_in(self, scope: Scope, model: str) -> int:
+        """How many memories in `scope` wait in the embedding queue for `model`."""
+        where, params = scope.where()
+        refs = f"SELECT m.id::text FROM memories m WHERE {where}"
+        queued = await EmbeddingQueueRepository(self.session).queued_by_model(MEMORY_TARGET, refs, params)
+        return queued.get(model, 0)
 
     async def set_tags(self, members: Members, tags: list[str], document: bool) -> int:
         """Replace the tags of the memory (or of its document's chunks); returns the rows changed."""

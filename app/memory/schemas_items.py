@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from app.core.schemas import StrictModel
-from app.memory.schemas import MAX_TAGS, Tag
+from app.core.schemas import PROJECT_NAME, StrictModel
+from app.memory.schemas import MAX_TAGS, MemoryType, Tag
 
 DOCUMENT_DESCRIPTION = (
     "true: every chunk of the memory's document (push splits a document into chunks sharing a document_id); "
@@ -107,3 +107,41 @@ class DeleteMemoryOut(BaseModel):
 
     id: str
     deleted: int = Field(description="Memories deleted (with their vectors)")
+
+
+MemoryKind = Literal["chunk", "thought", "summary"]
+PREVIEW_CHARS = 500  # of each listed memory's text (get_memory has the whole)
+
+
+class ListMemoriesIn(StrictModel):
+    """Arguments of list_memories."""
+
+    project: str | None = Field(
+        default=None, pattern=PROJECT_NAME, description="Project name (default: every project; a bound key: its own)"
+    )
+    memory_type: MemoryType | None = None
+    tags: list[Tag] | None = Field(default=None, max_length=MAX_TAGS, description="Any of these tags")
+    source: str | None = Field(default=None, min_length=1, max_length=1000, description="source_uri starts with this")
+    kind: list[MemoryKind] | None = Field(
+        default=None, max_length=3, description="Any of these kinds: chunk (pushed with push), thought, summary"
+    )
+    include_archived: bool = False
+    limit: int = Field(default=25, ge=1, le=100)
+    offset: int = Field(default=0, ge=0)
+
+
+class ListedMemory(MemoryItem):
+    """One memory of a listing: its text cut to a preview."""
+
+    truncated: bool = Field(default=False, description=f"true: content is the first {PREVIEW_CHARS} characters")
+
+
+class ListMemoriesOut(BaseModel):
+    """A page of memories, newest first."""
+
+    memories: list[ListedMemory]
+    total: int
+    next_offset: int | None = Field(default=None, description="offset of the next page, null at the end")
+    queued: int = Field(
+        default=0, description="Memories of these filters waiting in the embedding queue (active model)"
+    )

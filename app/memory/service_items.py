@@ -8,13 +8,18 @@ from typing import Any
 from app.core.context import CallContext
 from app.core.errors import NotFound
 from app.memory import service_common as common
+from app.memory.repository import MemoryRepository, Scope
 from app.memory.repository_items import Members, MemoryItemsRepository
 from app.memory.schemas_items import (
+    PREVIEW_CHARS,
     DeleteMemoryIn,
     DeleteMemoryOut,
     EmbeddingStatus,
     GetMemoryIn,
     GetMemoryOut,
+    ListedMemory,
+    ListMemoriesIn,
+    ListMemoriesOut,
     MemoryChunk,
     MemoryItem,
     UpdateMemoryIn,
@@ -99,3 +104,30 @@ async def delete(ctx: CallContext, args: DeleteMemoryIn) -> DeleteMemoryOut:
     row = await _row(ctx, repo, args.id)
     deleted = await repo.delete(Members.of(row), args.document)
     return DeleteMemoryOut(id=str(args.id), deleted=deleted)
+
+
+async def list_memories(ctx: CallContext, args: ListMemoriesIn) -> ListMemoriesOut:
+    """Memories newest first (a push's chunks in document order), filtered in SQL; each text cut to a
+    preview."""
+    exists, project_id = await common.project_filter(ctx, args.project)
+    if not exists:
+        return ListMemoriesOut(memories=[], total=0)
+    scope = Scope(
+        project_id=project_id,
+        memory_type=args.memory_type,
+        tags=args.tags or None,
+        source_prefix=args.source,
+        kinds=list(args.kind) if args.kind else None,
+        include_archived=args.include_archived,
+    )
+    repo = MemoryRepository(ctx.session)
+    rows = await repo.list_memories(scope, ctx.embedder.model, args.limit, args.offset)
+    total = await repo.count(scope)
+    listed = []
+    for row in rows:
+        item = _item(row)
+        cut = len(item.content) > PREVIEW_CHARS
+        listed.append(ListedMemory(**{**item.model_dump(), "content": item.content[:PREVIEW_CHARS], "truncated": cut}))
+    queued = await MemoryItemsRepository(ctx.session).queued_in(scope, ctx.embedder.model)
+    nxt = args.offset + len(rows)
+    return ListMemoriesOut(memories=listed, total=total, next_offset=nxt if nxt < total else None, queued=queued)

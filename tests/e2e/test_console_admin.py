@@ -22,7 +22,7 @@ async def test_sign_in_is_required_and_a_wrong_key_is_refused(server: RunningSer
         await page.click("button[type=submit]")
         await expect(page.locator("[role=alert]")).to_contain_text("not accepted")
         await sign_in(page, server.url, ADMIN_KEY)
-        await expect(page.locator("h1")).to_have_text("Console")
+        await expect(page.locator("h1")).to_have_text("Project default")
         await expect(page.locator("header nav")).to_contain_text("Admin")
         await shot(page, "home")
 

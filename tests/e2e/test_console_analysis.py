@@ -141,10 +141,16 @@ async def test_act_results_show_what_succeeded_and_failed(
     scope = [b for b in books if locked - 2 <= b["id"] <= locked + 2]
     refused = sum(1 for b in scope if b["locked"])
     where = f'{{"id": {{"$gte": {locked - 2}, "$lte": {locked + 2}}}}}'
+    asked: list[str] = []
+
+    async def answer(dialog: Any) -> None:
+        asked.append(dialog.message)
+        await dialog.accept()
+
     async with new_page(browser) as page:
         await sign_in(page, server.url, ADMIN_KEY, f"/ui/analysis/sessions/{AID}")
-        page.on("dialog", lambda dialog: dialog.accept())
-        form = page.locator("form[action$='/act#act']")
+        page.on("dialog", answer)
+        form = page.locator("#act-form")
         await form.locator("select[name=action]").select_option("update")
         await form.locator("input[name=where]").fill(where)
         await form.locator("input[name=attributes]").fill('{"status": "reading"}')
@@ -152,6 +158,16 @@ async def test_act_results_show_what_succeeded_and_failed(
         act = page.locator("#act-result")
         await expect(act).to_contain_text(f"Dry run: update would apply to {len(scope)} book record(s)")
         assert bookshelf.stats()["requests"].get(f"/api/books/{locked}") is None  # a dry run sends nothing
+        # A dry run is asked as one ("nothing is sent"); the sending act below, as a change upstream.
+        assert len(asked) == 1 and "dry run" in asked[0].lower() and "nothing is sent" in asked[0].lower(), asked
+        # The result is above the page summaries, in view without scrolling, its values in JSON's words.
+        outcome = await page.locator("#act-outcome").bounding_box()
+        summaries = await page.locator("#summaries-list").bounding_box()
+        assert outcome is not None and summaries is not None and outcome["y"] < summaries["y"]
+        assert await page.evaluate("document.querySelector('#act-outcome').getBoundingClientRect().top") < 860
+        sample = await act.locator("table").first.inner_text()
+        assert "false" in sample and "False" not in sample and "None" not in sample, sample
+        await shot(page, "analysis-act-dry-run")
 
         await form.locator("input[name=dry_run]").uncheck()
         await form.locator("button[type=submit]").click()
@@ -162,6 +178,7 @@ async def test_act_results_show_what_succeeded_and_failed(
         assert cells[4] == str(refused), cells
         await expect(act.locator("table").nth(1)).to_contain_text(str(locked))  # the first failures
         await expect(act).to_contain_text("409")
+        assert len(asked) == 2 and "send this change to the upstream" in asked[1].lower(), asked
         await shot(page, "analysis-act")
 
     # The session's copy follows what the upstream accepted.
@@ -191,5 +208,5 @@ async def test_a_bound_key_sees_its_project_only_and_a_read_key_cannot_act(
     async with new_page(browser) as page:
         await sign_in(page, server.url, READ_KEY, "/ui/analysis/sessions/default-only")
         await expect(page.locator("#models")).to_contain_text(str(N_BOOKS))
-        await expect(page.locator("form[action$='/act#act']")).to_have_count(0)
+        await expect(page.locator("#act-form")).to_have_count(0)
         await expect(page.locator("#act")).to_be_visible()

@@ -148,6 +148,11 @@ async def test_a_project_bound_key_reaches_only_its_own_project(server: RunningS
         assert r.status_code == 200 and r.json()["memory"]["project"] == BOUND_PROJECT
         r = await bound.patch(f"/api/v1/memory/items/{own}", json={"tags": ["mine"]})
         assert r.status_code == 200 and r.json()["tags"] == ["mine"]
+        # Listed: its own project's memories only, and another project named is refused.
+        r = await bound.get("/api/v1/memory/items", params={"tags": ["mine", "other"]})
+        assert r.status_code == 200 and [m["id"] for m in r.json()["memories"]] == [own], r.text
+        r = await bound.get("/api/v1/memory/items", params={"project": "elsewhere"})
+        assert r.status_code == 403 and r.json()["error"]["code"] == 4030, r.text
     # Nothing of the other project changed.
     kept = await api(rest, f"/memory/items/{foreign}", method="GET")
     assert kept["memory"]["tags"] == []
@@ -176,10 +181,13 @@ async def test_the_tools_have_their_own_toolset_over_mcp(server: RunningServer, 
     (mid,) = await ids_of(rest, "mcp-items")
     async with mcp_client(server.url, path="/mcp/memory") as mcp:
         listed = {t.name for t in (await mcp.list_tools()).tools}
-        assert "search" in listed and not listed & {"get_memory", "update_memory", "delete_memory"}
+        assert "search" in listed and not listed & {"get_memory", "update_memory", "delete_memory", "list_memories"}
     async with mcp_client(server.url, path="/mcp/memory_items") as mcp:
         tools = {t.name: t for t in (await mcp.list_tools()).tools}
-        assert set(tools) == {"get_memory", "update_memory", "delete_memory"}
+        assert set(tools) == {"list_memories", "get_memory", "update_memory", "delete_memory"}
+        assert tools["list_memories"].annotations and tools["list_memories"].annotations.read_only_hint
+        found = await mcp.call_tool("list_memories", {"project": "mcp-items", "tags": ["sea"], "kind": ["chunk"]})
+        assert not found.is_error and [m["id"] for m in found.structured_content["memories"]] == [mid]
         assert tools["get_memory"].annotations and tools["get_memory"].annotations.read_only_hint
         assert tools["delete_memory"].annotations and tools["delete_memory"].annotations.destructive_hint
         got = await mcp.call_tool("get_memory", {"id": mid, "chunk_limit": 0})
@@ -190,4 +198,4 @@ async def test_the_tools_have_their_own_toolset_over_mcp(server: RunningServer, 
         err = error_of(await mcp.call_tool("get_memory", {"id": str(uuid.uuid4())}))
         assert err["code"] == 4002
     async with mcp_client(server.url, key=READ_KEY, path="/mcp/memory_items") as mcp:
-        assert {t.name for t in (await mcp.list_tools()).tools} == {"get_memory"}
+        assert {t.name for t in (await mcp.list_tools()).tools} == {"get_memory", "list_memories"}

@@ -3,8 +3,17 @@
 document.addEventListener("submit", (event) => {
   // Forms that change or delete something ask first (data-confirm="question").
   const form = event.target;
-  const question = form.getAttribute("data-confirm");
+  // A form with a dry-run box may ask another question for a dry run (data-confirm-dry).
+  const dry = form.querySelector("input[name=dry_run]");
+  const question = dry && dry.checked && form.hasAttribute("data-confirm-dry")
+    ? form.getAttribute("data-confirm-dry")
+    : form.getAttribute("data-confirm");
   if (question && !window.confirm(question)) event.preventDefault();
+});
+document.addEventListener("change", (event) => {
+  // A picker (select data-autosubmit) sends its form as soon as a choice is made.
+  const select = event.target.closest("select[data-autosubmit]");
+  if (select && select.form) select.form.requestSubmit();
 });
 document.addEventListener("click", (event) => {
   // Copy buttons (data-copy="#id") copy an element's text, e.g. a key shown once.

@@ -6,10 +6,11 @@ refused by the operations behind the pages."""
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import pytest
 
-from app.core import ui_admin
+from app.core import ui, ui_admin
 from tests.support.console import signed_in
 from tests.support.server import ADMIN_KEY, READ_KEY, RunningServer
 
@@ -57,6 +58,8 @@ async def test_the_audit_log_is_filtered_and_health_and_settings_shown(server: R
         settings = await console.page("/ui/admin/settings")
     state = server.app.state.cairn
     assert state.embedder.model in health and "ok" in health
+    # Writes wait for their vectors here: the queue is empty, and says so (no "oldest s").
+    assert '<dd id="health-queue">empty</dd>' in health and "oldest" not in health
     assert all(f in settings for f in state.features)
 
 
@@ -66,3 +69,31 @@ async def test_a_key_without_the_admin_scope_is_refused(server: RunningServer) -
         await console.page("/ui/admin/audit", status=403)
         refused = await console.post("/ui/admin/keys", {"name": "x", "scopes": "read"})
         assert refused.status_code == 403
+
+
+def _queue_line(server: RunningServer, queue: dict[str, Any] | None) -> str:
+    """The health page's queue line for `queue` (the template rendered on its own)."""
+    health: dict[str, Any] = {
+        "status": "ok",
+        "version": "x",
+        "database": {"reachable": True, "embedded": False, "migrations_at_head": True},
+        "embedding": {"provider": "p", "model": "m", "dimension": 3, "loaded": True},
+        "embedding_queue": queue,
+        "features": [],
+    }
+    env = server.app.state.console.env
+    html = env.get_template("admin/health.html").render(
+        health=health, principal=ui.SIGNED_OUT, nav=[], csrf="x", flash=None, path="/ui/admin/health", picker={}
+    )
+    found = re.search(r'<dd id="health-queue">(.*?)</dd>', html)
+    assert found is not None
+    return found.group(1)
+
+
+def test_the_queue_line_names_only_what_it_knows(server: RunningServer) -> None:
+    assert _queue_line(server, {"depth": 0, "oldest_seconds": None, "retrying": 0}) == "empty"
+    assert _queue_line(server, {"depth": 3, "oldest_seconds": None, "retrying": 0}) == "3 queued"
+    assert _queue_line(server, {"depth": 3, "oldest_seconds": 12.34, "retrying": 1}) == (
+        "3 queued, the oldest for 12.3 s, 1 retrying"
+    )
+    assert _queue_line(server, None) == "not shown to this key"

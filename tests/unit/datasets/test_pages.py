@@ -89,3 +89,33 @@ async def test_a_file_is_registered_profiled_queried_exported_and_downloaded(ser
             {"query_id": query_id.group(0), "format": "csv", "filename": f"{name}.csv", "project": "shop"},
         )
         assert 'role="alert"' in failed.text  # the file exists: the error is shown next to the form
+
+
+@pytest.mark.slow  # the test server
+async def test_a_file_is_uploaded_through_the_form_and_a_failed_query_names_its_project(server: RunningServer) -> None:
+    name = f"upl_{uuid.uuid4().hex[:8]}"
+    body = b"city,visits\nOslo,3\nLima,5\n"
+    async with signed_in(server.url, ADMIN_KEY) as console:
+        page = await console.page("/ui/datasets", project="uploads-lab")
+        action = re.search(r'action="(/ui/datasets/upload\?[^"]+)" enctype="multipart/form-data"', page)
+        assert action is not None and "project=uploads-lab" in action.group(1)
+        files = {"file": ("visits.csv", body, "text/csv")}
+        done = await console.client.post(html.unescape(action.group(1)), data={"name": name}, files=files)
+        assert done.status_code == 303 and done.headers["location"] == "/ui/datasets?project=uploads-lab", done.text
+        assert console.flash(done).startswith(f"Uploaded {len(body)} bytes as dataset {name} (")
+        listed = await console.page("/ui/datasets")  # the project is remembered
+        assert f'data-dataset="{name}"' in listed
+        # The upload is the upload_dataset operation: audited with the console as its transport.
+        audit = await console.page("/ui/admin/audit", operation="upload_dataset")
+        row = re.search(r"<tr[^>]*>(?:(?!</tr>).)*upload_dataset(?:(?!</tr>).)*</tr>", audit, re.S)
+        assert row is not None and "<td>console</td>" in row.group(0), audit[-3000:]
+        # Without the session's token nothing is read or kept.
+        forged = await console.client.post(
+            "/ui/datasets/upload", params={"project": "uploads-lab"}, data={"name": f"{name}_x"}, files=files
+        )
+        assert forged.status_code == 403 and "security token" in forged.text
+        assert f"{name}_x" not in await console.page("/ui/datasets")
+        # A query whose input is not in the chosen project says which project was searched.
+        missing = await console.post("/ui/datasets/query", {"query": "SELECT 1", "files": "orders", "project": ""})
+        assert 'role="alert"' in missing.text
+        assert "Searched in project <strong>uploads-lab</strong>" in missing.text

@@ -49,6 +49,22 @@ def test_the_neighbourhood_draws_active_relations_around_the_focus() -> None:
     assert len([e for e in many["elements"] if "source" in e["data"]]) == pages.GRAPH_NODES
 
 
+def test_statuses_read_in_english_and_by_status_buckets_are_statuses() -> None:
+    assert [pages.status_label(s) for s in ("activo", "archivado", "paused", None)] == [
+        "active",
+        "archived",
+        "paused",
+        "",
+    ]
+    # graph_stats names a bucket's status `entityType` today; a `status` key is read the same way.
+    stats = {"by_status": [{"entityType": "activo", "count": 3}, {"status": "archivado", "count": 1}]}
+    assert pages.status_buckets(stats) == [
+        {"status": "activo", "label": "active", "count": 3},
+        {"status": "archivado", "label": "archived", "count": 1},
+    ]
+    assert pages.status_buckets({}) == []
+
+
 def test_superseded_by_maps_each_replaced_observation_to_its_successor() -> None:
     rows: list[dict[str, Any]] = [{"id": 1, "supersedes": None}, {"id": 2, "supersedes": 1}, {"id": 3}]
     assert pages.superseded_by(rows) == {1: {"id": 2, "supersedes": 1}}
@@ -159,6 +175,13 @@ async def test_the_entity_forms_add_supersede_and_change_status(
     assert replaced.status_code == 303
     assert f"Observation #{dug['id']} superseded by #" in (await client.get(replaced.headers["location"])).text
     status = await client.post("/ui/graph/status", data={**form, "status": "archivado"})
-    assert "Status set to archivado (was activo)" in (await client.get(status.headers["location"])).text
+    shown = (await client.get(status.headers["location"])).text
+    # Statuses read in English: the seed's values are labels, the stored value a tooltip.
+    assert "Status set to archived (was active)" in shown
+    assert '<span class="tag" title="stored as archivado">archived</span>' in shown
+    listing = await client.get("/ui/graph", params={"project": "henge"})
+    statuses = re.search(r'<dd id="graph-statuses">(.*?)</dd>', listing.text)
+    assert statuses is not None and "archived · 1" in statuses.group(1), listing.text[:3000]
+    assert "entityType" not in statuses.group(1) and "archivado ·" not in statuses.group(1)
     nameless = await client.post("/ui/graph/status", data={"csrf": csrf, "entity": " ", "status": "activo"})
     assert nameless.status_code == 400 and "names no entity" in nameless.text

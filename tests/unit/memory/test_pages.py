@@ -170,3 +170,51 @@ async def test_the_summarize_form_shows_the_summary_or_the_refusal(
         "/ui/memory/summarize", data={"csrf": csrf, "project": "no-hive", "strategy": "extractive"}
     )
     assert empty.status_code == 200 and "gained weight" not in empty.text and "Error 4002" in empty.text
+
+
+def test_kinds_read_as_what_stored_them() -> None:
+    assert pages.kind_label("chunk") == "pushed" and pages.kind_label("chunk", 0) == "pushed"
+    assert pages.kind_label("chunk", 2) == "pushed, part 3"
+    assert pages.kind_label("thought") == "thought" and pages.kind_label("summary", 4) == "summary"
+    assert pages._headline({"content": "  many   words\nhere "}) == "many words here"
+    assert pages._headline({"content": "x", "source_uri": "docs/a.md"}) == "docs/a.md"
+    assert pages._headline({"content": "y" * 100}, 10) == "y" * 9 + "…"
+
+
+def _listed(html: str) -> list[str]:
+    """The texts of the memories a browse page lists, in order."""
+    return [re.sub(r"\s+", " ", t).strip() for t in re.findall(r'<div class="text">([^<…]*)', html)]
+
+
+async def test_with_no_query_the_memories_are_listed_newest_first_and_filtered(
+    console: tuple[httpx.AsyncClient, str], rest: httpx.AsyncClient
+) -> None:
+    client, _ = console
+    notes = [
+        ("Swarm season starts in May.", "episodic", ["swarm"], "notes/may.md"),
+        ("Hives need ventilation in winter.", "semantic", ["winter"], "notes/winter.md"),
+        ("Inspect the brood every nine days.", "procedural", ["swarm", "brood"], "guides/brood.md"),
+    ]
+    for text, kind, tags, source in notes:
+        body = {"text": text, "project": "apiary", "type": kind, "tags": tags, "source_uri": source}
+        assert (await rest.post("/api/v1/memory/push", json=body)).status_code == 200
+    await rest.post("/api/v1/thoughts", json={"content": "Order more frames.", "project": "apiary"})
+    await rest.post("/api/v1/memory/push", json={"text": "Another project's note.", "project": "orchard"})
+    page = await client.get("/ui/memory", params={"project": "apiary"})
+    assert page.status_code == 200 and "4 memories in project <strong>apiary</strong>" in page.text
+    assert _listed(page.text) == ["Order more frames.", *(t for t, *_ in reversed(notes))]
+    assert "Another project" not in page.text and "pushed · procedural" in page.text
+    for params, expected in (
+        ({"memory_type": "procedural"}, [notes[2][0]]),
+        ({"tags": "swarm"}, [notes[2][0], notes[0][0]]),
+        ({"source": "notes/"}, [notes[1][0], notes[0][0]]),
+        ({"kind": "thought"}, ["Order more frames."]),
+    ):
+        filtered = await client.get("/ui/memory", params=params)  # the project is remembered
+        assert _listed(filtered.text) == expected, (params, filtered.text[-3000:])
+    second = await client.get("/ui/memory", params={"offset": "3"})
+    assert _listed(second.text) == [notes[0][0]] and "Newer memories" in second.text
+    assert "Older memories" not in second.text
+    # A pushed note among the thoughts reads as a pushed memory (a link to its memory page), not "chunk".
+    thoughts = await client.get("/ui/thoughts")
+    assert "pushed memory</a>" in thoughts.text and "· chunk" not in thoughts.text

@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 import pytest
 from pydantic import ValidationError
 
-from app.memory.schemas_items import GetMemoryIn, MemoryChunk, MemoryItem
+from app.memory.schemas_items import GetMemoryIn, ListMemoriesIn, MemoryChunk, MemoryItem
 
 
 def test_the_chunk_window_is_bounded() -> None:
@@ -42,3 +42,20 @@ def test_a_memory_leaves_out_its_document_fields_when_it_has_none() -> None:
     chunk = MemoryItem.model_validate({**common, "kind": "chunk", "document_id": "d", "chunk_index": 0}).model_dump()
     assert chunk["document_id"] == "d" and chunk["chunk_index"] == 0  # 0 is a value, not absent
     assert "chunk_index" not in MemoryChunk(id="c", content="x", vectors=[]).model_dump()
+
+
+def test_a_listing_takes_known_kinds_types_and_bounded_pages() -> None:
+    got = ListMemoriesIn.model_validate({"project": "p", "kind": ["chunk", "summary"], "tags": [" a "], "source": "x/"})
+    assert got.kind == ["chunk", "summary"] and got.tags == ["a"] and (got.limit, got.offset) == (25, 0)
+    for bad in (
+        {"kind": ["note"]},
+        {"memory_type": "daily"},
+        {"limit": 0},
+        {"limit": 101},
+        {"offset": -1},
+        {"project": "no/such"},
+        {"source": ""},
+        {"colour": "red"},
+    ):
+        with pytest.raises(ValidationError):
+            ListMemoriesIn.model_validate(bad)

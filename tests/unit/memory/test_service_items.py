@@ -13,10 +13,11 @@ from sqlalchemy import text
 from app.core.context import CallContext, Principal
 from app.core.db import Database
 from app.core.errors import NotFound
-from app.memory import service, service_items
+from app.memory import service, service_items, service_thoughts
 from app.memory.config import MemorySettings
 from app.memory.schemas import PushIn
-from app.memory.schemas_items import DeleteMemoryIn, GetMemoryIn, UpdateMemoryIn
+from app.memory.schemas_items import PREVIEW_CHARS, DeleteMemoryIn, GetMemoryIn, ListMemoriesIn, UpdateMemoryIn
+from app.memory.schemas_thoughts import CaptureThoughtIn
 from tests.support.calls import service_call
 from tests.support.databases import database_fixture
 
@@ -95,3 +96,45 @@ async def test_delete_one_chunk_or_the_document_and_a_bound_key_sees_none(db: Da
             await service_items.get(ctx, GetMemoryIn(id=document))
         with pytest.raises(NotFound):
             await service_items.update(ctx, UpdateMemoryIn(id=uuid.uuid4(), tags=["x"]))
+
+
+async def test_memories_are_listed_newest_first_filtered_and_cut_to_a_preview(db: Database) -> None:
+    long_text = "A long thought about the shed. " * 40
+    for text_, kind, tags, source in (
+        ("Paint the shed door green.", "episodic", ["paint"], "todo/shed.md"),
+        ("Sweep the shed floor.", "semantic", ["shed"], "notes/shed.md"),
+        ("Oil the hinges twice a year.", "procedural", ["paint", "hinge"], "todo/hinges.md"),
+    ):
+        async with call(db) as ctx:  # a transaction each: each its own time
+            body = {"text": text_, "project": "yard", "type": kind, "tags": tags, "source_uri": source}
+            await service.push(ctx, PushIn.model_validate(body))
+    async with call(db) as ctx:
+        await service_thoughts.capture(ctx, CaptureThoughtIn(content=long_text, project="yard"))
+    async with call(db) as ctx:
+        await service.push(ctx, PushIn.model_validate({"text": "Another yard altogether.", "project": "yard2"}))
+
+    async def listed(principal: Principal = WRITER, **filters: object) -> tuple[list[str], int, int | None]:
+        async with call(db, principal) as ctx:
+            out = await service_items.list_memories(ctx, ListMemoriesIn.model_validate({"project": "yard", **filters}))
+        return [m.content[:12] for m in out.memories], out.total, out.next_offset
+
+    assert await listed() == (["A long thoug", "Oil the hing", "Sweep the sh", "Paint the sh"], 4, None)
+    assert await listed(memory_type="procedural") == (["Oil the hing"], 1, None)
+    assert await listed(tags=["paint"]) == (["Oil the hing", "Paint the sh"], 2, None)
+    assert await listed(source="todo/") == (["Oil the hing", "Paint the sh"], 2, None)
+    assert await listed(kind=["chunk", "summary"], limit=2) == (["Oil the hing", "Sweep the sh"], 3, 2)
+    assert await listed(limit=2, offset=2) == (["Sweep the sh", "Paint the sh"], 4, None)
+    assert await listed(project="no-such-project") == ([], 0, None)
+    async with call(db) as ctx:
+        out = await service_items.list_memories(ctx, ListMemoriesIn(project="yard", kind=["thought"]))
+    (thought,) = out.memories
+    assert thought.truncated and len(thought.content) == PREVIEW_CHARS and long_text.startswith(thought.content)
+    # Nothing embeds here (no worker runs): each of them waits in the queue, and is counted in its scope.
+    assert out.queued == 1
+    async with call(db) as ctx:
+        assert (await service_items.list_memories(ctx, ListMemoriesIn(project="yard"))).queued == 4
+        assert (await service_items.list_memories(ctx, ListMemoriesIn(project="yard", source="todo/"))).queued == 2
+    # A key bound to another project lists its own (here: none), never this one's.
+    async with call(db, ELSEWHERE) as ctx:
+        own = await service_items.list_memories(ctx, ListMemoriesIn())
+    assert own.total == 0 and own.memories == []
