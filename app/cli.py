@@ -401,6 +401,8 @@ def main(argv: list[str] | None = None) -> int:
         return int(args.fn(args) or 0)
     except CairnError as err:
         print(f"error: {err.message}", file=sys.stderr)
+        for hint in err.suggestions:
+            print(f"hint: {hint}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

@@ -174,7 +174,7 @@ class CairnMCPServer(MCPServer[Any]):
         request = request_of(context)
         try:
             principal = await mcp_caller(self.callers, request)
-            found = self.catalog.find(self.selection(request), name, principal)
+            found = self.catalog.find(self.selection(request), name, principal, stdio=self.fixed is not None)
         except CairnError as err:
             return error_result(err)
         return await run_tool(self.state, self.operations[found.name], arguments, context, principal)
