@@ -291,25 +291,20 @@ class SearchSemanticIn(ProjectIn):
         le=1.0,
         description="Share of the query's word weight a result found by words must hold (default: the server's)",
     )
+    explain: bool = Field(
+        default=False,
+        description="Add each result's ranking internals: rank, baseline rank, every score component, access count",
+    )
 
 
 class SemanticHit(BaseModel):
-    """One ranked entity with every score component."""
+    """One ranked entity: what an agent reads, and with `explain` every score component (else left out)."""
 
     name: str
     entityType: str
     status: str
     observations: list[str]
-    rank: int
-    baseline_rank: int
-    limbic_score: float
-    relevance: float = Field(description="cosine_sim + text_weight * text_score (the baseline score)")
-    cosine_sim: float
-    text_score: float = Field(description="BM25 coverage of the query: its words' weight this entity holds, 0 to 1")
-    importance: float
-    temporal: float
-    cooc_boost: float
-    access_count: int
+    score: float = Field(description="What it was ranked by: limbic_score under limbic, relevance under baseline")
     embedding: Literal["pending"] | None = Field(
         default=None, exclude_if=lambda v: v is None, description="pending: found by text; its vector is not made yet"
     )
@@ -318,6 +313,25 @@ class SemanticHit(BaseModel):
         description="What made it an answer: a cosine at or above the semantic floor, a text coverage at or above "
         "min_text_coverage, or both",
     )
+    # With explain only (left out of the reply otherwise).
+    rank: int | None = Field(default=None, exclude_if=lambda v: v is None)
+    baseline_rank: int | None = Field(default=None, exclude_if=lambda v: v is None)
+    limbic_score: float | None = Field(default=None, exclude_if=lambda v: v is None)
+    relevance: float | None = Field(
+        default=None,
+        exclude_if=lambda v: v is None,
+        description="cosine_sim + text_weight * text_score (the baseline score)",
+    )
+    cosine_sim: float | None = Field(default=None, exclude_if=lambda v: v is None)
+    text_score: float | None = Field(
+        default=None,
+        exclude_if=lambda v: v is None,
+        description="BM25 coverage of the query: its words' weight this entity holds, 0 to 1",
+    )
+    importance: float | None = Field(default=None, exclude_if=lambda v: v is None)
+    temporal: float | None = Field(default=None, exclude_if=lambda v: v is None)
+    cooc_boost: float | None = Field(default=None, exclude_if=lambda v: v is None)
+    access_count: int | None = Field(default=None, exclude_if=lambda v: v is None)
 
 
 class SearchSemanticOut(BaseModel):

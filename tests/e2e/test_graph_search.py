@@ -26,6 +26,27 @@ COMPONENTS = {
     "access_count",
 }
 
+EXPLAIN = {"explain": True}
+AGENT_FIELDS = {"name", "entityType", "status", "observations", "score", "matched_by"}
+
+
+async def test_a_hit_holds_what_an_agent_reads_and_the_internals_only_when_asked(server: RunningServer) -> None:
+    async with mcp_client(server.url) as mcp:
+        await seed(mcp)
+        query = {"query": "who designed the early mechanical computer", "limit": 3}
+        for treatment, ranked_by in (("limbic", "limbic_score"), ("baseline", "relevance")):
+            plain = await call(mcp, "search_semantic", {**query, "treatment": treatment})
+            explained = await call(mcp, "search_semantic", {**query, "treatment": treatment, **EXPLAIN})
+            assert plain["results"] and len(plain["results"]) == len(explained["results"])
+            for hit, full in zip(plain["results"], explained["results"], strict=True):
+                assert set(hit) == AGENT_FIELDS, hit  # (and `embedding` while a vector is pending)
+                assert set(full) == AGENT_FIELDS | COMPONENTS, full
+                assert full["score"] == full[ranked_by]
+            assert [h["score"] for h in plain["results"]] == sorted(
+                (h["score"] for h in plain["results"]), reverse=True
+            )
+            assert plain["tokens"] < explained["tokens"]
+
 
 async def test_search_replies_state_their_size(server: RunningServer, rest: httpx.AsyncClient) -> None:
     async with mcp_client(server.url) as mcp:
@@ -56,7 +77,13 @@ async def test_search_semantic_logs_and_counts(server: RunningServer, pg: PgClus
         res = await call(
             mcp,
             "search_semantic",
-            {"query": "who designed the early mechanical computer", "treatment": "limbic", "limit": 3, **floor},
+            {
+                "query": "who designed the early mechanical computer",
+                "treatment": "limbic",
+                "limit": 3,
+                **floor,
+                **EXPLAIN,
+            },
         )
         assert res["treatment"] == "limbic" and res["engine"] == "hybrid" and res["event_id"] > 0
         names = [h["name"] for h in res["results"]]
@@ -69,7 +96,13 @@ async def test_search_semantic_logs_and_counts(server: RunningServer, pg: PgClus
         again = await call(
             mcp,
             "search_semantic",
-            {"query": "who designed the early mechanical computer", "treatment": "baseline", "limit": 3, **floor},
+            {
+                "query": "who designed the early mechanical computer",
+                "treatment": "baseline",
+                "limit": 3,
+                **floor,
+                **EXPLAIN,
+            },
         )
         assert again["treatment"] == "baseline"
         assert [h["rank"] for h in again["results"]] == [h["baseline_rank"] for h in again["results"]]
@@ -112,7 +145,7 @@ async def test_noise_is_no_answer_and_archived_entities_stay_out(server: Running
             assert await conn.fetchval("SELECT count(*) FROM graph_cooccurrences") == 0
         finally:
             await conn.close()
-        query = {"query": "who designed the early mechanical computer", "treatment": "baseline", "limit": 5}
+        query = {"query": "who designed the early mechanical computer", "treatment": "baseline", "limit": 5, **EXPLAIN}
         found = [h["name"] for h in (await call(mcp, "search_semantic", query))["results"]]
         assert "Charles Babbage" in found
         for h in (await call(mcp, "search_semantic", query))["results"]:  # each answer clears the floor
@@ -148,7 +181,7 @@ async def test_limbic_reranks_and_quality_report(server: RunningServer, rest: ht
         for c in ("A", "B")
     ]
     assert (await rest.post(f"{API}/entities", json={"entities": ents})).status_code == 200
-    q = {"query": "quarterly revenue summary", "limit": 2}
+    q = {"query": "quarterly revenue summary", "limit": 2, **EXPLAIN}
     base = (await rest.post(f"{API}/search/semantic", json={**q, "treatment": "baseline"})).json()
     second = base["results"][1]["name"]
     conn = await db(pg)
