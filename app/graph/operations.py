@@ -255,7 +255,7 @@ async def end_relation(ctx: CallContext, args: RelationRefIn) -> EndRelationOut:
     title="Set Entity Status",
 )
 async def set_entity_status(ctx: CallContext, args: SetEntityStatusIn) -> SetEntityStatusOut:
-    """Set an entity's lifecycle status (for example activo or archivado)."""
+    """Set an entity's lifecycle status (for example active or archived; the seed's activo / archivado are accepted)."""
     return await service.set_entity_status(ctx, args)
 
 

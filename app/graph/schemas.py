@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
 
 from app.core.schemas import (
     EMBEDDING_STATE_DESCRIPTION,
@@ -27,7 +27,18 @@ TypeName = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1,
 ObservationText = Annotated[
     str, StringConstraints(strip_whitespace=True, min_length=1, max_length=MAX_OBSERVATION_CHARS)
 ]
-Status = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=32)]
+# The seed's lifecycle statuses are Spanish; replies name them in English and inputs accept both.
+SEED_STATUSES = {"activo": "active", "archivado": "archived"}
+
+
+def english_status(value: str) -> str:
+    """The English status for one of the seed's Spanish ones (any case); any other status as given."""
+    return SEED_STATUSES.get(value.lower(), value)
+
+
+Status = Annotated[
+    str, StringConstraints(strip_whitespace=True, min_length=1, max_length=32), AfterValidator(english_status)
+]
 ProjectField = Field(
     default=None, pattern=PROJECT_NAME, description="Project (default: the key's project or 'default')"
 )
@@ -48,7 +59,7 @@ class EntityIn(StrictModel):
     name: Name = Field(description="Unique entity name")
     entityType: TypeName = Field(default="Generic", description="Entity type")
     observations: list[ObservationText] = Field(default_factory=list, max_length=500)
-    status: Status = Field(default="activo", description="Lifecycle status")
+    status: Status = Field(default="active", description="Lifecycle status: active, archived (or activo, archivado)")
 
 
 class RelationIn(StrictModel):
@@ -174,6 +185,13 @@ class TypeCount(BaseModel):
     """Entities of one type."""
 
     entityType: str
+    count: int
+
+
+class StatusCount(BaseModel):
+    """Entities of one lifecycle status."""
+
+    status: str
     count: int
 
 
@@ -610,6 +628,6 @@ class GraphStatsOut(BaseModel):
     search_events: int
     feedback: int
     by_type: list[TypeCount]
-    by_status: list[TypeCount]
+    by_status: list[StatusCount]
     top_entities: list[ImportantEntity]
     embedding_model: str

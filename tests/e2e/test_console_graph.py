@@ -100,8 +100,8 @@ async def test_search_open_supersede_and_audit(
         await expect(page.locator("#observations")).to_contain_text("Proposed the Difference Engine")
         await page.fill("input[name=status]", "archivado")
         await page.click("text=Set status")
-        await expect(page.locator(".flash")).to_contain_text("Status set to archivado (was activo)")
-        await expect(page.locator("#entity-status")).to_have_text("archivado")
+        await expect(page.locator(".flash")).to_contain_text("Status set to archived (was active)")
+        await expect(page.locator("#entity-status")).to_have_text("archived")
         await shot(page, "graph-entity-history")
         # The writes went through the executor: REST sees them, and the audit log names the console.
         history = (await rest.get(f"{API}/entities/history", params={"entity_name": "Charles Babbage"})).json()

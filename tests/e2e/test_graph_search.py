@@ -314,7 +314,8 @@ async def test_lifecycle_history_and_embedding_snapshots(server: RunningServer, 
             and graph["total_relations"] == 1
         )
         status = await call(mcp, "set_entity_status", {"entity_name": "Ada Lovelace", "status": "archivado"})
-        assert status == {"name": "Ada Lovelace", "status": "archivado", "previous_status": "activo"}
+        # the seed's Spanish status is accepted; replies name it in English
+        assert status == {"name": "Ada Lovelace", "status": "archived", "previous_status": "active"}
         refl = await call(
             mcp,
             "add_reflection",
@@ -330,7 +331,7 @@ async def test_lifecycle_history_and_embedding_snapshots(server: RunningServer, 
         err = error_of(await mcp.call_tool("add_reflection", {"target_type": "entity", "content": "x"}))
         assert err["code"] == 4001 and err["details"]["errors"][0]["field"] == "target_name"
         hist = await call(mcp, "get_entity_history", {"entity_name": "Ada Lovelace"})
-        assert hist["entity"]["status"] == "archivado"
+        assert hist["entity"]["status"] == "archived"
         assert [o["superseded_at"] is None for o in hist["observations"]] == [True, False, True]
         assert len(hist["relations"]) == 1 and hist["relations"][0]["active"] is False
         assert hist["reflections"][0]["content"].startswith("Her notes")
@@ -350,7 +351,7 @@ async def test_lifecycle_history_and_embedding_snapshots(server: RunningServer, 
         assert stats["entities"] == 4 and stats["relations"] == 2 and stats["ended_relations"] == 0
         assert stats["superseded_observations"] == 1 and stats["reflections"] == 2
         assert stats["entities_with_embedding"] == 4
-        assert {"entityType": "archivado", "count": 1} in stats["by_status"]
+        assert {"status": "archived", "count": 1} in stats["by_status"]
 
 
 async def test_duplicates_and_consolidate(server: RunningServer, rest: httpx.AsyncClient, pg: PgCluster) -> None:

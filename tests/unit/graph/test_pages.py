@@ -159,6 +159,6 @@ async def test_the_entity_forms_add_supersede_and_change_status(
     assert replaced.status_code == 303
     assert f"Observation #{dug['id']} superseded by #" in (await client.get(replaced.headers["location"])).text
     status = await client.post("/ui/graph/status", data={**form, "status": "archivado"})
-    assert "Status set to archivado (was activo)" in (await client.get(status.headers["location"])).text
+    assert "Status set to archived (was active)" in (await client.get(status.headers["location"])).text
     nameless = await client.post("/ui/graph/status", data={"csrf": csrf, "entity": " ", "status": "activo"})
     assert nameless.status_code == 400 and "names no entity" in nameless.text
