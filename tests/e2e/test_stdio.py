@@ -61,6 +61,8 @@ async def test_stdio_serves_the_chosen_toolsets_through_the_executor() -> None:
             outside = await mcp.call_tool("register_dataset", {"name": "mine", "path": str(mine)})
             assert outside.is_error and error_of(outside)["code"] == 4030, outside
             assert any("POST /api/v1/datasets/upload" in s for s in error_of(outside)["suggestions"]), outside
+            toolsets = resource_text(await mcp.read_resource("mcp://toolsets"))
+            assert "cairn stdio --toolsets a,b" in toolsets and "/mcp/a,b" not in toolsets
             health = await mcp.read_resource("mcp://health")
             assert '"status"' in resource_text(health)
     log = errlog.read_text()
