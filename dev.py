@@ -56,12 +56,17 @@ def ensure_env(dev: bool = True) -> None:
         return
     pip = [str(PY), "-m", "pip", "--disable-pip-version-check"]
     run([*pip, "install", "-q", "--upgrade", "pip"])
+    # setuptools' build of the editable wheel warns "Editable installation." in a block of stars on every
+    # install; that one message is filtered (in the build subprocess, which inherits the environment).
+    # Every other warning and error still shows.
+    quiet = ",".join(filter(None, (os.environ.get("PYTHONWARNINGS"), "ignore:Editable installation")))
+    env = {**os.environ, "PYTHONWARNINGS": quiet}
     # The lock pins every dependency to the versions the suite last passed with.
     if dev:
-        run([*pip, "install", "-q", "-c", str(LOCK), "-e", ".[dev]"])
+        run([*pip, "install", "-q", "-c", str(LOCK), "-e", ".[dev]"], env=env)
         run([*pip, "install", "-q", "--no-deps", *TEST_NO_DEPS])
     else:
-        run([*pip, "install", "-q", "-c", str(LOCK), "-e", "."])
+        run([*pip, "install", "-q", "-c", str(LOCK), "-e", "."], env=env)
     STAMP.write_text(_fingerprint(dev))
 
 

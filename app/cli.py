@@ -14,22 +14,32 @@ import os
 import socket
 import subprocess
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich_argparse import RichHelpFormatter
 
 from app import __version__
-from app.core import migrations, terminal
-from app.core.config import Settings
-from app.core.db import Database, connection_budget
-from app.core.errors import CairnError
-from app.core.feature import resolve
-from app.core.runtime import Runtime
+from app.core import terminal
+
+if TYPE_CHECKING:
+    from app.core.config import Settings
+    from app.core.db import Database
+    from app.core.runtime import Runtime
 
 # Commands that need neither the server nor a feature's code. For them `cairn` does not import the
 # features (seconds of imports: DuckDB, ONNX, the MCP SDK…); the enabled features' names, all that
-# migrating needs, come from the migration branches, whose labels are the feature names.
+# migrating needs, come from the migration branches, whose labels are the feature names. This module
+# imports at its top only what parsing needs: `cairn --help` and `cairn --version` stay fast.
 LIGHT_COMMANDS = ("migrate", "keys", "embed", "backup", "restore", "version")
+
+# The features' commands as `cairn --help` lists them without importing the features;
+# tests/unit/test_cli.py checks this table against the commands the features register.
+FEATURE_COMMANDS = {
+    "backfill": "embed memories that lack a vector of the active model",
+    "eval": "evaluate retrieval quality",
+    "graph": "knowledge graph: import/export JSONL memory files",
+    "analysis": "analysis sessions: demo upstream, expiry sweep",
+}
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -87,6 +97,7 @@ def _serve_workers(settings: Settings, features: list[str], options: dict[str, A
     from uvicorn.config import STARTUP_FAILURE
     from uvicorn.supervisors import Multiprocess
 
+    from app.core.db import connection_budget
     from app.core.logs import configure_logging
     from app.core.metrics import prepare_multiprocess
     from app.main import bootstrap
@@ -287,8 +298,9 @@ class CairnParser(argparse.ArgumentParser):
 
 def build_parser(with_features: bool = True) -> argparse.ArgumentParser:
     """The argument parser of `cairn`, with every feature's sub-commands unless `with_features` is
-    false."""
+    false (then `FEATURE_COMMANDS` only names them, for the help)."""
     parser = CairnParser(prog="cairn", description="Cairn memory and analysis server")
+    parser.add_argument("--version", action="version", version=f"cairn {__version__}", help="print the version")
     sub = parser.add_subparsers(dest="cmd", required=True)
     serve = sub.add_parser("serve", help="start the server")
     serve.add_argument("--host", help="address to bind (default: CAIRN_HOST, 127.0.0.1)")
@@ -343,11 +355,18 @@ def build_parser(with_features: bool = True) -> argparse.ArgumentParser:
         for feature in FEATURES:
             if feature.cli is not None:
                 feature.cli(sub)
+    else:
+        for name, text in FEATURE_COMMANDS.items():
+            sub.add_parser(name, help=text, add_help=False)
     return parser
 
 
 def runtime(settings: Settings, light: bool) -> Runtime:
     """The enabled features for a command (checked against the features that exist)."""
+    from app.core import migrations
+    from app.core.feature import resolve
+    from app.core.runtime import Runtime
+
     if light:
         return Runtime(settings, resolve(migrations.feature_branches(), settings.features))
     from app.core.feature import build_settings
@@ -366,8 +385,13 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the console script."""
     words = sys.argv[1:] if argv is None else argv
     command = next((w for w in words if not w.startswith("-")), None)
-    light = command in LIGHT_COMMANDS
+    light = command is None or command in LIGHT_COMMANDS  # None: `cairn --help`, `cairn --version`
     args = build_parser(with_features=not light).parse_args(words)
+    if args.cmd == "version":  # needs no settings
+        return cmd_version(args)
+    from app.core.config import Settings
+    from app.core.errors import CairnError
+
     try:
         args.runtime = runtime(Settings(), light)
     except ValueError as err:  # pydantic's ValidationError included
@@ -377,6 +401,8 @@ def main(argv: list[str] | None = None) -> int:
         return int(args.fn(args) or 0)
     except CairnError as err:
         print(f"error: {err.message}", file=sys.stderr)
+        for hint in err.suggestions:
+            print(f"hint: {hint}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

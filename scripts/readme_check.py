@@ -11,8 +11,10 @@ fails the check:
 * `python3 dev.py test` runs the whole suite (`--skip-suite`: CI runs the suite itself);
 * `python3 -m venv … && …/bin/pip install .` installs into a temporary directory instead of `~`
   (needs the package index: skipped with `--offline`, and so is the server it installs);
-* `.venv/bin/cairn keys create …` must print a key on its last line, which later commands get as `$KEY`;
+* `KEY=$(.venv/bin/cairn keys create …)` must assign a key, which later commands get as `$KEY`;
 * `curl …` must succeed and print JSON that is not an error body;
+* `uvx --from . cairn serve` starts a server too; it needs uv and the package index (skipped with
+  `--offline` or when no `uvx` is on the PATH);
 * `npx …` needs the npm registry (skipped with `--offline`).
 
 Commands run in this checkout with their own data directory (`CAIRN_DATA_DIR`) and a free port instead
@@ -55,7 +57,8 @@ KINDS = [
     (re.compile(r"^python3 dev\.py test$"), "suite"),
     (re.compile(r"^python3 -m venv (\S+) && \1/bin/pip install \.$"), "install"),
     (re.compile(r"^\S+/bin/cairn serve$"), "serve-installed"),
-    (re.compile(r"^\.venv/bin/cairn keys create( .*)?$"), "key"),
+    (re.compile(r"^uvx --from \. cairn serve$"), "serve-uvx"),
+    (re.compile(r"^KEY=\$\(\.venv/bin/cairn keys create( [^)]*)?\)$"), "key"),
     (re.compile(r"^curl .*$"), "curl"),
     (re.compile(r"^npx .*$"), "npx"),
 ]
@@ -126,11 +129,12 @@ def run(offline: bool, skip_suite: bool) -> int:
                 (step.kind in ("install", "npx") and offline)
                 or (step.kind == "suite" and skip_suite)
                 or (step.kind == "serve-installed" and not installed)
+                or (step.kind == "serve-uvx" and (offline or shutil.which("uvx") is None))
             )
             print(f"{'skip' if skip else 'run '} {step.kind:<16} {step.command}", flush=True)
             if skip:
                 continue
-            if step.kind in ("serve", "serve-installed"):
+            if step.kind in ("serve", "serve-installed", "serve-uvx"):
                 _stop(server)
                 log = work / f"{step.kind}.log"
                 with log.open("wb") as out:
@@ -145,6 +149,8 @@ def run(offline: bool, skip_suite: bool) -> int:
                     )
                 _wait_ready(port, server, log)
                 continue
+            if step.kind == "key":  # as written, then what the shell assigned
+                command += '\nprintf "%s" "$KEY"'
             done = subprocess.run(command, shell=True, cwd=ROOT, env=env, capture_output=True, text=True, timeout=3600)
             if done.returncode != 0:
                 print(f"failed ({done.returncode}):\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}", file=sys.stderr)
@@ -152,7 +158,10 @@ def run(offline: bool, skip_suite: bool) -> int:
             if step.kind == "install":
                 installed = True
             elif step.kind == "key":
-                env["KEY"] = done.stdout.strip().splitlines()[-1]
+                if not re.fullmatch(r"\S+", done.stdout):
+                    print(f"failed: KEY is not one key: {done.stdout[:200]!r}", file=sys.stderr)
+                    return 1
+                env["KEY"] = done.stdout
                 time.sleep(2.5)  # a running open server locks within two seconds of a key's creation
             elif step.kind == "curl":
                 answer = json.loads(done.stdout)  # JSON, and not the error body (curl exits 0 on a 401)

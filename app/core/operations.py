@@ -237,7 +237,11 @@ async def toolsets(ctx: CallContext) -> ToolsetsOut:
     """The MCP toolsets: each one's endpoint, description and tools (REST serves every operation)."""
     catalog = ctx.app.catalog
     items = [ToolsetInfo.model_validate(t) for t in catalog.summary()] if catalog is not None else []
-    return ToolsetsOut(
-        toolsets=items,
-        hint="Combine toolsets as /mcp/a,b; add readonly for read-only tools; /mcp/all lists everything.",
-    )
+    if ctx.transport == "stdio":  # a stdio session's toolsets are chosen when it starts
+        hint = (
+            "Start cairn stdio --toolsets a,b to combine toolsets; add readonly for read-only tools; "
+            "all lists everything."
+        )
+    else:
+        hint = "Combine toolsets as /mcp/a,b; add readonly for read-only tools; /mcp/all lists everything."
+    return ToolsetsOut(toolsets=items, hint=hint)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
@@ -17,7 +18,7 @@ from typing import Any, TypeVar
 
 from pydantic_settings import BaseSettings
 
-from app.core import migrations
+from app.core import migrations, terminal
 from app.core.config import Settings
 from app.core.context import OPEN_PRINCIPAL, AppState, CallContext, feature_settings_of
 from app.core.db import Database
@@ -154,4 +155,16 @@ class Runtime:
             yield ctx
         queued = QueuedVectors.find(ctx)
         if queued is not None and queued.ids and state.queue is not None:
-            await state.queue.drain(timeout=24 * 3600)
+            await drain_with_progress(state.queue, len(queued.ids), f"embed {embedder.model}")
+
+
+async def drain_with_progress(queue: EmbeddingQueue, queued: int, label: str, timeout: float = 24 * 3600) -> None:
+    """Make the queued vectors (the queue's whole depth) under a progress bar of `label`: a command's
+    user would otherwise wait in silence while thousands of texts are embedded after its own bar."""
+    deadline = time.monotonic() + timeout
+    depth = (await queue.stats()).depth
+    with terminal.progress(max(queued, depth), label) as bar:
+        while depth and time.monotonic() < deadline:
+            stats = await queue.drain(timeout=min(2.0, max(0.0, deadline - time.monotonic())))
+            bar.advance(max(0, depth - stats.depth))
+            depth = stats.depth

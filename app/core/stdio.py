@@ -34,7 +34,7 @@ def serve_stdio(build: Callable[[], Assembly], toolsets: str | None = None) -> i
         raise
     selection = parse(toolsets) if toolsets else Selection()
     try:
-        asm.catalog.check(selection)
+        asm.catalog.check(selection, stdio=True)
     except CairnError as err:
         if asm.boot.pg is not None:
             asm.boot.pg.stop()

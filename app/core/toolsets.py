@@ -127,10 +127,21 @@ class Selection:
     readonly: bool = False
 
     @property
+    def spec(self) -> str:
+        """The selection as written after `/mcp/` and after `cairn stdio --toolsets` ("" for the default)."""
+        return ",".join([*(self.names or ()), *([READONLY] if self.readonly else [])])
+
+    @property
     def path(self) -> str:
         """The endpoint path that makes this selection."""
-        parts = [*(self.names or ()), *([READONLY] if self.readonly else [])]
-        return MCP_PATH + ("/" + ",".join(parts) if parts else "")
+        return MCP_PATH + ("/" + self.spec if self.spec else "")
+
+    def reach(self, stdio: bool) -> str:
+        """How a client gets this selection, for a hint: the endpoint over HTTP; over stdio, where a
+        session's toolsets are fixed when it starts, the `cairn stdio` option."""
+        if stdio:
+            return f"start `cairn stdio --toolsets {self.spec}`" if self.spec else "start `cairn stdio`"
+        return f"connect to {self.path}"
 
 
 def parse(spec: str) -> Selection:
@@ -201,25 +212,30 @@ class Catalog:
         everything = [n for n, ts in self.toolsets.items() if not ts.exclusive_of]
         return everything + [n for n in names if n != ALL and n not in everything]
 
-    def check(self, selection: Selection) -> None:
-        """Refuse unknown names and combinations that would list two tools under one name."""
+    def check(self, selection: Selection, stdio: bool = False) -> None:
+        """Refuse unknown names and combinations that would list two tools under one name (the hints
+        name endpoints, or `cairn stdio` options when `stdio`)."""
         if selection.names is None:
             return
         unknown = [n for n in selection.names if n != ALL and n not in self.toolsets]
         if unknown:
+            first = (self.default.names or tuple(self.toolsets))[0]
+            others = [n for n, ts in self.toolsets.items() if n != first and not ts.exclusive_of]
+            examples = [Selection((first,)), Selection((first, *others[:1]))]
+            shown = " or ".join(f"--toolsets {e.spec}" if stdio else e.path for e in examples)
             raise NotFound(
                 f"Unknown toolset {unknown[0][:40]!r}",
-                suggestions=[
-                    f"Toolsets: {', '.join(self.toolsets)}, {ALL} (e.g. {MCP_PATH}/graph or {MCP_PATH}/memory,graph)"
-                ],
+                suggestions=[f"Toolsets: {', '.join(self.toolsets)}, {ALL} (e.g. {shown})"],
             )
         names = self._expand(selection.names)
         for name in names:
             clash = [other for other in self.toolsets[name].exclusive_of if other in names]
             if clash:
+                pair = [Selection((name,)), Selection((clash[0],))]
+                how = [f"`cairn stdio --toolsets {p.spec}`" if stdio else p.path for p in pair]
                 raise InvalidInput(
                     f"Toolset {name!r} cannot be combined with {clash[0]!r}: they use the same tool names",
-                    suggestions=[f"Connect to {MCP_PATH}/{name} and {MCP_PATH}/{clash[0]} as two servers"],
+                    suggestions=[f"{'Start' if stdio else 'Connect to'} {how[0]} and {how[1]} as two servers"],
                 )
 
     def effective(self, selection: Selection, caller: Caller) -> Selection:
@@ -245,8 +261,9 @@ class Catalog:
                 seen[op.tool] = op
         return list(seen.values())
 
-    def find(self, selection: Selection, tool: str, caller: Caller) -> Member:
-        """The operation a tool name means on this endpoint (scope is left to the executor).
+    def find(self, selection: Selection, tool: str, caller: Caller, stdio: bool = False) -> Member:
+        """The operation a tool name means on this endpoint (scope is left to the executor). The hints
+        of a refusal name the endpoint to connect to, or over `stdio` the `cairn stdio` option.
 
         Raises:
             Forbidden: the tool changes data and the endpoint is read-only.
@@ -258,16 +275,17 @@ class Catalog:
                 if op.tool != tool:
                     continue
                 if chosen.readonly and not op.read_only:
+                    how = Selection(chosen.names).reach(stdio)
                     raise Forbidden(
                         f"{tool} changes data and this endpoint is read-only",
-                        suggestions=[f"Connect to {Selection(chosen.names).path} to use it"],
+                        suggestions=[f"{how[0].upper()}{how[1:]} to use it"],
                     )
                 return op
         homes = self.homes(tool)
         if homes:
             raise NotFound(
                 f"{tool[:100]} is not in the toolsets of this endpoint",
-                suggestions=[f"It is in {', '.join(homes)}: connect to {MCP_PATH}/{homes[0]}"],
+                suggestions=[f"It is in {', '.join(homes)}: {Selection((homes[0],)).reach(stdio)}"],
             )
         served = sorted({op.tool for ops in self.members.values() for op in ops})
         close = difflib.get_close_matches(tool, served, n=3)

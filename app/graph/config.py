@@ -49,7 +49,7 @@ class GraphSettings(BaseSettings):
         ),
     )
     archived_statuses: list[str] = Field(
-        default_factory=lambda: ["archivado", "archived"],
+        default_factory=lambda: ["archived", "archivado"],
         description="Statuses search_semantic leaves out unless include_archived is set",
     )
     cooc_top: int = Field(default=10, ge=2, le=50, description="Top results whose pairs count as co-occurring")

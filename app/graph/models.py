@@ -26,7 +26,7 @@ class GraphEntity(Base):
     project_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), ForeignKey("projects.id", ondelete="CASCADE"))
     name: Mapped[str] = mapped_column(Text)
     entity_type: Mapped[str] = mapped_column(Text, server_default="Generic")
-    status: Mapped[str] = mapped_column(Text, server_default="activo")
+    status: Mapped[str] = mapped_column(Text, server_default="active")
     obs_text: Mapped[str] = mapped_column(Text, server_default="")
     search_text: Mapped[str] = mapped_column(Text)
     tsv: Mapped[str] = mapped_column(TSVECTOR)

@@ -213,10 +213,11 @@ async def open_nodes(ctx: CallContext, args: OpenNodesIn) -> GraphOut:
 async def search_semantic(ctx: CallContext, args: SearchSemanticIn) -> SearchSemanticOut:
     """Search entities by meaning: vector + full-text candidates re-ranked by the limbic score.
 
-    Every result carries its score components (cosine_sim, text_score, importance, temporal,
-    cooc_boost, limbic_score) and its baseline rank. Entities that do not answer the query (no query
-    word, cosine below the floor) and archived ones are left out. Each call is logged as a search event
-    (A/B treatment limbic or baseline) and updates access and co-occurrence counters."""
+    Every result carries the score it was ranked by; with explain: true also its score components
+    (cosine_sim, text_score, importance, temporal, cooc_boost, limbic_score) and baseline rank.
+    Entities that do not answer the query (no query word, cosine below the floor) and archived ones
+    are left out. Each call is logged as a search event (A/B treatment limbic or baseline) and updates
+    access and co-occurrence counters."""
     return await service_search.search_semantic(ctx, args)
 
 
@@ -254,7 +255,7 @@ async def end_relation(ctx: CallContext, args: RelationRefIn) -> EndRelationOut:
     title="Set Entity Status",
 )
 async def set_entity_status(ctx: CallContext, args: SetEntityStatusIn) -> SetEntityStatusOut:
-    """Set an entity's lifecycle status (for example activo or archivado)."""
+    """Set an entity's lifecycle status (for example active or archived; the seed's activo / archivado are accepted)."""
     return await service.set_entity_status(ctx, args)
 
 

@@ -5,7 +5,8 @@ that change an entity, and the search-quality report as a chart.
 Every read and write is an operation call through the executor (`Viewer.call`); this module imports
 only the core and the family's schemas. The graph shown is the chosen project's (the console's
 picker, or a `project` query parameter; a hidden field on forms); without one the key's project (or
-`default`). Statuses read in English (the seed's `activo` / `archivado` are stored as they are).
+`default`). Statuses read in English (a value stored by an older build as the seed's `activo` /
+`archivado` reads "active" / "archived").
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ router = console_router("/graph")
 
 MODES = ("semantic", "nodes")
 TREATMENTS = ("auto", "limbic", "baseline")
-STATUSES = ("activo", "archivado")
+STATUSES = ("active", "archived")
 # The seed's status values as a page shows them (any other status is shown as stored).
 STATUS_LABELS = {"activo": "active", "archivado": "archived"}
 PAGE = 25
@@ -76,7 +77,7 @@ def _project_args(project: str) -> dict[str, str]:
 
 
 def status_label(status: str | None) -> str:
-    """An entity status in English (`activo` reads "active", `archivado` "archived")."""
+    """An entity status in English (a stored `activo` reads "active", `archivado` "archived")."""
     return STATUS_LABELS.get(status or "", status or "")
 
 
@@ -231,6 +232,7 @@ async def search_page(request: Request) -> Response:
     semantic = nodes = listing = None
     if q and mode == "semantic":
         args: dict[str, Any] = {**scoped, "query": q, "limit": 20, "treatment": treatment, "include_archived": archived}
+        args["explain"] = True  # the page shows each hit's score components
         if entity_type:
             args["entity_type"] = entity_type
         semantic = await view.call("search_semantic", args)

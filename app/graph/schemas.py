@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
 
 from app.core.schemas import (
     EMBEDDING_STATE_DESCRIPTION,
@@ -27,7 +27,18 @@ TypeName = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1,
 ObservationText = Annotated[
     str, StringConstraints(strip_whitespace=True, min_length=1, max_length=MAX_OBSERVATION_CHARS)
 ]
-Status = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=32)]
+# The seed's lifecycle statuses are Spanish; replies name them in English and inputs accept both.
+SEED_STATUSES = {"activo": "active", "archivado": "archived"}
+
+
+def english_status(value: str) -> str:
+    """The English status for one of the seed's Spanish ones (any case); any other status as given."""
+    return SEED_STATUSES.get(value.lower(), value)
+
+
+Status = Annotated[
+    str, StringConstraints(strip_whitespace=True, min_length=1, max_length=32), AfterValidator(english_status)
+]
 ProjectField = Field(
     default=None, pattern=PROJECT_NAME, description="Project (default: the key's project or 'default')"
 )
@@ -48,7 +59,7 @@ class EntityIn(StrictModel):
     name: Name = Field(description="Unique entity name")
     entityType: TypeName = Field(default="Generic", description="Entity type")
     observations: list[ObservationText] = Field(default_factory=list, max_length=500)
-    status: Status = Field(default="activo", description="Lifecycle status")
+    status: Status = Field(default="active", description="Lifecycle status: active, archived (or activo, archivado)")
 
 
 class RelationIn(StrictModel):
@@ -177,6 +188,13 @@ class TypeCount(BaseModel):
     count: int
 
 
+class StatusCount(BaseModel):
+    """Entities of one lifecycle status."""
+
+    status: str
+    count: int
+
+
 class ImportantEntity(BaseModel):
     """An entity ranked by access count and size."""
 
@@ -291,25 +309,20 @@ class SearchSemanticIn(ProjectIn):
         le=1.0,
         description="Share of the query's word weight a result found by words must hold (default: the server's)",
     )
+    explain: bool = Field(
+        default=False,
+        description="Add each result's ranking internals: rank, baseline rank, every score component, access count",
+    )
 
 
 class SemanticHit(BaseModel):
-    """One ranked entity with every score component."""
+    """One ranked entity: what an agent reads, and with `explain` every score component (else left out)."""
 
     name: str
     entityType: str
     status: str
     observations: list[str]
-    rank: int
-    baseline_rank: int
-    limbic_score: float
-    relevance: float = Field(description="cosine_sim + text_weight * text_score (the baseline score)")
-    cosine_sim: float
-    text_score: float = Field(description="BM25 coverage of the query: its words' weight this entity holds, 0 to 1")
-    importance: float
-    temporal: float
-    cooc_boost: float
-    access_count: int
+    score: float = Field(description="What it was ranked by: limbic_score under limbic, relevance under baseline")
     embedding: Literal["pending"] | None = Field(
         default=None, exclude_if=lambda v: v is None, description="pending: found by text; its vector is not made yet"
     )
@@ -318,6 +331,25 @@ class SemanticHit(BaseModel):
         description="What made it an answer: a cosine at or above the semantic floor, a text coverage at or above "
         "min_text_coverage, or both",
     )
+    # With explain only (left out of the reply otherwise).
+    rank: int | None = Field(default=None, exclude_if=lambda v: v is None)
+    baseline_rank: int | None = Field(default=None, exclude_if=lambda v: v is None)
+    limbic_score: float | None = Field(default=None, exclude_if=lambda v: v is None)
+    relevance: float | None = Field(
+        default=None,
+        exclude_if=lambda v: v is None,
+        description="cosine_sim + text_weight * text_score (the baseline score)",
+    )
+    cosine_sim: float | None = Field(default=None, exclude_if=lambda v: v is None)
+    text_score: float | None = Field(
+        default=None,
+        exclude_if=lambda v: v is None,
+        description="BM25 coverage of the query: its words' weight this entity holds, 0 to 1",
+    )
+    importance: float | None = Field(default=None, exclude_if=lambda v: v is None)
+    temporal: float | None = Field(default=None, exclude_if=lambda v: v is None)
+    cooc_boost: float | None = Field(default=None, exclude_if=lambda v: v is None)
+    access_count: int | None = Field(default=None, exclude_if=lambda v: v is None)
 
 
 class SearchSemanticOut(BaseModel):
@@ -596,6 +628,6 @@ class GraphStatsOut(BaseModel):
     search_events: int
     feedback: int
     by_type: list[TypeCount]
-    by_status: list[TypeCount]
+    by_status: list[StatusCount]
     top_entities: list[ImportantEntity]
     embedding_model: str

@@ -468,7 +468,7 @@ async def end_relation(ctx: CallContext, args: RelationRefIn) -> EndRelationOut:
 
 
 async def set_entity_status(ctx: CallContext, args: SetEntityStatusIn) -> SetEntityStatusOut:
-    """Change an entity's lifecycle status (e.g. activo, archivado)."""
+    """Change an entity's lifecycle status (e.g. active, archived)."""
     _, repo, ent = await _entity(ctx, args.project, args.entity_name, lock=True)
     await repo.set_status(ent.id, args.status)
     return SetEntityStatusOut(name=ent.name, status=args.status, previous_status=ent.status)

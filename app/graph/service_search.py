@@ -168,18 +168,22 @@ async def search_semantic(ctx: CallContext, args: SearchSemanticIn) -> SearchSem
     hits, logged = [], []
     for rank, c in enumerate(served, 1):
         comp = _components(c)
+        internals: dict[str, Any] = {
+            "rank": rank,
+            "baseline_rank": c.baseline_rank,
+            "access_count": c.access_count,
+            **comp,
+        }
         hits.append(
             SemanticHit(
                 name=c.name,
                 entityType=c.entity_type,
                 status=c.status,
                 observations=obs[c.id][0],
-                rank=rank,
-                baseline_rank=c.baseline_rank,
-                access_count=c.access_count,
+                score=comp["limbic_score"] if treatment == LIMBIC else comp["relevance"],
                 embedding="pending" if c.id in found.pending else None,
                 matched_by=c.matched_by,
-                **comp,
+                **(internals if args.explain else {}),
             )
         )
         shown = {k: v for k, v in comp.items() if k != "relevance"}

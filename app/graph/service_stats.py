@@ -15,6 +15,7 @@ from app.graph.schemas import (
     ProjectIn,
     QualityReportIn,
     QualityReportOut,
+    StatusCount,
     TreatmentQuality,
     TypeCount,
 )
@@ -90,7 +91,7 @@ async def graph_stats(ctx: CallContext, args: ProjectIn) -> GraphStatsOut:
         search_events=s["search_events"],
         feedback=s["feedback"],
         by_type=[TypeCount(entityType=t, count=c) for t, c in s["by_type"]],
-        by_status=[TypeCount(entityType=t, count=c) for t, c in s["by_status"]],
+        by_status=[StatusCount(status=t, count=c) for t, c in s["by_status"]],
         top_entities=[ImportantEntity(name=n, entityType=t, access_count=a, observations=o) for n, t, a, o in s["top"]],
         embedding_model=model,
     )

@@ -55,7 +55,9 @@ async def test_async_writes_answer_pending_and_wait_gives_read_your_writes(pg: P
             assert drained["drained"] is True and drained["depth"] == 0
             assert await _count(pg, "SELECT count(*) FROM graph_embeddings") == len(ENTITIES)
             assert await _count(pg, "SELECT count(*) FROM embedding_queue") == 0
-            hits = await api(c, "/graph/search/semantic", {"project": "q", "query": "port 8007", "limit": 3})
+            hits = await api(
+                c, "/graph/search/semantic", {"project": "q", "query": "port 8007", "limit": 3, "explain": True}
+            )
             assert all("embedding" not in h for h in hits["results"]) and hits["results"][0]["cosine_sim"] > 0
             # a write that asks to wait answers once its own vectors are stored
             waited = await api(

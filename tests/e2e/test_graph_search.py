@@ -26,6 +26,27 @@ COMPONENTS = {
     "access_count",
 }
 
+EXPLAIN = {"explain": True}
+AGENT_FIELDS = {"name", "entityType", "status", "observations", "score", "matched_by"}
+
+
+async def test_a_hit_holds_what_an_agent_reads_and_the_internals_only_when_asked(server: RunningServer) -> None:
+    async with mcp_client(server.url) as mcp:
+        await seed(mcp)
+        query = {"query": "who designed the early mechanical computer", "limit": 3}
+        for treatment, ranked_by in (("limbic", "limbic_score"), ("baseline", "relevance")):
+            plain = await call(mcp, "search_semantic", {**query, "treatment": treatment})
+            explained = await call(mcp, "search_semantic", {**query, "treatment": treatment, **EXPLAIN})
+            assert plain["results"] and len(plain["results"]) == len(explained["results"])
+            for hit, full in zip(plain["results"], explained["results"], strict=True):
+                assert set(hit) == AGENT_FIELDS, hit  # (and `embedding` while a vector is pending)
+                assert set(full) == AGENT_FIELDS | COMPONENTS, full
+                assert full["score"] == full[ranked_by]
+            assert [h["score"] for h in plain["results"]] == sorted(
+                (h["score"] for h in plain["results"]), reverse=True
+            )
+            assert plain["tokens"] < explained["tokens"]
+
 
 async def test_search_replies_state_their_size(server: RunningServer, rest: httpx.AsyncClient) -> None:
     async with mcp_client(server.url) as mcp:
@@ -56,7 +77,13 @@ async def test_search_semantic_logs_and_counts(server: RunningServer, pg: PgClus
         res = await call(
             mcp,
             "search_semantic",
-            {"query": "who designed the early mechanical computer", "treatment": "limbic", "limit": 3, **floor},
+            {
+                "query": "who designed the early mechanical computer",
+                "treatment": "limbic",
+                "limit": 3,
+                **floor,
+                **EXPLAIN,
+            },
         )
         assert res["treatment"] == "limbic" and res["engine"] == "hybrid" and res["event_id"] > 0
         names = [h["name"] for h in res["results"]]
@@ -69,7 +96,13 @@ async def test_search_semantic_logs_and_counts(server: RunningServer, pg: PgClus
         again = await call(
             mcp,
             "search_semantic",
-            {"query": "who designed the early mechanical computer", "treatment": "baseline", "limit": 3, **floor},
+            {
+                "query": "who designed the early mechanical computer",
+                "treatment": "baseline",
+                "limit": 3,
+                **floor,
+                **EXPLAIN,
+            },
         )
         assert again["treatment"] == "baseline"
         assert [h["rank"] for h in again["results"]] == [h["baseline_rank"] for h in again["results"]]
@@ -112,7 +145,7 @@ async def test_noise_is_no_answer_and_archived_entities_stay_out(server: Running
             assert await conn.fetchval("SELECT count(*) FROM graph_cooccurrences") == 0
         finally:
             await conn.close()
-        query = {"query": "who designed the early mechanical computer", "treatment": "baseline", "limit": 5}
+        query = {"query": "who designed the early mechanical computer", "treatment": "baseline", "limit": 5, **EXPLAIN}
         found = [h["name"] for h in (await call(mcp, "search_semantic", query))["results"]]
         assert "Charles Babbage" in found
         for h in (await call(mcp, "search_semantic", query))["results"]:  # each answer clears the floor
@@ -148,7 +181,7 @@ async def test_limbic_reranks_and_quality_report(server: RunningServer, rest: ht
         for c in ("A", "B")
     ]
     assert (await rest.post(f"{API}/entities", json={"entities": ents})).status_code == 200
-    q = {"query": "quarterly revenue summary", "limit": 2}
+    q = {"query": "quarterly revenue summary", "limit": 2, **EXPLAIN}
     base = (await rest.post(f"{API}/search/semantic", json={**q, "treatment": "baseline"})).json()
     second = base["results"][1]["name"]
     conn = await db(pg)
@@ -281,7 +314,8 @@ async def test_lifecycle_history_and_embedding_snapshots(server: RunningServer, 
             and graph["total_relations"] == 1
         )
         status = await call(mcp, "set_entity_status", {"entity_name": "Ada Lovelace", "status": "archivado"})
-        assert status == {"name": "Ada Lovelace", "status": "archivado", "previous_status": "activo"}
+        # the seed's Spanish status is accepted; replies name it in English
+        assert status == {"name": "Ada Lovelace", "status": "archived", "previous_status": "active"}
         refl = await call(
             mcp,
             "add_reflection",
@@ -297,7 +331,7 @@ async def test_lifecycle_history_and_embedding_snapshots(server: RunningServer, 
         err = error_of(await mcp.call_tool("add_reflection", {"target_type": "entity", "content": "x"}))
         assert err["code"] == 4001 and err["details"]["errors"][0]["field"] == "target_name"
         hist = await call(mcp, "get_entity_history", {"entity_name": "Ada Lovelace"})
-        assert hist["entity"]["status"] == "archivado"
+        assert hist["entity"]["status"] == "archived"
         assert [o["superseded_at"] is None for o in hist["observations"]] == [True, False, True]
         assert len(hist["relations"]) == 1 and hist["relations"][0]["active"] is False
         assert hist["reflections"][0]["content"].startswith("Her notes")
@@ -317,7 +351,7 @@ async def test_lifecycle_history_and_embedding_snapshots(server: RunningServer, 
         assert stats["entities"] == 4 and stats["relations"] == 2 and stats["ended_relations"] == 0
         assert stats["superseded_observations"] == 1 and stats["reflections"] == 2
         assert stats["entities_with_embedding"] == 4
-        assert {"entityType": "archivado", "count": 1} in stats["by_status"]
+        assert {"status": "archived", "count": 1} in stats["by_status"]
 
 
 async def test_duplicates_and_consolidate(server: RunningServer, rest: httpx.AsyncClient, pg: PgCluster) -> None:

@@ -130,7 +130,9 @@ async def test_a_new_model_embeds_every_family_by_itself(
                 finally:
                     await conn.close()
                 assert missing == 0
-                hits = await api(other, "/graph/search/semantic", {"project": "sweep", "query": "postgres staging"})
+                hits = await api(
+                    other, "/graph/search/semantic", {"project": "sweep", "query": "postgres staging", "explain": True}
+                )
                 assert hits["results"][0]["name"] == "Staging" and hits["results"][0]["cosine_sim"] > 0
                 # writes go on under the new model, and say when their vectors are stored
                 pushed = await api(other, "/memory/push", {"text": "A note under the new model.", "project": "sweep"})

@@ -278,6 +278,18 @@ async def test_datasets_are_scoped_to_the_callers_project(server: RunningServer,
     # ------------------------------------------------------------------------------------------------ 3. errors
 
 
+async def test_a_path_outside_the_roots_names_the_upload_route(server: RunningServer, tmp_path: Path) -> None:
+    """An MCP client cannot hand the server a file; the refusal says how to bring one (over MCP and REST)."""
+    outside = tmp_path / "mine.csv"
+    outside.write_text("a\n1\n")
+    async with callers(server) as (admin, _):
+        for got, body in await admin.both("register_dataset", {"name": "mine", "path": str(outside)}):
+            assert got == 4030 and "outside the data roots" in body["error"]["message"], body
+            upload = [s for s in body["error"]["suggestions"] if "POST /api/v1/datasets/upload" in s]
+            assert upload and "registered under that name" in upload[0], body
+        assert "mine" not in {d["name"] for d in (await admin.ok("list_datasets", {}))["datasets"]}
+
+
 @pytest.mark.parametrize(
     ("expr", "needle"),
     [

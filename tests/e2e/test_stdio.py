@@ -28,7 +28,10 @@ def _env(data_dir: str) -> dict[str, str]:
 async def test_stdio_serves_the_chosen_toolsets_through_the_executor() -> None:
     data_dir = tempfile.mkdtemp(prefix="cairn-stdio-")
     params = StdioServerParameters(
-        command=sys.executable, args=["-m", "app", "stdio", "--toolsets", "graph"], env=_env(data_dir), cwd=str(ROOT)
+        command=sys.executable,
+        args=["-m", "app", "stdio", "--toolsets", "graph,datasets"],
+        env=_env(data_dir),
+        cwd=str(ROOT),
     )
     errlog = Path(data_dir) / "stderr.log"
     with errlog.open("w") as err:
@@ -47,9 +50,19 @@ async def test_stdio_serves_the_chosen_toolsets_through_the_executor() -> None:
             found = await mcp.call_tool("search_nodes", {"query": "first program"})
             assert found.structured_content is not None
             assert [e["name"] for e in found.structured_content["entities"]] == ["Ada"]
-            # Outside the chosen toolsets: the shared error body, naming the endpoint that has it.
+            # Outside the chosen toolsets: the shared error body, naming the option that lists it (a stdio
+            # session has no URL to change: its toolsets are chosen when it starts).
             other = await mcp.call_tool("push", {"text": "x"})
             assert other.is_error and error_of(other)["code"] == 4002
+            assert error_of(other)["suggestions"] == ["It is in memory: start `cairn stdio --toolsets memory`"]
+            # A file outside the data roots: the refusal names the route that takes a file of the caller's.
+            mine = Path(data_dir) / "mine.csv"  # the data directory, not its data root (datasets/)
+            mine.write_text("a\n1\n")
+            outside = await mcp.call_tool("register_dataset", {"name": "mine", "path": str(mine)})
+            assert outside.is_error and error_of(outside)["code"] == 4030, outside
+            assert any("POST /api/v1/datasets/upload" in s for s in error_of(outside)["suggestions"]), outside
+            toolsets = resource_text(await mcp.read_resource("mcp://toolsets"))
+            assert "cairn stdio --toolsets a,b" in toolsets and "/mcp/a,b" not in toolsets
             health = await mcp.read_resource("mcp://health")
             assert '"status"' in resource_text(health)
     log = errlog.read_text()
@@ -72,4 +85,5 @@ def test_stdio_refuses_an_unknown_toolset_before_speaking() -> None:
     assert done.returncode == 2, done.stderr[-2000:]
     assert done.stdout == ""  # nothing but the protocol ever goes to stdout
     assert "error: " in done.stderr and "nope" in done.stderr
+    assert "hint: Toolsets: " in done.stderr and "(e.g. --toolsets memory or --toolsets memory,projects)" in done.stderr
     assert not (Path(data_dir) / "pgdata" / "postmaster.pid").exists()

@@ -110,10 +110,11 @@ async def test_scope_and_readonly_shape_the_list_and_the_calls(server: RunningSe
         assert all(t.annotations and t.annotations.read_only_hint for t in tools)
         err = error_of(await mcp.call_tool("push", {"text": "hello"}))
         assert err["code"] == 4030 and "read-only" in err["message"]
+        assert err["suggestions"] == ["Connect to /mcp/memory to use it"]
         assert not (await mcp.call_tool("metrics", {})).is_error
     async with mcp_client(server.url, path="/mcp/memory") as mcp:
         err = error_of(await mcp.call_tool("create_entities", {"entities": []}))
-        assert err["code"] == 4002 and "/mcp/graph" in err["suggestions"][0]
+        assert err["code"] == 4002 and err["suggestions"][0].endswith(": connect to /mcp/graph")
         err = error_of(await mcp.call_tool("serch", {}))
         assert err["code"] == 4002 and "search" in err["suggestions"][0]
 

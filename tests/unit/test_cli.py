@@ -3,10 +3,17 @@
 from __future__ import annotations
 
 import argparse
+import subprocess
+import sys
 from collections.abc import Iterator
+from importlib import metadata
 from pathlib import Path
 
-from app.cli import build_parser
+import pytest
+
+from app import __version__
+from app.cli import FEATURE_COMMANDS, build_parser, main
+from app.features import FEATURES
 
 
 def _undocumented(parser: argparse.ArgumentParser, path: str) -> Iterator[str]:
@@ -34,3 +41,46 @@ def test_the_readme_lists_every_command() -> None:
     listed = readme.split("## Commands", 1)[1].split("```")[1]
     subs = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
     assert [name for name in subs.choices if f"cairn {name}" not in listed] == []
+
+
+def _commands(parser: argparse.ArgumentParser) -> dict[str, str]:
+    subs = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return {action.dest: str(action.help) for action in subs._choices_actions}
+
+
+def test_the_light_parser_names_the_features_commands_as_they_do() -> None:
+    assert _commands(build_parser(with_features=False)) == _commands(build_parser())
+    registered = argparse.ArgumentParser()
+    sub = registered.add_subparsers()
+    for feature in FEATURES:
+        if feature.cli is not None:
+            feature.cli(sub)
+    assert _commands(registered) == FEATURE_COMMANDS
+
+
+@pytest.mark.parametrize("flag", ["--help", "--version", "version"])
+def test_help_and_version_import_no_feature_and_no_server_part(flag: str) -> None:
+    """What keeps `cairn --help` / `--version` fast (docs/benchmarks.md, "Command start")."""
+    probe = (
+        "import sys\n"
+        "from app.cli import main\n"
+        "try:\n"
+        f"    main([{flag!r}])\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "print(' '.join(sorted(sys.modules)), file=sys.stderr)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True)
+    loaded = set(done.stderr.split())
+    heavy = {"app.features", "app.core.config", "app.core.db", "sqlalchemy", "fastapi", "pydantic", "numpy"}
+    assert "app.cli" in loaded
+    assert sorted(heavy & loaded) == []
+    assert not [m for m in loaded if m.startswith(("app.memory", "app.graph", "app.analysis", "app.datasets"))]
+    assert done.stdout.strip() != ""
+
+
+def test_version_is_the_installed_package_version(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["--version"])
+    assert exited.value.code == 0
+    assert capsys.readouterr().out.strip() == f"cairn {metadata.version('cairn-server')}" == f"cairn {__version__}"

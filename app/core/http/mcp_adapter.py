@@ -84,10 +84,15 @@ def listed_tool(op: Operation, output_schema: bool) -> MCPTool:
 
 
 async def run_tool(
-    state: AppState, op: Operation, arguments: dict[str, Any], context: Any, principal: Principal
+    state: AppState,
+    op: Operation,
+    arguments: dict[str, Any],
+    context: Any,
+    principal: Principal,
+    transport: str = "mcp",
 ) -> CallToolResult:
-    """Run the operation for `principal` through the executor; errors become `isError` results
-    carrying the error body.
+    """Run the operation for `principal` through the executor (`transport`: `mcp`, or `stdio` for a
+    `cairn stdio` session); errors become `isError` results carrying the error body.
 
     The result goes out twice, as MCP asks: as text (the JSON the budget measured, or the operation's
     own text shape) and as structured content."""
@@ -101,7 +106,7 @@ async def run_tool(
             op,
             arguments,
             principal,
-            transport="mcp",
+            transport=transport,
             request_id=request_id_var.get() or request_id(),
             progress=progress,
         )
@@ -174,10 +179,10 @@ class CairnMCPServer(MCPServer[Any]):
         request = request_of(context)
         try:
             principal = await mcp_caller(self.callers, request)
-            found = self.catalog.find(self.selection(request), name, principal)
+            found = self.catalog.find(self.selection(request), name, principal, stdio=self.transport == "stdio")
         except CairnError as err:
             return error_result(err)
-        return await run_tool(self.state, self.operations[found.name], arguments, context, principal)
+        return await run_tool(self.state, self.operations[found.name], arguments, context, principal, self.transport)
 
     async def read_resource(self, uri: Any, context: Any = None) -> Any:
         """Read a resource: Cairn's static ones as the request's caller, the others (templates, which
@@ -197,7 +202,12 @@ class CairnMCPServer(MCPServer[Any]):
         try:
             principal = await mcp_caller(self.callers, request)
             result = await read_resource(
-                self.state, res, params, principal, transport="mcp", request_id=request_id_var.get() or request_id()
+                self.state,
+                res,
+                params,
+                principal,
+                transport=self.transport,
+                request_id=request_id_var.get() or request_id(),
             )
         except CairnError as err:
             raise ResourceError(dumps(err.body())) from None
@@ -220,6 +230,12 @@ class CairnMCPServer(MCPServer[Any]):
         read_template.__name__ = res.name.replace("-", "_")
         read_template.__doc__ = res.description
         return read_template
+
+    @property
+    def transport(self) -> str:
+        """What the executor, the audit and the hints call this session's transport: `stdio` for a
+        `cairn stdio` session (its toolsets are fixed), else `mcp`."""
+        return "stdio" if self.fixed is not None else "mcp"
 
     def selection(self, request: Any) -> Selection:
         """The toolsets of this request: the URL's over HTTP, the fixed ones over stdio."""

@@ -147,6 +147,9 @@ def _outside(raw: str) -> Forbidden:
         f"Path '{raw[:200]}' is outside the data roots",
         suggestions=[
             "Use a path inside CAIRN_DATA_ROOTS, or a registered dataset name",
+            # an MCP client cannot send a file: the REST route takes it (and registers it by name)
+            "To bring a file of your own: upload it with POST /api/v1/datasets/upload (multipart: name, file); "
+            "it is registered under that name",
             "list_datasets shows what is available",
         ],
     )

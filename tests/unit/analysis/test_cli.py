@@ -3,14 +3,26 @@ upstream's sub-command takes its options."""
 
 from __future__ import annotations
 
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import httpx
 import pytest
 
+from app.analysis.catalog import load_catalog
+from app.analysis.cli import demo_registry
+from app.analysis.config import DEMO_REGISTRY
 from app.analysis.repository import AnalysisRepository
 from app.cli import build_parser, runtime
 from app.core.config import Settings
 from app.core.db import Database
 from tests.support.databases import migrated_url
 from tests.support.server import PgCluster
+from tests.support.waiting import eventually_sync
 
 
 def test_sweep_deletes_the_expired_rows_and_reports_them(pg: PgCluster, capsys: pytest.CaptureFixture[str]) -> None:
@@ -39,3 +51,39 @@ def test_the_demo_upstream_takes_its_options() -> None:
     args = build_parser().parse_args(["analysis", "demo-upstream", "--port", "8123", "--books", "40", "--token", "t"])
     assert (args.host, args.port, args.books, args.token) == ("127.0.0.1", 8123, 40, "t")
     assert args.fn.__name__ == "cmd_demo_upstream"
+
+
+def test_the_demo_registry_names_the_port_it_serves_on(tmp_path: Path) -> None:
+    assert demo_registry("127.0.0.1", 8100, tmp_path) == DEMO_REGISTRY
+    assert list(tmp_path.iterdir()) == []
+    other = demo_registry("127.0.0.1", 8203, tmp_path)
+    assert other.parent == tmp_path
+    assert load_catalog(other).model("book").upstream.base_url == "http://127.0.0.1:8203/api"
+    assert load_catalog(DEMO_REGISTRY).model("book").upstream.base_url == "http://127.0.0.1:8100/api"
+    wildcard = demo_registry("0.0.0.0", 8204, tmp_path)
+    assert load_catalog(wildcard).model("book").upstream.base_url == "http://127.0.0.1:8204/api"
+
+
+@pytest.mark.slow
+def test_cairn_analysis_demo_upstream_prints_a_registry_that_reaches_it(tmp_path: Path) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CAIRN_")} | {"CAIRN_DATA_DIR": str(tmp_path)}
+    command = [sys.executable, "-m", "app", "analysis", "demo-upstream", "--port", str(port), "--books", "20"]
+    proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        assert proc.stdout is not None
+        lines = [proc.stdout.readline(), proc.stdout.readline()]
+        registry = Path(lines[1].strip().removeprefix("registry for it: CAIRN_ANALYSIS_UPSTREAMS="))
+        url = load_catalog(registry).model("book").upstream.base_url
+        assert url == f"http://127.0.0.1:{port}/api"
+
+        def books() -> Any:
+            return httpx.get(f"{url}/books", timeout=5).json()
+
+        answer = eventually_sync(books, timeout=60, errors=(httpx.TransportError,), what="the demo upstream")
+        assert answer["total"] == 20
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)

@@ -208,7 +208,12 @@ async def test_each_upgrade_records_the_applied_revisions_with_their_flags(pg: P
     assert {r["build"] for r in rows} == {__version__}
     await migrations.upgrade_async(url, ["memory", "datasets", "graph"])
     [again] = await _execute(pg, db, "SELECT revision FROM schema_revisions")
-    assert {r["revision"] for r in again} == set(recorded) | {"graph_0001", "graph_0002", "graph_0003_lexical"}
+    assert {r["revision"] for r in again} == set(recorded) | {
+        "graph_0001",
+        "graph_0002",
+        "graph_0003_lexical",
+        "graph_0004_english_status",
+    }
 
 
 async def test_a_build_runs_on_a_newer_schema_when_every_newer_revision_allows_it(pg: PgCluster) -> None:
@@ -264,3 +269,33 @@ def test_hosts_starting_together_migrate_one_at_a_time(pg: PgCluster) -> None:
     [rows] = asyncio.run(_execute(pg, db, "SELECT revision FROM schema_revisions"))
     revisions = [r["revision"] for r in rows]
     assert len(revisions) == len(set(revisions)) and {"graph_0002", "memory_0005"} <= set(revisions)
+
+
+async def test_graph_statuses_move_to_english_and_back(pg: PgCluster) -> None:
+    """graph_0004_english_status renames the seed's Spanish statuses (others are kept), and back."""
+    from alembic import command
+
+    db = pg.new_database()
+    url = pg.handle.url(db)
+    await migrations.upgrade_async(url, ["graph"])
+    command.downgrade(migrations.alembic_config(url), "graph_0003_lexical")
+    conn = await asyncpg.connect(pg.handle.libpq_uri(db))
+    try:
+        pid = await conn.fetchval("INSERT INTO projects (id, name) VALUES (gen_random_uuid(), 'p') RETURNING id")
+        for name, status in (("a", "activo"), ("b", "archivado"), ("c", "draft")):
+            await conn.execute(
+                "INSERT INTO graph_entities (project_id, name, entity_type, status) VALUES ($1, $2, 't', $3)",
+                pid,
+                name,
+                status,
+            )
+        await migrations.upgrade_async(url, ["graph"])
+        rows = await conn.fetch("SELECT name, status FROM graph_entities ORDER BY name")
+        assert [(r["name"], r["status"]) for r in rows] == [("a", "active"), ("b", "archived"), ("c", "draft")]
+        await conn.execute("INSERT INTO graph_entities (project_id, name, entity_type) VALUES ($1, 'd', 't')", pid)
+        assert await conn.fetchval("SELECT status FROM graph_entities WHERE name = 'd'") == "active"
+        command.downgrade(migrations.alembic_config(url), "graph_0003_lexical")
+        rows = await conn.fetch("SELECT status FROM graph_entities ORDER BY name")
+        assert [r["status"] for r in rows] == ["activo", "archivado", "draft", "activo"]
+    finally:
+        await conn.close()

@@ -181,3 +181,29 @@ def test_toolsets_collect_members_includes_and_refuse_clashes() -> None:
         members(twice)
     with pytest.raises(ValueError, match="invalid toolset name"):
         OperationSet("w").toolset("all", "Reserved.")
+
+
+def test_the_hints_name_the_url_over_http_and_the_stdio_option_over_stdio() -> None:
+    catalog = Catalog(_registry(), ["notes"])
+    hints = {}
+    for stdio in (False, True):
+        with pytest.raises(NotFound) as elsewhere:
+            catalog.find(Selection(), "audit_log", ADMIN, stdio=stdio)
+        with pytest.raises(Forbidden) as readonly:
+            catalog.find(Selection(("notes",), True), "push", ADMIN, stdio=stdio)
+        with pytest.raises(NotFound) as unknown:
+            catalog.check(Selection(("nope",)), stdio=stdio)
+        with pytest.raises(InvalidInput) as clash:
+            catalog.check(Selection(("compat", "graph")), stdio=stdio)
+        hints[stdio] = [e.value.suggestions[0] for e in (elsewhere, readonly, unknown, clash)]
+    assert hints[False][:2] == ["It is in admin: connect to /mcp/admin", "Connect to /mcp/notes to use it"]
+    assert hints[False][2].endswith("(e.g. /mcp/notes or /mcp/notes,projects)")
+    assert hints[False][3] == "Connect to /mcp/compat and /mcp/graph as two servers"
+    assert hints[True][:2] == [
+        "It is in admin: start `cairn stdio --toolsets admin`",
+        "Start `cairn stdio --toolsets notes` to use it",
+    ]
+    assert hints[True][2].endswith("(e.g. --toolsets notes or --toolsets notes,projects)")
+    assert hints[True][3] == "Start `cairn stdio --toolsets compat` and `cairn stdio --toolsets graph` as two servers"
+    assert not any("/mcp" in hint for hint in hints[True])
+    assert Selection(("graph",), True).spec == "graph,readonly" and Selection().reach(True) == "start `cairn stdio`"

@@ -34,7 +34,10 @@ def test_a_memory_file_imports_and_exports_again(
     source = tmp_path / "memory.jsonl"
     source.write_text("".join(json.dumps(line) + "\n" for line in MEMORY_FILE), encoding="utf-8")
     assert _run(["graph", "import", str(source), "--project", "lab"], settings) == 0
-    capsys.readouterr()
+    said = capsys.readouterr().err.splitlines()
+    # the vectors are made after the import's bar, under a bar of their own (no silent wait)
+    assert [line.split(":")[0] for line in said] == ["importing", "embed all-MiniLM-L6-v2"]
+    assert said[0].startswith("importing: 3 done") and said[1].startswith("embed all-MiniLM-L6-v2: 2 done"), said
     exported = tmp_path / "out.jsonl"
     assert _run(["graph", "export", "--project", "lab", "-o", str(exported)], settings) == 0
     lines = [json.loads(line) for line in exported.read_text(encoding="utf-8").splitlines()]

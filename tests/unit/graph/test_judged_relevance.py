@@ -65,8 +65,7 @@ def score(out: SearchSemanticOut, treatment: str) -> float:
     """The score the reply is ranked by: the limbic score, or the relevance in the baseline order."""
     if not out.results:
         return 0.0
-    top = out.results[0]
-    return top.limbic_score if treatment == "limbic" else top.relevance
+    return out.results[0].score
 
 
 async def accesses(db: Database) -> tuple[int, int]:
@@ -104,8 +103,8 @@ async def test_off_topic_scores_below_every_judged_answer_and_earns_no_access(
 async def test_accented_and_unaccented_queries_find_the_same_entity(judged: Database, local: LocalOnnxEmbedder) -> None:
     for accented, plain in ACCENT_PAIRS:
         for mode in ({}, {"semantic_floor": 1.0}):  # hybrid, and by words alone (no cosine passes 1.0)
-            a = await search(judged, local, accented, treatment="baseline", **mode)
-            b = await search(judged, local, plain, treatment="baseline", **mode)
+            a = await search(judged, local, accented, treatment="baseline", explain=True, **mode)
+            b = await search(judged, local, plain, treatment="baseline", explain=True, **mode)
             assert a.results and b.results, (accented, mode)
             assert a.results[0].name == b.results[0].name, (accented, mode)
             if mode:

@@ -310,13 +310,13 @@ async def test_ended_relations_status_and_history(db: Database) -> None:
         status = await service.set_entity_status(
             ctx, SetEntityStatusIn(project="life", entity_name="Ada", status="archivado")
         )
-        assert (status.name, status.status, status.previous_status) == ("Ada", "archivado", "activo")
+        assert (status.name, status.status, status.previous_status) == ("Ada", "archived", "active")
         page = await service.read_graph(ctx, ReadGraphIn(project="life"))
         assert page.total_relations == 1  # the ended relation no longer counts
         history = await service.get_entity_history(ctx, EntityHistoryIn(project="life", entity_name="Ada", limit=1))
         # its implicit feedback is the call's write part (the executor runs it on the primary), not the read's
         assert len(ctx.primary_steps) == 1
-        assert history.entity.status == "archivado" and history.entity.entityType == "person"
+        assert history.entity.status == "archived" and history.entity.entityType == "person"
         assert [o.content for o in history.observations] == [
             "wrote notes"
         ] and history.truncated  # two observations, one shown

@@ -50,6 +50,7 @@ def _hit(name: str, pending: bool) -> SemanticHit:
         entityType="t",
         status="activo",
         observations=[],
+        score=0.0,
         rank=1,
         baseline_rank=1,
         cooc_boost=0.0,
@@ -135,11 +136,12 @@ async def test_a_search_on_words_leaves_out_noise_and_archived_entities(db: Data
     async with call(db) as ctx:
         await service.create_entities(ctx, CreateEntitiesIn(project="geo", entities=entities))
     async with call(db) as ctx:
-        out = await searched(ctx, SearchSemanticIn(project="geo", query="river", treatment="baseline"))
+        out = await searched(ctx, SearchSemanticIn(project="geo", query="river", treatment="baseline", explain=True))
         assert out.engine == "text" and out.treatment == "baseline" and out.event_id > 0
         assert [h.name for h in out.results] == ["River Thames"]  # the archived one and the volcano left out
         hit = out.results[0]
-        assert hit.rank == hit.baseline_rank == 1 and hit.cosine_sim == 0.0 and hit.text_score >= S.min_text_coverage
+        assert hit.rank == hit.baseline_rank == 1 and hit.cosine_sim == 0.0
+        assert hit.text_score is not None and hit.text_score >= S.min_text_coverage
         assert hit.embedding == "pending" and hit.matched_by == "text"  # no vector yet: the words alone
         assert out.notice and "1 result(s) matched by text only while their vectors are pending" in out.notice
         assert hit.observations == ["a river through London"]

@@ -48,7 +48,7 @@ async def test_the_counts_of_a_project(db: Database) -> None:
     assert (stats.entities, stats.observations, stats.relations, stats.reflections) == (3, 4, 1, 1)
     assert (stats.ended_relations, stats.superseded_observations, stats.entities_with_embedding) == (0, 0, 0)
     assert {(t.entityType, t.count) for t in stats.by_type} == {("person", 2), ("machine", 1)}
-    assert {(t.entityType, t.count) for t in stats.by_status} == {("activo", 2), ("archivado", 1)}
+    assert {(t.status, t.count) for t in stats.by_status} == {("active", 2), ("archived", 1)}
     assert stats.embedding_model == "text-embedding-3-small" and stats.search_events == 0
 
 
