@@ -3,8 +3,8 @@ recorded here (and stale files fail), and every error code an operation answers 
 entry documents.
 
 Regenerate the recorded examples after changing an operation: `CAIRN_RECORD_EXAMPLES=1 .venv/bin/pytest
-tests/e2e/test_openapi_contract.py -k examples` (or `python3 dev.py examples`); they are written to
-`openapi_examples.json` beside each family's operations."""
+tests/e2e/test_openapi_contract.py -k example`; they are written to `openapi_examples.json` beside
+each family's operations (docs/architecture.md, "One declaration, two transports")."""
 
 from __future__ import annotations
 
@@ -22,10 +22,12 @@ import httpx
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from playwright.async_api import Browser
 
 from app.core.http.openapi import examples_file, operation_id, recorded
 from tests.support import analysis as analysis_helpers
 from tests.support.analysis import Upstream
+from tests.support.browser import new_page
 from tests.support.datasets import penguins_csv, root_of
 from tests.support.schema_strategy import from_json_schema
 from tests.support.server import READ_KEY, RunningServer
@@ -305,7 +307,11 @@ async def test_every_operation_has_a_recorded_example_that_is_current(
     await _memory(call)
     await _graph(call)
     await _analysis(call)
-    await _datasets(call, root_of(server))
+    root = root_of(server)
+    try:
+        await _datasets(call, root)
+    finally:  # the shared data root keeps only what the other tests expect
+        (root / "weather.csv").unlink(missing_ok=True)
     wanted = {
         entry["operationId"]
         for item in doc["paths"].values()
@@ -414,7 +420,12 @@ NOT_PROVOKED_HERE = {"profile_dataset 4003"}
 
 
 async def test_each_operation_answers_only_the_errors_it_documents(
-    server: RunningServer, rest: httpx.AsyncClient, bookshelf: Upstream, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    server: RunningServer,
+    rest: httpx.AsyncClient,
+    bookshelf: Upstream,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
 ) -> None:
     """Every error code an operation answers to calls made to fail (no key, the wrong scope, too
     large, generated and arbitrary arguments, missing things) is one its entry documents under that
@@ -428,6 +439,7 @@ async def test_each_operation_answers_only_the_errors_it_documents(
     root = root_of(server)
     shutil.copy(penguins_csv(), root / "penguins.csv")
     (root / "broken.parquet").write_bytes(b"PAR1 not really")
+    request.addfinalizer(lambda: (root / "broken.parquet").unlink(missing_ok=True))
     routes = {}
     for path, item in doc["paths"].items():
         for method, entry in item.items():
@@ -494,3 +506,26 @@ async def test_each_operation_answers_only_the_errors_it_documents(
         "summarize",
         "summarize_thoughts",
     }
+
+
+def test_a_changed_shape_makes_the_examples_stale() -> None:
+    kept = {"hits": [{"id": "a1", "score": 0.9}], "total": 1}
+    assert skeleton(kept) == skeleton({"total": 7, "hits": [{"score": 0.1, "id": "b2"}, {"score": 0.2, "id": "c3"}]})
+    assert skeleton(kept) != skeleton({"hits": [{"id": "a1", "relevance": 0.9}], "total": 1})  # a renamed field
+    assert skeleton(kept) != skeleton({"hits": [{"id": "a1", "score": "0.9"}], "total": 1})  # another type
+    assert skeleton(kept) != skeleton({"hits": [], "total": 1})
+
+
+@pytest.mark.parametrize("page", ["/docs", "/redoc"])
+async def test_the_api_docs_load_nothing_from_elsewhere(server: RunningServer, browser: Browser, page: str) -> None:
+    """The docs pages in a real browser: every request they make (scripts, styles, fonts, images,
+    the document) goes to this server, and the operations render."""
+    async with new_page(browser) as tab:
+        requested: list[str] = []
+        tab.on("request", lambda request: requested.append(request.url))
+        await tab.goto(f"{server.url}{page}")
+        await tab.get_by_text("Create a project", exact=False).first.wait_for(state="attached")
+        await tab.wait_for_load_state("networkidle")
+    assert any(url.endswith("/openapi.json") for url in requested), requested
+    elsewhere = [url for url in requested if not url.startswith((server.url, "data:", "blob:"))]
+    assert not elsewhere, elsewhere
