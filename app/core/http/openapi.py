@@ -188,9 +188,9 @@ def _describe_operation(
                 "required": bool(in_schema.get("required")),
                 "content": _json_content(in_schema, body if example is not None else None),
             }
-        for param in entry["parameters"]:
-            if example is not None and param["name"] in example:
-                param["example"] = example[param["name"]]
+    for param in entry.get("parameters", []):
+        if example is not None and param["name"] in example:
+            param["example"] = example[param["name"]]
     out = _hoist(op.output_schema(), components)
     entry["responses"] = {"200": _success(out, call), **error_responses(op.error_classes(), error_schema)}
 
