@@ -59,8 +59,9 @@ TextRenderer = Callable[[BaseModel], list[str]]
 
 _NAME = re.compile(r"^[A-Za-z0-9_\-.]{1,64}$")
 ErrorClass = type[CairnError]
-# Any call: refused key or scope, an unexpected failure, the database down or cancelling a slow statement.
-_EVERY_CALL: tuple[ErrorClass, ...] = (Unauthenticated, Forbidden, InternalError, Unavailable, Timeout)
+# Any call: a refused key or scope, a client locked out after presenting unknown keys (4290), an
+# unexpected failure, the database down or cancelling a slow statement.
+_EVERY_CALL: tuple[ErrorClass, ...] = (Unauthenticated, Forbidden, RateLimited, InternalError, Unavailable, Timeout)
 
 
 def _ordered(classes: list[ErrorClass]) -> tuple[ErrorClass, ...]:
@@ -141,11 +142,11 @@ class Operation:
         return re.findall(r"{(\w+)}", self.path)
 
     def error_classes(self) -> tuple[ErrorClass, ...]:
-        """Every error this operation can answer, by code: those of any call, its arguments' (4001)
-        and the rate limit's (4290), a body's size (4130, not for GET), a missing `{param}` thing
+        """Every error this operation can answer, by code: those of any call, its arguments' (4001),
+        a body's size (4130, not for GET), a missing `{param}` thing
         (4002), a conflicting write (4090), a failing upstream (5020, `open_world`), and its own
         declared `errors`."""
-        found: list[ErrorClass] = [*_EVERY_CALL, InvalidInput, RateLimited, *self.errors]
+        found: list[ErrorClass] = [*_EVERY_CALL, InvalidInput, *self.errors]
         if self.method != "GET":
             found.append(TooLarge)
         if self.path_params():
@@ -177,7 +178,7 @@ class ResourceDef:
 
     def error_classes(self) -> tuple[ErrorClass, ...]:
         """Every error a read of this resource can answer: those of any call, a missing `{param}`
-        thing (4002, templates) and its declared `errors` (no arguments, no body, no rate limit)."""
+        thing (4002, templates) and its declared `errors` (no arguments, no body)."""
         return _ordered([*_EVERY_CALL, *self.errors, *((NotFound,) if self.is_template else ())])
 
     @property

@@ -100,3 +100,16 @@ def test_the_errors_follow_the_declaration() -> None:
     assert codes(path="/f/{id}", method="GET", read_only=True) == every | {NotFound.code}
     assert UpstreamError.code in codes(open_world=True)
     assert codes(method="GET", read_only=True, errors=(SchemaError, NotFound)) == every | {4003, 4002}
+
+
+def test_a_resource_answers_the_errors_of_any_call_and_a_template_also_4002() -> None:
+    ops = OperationSet("f")
+
+    async def read(ctx: CallContext, **params: str) -> Out:
+        """A resource."""
+        return Out()
+
+    ops.resource(uri="mcp://plain", name="plain", output=Out, path="/plain")(read)
+    ops.resource(uri="mcp://{project_id}/things", name="things", output=Out, path="/p/{project_id}/things")(read)
+    plain, template = ({cls.code for cls in res.error_classes()} for res in ops.resources)
+    assert plain == {4010, 4030, 4290, 5000, 5003, 5030} and template == plain | {4002}
