@@ -148,12 +148,17 @@ async def _memory(call: Recorder) -> None:
     )
     await call(
         "capture_thought",
-        {"content": "Anna prefers small pull requests with one change each.", "project": "team-notes"},
+        {
+            "content": "Anna prefers small pull requests with one change each.",
+            "project": "team-notes",
+            "metadata": {"type": "person_note", "people": ["Anna"]},
+            "wait_for_embedding": True,
+        },
     )
     await call("list_thoughts", {"project": "team-notes", "limit": 5})
-    await call("search_thoughts", {"query": "where do the embeddings live?", "project": "team-notes", "limit": 3})
-    await call("recall_context", {"query": "storage decisions", "project": "team-notes", "limit": 3})
-    await call("get_project_context", {"project": "team-notes", "limit": 3})
+    await call("search_thoughts", {"query": "keep the embeddings in PostgreSQL", "project": "team-notes", "limit": 3})
+    await call("recall_context", {"query": "embeddings in PostgreSQL", "project": "team-notes", "limit": 3})
+    await call("get_project_context", {"project": "team-notes", "query": "embeddings in PostgreSQL", "limit": 3})
     await call("summarize_thoughts", {"project": "team-notes", "max_words": 40})
     await call("thought_stats", {"project": "team-notes"})
     await call("backfill_embeddings", {"project": "team-notes", "dry_run": True})
@@ -163,10 +168,10 @@ async def _memory(call: Recorder) -> None:
     await call("update_thought", {"id": tid, "metadata": {"type": "decision", "topics": ["storage", "backup"]}})
     await call("archive_thought", {"id": tid, "archived": True})
     await call("delete_thought", {"id": tid})
-    await call("delete_memory", {"id": memory_id})
     for name in ("read_memory_types", "read_projects", "read_usage"):
         await call(name)
     await call("read_project_tags", {"project_id": "team-notes"})
+    await call("delete_memory", {"id": memory_id})
 
 
 async def _graph(call: Recorder) -> None:
@@ -187,14 +192,16 @@ async def _graph(call: Recorder) -> None:
         "add_observations",
         {
             **p,
-            "observations": [{"entityName": "Cairn", "contents": ["Serves MCP and REST"]}],
+            "observations": [
+                {"entityName": "Cairn", "contents": ["Serves MCP and REST", "Stores its memories in PostgreSQL"]}
+            ],
             "wait_for_embedding": True,
         },
     )
     await call("read_graph", {**p, "limit": 5})
     await call("search_nodes", {**p, "query": "PostgreSQL", "limit": 5})
     await call("open_nodes", {**p, "names": ["Cairn"]})
-    await call("search_semantic", {**p, "query": "which database stores the vectors?", "limit": 3})
+    await call("search_semantic", {**p, "query": "service that stores memories in PostgreSQL", "limit": 3})
     await call(
         "supersede_observation",
         {
