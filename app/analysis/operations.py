@@ -16,6 +16,7 @@ from app.analysis.schemas import (
     StoreOut,
 )
 from app.core.context import CallContext
+from app.core.errors import NotFound, SchemaError
 from app.core.registry import OperationSet
 
 ops = OperationSet(
@@ -29,6 +30,7 @@ ops.toolset(
 
 @ops.operation(
     name="analysis_ingest",
+    errors=(NotFound, SchemaError),
     example={"analysis_id": "books-2026", "model": "books", "ingest_all": True},
     input=IngestIn,
     output=IngestOut,
@@ -64,6 +66,7 @@ async def analysis_store(ctx: CallContext, args: StoreIn) -> StoreOut:
 
 @ops.operation(
     name="analysis_query",
+    errors=(NotFound,),
     input=QueryIn,
     output=QueryOut,
     path="/analysis/query",
@@ -87,6 +90,7 @@ async def analysis_query(ctx: CallContext, args: QueryIn) -> QueryOut:
 
 @ops.operation(
     name="analysis_act",
+    errors=(NotFound, SchemaError),
     input=ActIn,
     output=ActOut,
     path="/analysis/act",

@@ -14,6 +14,12 @@ A family that splits its operations over several files (`operations_<part>.py`, 
 
 The MCP adapter turns each `Operation` into a tool (inputSchema, outputSchema, annotations) and
 the REST adapter into a route under `/api/v1`; both call `executor.run_operation`.
+
+The errors an operation can answer (its OpenAPI responses) derive from the declaration
+(`Operation.error_classes`): every call can fail validation, authentication, scope, the database or
+its time limit; a body can be too large; a rate-limited call can be refused; a `{param}` in the path
+names a thing that may not exist; a write can conflict; an `open_world` operation can meet a failing
+upstream. What a family raises besides these it declares next to the operation with `errors=`.
 """
 
 from __future__ import annotations
@@ -26,6 +32,20 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
+from app.core.errors import (
+    CairnError,
+    Conflict,
+    Forbidden,
+    InternalError,
+    InvalidInput,
+    NotFound,
+    RateLimited,
+    Timeout,
+    TooLarge,
+    Unauthenticated,
+    Unavailable,
+    UpstreamError,
+)
 from app.core.toolsets import Toolset
 
 Scope = Literal["read", "write", "admin"]
@@ -38,6 +58,14 @@ ResourceHandler = Callable[..., Awaitable[BaseModel]]
 TextRenderer = Callable[[BaseModel], list[str]]
 
 _NAME = re.compile(r"^[A-Za-z0-9_\-.]{1,64}$")
+ErrorClass = type[CairnError]
+# Any call: a refused key or scope, a client locked out after presenting unknown keys (4290), an
+# unexpected failure, the database down or cancelling a slow statement.
+_EVERY_CALL: tuple[ErrorClass, ...] = (Unauthenticated, Forbidden, RateLimited, InternalError, Unavailable, Timeout)
+
+
+def _ordered(classes: list[ErrorClass]) -> tuple[ErrorClass, ...]:
+    return tuple(sorted(set(classes), key=lambda cls: cls.code))
 
 
 def _doc(fn: Callable[..., Any]) -> str:
@@ -83,6 +111,8 @@ class Operation:
     # A read-only operation whose reads must run on the primary (it writes as it reads): never routed to
     # a read replica (`app.core.replicas`)
     primary_only: bool = False
+    # Errors this operation raises beyond those its declaration implies (see `error_classes`)
+    errors: tuple[ErrorClass, ...] = ()
 
     @property
     def tool(self) -> str:
@@ -111,6 +141,22 @@ class Operation:
         """Names of `{param}` segments in the REST path."""
         return re.findall(r"{(\w+)}", self.path)
 
+    def error_classes(self) -> tuple[ErrorClass, ...]:
+        """Every error this operation can answer, by code: those of any call, its arguments' (4001),
+        a body's size (4130, not for GET), a missing `{param}` thing
+        (4002), a conflicting write (4090), a failing upstream (5020, `open_world`), and its own
+        declared `errors`."""
+        found: list[ErrorClass] = [*_EVERY_CALL, InvalidInput, *self.errors]
+        if self.method != "GET":
+            found.append(TooLarge)
+        if self.path_params():
+            found.append(NotFound)
+        if not self.read_only:
+            found.append(Conflict)
+        if self.open_world:
+            found.append(UpstreamError)
+        return _ordered(found)
+
 
 @dataclass(frozen=True)
 class ResourceDef:
@@ -123,11 +169,17 @@ class ResourceDef:
     output_model: type[BaseModel]
     path: str
     scope: Scope = "read"
+    errors: tuple[ErrorClass, ...] = ()
 
     @property
     def description(self) -> str:
         """The handler's docstring."""
         return _doc(self.handler)
+
+    def error_classes(self) -> tuple[ErrorClass, ...]:
+        """Every error a read of this resource can answer: those of any call, a missing `{param}`
+        thing (4002, templates) and its declared `errors` (no arguments, no body)."""
+        return _ordered([*_EVERY_CALL, *self.errors, *((NotFound,) if self.is_template else ())])
 
     @property
     def params(self) -> list[str]:
@@ -187,6 +239,7 @@ class OperationSet:
         text: TextRenderer | None = None,
         example: dict[str, Any] | None = None,
         primary_only: bool = False,
+        errors: tuple[ErrorClass, ...] = (),
     ) -> Callable[[Handler], Handler]:
         """Declare `handler` as an operation of this feature.
 
@@ -197,7 +250,9 @@ class OperationSet:
         MCP text content when it must differ from the JSON of the result; `example` gives the
         OpenAPI example arguments when the schema alone cannot make valid ones (REST docs only).
         `primary_only` keeps a read-only operation that writes as it reads off the read replicas
-        (a write part that can run after the read uses `CallContext.write_after_read` instead)."""
+        (a write part that can run after the read uses `CallContext.write_after_read` instead).
+        `errors` names the error classes the handler raises beyond those the declaration implies
+        (`Operation.error_classes`), e.g. `(NotFound,)` for an operation reading a named thing."""
         if not _NAME.fullmatch(name):
             raise ValueError(f"invalid operation name {name!r}")
         if mcp and not title:
@@ -228,6 +283,7 @@ class OperationSet:
                     text=text,
                     example=example,
                     primary_only=primary_only,
+                    errors=errors,
                 )
             )
             return handler
@@ -245,9 +301,17 @@ class OperationSet:
             self.toolsets += other.toolsets
 
     def resource(
-        self, *, uri: str, name: str, output: type[BaseModel], path: str, scope: Scope = "read"
+        self,
+        *,
+        uri: str,
+        name: str,
+        output: type[BaseModel],
+        path: str,
+        scope: Scope = "read",
+        errors: tuple[ErrorClass, ...] = (),
     ) -> Callable[[ResourceHandler], ResourceHandler]:
-        """Declare `handler(ctx, **params)` as a resource (template when `uri` has `{params}`)."""
+        """Declare `handler(ctx, **params)` as a resource (template when `uri` has `{params}`);
+        `errors` as for operations."""
 
         def decorate(handler: ResourceHandler) -> ResourceHandler:
             self.resources.append(
@@ -259,6 +323,7 @@ class OperationSet:
                     output_model=output,
                     path=path,
                     scope=scope,
+                    errors=errors,
                 )
             )
             return handler

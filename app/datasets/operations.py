@@ -5,7 +5,8 @@ explicitly at the end."""
 from __future__ import annotations
 
 from app.core.context import CallContext
-from app.core.registry import OperationSet
+from app.core.errors import CacheError, EngineError, MemoryLimit, NotFound, QueryError, SchemaError
+from app.core.registry import ErrorClass, OperationSet
 from app.datasets import operations_downloads, service, service_profile, service_query, service_results
 from app.datasets.schemas import (
     ExportIn,
@@ -36,9 +37,14 @@ ops = OperationSet(
 )
 ops.toolset("datasets", "Datasets: profile, query (SQL), sample, export and chart files under a token budget.")
 
+# What the query engine's failures become (`engine.errors`): a missing file, a wrong column, a query it
+# refuses, a crash, a memory limit. Every operation that reads a file through the engine can answer them.
+ENGINE_ERRORS: tuple[ErrorClass, ...] = (NotFound, SchemaError, QueryError, EngineError, MemoryLimit)
+
 
 @ops.operation(
     name="profile_dataset",
+    errors=ENGINE_ERRORS,
     title="Profile Dataset",
     input=ProfileIn,
     output=ProfileOut,
@@ -65,6 +71,7 @@ async def profile_dataset(ctx: CallContext, args: ProfileIn) -> ProfileOut:
 
 @ops.operation(
     name="execute_query",
+    errors=(*ENGINE_ERRORS, CacheError),
     primary_only=True,  # stores its result's metadata as it reads (get_result reads it back)
     title="Query Dataset",
     input=QueryIn,
@@ -119,6 +126,7 @@ async def get_result(ctx: CallContext, args: ResultPageIn) -> ResultPageOut:
 
 @ops.operation(
     name="stream_sample",
+    errors=ENGINE_ERRORS,
     title="Sample Dataset",
     input=SampleIn,
     output=SampleOut,
@@ -135,6 +143,7 @@ async def stream_sample(ctx: CallContext, args: SampleIn) -> SampleOut:
 
 @ops.operation(
     name="export_result",
+    errors=(NotFound, EngineError),
     example={"query_id": "q_0123456789abcdef", "format": "csv", "destination": "exports"},
     title="Export Result",
     input=ExportIn,
@@ -156,6 +165,7 @@ async def export_result(ctx: CallContext, args: ExportIn) -> ExportOut:
 
 @ops.operation(
     name="cache_invalidate",
+    errors=(NotFound,),
     title="Invalidate Cache",
     input=InvalidateIn,
     output=InvalidateOut,
@@ -187,6 +197,7 @@ async def list_datasets(ctx: CallContext, args: ListDatasetsIn) -> ListDatasetsO
 
 @ops.operation(
     name="register_dataset",
+    errors=(NotFound,),
     title="Register Dataset",
     input=RegisterIn,
     output=RegisterOut,

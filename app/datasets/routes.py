@@ -280,7 +280,15 @@ _FORM_SCHEMA = {
                 "description": "Project the dataset belongs to (default: the key's project or 'default')",
             }
         ],
-        "requestBody": {"required": True, "content": {"multipart/form-data": {"schema": _FORM_SCHEMA}}},
+        "requestBody": {
+            "required": True,
+            "content": {
+                "multipart/form-data": {
+                    "schema": _FORM_SCHEMA,
+                    "example": {"name": "rain", "file": "day,rain_mm\n2026-11-01,3\n2026-11-02,0\n"},
+                }
+            },
+        },
         "security": [{"bearer": []}],
     },
 )

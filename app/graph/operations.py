@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from app.core.budget import measured
 from app.core.context import CallContext
+from app.core.errors import NotFound
 from app.core.registry import OperationSet
 from app.graph import (
     operations_reference,
@@ -80,6 +81,7 @@ async def create_entities(ctx: CallContext, args: CreateEntitiesIn) -> CreateEnt
 
 @ops.operation(
     name="create_relations",
+    errors=(NotFound,),
     input=CreateRelationsIn,
     output=CreateRelationsOut,
     path="/graph/relations",
@@ -96,6 +98,7 @@ async def create_relations(ctx: CallContext, args: CreateRelationsIn) -> CreateR
 
 @ops.operation(
     name="add_observations",
+    errors=(NotFound,),
     input=AddObservationsIn,
     output=AddObservationsOut,
     path="/graph/observations",
@@ -223,6 +226,7 @@ async def search_semantic(ctx: CallContext, args: SearchSemanticIn) -> SearchSem
 
 @ops.operation(
     name="supersede_observation",
+    errors=(NotFound,),
     input=SupersedeObservationIn,
     output=SupersedeObservationOut,
     path="/graph/observations/supersede",
@@ -235,6 +239,7 @@ async def supersede_observation(ctx: CallContext, args: SupersedeObservationIn) 
 
 @ops.operation(
     name="end_relation",
+    errors=(NotFound,),
     input=RelationRefIn,
     output=EndRelationOut,
     path="/graph/relations/end",
@@ -248,6 +253,7 @@ async def end_relation(ctx: CallContext, args: RelationRefIn) -> EndRelationOut:
 
 @ops.operation(
     name="set_entity_status",
+    errors=(NotFound,),
     input=SetEntityStatusIn,
     output=SetEntityStatusOut,
     path="/graph/entities/status",
@@ -261,6 +267,7 @@ async def set_entity_status(ctx: CallContext, args: SetEntityStatusIn) -> SetEnt
 
 @ops.operation(
     name="get_entity_history",
+    errors=(NotFound,),
     input=EntityHistoryIn,
     output=EntityHistoryOut,
     path="/graph/entities/history",
@@ -276,6 +283,7 @@ async def get_entity_history(ctx: CallContext, args: EntityHistoryIn) -> EntityH
 
 @ops.operation(
     name="add_reflection",
+    errors=(NotFound,),
     input=AddReflectionIn,
     output=AddReflectionOut,
     path="/graph/reflections",
@@ -301,6 +309,7 @@ async def search_reflections(ctx: CallContext, args: SearchReflectionsIn) -> Sea
 
 @ops.operation(
     name="find_duplicate_observations",
+    errors=(NotFound,),
     input=FindDuplicatesIn,
     output=FindDuplicatesOut,
     path="/graph/observations/duplicates",

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from app.core.context import CallContext
+from app.core.errors import NotFound, UpstreamError
 from app.core.registry import OperationSet
 from app.core.schemas import Empty
 from app.memory import service
@@ -88,7 +89,13 @@ ops.toolset(
 
 
 @ops.operation(
-    name="search", title="Search Memories", input=SearchIn, output=SearchOut, path="/memory/search", read_only=True
+    name="search",
+    title="Search Memories",
+    input=SearchIn,
+    output=SearchOut,
+    path="/memory/search",
+    read_only=True,
+    errors=(NotFound,),
 )
 async def search(ctx: CallContext, args: SearchIn) -> SearchOut:
     """Search indexed memories (hybrid vector + full-text by default). Keep query_text short and narrow
@@ -109,6 +116,7 @@ async def push(ctx: CallContext, args: PushIn) -> PushOut:
 
 @ops.operation(
     name="summarize",
+    errors=(NotFound, UpstreamError),
     example={
         "project_id": "notes",
         "time_range": {"start": "2026-11-01T00:00:00Z", "end": "2026-11-08T00:00:00Z"},
@@ -332,6 +340,7 @@ async def recall_context(ctx: CallContext, args: RecallContextIn) -> RecallConte
 
 @ops.operation(
     name="get_project_context",
+    errors=(NotFound,),
     title="Project Context",
     toolsets=("thoughts",),
     input=ProjectContextIn,
@@ -347,6 +356,7 @@ async def get_project_context(ctx: CallContext, args: ProjectContextIn) -> Proje
 
 @ops.operation(
     name="summarize_thoughts",
+    errors=(NotFound, UpstreamError),
     title="Summarize Thoughts",
     toolsets=("thoughts",),
     input=SummarizeThoughtsIn,
@@ -378,6 +388,7 @@ async def thought_stats(ctx: CallContext, args: ThoughtStatsIn) -> ThoughtStatsO
 
 @ops.operation(
     name="backfill_embeddings",
+    errors=(NotFound,),
     title="Backfill Embeddings",
     toolsets=("thoughts",),
     input=BackfillIn,

@@ -26,11 +26,14 @@ from app.core.http.callers import Callers
 from app.core.http.front import HttpFront, error_response, multipart_paths, sdk_transport_security
 from app.core.http.mcp_adapter import CairnMCPServer
 from app.core.http.mcp_endpoint import McpEndpoint, Shortcut
+from app.core.http.openapi import install_docs, install_openapi
 from app.core.http.probes import probes_router
-from app.core.http.rest_adapter import API_PREFIX, build_router, install_openapi
+from app.core.http.rest_adapter import API_PREFIX, build_router
 from app.core.logs import configure_logging
 from app.core.ratelimit import StreamSlots
 from app.core.toolsets import Catalog
+
+DOCS_STATIC = "/docs/static"
 
 
 def build_http_app(
@@ -55,16 +58,19 @@ def build_http_app(
                 await stack.enter_async_context(manager.run())
             yield
 
-    # Swagger UI and ReDoc from assets shipped in the fastapi-offline package, not a CDN.
+    # Swagger UI and ReDoc from assets shipped in the fastapi-offline package, not a CDN (Swagger UI's
+    # validator badge is an image from swagger.io: off; ReDoc's page is `install_docs`').
     app = FastAPIOffline(
         title="Cairn",
         version=__version__,
         lifespan=lifespan,
         docs_url="/docs",
-        redoc_url="/redoc",
+        redoc_url=None,
         openapi_url="/openapi.json",
-        static_url="/docs/static",
+        static_url=DOCS_STATIC,
+        swagger_ui_parameters={"validatorUrl": None},
     )
+    install_docs(app, static_url=DOCS_STATIC)
     app.state.cairn = state
     app.state.callers = callers
     app.state.mcp = mcp

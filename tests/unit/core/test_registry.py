@@ -85,3 +85,31 @@ def test_invalid_names_and_missing_docstrings_are_refused() -> None:
     ops.operation(name="quiet", input=Empty, output=Out, path="/quiet", title="Quiet")(undocumented)
     with pytest.raises(ValueError, match="needs a docstring"):
         _ = ops.operations[0].description
+
+
+def test_the_errors_follow_the_declaration() -> None:
+    from app.core.errors import Conflict, NotFound, SchemaError, TooLarge, UpstreamError
+
+    def codes(**kw: object) -> set[int]:
+        return {cls.code for cls in _set("f", "op", kw.pop("path", "/f/op"), **kw).operations[0].error_classes()}  # type: ignore[arg-type]
+
+    every = {4001, 4010, 4030, 4290, 5000, 5003, 5030}
+    assert codes(method="GET", read_only=True) == every  # no body, no named thing, no write
+    assert codes(read_only=True) == every | {TooLarge.code}
+    assert codes() == every | {TooLarge.code, Conflict.code}
+    assert codes(path="/f/{id}", method="GET", read_only=True) == every | {NotFound.code}
+    assert UpstreamError.code in codes(open_world=True)
+    assert codes(method="GET", read_only=True, errors=(SchemaError, NotFound)) == every | {4003, 4002}
+
+
+def test_a_resource_answers_the_errors_of_any_call_and_a_template_also_4002() -> None:
+    ops = OperationSet("f")
+
+    async def read(ctx: CallContext, **params: str) -> Out:
+        """A resource."""
+        return Out()
+
+    ops.resource(uri="mcp://plain", name="plain", output=Out, path="/plain")(read)
+    ops.resource(uri="mcp://{project_id}/things", name="things", output=Out, path="/p/{project_id}/things")(read)
+    plain, template = ({cls.code for cls in res.error_classes()} for res in ops.resources)
+    assert plain == {4010, 4030, 4290, 5000, 5003, 5030} and template == plain | {4002}
