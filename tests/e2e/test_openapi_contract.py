@@ -136,6 +136,7 @@ async def _memory(call: Recorder) -> None:
     assert pushed["chunksIndexed"] >= 1
     memory_id = found["results"][0]["id"]
     await call("get_memory", {"id": memory_id})
+    await call("list_memories", {"project": "team-notes", "tags": ["ops"], "limit": 5})
     await call("update_memory", {"id": memory_id, "tags": ["ops", "imports", "on-call"]})
     thought = await call(
         "capture_thought",
