@@ -157,7 +157,8 @@ class ApiKeyRepository(Repository):
         project: str | None,
         toolsets: list[str] | None = None,
     ) -> ApiKey:
-        """Store a new key's hash, and lock the database in the same transaction (`lock`)."""
+        """Store a new key's hash, and lock the database in the same transaction (`lock`). Call
+        `serialize_creation` first when the caller's right to create depends on the lock."""
         await self.lock("a key was created")
         key = ApiKey(
             id=uuid.uuid4(),
@@ -171,6 +172,13 @@ class ApiKeyRepository(Repository):
         self.session.add(key)
         await self.session.flush()
         return key
+
+    async def serialize_creation(self) -> bool:
+        """Wait for any other key creation of the database to commit (a transaction-level advisory
+        lock), then tell whether the database is locked (`lock`): two callers of an open server that
+        create keys at once cannot both find it open."""
+        await self.execute(text("SELECT pg_advisory_xact_lock(hashtextextended('cairn-key-creation', 0))"))
+        return await self.locked()
 
     async def by_hash(self, key_hash: str) -> ApiKey | None:
         """The unrevoked key with this hash."""

@@ -7,11 +7,14 @@ import time
 from app.core.auth import hash_key, new_key
 from app.core.context import CallContext
 from app.core.embeddings.tokens import count_tokens
-from app.core.errors import NotFound, Unavailable
+from app.core.errors import NotFound, Unauthenticated, Unavailable
 from app.core.models import ApiKey, Project
 from app.core.repository import ApiKeyRepository, ProjectRepository
 from app.core.schemas import CreateKeyIn, CreateKeyOut, KeyOut, ProjectOut
 from app.core.toolsets import key_toolsets
+
+# Transports whose anonymous caller is the local user (a stdio session, the CLI), never an open server's.
+LOCAL_TRANSPORTS = frozenset({"stdio", "cli"})
 
 
 def project_out(p: Project) -> ProjectOut:
@@ -93,10 +96,25 @@ async def list_keys(ctx: CallContext, include_revoked: bool) -> list[KeyOut]:
 
 async def create_key(ctx: CallContext, args: CreateKeyIn) -> CreateKeyOut:
     """Store a new key's hash and return the key once. A caller bound to a project creates keys
-    bound to it (naming another project is 4030)."""
+    bound to it (naming another project is 4030).
+
+    Creations are serialized across every process of the database, and the anonymous caller of an
+    open server (no key id, over HTTP) may create a key only while the database is not locked: of
+    several racing unauthenticated creations, one succeeds.
+
+    Raises:
+        Unauthenticated: the caller is an open server's anonymous one and a key exists now (4010).
+    """
     project = ctx.project(args.project) if ctx.bound_project is not None else args.project
+    repo = ApiKeyRepository(ctx.session)
+    locked = await repo.serialize_creation()
+    if locked and ctx.principal.key_id is None and ctx.transport not in LOCAL_TRANSPORTS:
+        raise Unauthenticated(
+            "A bearer API key is required: this server has had a key since the call began",
+            suggestions=["Send 'Authorization: Bearer <key>'"],
+        )
     token = new_key()
-    row = await ApiKeyRepository(ctx.session).add(
+    row = await repo.add(
         name=args.name,
         prefix=token[:12],
         key_hash=hash_key(token),

@@ -139,6 +139,18 @@ class SignInRequired(Unauthenticated):
     """The console needs a valid API key (rendered as a redirect to the sign-in page)."""
 
 
+# Why the sign-in page is shown: the redirect names a code, never text (a link could carry any text).
+SIGN_IN_REASONS = {
+    "needed": "Sign in with an API key",
+    "refused": "The key was not accepted (unknown or revoked); sign in again",
+}
+
+
+def sign_in_reason(exc: Unauthenticated) -> str:
+    """The code of `SIGN_IN_REASONS` that says why `exc` sends the browser to the sign-in page."""
+    return next((code for code, text in SIGN_IN_REASONS.items() if text == exc.message), "needed")
+
+
 class ConsoleRoute(APIRoute):
     """A console route: a `CairnError` (or anything else) raised by the page renders an error page
     instead of the REST error body; a missing or refused key redirects to the sign-in page."""
@@ -227,8 +239,8 @@ class Console:
             return await resolve_caller(self.callers, token or "")
         except Unauthenticated:
             if not token:
-                raise SignInRequired("Sign in with an API key") from None
-            raise SignInRequired("The key was not accepted (unknown or revoked); sign in again") from None
+                raise SignInRequired(SIGN_IN_REASONS["needed"]) from None
+            raise SignInRequired(SIGN_IN_REASONS["refused"]) from None
 
     def nav(self, principal: Principal) -> list[ConsoleSection]:
         """The sections this caller may open."""
@@ -508,7 +520,7 @@ def error_page(request: Request, exc: CairnError) -> Response:
         if request.method != "GET":
             target = CONSOLE_PATH + "/"
         response = RedirectResponse(
-            f"{CONSOLE_PATH}/login?next={quote(target, safe='')}&why={quote(exc.message[:200], safe='')}",
+            f"{CONSOLE_PATH}/login?next={quote(target, safe='')}&why={sign_in_reason(exc)}",
             status_code=303,
             headers=SECURITY_HEADERS,
         )
@@ -611,7 +623,7 @@ async def login_page(request: Request) -> Response:
     return view.render(
         "console/login.html",
         next=safe_next(request.query_params.get("next")),
-        why=request.query_params.get("why", "")[:200],
+        why=SIGN_IN_REASONS.get(request.query_params.get("why", ""), ""),
     )
 
 

@@ -7,10 +7,11 @@ and the console's sign-in cookie. The answer depends on how the server started (
 - **with keys** (`CAIRN_API_KEYS` or stored keys): every request needs a valid bearer key; a missing
   or unknown one is 4010 with a `WWW-Authenticate` challenge naming the protected-resource metadata;
 - **open** (no key at start, loopback only, and a database that never had one): every caller is the
-  anonymous admin until a key is created, then the server locks within `OpenModeGuard.interval`
-  seconds and behaves as if it had started with keys (without the metadata, which such a server does
-  not serve). Creating a key, or starting with keys, locks the database for good (`auth_lock`): no
-  later start is open, even once every key is revoked;
+  anonymous admin until a key is created; every process and host of the database is locked from the
+  moment the creation commits (each open-server check reads the lock), and behaves as if it had
+  started with keys (without the metadata, which such a server does not serve). Creating a key, or
+  starting with keys, locks the database for good (`auth_lock`): no later start is open, even once
+  every key is revoked;
 - **local** (a stdio session of the user who started it): the anonymous admin.
 
 A client address that presented too many unknown keys lately is refused (4290) before any lookup;
@@ -216,27 +217,24 @@ class KeyStore:
 
 class OpenModeGuard:
     """A server that started without keys (open, loopback only) locks as soon as a key exists: from
-    then on every request needs a valid key, as if it had started with one. Whether a key exists is
-    read again at most every `interval` seconds; once locked it stays locked, and says so in the log."""
+    then on every request needs a valid key, as if it had started with one. While open, every check
+    reads the database (one indexed round trip; a server is open only until its first key), so a key
+    created through any process or host locks this one before the creation answers; once locked it
+    stays locked, and says so in the log."""
 
-    def __init__(self, store: KeyStore, interval: float = 2.0) -> None:
-        self.store, self.interval = store, interval
+    def __init__(self, store: KeyStore) -> None:
+        self.store = store
         self._locked = False
-        self._checked = -float("inf")
 
     @property
     def known_locked(self) -> bool:
-        """Whether the last check found a key (no lookup: at most `interval` seconds behind)."""
+        """Whether a check found a key (no lookup: as of this process's last check)."""
         return self._locked
 
     async def locked(self) -> bool:
-        """True once any static or stored key exists."""
+        """True once any static or stored key exists, or the database has had one."""
         if self._locked:
             return True
-        now = time.monotonic()
-        if now - self._checked < self.interval:
-            return False
-        self._checked = now
         if await self.store.has_any_key():
             self._locked = True
             log.warning("an API key now exists: this server, started without keys, requires one from now on")
@@ -274,8 +272,8 @@ class Callers:
 
     @property
     def keys_known_required(self) -> bool:
-        """Whether a key is required, as last known (no lookup: an open server's lock may be up to
-        `OpenModeGuard.interval` seconds behind)."""
+        """Whether a key is required, as last known (no lookup: an open server's lock as of its last
+        check)."""
         return self.store is not None or (self.guard is not None and self.guard.known_locked)
 
     async def keys_required(self) -> bool:

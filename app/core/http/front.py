@@ -9,6 +9,13 @@ One pure-ASGI middleware (no task or response wrapper per request, one look at t
   host (DNS rebinding, 421 / 4030); a present `Origin` must be allowed or the request's own origin,
   and without one `Sec-Fetch-Site: cross-site` is refused unless it is a top-level GET navigation
   (cross-site requests, 403 / 4030);
+- own-origin writes: a POST, PUT, PATCH or DELETE to the console (`/ui/...`), or to anything on an
+  open server (no key required, as last known), is refused (403 / 4030) when the browser names
+  another origin than the server's own (the request's scheme and `Host`, name and port, or
+  `CAIRN_PUBLIC_URL`'s origin) or, naming none, says `Sec-Fetch-Site: same-site` or `cross-site`:
+  browsers treat every port of a host as one site and send its cookies to each, so a page on
+  another local port is no less foreign than another site. A request without either header (curl,
+  SDK clients) is not a browser's and passes;
 - the body's type: a POST, PUT, PATCH or DELETE that carries a body or declares a type must declare
   `application/json` (4001), and `POST /mcp` always must. The console's forms (`/ui/...`) may post
   `application/x-www-form-urlencoded` from a browser that names their origin (an allowed `Origin`,
@@ -253,6 +260,8 @@ class HttpFront:
         self.callers = callers
         self.hosts = _Patterns(allowed_hosts(settings))
         self.origins = _Patterns(allowed_origins(settings))
+        parts = urlsplit(settings.public_url or "")
+        self.public_origin = f"{parts.scheme}://{parts.netloc.rpartition('@')[2]}".lower() if parts.netloc else None
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -307,11 +316,10 @@ class HttpFront:
             )
         method: str = scope["method"]
         origin = headers.get(b"origin")
-        if origin is not None:
-            text = origin.decode("latin-1").lower()
-            scheme, _, rest = text.partition("://")
-            same_origin = rest == host and scheme in ("http", "https")
-            if not same_origin and not self.origins.allows(text):
+        text = origin.decode("latin-1").lower() if origin is not None else None
+        own = text is not None and self._own_origin(text, host)
+        if text is not None:
+            if not own and not self.origins.allows(text):
                 return Forbidden(
                     f"Origin {text[:100]!r} is not allowed (cross-site request protection)",
                     suggestions=["A browser app on another origin must be listed in CAIRN_ALLOWED_ORIGINS"],
@@ -324,8 +332,18 @@ class HttpFront:
                 suggestions=["A browser app on another origin must be listed in CAIRN_ALLOWED_ORIGINS"],
             )
         if method in _WITH_BODY:
+            if path.startswith(CONSOLE_PREFIX) or not self.callers.keys_known_required:
+                foreign = _foreign(text, own, headers)
+                if foreign is not None:
+                    return foreign
             return self._body_refusal(method, path, headers)
         return None
+
+    def _own_origin(self, origin: str, host: str) -> bool:
+        """Whether a browser's `Origin` is this server's own: the request's scheme-less `Host` (name
+        and port) over http or https, or the origin of `CAIRN_PUBLIC_URL`."""
+        scheme, _, rest = origin.partition("://")
+        return (rest == host and scheme in ("http", "https")) or origin == self.public_origin
 
     def _body_refusal(self, method: str, path: str, headers: dict[bytes, bytes]) -> CairnError | None:
         declared = headers.get(b"content-type")
@@ -366,6 +384,27 @@ class HttpFront:
                 suggestions=["curl: add -H 'X-Requested-With: curl'"],
             )
         return _not_json(media.decode("latin-1")[:100])
+
+
+def _foreign(origin: str | None, own: bool, headers: dict[bytes, bytes]) -> Forbidden | None:
+    """The 4030 for a state-changing browser request that does not come from this server's own pages
+    (another origin, another port of the same host included), else None; a request naming no origin
+    and no fetch site (curl, SDK clients) is not a browser's and passes."""
+    if origin is not None and not own:
+        return Forbidden(
+            f"Origin {origin[:100]!r} may not change anything here: only this server's own pages may "
+            "(cross-origin request protection)",
+            suggestions=[
+                "Send the request without a browser (curl, an SDK), or from the console at /ui",
+                "A browser app on another origin needs a server with API keys and CAIRN_ALLOWED_ORIGINS",
+            ],
+        )
+    if origin is None and headers.get(b"sec-fetch-site") in (b"cross-site", b"same-site"):
+        return Forbidden(
+            "A page of another origin may not change anything here (cross-origin request protection)",
+            suggestions=["Send the request from this server's own pages, or without a browser"],
+        )
+    return None
 
 
 def _not_json(media: str) -> InvalidInput:

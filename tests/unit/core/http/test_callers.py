@@ -51,6 +51,7 @@ class _Keys:
     """Stands in for the key table: `good-key` is the one stored key; counts the lookups."""
 
     lookups = 0
+    checks = 0  # keys_required calls
     active = 0
     locked_db = False
     down = False  # PostgreSQL refuses connections
@@ -76,6 +77,7 @@ class _Keys:
         type(self).locked_db = True
 
     async def keys_required(self) -> bool:
+        type(self).checks += 1
         return await self.count_active() > 0 or type(self).locked_db
 
 
@@ -100,6 +102,7 @@ class _Db:
 def _key_table(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(callers_module, "ApiKeyRepository", _Keys)
     monkeypatch.setattr(_Keys, "lookups", 0)
+    monkeypatch.setattr(_Keys, "checks", 0)
     monkeypatch.setattr(_Keys, "active", 0)
     monkeypatch.setattr(_Keys, "locked_db", False)
     monkeypatch.setattr(_Keys, "down", False)
@@ -132,7 +135,7 @@ async def test_a_server_with_keys_requires_a_valid_one_with_a_challenge() -> Non
 
 
 async def test_an_open_server_serves_everyone_until_a_key_exists() -> None:
-    guard = OpenModeGuard(_store(), interval=0)
+    guard = OpenModeGuard(_store())
     open_server = Callers(guard=guard)
     assert await resolve_caller(open_server, "") == OPEN_PRINCIPAL
     assert await resolve_caller(open_server, "anything") == OPEN_PRINCIPAL
@@ -147,16 +150,14 @@ async def test_an_open_server_serves_everyone_until_a_key_exists() -> None:
     assert await guard.locked()  # once locked, stays locked
 
 
-async def test_the_guard_looks_again_only_after_its_interval(monkeypatch: pytest.MonkeyPatch) -> None:
-    now = [100.0]
-    monkeypatch.setattr(time, "monotonic", lambda: now[0])
-    guard = OpenModeGuard(_store(), interval=2.0)
-    assert not await guard.locked()
-    _Keys.active = 1
-    now[0] += 1.9
-    assert not await guard.locked() and not guard.known_locked
-    now[0] += 0.2
+async def test_the_guard_reads_the_database_on_every_check_while_open() -> None:
+    guard = OpenModeGuard(_store())
+    assert not await guard.locked() and not await guard.locked()
+    _Keys.active = 1  # a key created by another process: the very next check sees it
     assert await guard.locked() and guard.known_locked
+    assert _Keys.checks == 3
+    _Keys.active = 0
+    assert await guard.locked() and _Keys.checks == 3  # locked for good, no more lookups
 
 
 async def test_a_local_session_is_the_user_who_started_it() -> None:
@@ -282,7 +283,7 @@ async def test_an_outage_is_a_5030_on_every_path_that_looks_a_key_up() -> None:
     assert (await resolve_caller(keys, STATIC)).name == "static"  # a static key needs no database
     with pytest.raises(Unavailable):
         await keys.ahead_of_sdk("good-key")  # the MCP endpoint answers it before the SDK would say 401
-    open_server = Callers(guard=OpenModeGuard(_store(), interval=0))
+    open_server = Callers(guard=OpenModeGuard(_store()))
     with pytest.raises(Unavailable):
         await resolve_caller(open_server, "")  # an open server does not serve while it cannot tell
     with pytest.raises(Unavailable):
@@ -318,7 +319,7 @@ async def test_a_database_that_had_a_key_stays_locked() -> None:
     _Keys.active = 0  # every key revoked
     assert await _keys_exist([])
     assert not starts_open(Settings(database_url="x", host="127.0.0.1"), has_keys=True)
-    guard = OpenModeGuard(_store(), interval=0)
+    guard = OpenModeGuard(_store())
     assert await guard.locked()  # an open server of it would lock at once
 
 

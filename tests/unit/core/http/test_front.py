@@ -136,3 +136,38 @@ def test_a_bare_multipart_upload_is_refused_only_while_no_key_is_required() -> N
     assert refusal(Callers(guard=_Guard(locked=False)), {b"x-requested-with": b"curl"}) is None  # type: ignore[arg-type]
     assert refusal(Callers(guard=_Guard(locked=True))) is None  # type: ignore[arg-type]
     assert refusal(Callers(store=object())) is None  # type: ignore[arg-type]
+
+
+def test_writes_from_another_origin_are_refused_on_an_open_server_and_the_console() -> None:
+    """Another port of the same host is another origin: an open server and the console take writes
+    only from their own pages (or from clients that are no browser)."""
+    settings = Settings(database_url="x", public_url="https://cairn.example.org")
+    host = {b"host": b"127.0.0.1:8101", b"content-type": b"application/json"}
+
+    def refusal(callers: Any, path: str, extra: dict[bytes, bytes], method: str = "POST") -> Any:
+        front = HttpFront(None, settings, callers=callers)
+        return front._refusal({"method": method}, path, {**host, **extra})
+
+    open_server, with_keys = Callers(guard=_Guard(locked=False)), Callers(store=object())  # type: ignore[arg-type]
+    foreign = (
+        {b"origin": b"http://127.0.0.1:8108"},
+        {b"origin": b"http://localhost:3000"},
+        {b"sec-fetch-site": b"same-site"},
+        {b"sec-fetch-site": b"cross-site"},
+    )
+    for extra in foreign:
+        for method in ("POST", "PUT", "DELETE"):
+            refused = refusal(open_server, "/api/v1/datasets/upload", extra, method)
+            assert isinstance(refused, Forbidden) and refused.code == 4030, (extra, method)
+        assert isinstance(refusal(with_keys, "/ui/admin/keys/k/revoke", extra), Forbidden), extra
+    own: tuple[dict[bytes, bytes], ...] = (
+        {b"origin": b"http://127.0.0.1:8101"},
+        {b"origin": b"https://cairn.example.org"},
+        {},
+    )
+    for extra in (*own, {b"sec-fetch-site": b"same-origin"}):
+        assert refusal(open_server, "/api/v1/projects", extra) is None, extra
+    # Reads stay open to the allowed origins; a server with keys leaves REST writes to the bearer key.
+    assert refusal(open_server, "/api/v1/projects", {b"origin": b"http://localhost:3000"}, "GET") is None
+    assert refusal(with_keys, "/api/v1/projects", {b"origin": b"http://localhost:3000"}) is None
+    assert refusal(Callers(guard=_Guard(locked=True)), "/api/v1/projects", foreign[0]) is None  # type: ignore[arg-type]
