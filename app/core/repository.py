@@ -238,6 +238,19 @@ class ApiKeyRepository(Repository):
         return bool(await self.session.scalar(select(active | select(AuthLock.id).exists())))
 
 
+class SecretRepository(Repository):
+    """Secrets every host of the database shares (`server_secrets`)."""
+
+    async def ensure(self, name: str, candidate: str) -> str:
+        """The secret called `name`: the stored one, else `candidate`, stored now (the first process
+        to store one wins; every other reads it)."""
+        await self.execute(
+            text("INSERT INTO server_secrets (name, value) VALUES (:name, :value) ON CONFLICT (name) DO NOTHING"),
+            {"name": name, "value": candidate},
+        )
+        return str(await self.scalar(text("SELECT value FROM server_secrets WHERE name = :name"), {"name": name}))
+
+
 class EmbeddingModelRepository(Repository):
     """Bookkeeping of the models whose vectors are stored."""
 

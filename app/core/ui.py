@@ -12,10 +12,13 @@ Sign-in and forms:
   over HTTPS. Each request resolves it like every transport (`callers.resolve_caller`), so a revoked
   key stops working within the key cache's seconds. An open server (no keys) needs no sign-in; once a
   key exists, it locks like the other transports.
-- **Forms.** Every state-changing request is a form POST carrying a CSRF token: an HMAC of the
-  `cairn_seed` cookie (HttpOnly, `SameSite=Strict`, renewed at sign-in), compared in constant time.
-  The HTTP front also refuses a form body unless the browser says it comes from an allowed origin
-  (an `Origin` header, or `Sec-Fetch-Site: same-origin`).
+- **Forms.** Every state-changing request is a form POST carrying a CSRF token: an HMAC, under a
+  server secret every host of the database shares (`server_secrets`, made by the first process that
+  needs it), of the session: the `cairn_seed` cookie (HttpOnly, `SameSite=Strict`, renewed at
+  sign-in) and the key cookie. It is compared in constant time. Cookies are not separated by port, so
+  a page on another port of the host can set the seed, but it cannot sign it. The HTTP front also
+  refuses a form body unless the browser says it comes from this server's own origin (its `Origin`
+  header names the request's scheme, host and port, or `Sec-Fetch-Site: same-origin`).
 - **Pages** are sent with a content security policy of their own origin only (scripts are package
   assets under `/ui/static`, never inline; charts are data: images; inline style attributes are
   allowed for the graph library), no framing, no referrer to other sites.
@@ -52,9 +55,11 @@ from pydantic import BaseModel
 
 from app import __version__
 from app.core.context import AppState, Principal
+from app.core.db import outage
 from app.core.errors import CairnError, Forbidden, InternalError, InvalidInput, NotFound, Unauthenticated
 from app.core.executor import read_resource, run_operation
 from app.core.http.callers import Callers, resolve_caller
+from app.core.repository import SecretRepository
 from app.core.schemas import PROJECT_NAME
 
 log = logging.getLogger("cairn.console")
@@ -64,6 +69,7 @@ KEY_COOKIE = "cairn_key"
 SEED_COOKIE = "cairn_seed"
 FLASH_COOKIE = "cairn_flash"
 PROJECT_COOKIE = "cairn_project"
+FORM_SECRET = "console-forms"  # its name in `server_secrets`
 PICKER_PROJECTS = 200  # projects the picker lists (by name)
 _PROJECT = re.compile(PROJECT_NAME)
 TRANSPORT = "console"
@@ -175,8 +181,10 @@ def console_router(prefix: str) -> APIRouter:
     return APIRouter(prefix=CONSOLE_PATH + prefix, route_class=ConsoleRoute, include_in_schema=False)
 
 
-def _csrf_of(seed: str) -> str:
-    return hmac.new(seed.encode(), b"cairn-console-form", hashlib.sha256).hexdigest()[:40]
+def csrf_token(secret: bytes, seed: str, key: str) -> str:
+    """The form token of a session: its seed cookie and key cookie, signed with the server's secret."""
+    session = hashlib.sha256(key.encode()).hexdigest()
+    return hmac.new(secret, f"cairn-console-form\0{seed}\0{session}".encode(), hashlib.sha256).hexdigest()[:40]
 
 
 def _fmt_time(value: Any) -> str:
@@ -223,6 +231,24 @@ class Console:
         )
         self.env.filters.update(time=_fmt_time, num=_fmt_num, json_script=_json_script, urlq=lambda v: quote(str(v)))
         self.env.globals.update(version=__version__, console_path=CONSOLE_PATH)
+        self._secret: bytes | None = None
+
+    async def form_secret(self) -> bytes:
+        """The key of the form tokens, shared by every host of the database (read once per process).
+
+        Raises:
+            Unavailable: the database cannot answer (5030).
+        """
+        if self._secret is None:
+            candidate = secrets.token_urlsafe(32)
+            try:
+                stored = await self.state.db.run(
+                    lambda session: SecretRepository(session).ensure(FORM_SECRET, candidate)
+                )
+            except Exception as exc:
+                raise (outage(exc) or exc) from None
+            self._secret = stored.encode()
+        return self._secret
 
     async def keys_required(self) -> bool:
         """True when a key is needed to sign in (keys configured, or an open server locked since)."""
@@ -262,6 +288,7 @@ class Viewer:
     principal: Principal
     seed: str
     new_seed: bool = False
+    secret: bytes = b""
     cookies: dict[str, str | None] = field(default_factory=dict)
     project: str = ""
     projects: list[str] | None = None
@@ -269,7 +296,7 @@ class Viewer:
     @property
     def csrf(self) -> str:
         """The token every form of this session carries."""
-        return _csrf_of(self.seed)
+        return csrf_token(self.secret, self.seed, self.request.cookies.get(KEY_COOKIE, ""))
 
     @property
     def state(self) -> AppState:
@@ -332,7 +359,12 @@ class Viewer:
         Raises:
             Forbidden: the token is missing or does not belong to this session.
         """
-        if self.new_seed or not isinstance(token, str) or not hmac.compare_digest(token, self.csrf):
+        if (
+            self.new_seed
+            or not self.secret
+            or not isinstance(token, str)
+            or not hmac.compare_digest(token.encode(), self.csrf.encode())
+        ):
             raise Forbidden(
                 "The form's security token is missing or expired (cross-site request protection)",
                 suggestions=["Reload the page and send the form again"],
@@ -477,7 +509,7 @@ async def viewer(request: Request) -> Viewer:
     console = console_of(request)
     principal = await console.principal(request.cookies.get(KEY_COOKIE))
     seed, new = _seed(request)
-    view = Viewer(request, console, principal, seed, new)
+    view = Viewer(request, console, principal, seed, new, await console.form_secret())
     remembered = project_name(request.cookies.get(PROJECT_COOKIE))
     asked = project_name(request.query_params.get("project", "").strip())
     if principal.project:
@@ -509,7 +541,8 @@ async def anonymous(request: Request) -> Viewer:
     """The caller of the sign-in and sign-out forms, who may not be signed in: the key cookie is not
     looked up (a stale one would cost a lookup and count as a failed attempt on every visit)."""
     seed, new = _seed(request)
-    return Viewer(request, console_of(request), SIGNED_OUT, seed, new)
+    console = console_of(request)
+    return Viewer(request, console, SIGNED_OUT, seed, new, await console.form_secret())
 
 
 def error_page(request: Request, exc: CairnError) -> Response:
@@ -527,7 +560,7 @@ def error_page(request: Request, exc: CairnError) -> Response:
         response.delete_cookie(KEY_COOKIE, path=CONSOLE_PATH, httponly=True, samesite="strict")
         return response
     seed, new = _seed(request)
-    view = Viewer(request, console, SIGNED_OUT, seed, new)
+    view = Viewer(request, console, SIGNED_OUT, seed, new, console._secret or b"")  # no token passes without
     body = exc.body()["error"]
     return view.render("console/error.html", status=exc.status, error=body)
 

@@ -22,6 +22,7 @@ from app.core.repository import (
     EmbeddingModelRepository,
     ProjectRepository,
     Repository,
+    SecretRepository,
 )
 from tests.support.databases import database_fixture, migrated_url
 from tests.support.server import PgCluster
@@ -185,3 +186,40 @@ async def test_a_created_key_locks_the_database_in_its_own_transaction(pg: PgClu
             assert await repo.count_active() == 0 and await repo.keys_required()  # revoked, still locked
     finally:
         await fresh.dispose()
+
+
+async def test_key_creations_wait_for_each_other_and_then_see_the_lock(pg: PgCluster) -> None:
+    """Of two transactions creating keys at once, the second waits for the first to commit, and then
+    finds the database locked (an open server's anonymous caller is refused on that)."""
+    fresh = Database(migrated_url(pg, []), Settings())
+    first_in, second_done = asyncio.Event(), asyncio.Event()
+    seen: list[bool] = []
+
+    async def first() -> None:
+        async with fresh.transaction() as session:
+            repo = ApiKeyRepository(session)
+            seen.append(await repo.serialize_creation())
+            await repo.add(name="a", prefix="cairn_first", key_hash="a" * 64, scopes=["admin"], project=None)
+            first_in.set()
+            await asyncio.sleep(0.3)
+            assert not second_done.is_set()  # the second is still waiting for this commit
+
+    async def second() -> None:
+        await first_in.wait()
+        async with fresh.transaction() as session:
+            seen.append(await ApiKeyRepository(session).serialize_creation())
+        second_done.set()
+
+    try:
+        await asyncio.wait_for(asyncio.gather(first(), second()), 30)
+        assert seen == [False, True]
+    finally:
+        await fresh.dispose()
+
+
+async def test_a_shared_secret_is_made_once(db: Database) -> None:
+    async with db.transaction() as session:
+        made = await SecretRepository(session).ensure("test-secret", "first")
+    async with db.transaction() as session:
+        assert await SecretRepository(session).ensure("test-secret", "second") == made == "first"
+        assert await SecretRepository(session).ensure("other-secret", "x") == "x"

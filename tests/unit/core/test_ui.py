@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import re
 
@@ -11,12 +13,15 @@ import pytest
 from app.core.errors import InvalidInput
 from app.core.ui import (
     PROJECT_COOKIE,
-    _csrf_of,
+    SIGN_IN_REASONS,
+    SignInRequired,
     _fmt_time,
     _json_script,
+    csrf_token,
     form_text,
     project_name,
     safe_next,
+    sign_in_reason,
     whole_number,
     with_project,
 )
@@ -43,11 +48,30 @@ def test_only_console_paths_are_followed_after_sign_in(target: str | None, expec
     assert safe_next(target) == expected
 
 
-def test_the_csrf_token_belongs_to_its_seed() -> None:
-    seed = "s" * 43
-    assert _csrf_of(seed) == _csrf_of(seed)
-    assert _csrf_of(seed) != _csrf_of(seed[:-1] + "t")
-    assert len(_csrf_of(seed)) == 40 and seed not in _csrf_of(seed)
+def test_the_csrf_token_belongs_to_its_seed_its_key_and_the_server_secret() -> None:
+    seed, secret = "s" * 43, b"k" * 43
+    token = csrf_token(secret, seed, "cairn_key1")
+    assert token == csrf_token(secret, seed, "cairn_key1") and len(token) == 40 and seed not in token
+    assert token != csrf_token(secret, seed[:-1] + "t", "cairn_key1")  # another seed
+    assert token != csrf_token(secret, seed, "cairn_key2")  # another session's key
+    assert token != csrf_token(b"j" * 43, seed, "cairn_key1")  # another server
+    # The old token, an HMAC of the seed alone that any page able to set the seed could compute:
+    assert (
+        csrf_token(secret, seed, "") != hmac.new(seed.encode(), b"cairn-console-form", hashlib.sha256).hexdigest()[:40]
+    )
+
+
+def test_the_sign_in_page_names_only_known_reasons() -> None:
+    assert sign_in_reason(SignInRequired(SIGN_IN_REASONS["refused"])) == "refused"
+    assert sign_in_reason(SignInRequired("Your account is suspended: call +1 555 0100")) == "needed"
+
+
+async def test_the_sign_in_page_shows_no_text_from_its_link(server: RunningServer) -> None:
+    async with httpx.AsyncClient(base_url=server.url, timeout=30) as client:
+        page = await client.get("/ui/login", params={"why": "Your key expired: call +1 555 0100 now"})
+        assert page.status_code == 200 and "555 0100" not in page.text and "expired" not in page.text
+        page = await client.get("/ui/login", params={"why": "refused"})
+        assert SIGN_IN_REASONS["refused"] in page.text
 
 
 def test_script_data_cannot_close_its_element() -> None:
