@@ -16,7 +16,7 @@ pytestmark = pytest.mark.slow
 async def test_sign_in_is_required_and_a_wrong_key_is_refused(server: RunningServer, browser: Browser) -> None:
     async with new_page(browser) as page:
         await page.goto(f"{server.url}/ui/")
-        await expect(page).to_have_url(f"{server.url}/ui/login?next=%2Fui%2F&why=Sign%20in%20with%20an%20API%20key")
+        await expect(page).to_have_url(f"{server.url}/ui/login?next=%2Fui%2F&why=needed")
         await shot(page, "login")
         await page.fill("#key", "not-a-key-0123456789")
         await page.click("button[type=submit]")

@@ -154,24 +154,35 @@ async def test_open_mode_refuses_cross_site_requests(
     assert "csrf" not in await project_names(anon)
 
 
-async def test_same_origin_loopback_and_listed_origins_pass(
+async def test_only_its_own_origin_writes_to_an_open_server(
     open_server: RunningServer, anon: httpx.AsyncClient
 ) -> None:
+    """Another port of the same host and a listed origin may read an open server, never write to it
+    (issue 41: a page on another local port replaced a dataset; curl with `Origin: localhost:3000`)."""
     port = open_server.settings.port
-    for origin in (f"http://127.0.0.1:{port}", "http://localhost:5173", CONSOLE, f"http://cairn.internal:{port}"):
+    for origin in (f"http://127.0.0.1:{port}", f"http://cairn.internal:{port}"):
         host = f"cairn.internal:{port}" if "cairn.internal" in origin else f"127.0.0.1:{port}"
         r = await anon.post(
-            "/api/v1/projects",
-            json={"name": f"from-{len(origin)}"},
-            headers={"Origin": origin, "Host": host, "Sec-Fetch-Site": "cross-site"},
+            "/api/v1/projects", json={"name": f"from-{len(origin)}"}, headers={"Origin": origin, "Host": host}
         )
         assert r.status_code == 200, (origin, r.text)
+    for origin in ("http://localhost:3000", "http://127.0.0.1:8108", CONSOLE):
+        assert (await anon.get("/api/v1/projects", headers={"Origin": origin})).status_code == 200, origin
+        for r in (
+            await anon.post("/api/v1/projects", json={"name": "foreign"}, headers={"Origin": origin}),
+            await anon.post("/api/v1/datasets/upload", headers={"Origin": origin}, **upload_parts("foreign")),
+        ):
+            assert_error(r, 403, 4030, "cross-origin")
+    for site in ("same-site", "cross-site"):
+        r = await anon.post("/api/v1/projects", json={"name": "foreign"}, headers={"Sec-Fetch-Site": site})
+        assert_error(r, 403, 4030, "cross-")
+    assert "foreign" not in await project_names(anon)
     # MCP too (the SDK's own check behind the front's agrees).
     own = {"Origin": f"http://cairn.internal:{port}", "Host": f"cairn.internal:{port}"}
-    for browser in ({"Origin": CONSOLE}, own):
-        ping = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
-        r = await anon.post("/mcp", json=ping, headers={**browser, **MCP_HEADERS})
-        assert r.status_code == 200, (browser, r.text)
+    ping = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
+    r = await anon.post("/mcp", json=ping, headers={**own, **MCP_HEADERS})
+    assert r.status_code == 200, r.text
+    assert_error(await anon.post("/mcp", json=ping, headers={"Origin": CONSOLE, **MCP_HEADERS}), 403, 4030)
     # A link followed from another site to the docs is a top-level navigation, not a forged request.
     nav = {"Sec-Fetch-Site": "cross-site", "Sec-Fetch-Mode": "navigate"}
     assert (await anon.get("/docs", headers=nav)).status_code == 200
@@ -222,7 +233,7 @@ async def test_open_mode_upload_needs_a_header_a_form_cannot_send(
     header such a form cannot add."""
     for extra in ({}, {"Sec-Fetch-Site": "same-site"}, {"Authorization": "Basic dXNlcjpwYXNz"}):
         r = await anon.post("/api/v1/datasets/upload", headers=extra, **upload_parts("forged"))
-        assert_error(r, 403, 4030, "X-Requested-With")
+        assert_error(r, 403, 4030, "cross-origin" if "Sec-Fetch-Site" in extra else "X-Requested-With")
     listed = await anon.get("/api/v1/datasets")
     assert listed.status_code == 200 and "forged" not in listed.text
     own_origin = f"http://127.0.0.1:{open_server.settings.port}"  # e.g. the /docs page's form
