@@ -10,11 +10,11 @@ import pytest
 
 from app.core import service
 from app.core.config import Settings
-from app.core.context import CallContext, Principal
+from app.core.context import OPEN_PRINCIPAL, CallContext, Principal
 from app.core.db import Database
 from app.core.embeddings.local import LocalOnnxEmbedder
 from app.core.embeddings.provider import EmbeddingProvider
-from app.core.errors import Forbidden, NotFound, Unavailable
+from app.core.errors import Forbidden, NotFound, Unauthenticated, Unavailable
 from app.core.models import ApiKey
 from app.core.schemas import CreateKeyIn
 from tests.support.calls import service_call
@@ -93,3 +93,17 @@ async def test_waiting_for_vectors_needs_a_queue(db: Database, model: LocalOnnxE
     async with call(db, model) as ctx:
         with pytest.raises(Unavailable, match="no embedding queue"):
             await service.wait_for_embeddings(ctx, 1.0)
+
+
+async def test_an_open_servers_anonymous_caller_creates_no_key_once_one_exists(
+    db: Database, model: LocalOnnxEmbedder
+) -> None:
+    async with call(db, model) as ctx:
+        await service.create_key(ctx, CreateKeyIn(scopes=["read"], name="first"))
+    with pytest.raises(Unauthenticated):
+        async with call(db, model, OPEN_PRINCIPAL) as ctx:  # over HTTP: the caller of an open server
+            await service.create_key(ctx, CreateKeyIn(scopes=["admin"], name="late"))
+    async with call(db, model, OPEN_PRINCIPAL) as ctx:
+        ctx.transport = "stdio"  # the local user of a stdio session may, as the CLI may
+        made = await service.create_key(ctx, CreateKeyIn(scopes=["admin"], name="local"))
+    assert made.key.name == "local"
