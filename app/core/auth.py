@@ -14,9 +14,9 @@ import secrets
 import uuid
 from dataclasses import dataclass
 
-from app.core.db import Database
+from app.core.db import Database, outage
 from app.core.errors import InvalidInput
-from app.core.repository import ApiKeyRepository
+from app.core.repository import ApiKeyRepository, SecretRepository
 from app.core.schemas import PROJECT_NAME
 from app.core.toolsets import key_toolsets
 
@@ -101,6 +101,19 @@ async def create_key(
             toolsets=key_toolsets(toolsets),
         )
         return str(row.id), token
+
+
+async def shared_secret(db: Database, name: str) -> str:
+    """The secret called `name` that every host of the database shares (made by the first to ask).
+
+    Raises:
+        Unavailable: the database cannot answer (5030).
+    """
+    candidate = secrets.token_urlsafe(32)
+    try:
+        return await db.run(lambda session: SecretRepository(session).ensure(name, candidate))
+    except Exception as exc:
+        raise (outage(exc) or exc) from None
 
 
 def request_id() -> str:

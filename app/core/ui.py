@@ -54,12 +54,11 @@ from markupsafe import Markup
 from pydantic import BaseModel
 
 from app import __version__
+from app.core.auth import shared_secret
 from app.core.context import AppState, Principal
-from app.core.db import outage
 from app.core.errors import CairnError, Forbidden, InternalError, InvalidInput, NotFound, Unauthenticated
 from app.core.executor import read_resource, run_operation
 from app.core.http.callers import Callers, resolve_caller
-from app.core.repository import SecretRepository
 from app.core.schemas import PROJECT_NAME
 
 log = logging.getLogger("cairn.console")
@@ -240,14 +239,7 @@ class Console:
             Unavailable: the database cannot answer (5030).
         """
         if self._secret is None:
-            candidate = secrets.token_urlsafe(32)
-            try:
-                stored = await self.state.db.run(
-                    lambda session: SecretRepository(session).ensure(FORM_SECRET, candidate)
-                )
-            except Exception as exc:
-                raise (outage(exc) or exc) from None
-            self._secret = stored.encode()
+            self._secret = (await shared_secret(self.state.db, FORM_SECRET)).encode()
         return self._secret
 
     async def keys_required(self) -> bool:

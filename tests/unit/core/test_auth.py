@@ -85,3 +85,9 @@ def test_a_key_may_be_bound_only_to_a_usable_project_name() -> None:
     assert key.project == "team" and key.scopes == frozenset({"read"})
     with pytest.raises(InvalidInput, match="invalid project"):
         auth.parse_static_keys(["k" * 16 + ":read:../up"])
+
+
+async def test_a_shared_secret_is_made_once_for_every_host(db: Database) -> None:
+    first = await auth.shared_secret(db, "test-shared")
+    assert len(first) >= 40 and await auth.shared_secret(db, "test-shared") == first  # another host reads it
+    assert await auth.shared_secret(db, "test-other") != first
