@@ -25,7 +25,7 @@ import uvicorn
 import yaml
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from tests.support.analysis import analysis_settings
@@ -70,7 +70,16 @@ class Trickle:
 
             return StreamingResponse(body(), media_type="application/json")
 
-        return Starlette(routes=[Route("/api/slow", slow)])
+        async def items(request: Request) -> Response:
+            return JSONResponse({"data": [{"id": 1, "x": 0}, {"id": 2, "x": 0}]})
+
+        return Starlette(
+            routes=[
+                Route("/api/slow", slow),
+                Route("/api/items", items),
+                Route("/api/items/{id}", slow, methods=["PATCH"]),
+            ]
+        )
 
 
 def _serve(app: Starlette, port: int) -> tuple[uvicorn.Server, threading.Thread]:
@@ -90,8 +99,16 @@ def trickle() -> Iterator[tuple[Trickle, Path]]:
     port = free_port()
     registry = Path(tempfile.mkdtemp(prefix="cairn-trickle-")) / "upstreams.yaml"
     model = {"list_path": "slow", "items_path": "data", "pagination": {"style": "none"}}
+    writable = {
+        "list_path": "items",
+        "items_path": "data",
+        "pagination": {"style": "none"},
+        "writable": True,
+        "update": {"method": "PATCH", "path": "items/{id}"},
+    }
     upstream = {"base_url": f"http://127.0.0.1:{port}/api", "timeout_seconds": TIMEOUT_S, "max_retries": 0}
-    registry.write_text(yaml.safe_dump({"upstreams": {"trickle": {**upstream, "models": {"slow": model}}}}))
+    models = {"slow": model, "items": writable}
+    registry.write_text(yaml.safe_dump({"upstreams": {"trickle": {**upstream, "models": models}}}))
     state = Trickle()
     server, thread = _serve(state.app(), port)
     try:
@@ -170,6 +187,55 @@ async def test_slow_upstreams_hold_no_connection_and_each_ingest_ends_at_its_tim
         assert "nothing was stored" in error["message"]
         # Its timeout, plus what a loaded machine adds; a per-read timeout alone would run a minute.
         assert elapsed < TIMEOUT_S + 8, f"an ingest ran {elapsed:.1f} s with a {TIMEOUT_S:g} s timeout"
+
+
+async def test_acts_waiting_on_a_slow_upstream_hold_no_connection(
+    small_pool: RunningServer, trickle: tuple[Trickle, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    upstream, registry = trickle
+    analysis_settings(small_pool, monkeypatch, upstreams=registry)
+    victim = await _stored_key(small_pool.url)
+    keys = [ADMIN_KEY, WRITE_KEY, PROJECT_KEY]
+    async with httpx.AsyncClient(base_url=small_pool.url, timeout=120) as c:
+        for n in range(INGESTS):  # each act's session holds two records of the fast listing
+            r = await c.post(
+                "/api/v1/analysis/ingest",
+                json={"analysis_id": f"act-{n}", "model": "items"},
+                headers={"Authorization": f"Bearer {keys[n % 3]}"},
+            )
+            assert r.status_code == 200, r.text
+
+        async def act(n: int) -> tuple[float, httpx.Response]:
+            started = time.monotonic()
+            r = await c.post(
+                "/api/v1/analysis/act",
+                json={
+                    "analysis_id": f"act-{n}",
+                    "model": "items",
+                    "action": "update",
+                    "attributes": {"x": 1},
+                    "deadline_seconds": 4,
+                },
+                headers={"Authorization": f"Bearer {keys[n % 3]}"},
+            )
+            return time.monotonic() - started, r
+
+        calls = [asyncio.create_task(act(n)) for n in range(INGESTS)]
+        await eventually(
+            lambda: upstream.open >= INGESTS or any(t.done() for t in calls), timeout=30, what="the acts waiting"
+        )
+        assert not any(t.done() for t in calls), [t.result()[1].text for t in calls if t.done()]
+        started = time.monotonic()
+        listed = await c.get("/api/v1/projects", headers={"Authorization": f"Bearer {victim}"})
+        took = time.monotonic() - started
+        assert listed.status_code == 200, listed.text
+        assert took < 2.0, f"list_projects took {took:.1f} s while the acts waited"
+        results = await asyncio.gather(*calls)
+    for elapsed, r in results:
+        assert r.status_code == 200, r.text
+        summary = r.json()["summary"]
+        assert summary["succeeded"] == 0 and summary["total"] == 2, summary
+        assert elapsed < 4 + 8, f"an act ran {elapsed:.1f} s with a 4 s deadline"
 
 
 async def test_an_exhausted_pool_answers_5030_with_the_error_body(
