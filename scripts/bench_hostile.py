@@ -8,7 +8,10 @@ then while the *attacker* runs, all at once and in loops:
 - two quadratic queries, `levenshtein(repeat('a', N), repeat('b', N))`, with `timeout_ms` 1000 (a
   scalar function the time limit cannot interrupt from inside);
 - two pushes of 200,000 distinct characters that wait for their own vectors (`wait_for_embedding`);
-- three `get_result` calls on a stored result of 4 rows of very large cells.
+- three `get_result` calls on a stored result of 4 rows of very large cells;
+- (a phase of its own) ten `analysis_ingest` calls, two for each of five keys of the attacker's
+  project, from an upstream on 127.0.0.1 that trickles one byte every 3 s (`timeout_seconds` 5): the
+  ingests must hold no database connection while they wait.
 
 The whole attack at once is run `REPEATS` times, each run right after an idle phase of its own, and
 each run is compared with that idle phase: on a shared virtual machine the same idle calls can take
@@ -42,6 +45,7 @@ import random
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections import Counter
@@ -62,7 +66,10 @@ from bench_mcp import Server, on_embedded_postgres, server_processes  # noqa: E4
 VICTIM = "bench-victim-key-0123456789"
 ATTACKER = "bench-attacker-key-012345678"
 ADMIN = "bench-operator-key-0123456789"
-KEYS = f"{VICTIM}:read+write:good,{ATTACKER}:read+write:evil,{ADMIN}:admin"
+SLOW_KEYS = [f"bench-slow-{i}-key-0123456789" for i in range(5)]  # two long jobs per key
+KEYS = f"{VICTIM}:read+write:good,{ATTACKER}:read+write:evil,{ADMIN}:admin," + ",".join(
+    f"{key}:read+write:evil" for key in SLOW_KEYS
+)
 QUADRATIC_LENGTH = 130_000
 PUSH_CHARS = 200_000
 WORDS = [f"{a}{b}{c}" for a in "bcdfghklmnprstvz" for b in "aeiou" for c in "nrstlm"]
@@ -166,7 +173,16 @@ async def _attack(url: str, query_id: str, attacks: tuple[str, ...], halt: threa
         "query": f"SELECT levenshtein(repeat('a', {QUADRATIC_LENGTH}), repeat('b', {QUADRATIC_LENGTH})) AS d",
     }
     headers = {"Authorization": f"Bearer {ATTACKER}"}
-    async with httpx.AsyncClient(base_url=url, headers=headers, timeout=httpx.Timeout(600.0)) as a:
+    async with contextlib.AsyncExitStack() as stack:
+        a = await stack.enter_async_context(
+            httpx.AsyncClient(base_url=url, headers=headers, timeout=httpx.Timeout(600.0))
+        )
+        slow = [
+            await stack.enter_async_context(
+                httpx.AsyncClient(base_url=url, headers={"Authorization": f"Bearer {key}"}, timeout=600.0)
+            )
+            for key in (SLOW_KEYS if SLOW in attacks else [])
+        ]
         loops = [
             *[
                 _attack_loop(a, stop, outcomes, "quadratic query", "POST", "/api/v1/datasets/query", quadratic)
@@ -192,6 +208,11 @@ async def _attack(url: str, query_id: str, attacks: tuple[str, ...], halt: threa
                     a, stop, outcomes, "large get_result", "GET", f"/api/v1/datasets/results/{query_id}", {"limit": 4}
                 )
                 for _ in range(3 if "get_result" in attacks else 0)
+            ],
+            *[
+                _attack_loop(c, stop, outcomes, "slow-upstream ingest", "POST", "/api/v1/analysis/ingest", SLOW_INGEST)
+                for c in slow
+                for _ in range(2)
             ],
         ]
         tasks = [asyncio.create_task(loop) for loop in loops]
@@ -244,14 +265,58 @@ async def _finish(proc: subprocess.Popen[str]) -> Any:
 
 
 ATTACKS = ("quadratic", "push", "get_result")
+SLOW = "slow_upstream"  # a phase of its own, not part of the whole attack at once
+SLOW_INGEST = {"analysis_id": "slow", "model": "slow"}
 
 
-SCENARIOS: tuple[tuple[str, ...], ...] = (("quadratic",), ("push",), ("get_result",), ATTACKS)
+SCENARIOS: tuple[tuple[str, ...], ...] = (("quadratic",), ("push",), ("get_result",), (SLOW,), ATTACKS)
 LABELS = {
     "quadratic": "two quadratic queries",
     "push": "two 200k-character pushes",
     "get_result": "three large get_result",
+    SLOW: "ten ingests from a trickling upstream",
 }
+
+
+@contextlib.contextmanager
+def _trickling_upstream(place: Path) -> Any:
+    """An upstream on 127.0.0.1 whose answers come one byte every 3 s, and its registry file (yielded)."""
+    import socket
+
+    import uvicorn
+    import yaml
+    from starlette.applications import Starlette
+    from starlette.responses import StreamingResponse
+    from starlette.routing import Route
+
+    async def slow(_request: Any) -> StreamingResponse:
+        async def body() -> Any:
+            yield b'{"data": ['
+            for _ in range(200):
+                await asyncio.sleep(3.0)
+                yield b" "
+            yield b"]}"
+
+        return StreamingResponse(body(), media_type="application/json")
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = int(sock.getsockname()[1])
+    registry = place / "upstreams.yaml"
+    model = {"list_path": "slow", "items_path": "data", "pagination": {"style": "none"}}
+    upstream = {"base_url": f"http://127.0.0.1:{port}/api", "timeout_seconds": 5, "max_retries": 0}
+    registry.write_text(yaml.safe_dump({"upstreams": {"trickle": {**upstream, "models": {"slow": model}}}}))
+    config = uvicorn.Config(
+        Starlette(routes=[Route("/api/slow", slow)]), host="127.0.0.1", port=port, log_level="warning"
+    )
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        yield registry
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
 
 
 def _label(attacks: tuple[str, ...]) -> str:
@@ -426,7 +491,13 @@ def run(
     """Run the benchmark and return its markdown section."""
     n, mb = seconds or (4.0 if quick else 30.0), cell_mb or (16 if quick else 100)
     times = repeats or (1 if quick else REPEATS)
-    with on_embedded_postgres({"CAIRN_API_KEYS": KEYS}, prefix="cairn-bench-hostile-") as (srv, _dsn):
+    place = Path(tempfile.mkdtemp(prefix="cairn-bench-upstream-"))
+    with (
+        _trickling_upstream(place) as registry,
+        on_embedded_postgres(
+            {"CAIRN_API_KEYS": KEYS, "CAIRN_ANALYSIS_UPSTREAMS": str(registry)}, prefix="cairn-bench-hostile-"
+        ) as (srv, _dsn),
+    ):
         _write_csv(srv.data / "datasets")
         results = asyncio.run(_measure(srv, n, mb, scenarios, times))
     return markdown(results, n, mb, quick)
@@ -438,7 +509,9 @@ if __name__ == "__main__":
     parser.add_argument("--seconds", type=float)
     parser.add_argument("--cell-mb", type=int)
     parser.add_argument("--repeats", type=int, help=f"runs of the whole attack at once (default {REPEATS})")
-    parser.add_argument("--attack", action="append", choices=ATTACKS, help="only this part of the attack (repeatable)")
+    parser.add_argument(
+        "--attack", action="append", choices=(*ATTACKS, SLOW), help="only this part of the attack (repeatable)"
+    )
     parser.add_argument("--attacker", nargs=3, metavar=("URL", "QUERY_ID", "ATTACKS"), help=argparse.SUPPRESS)
     parser.add_argument("--sampler", type=int, metavar="PID", help=argparse.SUPPRESS)
     ns = parser.parse_args()
@@ -449,5 +522,5 @@ if __name__ == "__main__":
         url, query_id, names = ns.attacker
         _attacker(url, query_id, tuple(names.split(",")))
         sys.exit(0)
-    chosen = tuple(a for a in ATTACKS if a in ns.attack) if ns.attack else None
+    chosen = tuple(a for a in (*ATTACKS, SLOW) if a in ns.attack) if ns.attack else None
     print(run(ns.quick, ns.seconds, ns.cell_mb, (chosen,) if chosen else SCENARIOS, ns.repeats))

@@ -29,3 +29,6 @@ class AnalysisSettings(BaseSettings):
     # Caps on what one upstream response may hold: its body once decompressed, and items in one page.
     max_upstream_bytes: int = Field(default=16 * 1024 * 1024, ge=1024)
     max_page_items: int = Field(default=10_000, ge=1)
+    # The whole fetching of one analysis_ingest call (every page and retry); each request also has
+    # the upstream's timeout_seconds as a deadline for its whole answer.
+    ingest_deadline_seconds: float = Field(default=120.0, gt=0, le=3600)

@@ -110,7 +110,6 @@ async def act(ctx: CallContext, args: ActIn) -> ActOut:
     w = parse_where(args.where)
     repo = AnalysisRepository(ctx.session)
     pid = await project_for_read(ctx, repo, args.project, args.analysis_id)
-    await repo.evict_expired()
     if await repo.count_records(pid, args.analysis_id, args.model) == 0:
         hint = f"analysis_ingest(model='{args.model}')"
         if wm.parent_model is not None:
@@ -120,6 +119,7 @@ async def act(ctx: CallContext, args: ActIn) -> ActOut:
             suggestions=[f"Run {hint} in this session first"],
         )
     if args.dry_run:
+        await repo.evict_expired()
         info = await repo.dry_run(pid, args.analysis_id, args.model, w)
         rows = [{**data, "ingestedAt": _iso(at)} for _, data, at in info["first"][:SAMPLE_ROWS]]
         sample, _ = bounded_rows(rows, settings(ctx).max_response_tokens)
@@ -153,7 +153,10 @@ async def act(ctx: CallContext, args: ActIn) -> ActOut:
             )
 
     ctx.on_rollback(record_accepted)
-    run = await _run(ctx, wm, action_cfg, args, attributes, matched, accepted)
+    # Nothing is written before the upstream is done (reads see live rows only; expired ones go after),
+    # so no transaction or pooled connection is held while it answers.
+    run = await ctx.without_transaction(lambda: _run(ctx, wm, action_cfg, args, attributes, matched, accepted))
+    await repo.evict_expired()
     if accepted:
         await _record(repo, pid, args, list(accepted), attributes)
     out = _reply(args, run)

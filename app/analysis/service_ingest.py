@@ -37,6 +37,7 @@ MAX_INGEST_PAGES = 50
 MAX_PARENTS = 25
 NESTED_CONCURRENCY = 5
 MAX_RENAMED = 20
+NO_PROJECT = uuid.UUID(int=0)
 
 
 def state_key(**parts: Any) -> str:
@@ -183,16 +184,39 @@ class _Store:
 
 
 async def ingest(ctx: CallContext, args: IngestIn) -> IngestOut:
-    """Top-level or nested ingest (see IngestIn)."""
+    """Top-level or nested ingest (see IngestIn).
+
+    The call reads what it needs (saved state, parents), then waits on the upstream with no
+    transaction open and no pooled connection held (`ctx.without_transaction`), and writes
+    everything it fetched afterwards: a slow upstream never holds a database connection."""
     check_impersonation(ctx, args.user_id)
     fields = [field_name(f, f"fields.{i}") for i, f in enumerate(args.fields or [])] or None
     upstreams = catalog(ctx)
     repo = AnalysisRepository(ctx.session)
-    pid = await project_for_write(ctx, repo, args.project)
-    await repo.evict_expired()
+    # A project not created yet holds nothing: its reads find nothing under the nil id.
+    pid = await repo.project_id(ctx.project(args.project)) or NO_PROJECT
     if args.model is not None:
         return with_tokens(await _top_level(ctx, repo, pid, args, fields, upstreams))
     return with_tokens(await _nested(ctx, repo, pid, args, fields, upstreams))
+
+
+async def _store_for(ctx: CallContext, repo: AnalysisRepository, args: IngestIn, model: str) -> _Store:
+    """Where the fetched records go: the project (created if missing), once expired rows are evicted."""
+    pid = await project_for_write(ctx, repo, args.project)
+    await repo.evict_expired()
+    return _Store(repo, pid, args.analysis_id, model, settings(ctx).records_retention_days * 86400)
+
+
+def _deadline(ctx: CallContext) -> float:
+    """When this call's fetching must end (loop time): CAIRN_ANALYSIS_INGEST_DEADLINE_SECONDS from now."""
+    return asyncio.get_running_loop().time() + settings(ctx).ingest_deadline_seconds
+
+
+def _past_deadline(ctx: CallContext) -> UpstreamFailure:
+    return UpstreamFailure(
+        f"the call's deadline of {settings(ctx).ingest_deadline_seconds:g}s "
+        "(CAIRN_ANALYSIS_INGEST_DEADLINE_SECONDS) passed before the upstream answered"
+    )
 
 
 # Top-level ingest --------------------------------------------------------------------------------
@@ -248,11 +272,10 @@ async def _top_level(
     cfg: ModelCfg = rm.cfg
     params = upstream_params(cfg, args.filters)
     per_page = min(args.per_page, cfg.pagination.max_per_page)
-    store = _Store(repo, pid, args.analysis_id, args.model, settings(ctx).records_retention_days * 86400)
     key = state_key(mode="top", model=args.model, filters=args.filters or {}, per_page=per_page)
     state = await repo.get_state(pid, args.analysis_id, key) if args.resume else None
     if state is not None and state["complete"]:
-        held = await store.held()
+        held = await repo.count_records(pid, args.analysis_id, args.model)
         return IngestOut(
             analysis_id=args.analysis_id,
             model=args.model,
@@ -268,8 +291,17 @@ async def _top_level(
         )
     walk = _Walk.start(state, args, per_page, cfg.pagination)
     records = _Records.of(cfg, fields)
-    async with upstream_client(ctx, rm.upstream_name, rm.upstream, args.user_id) as client:
-        await _walk_pages(ctx, client, cfg, store, records, walk, params, per_page, args.ingest_all)
+
+    async def fetch() -> list[tuple[int, list[tuple[str | None, dict[str, Any]]]]]:
+        async with upstream_client(ctx, rm.upstream_name, rm.upstream, args.user_id) as client:
+            return await _walk_pages(ctx, client, cfg, records, walk, params, per_page, args.ingest_all)
+
+    fetched = await ctx.without_transaction(fetch)
+    store = await _store_for(ctx, repo, args, args.model)
+    for page_no, keyed in fetched:
+        walk.stored += await store.records(page_no, keyed)
+        if keyed:
+            walk.summaries.append((page_no, len(keyed), records.summary(store.model, f"page {page_no}", keyed)))
     asked = {"filters": args.filters, "per_page": per_page}
     await store.save_state(key, asked, walk.token, walk.pages_done, walk.complete, walk.total)
     await store.summaries(ctx, walk.summaries)
@@ -280,39 +312,47 @@ async def _walk_pages(
     ctx: CallContext,
     client: UpstreamClient,
     cfg: ModelCfg,
-    store: _Store,
     records: _Records,
     walk: _Walk,
     params: dict[str, Any],
     per_page: int,
     ingest_all: bool,
-) -> None:
-    """Fetch and store pages from `walk.token` on: one page, or with `ingest_all` up to
-    MAX_INGEST_PAGES until the last. A failure stops the walk (`walk.error`), and is raised when
-    it hits the first page."""
+) -> list[tuple[int, list[tuple[str | None, dict[str, Any]]]]]:
+    """Fetch pages from `walk.token` on: one page, or with `ingest_all` up to MAX_INGEST_PAGES until
+    the last, as (page number, records). The pages are held until the call stores them, so fetching
+    also stops once they hold CAIRN_ANALYSIS_MAX_UPSTREAM_BYTES (the call is then capped: resume
+    continues), or when the call's deadline passes. A failure stops the walk (`walk.error`), and is
+    raised when it hits the first page."""
     limit = MAX_INGEST_PAGES if ingest_all else 1
-    while walk.pages < limit:
+    deadline, held = _deadline(ctx), 0
+    fetched: list[tuple[int, list[tuple[str | None, dict[str, Any]]]]] = []
+    while walk.pages < limit and held < client.max_bytes:
         try:
-            page = await fetch_page(client, cfg.list_path, cfg.pagination, cfg.items_path, walk.token, per_page, params)
-        except UpstreamFailure as exc:
+            async with asyncio.timeout_at(deadline):
+                page = await fetch_page(
+                    client, cfg.list_path, cfg.pagination, cfg.items_path, walk.token, per_page, params
+                )
+        except (UpstreamFailure, TimeoutError) as exc:
+            message = exc.message if isinstance(exc, UpstreamFailure) else _past_deadline(ctx).message
             if walk.pages == 0:
-                raise UpstreamFailure(f"{exc.message}; nothing was stored by this call", exc.status_code) from None
-            walk.error = exc.message
-            log.warning("ingest stopped early", extra={"model": store.model, "page": walk.pages_done + 1})
-            return
+                raise UpstreamFailure(
+                    f"{message}; nothing was stored by this call", getattr(exc, "status_code", None)
+                ) from None
+            walk.error = message
+            log.warning("ingest stopped early", extra={"path": cfg.list_path, "page": walk.pages_done + 1})
+            break
         keyed = [records.record(item) for item in page.items]
         walk.took(page, keyed, per_page)
-        walk.stored += await store.records(walk.pages_done, keyed)
-        if keyed:
-            summary = records.summary(store.model, f"page {walk.pages_done}", keyed)
-            walk.summaries.append((walk.pages_done, len(keyed), summary))
+        held += page.size
+        fetched.append((walk.pages_done, keyed))
         expected = -(-walk.total // per_page) if walk.total else None
         await ctx.progress(
             walk.pages, min(limit, expected) if expected else None, f"page {walk.pages_done}: {len(keyed)} record(s)"
         )
         if walk.token is None:
             walk.complete = True
-            return
+            break
+    return fetched
 
 
 def _top_level_out(args: IngestIn, walk: _Walk, records: _Records, per_page: int, held: int) -> IngestOut:
@@ -325,7 +365,9 @@ def _top_level_out(args: IngestIn, walk: _Walk, records: _Records, per_page: int
     )
     if walk.capped_size:
         msg += f". The upstream sends at most {walk.largest} records per page (asked for {per_page})"
-    if capped:
+    if capped and walk.pages < MAX_INGEST_PAGES:
+        msg += " (capped: one call holds CAIRN_ANALYSIS_MAX_UPSTREAM_BYTES of pages; call again with resume: true)"
+    elif capped:
         msg += f" (capped at {MAX_INGEST_PAGES} pages; call again with resume: true to continue)"
     elif walk.error:
         msg += f". Stopped early: {walk.error}. Stored pages are kept; retry with resume: true"
@@ -436,17 +478,21 @@ async def _batch(repo: AnalysisRepository, pid: uuid.UUID, args: IngestIn, model
 async def _children_of(
     ctx: CallContext, client: UpstreamClient, child: ChildCfg, parents: list[tuple[int, str]], per_page: int, label: str
 ) -> list[_Children | UpstreamFailure]:
-    """Each parent's children (or why they could not be listed), NESTED_CONCURRENCY parents at a time."""
+    """Each parent's children (or why they could not be listed), NESTED_CONCURRENCY parents at a time,
+    until the call's deadline."""
     sem = asyncio.Semaphore(NESTED_CONCURRENCY)
-    done = 0
+    done, deadline = 0, _deadline(ctx)
 
     async def one(parent_id: str) -> _Children | UpstreamFailure:
         nonlocal done
         async with sem:
             try:
-                result: _Children | UpstreamFailure = await _fetch_children(client, child, parent_id, per_page, {})
+                async with asyncio.timeout_at(deadline):
+                    result: _Children | UpstreamFailure = await _fetch_children(client, child, parent_id, per_page, {})
             except UpstreamFailure as exc:
                 result = exc
+            except TimeoutError:
+                result = _past_deadline(ctx)
         done += 1
         await ctx.progress(done, len(parents), f"{label} {parent_id}")
         return result
@@ -484,11 +530,16 @@ async def _nested(
     model = child.model or args.child_resource
     parent_key = child.parent_key or f"{args.parent_model}_id"
     per_page = min(args.per_page, child.pagination.max_per_page)
-    store = _Store(repo, pid, args.analysis_id, model, settings(ctx).records_retention_days * 86400)
     key = state_key(mode="nested", parent=args.parent_model, child=args.child_resource)
     batch = await _batch(repo, pid, args, model, key)
-    async with upstream_client(ctx, parent.upstream_name, parent.upstream, args.user_id) as client:
-        results = await _children_of(ctx, client, child, batch.parents, per_page, args.parent_model)
+    label = args.parent_model
+
+    async def fetch() -> list[_Children | UpstreamFailure]:
+        async with upstream_client(ctx, parent.upstream_name, parent.upstream, args.user_id) as client:
+            return await _children_of(ctx, client, child, batch.parents, per_page, label)
+
+    results = await ctx.without_transaction(fetch)
+    store = await _store_for(ctx, repo, args, model)
     records = _Records.of(child, fields, parent_key)
     batch.collect(results, records, parent_key, args.parent_model)
     stored = await store.records(batch.batches_done + 1, batch.keyed) if batch.keyed else 0

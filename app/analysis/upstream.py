@@ -11,6 +11,7 @@ with more than `CAIRN_ANALYSIS_MAX_PAGE_ITEMS` items is refused.
 
 from __future__ import annotations
 
+import asyncio
 import email.utils
 import functools
 import json
@@ -254,12 +255,21 @@ class UpstreamClient:
         try:
             async for attempt in retrying:
                 with attempt:
-                    return await self._send(method, url, params, json_body)
+                    return await self._attempt(method, url, params, json_body)
         except _Retryable as exc:
             raise UpstreamFailure(
                 f"Upstream '{self.name}' {exc.why} ({method} {_short(url)}, {attempts} attempt(s))", exc.status
             ) from None
         raise AssertionError("unreachable: tenacity either returns or re-raises")
+
+    async def _attempt(self, method: str, url: str, params: dict[str, Any] | None, json_body: Any) -> httpx.Response:
+        """One attempt with `timeout_seconds` as the deadline of the whole answer: httpx's timeouts
+        bound each read, and an upstream sending a byte now and then would pass them for ever."""
+        try:
+            async with asyncio.timeout(self.cfg.timeout_seconds):
+                return await self._send(method, url, params, json_body)
+        except TimeoutError:
+            raise _Retryable(f"timed out after {self.cfg.timeout_seconds:g}s") from None
 
     async def _send(self, method: str, url: str, params: dict[str, Any] | None, json_body: Any) -> httpx.Response:
         """One attempt: the response with its body read under the byte cap, or _Retryable for
@@ -454,6 +464,7 @@ class Page:
     items: list[dict[str, Any]]
     next_token: Any
     total: int | None
+    size: int = 0  # bytes of the decoded body
 
 
 def first_token(p: PaginationCfg) -> Any:
@@ -546,4 +557,4 @@ async def fetch_page(
     elif p.style == "link":
         link = response.links.get("next", {}).get("url")  # httpx parses the RFC 8288 Link header
         nxt = urljoin(str(response.request.url), link) if link and items else None
-    return Page(items=rows, next_token=nxt, total=total)
+    return Page(items=rows, next_token=nxt, total=total, size=len(response.content))

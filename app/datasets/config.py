@@ -38,6 +38,8 @@ class DatasetSettings(BaseSettings):
     datasets_query_timeout_ms: int = 30_000
     # DuckDB calls running at once in this process (each may use memory_limit); others wait their turn.
     datasets_max_concurrency: int = 2
+    # Most columns a CSV file may have (counted on its first line); a wider one is refused with 4003.
+    datasets_max_columns: int = Field(default=10_000, ge=1)
 
     # Token budget of one response (counted with the all-MiniLM-L6-v2 WordPiece tokenizer).
     datasets_max_tokens: int = 2000

@@ -163,6 +163,7 @@ def engine_config(cfg: DatasetSettings, space: Space, timeout_ms: int | None = N
         threads=cfg.datasets_threads,
         timeout_s=limit / 1000.0,
         concurrency=cfg.datasets_max_concurrency,
+        max_columns=cfg.datasets_max_columns,
         stored=space.stored,
     )
 

@@ -6,9 +6,10 @@ from collections import Counter
 from typing import Any
 
 import httpx
+import pytest
 
 from tests.support import analysis as analysis_helpers
-from tests.support.analysis import N_BOOKS, Upstream, expected_books, structured
+from tests.support.analysis import N_BOOKS, TOKEN, Upstream, expected_books, structured
 from tests.support.server import RunningServer, mcp_client
 
 upstream = analysis_helpers.upstream
@@ -163,6 +164,25 @@ async def test_cap_at_50_pages_then_resume(server: RunningServer, rest: httpx.As
     assert third["pages"] == 0 and "already completed" in third["message"]
     stats = bookshelf.stats()
     assert stats["requests"]["/api/books"] == 60  # nothing fetched twice
+
+
+async def test_one_call_holds_at_most_the_byte_cap_of_pages_then_resume_continues(
+    server: RunningServer, rest: httpx.AsyncClient, bookshelf: Upstream, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Pages are held until the call stores them (no transaction is open while the upstream answers):
+    # a call stops fetching once they hold CAIRN_ANALYSIS_MAX_UPSTREAM_BYTES.
+    async with httpx.AsyncClient(headers={"Authorization": f"Bearer {TOKEN}"}, timeout=30) as up:
+        sizes = [
+            len((await up.get(f"{bookshelf.url}/api/books", params={"per_page": 10, "page": p})).content)
+            for p in (1, 2, 3)
+        ]
+    cap = sizes[0] + sizes[1] + sizes[2] // 2  # two pages fit, the third passes the cap
+    analysis_helpers.analysis_settings(server, monkeypatch, max_upstream_bytes=cap)
+    first = await _ingest_all(rest, per_page=10)
+    assert first["pages"] == 3 and first["stored"] == 30 and first["capped"] is True, first
+    assert first["next_page"] == 4 and "CAIRN_ANALYSIS_MAX_UPSTREAM_BYTES" in first["message"]
+    second = await _ingest_all(rest, per_page=10, resume=True)
+    assert second["pages"] == 3 and second["session_records"] == 60
 
 
 async def test_sample_where_and_proximity_buckets(

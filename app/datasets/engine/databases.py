@@ -29,7 +29,7 @@ from app.datasets.engine.cache import fingerprint
 from app.datasets.engine.errors import translate
 from app.datasets.engine.sandbox import ident, sql_string
 from app.datasets.engine.sandbox import sql_string as lit
-from app.datasets.engine.sources import Source
+from app.datasets.engine.sources import Source, check_width
 from app.datasets.engine.watchdog import run_with_timeout, time_left
 
 T = TypeVar("T")
@@ -47,6 +47,7 @@ class EngineConfig:
     threads: int
     timeout_s: float
     concurrency: int = 2
+    max_columns: int = 10_000  # of a CSV source (sources.check_width)
     # Local copies of the object store's files (uploads, stored results) that the call may read.
     stored: tuple[Path, ...] = ()
 
@@ -341,6 +342,7 @@ def run_locked(
     with _slot(cfg.concurrency):
         known: list[str] = []
         try:
+            check_width(sources, cfg.max_columns)
             with POOL.lease(cfg.lockdown(threads), keep=max(1, cfg.concurrency)) as lease:
                 _create_views(lease, sources, result_views or {}, sample_size)
                 con = lease.con
@@ -353,7 +355,17 @@ def run_locked(
                     lease.discard()
                 return value
         except BaseException as exc:
-            raise translate(exc, known) from None
+            raise translate(exc, known, source_names(sources)) from None
+
+
+def source_names(sources: list[Source]) -> dict[str, str]:
+    """The paths (patterns and files) of `sources`, each mapped to the name of the first source that
+    reads it (the dataset's own view, not an alias such as `data`)."""
+    names: dict[str, str] = {}
+    for src in sources:
+        for path in (src.pattern, *map(str, src.files)):
+            names.setdefault(path, src.name)
+    return names
 
 
 def warm(cfg: EngineConfig) -> None:

@@ -22,15 +22,56 @@ from app.datasets.engine.sandbox import duckdb_context, first_line
 from app.datasets.engine.watchdog import TimedOut
 
 _MISSING_COLUMN = re.compile(r'column "?([^"\s]+)"? not found', re.I)
+# A quoted absolute path in DuckDB's text: no server path reaches a caller.
+_QUOTED_PATH = re.compile(r"""(["'])(/[^"'\n<>…]*)""")  # closed or cut short (`duckdb_context`)
+# What DuckDB says of a file it cannot decode (a damaged or hand-made Parquet file, a bad footer).
+_BROKEN_FILE = re.compile(
+    r"TProtocolException|Variable-length int|magic bytes|Footer length|Could not read enough bytes|"
+    r"not a parquet file|Thrift|corrupt|don.t know what type",
+    re.I,
+)
 
 
-def translate(exc: BaseException, known_columns: list[str] | None = None) -> CairnError:
+def translate(
+    exc: BaseException, known_columns: list[str] | None = None, files: dict[str, str] | None = None
+) -> CairnError:
     """A DuckDB exception as the caller's error, with bounded text and suggestions, and the place in
-    the statement it points at (if any) as its query_context."""
-    err = _translate(exc, known_columns)
-    if isinstance(exc, duckdb.Error) and err.query_context is None:
+    the statement it points at (if any) as its query_context. `files` maps the paths of the call's
+    sources to their dataset names: a file DuckDB cannot decode is the caller's input (4004 naming the
+    dataset), and no path of the server stays in the text."""
+    broken = _broken_file(exc, files or {})
+    err = broken or _translate(exc, known_columns)
+    # A broken file fails in the statement that makes its view, which is the server's, not the caller's.
+    if isinstance(exc, duckdb.Error) and err.query_context is None and broken is None:
         err.query_context = duckdb_context(str(exc))
+    err.message = without_paths(err.message, files or {})
+    if err.query_context is not None:
+        err.query_context = without_paths(err.query_context, files or {})
     return err
+
+
+def without_paths(text: str, files: dict[str, str]) -> str:
+    """`text` with each known file path replaced by its dataset name and any other quoted absolute
+    path by its file name."""
+    for path in sorted(files, key=len, reverse=True):
+        text = text.replace(path, files[path])
+    return _QUOTED_PATH.sub(lambda m: m.group(1) + m.group(2).rstrip("/").rsplit("/", 1)[-1], text)
+
+
+def _broken_file(exc: BaseException, files: dict[str, str]) -> CairnError | None:
+    """The 4004 for a file DuckDB cannot decode, naming its dataset; None for any other error."""
+    if not isinstance(exc, duckdb.Error) or isinstance(exc, duckdb.OutOfMemoryException | duckdb.InterruptException):
+        return None
+    text = str(exc)
+    if not _BROKEN_FILE.search(text):
+        return None
+    named = sorted({name for path, name in files.items() if path in text}) or sorted(set(files.values()))
+    which = f"dataset '{named[0]}'" if len(named) == 1 else "a dataset of the call"
+    return QueryError(
+        f"The file of {which} cannot be read: it is damaged or not in its format "
+        f"({without_paths(first_line(text), files)})",
+        suggestions=["Upload the file again (replace=true), or export it again from its source"],
+    )
 
 
 def _translate(exc: BaseException, known_columns: list[str] | None = None) -> CairnError:

@@ -4,14 +4,18 @@ for it (`csv_dialect`)."""
 
 from __future__ import annotations
 
+import functools
+import gzip
 import os
 import threading
+import zlib
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 
 import duckdb
 
+from app.core.errors import SchemaError
 from app.datasets.engine.sandbox import file_format
 from app.datasets.engine.sandbox import sql_string as lit
 
@@ -93,6 +97,48 @@ def csv_dialect(con: duckdb.DuckDBPyConnection, path: str, opts: str) -> str:
         while len(_DIALECTS) > _DIALECTS_MAX:
             _DIALECTS.popitem(last=False)
     return found
+
+
+# How much of a CSV file's start is read to count its columns: a header longer than this counts as
+# what it holds so far, which is enough to refuse a file past any sensible limit.
+HEADER_BYTES = 4 * 1024 * 1024
+_DELIMITERS = (b",", b"\t", b";", b"|")
+
+
+@functools.lru_cache(maxsize=512)
+def _csv_width(path: str, size: int, mtime_ns: int) -> int:
+    """An upper bound on the columns of the CSV file `path` (of this size and time): the most
+    frequent common delimiter of its first line, plus one. 0 when the file cannot be read here
+    (DuckDB then reports what it finds)."""
+    try:
+        opener = gzip.open if path.lower().endswith(".gz") else open
+        with opener(path, "rb") as f:
+            head = f.read(HEADER_BYTES)
+    except (OSError, EOFError, zlib.error):
+        return 0
+    line = head.split(b"\n", 1)[0]
+    return max(line.count(d) for d in _DELIMITERS) + 1
+
+
+def check_width(sources: list[Source], max_columns: int) -> None:
+    """Refuse (4003) a CSV source whose first line holds more than `max_columns` columns: DuckDB's
+    sniffer needs memory for every column of every candidate dialect, and runs out before it can
+    answer for a file of tens of thousands of columns."""
+    for src in sources:
+        if src.fmt != "csv":
+            continue
+        for f in src.files:
+            try:
+                st = f.stat()
+            except OSError:
+                continue
+            width = _csv_width(str(f), st.st_size, st.st_mtime_ns)
+            if width > max_columns:
+                raise SchemaError(
+                    f"Dataset '{src.name}' has about {width} columns; the limit is {max_columns} "
+                    "(CAIRN_DATASETS_MAX_COLUMNS)",
+                    suggestions=["Split the file into narrower ones, or store it as Parquet with fewer columns"],
+                )
 
 
 def make_source(name: str, pattern: str, files: list[Path]) -> Source:

@@ -11,7 +11,7 @@ import pytest
 
 from app.core.errors import CairnError, Forbidden, InvalidInput, NotFound, QueryError, SchemaError, Timeout
 from app.datasets.engine.databases import Lockdown, open_locked
-from app.datasets.engine.errors import translate
+from app.datasets.engine.errors import translate, without_paths
 from app.datasets.engine.watchdog import TimedOut
 
 
@@ -74,3 +74,33 @@ def test_the_watchdog_and_our_own_errors() -> None:
 def test_a_long_message_is_cut_to_its_first_line(con: duckdb.DuckDBPyConnection) -> None:
     err = translate(raised(con, "SELECT * FROM people WHERE " + " AND ".join(["age >"] * 2)))
     assert isinstance(err, CairnError) and "\n" not in err.message and len(err.message) <= 420
+
+
+def test_a_broken_file_is_4004_naming_its_dataset_and_no_path_reaches_the_caller(
+    con: duckdb.DuckDBPyConnection, tmp_path: Path
+) -> None:
+    path = tmp_path / "uploads" / "pq2.parquet"
+    path.parent.mkdir()
+    con.execute(f"COPY (SELECT range AS id FROM range(100)) TO '{path}' (FORMAT parquet)")
+    good = path.read_bytes()
+    footer = int.from_bytes(good[-8:-4], "little")
+    path.write_bytes(good[:-8] + (footer + 37).to_bytes(4, "little") + b"PAR1")  # a TProtocolException
+    exc = raised(con, f"SELECT * FROM read_parquet('{path}')")
+    err = translate(exc, files={str(path): "pq2"})
+    assert isinstance(err, QueryError) and "dataset 'pq2' cannot be read" in err.message, err.message
+    assert str(tmp_path) not in err.message and err.query_context is None
+    path.write_bytes(good[:-8] + (10**7).to_bytes(4, "little") + b"PAR1")  # a footer past the file
+    err = translate(raised(con, f"SELECT * FROM read_parquet('{path}')"), files={str(path): "pq2"})
+    assert err.code == 4004 and "'pq2'" in err.message and str(tmp_path) not in err.message
+    # Any other error keeps its class, with the paths it names cut to their file or dataset names.
+    missing = translate(raised(con, f"SELECT * FROM read_csv_auto('{tmp_path}/none.csv')"))
+    assert str(tmp_path) not in missing.message and "none.csv" in missing.message
+    assert str(tmp_path) not in (missing.query_context or "")
+
+
+def test_without_paths_keeps_names_only() -> None:
+    files = {"/srv/data/projects/p/uploads/sales.csv": "sales"}
+    assert without_paths("in '/srv/data/projects/p/uploads/sales.csv'", files) == "in 'sales'"
+    assert without_paths('read "/a/b/c.parquet" failed', {}) == 'read "c.parquet" failed'
+    assert without_paths("read_csv('/srv/data/proj<<<...", {}) == "read_csv('proj<<<..."
+    assert without_paths("1/2 is not a path", {}) == "1/2 is not a path"

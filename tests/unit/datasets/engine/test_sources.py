@@ -3,11 +3,13 @@ reads what the sniffer reads."""
 
 from __future__ import annotations
 
+import gzip
 from pathlib import Path
 
 import duckdb
 import pytest
 
+from app.core.errors import SchemaError
 from app.datasets.engine import databases, sources
 from tests.support.datasets import small_engine_config
 
@@ -100,3 +102,22 @@ def test_a_dialect_is_found_once_per_file_version(cfg: databases.EngineConfig) -
         assert sources.csv_dialect(con, str(cfg.roots[0] / "missing.csv"), "") == ""
     finally:
         con.close()
+
+
+def test_a_csv_wider_than_the_column_limit_is_refused_before_duckdb_reads_it(tmp_path: Path) -> None:
+    wide = tmp_path / "wide.csv"
+    wide.write_text(";".join(f"c{i}" for i in range(501)) + "\n" + ";".join("1" for _ in range(501)) + "\n")
+    packed = tmp_path / "wide.csv.gz"
+    packed.write_bytes(gzip.compress(wide.read_bytes()))
+    narrow = tmp_path / "narrow.csv"
+    narrow.write_text("a,b\n1,2\n")
+    for path in (wide, packed):
+        with pytest.raises(SchemaError) as refused:
+            sources.check_width([sources.make_source("wide", str(path), [path])], max_columns=500)
+        assert "'wide' has about 501 columns" in refused.value.message
+        assert "CAIRN_DATASETS_MAX_COLUMNS" in refused.value.message
+    sources.check_width([sources.make_source("wide", str(wide), [wide])], max_columns=501)
+    sources.check_width([sources.make_source("narrow", str(narrow), [narrow])], max_columns=2)
+    parquet = tmp_path / "p.parquet"
+    parquet.write_bytes(b"PAR1" + b",;" * 1000 + b"PAR1")  # not a CSV: not counted here
+    sources.check_width([sources.make_source("p", str(parquet), [parquet])], max_columns=2)
