@@ -30,7 +30,7 @@ from pydantic import AnyHttpUrl, Field
 from app import __version__
 from app.core.auth import request_id
 from app.core.budget import dumps, image_fields, sent_text
-from app.core.context import AppState, Principal
+from app.core.context import AppState, Principal, read_only_endpoint
 from app.core.errors import CairnError
 from app.core.executor import read_resource, run_operation
 from app.core.http.callers import CairnTokenVerifier, Callers, mcp_caller
@@ -179,10 +179,16 @@ class CairnMCPServer(MCPServer[Any]):
         request = request_of(context)
         try:
             principal = await mcp_caller(self.callers, request)
-            found = self.catalog.find(self.selection(request), name, principal, stdio=self.transport == "stdio")
+            selection = self.selection(request)
+            found = self.catalog.find(selection, name, principal, stdio=self.transport == "stdio")
         except CairnError as err:
             return error_result(err)
-        return await run_tool(self.state, self.operations[found.name], arguments, context, principal, self.transport)
+        read_only = read_only_endpoint.set(self.catalog.effective(selection, principal).readonly)
+        try:
+            op = self.operations[found.name]
+            return await run_tool(self.state, op, arguments, context, principal, self.transport)
+        finally:
+            read_only_endpoint.reset(read_only)
 
     async def read_resource(self, uri: Any, context: Any = None) -> Any:
         """Read a resource: Cairn's static ones as the request's caller, the others (templates, which
