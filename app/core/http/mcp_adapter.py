@@ -14,9 +14,11 @@ from typing import Any
 from mcp.server.auth.settings import AuthSettings
 from mcp.server.lowlevel.helper_types import ReadResourceContents
 from mcp.server.mcpserver import Context, MCPServer
-from mcp.server.mcpserver.exceptions import ResourceError
 from mcp.server.mcpserver.resources import Resource
+from mcp.shared.exceptions import MCPError
 from mcp_types import (
+    INTERNAL_ERROR,
+    INVALID_PARAMS,
     CallToolResult,
     ImageContent,
     ListToolsResult,
@@ -203,7 +205,9 @@ class CairnMCPServer(MCPServer[Any]):
         """A resource as compact JSON, read through the executor as the caller of `request`.
 
         Raises:
-            ResourceError: carrying the shared error body.
+            MCPError: JSON-RPC -32602 for an error of the caller's (4xx: forbidden, not found, invalid),
+                -32603 for the server's, with Cairn's message and the shared error body and the URI
+                as its data (the SDK turns a `ResourceError` into -32603 whatever its cause).
         """
         try:
             principal = await mcp_caller(self.callers, request)
@@ -216,7 +220,8 @@ class CairnMCPServer(MCPServer[Any]):
                 request_id=request_id_var.get() or request_id(),
             )
         except CairnError as err:
-            raise ResourceError(dumps(err.body())) from None
+            code = INVALID_PARAMS if err.status < 500 else INTERNAL_ERROR
+            raise MCPError(code, err.message, data={**err.body(), "uri": res.uri.format(**params)}) from None
         return dumps(result.model_dump(mode="json", by_alias=True))
 
     def template(self, res: ResourceDef) -> Any:
