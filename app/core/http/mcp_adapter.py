@@ -242,6 +242,12 @@ class CairnMCPServer(MCPServer[Any]):
         read_template.__doc__ = res.description
         return read_template
 
+    async def serve(self, read_stream: Any, write_stream: Any) -> None:
+        """Serve one session on these streams (`run_stdio_async` without the streams it makes: `cairn
+        stdio` wraps the read side, `app.core.stdio.Answering`)."""
+        server = self._lowlevel_server
+        await server.run(read_stream, write_stream, server.create_initialization_options())
+
     @property
     def transport(self) -> str:
         """What the executor, the audit and the hints call this session's transport: `stdio` for a
