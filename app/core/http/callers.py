@@ -176,7 +176,9 @@ class KeyStore:
         if self.failures is None or self._static(token) is not None:
             return None
         digest = hash_key(token)
-        if self._cached(digest, arrived) is not None or digest in await self._valid_since(arrived):
+        if self._cached(digest, arrived) is not None or digest in self._valid:  # (a revoked key: its lookup says so)
+            return None
+        if digest in await self._valid_since(arrived):  # absent: only a read made since `arrived` may refuse it
             return None
         return self.failures.refusal(client)
 

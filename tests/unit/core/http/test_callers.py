@@ -53,6 +53,7 @@ class _Keys:
 
     lookups = 0
     reads = 0  # of the valid keys' hashes
+    valid: tuple[str, ...] = ("good-key",)
     active = 0
     locked_db = False
     down = False  # PostgreSQL refuses connections
@@ -64,11 +65,11 @@ class _Keys:
         if type(self).down:
             raise ConnectionRefusedError(111, "Connect call failed")
         type(self).lookups += 1
-        return _Row() if digest == hash_key("good-key") else None
+        return _Row() if digest in {hash_key(t) for t in type(self).valid} else None
 
     async def active_hashes(self) -> list[str]:
         type(self).reads += 1
-        return [hash_key("good-key")]
+        return [hash_key(t) for t in type(self).valid]
 
     async def count_active(self) -> int:
         if type(self).down:
@@ -107,6 +108,7 @@ def _key_table(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(callers_module, "ApiKeyRepository", _Keys)
     monkeypatch.setattr(_Keys, "lookups", 0)
     monkeypatch.setattr(_Keys, "reads", 0)
+    monkeypatch.setattr(_Keys, "valid", ("good-key",))
     monkeypatch.setattr(_Keys, "active", 0)
     monkeypatch.setattr(_Keys, "locked_db", False)
     monkeypatch.setattr(_Keys, "down", False)
@@ -247,9 +249,11 @@ async def test_a_valid_key_not_yet_cached_passes_a_lockout_and_made_up_ones_cost
         assert all(isinstance(e, RateLimited) for e in flood)
         # The requests that wait share a read (the first ran alone: this fake database never yields).
         assert _Keys.lookups == 2 and _Keys.reads == 2
-        good = await store.verify("good-key")  # not cached: its hash is among the valid keys'
-        assert good is not None and good.key_id == str(K1) and _Keys.lookups == 3
-        assert _Keys.reads == 3 and time.monotonic() - started >= callers_module.VALID_REFRESH_SECONDS
+        good = await store.verify("good-key")  # not cached: its hash is among the valid keys' read
+        assert good is not None and good.key_id == str(K1) and _Keys.lookups == 3 and _Keys.reads == 2
+        _Keys.valid = ("good-key", "new-key")  # a key created after the last read
+        assert await store.verify("new-key") is not None and _Keys.reads == 3
+        assert time.monotonic() - started >= callers_module.VALID_REFRESH_SECONDS
         assert await store.refusal("good-key") is None and await store.refusal("made-up-x") is not None
     finally:
         client_address.reset(token)
