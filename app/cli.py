@@ -14,6 +14,7 @@ import os
 import socket
 import subprocess
 import sys
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from rich_argparse import RichHelpFormatter
@@ -58,13 +59,25 @@ def cmd_serve(args: argparse.Namespace) -> int:
         "port": settings.port,
         "log_config": None,
         "timeout_graceful_shutdown": 20,
-        "proxy_headers": False,
+        **proxy_options(os.environ),
     }
     _check_port(settings.host, settings.port)  # before the database starts and migrates
     if settings.workers > 1:
         return _serve_workers(settings, rt.features, options)
     uvicorn.run(create_app(settings), **options)
     return 0
+
+
+def proxy_options(environ: Mapping[str, str]) -> dict[str, Any]:
+    """uvicorn's proxy options: the client address (the failed-authentication limit's key) and scheme
+    are taken from `X-Forwarded-For` / `X-Forwarded-Proto` only when `FORWARDED_ALLOW_IPS` names the
+    peers trusted to set them (addresses, networks or `*`). Without it the headers are ignored, even
+    from loopback (uvicorn's own default trusts them from 127.0.0.1, which would let any local process
+    spread its failures over made-up addresses)."""
+    trusted = environ.get("FORWARDED_ALLOW_IPS", "").strip()
+    if not trusted:
+        return {"proxy_headers": False}
+    return {"proxy_headers": True, "forwarded_allow_ips": trusted}
 
 
 def _check_port(host: str, port: int) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
@@ -37,6 +38,8 @@ RollbackStep = Callable[[AsyncSession], Awaitable[None]]
 CommitHook = Callable[[Any], Awaitable[Any]]
 # The write part of a read-only operation: given a primary session and the reply, returns the reply to send
 PrimaryStep = Callable[[AsyncSession, Any], Awaitable[Any]]
+# Set by the MCP adapter around a call made through a read-only endpoint (`/mcp/graph,readonly`).
+read_only_endpoint: ContextVar[bool] = ContextVar("cairn_read_only_endpoint", default=False)
 
 _SCOPE_RANK = {"read": 0, "write": 1, "admin": 2}
 _PROJECT_NAME = re.compile(PROJECT_NAME)
@@ -144,6 +147,14 @@ class CallContext:
     def embedder(self) -> EmbeddingProvider:
         """The active embedding provider."""
         return self.app.embedder
+
+    @property
+    def records_use(self) -> bool:
+        """Whether this call may record that it used data in ways that change what every caller sees
+        (a graph entity's access count and co-occurrences, which rank later searches): only for a key
+        with the write scope, through an endpoint that is not read-only. A read key, or a read-only
+        endpoint, must not change the ranking everyone sees."""
+        return self.principal.has_scope("write") and not read_only_endpoint.get()
 
     def feature_settings(self, cls: type[S]) -> S:
         """The settings of a feature, read once when the server (or CLI command) started."""

@@ -185,6 +185,11 @@ class ApiKeyRepository(Repository):
         stmt = select(ApiKey).where(ApiKey.key_hash == key_hash, ApiKey.revoked_at.is_(None))
         return await self.session.scalar(stmt)
 
+    async def active_hashes(self) -> list[str]:
+        """The hashes of the unrevoked keys (what a locked-out address may still present)."""
+        stmt = select(ApiKey.key_hash).where(ApiKey.revoked_at.is_(None))
+        return list((await self.session.scalars(stmt)).all())
+
     async def list(self, include_revoked: bool = False, project: str | None = None) -> list[ApiKey]:
         """Keys, newest first (only those bound to `project` when given)."""
         stmt = select(ApiKey).order_by(ApiKey.created_at.desc())

@@ -6,8 +6,10 @@ kind of agent without restarting and without session state:
 
 - `/mcp/graph`, `/mcp/memory,datasets` (`+` works too), `/mcp/all`;
 - `/mcp?toolsets=graph,datasets` on the plain endpoint;
-- `readonly` anywhere in the list (`/mcp/graph,readonly`) keeps only read-only tools and refuses
-  the others when called;
+- `readonly` anywhere (`/mcp/graph,readonly`, `/mcp/graph?readonly=true`, `/mcp?toolsets=readonly`)
+  keeps only read-only tools and refuses the others when called; a query the endpoint cannot read
+  (an unknown parameter, `readonly=maybe`, toolsets both in the path and the query) is refused (4001)
+  rather than served without the read-only restriction it may have asked for;
 - plain `/mcp`: the key's own default toolsets (`cairn keys create --toolsets …`), else the server's
   `CAIRN_MCP_TOOLSETS`, else the toolsets the features declare as default.
 
@@ -151,14 +153,47 @@ def parse(spec: str) -> Selection:
     return Selection(names or None, READONLY in found)
 
 
+_TRUE = ("", "1", "true", "yes", "on")
+_FALSE = ("0", "false", "no", "off")
+QUERY_PARAMS = ("toolsets", READONLY)
+
+
 def requested(rest: str, query_string: str) -> Selection:
     """The selection an MCP URL makes: `rest` is the path after `/mcp/`, else the `toolsets` query
-    value; `readonly=1|true|yes` in the query of plain `/mcp` adds the modifier."""
-    query = parse_qs(query_string)
-    selection = parse(rest or ",".join(query.get("toolsets", [])))
-    if not rest and query.get(READONLY, [""])[0].lower() in ("1", "true", "yes"):
-        selection = Selection(selection.names, True)
-    return selection
+    value; `readonly` anywhere (in the path, in `toolsets=`, or `readonly=1|true|yes|on` or a bare
+    `readonly`) makes it read-only, whatever the other parts say.
+
+    A readonly request is never dropped silently: an unknown query parameter, a `readonly` value that
+    is neither true nor false, or toolsets named both in the path and in the query are refused.
+
+    Raises:
+        InvalidInput: one of those (4001, 400).
+    """
+    query = parse_qs(query_string, keep_blank_values=True)
+    unknown = [name for name in query if name not in QUERY_PARAMS]
+    if unknown:
+        raise InvalidInput(
+            f"Unknown query parameter {unknown[0][:40]!r} on the MCP endpoint",
+            suggestions=[
+                "Accepted: toolsets=a,b and readonly=true (e.g. /mcp/graph?readonly=true or /mcp/graph,readonly)"
+            ],
+        )
+    in_query = parse(",".join(query.get("toolsets", [])))
+    selection = parse(rest) if rest else in_query
+    if rest and in_query.names and set(in_query.names) != set(selection.names or ()):
+        raise InvalidInput(
+            "Toolsets are named both in the path and in the query",
+            suggestions=[f"Name them once, e.g. {Selection(selection.names, True).path}"],
+        )
+    flags = [value.strip().lower() for value in query.get(READONLY, [])]
+    bad = [value for value in flags if value not in _TRUE + _FALSE]
+    if bad:
+        raise InvalidInput(
+            f"readonly={bad[0][:20]!r} is neither true nor false",
+            suggestions=["Use readonly=true, or /mcp/<toolsets>,readonly"],
+        )
+    readonly = selection.readonly or in_query.readonly or any(value in _TRUE for value in flags)
+    return Selection(selection.names, readonly)
 
 
 def members(declared: Declarations[OpT]) -> dict[str, list[OpT]]:

@@ -219,8 +219,8 @@ async def search_semantic(ctx: CallContext, args: SearchSemanticIn) -> SearchSem
     Every result carries the score it was ranked by; with explain: true also its score components
     (cosine_sim, text_score, importance, temporal, cooc_boost, limbic_score) and baseline rank.
     Entities that do not answer the query (no query word, cosine below the floor) and archived ones
-    are left out. Each call is logged as a search event (A/B treatment limbic or baseline) and updates
-    access and co-occurrence counters."""
+    are left out. Each call is logged as a search event (A/B treatment limbic or baseline); a write
+    key's call, not through a readonly endpoint, also updates access and co-occurrence counters."""
     return await service_search.search_semantic(ctx, args)
 
 

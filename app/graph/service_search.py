@@ -193,6 +193,7 @@ async def search_semantic(ctx: CallContext, args: SearchSemanticIn) -> SearchSem
     top = [c.id for c in served[: s.cooc_top]]
     pairs = [(a, b) for i, a in enumerate(top) for b in top[i + 1 :]]
     query_hash = hashlib.sha256(args.query.encode()).hexdigest()[:32]
+    records_use = ctx.records_use
 
     async def record(session: AsyncSession, out: SearchSemanticOut) -> SearchSemanticOut:
         # The write part, on the primary (also when a read replica served the search: CallContext.write_after_read)
@@ -201,7 +202,8 @@ async def search_semantic(ctx: CallContext, args: SearchSemanticIn) -> SearchSem
             pid, args.query, query_hash, treatment, args.limit, len(served), duration, found.engine
         )
         await writer.log_results(event_id, logged)
-        await writer.record_access([c.id for c in served], pairs)
+        if records_use:  # a read key or a read-only endpoint leaves the ranking as it is (docs/graph.md)
+            await writer.record_access([c.id for c in served], pairs)
         return measured(out.model_copy(update={"event_id": event_id}), "tokens")
 
     ctx.write_after_read(record)

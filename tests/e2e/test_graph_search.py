@@ -11,7 +11,7 @@ import pytest
 
 from tests.support.graph import API, PEOPLE, call, seed
 from tests.support.replies import assert_states_its_size
-from tests.support.server import PgCluster, RunningServer, error_of, mcp_client, text_of
+from tests.support.server import READ_KEY, PgCluster, RunningServer, error_of, mcp_client, text_of
 
 COMPONENTS = {
     "limbic_score",
@@ -128,6 +128,41 @@ async def test_search_semantic_logs_and_counts(server: RunningServer, pg: PgClus
         assert log == 6
         pairs = await conn.fetch("SELECT entity_a_id, entity_b_id, co_count FROM graph_cooccurrences")
         assert pairs and all(p["entity_a_id"] < p["entity_b_id"] for p in pairs)
+    finally:
+        await conn.close()
+
+
+async def test_a_read_key_or_a_readonly_endpoint_leaves_the_ranking_as_it_is(
+    server: RunningServer, rest: httpx.AsyncClient, pg: PgCluster
+) -> None:
+    """Issue 41 #7: a read key's searches (even through a readonly endpoint) took an entity's access
+    count from 2 to 303. They are still logged as search events, but count no access and no
+    co-occurrence; nor does any search through a readonly endpoint, whatever its key's scope."""
+    query = {"query": "who designed the early mechanical computer", "limit": 3, "semantic_floor": 0.3}
+    async with mcp_client(server.url) as mcp:
+        await seed(mcp)
+    for key, path in (
+        (READ_KEY, "/mcp/graph,readonly"),
+        (READ_KEY, "/mcp/graph"),
+        (None, "/mcp/graph,readonly"),
+        (None, "/mcp/graph?readonly=true"),
+    ):
+        async with mcp_client(server.url, path=path, **({"key": key} if key else {})) as mcp:
+            for _ in range(3):
+                assert (await call(mcp, "search_semantic", query))["results"]
+    read = {"Authorization": f"Bearer {READ_KEY}"}
+    r = await rest.post(f"{API}/search/semantic", json=query, headers=read)
+    assert r.status_code == 200 and r.json()["results"], r.text
+    conn = await db(pg)
+    try:
+        assert await conn.fetchval("SELECT count(*) FROM graph_search_events") == 13  # every search logged
+        assert await conn.fetchval("SELECT count(*) FROM graph_entity_access") == 0
+        assert await conn.fetchval("SELECT count(*) FROM graph_cooccurrences") == 0
+        async with mcp_client(server.url, path="/mcp/graph") as mcp:  # a write key, a writable endpoint
+            await call(mcp, "search_semantic", query)
+        counts = await conn.fetch("SELECT access_count FROM graph_entity_access")
+        assert sorted(c["access_count"] for c in counts) == [1, 1, 1]
+        assert await conn.fetchval("SELECT count(*) FROM graph_cooccurrences") == 3
     finally:
         await conn.close()
 

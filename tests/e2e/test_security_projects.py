@@ -4,12 +4,14 @@ Each refusal is checked over MCP and REST, with the shared error body, and leave
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 from typing import Any
 
 import asyncpg
 import httpx
 import pytest
+from mcp.shared.exceptions import MCPError as McpError
 
 from app.core.auth import create_key
 from app.core.db import Database
@@ -184,3 +186,24 @@ async def test_server_wide_queue_tools_are_not_for_bound_keys(server: RunningSer
         )
     async with mcp_client(server.url, key=ADMIN_KEY) as mcp:
         assert not (await mcp.call_tool("wait_for_embeddings", {"timeout_seconds": 1})).is_error
+
+
+async def test_a_forbidden_resource_read_answers_the_error_not_an_internal_error(server: RunningServer) -> None:
+    """Issue 41 #11: reading another project's tags with a bound key answered JSON-RPC -32603
+    "Internal error"; it is -32602 (the caller's request) with the shared error body, over real MCP HTTP."""
+    body = {"jsonrpc": "2.0", "id": 7, "method": "resources/read", "params": {"uri": "mcp://not-mine/tags"}}
+    headers = {"Authorization": f"Bearer {PROJECT_KEY}", "Accept": "application/json, text/event-stream"}
+    async with httpx.AsyncClient(base_url=server.url, headers=headers, timeout=60) as c:
+        r = await c.post("/mcp", json=body)
+    assert r.status_code == 200, r.text
+    text = r.text if r.text.lstrip().startswith("{") else r.text.split("data:", 1)[1]
+    error = json.loads(text)["error"]
+    assert error["code"] == -32602, error
+    assert "bound to project" in error["message"] and "Internal error" not in error["message"]
+    assert error["data"]["error"]["code"] == 4030 and error["data"]["uri"] == "mcp://not-mine/tags"
+    async with mcp_client(server.url, key=PROJECT_KEY) as mcp:  # what an SDK client sees
+        with pytest.raises(McpError) as caught:
+            await mcp.read_resource("mcp://not-mine/tags")
+        assert caught.value.error.code == -32602 and "bound to project" in caught.value.error.message
+        tags = json.loads(resource_text(await mcp.read_resource(f"mcp://{BOUND_PROJECT}/tags")))
+        assert tags["project_id"] == BOUND_PROJECT

@@ -3,11 +3,14 @@ the way a desktop client starts it (a subprocess, the embedded PostgreSQL in its
 
 from __future__ import annotations
 
+import asyncio
+import json
 import os
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 from mcp.client.session import ClientSession
@@ -87,3 +90,57 @@ def test_stdio_refuses_an_unknown_toolset_before_speaking() -> None:
     assert "error: " in done.stderr and "nope" in done.stderr
     assert "hint: Toolsets: " in done.stderr and "(e.g. --toolsets memory or --toolsets memory,projects)" in done.stderr
     assert not (Path(data_dir) / "pgdata" / "postmaster.pid").exists()
+
+
+async def test_lines_that_are_no_message_get_the_json_rpc_error_and_a_log_line() -> None:
+    """Issue 41 #11: invalid JSON, a truncated line, invalid UTF-8, `{}`, `null` and a batch got no
+    reply and no log line. Each now gets the JSON-RPC error (id null: -32700 when it is not JSON, -32600
+    when it is no message), a warning on stderr, and the session goes on."""
+    data_dir = tempfile.mkdtemp(prefix="cairn-stdio-")
+    errlog = Path(data_dir) / "stderr.log"
+    init = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}},
+    }
+    bad = [
+        (b"this is not json", -32700),
+        (b'{"jsonrpc": "2.0", "id": 2, "method": "pi', -32700),  # truncated
+        (b"\xff\xfe\xfd", -32700),  # not UTF-8
+        (b"{}", -32600),
+        (b"null", -32600),
+        (b'[{"jsonrpc": "2.0", "id": 3, "method": "ping"}]', -32600),  # a batch
+    ]
+    with errlog.open("wb") as err:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "app", "stdio", "--toolsets", "projects",
+            env=_env(data_dir), cwd=str(ROOT),
+            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=err,
+        )  # fmt: skip
+        assert proc.stdin is not None and proc.stdout is not None
+
+        async def reply() -> dict[str, Any]:
+            assert proc.stdout is not None
+            line = await asyncio.wait_for(proc.stdout.readline(), timeout=120)
+            assert line, errlog.read_text()[-2000:]
+            found: dict[str, Any] = json.loads(line)
+            return found
+
+        try:
+            proc.stdin.write(json.dumps(init).encode() + b"\n")
+            assert (await reply())["id"] == 1
+            proc.stdin.write(b'{"jsonrpc": "2.0", "method": "notifications/initialized"}\n\n')  # a blank line: nothing
+            for line, _ in bad:
+                proc.stdin.write(line + b"\n")
+            proc.stdin.write(b'{"jsonrpc": "2.0", "id": 9, "method": "ping"}\n')
+            await proc.stdin.drain()
+            answers = [await reply() for _ in bad]
+            assert [(a["id"], a["error"]["code"]) for a in answers] == [(None, code) for _, code in bad], answers
+            assert all(a["error"]["message"] for a in answers)
+            assert await reply() == {"jsonrpc": "2.0", "id": 9, "result": {}}  # the session goes on
+        finally:
+            proc.stdin.close()
+            await asyncio.wait_for(proc.wait(), timeout=120)
+    log = errlog.read_text(errors="replace")
+    assert log.count("answered a line that is not a JSON-RPC message") == len(bad), log[-3000:]

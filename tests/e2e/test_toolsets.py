@@ -133,6 +133,30 @@ async def test_unknown_and_clashing_toolsets_answer_the_error_body(server: Runni
         assert names["reference"]["endpoint"] == "/mcp/reference" and "read_graph" in names["reference"]["tools"]
 
 
+@pytest.mark.parametrize(
+    "path", ["/mcp/graph?readonly=1", "/mcp/graph?readonly=true", "/mcp/graph?toolsets=readonly", "/mcp/graph?readonly"]
+)
+async def test_readonly_in_the_query_of_a_toolset_path_is_honoured(server: RunningServer, path: str) -> None:
+    """Issue 41 #8: these spellings used to be ignored and `create_entities` changed the graph."""
+    async with mcp_client(server.url, path=path) as mcp:
+        assert "create_entities" not in {t.name for t in (await mcp.list_tools()).tools}
+        err = error_of(await mcp.call_tool("create_entities", {"entities": [{"name": "ro41", "entityType": "x"}]}))
+        assert err["code"] == 4030 and "read-only" in err["message"]
+    async with mcp_client(server.url, path="/mcp/graph") as mcp:
+        found = _payload(await mcp.call_tool("open_nodes", {"names": ["ro41"]}))
+        assert found["entities"] == [], found  # nothing was created
+
+
+@pytest.mark.parametrize("query", ["readonly=maybe", "read_only=1", "read-only=true", "toolsets=memory"])
+async def test_a_query_the_endpoint_cannot_read_is_refused(server: RunningServer, query: str) -> None:
+    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
+    headers = {"Authorization": f"Bearer {ADMIN_KEY}", "Accept": "application/json, text/event-stream"}
+    async with httpx.AsyncClient(base_url=server.url, headers=headers) as client:
+        r = await client.post(f"/mcp/graph?{query}", json=body)
+        assert r.status_code == 400 and r.json()["error"]["code"] == 4001, r.text
+        assert r.json()["error"]["suggestions"]
+
+
 # ---- the reference-compatible endpoint, side by side with the reference server -----------------
 
 README_ENTITIES = [

@@ -84,3 +84,14 @@ def test_version_is_the_installed_package_version(capsys: pytest.CaptureFixture[
         main(["--version"])
     assert exited.value.code == 0
     assert capsys.readouterr().out.strip() == f"cairn {metadata.version('cairn-server')}" == f"cairn {__version__}"
+
+
+def test_proxy_headers_are_read_only_from_the_peers_forwarded_allow_ips_names() -> None:
+    from app.cli import proxy_options
+
+    assert proxy_options({}) == {"proxy_headers": False}  # not even from loopback (uvicorn's default)
+    assert proxy_options({"FORWARDED_ALLOW_IPS": " "}) == {"proxy_headers": False}
+    assert proxy_options({"FORWARDED_ALLOW_IPS": "10.0.0.0/8,192.0.2.1"}) == {
+        "proxy_headers": True,
+        "forwarded_allow_ips": "10.0.0.0/8,192.0.2.1",
+    }

@@ -14,10 +14,15 @@ and the console's sign-in cookie. The answer depends on how the server started (
   every key is revoked;
 - **local** (a stdio session of the user who started it): the anonymous admin.
 
-A client address that presented too many unknown keys lately is refused (4290) before any lookup;
-a static key or a cached valid key is never refused. The failures are counted across every process on
-the database (`app.core.fleet_limits.FleetFailures`). The address comes from `client_address`, set
-by the HTTP front for each request, because the SDK's verifier is handed the token alone.
+A client address that presented too many unknown keys lately is refused (4290) without a lookup of
+the key it presents, but a valid key is never refused: a static key, a cached one, or a stored one
+whose hash is among the valid keys' hashes, which the process reads (one statement for all of them)
+at most every `VALID_REFRESH_SECONDS` while a locked-out address presents a key it does not know, so a
+flood of made-up keys costs a bounded number of statements, and a key created a moment ago still
+passes. The failures are counted across every process on the database
+(`app.core.fleet_limits.FleetFailures`). The address comes from `client_address`, set by the HTTP
+front for each request (uvicorn takes it from `X-Forwarded-For` only from the peers
+`FORWARDED_ALLOW_IPS` trusts), because the SDK's verifier is handed the token alone.
 
 A lookup the database cannot answer (down, restarting, no pooled connection free) is 5030 with
 `Retry-After` (`db.outage`), never a 500 and never a 401.
@@ -25,6 +30,7 @@ A lookup the database cannot answer (down, restarting, no pooled connection free
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import logging
 import time
@@ -41,7 +47,7 @@ from app.core.auth import SCOPES, StaticKey, hash_key, parse_static_keys
 from app.core.config import Settings
 from app.core.context import OPEN_PRINCIPAL, Principal
 from app.core.db import Database, outage
-from app.core.errors import CairnError, Unauthenticated
+from app.core.errors import CairnError, RateLimited, Unauthenticated
 from app.core.fleet_limits import FleetFailures
 from app.core.keyusage import KeyUsage
 from app.core.ratelimit import FailureLimiter
@@ -50,6 +56,9 @@ from app.core.repository import ApiKeyRepository
 log = logging.getLogger("cairn.auth")
 
 _CACHE_MAX = 10_000
+# While a locked-out address presents keys this process does not know, the valid keys' hashes are
+# read again at most this often (one statement, whatever the flood).
+VALID_REFRESH_SECONDS = 0.5
 # What a request's `scope["state"]` holds for the MCP handlers: the caller the endpoint resolved.
 CALLER_STATE = "caller"
 
@@ -86,7 +95,7 @@ class KeyStore:
 
     Known keys and unknown ones are cached apart, so a flood of made-up keys cannot evict the valid
     ones. With `failures`, a client address that presented too many unknown keys is refused (4290)
-    before any database lookup; a static key or a cached valid key is never refused."""
+    without a lookup of the key it presents; a valid key is never refused (see the module docstring)."""
 
     def __init__(
         self,
@@ -103,6 +112,9 @@ class KeyStore:
         self.failures = failures
         self._cache: dict[str, tuple[float, Principal]] = {}
         self._unknown: dict[str, float] = {}
+        self._valid: frozenset[str] = frozenset()
+        self._valid_read = -float("inf")  # when the last read of `_valid` started (monotonic)
+        self._valid_lock = asyncio.Lock()
 
     async def has_any_key(self) -> bool:
         """True when a static or stored key exists, or the database has had one (its lock).
@@ -136,24 +148,55 @@ class KeyStore:
             return cached[1]
         return None
 
-    def refusal(self, token: str) -> CairnError | None:
-        """The 4290 for the current client when it is locked out of key lookups and `token` is not a
-        key known without one (a static key, or a valid key in the cache); else None."""
-        if self.failures is None:
+    async def _valid_since(self, arrived: float) -> frozenset[str]:
+        """The valid stored keys' hashes, read after `arrived` (the caller's request began then, so a
+        key created before it is in), at most every `VALID_REFRESH_SECONDS`: requests waiting
+        meanwhile share the next read.
+
+        Raises:
+            Unavailable: the database cannot answer (5030).
+        """
+        async with self._valid_lock:
+            if self._valid_read < arrived:
+                pause = self._valid_read + VALID_REFRESH_SECONDS - time.monotonic()
+                if pause > 0:
+                    await asyncio.sleep(pause)
+                self._valid_read = time.monotonic()
+
+                async def read(session: AsyncSession) -> list[str]:
+                    return await ApiKeyRepository(session).active_hashes()
+
+                try:
+                    self._valid = frozenset(await self.db.run(read))
+                except Exception as exc:
+                    _unavailable(exc)
+        return self._valid
+
+    async def _refused(self, token: str, client: str, arrived: float) -> CairnError | None:
+        """The 4290 for a locked-out `client`, unless `token` is a valid key (static, cached or stored)."""
+        if self.failures is None or self._static(token) is not None:
             return None
-        client = client_address.get()
-        if client is None or self.failures.retry_after(client) is None:
+        digest = hash_key(token)
+        if self._cached(digest, arrived) is not None or digest in self._valid:  # (a revoked key: its lookup says so)
             return None
-        if self._static(token) is not None or self._cached(hash_key(token), time.monotonic()) is not None:
+        if digest in await self._valid_since(arrived):  # absent: only a read made since `arrived` may refuse it
             return None
         return self.failures.refusal(client)
+
+    async def refusal(self, token: str) -> CairnError | None:
+        """The 4290 for the current client when it is locked out of key lookups and `token` is not a
+        valid key; else None."""
+        client = client_address.get()
+        if self.failures is None or client is None or self.failures.retry_after(client) is None:
+            return None
+        return await self._refused(token, client, time.monotonic())
 
     async def verify(self, token: str) -> Principal | None:
         """The principal for `token`, or None when it is unknown or revoked.
 
         Raises:
-            RateLimited: the client presented too many unknown keys lately (and this one is not known
-                without a lookup).
+            RateLimited: the client presented too many unknown keys lately and this one is not a
+                valid key.
             Unavailable: the database cannot answer (5030).
         """
         static = self._static(token)
@@ -166,15 +209,24 @@ class KeyStore:
             self._used(known)
             return known
         client = client_address.get() if self.failures is not None else None
-        if client is not None and self.failures is not None:
-            self.failures.check(client)
+        locked = False
+        if client is not None and self.failures is not None and self.failures.retry_after(client) is not None:
+            refused = await self._refused(token, client, now)
+            if refused is not None:
+                raise refused
+            locked = True  # a valid key: looked up, not counted
         seen = self._unknown.get(digest)
-        if seen is not None and now - seen < self.cache_seconds:
+        if seen is not None and now - seen < self.cache_seconds and not locked:
             await self._failed(client)
             return None
 
-        if client is not None and self.failures is not None:  # a lockout other processes recorded
-            await self.failures.verify_allowed(client)
+        if client is not None and self.failures is not None and not locked:
+            try:  # a lockout other processes recorded
+                await self.failures.verify_allowed(client)
+            except RateLimited:
+                refused = await self._refused(token, client, now)
+                if refused is not None:
+                    raise refused from None
 
         async def lookup(session: AsyncSession) -> Principal | None:
             repo = ApiKeyRepository(session)
@@ -282,14 +334,18 @@ class Callers:
             return True
         return self.guard is not None and await self.guard.locked()
 
-    def refusal(self, token: str, client: str | None) -> CairnError | None:
+    async def refusal(self, token: str, client: str | None) -> CairnError | None:
         """The 4290 for a client of a server with keys that is locked out of key lookups, unless
-        `token` is known without one; else None (checked before the MCP SDK, which would turn the
-        limit's error into a 500)."""
+        `token` is a valid key; else None (checked before the MCP SDK, which would turn the limit's
+        error into a 500).
+
+        Raises:
+            Unavailable: the database cannot answer the read of the valid keys (5030).
+        """
         store = self.store
         if store is None or store.failures is None or not client or store.failures.retry_after(client) is None:
             return None
-        return store.refusal(token)
+        return await store.refusal(token)
 
     async def ahead_of_sdk(self, token: str) -> Principal | None:
         """The caller of an MCP HTTP request, resolved before the SDK sees it: on an open server,

@@ -14,9 +14,11 @@ from typing import Any
 from mcp.server.auth.settings import AuthSettings
 from mcp.server.lowlevel.helper_types import ReadResourceContents
 from mcp.server.mcpserver import Context, MCPServer
-from mcp.server.mcpserver.exceptions import ResourceError
 from mcp.server.mcpserver.resources import Resource
+from mcp.shared.exceptions import MCPError
 from mcp_types import (
+    INTERNAL_ERROR,
+    INVALID_PARAMS,
     CallToolResult,
     ImageContent,
     ListToolsResult,
@@ -30,7 +32,7 @@ from pydantic import AnyHttpUrl, Field
 from app import __version__
 from app.core.auth import request_id
 from app.core.budget import dumps, image_fields, sent_text
-from app.core.context import AppState, Principal
+from app.core.context import AppState, Principal, read_only_endpoint
 from app.core.errors import CairnError
 from app.core.executor import read_resource, run_operation
 from app.core.http.callers import CairnTokenVerifier, Callers, mcp_caller
@@ -179,10 +181,16 @@ class CairnMCPServer(MCPServer[Any]):
         request = request_of(context)
         try:
             principal = await mcp_caller(self.callers, request)
-            found = self.catalog.find(self.selection(request), name, principal, stdio=self.transport == "stdio")
+            selection = self.selection(request)
+            found = self.catalog.find(selection, name, principal, stdio=self.transport == "stdio")
         except CairnError as err:
             return error_result(err)
-        return await run_tool(self.state, self.operations[found.name], arguments, context, principal, self.transport)
+        read_only = read_only_endpoint.set(self.catalog.effective(selection, principal).readonly)
+        try:
+            op = self.operations[found.name]
+            return await run_tool(self.state, op, arguments, context, principal, self.transport)
+        finally:
+            read_only_endpoint.reset(read_only)
 
     async def read_resource(self, uri: Any, context: Any = None) -> Any:
         """Read a resource: Cairn's static ones as the request's caller, the others (templates, which
@@ -197,7 +205,9 @@ class CairnMCPServer(MCPServer[Any]):
         """A resource as compact JSON, read through the executor as the caller of `request`.
 
         Raises:
-            ResourceError: carrying the shared error body.
+            MCPError: JSON-RPC -32602 for an error of the caller's (4xx: forbidden, not found, invalid),
+                -32603 for the server's, with Cairn's message and the shared error body and the URI
+                as its data (the SDK turns a `ResourceError` into -32603 whatever its cause).
         """
         try:
             principal = await mcp_caller(self.callers, request)
@@ -210,7 +220,8 @@ class CairnMCPServer(MCPServer[Any]):
                 request_id=request_id_var.get() or request_id(),
             )
         except CairnError as err:
-            raise ResourceError(dumps(err.body())) from None
+            code = INVALID_PARAMS if err.status < 500 else INTERNAL_ERROR
+            raise MCPError(code, err.message, data={**err.body(), "uri": res.uri.format(**params)}) from None
         return dumps(result.model_dump(mode="json", by_alias=True))
 
     def template(self, res: ResourceDef) -> Any:
@@ -230,6 +241,12 @@ class CairnMCPServer(MCPServer[Any]):
         read_template.__name__ = res.name.replace("-", "_")
         read_template.__doc__ = res.description
         return read_template
+
+    async def serve(self, read_stream: Any, write_stream: Any) -> None:
+        """Serve one session on these streams (`run_stdio_async` without the streams it makes: `cairn
+        stdio` wraps the read side, `app.core.stdio.Answering`)."""
+        server = self._lowlevel_server
+        await server.run(read_stream, write_stream, server.create_initialization_options())
 
     @property
     def transport(self) -> str:

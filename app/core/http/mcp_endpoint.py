@@ -6,7 +6,7 @@ middleware (the HTTP front's request ids, browser checks and body limit still ap
 them all was a measurable share of a trivial MCP call. For one `/mcp` request, in order:
 
 1. a client locked out of key lookups by failed authentications is refused (4290; the SDK would turn
-   the limit's error into a 500), unless its key is known without a lookup;
+   the limit's error into a 500), unless its key is valid (`KeyStore.refusal`);
 2. a `GET /mcp` event stream takes one of its key's slots (`CAIRN_MAX_SSE_STREAMS_PER_KEY`, 4290);
 3. on an open server the caller is resolved here (`Callers.ahead_of_sdk`: 4010 once a key exists);
    on a server with keys the SDK's verifier resolves it;
@@ -68,7 +68,10 @@ class McpEndpoint:
             await self._other(scope, receive, send, token)
             return
         client = scope.get("client")
-        refused = self.callers.refusal(token, client[0] if client else None)
+        try:
+            refused = await self.callers.refusal(token, client[0] if client else None)
+        except CairnError as err:
+            refused = err
         if refused is not None:
             await send_error(send, refused)
             return

@@ -12,7 +12,7 @@ from pydantic_settings import BaseSettings
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.core.context import OPEN_PRINCIPAL, CallContext, Principal, feature_settings_of
+from app.core.context import OPEN_PRINCIPAL, CallContext, Principal, feature_settings_of, read_only_endpoint
 from app.core.db import Database
 from app.core.embeddings.provider import embedding_caller
 from app.core.errors import Forbidden, InvalidInput
@@ -117,3 +117,16 @@ async def test_hooks_are_kept_in_the_order_registered(db: Database) -> None:
         ctx.after_commit(second)
         ctx.on_rollback(undo)
         assert ctx.commit_hooks == [first, second] and ctx.rollback_steps == [undo]
+
+
+async def test_only_a_write_key_off_a_readonly_endpoint_records_its_use(db: Database) -> None:
+    async with call(db) as ctx:
+        assert not ctx.records_use  # a read key
+    async with call(db, BOUND) as ctx:
+        assert ctx.records_use
+        token = read_only_endpoint.set(True)
+        try:
+            assert not ctx.records_use  # the same key through /mcp/...,readonly
+        finally:
+            read_only_endpoint.reset(token)
+        assert ctx.records_use

@@ -8,11 +8,13 @@ import asyncio
 import os
 
 import pytest
+from mcp_types import jsonrpc_message_adapter
+from pydantic import ValidationError
 
 from app.core.assembly import Assembly
 from app.core.config import Settings
 from app.core.errors import NotFound
-from app.core.stdio import serve_stdio
+from app.core.stdio import error_reply, serve_stdio
 from app.main import assemble
 from tests.support.databases import migrated_url
 from tests.support.server import PgCluster
@@ -64,3 +66,18 @@ def test_unknown_toolsets_are_refused_before_anything_runs(pg: PgCluster, stdout
         assert asm.boot.open_mode  # a local session needs no key
     finally:
         asyncio.run(asm.state.db.dispose())
+
+
+@pytest.mark.parametrize(
+    "line, code",
+    [("nope", -32700), ('{"jsonrpc": "2.0", "id": 1', -32700), ("\ufffd", -32700), ("{}", -32600), ("null", -32600),
+     ('[{"jsonrpc": "2.0", "id": 1, "method": "ping"}]', -32600), ("\n", None), ("  ", None)],
+)  # fmt: skip
+def test_a_line_that_is_no_message_gets_its_json_rpc_error(line: str, code: int | None) -> None:
+    with pytest.raises(ValidationError) as caught:
+        jsonrpc_message_adapter.validate_json(line, by_name=False)
+    reply = error_reply(caught.value)
+    if code is None:
+        assert reply is None  # a blank line asks for nothing
+    else:
+        assert reply is not None and reply.id is None and reply.error.code == code and reply.error.message

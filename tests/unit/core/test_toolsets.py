@@ -120,8 +120,40 @@ def test_unknown_and_clashing_toolsets_are_refused() -> None:
 def test_one_parser_reads_urls_queries_and_key_defaults() -> None:
     assert requested("graph,readonly", "") == Selection(("graph",), True)
     assert requested("", "toolsets=graph+notes&readonly=yes") == Selection(("graph", "notes"), True)
-    assert requested("graph", "readonly=1") == Selection(("graph",), False)  # the path decides
     assert requested("", "") == Selection()
+
+
+@pytest.mark.parametrize(
+    "rest, query",
+    [
+        ("graph", "readonly=1"),
+        ("graph", "readonly=true"),
+        ("graph", "readonly=YES"),
+        ("graph", "readonly"),
+        ("graph", "readonly=on"),
+        ("graph", "toolsets=readonly"),
+        ("graph", "toolsets=graph,readonly"),
+        ("graph,readonly", "readonly=false"),  # a read-only request is never loosened
+        ("", "toolsets=graph&readonly=true"),
+    ],
+)
+def test_readonly_is_honoured_in_every_part_of_the_url(rest: str, query: str) -> None:
+    assert requested(rest, query) == Selection(("graph",), True)
+
+
+@pytest.mark.parametrize(
+    "query, message",
+    [
+        ("readonly=maybe", "neither true nor false"),
+        ("read_only=1", "Unknown query parameter 'read_only'"),
+        ("ro=1", "Unknown query parameter"),
+        ("toolsets=memory", "both in the path and in the query"),
+    ],
+)
+def test_a_query_that_cannot_be_read_is_refused_not_ignored(query: str, message: str) -> None:
+    with pytest.raises(InvalidInput, match=message):
+        requested("graph", query)
+    assert requested("graph", "readonly=0") == Selection(("graph",), False)
     assert key_toolsets(None) is None and key_toolsets("") is None and key_toolsets([" ", ""]) is None
     assert key_toolsets("Graph+memory, graph") == ["graph", "memory"]
     assert key_toolsets("graph memory") == ["graph", "memory"]  # spaces separate, as in URLs

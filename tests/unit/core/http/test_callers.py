@@ -4,6 +4,7 @@ open server that locks once a key exists, and a key cache that made-up keys cann
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 from typing import Any
@@ -52,6 +53,8 @@ class _Keys:
 
     lookups = 0
     checks = 0  # keys_required calls
+    reads = 0  # of the valid keys' hashes
+    valid: tuple[str, ...] = ("good-key",)
     active = 0
     locked_db = False
     down = False  # PostgreSQL refuses connections
@@ -63,7 +66,11 @@ class _Keys:
         if type(self).down:
             raise ConnectionRefusedError(111, "Connect call failed")
         type(self).lookups += 1
-        return _Row() if digest == hash_key("good-key") else None
+        return _Row() if digest in {hash_key(t) for t in type(self).valid} else None
+
+    async def active_hashes(self) -> list[str]:
+        type(self).reads += 1
+        return [hash_key(t) for t in type(self).valid]
 
     async def count_active(self) -> int:
         if type(self).down:
@@ -103,6 +110,8 @@ def _key_table(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(callers_module, "ApiKeyRepository", _Keys)
     monkeypatch.setattr(_Keys, "lookups", 0)
     monkeypatch.setattr(_Keys, "checks", 0)
+    monkeypatch.setattr(_Keys, "reads", 0)
+    monkeypatch.setattr(_Keys, "valid", ("good-key",))
     monkeypatch.setattr(_Keys, "active", 0)
     monkeypatch.setattr(_Keys, "locked_db", False)
     monkeypatch.setattr(_Keys, "down", False)
@@ -190,15 +199,15 @@ async def test_a_locked_out_address_is_refused_before_any_lookup() -> None:
         for i in range(2):
             with pytest.raises(Unauthenticated):
                 await resolve_caller(keys, f"made-up-{i}")
-        assert keys.refusal("made-up-2", "10.9.9.9") is not None
-        assert keys.refusal(STATIC, "10.9.9.9") is None and keys.refusal("made-up-2", "10.0.0.1") is None
+        assert await keys.refusal("made-up-2", "10.9.9.9") is not None
+        assert await keys.refusal(STATIC, "10.9.9.9") is None and await keys.refusal("made-up-2", "10.0.0.1") is None
         with pytest.raises(RateLimited):
             await resolve_caller(keys, "made-up-2")
         assert _Keys.lookups == 2
         assert (await resolve_caller(keys, STATIC)).has_scope("admin")
     finally:
         client_address.reset(token)
-    assert Callers(guard=OpenModeGuard(_store(failures))).refusal("x", "10.9.9.9") is None  # checked on lookup
+    assert await Callers(guard=OpenModeGuard(_store(failures))).refusal("x", "10.9.9.9") is None  # checked on lookup
 
 
 async def test_a_lockout_holds_across_the_key_stores_of_two_processes(pg: PgCluster) -> None:
@@ -213,10 +222,10 @@ async def test_a_lockout_holds_across_the_key_stores_of_two_processes(pg: PgClus
     try:
         for i in range(2):
             assert await a.verify(f"made-up-{i}") is None
-        assert Callers(store=b).refusal("made-up-b", "10.7.7.7") is None  # b has not looked anything up yet
+        assert await Callers(store=b).refusal("made-up-b", "10.7.7.7") is None  # b has not looked anything up yet
         with pytest.raises(RateLimited):
             await b.verify("made-up-b")  # its lookup reads the lockout a recorded
-        assert Callers(store=b).refusal("made-up-c", "10.7.7.7") is not None
+        assert await Callers(store=b).refusal("made-up-c", "10.7.7.7") is not None
         assert await b.verify(STATIC) is not None  # a static key is never refused
         client_address.set("10.8.8.8")
         assert await b.verify("made-up-elsewhere") is None  # another address may still try
@@ -224,6 +233,31 @@ async def test_a_lockout_holds_across_the_key_stores_of_two_processes(pg: PgClus
         client_address.reset(token)
         for db in dbs:
             await db.dispose()
+
+
+async def test_a_valid_key_not_yet_cached_passes_a_lockout_and_made_up_ones_cost_few_reads() -> None:
+    """Issue 41 #9: a locked-out address (a proxy's, or one shared by many clients) still gets in with
+    a valid stored key the process had never seen; made-up keys meanwhile cost one read of the valid
+    keys' hashes per `VALID_REFRESH_SECONDS`, not a lookup each."""
+    store = _store(FailureLimiter(2))
+    token = client_address.set("10.3.3.3")
+    try:
+        for i in range(2):
+            assert await store.verify(f"made-up-{i}") is None
+        assert _Keys.lookups == 2
+        started = time.monotonic()
+        flood = await asyncio.gather(*(store.verify(f"made-up-more-{i}") for i in range(20)), return_exceptions=True)
+        assert all(isinstance(e, RateLimited) for e in flood)
+        # The requests that wait share a read (the first ran alone: this fake database never yields).
+        assert _Keys.lookups == 2 and _Keys.reads == 2
+        good = await store.verify("good-key")  # not cached: its hash is among the valid keys' read
+        assert good is not None and good.key_id == str(K1) and _Keys.lookups == 3 and _Keys.reads == 2
+        _Keys.valid = ("good-key", "new-key")  # a key created after the last read
+        assert await store.verify("new-key") is not None and _Keys.reads == 3
+        assert time.monotonic() - started >= callers_module.VALID_REFRESH_SECONDS
+        assert await store.refusal("good-key") is None and await store.refusal("made-up-x") is not None
+    finally:
+        client_address.reset(token)
 
 
 def test_only_a_loopback_server_starts_without_keys() -> None:
@@ -247,7 +281,7 @@ async def test_made_up_keys_neither_flush_valid_ones_nor_escape_the_limit() -> N
             await store.verify("made-up-more")  # locked out before any lookup
         assert _Keys.lookups == 5
         assert await store.verify("good-key") == good  # cached: neither looked up nor refused
-        assert store.refusal("made-up-more") is not None and store.refusal("good-key") is None
+        assert await store.refusal("made-up-more") is not None and await store.refusal("good-key") is None
     finally:
         client_address.reset(token)
     token = client_address.set("10.2.2.2")  # another address is not locked out
