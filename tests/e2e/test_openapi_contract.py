@@ -31,6 +31,7 @@ from tests.support.browser import new_page
 from tests.support.datasets import penguins_csv, root_of
 from tests.support.schema_strategy import from_json_schema
 from tests.support.server import READ_KEY, RunningServer
+from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.slow  # a real call per operation, then generated ones: seconds
 
@@ -69,6 +70,12 @@ def skeleton(value: Any) -> Any:
     return type(value).__name__
 
 
+async def _embedded(rest: httpx.AsyncClient, memory_id: str) -> bool:
+    """Whether the memory has a vector of the active model."""
+    r = await rest.get(f"/api/v1/memory/items/{memory_id}")
+    return r.status_code == 200 and any(e["active"] and e["embedded"] >= 1 for e in r.json()["embeddings"])
+
+
 class Recorder:
     """Calls operations over REST by name, each answered 200, and keeps the first call of each."""
 
@@ -101,10 +108,10 @@ class Recorder:
 
 
 async def _core(call: Recorder) -> None:
-    await call("create_project", {"name": "team-notes", "description": "What the agents of the team learned"})
+    await call("create_project", {"name": "ops-notes", "description": "What the agents of the team learned"})
     await call("list_projects", {"limit": 10})
     await call("embed", {"text": "PostgreSQL keeps the vectors next to the rows"})
-    key = await call("create_key", {"name": "ci-reader", "scopes": ["read"], "project": "team-notes"})
+    key = await call("create_key", {"name": "ci-reader", "scopes": ["read"], "project": "ops-notes"})
     await call("list_keys", {"include_revoked": False})
     await call("revoke_key", {"key_id": key["key"]["id"] if "key" in key else key["id"]})
     await call("wait_for_embeddings", {"timeout_seconds": 30})
@@ -114,7 +121,7 @@ async def _core(call: Recorder) -> None:
 
 
 async def _memory(call: Recorder) -> None:
-    project = {"project_id": "team-notes", "memory_type": "episodic"}
+    project = {"project_id": "ops-notes", "memory_type": "episodic"}
     pushed = await call(
         "push",
         {
@@ -126,7 +133,7 @@ async def _memory(call: Recorder) -> None:
         },
     )
     found = await call("search", {**project, "query_text": "how often does the nightly import job retry?", "limit": 3})
-    await call(
+    summary = await call(
         "summarize",
         {**project, "time_range": {"start": "2020-01-01T00:00:00Z", "end": "2100-01-01T00:00:00Z"}, "max_words": 40},
     )
@@ -136,13 +143,13 @@ async def _memory(call: Recorder) -> None:
     assert pushed["chunksIndexed"] >= 1
     memory_id = found["results"][0]["id"]
     await call("get_memory", {"id": memory_id})
-    await call("list_memories", {"project": "team-notes", "tags": ["ops"], "limit": 5})
+    await call("list_memories", {"project": "ops-notes", "tags": ["ops"], "limit": 5})
     await call("update_memory", {"id": memory_id, "tags": ["ops", "imports", "on-call"]})
     thought = await call(
         "capture_thought",
         {
             "content": "Decided to keep the embeddings in PostgreSQL: one backup, one transaction.",
-            "project": "team-notes",
+            "project": "ops-notes",
             "metadata": {"type": "decision", "topics": ["storage"]},
             "wait_for_embedding": True,
         },
@@ -151,32 +158,35 @@ async def _memory(call: Recorder) -> None:
         "capture_thought",
         {
             "content": "Anna prefers small pull requests with one change each.",
-            "project": "team-notes",
+            "project": "ops-notes",
             "metadata": {"type": "person_note", "people": ["Anna"]},
             "wait_for_embedding": True,
         },
     )
-    await call("list_thoughts", {"project": "team-notes", "limit": 5})
-    await call("search_thoughts", {"query": "keep the embeddings in PostgreSQL", "project": "team-notes", "limit": 3})
-    await call("recall_context", {"query": "embeddings in PostgreSQL", "project": "team-notes", "limit": 3})
-    await call("get_project_context", {"project": "team-notes", "query": "embeddings in PostgreSQL", "limit": 3})
-    await call("summarize_thoughts", {"project": "team-notes", "max_words": 40})
-    await call("thought_stats", {"project": "team-notes"})
-    await call("backfill_embeddings", {"project": "team-notes", "dry_run": True})
+    await call("list_thoughts", {"project": "ops-notes", "limit": 5})
+    await call("search_thoughts", {"query": "keep the embeddings in PostgreSQL", "project": "ops-notes", "limit": 3})
+    await call("recall_context", {"query": "embeddings in PostgreSQL", "project": "ops-notes", "limit": 3})
+    await call("get_project_context", {"project": "ops-notes", "query": "embeddings in PostgreSQL", "limit": 3})
+    digest = await call("summarize_thoughts", {"project": "ops-notes", "max_words": 40})
+    await call("thought_stats", {"project": "ops-notes"})
+    await call("backfill_embeddings", {"project": "ops-notes", "dry_run": True})
     tid = thought["thought"]["id"]
     await call("get_thought", {"id": tid})
+    # The summaries are embedded by the queue: related_thoughts finds both only once both have a vector.
+    for made in (summary, digest):
+        await eventually(lambda m=made: _embedded(call.rest, m["upserted_memory_id"]), what="summary vectors")
     await call("related_thoughts", {"id": tid, "limit": 3})
     await call("update_thought", {"id": tid, "metadata": {"type": "decision", "topics": ["storage", "backup"]}})
     await call("archive_thought", {"id": tid, "archived": True})
     await call("delete_thought", {"id": tid})
     for name in ("read_memory_types", "read_projects", "read_usage"):
         await call(name)
-    await call("read_project_tags", {"project_id": "team-notes"})
+    await call("read_project_tags", {"project_id": "ops-notes"})
     await call("delete_memory", {"id": memory_id})
 
 
 async def _graph(call: Recorder) -> None:
-    p = {"project": "team-notes"}
+    p = {"project": "ops-notes"}
     await call(
         "create_entities",
         {
@@ -231,7 +241,7 @@ async def _graph(call: Recorder) -> None:
 
 
 async def _analysis(call: Recorder) -> None:
-    aid = {"analysis_id": "library-audit", "project": "team-notes"}
+    aid = {"analysis_id": "library-audit", "project": "ops-notes"}
     await call("analysis_ingest", {**aid, "model": "book", "ingest_all": True, "per_page": 100})
     await call(
         "analysis_store",
@@ -249,7 +259,7 @@ async def _analysis(call: Recorder) -> None:
             "dry_run": True,
         },
     )
-    await call("analysis_sessions", {"project": "team-notes"})
+    await call("analysis_sessions", {"project": "ops-notes"})
     await call("analysis_session", aid)
     await call("analysis_clear", aid)
 
@@ -278,8 +288,8 @@ async def _datasets(call: Recorder, root: Path) -> None:
     files = {"file": ("rain.csv", b"day,rain_mm\n2026-11-01,3\n2026-11-02,0\n", "text/csv")}
     await call(
         "upload_dataset",
-        {"project": "team-notes"},
-        params={"project": "team-notes"},
+        {"project": "ops-notes"},
+        params={"project": "ops-notes"},
         data={"name": "rain"},
         files=files,
     )
