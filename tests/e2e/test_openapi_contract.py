@@ -14,6 +14,7 @@ import os
 import re
 import shutil
 from collections import defaultdict
+from functools import partial
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -173,8 +174,8 @@ async def _memory(call: Recorder) -> None:
     tid = thought["thought"]["id"]
     await call("get_thought", {"id": tid})
     # The summaries are embedded by the queue: related_thoughts finds both only once both have a vector.
-    for made in (summary, digest):
-        await eventually(lambda m=made: _embedded(call.rest, m["upserted_memory_id"]), what="summary vectors")
+    for made in (str(summary["upserted_memory_id"]), str(digest["upserted_memory_id"])):
+        await eventually(partial(_embedded, call.rest, made), what="summary vectors")
     await call("related_thoughts", {"id": tid, "limit": 3})
     await call("update_thought", {"id": tid, "metadata": {"type": "decision", "topics": ["storage", "backup"]}})
     await call("archive_thought", {"id": tid, "archived": True})
