@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import tempfile
-import threading
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -21,7 +20,6 @@ from typing import Any
 import asyncpg
 import httpx
 import pytest
-import uvicorn
 import yaml
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -36,6 +34,7 @@ from tests.support.server import (
     PgCluster,
     RunningServer,
     free_port,
+    serve_app,
     server_settings,
     start_server,
     stop_server,
@@ -82,18 +81,6 @@ class Trickle:
         )
 
 
-def _serve(app: Starlette, port: int) -> tuple[uvicorn.Server, threading.Thread]:
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_config=None, log_level="warning"))
-    thread = threading.Thread(target=server.run, name=f"trickle-{port}", daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        if time.monotonic() > deadline:
-            raise RuntimeError("trickling upstream did not start")
-        time.sleep(0.02)
-    return server, thread
-
-
 @pytest.fixture(scope="module")
 def trickle() -> Iterator[tuple[Trickle, Path]]:
     port = free_port()
@@ -110,7 +97,7 @@ def trickle() -> Iterator[tuple[Trickle, Path]]:
     models = {"slow": model, "items": writable}
     registry.write_text(yaml.safe_dump({"upstreams": {"trickle": {**upstream, "models": models}}}))
     state = Trickle()
-    server, thread = _serve(state.app(), port)
+    server, thread = serve_app(state.app(), port, "trickling")
     try:
         yield state, registry
     finally:

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import gzip
 import tempfile
-import threading
-import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,7 +20,6 @@ from typing import Any
 import asyncpg
 import httpx
 import pytest
-import uvicorn
 import yaml
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -30,7 +27,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from tests.support.analysis import analysis_settings
-from tests.support.server import PgCluster, RunningServer, error_of, free_port, mcp_client
+from tests.support.server import PgCluster, RunningServer, error_of, free_port, mcp_client, serve_app
 
 SECRET = "hostile-upstream-secret"
 # 50 MiB of JSON whitespace inside a valid document: about 50 KiB gzipped.
@@ -131,26 +128,14 @@ def _registry(base: str) -> dict[str, Any]:
     }
 
 
-def _serve(app: Starlette, port: int) -> tuple[uvicorn.Server, threading.Thread]:
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_config=None, log_level="warning"))
-    thread = threading.Thread(target=server.run, name=f"hostile-{port}", daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        if time.monotonic() > deadline:
-            raise RuntimeError("hostile upstream did not start")
-        time.sleep(0.02)
-    return server, thread
-
-
 @pytest.fixture(scope="module")
 def hostile_upstream() -> Iterator[Hostile]:
     port, other_port = free_port(), free_port()
     registry = Path(tempfile.mkdtemp(prefix="cairn-hostile-")) / "upstreams.yaml"
     state = Hostile(url=f"http://127.0.0.1:{port}", registry=registry)
     registry.write_text(yaml.safe_dump(_registry(state.url)))
-    main = _serve(_app(state, other_port), port)
-    other = _serve(_app(state, other_port), other_port)  # what an escape to another port would reach
+    main = serve_app(_app(state, other_port), port, "hostile")
+    other = serve_app(_app(state, other_port), other_port, "hostile")  # what an escape to another port would reach
     try:
         yield state
     finally:

@@ -76,6 +76,20 @@ class RunningServer:
     app: Any
 
 
+def serve_app(app: Any, port: int, name: str) -> tuple[uvicorn.Server, threading.Thread]:
+    """Serve an ASGI app (a test upstream) on 127.0.0.1:`port` from a background thread; returns once
+    it accepts requests (within 30 s, else RuntimeError naming it)."""
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_config=None, log_level="warning"))
+    thread = threading.Thread(target=server.run, name=f"{name}-{port}", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{name} upstream did not start")
+        time.sleep(0.02)
+    return server, thread
+
+
 def start_server(settings: Settings, extra: list[Any] | None = None) -> tuple[uvicorn.Server, threading.Thread, Any]:
     """Build the app and serve it from a background thread; returns once it accepts requests."""
     app = create_app(settings, extra=extra)
