@@ -176,7 +176,7 @@ async def _memory(call: Recorder) -> None:
     # The summaries are embedded by the queue: related_thoughts finds both only once both have a vector.
     for made in (str(summary["upserted_memory_id"]), str(digest["upserted_memory_id"])):
         await eventually(partial(_embedded, call.rest, made), what="summary vectors")
-    await call("related_thoughts", {"id": tid, "limit": 3})
+    await call("related_thoughts", {"id": tid, "limit": 1})  # the nearest only: lower ones come and go with timing
     await call("update_thought", {"id": tid, "metadata": {"type": "decision", "topics": ["storage", "backup"]}})
     await call("archive_thought", {"id": tid, "archived": True})
     await call("delete_thought", {"id": tid})
