@@ -70,6 +70,9 @@ class DatasetSettings(BaseSettings):
     # half of them, rounded up).
     datasets_worker_memory_mb: int = 0
     datasets_max_concurrency_per_key: int = 0
+    # Extra slots (and workers) for callers holding none while the others are taken, so that a short call
+    # never waits for other callers' long ones (at most as many as CAIRN_DATASETS_MAX_CONCURRENCY).
+    datasets_burst_slots: int = Field(default=2, ge=0)
     # A DuckDB call still running after this many milliseconds runs at a niceness this much lower
     # (Linux, 0-19; 0 = never), so that other callers' short calls get the CPU first on a busy host.
     datasets_long_call_ms: int = Field(default=100, ge=0)

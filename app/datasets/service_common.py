@@ -142,8 +142,12 @@ async def space_of(ctx: CallContext, requested: str | None) -> Space:
 
 
 def caller_of(ctx: CallContext) -> str:
-    """Whom a call's DuckDB work counts against: its API key, else its principal's name."""
-    return ctx.principal.key_id or ctx.principal.name
+    """Whom a call's DuckDB work counts against: the project a bound key is limited to (a project's
+    admin key may mint more keys, which get no more share of the engine), else its API key, else its
+    principal's name."""
+    if ctx.principal.project is not None:
+        return f"project:{ctx.principal.project}"
+    return f"key:{ctx.principal.key_id or ctx.principal.name}"
 
 
 def name_caller(ctx: CallContext) -> None:

@@ -26,7 +26,7 @@ import psutil
 import pytest
 
 from app.datasets import service_results
-from app.datasets.config import get_dataset_settings
+from app.datasets.config import DatasetSettings, get_dataset_settings
 from app.datasets.engine.pool import GRACE_S, SPARE, WorkerPool, existing_pool, memory_bytes
 from tests.support.datasets import root_of
 from tests.support.server import ADMIN_KEY, READ_KEY, WRITE_KEY, PgCluster, RunningServer, free_port
@@ -269,9 +269,10 @@ def test_the_server_stops_its_workers_on_sigterm(workers: int) -> None:
             except httpx.HTTPError:
                 pass
             time.sleep(0.2)
-        # Each server process starts its own pool: two slots and a spare. A query on a new connection
-        # each time (the kernel spreads them over the processes) until every pool is up.
-        expected, i = (2 + SPARE) * workers, 0
+        # Each server process starts its own pool: two slots, as many burst slots and a spare. A query on
+        # a new connection each time (the kernel spreads them over the processes) until every pool is up.
+        burst = min(2, DatasetSettings.model_fields["datasets_burst_slots"].default)
+        expected, i = (2 + burst + SPARE) * workers, 0
         while True:
             answer = httpx.post(
                 f"{base}/api/v1/datasets/query",

@@ -4,12 +4,13 @@ DuckDB checks an interrupt only between vectors, so a scalar function busy on on
 (`levenshtein` over two very long strings) outruns the statement watchdog
 (`watchdog.run_with_timeout`). So the server runs every DuckDB call in a worker process:
 
-- **Processes.** A `WorkerPool` keeps `size` long-lived workers, one per engine slot
-  (`CAIRN_DATASETS_MAX_CONCURRENCY`), and `SPARE` more, so a started worker is there for the next
-  call while a replacement starts. Each is `python -I -c process.BOOT` in a session of its own. It imports
-  the engine modules but not the feature's package, which builds the web layer. Each worker keeps its
-  own pool of locked databases (`databases.POOL`, with the same leases, resets and lockdown). One
-  worker is a `process.WorkerProcess`; its own side of the channel is `worker.serve`.
+- **Processes.** A `WorkerPool` keeps `size + burst` long-lived workers, one per engine slot
+  (`CAIRN_DATASETS_MAX_CONCURRENCY`, and the burst slots of `CAIRN_DATASETS_BURST_SLOTS`, at most as
+  many), and `SPARE` more, so a started worker is there for the next call while a replacement starts.
+  Each is `python -I -c process.BOOT` in a session of its own. It imports the engine modules but not
+  the feature's package, which builds the web layer. Each worker keeps its own pool of locked
+  databases (`databases.POOL`, with the same leases, resets and lockdown). One worker is a
+  `process.WorkerProcess`; its own side of the channel is `worker.serve`.
 - **Memory.** DuckDB's `memory_limit` counts only DuckDB's buffers. So each worker also has a cap on
   its resident memory (`CAIRN_DATASETS_WORKER_MEMORY_MB`). The server checks it every
   `process.MEMORY_CHECK_S` while the worker serves a call, and a worker past it is killed (5002).
@@ -62,10 +63,15 @@ DuckDB checks an interrupt only between vectors, so a scalar function busy on on
     caller's call takes it.
 - **Orphans.** A worker holds the read end of a pipe, and only the server holds its write end. When the
   server exits, however it exits, the pipe closes and a thread of the worker ends the worker at once.
-- **Fairness.** `slots.FairSlots`: a call takes one of the `size` slots, and one caller (API key) holds at
-  most `per_key` of them (`CAIRN_DATASETS_MAX_CONCURRENCY_PER_KEY`, default half, rounded up). While
-  it waits for a slot a call holds no thread. Waiting calls are served in arrival order among the
-  callers under their cap. A caller with `QUEUE_PER_SLOT * per_key` calls already waiting gets 4290.
+- **Fairness.** `slots.FairSlots`: a call takes one of the `size` slots, and one caller holds at most
+  `per_key` of them (`CAIRN_DATASETS_MAX_CONCURRENCY_PER_KEY`, default half, rounded up). A caller is
+  an API key, or the project a bound key is limited to (`service_common.caller_of`): the keys a
+  project's admin key mints share its turns. While it waits for a slot a call holds no thread. A freed
+  slot goes to the waiting caller holding the fewest, then the one served least recently (round robin
+  across callers). A caller holding no slot, none of whose calls took a second or more lately
+  (`priority.LongCallers.heavy`), takes a burst slot when the others are taken: another caller's short
+  call never waits for long ones, which run lowered meanwhile. A caller with `QUEUE_PER_SLOT * per_key`
+  calls already waiting gets 4290.
 """
 
 from __future__ import annotations
@@ -125,14 +131,26 @@ def memory_bytes(setting_mb: int, duckdb_limit: str) -> int:
 
 
 class WorkerPool:
-    """`size` fair slots served by `size + SPARE` worker processes (see the module's docstring)."""
+    """`size` fair slots and `burst` more (for callers holding none) served by `size + burst + SPARE`
+    worker processes (see the module's docstring)."""
 
-    def __init__(self, size: int, per_key: int, memory: int, demote: tuple[float, int, bool] = (0.0, 0, False)) -> None:
-        self.spec = (size, per_key, memory, demote)
+    def __init__(
+        self,
+        size: int,
+        per_key: int,
+        memory: int,
+        demote: tuple[float, int, bool] = (0.0, 0, False),
+        burst: int = 0,
+    ) -> None:
+        self.spec = (size, per_key, memory, demote, burst)
         self.size = size
+        self.burst = burst
         self.memory = memory
         self.demote = demote
-        self.slots = FairSlots(size, per_key, QUEUE_PER_SLOT * max(1, per_key))
+        self._long = LongCallers()
+        self.slots = FairSlots(
+            size, per_key, QUEUE_PER_SLOT * max(1, per_key), burst, lambda caller: not self._long.heavy(caller)
+        )
         self._lock = threading.Lock()
         self._closed = False
         self._idle: list[WorkerProcess] = []
@@ -141,10 +159,9 @@ class WorkerPool:
         self.replaced = 0
         # Lowering a priority ahead of time is only done where it can be undone.
         self.may_raise = demote[1] > 0 and may_raise(os.getpriority(os.PRIO_PROCESS, 0))
-        self._long = LongCallers()
         # The conversations with busy workers: at most one per slot, so a call never waits for a thread.
-        self._threads = ThreadPoolExecutor(size, thread_name_prefix="cairn-duckdb")
-        for _ in range(size + SPARE):
+        self._threads = ThreadPoolExecutor(size + burst, thread_name_prefix="cairn-duckdb")
+        for _ in range(size + burst + SPARE):
             self._idle.append(self._spawn([]))
         # The configurations of the latest calls (one per lockdown): a new worker opens their databases
         # before it greets, so its first call costs no more than the next.
@@ -336,6 +353,7 @@ class WorkerPool:
         function was not told it may answer early) and the conversation waits for the final one."""
         fn, cfg, args, kwargs = request
         served: WorkerProcess | None = None
+        began = time.monotonic()
         try:
             self._renew_dead()
             self._note(cfg)
@@ -383,7 +401,7 @@ class WorkerPool:
             return reply.unwrap()
         finally:
             if served is not None:
-                self._long.ended(caller, served)
+                self._long.ended(caller, served, time.monotonic() - began)
             self._checkin(worker)
             self.slots.release(caller)
 
@@ -399,6 +417,7 @@ class WorkerPool:
         handed = False
         answered = False
         served: WorkerProcess | None = None
+        began = time.monotonic()
         try:
             if any(w.proc.poll() is not None for w in self._idle_now()):  # off the loop: it starts processes
                 loop.run_in_executor(None, self._renew_dead).add_done_callback(_consume)
@@ -441,7 +460,7 @@ class WorkerPool:
             return reply.unwrap()
         finally:
             if served is not None:
-                self._long.ended(caller, served)
+                self._long.ended(caller, served, time.monotonic() - began)
             if not answered and not handed:
                 # Cancelled while the worker had the request (only when the loop is torn down): it may
                 # still answer, so it must not take the next call; found dead, it is replaced.
@@ -547,13 +566,17 @@ def pool_of(concurrency: int, memory_limit: str) -> WorkerPool:
         settings.datasets_long_call_nice,
         settings.datasets_long_call_confine,
     )
-    return current_pool(size, per_key, memory_bytes(settings.datasets_worker_memory_mb, memory_limit), demote)
+    memory = memory_bytes(settings.datasets_worker_memory_mb, memory_limit)
+    return current_pool(size, per_key, memory, demote, settings.datasets_burst_slots)
 
 
-def current_pool(size: int, per_key: int, memory: int, demote: tuple[float, int, bool] = (0.0, 0, False)) -> WorkerPool:
-    """The process's worker pool of this shape; the one of another shape, if any, is closed."""
+def current_pool(
+    size: int, per_key: int, memory: int, demote: tuple[float, int, bool] = (0.0, 0, False), burst: int = 0
+) -> WorkerPool:
+    """The process's worker pool of this shape (at most `size` burst slots); the one of another shape,
+    if any, is closed."""
     global _pool
-    spec = (size, max(1, min(per_key, size)), memory, demote)
+    spec = (size, max(1, min(per_key, size)), memory, demote, max(0, min(burst, size)))
     with _pool_lock:
         pool = _pool
         if pool is not None and pool.spec == spec and not pool.closed:
@@ -587,8 +610,8 @@ _caller: ContextVar[str] = ContextVar("cairn_datasets_caller", default="")
 
 
 def set_caller(caller: str) -> None:
-    """Name the API key the current call (task) works for: the engine slots are shared between keys
-    (`slots.FairSlots`)."""
+    """Name whom the current call (task) works for (a key, or a bound key's project): the engine slots
+    are shared between callers (`slots.FairSlots`)."""
     _caller.set(caller)
 
 

@@ -1,7 +1,7 @@
 """The priority of DuckDB worker processes (Linux): a worker's threads lowered by a niceness
 (`set_nice`) and, where the server may undo it, put under SCHED_IDLE (`set_idle`, `may_raise`); the
-callers whose calls ran long start their next calls lowered (`LongCallers`). Which CPUs a lowered
-worker may use is `app.core.cpus`'s."""
+callers whose calls ran long start their next calls lowered (`LongCallers`) and take no burst slot
+(`slots.FairSlots`). Which CPUs a lowered worker may use is `app.core.cpus`'s."""
 
 from __future__ import annotations
 
@@ -17,6 +17,9 @@ from app.core.embeddings import cpus
 
 # How long a caller whose call ran past `demote_after` has its next calls start at the lowered priority.
 LOWERED_FOR_S = 10.0
+# A call that ran this long makes its caller, for as long again, one that takes no burst slot: a short
+# call that ran past `demote_after` on a busy host (a cold database, say) does not.
+HEAVY_S = 1.0
 CAP_SYS_NICE = 23  # its bit in /proc/<pid>/status's CapEff
 
 
@@ -69,31 +72,46 @@ class Lowerable(Protocol):
 
 
 class LongCallers:
-    """The callers (API keys) whose latest long call, one that ran past `demote_after`, ended less than
+    """The callers whose latest long call, one that ran past `demote_after`, ended less than
     `LOWERED_FOR_S` ago. Their calls are long ones: the first `demote_after` seconds of each would
-    otherwise compete with everyone's short calls, so their next calls start lowered."""
+    otherwise compete with everyone's short calls, so their next calls start lowered. Those whose latest
+    call of `HEAVY_S` or more ended as recently are `heavy`: they take no burst slot."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         # Callers whose latest long call ended at this `time.monotonic()`.
         self._ended: dict[str, float] = {}
+        # ... and those whose latest call of HEAVY_S or more did.
+        self._heavy: dict[str, float] = {}
+
+    def recent(self, caller: str) -> bool:
+        """True when `caller`'s latest long call ended less than `LOWERED_FOR_S` ago."""
+        since = self._ended.get(caller)
+        return since is not None and time.monotonic() - since < LOWERED_FOR_S
+
+    def heavy(self, caller: str) -> bool:
+        """True when `caller`'s latest call of `HEAVY_S` or more ended less than `LOWERED_FOR_S` ago."""
+        since = self._heavy.get(caller)
+        return since is not None and time.monotonic() - since < LOWERED_FOR_S
 
     def fit(self, caller: str, worker: Lowerable) -> None:
         """Before a call: lower `worker` for a caller of long calls; put it back to its own priority for
         anyone else."""
-        since = self._ended.get(caller)
-        if since is not None and time.monotonic() - since < LOWERED_FOR_S:
+        if self.recent(caller):
             if not worker.demoted:
                 worker.lower()
         elif worker.demoted:
             worker.promote()
 
-    def ended(self, caller: str, worker: Lowerable) -> None:
-        """After a call on `worker`: remember its caller when the call ran long (see `fit`)."""
-        if not worker.long_call:
+    def ended(self, caller: str, worker: Lowerable, seconds: float = 0.0) -> None:
+        """After a call on `worker` that took `seconds`: remember its caller when the call ran long (see
+        `fit`), or `HEAVY_S` or more (see `heavy`)."""
+        marks = [m for m, hit in ((self._ended, worker.long_call), (self._heavy, seconds >= HEAVY_S)) if hit]
+        if not marks:
             return
         now = time.monotonic()
         with self._lock:
-            self._ended[caller] = now
-            for key in [k for k, t in self._ended.items() if now - t >= LOWERED_FOR_S]:
-                del self._ended[key]
+            for mark in marks:
+                mark[caller] = now
+                for key in [k for k, t in mark.items() if now - t >= LOWERED_FOR_S]:
+                    del mark[key]

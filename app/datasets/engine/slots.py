@@ -1,118 +1,198 @@
-"""Engine slots shared fairly between callers (API keys): `FairSlots`. A call takes one of the `size`
-slots, and one caller holds at most `per_key` of them. While it waits for a slot a call holds no
-thread. Waiting calls are served in arrival order among the callers under their cap, and a caller with
-too many calls already waiting gets 4290."""
+"""Engine slots shared fairly between callers: `FairSlots`. A caller is whom the work counts against (a
+key, or the project a bound key is limited to: see `service_common.caller_of`).
+
+- **Cap.** A call takes one of the `size` slots, and one caller holds at most `per_key` of them. While
+  it waits for a slot a call holds no thread. A caller with too many calls already waiting gets 4290.
+- **Order.** A freed slot goes to the waiting caller that holds the fewest slots, then to the one served
+  least recently (one never served, or not for a long while, first), then to the earliest call: round
+  robin across callers, so a caller that keeps many calls waiting gets no more turns than one that
+  sends one call at a time.
+- **Burst.** A caller that holds no slot and has run no long call lately (`may_burst`: the pool's
+  `priority.LongCallers.heavy`) takes one of `burst` extra slots when the `size` ones are taken: a short call
+  never waits for other callers' long ones to end. Long calls run at a lowered priority (see `pool`),
+  so the short one gets the CPU once it has its worker. A caller holding a burst slot moves to a
+  regular one as soon as one is free and nobody waits for it, so the burst slots stay free for
+  newcomers."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import threading
 from collections import deque
 from collections.abc import Callable
 
+from cachetools import LRUCache
+
 from app.core.errors import RateLimited
+
+# Callers whose latest turn is remembered (the least recently used are forgotten: they go first again).
+SERVED_MEMORY = 4096
 
 
 class _Waiter:
-    __slots__ = ("granted", "key", "wake")
+    __slots__ = ("granted", "key", "seq", "wake")
 
-    def __init__(self, key: str, wake: Callable[[], None]) -> None:
+    def __init__(self, key: str, wake: Callable[[], None], seq: int) -> None:
         self.key = key
         self.wake = wake
+        self.seq = seq
         self.granted = False
 
 
-class FairSlots:
-    """`size` slots shared between callers. A caller holds at most `per_key` at once. A freed slot goes
-    to the first waiting call whose caller is under its cap. A caller with `waiting_per_key` calls
-    waiting gets RateLimited. Usable from the event loop (`acquire`) and from threads
-    (`acquire_sync`)."""
+def _anyone(key: str) -> bool:
+    return True
 
-    def __init__(self, size: int, per_key: int, waiting_per_key: int) -> None:
+
+class FairSlots:
+    """`size` slots (and `burst` extra ones for callers holding none) shared between callers; see the
+    module's docstring. A caller with `waiting_per_key` calls waiting gets RateLimited. Usable from the
+    event loop (`acquire`) and from threads (`acquire_sync`)."""
+
+    def __init__(
+        self,
+        size: int,
+        per_key: int,
+        waiting_per_key: int,
+        burst: int = 0,
+        may_burst: Callable[[str], bool] = _anyone,
+    ) -> None:
         self.size = size
         self.per_key = max(1, min(per_key, size))
         self.waiting_per_key = waiting_per_key
+        self.burst = max(0, burst)
+        self._may_burst = may_burst
         self._lock = threading.Lock()
         self._free = size
+        self._burst_free = self.burst
         self._held: dict[str, int] = {}
-        self._waiting: dict[str, int] = {}
-        self._queue: deque[_Waiter] = deque()
+        self._bursting: dict[str, int] = {}  # the burst slots among those a caller holds
+        self._queues: dict[str, deque[_Waiter]] = {}
+        self._queued = 0
+        self._seq = itertools.count(1)
+        self._served: LRUCache[str, int] = LRUCache(SERVED_MEMORY)
 
     def held(self, key: str) -> int:
-        """Slots `key` holds now."""
+        """Slots `key` holds now (burst ones included)."""
         with self._lock:
             return self._held.get(key, 0)
 
     def waiting(self) -> int:
         """Calls waiting for a slot."""
         with self._lock:
-            return len(self._queue)
+            return self._queued
 
-    def _take(self, key: str) -> None:
-        self._free -= 1
+    def bursting(self) -> int:
+        """Burst slots taken now."""
+        with self._lock:
+            return self.burst - self._burst_free
+
+    def _take(self, key: str, burst: bool) -> None:
+        if burst:
+            self._burst_free -= 1
+            self._bursting[key] = self._bursting.get(key, 0) + 1
+        else:
+            self._free -= 1
         self._held[key] = self._held.get(key, 0) + 1
+        self._served[key] = next(self._seq)
+
+    def _kind_for(self, key: str) -> bool | None:
+        """The slot `key` may take now: a regular one (False), a burst one (True), or none (None)."""
+        held = self._held.get(key, 0)
+        if self._free > 0 and held < self.per_key:
+            return False
+        if self._burst_free > 0 and held == 0 and self._may_burst(key):
+            return True
+        return None
 
     def _admit(self, key: str, wake: Callable[[], None]) -> _Waiter | None:
-        """Take a slot now (None), or queue a waiter. A waiter still queued is one whose caller is at
-        its cap or one that found no free slot, so a call under its cap that finds a slot free jumps
-        no queue."""
+        """Take a slot now (None), or queue a waiter. Waiters still queued are those that may take no
+        free slot (see `_grant`), so a call that may take one jumps no queue."""
         with self._lock:
-            if self._free > 0 and self._held.get(key, 0) < self.per_key:
-                self._take(key)
+            kind = self._kind_for(key)
+            if kind is not None:
+                self._take(key, kind)
                 return None
-            if self._waiting.get(key, 0) >= self.waiting_per_key:
+            queue = self._queues.setdefault(key, deque())
+            if len(queue) >= self.waiting_per_key:
                 raise RateLimited(
-                    f"This API key already has {self._held.get(key, 0)} DuckDB queries running and "
-                    f"{self._waiting[key]} waiting",
+                    f"This caller already has {self._held.get(key, 0)} DuckDB queries running and {len(queue)} waiting",
                     suggestions=["Wait for a running query to finish, then retry"],
                     details={"retry_after": 1},
                     headers={"Retry-After": "1"},
                 )
-            waiter = _Waiter(key, wake)
-            self._queue.append(waiter)
-            self._waiting[key] = self._waiting.get(key, 0) + 1
+            waiter = _Waiter(key, wake, next(self._seq))
+            queue.append(waiter)
+            self._queued += 1
             return waiter
+
+    def _next(self) -> tuple[str, bool] | None:
+        """The waiting caller the next free slot goes to, and whether that slot is a burst one."""
+        best: tuple[tuple[int, int, int], str, bool] | None = None
+        for key, queue in self._queues.items():
+            kind = self._kind_for(key)
+            if kind is None:
+                continue
+            rank = (self._held.get(key, 0), self._served.get(key, 0), queue[0].seq)
+            if best is None or rank < best[0]:
+                best = (rank, key, kind)
+        return None if best is None else (best[1], best[2])
 
     def _grant(self) -> list[Callable[[], None]]:
         """Give free slots to waiters (under the lock); their wake-up calls, to make outside it."""
         woken: list[Callable[[], None]] = []
-        for waiter in list(self._queue):
+        while (chosen := self._next()) is not None:
+            key, burst = chosen
+            queue = self._queues[key]
+            waiter = queue.popleft()
+            if not queue:
+                del self._queues[key]
+            self._queued -= 1
+            self._take(key, burst)
+            waiter.granted = True
+            woken.append(waiter.wake)
+        # Nobody waits for the regular slots left: the callers in burst slots move there.
+        for key in list(self._bursting):
             if self._free <= 0:
                 break
-            if self._held.get(waiter.key, 0) < self.per_key:
-                self._queue.remove(waiter)
-                self._unwait(waiter.key)
-                self._take(waiter.key)
-                waiter.granted = True
-                woken.append(waiter.wake)
+            self._free -= 1
+            self._burst_free += 1
+            self._unburst(key)
         return woken
 
-    def _unwait(self, key: str) -> None:
-        left = self._waiting[key] - 1
+    def _unburst(self, key: str) -> None:
+        left = self._bursting[key] - 1
         if left:
-            self._waiting[key] = left
+            self._bursting[key] = left
         else:
-            del self._waiting[key]
+            del self._bursting[key]
 
     def _withdraw(self, waiter: _Waiter) -> bool:
         """Take a waiter out of the queue; False when it was given a slot meanwhile."""
         with self._lock:
             if waiter.granted:
                 return False
-            self._queue.remove(waiter)
-            self._unwait(waiter.key)
+            queue = self._queues[waiter.key]
+            queue.remove(waiter)
+            if not queue:
+                del self._queues[waiter.key]
+            self._queued -= 1
             return True
 
     def release(self, key: str) -> None:
-        """Give back a slot of `key`."""
+        """Give back a slot of `key` (a burst one first)."""
         with self._lock:
             left = self._held[key] - 1
             if left:
                 self._held[key] = left
             else:
                 del self._held[key]
-            self._free += 1
+            if key in self._bursting:
+                self._unburst(key)
+                self._burst_free += 1
+            else:
+                self._free += 1
             woken = self._grant()
         for wake in woken:
             wake()

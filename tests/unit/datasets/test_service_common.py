@@ -119,12 +119,17 @@ async def test_the_settings_come_from_the_call_context(tmp_path: Path) -> None:
     assert space.folder == (tmp_path / "private").resolve() / "alpha"
 
 
-async def test_name_caller_names_the_key_else_the_principal() -> None:
+async def test_name_caller_names_the_bound_project_else_the_key_else_the_principal() -> None:
     cfg = DatasetSettings()
     name_caller(context(Path("/nonexistent"), cfg))
-    assert pool._caller.get() == "key-alice"
+    assert pool._caller.get() == "key:key-alice"
     name_caller(context(Path("/nonexistent"), cfg, Principal(key_id=None, name="open-mode", scopes=frozenset())))
-    assert pool._caller.get() == "open-mode"
+    assert pool._caller.get() == "key:open-mode"
+    # Every key bound to one project (those its admin key minted too) is one caller for the engine.
+    for key_id in ("key-bob", "key-minted-by-bob"):
+        bound = Principal(key_id=key_id, name=key_id, scopes=frozenset({"admin"}), project="bobs")
+        name_caller(context(Path("/nonexistent"), cfg, bound))
+        assert pool._caller.get() == "project:bobs"
 
 
 def test_a_call_may_only_lower_the_time_limit(tmp_path: Path) -> None:

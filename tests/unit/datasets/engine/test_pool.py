@@ -356,6 +356,29 @@ async def test_one_key_cannot_hold_up_another(pool: WorkerPool, cfg: databases.E
 
 
 @pytest.mark.slow  # worker processes
+async def test_another_callers_short_call_takes_a_burst_slot_while_long_calls_hold_the_others(
+    cfg: databases.EngineConfig,
+) -> None:
+    made = WorkerPool(1, 1, memory_bytes(0, "512MB"), demote=(0.05, 10, False), burst=1)
+    try:
+        assert len(made.pids()) == 1 + 1 + SPARE  # a worker per slot, burst ones included, and a spare
+        slow = with_timeout(cfg, 3.0)
+        heavy = [asyncio.create_task(run_query(made, slow, INTERRUPTIBLE, "heavy", f"q_h{i}")) for i in range(2)]
+        # The only regular slot is the heavy caller's; its second call waits (it holds one: no burst).
+        await until(lambda: made.slots.held("heavy") == 1 and made.slots.waiting() == 1)
+        answer = await run_query(made, cfg, "SELECT 43 AS n", "light", "q_l")
+        assert answer.head == [{"n": 43}] and not any(task.done() for task in heavy)  # in a burst slot, at once
+        for task in heavy:
+            with pytest.raises(Timeout):
+                await task
+        # The heavy caller's calls ran long: for a while it takes no burst slot even when it holds none.
+        assert made._long.heavy("heavy")
+        assert made.slots.bursting() == made.slots.waiting() == 0
+    finally:
+        made.close()
+
+
+@pytest.mark.slow  # worker processes
 async def test_closing_the_pool_stops_its_workers(cfg: databases.EngineConfig) -> None:
     made = WorkerPool(2, 1, 0)
     await run_query(made, cfg, "SELECT 1 AS n")

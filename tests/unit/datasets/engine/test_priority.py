@@ -45,6 +45,16 @@ def test_a_caller_of_long_calls_starts_lowered_and_others_do_not() -> None:
     assert worker.moves == ["lower", "promote"]
 
 
+def test_a_caller_of_calls_of_a_second_or_more_is_heavy_for_a_while(monkeypatch: pytest.MonkeyPatch) -> None:
+    callers = LongCallers()
+    callers.ended("brief", Worker(long_call=True), 0.2)  # past demote_after, but well short of HEAVY_S
+    callers.ended("heavy", Worker(long_call=True), priority.HEAVY_S)
+    assert callers.recent("brief") and not callers.heavy("brief")
+    assert callers.heavy("heavy") and not callers.heavy("unknown")
+    monkeypatch.setattr(priority, "LOWERED_FOR_S", 0.0)
+    assert not callers.heavy("heavy")
+
+
 def test_a_long_call_long_ago_is_forgotten(monkeypatch: pytest.MonkeyPatch) -> None:
     callers = LongCallers()
     callers.ended("heavy", Worker(long_call=True))
