@@ -11,7 +11,11 @@ then while the *attacker* runs, all at once and in loops:
 - three `get_result` calls on a stored result of 4 rows of very large cells;
 - (a phase of its own) ten `analysis_ingest` calls, two for each of five keys of the attacker's
   project, from an upstream on 127.0.0.1 that trickles one byte every 3 s (`timeout_seconds` 5): the
-  ingests must hold no database connection while they wait.
+  ingests must hold no database connection while they wait;
+- (a phase of its own, `duckdb_slots`, issue 41 finding 6) two keys of two other projects, each with
+  three loops of a cross join DuckDB runs until its `timeout_ms` (5 s); meanwhile the victim times
+  `SELECT 42` (a query of its own each time, no cached result): median, p95 and max, against the same
+  on the idle server.
 
 The whole attack at once is run `REPEATS` times, each run right after an idle phase of its own, and
 each run is compared with that idle phase: on a shared virtual machine the same idle calls can take
@@ -67,9 +71,15 @@ VICTIM = "bench-victim-key-0123456789"
 ATTACKER = "bench-attacker-key-012345678"
 ADMIN = "bench-operator-key-0123456789"
 SLOW_KEYS = [f"bench-slow-{i}-key-0123456789" for i in range(5)]  # two long jobs per key
-KEYS = f"{VICTIM}:read+write:good,{ATTACKER}:read+write:evil,{ADMIN}:admin," + ",".join(
-    f"{key}:read+write:evil" for key in SLOW_KEYS
+DUCK_KEYS = {f"bench-duck-{i}-key-0123456789": f"heavy{i}" for i in range(2)}  # two projects: two callers
+KEYS = (
+    f"{VICTIM}:read+write:good,{ATTACKER}:read+write:evil,{ADMIN}:admin,"
+    + ",".join(f"{key}:read+write:evil" for key in SLOW_KEYS)
+    + "".join(f",{key}:read:{project}" for key, project in DUCK_KEYS.items())
 )
+# A cross join DuckDB interrupts between vectors: it runs until its time limit.
+HEAVY_SQL = "SELECT count(*) AS n FROM range(100000) a, range(100000) b WHERE hash(a.range + b.range + {i}) = 0"
+HEAVY_MS = 5000
 QUADRATIC_LENGTH = 130_000
 PUSH_CHARS = 200_000
 WORDS = [f"{a}{b}{c}" for a in "bcdfghklmnprstvz" for b in "aeiou" for c in "nrstlm"]
@@ -125,6 +135,19 @@ async def _victim(c: httpx.AsyncClient, seconds: float, rng: random.Random) -> d
     return times
 
 
+async def _victim_select(c: httpx.AsyncClient, seconds: float, rng: random.Random) -> dict[str, list[float]]:
+    """The victim of `duckdb_slots`: sequential `SELECT 42`, each a query of its own (no cached result)."""
+    times: list[float] = []
+    until = time.perf_counter() + seconds
+    while time.perf_counter() < until:
+        t0 = time.perf_counter()
+        n = rng.randrange(1 << 40)
+        answer = await _call(c, "POST", "/api/v1/datasets/query", {"query_type": "sql", "query": f"SELECT 42, {n}"})
+        times.append(time.perf_counter() - t0)
+        assert "error" not in answer, answer
+    return {"select_42": times}
+
+
 async def _attack_loop(
     c: httpx.AsyncClient,
     stop: asyncio.Event,
@@ -134,13 +157,17 @@ async def _attack_loop(
     path: str,
     body: Any,
     seed: str = "",
+    pause_when_refused: float = 0.0,
 ) -> None:
     rng = random.Random(f"{name}/{seed}")
     while not stop.is_set():
         args = body(rng) if callable(body) else body
         try:
             data = await _call(c, method, path, args)
-            outcomes[f"{name}: {data['error']['code'] if 'error' in data else 'ok'}"] += 1
+            code = data["error"]["code"] if "error" in data else "ok"
+            outcomes[f"{name}: {code}"] += 1
+            if code == 4290 and pause_when_refused:  # the key's long operations are all taken: retry soon
+                await asyncio.sleep(pause_when_refused)
         except httpx.HTTPError as exc:
             outcomes[f"{name}: {type(exc).__name__}"] += 1
 
@@ -183,6 +210,12 @@ async def _attack(url: str, query_id: str, attacks: tuple[str, ...], halt: threa
             )
             for key in (SLOW_KEYS if SLOW in attacks else [])
         ]
+        heavy = [
+            await stack.enter_async_context(
+                httpx.AsyncClient(base_url=url, headers={"Authorization": f"Bearer {key}"}, timeout=600.0)
+            )
+            for key in (DUCK_KEYS if DUCK in attacks else {})
+        ]
         loops = [
             *[
                 _attack_loop(a, stop, outcomes, "quadratic query", "POST", "/api/v1/datasets/query", quadratic)
@@ -213,6 +246,25 @@ async def _attack(url: str, query_id: str, attacks: tuple[str, ...], halt: threa
                 _attack_loop(c, stop, outcomes, "slow-upstream ingest", "POST", "/api/v1/analysis/ingest", SLOW_INGEST)
                 for c in slow
                 for _ in range(2)
+            ],
+            *[
+                _attack_loop(
+                    c,
+                    stop,
+                    outcomes,
+                    "heavy query",
+                    "POST",
+                    "/api/v1/datasets/query",
+                    lambda r: {
+                        "query_type": "sql",
+                        "query": HEAVY_SQL.format(i=r.randrange(1 << 40)),
+                        "timeout_ms": HEAVY_MS,
+                    },
+                    f"{index}/{thread}",
+                    pause_when_refused=0.1,
+                )
+                for index, c in enumerate(heavy)
+                for thread in range(3)
             ],
         ]
         tasks = [asyncio.create_task(loop) for loop in loops]
@@ -266,15 +318,17 @@ async def _finish(proc: subprocess.Popen[str]) -> Any:
 
 ATTACKS = ("quadratic", "push", "get_result")
 SLOW = "slow_upstream"  # a phase of its own, not part of the whole attack at once
+DUCK = "duckdb_slots"  # a phase of its own too, with a victim of its own (`_victim_select`)
 SLOW_INGEST = {"analysis_id": "slow", "model": "slow"}
 
 
-SCENARIOS: tuple[tuple[str, ...], ...] = (("quadratic",), ("push",), ("get_result",), (SLOW,), ATTACKS)
+SCENARIOS: tuple[tuple[str, ...], ...] = (("quadratic",), ("push",), ("get_result",), (SLOW,), (DUCK,), ATTACKS)
 LABELS = {
     "quadratic": "two quadratic queries",
     "push": "two 200k-character pushes",
     "get_result": "three large get_result",
     SLOW: "ten ingests from a trickling upstream",
+    DUCK: "two keys, three long DuckDB queries each",
 }
 
 
@@ -324,7 +378,13 @@ def _label(attacks: tuple[str, ...]) -> str:
 
 
 async def _under_attack(
-    srv: Server, v: httpx.AsyncClient, rng: random.Random, query_id: str, attacks: tuple[str, ...], seconds: float
+    srv: Server,
+    v: httpx.AsyncClient,
+    rng: random.Random,
+    query_id: str,
+    attacks: tuple[str, ...],
+    seconds: float,
+    victim: Any = _victim,
 ) -> dict[str, Any]:
     assert srv.proc is not None
     before = _rss_mb(srv.proc.pid)
@@ -337,7 +397,7 @@ async def _under_attack(
         await asyncio.sleep(3.0)  # the attack is under way before the victim starts
         if attacker.poll() is not None:
             raise RuntimeError(f"the attacker's process ended at once (exit status {attacker.returncode})")
-        hostile = await _victim(v, seconds, rng)
+        hostile = await victim(v, seconds, rng)
     finally:
         assert attacker.stdin is not None and sampler.stdin is not None
         attacker.stdin.close()
@@ -392,8 +452,14 @@ async def _measure(
             phases = [
                 await _under_attack(srv, v, rng, query_id, attacks, seconds)
                 for attacks in scenarios
-                if attacks != ATTACKS
+                if attacks not in (ATTACKS, (DUCK,))
             ]
+            duck = None
+            if (DUCK,) in scenarios:
+                duck = {
+                    "idle": await _victim_select(v, seconds, rng),
+                    **await _under_attack(srv, v, rng, query_id, (DUCK,), seconds, _victim_select),
+                }
             runs = []
             for _ in range(repeats if ATTACKS in scenarios else 0):
                 own_idle = await _victim(v, seconds, rng)
@@ -403,7 +469,7 @@ async def _measure(
             after = await _victim(v, seconds, rng)
         finally:
             gc.enable()
-    return {"idle": idle, "phases": phases, "runs": runs, "after": after}
+    return {"idle": idle, "phases": phases, "runs": runs, "after": after, "duck": duck}
 
 
 def markdown(r: dict[str, Any], seconds: float, cell_mb: int, quick: bool) -> str:
@@ -476,9 +542,36 @@ def markdown(r: dict[str, Any], seconds: float, cell_mb: int, quick: bool) -> st
         "Memory: resident, of the server's processes (not PostgreSQL), before each phase → its peak; "
         f"highest of all: {peak:.0f} MiB.",
     ]
+    if r.get("duck"):
+        lines += _duck_markdown(r["duck"], seconds)
     if quick:
         lines += ["", "_Quick run: small sizes._"]
     return "\n".join(lines) + "\n"
+
+
+def _duck_markdown(duck: dict[str, Any], seconds: float) -> list[str]:
+    """The `duckdb_slots` phase: the victim's `SELECT 42` idle and while two keys keep DuckDB busy."""
+    lines = [
+        "",
+        f"**DuckDB slots** (issue 41, finding 6): for {seconds:.0f} s the victim runs `SELECT 42` (a query of its "
+        "own each time), on the idle server and then while two keys of two other projects each run three loops "
+        f"of a cross join DuckDB stops at its `timeout_ms` ({HEAVY_MS} ms). The aim: under 1 s.",
+        "",
+        "| phase | calls | median ms | p95 ms | max ms |",
+        "| --- | ---: | ---: | ---: | ---: |",
+    ]
+    for label, times in (("idle", duck["idle"]["select_42"]), ("under the attack", duck["hostile"]["select_42"])):
+        median = statistics.median(times) * 1000 if times else float("nan")
+        top = max(times) * 1000 if times else float("nan")
+        lines.append(f"| {label} | {len(times)} | {median:.1f} | {_pct(times, 0.95):.1f} | {top:.1f} |")
+    outcomes = ", ".join(f"{k}: {n}" for k, n in sorted(duck["outcomes"].items()))
+    b, pk = duck["before"], duck["peak"]
+    return [
+        *lines,
+        "",
+        f"The attackers' calls ended: {outcomes}. Resident memory of the server's processes: "
+        f"{b['total']:.0f} → {pk['total']:.0f} MiB (DuckDB workers {b['workers']:.0f} → {pk['workers']:.0f} MiB).",
+    ]
 
 
 def run(
@@ -510,7 +603,7 @@ if __name__ == "__main__":
     parser.add_argument("--cell-mb", type=int)
     parser.add_argument("--repeats", type=int, help=f"runs of the whole attack at once (default {REPEATS})")
     parser.add_argument(
-        "--attack", action="append", choices=(*ATTACKS, SLOW), help="only this part of the attack (repeatable)"
+        "--attack", action="append", choices=(*ATTACKS, SLOW, DUCK), help="only this part of the attack (repeatable)"
     )
     parser.add_argument("--attacker", nargs=3, metavar=("URL", "QUERY_ID", "ATTACKS"), help=argparse.SUPPRESS)
     parser.add_argument("--sampler", type=int, metavar="PID", help=argparse.SUPPRESS)
@@ -522,5 +615,8 @@ if __name__ == "__main__":
         url, query_id, names = ns.attacker
         _attacker(url, query_id, tuple(names.split(",")))
         sys.exit(0)
-    chosen = tuple(a for a in (*ATTACKS, SLOW) if a in ns.attack) if ns.attack else None
-    print(run(ns.quick, ns.seconds, ns.cell_mb, (chosen,) if chosen else SCENARIOS, ns.repeats))
+    chosen = tuple(a for a in (*ATTACKS, SLOW, DUCK) if a in ns.attack) if ns.attack else None
+    # The DuckDB slots phase has a victim of its own: it runs apart from the others chosen.
+    rest = tuple(a for a in chosen or () if a != DUCK)
+    picked = (*((rest,) if rest else ()), *(((DUCK,),) if chosen and DUCK in chosen else ()))
+    print(run(ns.quick, ns.seconds, ns.cell_mb, picked if chosen else SCENARIOS, ns.repeats))
