@@ -68,7 +68,7 @@ DuckDB checks an interrupt only between vectors, so a scalar function busy on on
   an API key, or the project a bound key is limited to (`service_common.caller_of`): the keys a
   project's admin key mints share its turns. While it waits for a slot a call holds no thread. A freed
   slot goes to the waiting caller holding the fewest, then the one served least recently (round robin
-  across callers). A caller holding no slot, none of whose calls took a second or more lately
+  across callers). A caller holding no slot, none of whose calls took two seconds or more lately
   (`priority.LongCallers.heavy`), takes a burst slot when the others are taken: another caller's short
   call never waits for long ones, which run lowered meanwhile. A caller with `QUEUE_PER_SLOT * per_key`
   calls already waiting gets 4290.

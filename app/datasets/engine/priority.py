@@ -17,9 +17,9 @@ from app.core.embeddings import cpus
 
 # How long a caller whose call ran past `demote_after` has its next calls start at the lowered priority.
 LOWERED_FOR_S = 10.0
-# A call that ran this long makes its caller, for as long again, one that takes no burst slot: a short
+# A call that ran this long makes its caller one that takes no burst slot for `LOWERED_FOR_S`: a short
 # call that ran past `demote_after` on a busy host (a cold database, say) does not.
-HEAVY_S = 1.0
+HEAVY_S = 2.0
 CAP_SYS_NICE = 23  # its bit in /proc/<pid>/status's CapEff
 
 
