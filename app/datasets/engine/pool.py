@@ -266,9 +266,10 @@ class WorkerPool:
 
     def _checkout(self) -> WorkerProcess:
         with self._lock:
-            # One worker per slot and a spare, and a slot is held: one is idle. A replacement may still be
-            # starting, or one may have died while idle: a started, unreaped one is taken first. (This
-            # runs on the event loop: `alive` reads /proc, so only the worker taken is looked at so.)
+            # One worker per slot (burst ones included) and a spare, and a slot is held: one is idle. A
+            # replacement may still be starting, or one may have died while idle: a started, unreaped one
+            # is taken first. (This runs on the event loop: `alive` reads /proc, so only the worker taken
+            # is looked at so.)
             if not self._idle:
                 worker = self._spawn(list(self._recent.values()))
             else:
