@@ -37,6 +37,8 @@ from app.datasets.service_results import settled
 
 SAMPLE_ROWS = 100  # rows read to measure a row's tokens (all of them when the result is smaller)
 MAX_COLUMNS = 50  # column names in the reply
+# The query_id of the measured reply: hex of the median token count of real (random) ones.
+PLACEHOLDER_ID = "q_4501aeb6218849a5"
 # A stand-in value of each kind of column, for a row's tokens when no row could be read in time.
 TYPICAL: dict[str, Any] = {
     "int": 123456,
@@ -59,6 +61,8 @@ class Found:
     cache_hit: bool
     normalized: str
     views: list[str]
+    query_id: str = PLACEHOLDER_ID  # a cached result's own, else one drawn as real ones are
+    elapsed_ms: int = 0
 
 
 async def context_optimizer(ctx: CallContext, args: EstimateIn) -> EstimateOut:
@@ -102,7 +106,18 @@ async def _find(ctx: CallContext, args: EstimateIn) -> Found:
     if p.hit is not None:
         meta = p.hit["meta"]
         rows = await engine.offload(engine.read_rows, ecfg, Path(meta["result_path"]), 0, args.return_limit)
-        return Found(meta["columns"], meta["types"], meta["rows_total"], True, rows, True, p.normalized, views)
+        return Found(
+            meta["columns"],
+            meta["types"],
+            meta["rows_total"],
+            True,
+            rows,
+            True,
+            p.normalized,
+            views,
+            meta["query_id"],
+            int(meta.get("elapsed_ms") or 0),
+        )
     # The sample and the count have a short limit each; the whole call, a little more than both.
     limit_s = min(ecfg.timeout_s, 3 * estimate.STEP_S + 2)
     ecfg = dataclasses.replace(ecfg, timeout_s=limit_s)
@@ -116,12 +131,12 @@ def measure(found: Found, args: QueryIn, limit: int) -> EstimateOut:
     total = found.rows
     shown = args.return_limit if total is None else min(args.return_limit, total)
     meta = {
-        "query_id": "q_0000000000000000",
+        "query_id": found.query_id,
         "columns": found.columns,
         "types": found.types,
         "rows_total": total or 0,
         "rows_stored": total or 0,
-        "elapsed_ms": 0,
+        "elapsed_ms": found.elapsed_ms,
     }
     used = "polars_expr→duckdb" if args.query_type == "polars_expr" else "duckdb"
     reply = Reply(args, Stored(meta, found.cache_hit, used, found.normalized, found.views))

@@ -99,10 +99,10 @@ async def test_context_optimizer_prices_a_reply_before_it_runs(server: RunningSe
         assert (await admin.ok("cache_manager", {"project": PROJECT}))["entries_total"] == 0
         actual = await admin.ok("execute_query", args)
         assert not actual["truncated"] or actual["rows_returned"] == 20
-        assert abs(est["estimated_tokens"] - actual["context_tokens_used"]) <= 3, (est, actual["context_tokens_used"])
+        assert abs(est["estimated_tokens"] - actual["context_tokens_used"]) <= 6, (est, actual["context_tokens_used"])
         cached = await admin.ok("context_optimizer", args)
         assert cached["cache_hit"] and cached["basis"] == "cached result: exact"
-        assert abs(cached["estimated_tokens"] - actual["context_tokens_used"]) <= 3
+        assert abs(cached["estimated_tokens"] - actual["context_tokens_used"]) <= 2  # its own query_id
         # A budget too small for the rows: how many fit, and what would fit them all.
         tight = {**args, "return_limit": 100, "max_tokens": 400}
         for est in await both_ok(admin, "context_optimizer", tight):
