@@ -8,7 +8,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from app.core.schemas import StrictModel
-from app.datasets.schemas import MaxTokens, ProjectField
+from app.datasets.schemas import ProjectField
 
 
 def _unset(value: Any) -> bool:
@@ -66,7 +66,9 @@ class EstimateIn(StrictModel):
     files: list[str] = Field(default_factory=list, max_length=50)
     return_limit: int = Field(default=100, ge=1, le=1000)
     return_format: Literal["json", "csv"] = "json"
-    max_tokens: int | None = MaxTokens
+    max_tokens: int | None = Field(
+        default=None, ge=50, le=20_000, description="The priced call's budget (default: the server's)"
+    )
     project: str | None = ProjectField
 
 

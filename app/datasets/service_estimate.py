@@ -17,6 +17,7 @@ from app.core.errors import CairnError, NotFound
 from app.datasets import engine
 from app.datasets.config import DatasetSettings
 from app.datasets.engine import estimate, polars_expr
+from app.datasets.engine.cache import COUNT_HITS
 from app.datasets.engine.sandbox import context_in
 from app.datasets.repository import QueryRepository
 from app.datasets.schemas import QueryIn
@@ -96,7 +97,13 @@ async def _find(ctx: CallContext, args: EstimateIn) -> Found:
         await settled(space, q.query_id, q.result_path, q.created_at)
     cache = cache_of(ctx, space)
     epoch = await cache_epoch(ctx, space)
-    p = await asyncio.to_thread(_prepare, sql, refs, known, space, named, cache, cfg.datasets_result_max_rows, epoch)
+    counting = COUNT_HITS.set(False)  # looking the result up answers no call from the cache
+    try:
+        p = await asyncio.to_thread(
+            _prepare, sql, refs, known, space, named, cache, cfg.datasets_result_max_rows, epoch
+        )
+    finally:
+        COUNT_HITS.reset(counting)
     gone = [q for q in p.result_ids if q not in p.result_views]
     if gone:
         raise NotFound(f"Unknown or expired query_id {gone[0]}", suggestions=["Run execute_query to get a query_id"])

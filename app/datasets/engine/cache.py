@@ -20,6 +20,7 @@ import json
 import os
 import threading
 import time
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -29,6 +30,8 @@ from cachetools import LRUCache, TTLCache
 from app.core.errors import CacheError
 
 SWEEP_INTERVAL = 60.0  # seconds between sweeps of the result store when nothing forces one
+# Whether an entry found now counts as a hit (`Cache.hits`): a lookup that only prices a call does not.
+COUNT_HITS: ContextVar[bool] = ContextVar("cairn_cache_count_hits", default=True)
 
 
 def normalize_sql(sql: str) -> str:
@@ -185,8 +188,9 @@ class Cache:
         if entry.get("expires_at", 0) < now or not self._result_ok(entry):
             self.remove([key])
             return None
-        with self._lock:
-            self._hits[key] = self._hits.get(key, 0) + 1
+        if COUNT_HITS.get():
+            with self._lock:
+                self._hits[key] = self._hits.get(key, 0) + 1
         return entry
 
     def hits(self, key: str) -> int:

@@ -101,6 +101,12 @@ def test_hits_are_counted_per_key_and_forgotten_with_the_entry(cache: Cache) -> 
     assert cache.hits("query:a") == 0 and cache.get("query:b") is None and cache.hits("query:b") == 0
     assert cache.get("query:a") is not None and cache.get("query:a") is not None
     assert cache.hits("query:a") == 2
+    token = cache_module.COUNT_HITS.set(False)  # a lookup that only prices a call
+    try:
+        assert cache.get("query:a") is not None
+    finally:
+        cache_module.COUNT_HITS.reset(token)
+    assert cache.hits("query:a") == 2
     cache.remove(["query:a"])
     assert cache.hits("query:a") == 0
 
