@@ -75,7 +75,8 @@ async def context_optimizer(ctx: CallContext, args: EstimateIn) -> EstimateOut:
             exc.query_context = context_in(args.query, exc.message)
         raise
     cfg = ctx.feature_settings(DatasetSettings)
-    return await asyncio.to_thread(measure, found, _query_args(args), budget_of(cfg, args.max_tokens))
+    limit, cap = budget_of(cfg, args.max_tokens), cfg.datasets_max_tokens_cap
+    return await asyncio.to_thread(measure, found, _query_args(args), limit, cap)
 
 
 def _query_args(args: EstimateIn) -> QueryIn:
@@ -132,7 +133,7 @@ async def _find(ctx: CallContext, args: EstimateIn) -> Found:
     return Found(est.columns, est.types, est.rows, est.rows_exact, est.head, False, p.normalized, views)
 
 
-def measure(found: Found, args: QueryIn, limit: int) -> EstimateOut:
+def measure(found: Found, args: QueryIn, limit: int, cap: int = 20_000) -> EstimateOut:
     """The estimate's reply: the tokens of execute_query's reply with `found`'s rows (counted on the
     reply itself up to the rows in hand, extrapolated past them) against the budget `limit`."""
     total = found.rows
@@ -174,7 +175,7 @@ def measure(found: Found, args: QueryIn, limit: int) -> EstimateOut:
         rows_within_budget=within,
         cache_hit=found.cache_hit,
         basis=basis(found, len(head)),
-        advice=advice(needed, limit, shown, within, total),
+        advice=advice(needed, limit, shown, within, cap),
         context_tokens_used=0,
     )
     return EstimateOut.model_validate(budget.finalize(out.model_dump(mode="json")))
@@ -211,10 +212,15 @@ def basis(found: Found, sampled: int) -> str:
     return f"{rows}; {tokens}"
 
 
-def advice(needed: int, limit: int, shown: int, within: int, total: int | None) -> str | None:
-    """What to change when the reply would not fit its budget (None when it fits)."""
+def advice(needed: int, limit: int, shown: int, within: int, cap: int) -> str | None:
+    """What to change when the reply would not fit its budget (None when it fits): the budget that
+    shows every row, when the cap of budgets (`cap`) allows it, and the narrower calls."""
     if needed <= limit:
         return None
-    cut = f"{within} of {shown} rows fit max_tokens {limit}; max_tokens {needed} shows them all"
-    rest = "; or aggregate, lower return_limit, or page the rest with get_result"
-    return cut + rest if total is None or total > within else cut
+    fit = f"{within} of {shown} rows fit max_tokens {limit}"
+    more = (
+        f"max_tokens {needed} shows them all; or "
+        if needed <= cap
+        else f"all of them need about {needed} tokens, past the cap of {cap}: "
+    )
+    return f"{fit}; {more}aggregate, lower return_limit, or page the rest with get_result"

@@ -14,10 +14,11 @@ from app.core.context import CallContext
 from app.datasets.config import DatasetSettings
 from app.datasets.engine.cache import Cache
 from app.datasets.schemas_cache import CacheListIn
-from app.datasets.service_cache import cache_manager, live_entries
+from app.datasets.service_cache import cache_manager, entry_out, live_entries
 from app.datasets.service_common import Space, cache_of, space_of
-from app.datasets.storage import result_key
+from app.datasets.storage import CacheEntries, S3Store, result_key
 from tests.support.datasets import call_context
+from tests.support.objectstore import two_spaces_on_s3
 
 
 @pytest.fixture
@@ -83,3 +84,22 @@ async def test_dead_and_foreign_entries_are_left_out(ctx: CallContext) -> None:
     cache.store.write("broken.json", b"{not json")
     assert live_entries(space, cache, None, time.time()) == []
     assert (await cache_manager(ctx, CacheListIn(project="lab"))).entries_total == 0
+
+
+@pytest.mark.slow  # a real S3 server (rclone)
+def test_another_hosts_entries_are_listed_from_the_object_store(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with two_spaces_on_s3(tmp_path, monkeypatch) as (writer, reader):
+        local = writer.work / "results" / "q_000000000000000d.parquet"
+        local.write_bytes(b"x" * 500)
+        key = result_key("p", "q_000000000000000d")
+        writer.store.put(key, local)
+        wrote = Cache(tmp_path / "a-cache", tmp_path / "a-results", 60, 10**6, 8, entries=CacheEntries(writer.store))
+        wrote.put("query:d", query_entry(writer, "q_000000000000000d", key, 2))
+        read = Cache(tmp_path / "b-cache", tmp_path / "b-results", 60, 10**6, 8, entries=CacheEntries(reader.store))
+        [listed] = live_entries(reader, read, None, time.time())
+        assert listed.size > 500 and listed.entry["meta"]["query_id"] == "q_000000000000000d"
+        shown = entry_out(listed, read, time.time())
+        assert (shown.name, shown.rows, shown.hits) == ("q_000000000000000d SELECT 1", 2, 0)
+        assert isinstance(writer.store, S3Store) and writer.store.cache.total_bytes >= 500  # the writer's copy

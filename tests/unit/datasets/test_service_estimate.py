@@ -46,7 +46,9 @@ def test_more_rows_than_in_hand_are_extrapolated() -> None:
     assert out.rows_returned == 1000 and abs(out.estimated_tokens - actual) <= actual * 0.05
     assert not out.fits and 0 < out.rows_within_budget < 1000
     assert out.advice is not None and f"max_tokens {out.estimated_tokens}" in out.advice
-    assert "get_result" in out.advice  # rows past those that fit remain
+    assert "get_result" in out.advice
+    capped = measure(found(rows(100), 5000), args, 2000, cap=5000)
+    assert capped.advice is not None and "past the cap of 5000" in capped.advice
 
 
 def test_csv_rows_cost_less_than_json_ones() -> None:
@@ -75,9 +77,13 @@ def test_stand_in_values_follow_the_types() -> None:
 def test_basis_and_advice_say_what_they_rest_on() -> None:
     assert basis(Found([], [], 3, True, [], True, "", []), 0) == "cached result: exact"
     assert basis(found(None, None, exact=False), 1).startswith("rows unknown")
-    assert advice(100, 200, 10, 10, 10) is None
-    assert advice(300, 200, 10, 6, 10) == "6 of 10 rows fit max_tokens 200; max_tokens 300 shows them all; " + (
-        "or aggregate, lower return_limit, or page the rest with get_result"
+    assert advice(100, 200, 10, 10, 20_000) is None
+    tail = "aggregate, lower return_limit, or page the rest with get_result"
+    assert (
+        advice(300, 200, 10, 6, 20_000) == f"6 of 10 rows fit max_tokens 200; max_tokens 300 shows them all; or {tail}"
+    )
+    assert advice(30_000, 2000, 1000, 60, 20_000) == (
+        f"60 of 1000 rows fit max_tokens 2000; all of them need about 30000 tokens, past the cap of 20000: {tail}"
     )
 
 
