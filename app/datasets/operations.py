@@ -7,7 +7,14 @@ from __future__ import annotations
 from app.core.context import CallContext
 from app.core.errors import CacheError, EngineError, MemoryLimit, NotFound, QueryError, SchemaError
 from app.core.registry import ErrorClass, OperationSet
-from app.datasets import operations_downloads, service, service_profile, service_query, service_results
+from app.datasets import (
+    operations_cache,
+    operations_downloads,
+    service,
+    service_profile,
+    service_query,
+    service_results,
+)
 from app.datasets.schemas import (
     ExportIn,
     ExportOut,
@@ -229,4 +236,4 @@ async def upload_dataset(ctx: CallContext, args: UploadIn) -> UploadOut:
         return await service.upload_dataset(ctx, args)
 
 
-ops.include(operations_downloads.ops)
+ops.include(operations_cache.ops, operations_downloads.ops)

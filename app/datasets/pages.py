@@ -312,3 +312,75 @@ async def download(request: Request) -> Response:
         filename=checked["name"],
         headers={**headers, "Content-Security-Policy": "default-src 'none'; sandbox"},
     )
+
+
+# ---------------------------------------------------------------------------------------------- cache
+
+
+def _render_cache(view: Viewer, project: str, pattern: str, offset: int, **context: Any) -> Response:
+    form = context.pop("form", None) or {"query": "", "files": "", "return_limit": str(ROWS_SHOWN), "max_tokens": ""}
+    for name in ("estimate", "error"):
+        context.setdefault(name, None)
+    return view.render(
+        "datasets/cache.html",
+        project=project,
+        pattern=pattern,
+        offset=offset,
+        page_size=PAGE,
+        form=form,
+        url=_url,
+        **context,
+    )
+
+
+async def _cache_listing(view: Viewer, project: str, pattern: str, offset: int) -> dict[str, Any]:
+    args: dict[str, Any] = {"limit": PAGE, "offset": offset, **({"pattern": pattern} if pattern else {})}
+    return await view.call("cache_manager", with_project(args, project))
+
+
+@router.get("/cache")
+async def cache_page(request: Request) -> Response:
+    """What the result cache holds (cache_manager), a form that drops entries (cache_invalidate) and one
+    that prices a query before it runs (context_optimizer)."""
+    view = await viewer(request)
+    project = chosen_project(request)
+    pattern = request.query_params.get("pattern", "").strip()[:200]
+    offset = max(_int(request.query_params.get("offset", ""), "offset", 0), 0)
+    listed = await _cache_listing(view, project, pattern, offset)
+    return _render_cache(view, project, pattern, offset, listed=listed)
+
+
+@router.post("/cache/estimate")
+async def estimate_query(request: Request) -> Response:
+    """Price a query with context_optimizer and show the estimate beside the cache's entries."""
+    view = await viewer(request)
+    fields = await view.form()
+    project = chosen_project(request, fields)
+    form = {k: form_text(fields, k) for k in ("query", "files", "return_limit", "max_tokens")}
+    estimate, error = None, None
+    try:
+        args: dict[str, Any] = {
+            "query": form["query"],
+            "files": _files(form["files"]),
+            "return_limit": _int(form["return_limit"], "return_limit", ROWS_SHOWN),
+        }
+        if form["max_tokens"]:
+            args["max_tokens"] = _int(form["max_tokens"], "max_tokens", 0)
+        estimate = await view.call("context_optimizer", with_project(args, project))
+    except CairnError as exc:
+        error = _error(exc)
+    listed = await _cache_listing(view, project, "", 0)
+    return _render_cache(view, project, "", 0, listed=listed, form=form, estimate=estimate, error=error)
+
+
+@router.post("/cache/invalidate")
+async def invalidate(request: Request) -> Response:
+    """Drop the entries matching a pattern (cache_invalidate)."""
+    view = await viewer(request)
+    fields = await view.form()
+    project = chosen_project(request, fields)
+    done = await view.call("cache_invalidate", with_project({"pattern": form_text(fields, "pattern", 200)}, project))
+    count = done["invalidated_count"]
+    return view.redirect(
+        _url("/cache", project=project), flash=f"Dropped {count} cache entr{'y' if count == 1 else 'ies'}"
+    )

@@ -285,6 +285,11 @@ async def _datasets(call: Recorder, root: Path) -> None:
     await call("export_result", {"query_id": query["query_id"], "destination": "exports", "format": "csv"})
     await call("register_dataset", {"name": "weather", "path": "weather.csv", "description": "Daily rain, two cities"})
     await call("list_datasets", {"limit": 5})
+    await call(
+        "context_optimizer",
+        {"files": ["penguins.csv"], "query": "SELECT species, island FROM penguins", "return_limit": 50},
+    )
+    await call("cache_manager", {"pattern": "profile:*", "limit": 5})
     await call("cache_invalidate", {"file_path": "penguins.csv"})
     files = {"file": ("rain.csv", b"day,rain_mm\n2026-11-01,3\n2026-11-02,0\n", "text/csv")}
     await call(
@@ -417,6 +422,8 @@ TARGETED: list[tuple[str, dict[str, Any]]] = [
     ("analysis_ingest", {"analysis_id": "audit", "model": "no_such_model"}),
     ("analysis_act", {"analysis_id": "audit", "model": "no_such_model", "action": "update", "attributes": {}}),
     ("execute_query", {"query_type": "sql", "files": ["penguins.csv"], "query": "SELECT spieces FROM penguins"}),
+    ("context_optimizer", {"files": ["penguins.csv"], "query": "SELECT spieces FROM penguins"}),
+    ("context_optimizer", {"files": ["nowhere.csv"], "query": "SELECT * FROM nowhere"}),
     ("stream_sample", {"file_path": "penguins.csv", "columns": ["spieces"]}),
     ("profile_dataset", {"file_path": "broken.parquet"}),
     ("profile_dataset", {"file_path": "nowhere.csv"}),

@@ -20,15 +20,18 @@ import json
 import os
 import threading
 import time
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, Protocol
 
 import duckdb
-from cachetools import TTLCache
+from cachetools import LRUCache, TTLCache
 
 from app.core.errors import CacheError
 
 SWEEP_INTERVAL = 60.0  # seconds between sweeps of the result store when nothing forces one
+# Whether an entry found now counts as a hit (`Cache.hits`): a lookup that only prices a call does not.
+COUNT_HITS: ContextVar[bool] = ContextVar("cairn_cache_count_hits", default=True)
 
 
 def normalize_sql(sql: str) -> str:
@@ -156,6 +159,8 @@ class Cache:
         self._mem: TTLCache[str, tuple[int, dict[str, Any]]] = TTLCache(maxsize=max(memory_entries, 1), ttl=ttl)
         self._lock = threading.Lock()
         self._swept_at: float | None = None  # time.monotonic() of the last sweep
+        # Hits of each key answered by this process (`hits`), the least recently hit forgotten first.
+        self._hits: LRUCache[str, int] = LRUCache(maxsize=max(4 * memory_entries, 1024))
         self._stored_bytes = 0  # the store's size at the last sweep, plus results stored since
 
     @staticmethod
@@ -183,7 +188,16 @@ class Cache:
         if entry.get("expires_at", 0) < now or not self._result_ok(entry):
             self.remove([key])
             return None
+        if COUNT_HITS.get():
+            with self._lock:
+                self._hits[key] = self._hits.get(key, 0) + 1
         return entry
+
+    def hits(self, key: str) -> int:
+        """How many calls this process answered from `key`'s entry (other processes and hosts count their
+        own)."""
+        with self._lock:
+            return self._hits.get(key, 0)
 
     def _result_ok(self, entry: dict[str, Any]) -> bool:
         path = entry.get("result_path")
@@ -218,6 +232,7 @@ class Cache:
         with self._lock:
             for k in keys:
                 self._mem.pop(k, None)
+                self._hits.pop(k, None)
         self.store.remove([self._name(k) for k in keys])
 
     def invalidate(
@@ -231,8 +246,7 @@ class Cache:
         for entry in self.entries():
             if project is not None and entry.get("project", "default") != project:
                 continue
-            names = [str(entry.get("key", "")), str(entry.get("label") or ""), _query_id(entry)]
-            hit = pattern is not None and any(n and fnmatch.fnmatchcase(n, pattern) for n in names)
+            hit = pattern is not None and matches(entry, pattern)
             if wanted and any(f[0] in wanted for f in entry.get("files", [])):
                 hit = True
             if hit:
@@ -289,6 +303,12 @@ class Cache:
         with self._lock:
             self._swept_at, self._stored_bytes = started, total
         return deleted
+
+
+def matches(entry: dict[str, Any], pattern: str) -> bool:
+    """True when the entry's key, label or query_id matches `pattern` (shell wildcards)."""
+    names = [str(entry.get("key", "")), str(entry.get("label") or ""), _query_id(entry)]
+    return any(n and fnmatch.fnmatchcase(n, pattern) for n in names)
 
 
 def _query_id(entry: dict[str, Any]) -> str:

@@ -119,3 +119,36 @@ async def test_a_file_is_uploaded_through_the_form_and_a_failed_query_names_its_
         missing = await console.post("/ui/datasets/query", {"query": "SELECT 1", "files": "orders", "project": ""})
         assert 'role="alert"' in missing.text
         assert "Searched in project <strong>uploads-lab</strong>" in missing.text
+
+
+@pytest.mark.slow  # the test server
+async def test_the_cache_page_lists_prices_and_drops(server: RunningServer) -> None:
+    name = f"cached_{uuid.uuid4().hex[:8]}"
+    (root_of(server) / f"{name}.csv").write_text("k,v\n" + "".join(f"k{i},{i}\n" for i in range(30)))
+    project = f"cache-page-{uuid.uuid4().hex[:6]}"
+    async with signed_in(server.url, ADMIN_KEY) as console:
+        empty = await console.page("/ui/datasets/cache", project=project)
+        assert "Nothing cached." in empty and "0 entries" in empty and 'aria-current="page">Cache<' in empty
+        form = {"files": f"{name}.csv", "project": project, "return_limit": "10"}
+        priced = await console.post("/ui/datasets/cache/estimate", {**form, "query": "SELECT * FROM data"})
+        text = html.unescape(priced.text)
+        assert priced.status_code == 200 and "30 rows · 10 in the reply" in text and " · fits" in text, text[-3000:]
+        tight = html.unescape(
+            (
+                await console.post(
+                    "/ui/datasets/cache/estimate", {**form, "query": "SELECT * FROM data", "max_tokens": "60"}
+                )
+            ).text
+        )
+        assert "rows fit" in tight and "max_tokens 60" in tight
+        broken = await console.post("/ui/datasets/cache/estimate", {**form, "query": "SELECT nope FROM data"})
+        assert "Error 4003" in broken.text
+        await console.post("/ui/datasets/query", {**form, "query": "SELECT * FROM data"})
+        listed = html.unescape(await console.page("/ui/datasets/cache", project=project))
+        assert "1 entry" in listed and "SELECT * FROM data" in listed
+        assert "SELECT * FROM data" not in html.unescape(
+            await console.page("/ui/datasets/cache", project=project, pattern="nothing*")
+        )
+        dropped = await console.post("/ui/datasets/cache/invalidate", {"pattern": "*", "project": project})
+        assert dropped.status_code == 303 and console.flash(dropped) == "Dropped 1 cache entry"
+        assert "Nothing cached." in await console.page("/ui/datasets/cache", project=project)

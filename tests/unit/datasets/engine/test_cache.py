@@ -94,3 +94,25 @@ def test_an_entry_whose_stored_result_is_gone_is_a_miss(cache: Cache) -> None:
     cache.put("query:gone", {"result_path": str(cache.results / "gone.parquet")})
     assert cache.get("query:kept") is not None and cache.get("query:gone") is None
     assert not (cache.dir / "query_gone.json").exists()
+
+
+def test_hits_are_counted_per_key_and_forgotten_with_the_entry(cache: Cache) -> None:
+    cache.put("query:a", {"meta": {"query_id": "q_a"}})
+    assert cache.hits("query:a") == 0 and cache.get("query:b") is None and cache.hits("query:b") == 0
+    assert cache.get("query:a") is not None and cache.get("query:a") is not None
+    assert cache.hits("query:a") == 2
+    token = cache_module.COUNT_HITS.set(False)  # a lookup that only prices a call
+    try:
+        assert cache.get("query:a") is not None
+    finally:
+        cache_module.COUNT_HITS.reset(token)
+    assert cache.hits("query:a") == 2
+    cache.remove(["query:a"])
+    assert cache.hits("query:a") == 0
+
+
+def test_a_pattern_matches_the_key_the_label_or_the_query_id() -> None:
+    entry = {"key": "query:abc", "label": "by-region", "meta": {"query_id": "q_0123456789abcdef"}}
+    assert cache_module.matches(entry, "query:*") and cache_module.matches(entry, "by-*")
+    assert cache_module.matches(entry, "q_0123*") and not cache_module.matches(entry, "profile:*")
+    assert not cache_module.matches({}, "*")  # an entry without names matches nothing
