@@ -56,7 +56,8 @@ def test_semantic_types() -> None:
     assert profiling.semantic_type("DECIMAL(9,2)", 10, 10) == "float64"
     assert profiling.semantic_type("TIMESTAMP WITH TIME ZONE", 10, 10) == "datetime"
     assert profiling.semantic_type("BOOLEAN", 2, 10) == "bool"
-    assert profiling.semantic_type("INTEGER[]", 2, 10) == "string"
+    assert profiling.semantic_type("INTEGER[]", 2, 10) == "list"
+    assert profiling.semantic_type("STRUCT(id BIGINT)", 2, 10) == "struct"
     assert profiling.semantic_type("VARCHAR", 3, 6) == "category"  # each value seen twice on average
     assert profiling.semantic_type("VARCHAR", 3, 5) == "string"
     assert profiling.semantic_type("VARCHAR", profiling.CATEGORY_MAX_DISTINCT + 1, 10**6) == "string"
