@@ -1,7 +1,7 @@
 """A generator of messy dataset files (issue 39), written here from a seeded random source: a CSV with
 quoted commas, a date column in three formats, timestamps with mixed UTC offsets, CJK and emoji text,
 integer quantities 1-20 and amounts whose sums carry float noise; its Parquet copy; a nested NDJSON
-file (objects, lists of objects, lists of text); and a damaged Parquet file."""
+file (objects, lists of objects, lists of text); and two damaged Parquet files."""
 
 from __future__ import annotations
 
@@ -33,6 +33,7 @@ class MessyFiles:
     parquet: Path
     ndjson: Path
     corrupt: Path
+    truncated: Path
     rows: int
 
 
@@ -74,7 +75,8 @@ def messy_rows(rows: int, seed: int = 39) -> list[dict[str, object]]:
 
 def write_messy(folder: Path, rows: int = 2000, prefix: str = "messy") -> MessyFiles:
     """Write `<prefix>.csv`, its Parquet copy `<prefix>.parquet`, `<prefix>_nested.ndjson` (rows // 4
-    lines) and `<prefix>_corrupt.parquet` (the Parquet copy with its middle overwritten) in `folder`."""
+    lines), `<prefix>_corrupt.parquet` (the Parquet copy with its data pages overwritten) and
+    `<prefix>_truncated.parquet` (its first bytes only) in `folder`."""
     folder.mkdir(parents=True, exist_ok=True)
     data = messy_rows(rows)
     csv_path = folder / f"{prefix}.csv"
@@ -100,10 +102,11 @@ def write_messy(folder: Path, rows: int = 2000, prefix: str = "messy") -> MessyF
                 "tags": [REGIONS[(i + k) % 4] for k in range(i % 3)],
             }
             f.write(json.dumps(line, ensure_ascii=False) + "\n")
+    body = parquet.read_bytes()
+    # Its data pages overwritten, its footer whole: the file opens, and fails when its rows are read.
     corrupt = folder / f"{prefix}_corrupt.parquet"
-    body = bytearray(parquet.read_bytes())
-    # The magic bytes at both ends stay, so the file still looks like Parquet; its footer does not.
-    middle = len(body) // 2
-    body[middle:-8] = b"\xff" * (len(body) - 8 - middle)
-    corrupt.write_bytes(bytes(body))
-    return MessyFiles(csv=csv_path, parquet=parquet, ndjson=ndjson, corrupt=corrupt, rows=rows)
+    corrupt.write_bytes(body[:64] + b"\xff" * 2048 + body[64 + 2048 :])
+    # Cut short: not even its footer is there, so it fails as soon as it is opened.
+    truncated = folder / f"{prefix}_truncated.parquet"
+    truncated.write_bytes(body[:6])
+    return MessyFiles(csv=csv_path, parquet=parquet, ndjson=ndjson, corrupt=corrupt, truncated=truncated, rows=rows)
