@@ -57,7 +57,7 @@ async def test_a_date_column_in_three_formats_gets_their_shares_and_the_sql_that
                 advice = [r for r in body["recommendations"] if r.startswith("'order_date'")]
                 assert len(advice) == 1, body["recommendations"]
                 assert "mixes 3 date formats" in advice[0]
-                parse = "coalesce(" + ", ".join(f"""try_strptime("order_date", '{f}')""" for f in expected) + ")"
+                parse = "try_strptime(order_date, [" + ", ".join(f"'{f}'" for f in expected) + "])"
                 assert parse in advice[0]
                 # The SQL given parses every value of the column.
                 query = f"SELECT count(*) AS n, count({parse}) AS parsed FROM data"

@@ -9,7 +9,11 @@ once, for the format that reads more of the column."""
 
 from __future__ import annotations
 
+import functools
+import re
 from typing import Any
+
+import duckdb
 
 from app.datasets.engine.sandbox import ident
 from app.datasets.engine.sandbox import sql_string as lit
@@ -96,8 +100,7 @@ def advice(name: str, masks: dict[Any, Any] | None, values: int, example: Any) -
     picked, dated = formats_of(masks)
     if not picked or values <= 0 or dated < MOSTLY * values:
         return None
-    col = ident(name)
-    parse = [f"try_strptime({col}, {lit(fmt)})" for fmt, _ in picked]
+    col = column_sql(name)
     listed = ", ".join(f"{fmt} {_pct(n, values)}" for fmt, n in picked)
     if len(picked) == 1:
         fmt = picked[0][0]
@@ -105,7 +108,27 @@ def advice(name: str, masks: dict[Any, Any] | None, values: int, example: Any) -
         text += ", day and month cannot be told apart: no day past 12)" if ambiguous(masks, fmt) else ")"
         if dated == values:
             return f"{text}: strptime({col}, {lit(fmt)})"
-        return f"{text} with {_pct(values - dated, values)} other text (e.g. '{example}'): {parse[0]} nulls those"
+        other = _pct(values - dated, values)
+        return f"{text} with {other} other text (e.g. '{example}'): try_strptime({col}, {lit(fmt)}) nulls those"
     text = f"'{name}' mixes {len(picked)} date formats ({listed}"
     text += f"; {_pct(values - dated, values)} not dates)" if dated < values else ")"
-    return f"{text}: parse with coalesce({', '.join(parse)})"
+    # strptime tries a list of formats in turn, the first that reads a value wins.
+    return f"{text}: try_strptime({col}, [{', '.join(lit(fmt) for fmt, _ in picked)}])"
+
+
+_PLAIN = re.compile(r"[a-z_][a-z0-9_]*")
+
+
+@functools.cache
+def _keywords() -> frozenset[str]:
+    """DuckDB's keywords that cannot name a column unquoted."""
+    with duckdb.connect() as con:
+        rows = con.execute(
+            "SELECT keyword_name FROM duckdb_keywords() WHERE keyword_category IN ('reserved', 'type_function')"
+        ).fetchall()
+    return frozenset(str(r[0]) for r in rows)
+
+
+def column_sql(name: str) -> str:
+    """Column `name` as a recommendation's SQL writes it: bare when it can be, else quoted."""
+    return name if _PLAIN.fullmatch(name) and name not in _keywords() else ident(name)
