@@ -148,7 +148,7 @@ async def test_a_damaged_parquet_file_is_named_as_such_on_every_tool(server: Run
     async with callers(server) as (admin, _):
         for path in (messy.corrupt, messy.truncated):
             dataset = path.stem
-            calls = [
+            calls: list[tuple[str, dict[str, Any]]] = [
                 ("profile_dataset", {"file_path": path.name}),
                 ("stream_sample", {"file_path": path.name, "strategy": "random", "sample_size": 5}),
                 ("execute_query", {"query": f"SELECT * FROM {dataset}", "files": [path.name]}),
