@@ -53,6 +53,7 @@ async def profile_dataset(ctx: CallContext, args: ProfileIn) -> ProfileOut:
         sample=args.sample_size,
         stats=args.compute_stats,
         cats=args.max_categories,
+        shape=profiling.SHAPE,
     )
     hit = await asyncio.to_thread(cache.get, key, epoch)
     if hit is not None:

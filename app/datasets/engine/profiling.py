@@ -31,6 +31,9 @@ from app.datasets.engine.values import (
     rows_as_dicts,
 )
 
+# What a profile holds, as part of its cache key: a profile cached by an older server, without what
+# was added since (inner fields, date formats), is not answered again.
+SHAPE = 2
 SAMPLE_VALUES = 3
 VALUE_CHARS = 60
 # A text column is a category when it holds at most this many distinct values, each seen at least
