@@ -105,6 +105,11 @@ class ColumnProfile(BaseModel):
         description="A struct or list column: its inner fields, each by its path ('customer.id', "
         "'items[].sku', 'tags[]'), profiled over every row (list items counted one by one)",
     )
+    fields_omitted: int = Field(
+        default=0,
+        exclude_if=_nothing,
+        description="Inner fields past the first 24 not described (query them by path with execute_query)",
+    )
 
 
 class ProfileSchema(BaseModel):

@@ -44,12 +44,18 @@ _SWAPPED = {"%d/%m/%Y": "%m/%d/%Y", "%m/%d/%Y": "%d/%m/%Y", "%d-%m-%Y": "%m-%d-%
 MOSTLY = 0.5
 
 
+# What a value any format of FORMATS reads begins with (an RE2 pattern): values that do not are not
+# tried against each format, which costs far more.
+_DATELIKE = r"^(\d{1,4}[-/.]\d{1,2}[-/.]\d|[A-Za-z]{3,9} \d|\d{1,2} [A-Za-z]{3})"
+
+
 def mask_sql(text: str) -> str:
     """An SQL expression: the formats of FORMATS that read the text expression `text`, as a bit mask
     (bit i for FORMATS[i]; 0 when none does)."""
-    return " + ".join(
+    bits = " + ".join(
         f"CASE WHEN try_strptime({text}, {lit(fmt)}) IS NULL THEN 0 ELSE {1 << i} END" for i, fmt in enumerate(FORMATS)
     )
+    return f"CASE WHEN regexp_matches({text}, {lit(_DATELIKE)}) THEN {bits} ELSE 0 END"
 
 
 def formats_of(masks: dict[Any, Any] | None) -> tuple[list[tuple[str, int]], int]:

@@ -17,6 +17,7 @@ from app.datasets.engine.sandbox import sql_string as lit
 # The most inner fields described per column, and how deep paths go.
 MAX_FIELDS = 24
 MAX_DEPTH = 4
+_MAX_WALKED = 10_000
 _ITEM = "__cairn_item"
 
 
@@ -35,10 +36,11 @@ def is_nested(dtype: DuckDBPyType) -> bool:
 
 
 def leaves(name: str, dtype: DuckDBPyType) -> list[Leaf]:
-    """The inner fields of column `name` (of type `dtype`), at most MAX_FIELDS, in schema order."""
+    """The inner fields of column `name` (of type `dtype`) in schema order, all of them (at most
+    _MAX_WALKED); a profile describes the first MAX_FIELDS."""
     found: list[Leaf] = []
     _walk(ident(name), name, dtype, None, 0, found)
-    return found[:MAX_FIELDS]
+    return found
 
 
 def _walk(expr: str, path: str, dtype: DuckDBPyType, within: str | None, depth: int, found: list[Leaf]) -> None:
@@ -48,7 +50,7 @@ def _walk(expr: str, path: str, dtype: DuckDBPyType, within: str | None, depth: 
         if kind in ("struct", "list", "array")
         else []
     )
-    if len(found) >= MAX_FIELDS:
+    if len(found) >= _MAX_WALKED:
         return
     if kind == "struct" and members and depth < MAX_DEPTH:
         for field, sub in members:
@@ -65,7 +67,7 @@ def flat_queries(relation: str, name: str, dtype: DuckDBPyType) -> list[str]:
     """Queries over `relation` whose columns are the inner fields of its column `name`, each named by
     its path: one for the fields read in place, one per list whose items are unnested."""
     groups: dict[str | None, list[Leaf]] = {}
-    for leaf in leaves(name, dtype):
+    for leaf in leaves(name, dtype)[:MAX_FIELDS]:
         groups.setdefault(leaf.within, []).append(leaf)
     out: list[str] = []
     for within, found in groups.items():

@@ -15,7 +15,7 @@ import duckdb
 from app.datasets.engine.databases import EngineConfig, run_locked
 from app.datasets.engine.dates import advice as date_advice
 from app.datasets.engine.dates import mask_sql, shares
-from app.datasets.engine.nested import flat_queries, is_nested
+from app.datasets.engine.nested import flat_queries, is_nested, leaves
 from app.datasets.engine.query import summary_query
 from app.datasets.engine.rendering import capped_columns, capped_exprs
 from app.datasets.engine.sandbox import ident
@@ -142,14 +142,15 @@ def profile(
     return _assemble(raw, src, file_bytes, compute_stats)
 
 
-def _inner_fields(con: duckdb.DuckDBPyConnection, view: str, max_categories: int) -> dict[str, list[dict[str, Any]]]:
-    """For each struct or list column of `view`, its inner fields (see `nested`) described as columns
-    are: path, semantic type, nulls, distinct values, DuckDB type and statistics (list items counted
-    one by one). One pass per column read in place and one per list unnested, plus one for top values."""
+def _inner_fields(con: duckdb.DuckDBPyConnection, view: str, max_categories: int) -> dict[str, dict[str, Any]]:
+    """For each struct or list column of `view`, its first `nested.MAX_FIELDS` inner fields described as
+    columns are (path, semantic type, nulls, distinct values, DuckDB type and statistics; list items
+    counted one by one), and how many more it has. One pass per column read in place and one per list
+    unnested, plus one for top values."""
     rel = con.sql(f"SELECT * FROM {view}")
     if rel is None:
         return {}
-    out: dict[str, list[dict[str, Any]]] = {}
+    out: dict[str, dict[str, Any]] = {}
     for name, dtype in zip(rel.columns, rel.types, strict=True):
         if not is_nested(dtype):
             continue
@@ -185,7 +186,7 @@ def _inner_fields(con: duckdb.DuckDBPyConnection, view: str, max_categories: int
                 if detail:
                     entry["stats"] = detail
                 fields.append(entry)
-        out[name] = fields
+        out[name] = {"fields": fields, "omitted": max(0, len(leaves(name, dtype)) - len(fields))}
     return out
 
 
@@ -377,8 +378,11 @@ def _column(raw: dict[str, Any], i: int, name: str, compute_stats: bool) -> tupl
         detail = _stats(raw["stats"].get(name, {}), sem, ctype, raw["cats"].get(name), distinct)
         if detail:
             col["stats"] = detail
-    if raw.get("fields", {}).get(name):
-        col["fields"] = raw["fields"][name]
+    inner = raw.get("fields", {}).get(name)
+    if inner:
+        col["fields"] = inner["fields"]
+        if inner["omitted"]:  # said rather than left out silently
+            col["fields_omitted"] = inner["omitted"]
     return col, _width(sem, avg_len), null_pct
 
 
@@ -526,7 +530,9 @@ def summary_line(column: dict[str, Any]) -> str:
         text = f"{brief(stats.get('min'))}..{brief(stats.get('max'))}"
     if column["type"] in ("struct", "list"):  # its values are JSON: its inner fields' lines stand for them
         fields = column.get("fields") or []
+        more = int(column.get("fields_omitted") or 0)
         text = f"{len(fields)} inner field{'' if len(fields) == 1 else 's'}" if fields else text
+        text += f" (+{more} not described)" if fields and more else ""
     values = [] if text or column["type"] in ("struct", "list") else column["sample_values"][:SUMMARY_VALUES]
     null = round(float(column["null_pct"]), 1)
     cells = [column["name"], column["type"], int(null) if null.is_integer() else null, column["unique_count"]]

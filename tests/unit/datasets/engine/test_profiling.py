@@ -140,3 +140,15 @@ def test_nested_columns_get_their_inner_fields_and_dates_their_formats(cfg: data
     lines_out = profiling.summary_lines(cols["customer"])
     assert lines_out[0] == "customer,struct,0,3,,2 inner fields"
     assert lines_out[1].startswith("customer.id,int64,0,") and lines_out[1].endswith(",0..2")
+
+
+def test_a_wide_struct_says_how_many_inner_fields_it_leaves_undescribed(cfg: databases.EngineConfig) -> None:
+    path = cfg.roots[0] / "wide.ndjson"
+    inner = ", ".join(f'"f{i}": {i}' for i in range(30))
+    path.write_text(f'{{"w": {{{inner}}}}}\n{{"w": {{{inner}}}}}\n')
+    src = sources.make_source("wide", str(path), [path])
+    prof = profiling.profile(cfg, src, sample_size=100, compute_stats=True, max_categories=5)
+    wide = prof["schema"]["columns"][0]
+    assert [f["path"] for f in wide["fields"]] == [f"w.f{i}" for i in range(24)]
+    assert wide["fields_omitted"] == 6
+    assert profiling.summary_lines(wide)[0].endswith(",24 inner fields (+6 not described)")
