@@ -1,8 +1,8 @@
 """Dates written as text, in one format or several: which strptime formats a text column's sampled
 values are written in, the share of each, and the SQL that parses them all (`formats_of`, `advice`).
 
-Each value is tested against every format of FORMATS in SQL (`mask_sql`: a bit per format that reads
-it); the column's values are then counted per set of formats (a histogram of the masks). The formats
+Each value is tested in SQL against the formats of FAMILIES its start calls for (`mask_sql`: a bit per
+format that reads it); the column's values are then counted per set of formats (a histogram of the masks). The formats
 shown are picked from those counts greedily, each time the one that reads the most values not yet read,
 so a value two formats read (03/04/2025 day- or month-first, "May 3, 2025" abbreviated or full) counts
 once, for the format that reads more of the column."""
@@ -18,25 +18,19 @@ import duckdb
 from app.datasets.engine.sandbox import ident
 from app.datasets.engine.sandbox import sql_string as lit
 
-# The formats tried (DuckDB's strptime, which must read the whole value).
-FORMATS = (
-    "%Y-%m-%d",
-    "%Y/%m/%d",
-    "%d/%m/%Y",
-    "%m/%d/%Y",
-    "%d.%m.%Y",
-    "%d-%m-%Y",
-    "%m-%d-%Y",
-    "%b %d, %Y",
-    "%B %d, %Y",
-    "%d %b %Y",
-    "%d %B %Y",
-    "%Y-%m-%d %H:%M:%S",
-    "%Y-%m-%d %H:%M",
-    "%Y-%m-%dT%H:%M:%S",
-    "%Y-%m-%dT%H:%M:%S%z",
-    "%d/%m/%Y %H:%M",
+# The formats tried (DuckDB's strptime, which must read the whole value), by how a value they read
+# begins (an RE2 pattern): a value is tried against the formats of the one family its start matches,
+# a few strptime calls rather than one per format.
+FAMILIES = (
+    (r"^\d{4}-", ("%Y-%m-%d", "%Y-%m-%d %H:%M:%S", "%Y-%m-%d %H:%M", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%dT%H:%M:%S%z")),
+    (r"^\d{4}/", ("%Y/%m/%d",)),
+    (r"^\d{1,2}/", ("%d/%m/%Y", "%m/%d/%Y", "%d/%m/%Y %H:%M")),
+    (r"^\d{1,2}\.", ("%d.%m.%Y",)),
+    (r"^\d{1,2}-", ("%d-%m-%Y", "%m-%d-%Y")),
+    (r"^[A-Za-z]{3,9} \d", ("%b %d, %Y", "%B %d, %Y")),
+    (r"^\d{1,2} [A-Za-z]", ("%d %b %Y", "%d %B %Y")),
 )
+FORMATS = tuple(fmt for _, formats in FAMILIES for fmt in formats)
 # Formats that read the same digits with day and month swapped: a column read by one of them whose
 # values all read by the other too cannot tell which it is.
 _SWAPPED = {"%d/%m/%Y": "%m/%d/%Y", "%m/%d/%Y": "%d/%m/%Y", "%d-%m-%Y": "%m-%d-%Y", "%m-%d-%Y": "%d-%m-%Y"}
@@ -44,18 +38,18 @@ _SWAPPED = {"%d/%m/%Y": "%m/%d/%Y", "%m/%d/%Y": "%d/%m/%Y", "%d-%m-%Y": "%m-%d-%
 MOSTLY = 0.5
 
 
-# What a value any format of FORMATS reads begins with (an RE2 pattern): values that do not are not
-# tried against each format, which costs far more.
-_DATELIKE = r"^(\d{1,4}[-/.]\d{1,2}[-/.]\d|[A-Za-z]{3,9} \d|\d{1,2} [A-Za-z]{3})"
-
-
 def mask_sql(text: str) -> str:
     """An SQL expression: the formats of FORMATS that read the text expression `text`, as a bit mask
-    (bit i for FORMATS[i]; 0 when none does)."""
-    bits = " + ".join(
-        f"CASE WHEN try_strptime({text}, {lit(fmt)}) IS NULL THEN 0 ELSE {1 << i} END" for i, fmt in enumerate(FORMATS)
-    )
-    return f"CASE WHEN regexp_matches({text}, {lit(_DATELIKE)}) THEN {bits} ELSE 0 END"
+    (bit i for FORMATS[i]; 0 when none does). Only the formats of the family its start matches are
+    tried (DuckDB evaluates a CASE branch for the rows it selects only)."""
+    branches: list[str] = []
+    for pattern, formats in FAMILIES:
+        bits = " + ".join(
+            f"CASE WHEN try_strptime({text}, {lit(fmt)}) IS NULL THEN 0 ELSE {1 << FORMATS.index(fmt)} END"
+            for fmt in formats
+        )
+        branches.append(f"WHEN regexp_matches({text}, {lit(pattern)}) THEN {bits}")
+    return f"CASE {' '.join(branches)} ELSE 0 END"
 
 
 def formats_of(masks: dict[Any, Any] | None) -> tuple[list[tuple[str, int]], int]:
