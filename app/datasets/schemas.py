@@ -64,7 +64,7 @@ def _nothing(value: Any) -> bool:
     return value is None or (isinstance(value, int) and value == 0)
 
 
-SemanticType = Literal["int64", "float64", "string", "bool", "datetime", "category", "struct", "list"]
+SemanticType = Literal["int64", "float64", "string", "bool", "datetime", "category", "struct", "list", "json"]
 
 
 class FieldProfile(BaseModel):

@@ -89,12 +89,17 @@ async def test_nested_json_is_profiled_per_inner_field_and_shown_as_json(
             assert items["items[].qty"]["stats"]["max"] == 5
             tags = column(body, "tags")["fields"]
             assert [t["path"] for t in tags] == ["tags[]"] and tags[0]["type"] == "category"
+            # A field of mixed kinds (DuckDB's JSON): its values shown parsed, its kinds counted.
+            meta = column(body, "meta")
+            assert meta["type"] == "json" and set(meta["stats"]["json_kinds"]) == {"object", "string", "array"}
+            assert {type(v) for v in meta["sample_values"]} == {dict, str, list}, meta["sample_values"]
         for body in await both_ok(admin, "profile_dataset", {"file_path": name, "max_tokens": 20000}):
             lines = body["schema"]["columns"]
             assert any(line.startswith("customer,struct,") for line in lines), lines
             assert any(line.startswith("customer.id,int64,0,") for line in lines), lines
             assert any(line.startswith("customer.address.city,category,0,") for line in lines), lines
             assert any(line.startswith("items[].qty,int64,0,") for line in lines), lines
+            assert any(line.startswith("meta,json,0,") and "object " in line for line in lines), lines
             assert not any('{""' in line or '[""' in line for line in lines), lines  # no JSON escaped into CSV
         # A sample shows a struct as a JSON object.
         for body in await both_ok(admin, "stream_sample", {"file_path": name, "strategy": "head", "sample_size": 2}):

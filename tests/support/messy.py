@@ -1,7 +1,7 @@
 """A generator of messy dataset files (issue 39), written here from a seeded random source: a CSV with
 quoted commas, a date column in three formats, timestamps with mixed UTC offsets, CJK and emoji text,
 integer quantities 1-20 and amounts whose sums carry float noise; its Parquet copy; a nested NDJSON
-file (objects, lists of objects, lists of text); and two damaged Parquet files."""
+file (objects, lists of objects, lists of text, a field of mixed kinds); and two damaged Parquet files."""
 
 from __future__ import annotations
 
@@ -100,6 +100,8 @@ def write_messy(folder: Path, rows: int = 2000, prefix: str = "messy") -> MessyF
                 },
                 "items": [{"sku": f"SKU-{rnd.randrange(100)}", "qty": 1 + rnd.randrange(5)} for _ in range(1 + i % 3)],
                 "tags": [REGIONS[(i + k) % 4] for k in range(i % 3)],
+                # An object, a text or an array by row: DuckDB reads it as JSON.
+                "meta": [{"source": "web", "score": i % 10}, "legacy", ["a", i]][i % 3],
             }
             f.write(json.dumps(line, ensure_ascii=False) + "\n")
     body = parquet.read_bytes()

@@ -1,13 +1,20 @@
 """The inner fields of struct and list columns (nested JSON objects and arrays, Parquet groups), each
 named by its path and read as a column of its own so a profile can describe it (`flat_queries`).
 
+A JSON column (DuckDB's JSON type: a field whose values are objects in some rows and text or arrays in
+others) holds JSON text: its values are shown parsed (`parsed`) and described by their kinds
+(`json_kinds`).
+
 A struct's fields are read in place (`customer.address.city`); a list's items are unnested, one value
 per item (`items[].sku`, `tags[]`). A list inside a list, a map and a union are described as one value
 (their inner fields are not unnested twice)."""
 
 from __future__ import annotations
 
+import json
+from collections import Counter
 from dataclasses import dataclass
+from typing import Any
 
 from duckdb.sqltypes import DuckDBPyType
 
@@ -77,3 +84,32 @@ def flat_queries(relation: str, name: str, dtype: DuckDBPyType) -> list[str]:
         else:
             out.append(f"SELECT {cols} FROM (SELECT unnest({within}) AS {_ITEM} FROM {relation})")
     return out
+
+
+_KINDS = {dict: "object", list: "array", str: "string", bool: "boolean", int: "number", float: "number"}
+
+
+def parsed(value: Any) -> Any:
+    """The value of a JSON column's text (an object, array, string, number…); the text itself when it
+    is not whole JSON (cut to what a reply shows, say)."""
+    if not isinstance(value, str):
+        return value
+    try:
+        return json.loads(value)
+    except ValueError:
+        return value
+
+
+def json_kinds(texts: list[Any]) -> dict[str, int]:
+    """How many of the JSON texts `texts` (nulls left out) are objects, arrays, strings, numbers,
+    booleans or nulls, most first; a text that does not parse counts as 'text'."""
+    counted: Counter[str] = Counter()
+    for text in texts:
+        if text is None:
+            continue
+        value = parsed(text)
+        if value is text and isinstance(text, str) and text.strip()[:1] in ("{", "["):
+            counted["text"] += 1  # cut short: not whole JSON
+        else:
+            counted[_KINDS.get(type(value), "null")] += 1
+    return dict(counted.most_common())

@@ -15,7 +15,7 @@ import duckdb
 from app.datasets.engine.databases import EngineConfig, run_locked
 from app.datasets.engine.dates import advice as date_advice
 from app.datasets.engine.dates import mask_sql, shares
-from app.datasets.engine.nested import flat_queries, is_nested, leaves
+from app.datasets.engine.nested import flat_queries, is_nested, json_kinds, leaves, parsed
 from app.datasets.engine.query import summary_query
 from app.datasets.engine.rendering import capped_columns, capped_exprs
 from app.datasets.engine.sandbox import ident
@@ -62,6 +62,8 @@ def semantic_type(duck_type: str, distinct: int | None, filled: int) -> str:
         return "list"
     if t.startswith(("STRUCT", "MAP")):
         return "struct"
+    if t == "JSON":
+        return "json"
     if t in ("BOOLEAN", "BOOL"):
         return "bool"
     if t.startswith(("DATE", "TIMESTAMP", "TIME")):
@@ -366,6 +368,14 @@ def _column(raw: dict[str, Any], i: int, name: str, compute_stats: bool) -> tupl
     ctype = raw["types"][name]
     sem = semantic_type(ctype, distinct, filled)
     values, avg_len = _samples(raw["head"], i)
+    kinds: dict[str, int] = {}
+    if sem == "json":  # JSON text: shown as the JSON it is, described by the kinds of its sampled values
+        texts = [row[i] for row in raw["head"]]
+        values = []
+        for shown in (_clip(parsed(t)) for t in texts if t is not None):
+            if shown not in values and len(values) < SAMPLE_VALUES:
+                values.append(shown)
+        kinds = json_kinds(texts)
     col: dict[str, Any] = {
         "name": name,
         "type": sem,
@@ -378,6 +388,8 @@ def _column(raw: dict[str, Any], i: int, name: str, compute_stats: bool) -> tupl
         detail = _stats(raw["stats"].get(name, {}), sem, ctype, raw["cats"].get(name), distinct)
         if detail:
             col["stats"] = detail
+    if sem == "json" and kinds:
+        col["stats"] = {"json_kinds": kinds}
     inner = raw.get("fields", {}).get(name)
     if inner:
         col["fields"] = inner["fields"]
@@ -528,12 +540,14 @@ def summary_line(column: dict[str, Any]) -> str:
         text += f" (+{more} more: {rest} rows)" if more else ""
     elif stats.get("min") is not None or stats.get("max") is not None:
         text = f"{brief(stats.get('min'))}..{brief(stats.get('max'))}"
-    if column["type"] in ("struct", "list"):  # its values are JSON: its inner fields' lines stand for them
+    if "json_kinds" in stats:  # kinds of JSON in the sample, e.g. `object 40; string 12`
+        text = "; ".join(f"{kind} {n}" for kind, n in stats["json_kinds"].items())
+    if column["type"] in ("struct", "list", "json"):  # values are JSON: inner fields or kinds stand for them
         fields = column.get("fields") or []
         more = int(column.get("fields_omitted") or 0)
         text = f"{len(fields)} inner field{'' if len(fields) == 1 else 's'}" if fields else text
         text += f" (+{more} not described)" if fields and more else ""
-    values = [] if text or column["type"] in ("struct", "list") else column["sample_values"][:SUMMARY_VALUES]
+    values = [] if text or column["type"] in ("struct", "list", "json") else column["sample_values"][:SUMMARY_VALUES]
     null = round(float(column["null_pct"]), 1)
     cells = [column["name"], column["type"], int(null) if null.is_integer() else null, column["unique_count"]]
     cells += [" | ".join(brief(v) for v in values), text]

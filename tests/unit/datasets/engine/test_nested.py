@@ -28,3 +28,10 @@ def test_paths_of_structs_and_lists_and_the_queries_that_read_them() -> None:
         assert con.execute(nested.flat_queries("t", "tags", types["tags"])[0]).fetchall() == [("x",), ("y",)]
         names = [d[0] for d in con.execute(nested.flat_queries("t", "tags", types["tags"])[0]).description]
         assert names == ["tags[]"]
+
+
+def test_json_text_is_shown_parsed_and_counted_by_kind() -> None:
+    assert nested.parsed('{"id": 29}') == {"id": 29} and nested.parsed('"plain"') == "plain"
+    assert nested.parsed('{"cut": "sho') == '{"cut": "sho' and nested.parsed(None) is None
+    texts = ['{"a": 1}', '{"b": 2}', '"x"', "[1]", "3.5", "null", None, '{"cut": "sho']
+    assert nested.json_kinds(texts) == {"object": 2, "string": 1, "array": 1, "number": 1, "null": 1, "text": 1}
