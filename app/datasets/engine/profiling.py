@@ -98,19 +98,7 @@ def profile(
         types = {r[0]: str(r[1]) for r in described}
         stats: dict[str, dict[str, Any]] = {}
         if compute_stats:
-            for r in con.execute(summary_query(con, f"SELECT * FROM {view}", described)).fetchall():
-                stats[r[0]] = {
-                    "min": r[2],
-                    "max": r[3],
-                    "approx_unique": r[4],
-                    "avg": r[5],
-                    "std": r[6],
-                    "q25": r[7],
-                    "q50": r[8],
-                    "q75": r[9],
-                    "count": r[10],
-                    "null_pct": r[11],
-                }
+            stats = _summarized(con, f"SELECT * FROM {view}", described)
             row_count = int(next(iter(stats.values()))["count"]) if stats else 0
         else:
             parts = (
@@ -144,6 +132,16 @@ def profile(
     return _assemble(raw, src, file_bytes, compute_stats)
 
 
+_SUMMARY_KEYS = ("min", "max", "approx_unique", "avg", "std", "q25", "q50", "q75", "count", "null_pct")
+
+
+def _summarized(con: duckdb.DuckDBPyConnection, query: str, described: list[Any]) -> dict[str, dict[str, Any]]:
+    """Each column of `query` (whose DESCRIBE rows are `described`): its `summary_query` statistics by
+    _SUMMARY_KEYS."""
+    rows = con.execute(summary_query(con, query, described)).fetchall()
+    return {r[0]: dict(zip(_SUMMARY_KEYS, r[2:], strict=True)) for r in rows}
+
+
 def _inner_fields(con: duckdb.DuckDBPyConnection, view: str, max_categories: int) -> dict[str, dict[str, Any]]:
     """For each struct or list column of `view`, its first `nested.MAX_FIELDS` inner fields described as
     columns are (path, semantic type, nulls, distinct values, DuckDB type and statistics; list items
@@ -161,16 +159,7 @@ def _inner_fields(con: duckdb.DuckDBPyConnection, view: str, max_categories: int
             described = con.execute(f"DESCRIBE {flat}").fetchall()
             paths = [str(r[0]) for r in described]
             ptypes = {str(r[0]): str(r[1]) for r in described}
-            pstats = {
-                r[0]: dict(
-                    zip(
-                        ("min", "max", "approx_unique", "avg", "std", "q25", "q50", "q75", "count", "null_pct"),
-                        r[2:],
-                        strict=True,
-                    )
-                )
-                for r in con.execute(summary_query(con, flat, described)).fetchall()
-            }
+            pstats = _summarized(con, flat, described)
             count = int(next(iter(pstats.values()))["count"]) if pstats else 0
             cats = _top_values(con, f"({flat})", paths, ptypes, pstats, max_categories) if count else {}
             part = {"stats": pstats, "rows": count, "cats": cats}
