@@ -64,11 +64,25 @@ def _nothing(value: Any) -> bool:
     return value is None or (isinstance(value, int) and value == 0)
 
 
+SemanticType = Literal["int64", "float64", "string", "bool", "datetime", "category", "struct", "list", "json"]
+
+
+class FieldProfile(BaseModel):
+    """One inner field of a struct or list column (detail 'full')."""
+
+    path: str = Field(description="The field's path: 'customer.address.city', 'items[].qty', 'tags[]'")
+    type: SemanticType
+    null_pct: float
+    unique_count: int
+    duckdb_type: str
+    stats: dict[str, Any] | None = Field(default=None, exclude_if=_nothing)
+
+
 class ColumnProfile(BaseModel):
     """One column of a profile (detail 'full')."""
 
     name: str
-    type: Literal["int64", "float64", "string", "bool", "datetime", "category"]
+    type: SemanticType
     null_pct: float
     unique_count: int = Field(description="Distinct values: exact for a category, else approximate (HyperLogLog)")
     sample_values: list[Any]
@@ -78,6 +92,23 @@ class ColumnProfile(BaseModel):
         exclude_if=_nothing,
         description="min/max/mean/std/quartiles, or a category's top_values ([value, count], most frequent "
         "first) with other_values and other_rows (the distinct values and rows not listed)",
+    )
+    date_formats: dict[str, float] | None = Field(
+        default=None,
+        exclude_if=_nothing,
+        description="A text column mostly of dates: each strptime format its sampled values are written in, "
+        "with the share of them it reads (0..1), most first",
+    )
+    fields: list[FieldProfile] | None = Field(
+        default=None,
+        exclude_if=_nothing,
+        description="A struct or list column: its inner fields, each by its path ('customer.id', "
+        "'items[].sku', 'tags[]'), profiled over every row (list items counted one by one)",
+    )
+    fields_omitted: int = Field(
+        default=0,
+        exclude_if=_nothing,
+        description="Inner fields past the first 24 not described (query them by path with execute_query)",
     )
 
 

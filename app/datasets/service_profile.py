@@ -53,6 +53,7 @@ async def profile_dataset(ctx: CallContext, args: ProfileIn) -> ProfileOut:
         sample=args.sample_size,
         stats=args.compute_stats,
         cats=args.max_categories,
+        shape=profiling.SHAPE,
     )
     hit = await asyncio.to_thread(cache.get, key, epoch)
     if hit is not None:
@@ -94,6 +95,7 @@ def _shrink(columns: list[dict[str, Any]], step: str) -> None:
             }
         elif step == "nostats":
             c["stats"] = None
+            c.pop("fields", None)
         elif step == "novalues":
             c["sample_values"] = c["sample_values"][:1]
 
@@ -110,7 +112,7 @@ def fit_profile(raw: dict[str, Any], args: ProfileIn, src: engine.Source, cache_
     def build(cols: list[dict[str, Any]], omitted: int, truncated: bool, recs: list[str]) -> dict[str, Any]:
         schema: dict[str, Any] = {"columns": cols, "columns_omitted": omitted}
         if not full:
-            lines = [profiling.summary_line(c) for c in cols]
+            lines = [line for c in cols for line in profiling.summary_lines(c)]
             schema["columns"] = [profiling.summary_header(), *lines] if lines else []
         out = ProfileOut(
             schema=ProfileSchema.model_validate(schema),

@@ -37,7 +37,7 @@ MESSY_ADVICE = [
     "'score' is numbers with 4% text (e.g. 'see note'): TRY_CAST nulls those",
     "'active' spells booleans 8 ways: map them to true/false",
     "'customer' is space-padded in 50% of values: trim() it",
-    "'signup' holds dates as text: cast it with strptime",
+    "'signup' mixes 2 date formats (%Y-%m-%d 50%, %Y/%m/%d 50%): try_strptime(signup, ['%Y-%m-%d', '%Y/%m/%d'])",
     "'comment' is 75% empty: filter or impute it",
     "'version' holds one value: drop it",
 ]
@@ -161,7 +161,7 @@ async def test_summary_is_compact_and_full_detail_is_on_request(server: RunningS
         summary = await answers(admin, {"file_path": messy})
         full = await answers(admin, {"file_path": messy, "detail": "full", "max_tokens": 20000})
         for short, long in zip(summary, full, strict=True):
-            assert short["context_tokens_used"] <= 600, short["context_tokens_used"]
+            assert short["context_tokens_used"] <= 650, short["context_tokens_used"]  # the date advice gives its SQL
             assert long["context_tokens_used"] > 2 * short["context_tokens_used"]
             assert long["truncated"] is False
             # The same profile in both shapes: the cached one (detail only shapes the reply).

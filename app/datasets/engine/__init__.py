@@ -13,7 +13,8 @@ Modules, each named for the one thing it is responsible for:
   statement time limit; `sandbox`: paths inside the data roots and the checks of a caller's SQL;
   `sources`: a call's input files as views; `errors`: DuckDB's exceptions as the caller's errors.
 - `values` and `rendering`: the rendering rule of answers, in Python and in SQL.
-- The work: `query` (a query and its stored result), `profiling` (profiles and samples), `exporting`
+- The work: `query` (a query and its stored result), `profiling` (profiles and samples, with `dates`
+  for dates written as text and `nested` for the inner fields of structs and lists), `exporting`
   (export_result), `charts`, `cache` (the result cache), `pysandbox` (the python engine's child
   process) and `polars_expr` (polars chains compiled to SQL).
 """

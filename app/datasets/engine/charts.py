@@ -201,14 +201,19 @@ def _nice(raw: float, integer: bool) -> float:
 
 
 def bins(lo: float, hi: float, most: int, integer: bool) -> tuple[float, float, int]:
-    """Nice equal-width bins covering lo..hi, at most `most` of them: (start, step, count). The top edge
-    is closed (hi falls in the last bin)."""
+    """Nice equal-width bins covering lo..hi, at most `most` of them: (start, step, count). Bins are
+    half-open [edge, next edge). For whole numbers (`integer`) the last bin is one more such bin, so each
+    whole value falls in exactly one bin (1..20 in 20 bins of one value each, not 19 whose last holds
+    two); otherwise the last edge is closed for hi alone."""
     if hi <= lo:
         return (lo, 1.0, 1) if integer else (lo - 0.5, 1.0, 1)
-    step = _nice((hi - lo) / max(1, most), integer)
+    step = _nice((hi - lo + (1 if integer else 0)) / max(1, most), integer)
     while True:
         start = math.floor(lo / step) * step
-        count = max(1, math.ceil((hi - start) / step - 1e-9))
+        if integer:
+            count = math.floor((hi - start) / step + 1e-9) + 1
+        else:
+            count = max(1, math.ceil((hi - start) / step - 1e-9))
         if count <= most:
             return start, step, count
         step = _nice(step * 1.01, integer)
@@ -389,10 +394,11 @@ def _scatter(con: duckdb.DuckDBPyConnection, src: str, plan: Roles, points: int,
 
 def _histogram(con: duckdb.DuckDBPyConnection, src: str, plan: Roles, points: int, total: int) -> Chart:
     base = f"(SELECT {_number(plan.x)} AS v FROM {src}) t"
-    lo, hi, valued = _one(con, f"SELECT min(v), max(v), count(v) FROM {base}")
+    lo, hi, valued, whole = _one(con, f"SELECT min(v), max(v), count(v), bool_and(v = floor(v)) FROM {base}")
     if not valued:
         raise InvalidInput("No numeric values to chart")
-    start, step, count = bins(float(lo), float(hi), points, plan.x_type.upper() in INTEGER_TYPES)
+    # Whole numbers in a DOUBLE column bin as integers do: each value in one bin.
+    start, step, count = bins(float(lo), float(hi), points, plan.x_type.upper() in INTEGER_TYPES or bool(whole))
     binned = _fetch(
         con,
         f"SELECT CAST(greatest(0, least({count - 1}, floor((v - {start!r}) / {step!r}))) AS BIGINT) AS b, "

@@ -344,7 +344,13 @@ def run_locked(
         try:
             check_width(sources, cfg.max_columns)
             with POOL.lease(cfg.lockdown(threads), keep=max(1, cfg.concurrency)) as lease:
-                _create_views(lease, sources, result_views or {}, sample_size)
+                try:
+                    _create_views(lease, sources, result_views or {}, sample_size)
+                except duckdb.Error as exc:
+                    if not isinstance(exc, STATEMENT_ERRORS):
+                        lease.discard()
+                    # The view is the server's statement: its error is about the file it reads.
+                    raise translate(exc, [], source_names(sources), opening=True) from None
                 con = lease.con
                 try:
                     value, fired = run_with_timeout(con, time_left(cfg.timeout_s), lambda: fn(con))

@@ -27,20 +27,25 @@ _QUOTED_PATH = re.compile(r"""(["'])(/[^"'\n<>…]*)""")  # closed or cut short 
 # What DuckDB says of a file it cannot decode (a damaged or hand-made Parquet file, a bad footer).
 _BROKEN_FILE = re.compile(
     r"TProtocolException|Variable-length int|magic bytes|Footer length|Could not read enough bytes|"
-    r"not a parquet file|Thrift|corrupt|don.t know what type",
+    r"not a parquet file|Thrift|corrupt|don.t know what type|too small to be a Parquet|decompression failure",
     re.I,
 )
 
 
 def translate(
-    exc: BaseException, known_columns: list[str] | None = None, files: dict[str, str] | None = None
+    exc: BaseException,
+    known_columns: list[str] | None = None,
+    files: dict[str, str] | None = None,
+    opening: bool = False,
 ) -> CairnError:
     """A DuckDB exception as the caller's error, with bounded text and suggestions, and the place in
     the statement it points at (if any) as its query_context. `files` maps the paths of the call's
     sources to their dataset names: a file DuckDB cannot decode is the caller's input (4004 naming the
-    dataset), and no path of the server stays in the text."""
-    broken = _broken_file(exc, files or {})
-    err = broken or _translate(exc, known_columns)
+    dataset), and no path of the server stays in the text. `opening`: the error came from the server's
+    own statement that opens the sources (a view over a file), so any error about the statement is one
+    about the file, and the statement is never the context."""
+    broken = _broken_file(exc, files or {}, opening)
+    err = broken or _translate(exc, list(dict.fromkeys(known_columns or [])))
     # A broken file fails in the statement that makes its view, which is the server's, not the caller's.
     if isinstance(exc, duckdb.Error) and err.query_context is None and broken is None:
         err.query_context = duckdb_context(str(exc))
@@ -58,12 +63,17 @@ def without_paths(text: str, files: dict[str, str]) -> str:
     return _QUOTED_PATH.sub(lambda m: m.group(1) + m.group(2).rstrip("/").rsplit("/", 1)[-1], text)
 
 
-def _broken_file(exc: BaseException, files: dict[str, str]) -> CairnError | None:
-    """The 4004 for a file DuckDB cannot decode, naming its dataset; None for any other error."""
-    if not isinstance(exc, duckdb.Error) or isinstance(exc, duckdb.OutOfMemoryException | duckdb.InterruptException):
+def _broken_file(exc: BaseException, files: dict[str, str], opening: bool = False) -> CairnError | None:
+    """The 4004 for a file DuckDB cannot decode (or, `opening`, cannot open as its format), naming its
+    dataset; None for any other error."""
+    if not isinstance(exc, duckdb.Error) or isinstance(
+        exc, duckdb.OutOfMemoryException | duckdb.InterruptException | duckdb.PermissionException
+    ):
         return None
     text = str(exc)
-    if not _BROKEN_FILE.search(text):
+    if opening and isinstance(exc, duckdb.IOException) and ("No files found" in text or "No such file" in text):
+        return None
+    if not (_BROKEN_FILE.search(text) or (opening and files)):
         return None
     named = sorted({name for path, name in files.items() if path in text}) or sorted(set(files.values()))
     which = f"dataset '{named[0]}'" if len(named) == 1 else "a dataset of the call"

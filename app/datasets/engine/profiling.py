@@ -13,6 +13,9 @@ from typing import Any
 import duckdb
 
 from app.datasets.engine.databases import EngineConfig, run_locked
+from app.datasets.engine.dates import advice as date_advice
+from app.datasets.engine.dates import mask_sql, shares
+from app.datasets.engine.nested import flat_queries, is_nested, json_kinds, leaves, parsed
 from app.datasets.engine.query import summary_query
 from app.datasets.engine.rendering import capped_columns, capped_exprs
 from app.datasets.engine.sandbox import ident
@@ -28,6 +31,9 @@ from app.datasets.engine.values import (
     rows_as_dicts,
 )
 
+# What a profile holds, as part of its cache key: a profile cached by an older server, without what
+# was added since (inner fields, date formats), is not answered again.
+SHAPE = 2
 SAMPLE_VALUES = 3
 VALUE_CHARS = 60
 # A text column is a category when it holds at most this many distinct values, each seen at least
@@ -37,11 +43,10 @@ CATEGORY_MAX_DISTINCT = 1000
 SAMPLE_MODULUS = 1_000_003
 _SAMPLE_TABLE = "__cairn_profile_sample"
 _BOOLEAN_WORDS = ("y", "n", "yes", "no", "true", "false", "t", "f", "1", "0")
-# Checks on the sampled text (RE2 patterns): a number, a leading currency sign, thousands commas, a date.
+# Checks on the sampled text (RE2 patterns): a number, a leading currency sign, thousands commas.
 _NUMBER = r"[-+]?(\d+(\.\d*)?|\.\d+)([eE][-+]?\d+)?"
 _CURRENCY = r"^([-+]?)[$€£¥]\s*"
 _THOUSANDS = r"[-+]?\d{1,3}(,\d{3})+(\.\d+)?"
-_DATE = r"\d{4}[-/.]\d{1,2}[-/.]\d{1,2}([ T]\d{1,2}:\d{2}.*)?|\d{1,2}[-/.]\d{1,2}[-/.]\d{4}( \d{1,2}:\d{2}.*)?"
 # What a `detail: "summary"` reply keeps of a column (see `summary_line`).
 SUMMARY_FIELDS = ("name", "type", "null_pct", "unique_count", "sample_values", "stats")
 SUMMARY_VALUES = 2
@@ -54,7 +59,11 @@ def semantic_type(duck_type: str, distinct: int | None, filled: int) -> str:
     CATEGORY_MAX_DISTINCT) among its `filled` (non-null) values is a category."""
     t = duck_type.upper()
     if t.endswith("]"):  # a list or array of dates or numbers is none of them
-        return "string"
+        return "list"
+    if t.startswith(("STRUCT", "MAP")):
+        return "struct"
+    if t == "JSON":
+        return "json"
     if t in ("BOOLEAN", "BOOL"):
         return "bool"
     if t.startswith(("DATE", "TIMESTAMP", "TIME")):
@@ -89,19 +98,7 @@ def profile(
         types = {r[0]: str(r[1]) for r in described}
         stats: dict[str, dict[str, Any]] = {}
         if compute_stats:
-            for r in con.execute(summary_query(con, f"SELECT * FROM {view}", described)).fetchall():
-                stats[r[0]] = {
-                    "min": r[2],
-                    "max": r[3],
-                    "approx_unique": r[4],
-                    "avg": r[5],
-                    "std": r[6],
-                    "q25": r[7],
-                    "q50": r[8],
-                    "q75": r[9],
-                    "count": r[10],
-                    "null_pct": r[11],
-                }
+            stats = _summarized(con, f"SELECT * FROM {view}", described)
             row_count = int(next(iter(stats.values()))["count"]) if stats else 0
         else:
             parts = (
@@ -117,6 +114,7 @@ def profile(
                 stats[n] = {"approx_unique": distinct, "null_pct": null_pct, "count": row_count}
         cats = _top_values(con, view, names, types, stats, max_categories) if compute_stats and row_count else {}
         head_rows, checks = _inspect(con, view, names, types, row_count, sample_size)
+        inner = _inner_fields(con, view, max_categories) if compute_stats and row_count else {}
         return {
             "names": names,
             "types": types,
@@ -125,12 +123,62 @@ def profile(
             "head": head_rows,
             "cats": cats,
             "checks": checks,
+            "fields": inner,
         }
 
     # The view reads the file as execute_query does (DuckDB's own type detection): sniffing fewer rows
     # than DuckDB's default only risks a type that a later row fails to convert to.
     raw = run_locked(cfg, [src], work)
     return _assemble(raw, src, file_bytes, compute_stats)
+
+
+_SUMMARY_KEYS = ("min", "max", "approx_unique", "avg", "std", "q25", "q50", "q75", "count", "null_pct")
+
+
+def _summarized(con: duckdb.DuckDBPyConnection, query: str, described: list[Any]) -> dict[str, dict[str, Any]]:
+    """Each column of `query` (whose DESCRIBE rows are `described`): its `summary_query` statistics by
+    _SUMMARY_KEYS."""
+    rows = con.execute(summary_query(con, query, described)).fetchall()
+    return {r[0]: dict(zip(_SUMMARY_KEYS, r[2:], strict=True)) for r in rows}
+
+
+def _inner_fields(con: duckdb.DuckDBPyConnection, view: str, max_categories: int) -> dict[str, dict[str, Any]]:
+    """For each struct or list column of `view`, its first `nested.MAX_FIELDS` inner fields described as
+    columns are (path, semantic type, nulls, distinct values, DuckDB type and statistics; list items
+    counted one by one), and how many more it has. One pass per column read in place and one per list
+    unnested, plus one for top values."""
+    rel = con.sql(f"SELECT * FROM {view}")
+    if rel is None:
+        return {}
+    out: dict[str, dict[str, Any]] = {}
+    for name, dtype in zip(rel.columns, rel.types, strict=True):
+        if not is_nested(dtype):
+            continue
+        fields: list[dict[str, Any]] = []
+        for flat in flat_queries(view, name, dtype):
+            described = con.execute(f"DESCRIBE {flat}").fetchall()
+            paths = [str(r[0]) for r in described]
+            ptypes = {str(r[0]): str(r[1]) for r in described}
+            pstats = _summarized(con, flat, described)
+            count = int(next(iter(pstats.values()))["count"]) if pstats else 0
+            cats = _top_values(con, f"({flat})", paths, ptypes, pstats, max_categories) if count else {}
+            part = {"stats": pstats, "rows": count, "cats": cats}
+            for path in paths:
+                null_pct, distinct, filled = _counts(part, path)
+                sem = semantic_type(ptypes[path], distinct, filled)
+                entry: dict[str, Any] = {
+                    "path": path,
+                    "type": sem,
+                    "null_pct": round(null_pct, 2),
+                    "unique_count": distinct,
+                    "duckdb_type": ptypes[path],
+                }
+                detail = _stats(pstats.get(path, {}), sem, ptypes[path], cats.get(path), distinct)
+                if detail:
+                    entry["stats"] = detail
+                fields.append(entry)
+        out[name] = {"fields": fields, "omitted": max(0, len(leaves(name, dtype)) - len(fields))}
+    return out
 
 
 def _top_values(
@@ -225,7 +273,8 @@ _CHECKS = (
     "zeros",
     "booleans",
     "spellings",
-    "dates",
+    "date_masks",
+    "undated_example",
 )
 
 
@@ -234,7 +283,8 @@ def _text_checks(table: str, texts: list[str]) -> str:
     by _CHECKS over its non-null values: values; values with leading or trailing spaces; numbers once
     spaces, a currency sign, thousands commas and a percent sign are taken off, and of those the ones
     written with each and the ones with a leading zero; the most common value that is not a number;
-    boolean words and their distinct spellings; dates."""
+    boolean words and their distinct spellings; the histogram of the date formats that read each value
+    (`dates.mask_sql`) and the most common value that is neither a number nor a date."""
     # The columns are unpivoted into (col, v) so the expressions are planned once, not once per column.
     words = ", ".join(repr(w) for w in _BOOLEAN_WORDS)
     values = f"UNPIVOT (SELECT {', '.join(ident(n) for n in texts)} FROM {table}) ON COLUMNS(*) INTO NAME col VALUE v"
@@ -247,9 +297,10 @@ def _text_checks(table: str, texts: list[str]) -> str:
         "count_if(num AND v <> t), count_if(num AND ends_with(t, '%')), "
         "count_if(num AND regexp_matches(t, '^[-+]?0\\d')), "
         f"count_if(lower(t) IN ({words})), count(DISTINCT v) FILTER (WHERE lower(t) IN ({words})), "
-        f"count_if(regexp_full_match(t, '{_DATE}')) "
+        f"histogram(dmask), left(mode(v) FILTER (WHERE NOT num AND dmask = 0), {VALUE_CHARS + 1}) "
+        f"FROM (SELECT *, CASE WHEN num THEN 0 ELSE {mask_sql('t')} END AS dmask "
         f"FROM (SELECT col, v, t, regexp_full_match({cleaned}, '{_NUMBER}') AS num "
-        f"FROM (SELECT col, v, trim(v) AS t, {bare} AS b FROM ({values}))) GROUP BY col"
+        f"FROM (SELECT col, v, trim(v) AS t, {bare} AS b FROM ({values})))) GROUP BY col"
     )
 
 
@@ -268,6 +319,10 @@ def _assemble(raw: dict[str, Any], src: Source, file_bytes: int, compute_stats: 
     row_width = 0.0
     for i, name in enumerate(raw["names"]):
         col, width, null_pct = _column(raw, i, name, compute_stats)
+        check = raw["checks"].get(name) or {}
+        formats = shares(check.get("date_masks"), int(check.get("n") or 0))
+        if formats:
+            col["date_formats"] = formats
         columns.append(col)
         completeness.append(1.0 - null_pct / 100.0)
         row_width += width
@@ -302,6 +357,14 @@ def _column(raw: dict[str, Any], i: int, name: str, compute_stats: bool) -> tupl
     ctype = raw["types"][name]
     sem = semantic_type(ctype, distinct, filled)
     values, avg_len = _samples(raw["head"], i)
+    kinds: dict[str, int] = {}
+    if sem == "json":  # JSON text: shown as the JSON it is, described by the kinds of its sampled values
+        texts = [row[i] for row in raw["head"]]
+        values = []
+        for shown in (_clip(parsed(t)) for t in texts if t is not None):
+            if shown not in values and len(values) < SAMPLE_VALUES:
+                values.append(shown)
+        kinds = json_kinds(texts)
     col: dict[str, Any] = {
         "name": name,
         "type": sem,
@@ -314,6 +377,13 @@ def _column(raw: dict[str, Any], i: int, name: str, compute_stats: bool) -> tupl
         detail = _stats(raw["stats"].get(name, {}), sem, ctype, raw["cats"].get(name), distinct)
         if detail:
             col["stats"] = detail
+    if sem == "json" and kinds:
+        col["stats"] = {"json_kinds": kinds}
+    inner = raw.get("fields", {}).get(name)
+    if inner:
+        col["fields"] = inner["fields"]
+        if inner["omitted"]:  # said rather than left out silently
+            col["fields_omitted"] = inner["omitted"]
     return col, _width(sem, avg_len), null_pct
 
 
@@ -386,7 +456,7 @@ def _recommend(col: dict[str, Any], i: int, null_pct: float, rows: int, check: d
 def _advice(name: str, check: dict[str, Any] | None) -> str | None:
     """The one recommendation (or none) for a text column from the checks of its sampled values
     (`_text_checks`): boolean words spelt several ways, numbers stored as text, numbers mixed with text,
-    dates stored as text, padded values."""
+    dates stored as text in one format or several (`dates.advice`), padded values."""
     n = int((check or {}).get("n") or 0)
     if check is None or n == 0:
         return None
@@ -405,8 +475,9 @@ def _advice(name: str, check: dict[str, Any] | None) -> str | None:
         share = _pct(100.0 * (n - numbers) / n)
         example = _quoted(check["text_example"])
         return f"'{name}' is numbers with {share} text (e.g. {example}): TRY_CAST nulls those"
-    if check["dates"] == n:
-        return f"'{name}' holds dates as text: cast it with strptime"
+    dated = date_advice(name, check["date_masks"], n, check["undated_example"])
+    if dated:
+        return dated
     if check["padded"]:
         share = _pct(100.0 * int(check["padded"]) / n)
         return f"'{name}' is space-padded in {share} of values: trim() it"
@@ -458,13 +529,37 @@ def summary_line(column: dict[str, Any]) -> str:
         text += f" (+{more} more: {rest} rows)" if more else ""
     elif stats.get("min") is not None or stats.get("max") is not None:
         text = f"{brief(stats.get('min'))}..{brief(stats.get('max'))}"
-    values = [] if text else column["sample_values"][:SUMMARY_VALUES]
+    if "json_kinds" in stats:  # kinds of JSON in the sample, e.g. `object 40; string 12`
+        text = "; ".join(f"{kind} {n}" for kind, n in stats["json_kinds"].items())
+    if column["type"] in ("struct", "list", "json"):  # values are JSON: inner fields or kinds stand for them
+        fields = column.get("fields") or []
+        more = int(column.get("fields_omitted") or 0)
+        text = f"{len(fields)} inner field{'' if len(fields) == 1 else 's'}" if fields else text
+        text += f" (+{more} not described)" if fields and more else ""
+    values = [] if text or column["type"] in ("struct", "list", "json") else column["sample_values"][:SUMMARY_VALUES]
     null = round(float(column["null_pct"]), 1)
     cells = [column["name"], column["type"], int(null) if null.is_integer() else null, column["unique_count"]]
     cells += [" | ".join(brief(v) for v in values), text]
     out = io.StringIO()
     csv.writer(out, lineterminator="").writerow(cells)
     return out.getvalue()
+
+
+def summary_lines(column: dict[str, Any]) -> list[str]:
+    """A column of a full profile as `detail: "summary"` CSV lines: its own (`summary_line`), then one
+    per inner field of a struct or list column, named by its path (e.g. `customer.id`)."""
+    inner = [
+        {
+            "name": f["path"],
+            "type": f["type"],
+            "null_pct": f["null_pct"],
+            "unique_count": f["unique_count"],
+            "sample_values": [],
+            "stats": f.get("stats"),
+        }
+        for f in column.get("fields") or []
+    ]
+    return [summary_line(column), *(summary_line(f) for f in inner)]
 
 
 _TIMESTAMP = re.compile(r"(\d{4}-\d\d-\d\d)T(\d\d:\d\d)(:\d\d(?:\.\d+)?)?(.*)")

@@ -128,6 +128,8 @@ def _shown(expr: str, dtype: DuckDBPyType, budget: list[int], depth: int, cut: b
         return iso_text(f"format('{{}}', {expr})")
     if kind in _AS_TEXT:
         return f"format('{{}}', {expr})"
+    if kind == "float" and cut:  # a REAL as its shortest text reads, not the noise of its double
+        return f"CAST(CAST({expr} AS VARCHAR) AS DOUBLE)"
     if kind in _FIXED:
         return None
     budget[0] -= 1

@@ -33,8 +33,8 @@ def jsonable(value: Any, cut: bool = True) -> Any:
     holds them exactly (else their exact digits as a string), NaN and infinities as "NaN", "Infinity"
     and "-Infinity", dates and times in ISO 8601 (UTC for TIMESTAMPTZ), UUIDs as text, blobs as
     "base64:…", lists as arrays, structs and maps as objects. `cut` bounds it to what an answer shows
-    (CELL_CHARS characters of a text, BLOB_BYTES bytes of a blob, LIST_ITEMS items); an export keeps it
-    whole."""
+    (CELL_CHARS characters of a text, BLOB_BYTES bytes of a blob, LIST_ITEMS items, a double's
+    `shortest` form); an export keeps it whole."""
     if value is None or isinstance(value, bool):
         return value
     if isinstance(value, int):
@@ -43,7 +43,7 @@ def jsonable(value: Any, cut: bool = True) -> Any:
         return value[:CELL_CHARS] + "…" if cut and len(value) > CELL_CHARS else value
     if isinstance(value, float):
         if math.isfinite(value):
-            return value
+            return shortest(value) if cut else value
         return "NaN" if math.isnan(value) else "Infinity" if value > 0 else "-Infinity"
     if isinstance(value, decimal.Decimal):
         return _decimal(value)
@@ -62,6 +62,18 @@ def jsonable(value: Any, cut: bool = True) -> Any:
         return [jsonable(v, cut) for v in (value[:LIST_ITEMS] if cut else value)]
     text = str(value)
     return text[:CELL_CHARS] if cut else text
+
+
+# The significant digits a double holds reliably (DBL_DIG): any decimal of at most 15 digits reads back
+# from its double as itself, so only the float noise of arithmetic lies past them.
+FLOAT_DIGITS = 15
+
+
+def shortest(value: float) -> float:
+    """A finite double as answers show it: rounded to FLOAT_DIGITS significant digits (and written in
+    its shortest form), so that a sum's float noise goes (32763.999999999993 -> 32764.0, 0.1 + 0.2 ->
+    0.3) while every value written with 15 digits or fewer is shown as written."""
+    return float(f"{value:.{FLOAT_DIGITS}g}")
 
 
 def _decimal(value: decimal.Decimal) -> Any:

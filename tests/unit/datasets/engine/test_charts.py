@@ -71,3 +71,11 @@ def test_the_png_is_deflated_again_losslessly() -> None:
     assert small[8:33] == _chunk(b"IHDR", header) and small.endswith(_chunk(b"IEND", b""))
     (length,) = struct.unpack(">I", small[33:37])
     assert small[37:41] == b"IDAT" and zlib.decompress(small[41 : 41 + length]) == raw
+
+
+def test_whole_numbers_fall_one_value_per_bin() -> None:
+    """1..20 in 20 bins of one value each, not 19 whose last holds both 19 and 20."""
+    assert charts.bins(1, 20, 20, True) == (1.0, 1.0, 20)
+    start, step, count = charts.bins(1, 20, 19, True)  # too many values for one per bin: two per bin
+    assert step == 2 and count <= 19 and start <= 1 and start + (count - 1) * step <= 20 < start + count * step
+    assert charts.bins(0, 10, 10, False) == (0.0, 1.0, 10)  # real numbers: the last edge closed for hi

@@ -104,3 +104,21 @@ def test_without_paths_keeps_names_only() -> None:
     assert without_paths('read "/a/b/c.parquet" failed', {}) == 'read "c.parquet" failed'
     assert without_paths("read_csv('/srv/data/proj<<<...", {}) == "read_csv('proj<<<..."
     assert without_paths("1/2 is not a path", {}) == "1/2 is not a path"
+
+
+def test_suggested_columns_are_named_once(con: duckdb.DuckDBPyConnection) -> None:
+    err = translate(raised(con, "SELECT regon FROM people"), ["region", "region", "name", "region_id", "name"])
+    assert "Known columns include: region, region_id" in err.suggestions
+
+
+def test_a_file_that_cannot_be_opened_never_shows_the_view_that_opens_it(
+    con: duckdb.DuckDBPyConnection, tmp_path: Path
+) -> None:
+    path = tmp_path / "short.parquet"
+    path.write_bytes(b"PAR1")
+    exc = raised(con, f"CREATE VIEW short AS SELECT * FROM read_parquet('{path}')")
+    err = translate(exc, [], {str(path): "short"}, opening=True)
+    assert isinstance(err, QueryError) and err.message.startswith("The file of dataset 'short' cannot be read")
+    assert err.query_context is None and "VIEW" not in err.message and str(tmp_path) not in err.message
+    gone = raised(con, f"CREATE VIEW gone AS SELECT * FROM read_parquet('{tmp_path}/gone.parquet')")
+    assert isinstance(translate(gone, [], {f"{tmp_path}/gone.parquet": "gone"}, opening=True), NotFound)

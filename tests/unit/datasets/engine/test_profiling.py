@@ -56,7 +56,8 @@ def test_semantic_types() -> None:
     assert profiling.semantic_type("DECIMAL(9,2)", 10, 10) == "float64"
     assert profiling.semantic_type("TIMESTAMP WITH TIME ZONE", 10, 10) == "datetime"
     assert profiling.semantic_type("BOOLEAN", 2, 10) == "bool"
-    assert profiling.semantic_type("INTEGER[]", 2, 10) == "string"
+    assert profiling.semantic_type("INTEGER[]", 2, 10) == "list"
+    assert profiling.semantic_type("STRUCT(id BIGINT)", 2, 10) == "struct"
     assert profiling.semantic_type("VARCHAR", 3, 6) == "category"  # each value seen twice on average
     assert profiling.semantic_type("VARCHAR", 3, 5) == "string"
     assert profiling.semantic_type("VARCHAR", profiling.CATEGORY_MAX_DISTINCT + 1, 10**6) == "string"
@@ -118,3 +119,36 @@ def test_a_stratified_sample_represents_every_group(tmp_path: Path) -> None:
     assert sorted(r["g"] for r in sampled["rows"]) == ["a", "a", "a", "a", "b"]
     again = profiling.sample(roomy, src, strategy="stratified", size=5, columns=None, stratify_column="g", seed=3)
     assert again["rows"] == sampled["rows"]  # seeded: the same rows again
+
+
+def test_nested_columns_get_their_inner_fields_and_dates_their_formats(cfg: databases.EngineConfig) -> None:
+    path = cfg.roots[0] / "events.ndjson"
+    lines = [
+        f'{{"id": {i}, "customer": {{"id": {i % 3}, "city": "東京"}}, "tags": ["a", "b"], "day": "{day}"}}'
+        for i, day in enumerate(["2025-01-02", "02/01/2025", "2025-01-03", "13/01/2025"])
+    ]
+    path.write_text("\n".join(lines) + "\n")
+    src = sources.make_source("events", str(path), [path])
+    prof = profiling.profile(cfg, src, sample_size=100, compute_stats=True, max_categories=5)
+    cols = {c["name"]: c for c in prof["schema"]["columns"]}
+    assert cols["customer"]["type"] == "struct" and cols["tags"]["type"] == "list"
+    assert [f["path"] for f in cols["customer"]["fields"]] == ["customer.id", "customer.city"]
+    assert cols["customer"]["fields"][0]["stats"]["max"] == 2
+    assert cols["tags"]["fields"][0]["path"] == "tags[]" and cols["tags"]["fields"][0]["unique_count"] == 2
+    assert cols["day"]["date_formats"] == {"%Y-%m-%d": 0.5, "%d/%m/%Y": 0.5}
+    assert any(r.startswith("'day' mixes 2 date formats") for r in prof["recommendations"])
+    lines_out = profiling.summary_lines(cols["customer"])
+    assert lines_out[0] == "customer,struct,0,3,,2 inner fields"
+    assert lines_out[1].startswith("customer.id,int64,0,") and lines_out[1].endswith(",0..2")
+
+
+def test_a_wide_struct_says_how_many_inner_fields_it_leaves_undescribed(cfg: databases.EngineConfig) -> None:
+    path = cfg.roots[0] / "wide.ndjson"
+    inner = ", ".join(f'"f{i}": {i}' for i in range(30))
+    path.write_text(f'{{"w": {{{inner}}}}}\n{{"w": {{{inner}}}}}\n')
+    src = sources.make_source("wide", str(path), [path])
+    prof = profiling.profile(cfg, src, sample_size=100, compute_stats=True, max_categories=5)
+    wide = prof["schema"]["columns"][0]
+    assert [f["path"] for f in wide["fields"]] == [f"w.f{i}" for i in range(24)]
+    assert wide["fields_omitted"] == 6
+    assert profiling.summary_lines(wide)[0].endswith(",24 inner fields (+6 not described)")

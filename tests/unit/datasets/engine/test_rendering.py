@@ -117,3 +117,14 @@ def test_a_json_export_writes_numbers_by_the_rendering_rule() -> None:
         "items": [1.25],
         "text": "x",
     }
+
+
+def test_floats_are_shown_without_their_noise(cfg: databases.EngineConfig) -> None:
+    """A REAL is shown as its own shortest text, not the digits of the double it widens to; a DOUBLE to
+    15 significant digits (a sum's float noise gone)."""
+    path = stored(
+        cfg,
+        "SELECT 0.1::REAL AS r, [0.1::REAL] AS rs, 0.1::DOUBLE + 0.2 AS d, 32763.999999999993::DOUBLE AS s, "
+        "'inf'::REAL AS inf",
+    )
+    assert query.read_rows(cfg, path, 0, 1) == [{"r": 0.1, "rs": [0.1], "d": 0.3, "s": 32764.0, "inf": "Infinity"}]

@@ -71,3 +71,11 @@ def test_numeric_types_and_sizes() -> None:
         {"a": 1, "b": "base64:AA=="},
         {"a": None, "b": "t"},
     ]
+
+
+def test_doubles_are_shown_to_fifteen_digits_and_exports_keep_them_whole() -> None:
+    assert values.jsonable(0.1 + 0.2) == 0.3
+    assert values.jsonable(32763.999999999993) == 32764.0
+    assert values.jsonable([2.675, 19.99, 1e-300, 123456789012345.0]) == [2.675, 19.99, 1e-300, 123456789012345.0]
+    assert values.jsonable(0.1 + 0.2, cut=False) == 0.30000000000000004
+    assert values.shortest(-1234.5678901234567) == -1234.56789012346
