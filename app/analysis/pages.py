@@ -37,7 +37,7 @@ router = console_router("/analysis")
 MODES = ("describe", "aggregate", "filter", "sample", "semantic")
 PAGE = 20
 RUNS = 10  # act runs listed on a session's page (each run's page lists its ids)
-RUN_IDS = 200  # failed and unknown ids per act run page
+RUN_IDS = 100  # failed and unknown ids per act run page (the most analysis_act_runs pages)
 CHART_GROUPS = 40  # bars drawn of an aggregate (the table lists every group returned)
 LABEL_CHARS = 40
 
