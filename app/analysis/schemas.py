@@ -93,7 +93,9 @@ class IngestOut(BaseModel):
     capped: bool = Field(default=False, description="Stopped at the 50-page (or 25-parent) cap")
     next_page: int | None = Field(default=None, description="Page number a resume would start at")
     pages_remaining: int | None = Field(
-        default=None, description="Pages still to fetch, from the upstream's total at the page size it sends"
+        default=None,
+        exclude_if=lambda v: v is None,
+        description="Pages still to fetch, from the upstream's total at the page size it sends",
     )
     page_size: int | None = Field(
         default=None, description="Records per page as the upstream sent them, when it capped below per_page"
@@ -103,8 +105,12 @@ class IngestOut(BaseModel):
     )
     warnings: list[str] | None = Field(default=None, description="Things this call could not do as asked")
     parents_processed: int | None = Field(default=None, description="Nested: parents whose children were listed")
-    parents_failed: int | None = Field(default=None, description="Nested: parents whose children could not be listed")
-    failed_parents: list[str] | None = Field(default=None, description="Nested: the ids of those parents")
+    parents_failed: int | None = Field(
+        default=None, exclude_if=lambda v: v is None, description="Nested: parents whose children could not be listed"
+    )
+    failed_parents: list[str] | None = Field(
+        default=None, exclude_if=lambda v: v is None, description="Nested: the ids of those parents"
+    )
     parents_remaining: int | None = Field(
         default=None, description="Nested: parents a resume walks (from the first failure on, else those not reached)"
     )
@@ -244,7 +250,9 @@ class QueryOut(BaseModel):
         default=None, exclude_if=lambda v: v is None, description="semantic: the best score among the candidates"
     )
     truncated: bool = Field(default=False, description="Something was left out: `cut` says what, why and how")
-    cut: Cut | None = Field(default=None, description="What was left out, why, and the call that gets it")
+    cut: Cut | None = Field(
+        default=None, exclude_if=lambda v: v is None, description="What was left out, why, and the call that gets it"
+    )
     warnings: list[str] | None = Field(
         default=None,
         description="Conditions or fields that cannot match as written (unknown field, other type, other case)",
@@ -317,8 +325,14 @@ class ActOut(BaseModel):
     warnings: list[str] | None = Field(
         default=None, description="Why `where` matched nothing, when it cannot match as written"
     )
-    cut: Cut | None = Field(default=None, description="Dry run: what sample_data left out, why, and how to see it")
-    run_id: int | None = Field(default=None, description="Live run: its record, listed by analysis_act_runs")
+    cut: Cut | None = Field(
+        default=None,
+        exclude_if=lambda v: v is None,
+        description="Dry run: what sample_data left out, why, and how to see it",
+    )
+    run_id: int | None = Field(
+        default=None, exclude_if=lambda v: v is None, description="Live run: its record, listed by analysis_act_runs"
+    )
     message: str
     tokens: int = 0
 

@@ -59,6 +59,10 @@ class ActRunsOut(BaseModel):
     runs: list[ActRunRow]
     total: int = Field(description="Runs the session holds (with run_id: 1)")
     next_offset: int | None = None
-    cut: Cut | None = Field(default=None, description="What this reply left out, why, and the call that gets it")
+    cut: Cut | None = Field(
+        default=None,
+        exclude_if=lambda v: v is None,
+        description="What this reply left out, why, and the call that gets it",
+    )
     message: str
     tokens: int = 0

@@ -103,6 +103,10 @@ class SessionOut(BaseModel):
     page_summaries: list[FindingRow]
     page_summaries_total: int
     last_activity: datetime | None = None
-    cut: Cut | None = Field(default=None, description="What the listing left out, why, and the call that gets it")
+    cut: Cut | None = Field(
+        default=None,
+        exclude_if=lambda v: v is None,
+        description="What the listing left out, why, and the call that gets it",
+    )
     message: str
     tokens: int = 0
