@@ -78,6 +78,17 @@ class IngestIn(_Session):
         return self
 
 
+class Cut(BaseModel):
+    """What a reply left out to stay within its limits, why, and the call that gets it."""
+
+    omitted: str = Field(description="What was left out: rows, groups or findings by count, fields by name")
+    why: str = Field(description="The limit that cut it (the reply budget, a limit, a value's length)")
+    how: str = Field(description="The call that gets what was left out")
+    next_offset: int | None = Field(
+        default=None, exclude_if=lambda v: v is None, description="The offset that continues after what is shown"
+    )
+
+
 class IngestOut(BaseModel):
     """Status of an ingest: counts only, never the rows."""
 
@@ -104,6 +115,9 @@ class IngestOut(BaseModel):
         default=None, description="Upstream key paths stored under another name (first 20)"
     )
     warnings: list[str] | None = Field(default=None, description="Things this call could not do as asked")
+    cut: Cut | None = Field(
+        default=None, exclude_if=lambda v: v is None, description="What renamed left out, and where to read it"
+    )
     parents_processed: int | None = Field(default=None, description="Nested: parents whose children were listed")
     parents_failed: int | None = Field(
         default=None, exclude_if=lambda v: v is None, description="Nested: parents whose children could not be listed"
@@ -212,17 +226,6 @@ class FindingHit(BaseModel):
     )
 
 
-class Cut(BaseModel):
-    """What a reply left out to stay within its limits, why, and the call that gets it."""
-
-    omitted: str = Field(description="What was left out: rows, groups or findings by count, fields by name")
-    why: str = Field(description="The limit that cut it (the reply budget, a limit, a value's length)")
-    how: str = Field(description="The call that gets what was left out")
-    next_offset: int | None = Field(
-        default=None, exclude_if=lambda v: v is None, description="The offset that continues after what is shown"
-    )
-
-
 class QueryOut(BaseModel):
     """Result of analysis_query (the fields used depend on the mode)."""
 
@@ -328,7 +331,7 @@ class ActOut(BaseModel):
     cut: Cut | None = Field(
         default=None,
         exclude_if=lambda v: v is None,
-        description="Dry run: what sample_data left out, why, and how to see it",
+        description="What sample_data (dry run) or the first errors and ids (live) left out, and how to see it",
     )
     run_id: int | None = Field(
         default=None, exclude_if=lambda v: v is None, description="Live run: its record, listed by analysis_act_runs"

@@ -23,7 +23,7 @@ from app.analysis.catalog import ActionCfg, WritableModel
 from app.analysis.cuts import bounded_rows, budget_why, joined, shortened_part
 from app.analysis.repository import AnalysisRepository
 from app.analysis.repository_runs import ActRunRepository, RunRecord
-from app.analysis.schemas import ActError, ActIn, ActOut, ActSummary, IngestedRange
+from app.analysis.schemas import ActError, ActIn, ActOut, ActSummary, Cut, IngestedRange
 from app.analysis.service import (
     catalog,
     check_impersonation,
@@ -150,6 +150,7 @@ async def act(ctx: CallContext, args: ActIn) -> ActOut:
     out = _reply(args, run)
     out.run_id = await log_run.store(ctx.session, list(accepted))
     out.message += f" Recorded as act run {out.run_id}: analysis_act_runs lists it with every failed id."
+    out.cut = _ids_cut(out)
     if not matched:
         out.warnings = await where_warnings(repo, pid, args.analysis_id, args.model, w, {})
     return with_tokens(out)
@@ -247,6 +248,24 @@ async def _dry_run(ctx: CallContext, repo: AnalysisRepository, pid: uuid.UUID, a
         warnings=await where_warnings(repo, pid, args.analysis_id, args.model, w, {}) if info["count"] == 0 else None,
         message=f"Dry run: {args.action} would apply to {info['count']} {args.model} record(s); "
         "nothing was sent upstream.",
+    )
+
+
+def _ids_cut(out: ActOut) -> Cut | None:
+    """What a live reply's first errors and unknown ids left out, and the run that lists them all."""
+    s = out.summary
+    assert s is not None
+    parts = []
+    if s.failed > len(out.sample_errors or []):
+        parts.append(f"{s.failed - len(out.sample_errors or [])} more failed record(s) after the first {SAMPLE_ERRORS}")
+    if s.unknown > len(out.unknown_ids or []):
+        parts.append(f"{s.unknown - len(out.unknown_ids or [])} more unknown id(s) after the first {SAMPLE_IDS}")
+    if not parts:
+        return None
+    return Cut(
+        omitted="; ".join(parts),
+        why=f"a reply shows the first {SAMPLE_ERRORS} errors and {SAMPLE_IDS} unknown ids",
+        how=f"analysis_act_runs with run_id {out.run_id} pages through every failed and unknown id",
     )
 
 

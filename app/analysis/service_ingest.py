@@ -12,7 +12,7 @@ from typing import Any
 
 from app.analysis.catalog import ChildCfg, ModelCfg, PaginationCfg, UpstreamCatalog
 from app.analysis.repository import FINDING_TARGET, AnalysisRepository
-from app.analysis.schemas import IngestIn, IngestOut
+from app.analysis.schemas import Cut, IngestIn, IngestOut
 from app.analysis.service import catalog, check_impersonation, project_for_write, settings, upstream_client, with_tokens
 from app.analysis.summaries import summarize
 from app.analysis.upstream import (
@@ -136,6 +136,17 @@ class _Records:
     def renamed(self) -> dict[str, str] | None:
         """The first keys renamed to stored names (the reply shows them)."""
         return dict(list(self.shaper.names.items())[:MAX_RENAMED]) or None
+
+    def cut(self) -> Cut | None:
+        """What the reply's `renamed` left out, when more keys were renamed than it lists."""
+        left = len(self.shaper.names) - MAX_RENAMED
+        if left <= 0:
+            return None
+        return Cut(
+            omitted=f"{left} more renamed key(s) after the first {MAX_RENAMED} in renamed",
+            why=f"a reply lists {MAX_RENAMED} renamed keys",
+            how="analysis_query mode describe lists every stored field name",
+        )
 
 
 @dataclass(frozen=True)
@@ -409,6 +420,7 @@ def _top_level_out(
         pages_remaining=left,
         page_size=walk.largest if walk.capped_size else None,
         renamed=records.renamed(),
+        cut=records.cut(),
         warnings=records.warnings() or None,
         page_summaries=len(walk.summaries),
         error=walk.error,
@@ -626,6 +638,7 @@ def _nested_out(
         failed_parents=batch.failed[:MAX_PARENTS] or None,
         parents_remaining=remaining,
         renamed=records.renamed(),
+        cut=records.cut(),
         warnings=warnings or None,
         page_summaries=pages,
         error=batch.error,

@@ -224,6 +224,8 @@ async def test_act_runs_are_recorded_whatever_the_transport(
         )
     assert live["summary"]["failed"] == len(_nordpost_failures()) and live["run_id"] is not None
     assert {e["status_code"] for e in live["sample_errors"]} == {409, 500}
+    assert live["cut"]["omitted"] == f"{len(_nordpost_failures()) - 5} more failed record(s) after the first 5"
+    assert f"analysis_act_runs with run_id {live['run_id']}" in live["cut"]["how"]
     async with httpx.AsyncClient(base_url=server.url, headers={"Authorization": f"Bearer {WRITE_KEY}"}) as writer:
         refused = await Caller(rest=writer)(
             "analysis_act",

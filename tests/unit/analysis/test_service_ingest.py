@@ -84,3 +84,14 @@ def test_pages_left_follow_the_page_size_the_upstream_sends() -> None:
     done = _Walk(token=None, pages_done=3, total=120)
     assert done.pages_left(50, offset) == 0
     assert _Walk(token=5, pages_done=1, total=None).pages_left(50, offset) is None
+
+
+def test_renamed_keys_past_the_listed_ones_are_named_as_cut() -> None:
+    records = _Records.of(ChildCfg(path="/x/{parent_id}/y"), None)
+    records.record({f"key-{n}": n for n in range(25)})
+    assert records.renamed() is not None and len(records.renamed() or {}) == 20
+    cut = records.cut()
+    assert cut is not None and cut.omitted.startswith("5 more renamed key(s)") and "describe" in cut.how
+    few = _Records.of(ChildCfg(path="/x/{parent_id}/y"), None)
+    few.record({"a-b": 1})
+    assert few.cut() is None
