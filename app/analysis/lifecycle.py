@@ -20,8 +20,8 @@ log = logging.getLogger("cairn.analysis.lifecycle")
 
 
 async def sweep_expired(db: Database, batch: int = 10_000) -> dict[str, int]:
-    """Delete every expired record, ephemeral finding and ingest state; returns counts per table."""
-    totals = {"analysis_records": 0, "analysis_findings": 0, "analysis_ingest_state": 0}
+    """Delete every expired record, ephemeral finding, ingest state and act run; returns counts per table."""
+    totals = {"analysis_records": 0, "analysis_findings": 0, "analysis_ingest_state": 0, "analysis_act_runs": 0}
     while True:
         async with db.transaction() as session:
             counts = await AnalysisRepository(session).evict_expired(batch)

@@ -8,7 +8,7 @@ from typing import Any
 
 from pgvector.sqlalchemy import SPARSEVEC, Vector
 from sqlalchemy import BigInteger, Boolean, Computed, DateTime, ForeignKey, Identity, Integer, String, Text, func
-from sqlalchemy.dialects.postgresql import JSONB, TSVECTOR, UUID
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB, TSVECTOR, UUID
 from sqlalchemy.orm import Mapped, mapped_column
 
 from app.core.db import Base
@@ -83,4 +83,35 @@ class AnalysisIngestState(Base):
     complete: Mapped[bool] = mapped_column(Boolean, default=False)
     total_available: Mapped[int | None] = mapped_column(Integer, nullable=True)
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class AnalysisActRun(Base):
+    """One live analysis_act run: what it did, when, by which key, and how it went (analysis_0003_act_runs)."""
+
+    __tablename__ = "analysis_act_runs"
+
+    id: Mapped[int] = mapped_column(BigInteger, Identity(), primary_key=True)
+    project_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), ForeignKey("projects.id", ondelete="CASCADE"))
+    analysis_id: Mapped[str] = mapped_column(String(128))
+    model: Mapped[str] = mapped_column(String(64))
+    action: Mapped[str] = mapped_column(String(16))
+    where: Mapped[dict[str, Any] | None] = mapped_column(JSONB, nullable=True)
+    attributes: Mapped[dict[str, Any] | None] = mapped_column(JSONB, nullable=True)
+    state: Mapped[str] = mapped_column(String(16))
+    key_id: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    key_name: Mapped[str] = mapped_column(String(200))
+    transport: Mapped[str] = mapped_column(String(16))
+    total: Mapped[int] = mapped_column(Integer)
+    succeeded: Mapped[int] = mapped_column(Integer)
+    failed: Mapped[int] = mapped_column(Integer)
+    unknown: Mapped[int] = mapped_column(Integer)
+    not_attempted: Mapped[int] = mapped_column(Integer)
+    already_done: Mapped[int] = mapped_column(Integer)
+    deadline_reached: Mapped[bool] = mapped_column(Boolean)
+    failed_ids: Mapped[list[str]] = mapped_column(ARRAY(Text))
+    unknown_ids: Mapped[list[str]] = mapped_column(ARRAY(Text))
+    errors: Mapped[list[dict[str, Any]]] = mapped_column(JSONB)
+    started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    finished_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
     expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))

@@ -36,6 +36,8 @@ log = logging.getLogger("cairn.console.analysis")
 router = console_router("/analysis")
 MODES = ("describe", "aggregate", "filter", "sample", "semantic")
 PAGE = 20
+RUNS = 10  # act runs listed on a session's page (each run's page lists its ids)
+RUN_IDS = 100  # failed and unknown ids per act run page (the most analysis_act_runs pages)
 CHART_GROUPS = 40  # bars drawn of an aggregate (the table lists every group returned)
 LABEL_CHARS = 40
 
@@ -218,7 +220,7 @@ async def session_page(request: Request, analysis_id: str) -> Response:
             result, chart = await _run_query(view, analysis_id, project, query)
         except CairnError as exc:
             error = _error(exc)
-    return _render_session(view, session, project, qform=query, result=result, query_error=error, chart=chart)
+    return await _render_session(view, session, project, qform=query, result=result, query_error=error, chart=chart)
 
 
 async def _run_query(view: Viewer, aid: str, project: str, query: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
@@ -251,17 +253,20 @@ async def _run_query(view: Viewer, aid: str, project: str, query: dict[str, Any]
     return result, chart
 
 
-def _render_session(view: Viewer, session: dict[str, Any], project: str, **context: Any) -> Response:
+async def _render_session(view: Viewer, session: dict[str, Any], project: str, **context: Any) -> Response:
     context.setdefault("qform", {"mode": "", "model": "", "group_by": "", "where": "", "query": "", "limit": ""})
     for name in ("result", "query_error", "chart", "act", "act_error", "act_form", "ingest_error"):
         context.setdefault(name, None)
     aid = session["analysis_id"]
     base = f"/ui/analysis/sessions/{quote(aid, safe='')}"
+    runs = await view.call("analysis_act_runs", with_project({"analysis_id": aid, "limit": RUNS}, project))
     return view.render(
         "analysis/session.html",
         session=session,
         project=project,
         base=base,
+        runs=runs,
+        project_query=f"?{urlencode({'project': project})}" if project else "",
         back=f"/ui/analysis{'?' + urlencode({'project': project}) if project else ''}",
         modes=MODES,
         describe_blocks=describe_blocks,
@@ -301,7 +306,7 @@ async def act(request: Request, analysis_id: str) -> Response:
     except CairnError as exc:
         error = _error(exc)
     session = await _session(view, analysis_id, project)
-    return _render_session(view, session, project, act=result, act_error=error, act_form=form)
+    return await _render_session(view, session, project, act=result, act_error=error, act_form=form)
 
 
 @router.post("/sessions/{analysis_id}/ingest")
@@ -314,7 +319,7 @@ async def ingest_more(request: Request, analysis_id: str) -> Response:
         done = await _ingest(view, fields, analysis_id, project)
     except CairnError as exc:
         session = await _session(view, analysis_id, project)
-        return _render_session(view, session, project, ingest_error=_error(exc))
+        return await _render_session(view, session, project, ingest_error=_error(exc))
     return view.redirect(_session_url(analysis_id, project), flash=done["message"])
 
 
@@ -327,3 +332,27 @@ async def clear(request: Request, analysis_id: str) -> Response:
     done = await view.call("analysis_clear", with_project({"analysis_id": analysis_id}, project))
     back = "/ui/analysis" + (f"?{urlencode({'project': project})}" if project else "")
     return view.redirect(back, flash=done["message"])
+
+
+@router.get("/sessions/{analysis_id}/act-runs/{run_id}")
+async def act_run_page(request: Request, analysis_id: str, run_id: str) -> Response:
+    """One act run: what, when, by which key, its outcome and its failed and unknown ids (paged)."""
+    view = await viewer(request)
+    project = chosen_project(request)
+    number = whole_number(run_id, "run_id")
+    offset = max(whole_number(request.query_params.get("offset", ""), "offset") or 0, 0)
+    args = {"analysis_id": analysis_id, "run_id": number, "limit": RUN_IDS, "offset": offset}
+    shown = await view.call("analysis_act_runs", with_project(args, project))
+    base = f"/ui/analysis/sessions/{quote(analysis_id, safe='')}"
+    next_url = None
+    if shown["next_offset"] is not None:
+        query = {"offset": shown["next_offset"], **({"project": project} if project else {})}
+        next_url = f"{base}/act-runs/{number}?{urlencode(query)}"
+    return view.render(
+        "analysis/act_run.html",
+        analysis_id=analysis_id,
+        run=shown["runs"][0],
+        message=shown["message"],
+        back=_session_url(analysis_id, project),
+        next_url=next_url,
+    )

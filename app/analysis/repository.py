@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import text
+from sqlalchemy.exc import DBAPIError
 
 from app.analysis.validation import FIELD, Where
 from app.core.embeddings.knn import KnnQuery, nearest_rows
@@ -117,12 +118,13 @@ class AnalysisRepository(Repository):
 
     # -- lifecycle --------------------------------------------------------------------------
     async def evict_expired(self, batch: int = 5000) -> dict[str, int]:
-        """Delete expired records, ephemeral findings and ingest states (bounded per call)."""
+        """Delete expired records, ephemeral findings, ingest states and act runs (bounded per call)."""
         counts = {}
         for table, cond in (
             ("analysis_records", "expires_at <= now()"),
             ("analysis_findings", "expires_at IS NOT NULL AND expires_at <= now()"),
             ("analysis_ingest_state", "expires_at <= now()"),
+            ("analysis_act_runs", "expires_at <= now()"),
         ):
             key = "ctid"
             result = await self.session.execute(
@@ -237,18 +239,58 @@ class AnalysisRepository(Repository):
         )
         return (int(rows[0]["distinct_n"]) if rows else 0), [r["v"] for r in rows]
 
+    async def value_range(
+        self, pid: uuid.UUID, aid: str, model: str, field: str, kind: str, sample: int
+    ) -> tuple[Any, Any] | None:
+        """(min, max) of a field read as 'numeric' or 'date' (timestamptz) over the first `sample`
+        records; None when no record has such a value."""
+        expr = num_expr(field) if kind == "numeric" else ts_expr(field)
+        sql = (
+            f"SELECT min(v) AS lo, max(v) AS hi FROM (SELECT {expr} AS v FROM analysis_records WHERE {SCOPE} "
+            "ORDER BY id LIMIT :n) s"
+        )
+        params = {"pid": pid, "aid": aid, "model": model, "n": sample}
+        try:
+            # A text that starts like a date but is none (2025-02-31) fails the cast: the savepoint keeps
+            # the call's transaction usable, and the field is then no date field.
+            async with self.session.begin_nested():
+                rows = await self.rows(sql, params)
+        except DBAPIError:
+            return None
+        return None if not rows or rows[0]["lo"] is None else (rows[0]["lo"], rows[0]["hi"])
+
+    async def case_variants(
+        self, pid: uuid.UUID, aid: str, model: str, field: str, value: str, limit: int = 3
+    ) -> list[tuple[str, int]]:
+        """The stored spellings of `value` in another case (value, records), most common first."""
+        rows = await self.rows(
+            f"SELECT {text_expr(field)} AS v, count(*) AS n FROM analysis_records WHERE {SCOPE} "
+            f"AND jsonb_typeof(data->'{_key(field)}') = 'string' AND lower({text_expr(field)}) = lower(:v) "
+            f"AND {text_expr(field)} <> :v GROUP BY 1 ORDER BY 2 DESC, 1 LIMIT :lim",
+            {"pid": pid, "aid": aid, "model": model, "v": value, "lim": limit},
+        )
+        return [(r["v"], int(r["n"])) for r in rows]
+
     async def aggregate(
-        self, pid: uuid.UUID, aid: str, model: str, field: str, w: Where, limit: int
+        self, pid: uuid.UUID, aid: str, model: str, field: str, w: Where, limit: int, offset: int = 0
     ) -> tuple[int, int, list[tuple[Any, int]]]:
-        """(matching total, distinct values, [(value, count)] by count desc)."""
-        params: dict[str, Any] = {"pid": pid, "aid": aid, "model": model, "lim": limit}
+        """(matching total, distinct values, [(value, count)] by count desc from `offset` on)."""
+        params: dict[str, Any] = {"pid": pid, "aid": aid, "model": model, "lim": limit, "off": offset}
         cond = where_sql(w, params)
         rows = await self.rows(
             f"SELECT v, c, total, groups FROM (SELECT data->'{_key(field)}' AS v, count(*) AS c, "
             f"sum(count(*)) OVER () AS total, count(*) OVER () AS groups FROM analysis_records "
-            f"WHERE {SCOPE} AND {cond} GROUP BY 1) g ORDER BY c DESC, v::text LIMIT :lim",
+            f"WHERE {SCOPE} AND {cond} GROUP BY 1) g ORDER BY c DESC, v::text LIMIT :lim OFFSET :off",
             params,
         )
+        if not rows and offset:  # past the last group: the totals still tell where it is
+            counted = await self.rows(
+                f"SELECT count(*) AS total, count(DISTINCT data->'{_key(field)}') + "
+                f"(count(*) > count(data->'{_key(field)}'))::int AS groups FROM analysis_records "
+                f"WHERE {SCOPE} AND {cond}",
+                params,
+            )
+            return int(counted[0]["total"]), int(counted[0]["groups"]), []
         if not rows:
             return 0, 0, []
         return int(rows[0]["total"]), int(rows[0]["groups"]), [(r["v"], int(r["c"])) for r in rows]

@@ -78,6 +78,17 @@ class IngestIn(_Session):
         return self
 
 
+class Cut(BaseModel):
+    """What a reply left out to stay within its limits, why, and the call that gets it."""
+
+    omitted: str = Field(description="What was left out: rows, groups or findings by count, fields by name")
+    why: str = Field(description="The limit that cut it (the reply budget, a limit, a value's length)")
+    how: str = Field(description="The call that gets what was left out")
+    next_offset: int | None = Field(
+        default=None, exclude_if=lambda v: v is None, description="The offset that continues after what is shown"
+    )
+
+
 class IngestOut(BaseModel):
     """Status of an ingest: counts only, never the rows."""
 
@@ -92,6 +103,11 @@ class IngestOut(BaseModel):
     complete: bool = Field(description="True when the listing reached its end")
     capped: bool = Field(default=False, description="Stopped at the 50-page (or 25-parent) cap")
     next_page: int | None = Field(default=None, description="Page number a resume would start at")
+    pages_remaining: int | None = Field(
+        default=None,
+        exclude_if=lambda v: v is None,
+        description="Pages still to fetch, from the upstream's total at the page size it sends",
+    )
     page_size: int | None = Field(
         default=None, description="Records per page as the upstream sent them, when it capped below per_page"
     )
@@ -99,8 +115,19 @@ class IngestOut(BaseModel):
         default=None, description="Upstream key paths stored under another name (first 20)"
     )
     warnings: list[str] | None = Field(default=None, description="Things this call could not do as asked")
-    parents_processed: int | None = None
-    parents_remaining: int | None = None
+    cut: Cut | None = Field(
+        default=None, exclude_if=lambda v: v is None, description="What renamed left out, and where to read it"
+    )
+    parents_processed: int | None = Field(default=None, description="Nested: parents whose children were listed")
+    parents_failed: int | None = Field(
+        default=None, exclude_if=lambda v: v is None, description="Nested: parents whose children could not be listed"
+    )
+    failed_parents: list[str] | None = Field(
+        default=None, exclude_if=lambda v: v is None, description="Nested: the ids of those parents"
+    )
+    parents_remaining: int | None = Field(
+        default=None, description="Nested: parents a resume walks (from the first failure on, else those not reached)"
+    )
     page_summaries: int = Field(description="page_summary findings stored (searchable at once)")
     error: str | None = Field(default=None, description="Upstream failure that stopped the ingest early")
     message: str
@@ -167,7 +194,7 @@ class QueryIn(_Session):
     limit: int | None = Field(
         default=None, ge=1, le=200, description="filter: rows (default 20, cap 200); aggregate: groups (default 50)"
     )
-    offset: int = Field(default=0, ge=0, le=1_000_000, description="filter: rows to skip")
+    offset: int = Field(default=0, ge=0, le=1_000_000, description="filter: rows to skip; aggregate: groups to skip")
     sample_size: int = Field(default=5, ge=1, le=50, description="sample: rows (cap 50)")
     stratify_by: str | None = Field(default=None, max_length=64, description="sample: spread over this field")
     proximity: ProximityIn | None = None
@@ -225,9 +252,13 @@ class QueryOut(BaseModel):
     best_score: float | None = Field(
         default=None, exclude_if=lambda v: v is None, description="semantic: the best score among the candidates"
     )
-    truncated: bool = False
+    truncated: bool = Field(default=False, description="Something was left out: `cut` says what, why and how")
+    cut: Cut | None = Field(
+        default=None, exclude_if=lambda v: v is None, description="What was left out, why, and the call that gets it"
+    )
     warnings: list[str] | None = Field(
-        default=None, description="Conditions or fields that cannot match as written (unknown field, other type)"
+        default=None,
+        description="Conditions or fields that cannot match as written (unknown field, other type, other case)",
     )
     tokens: int = 0
 
@@ -296,6 +327,14 @@ class ActOut(BaseModel):
     unknown_ids: list[str] | None = Field(default=None, description="First 10 records whose outcome is unknown")
     warnings: list[str] | None = Field(
         default=None, description="Why `where` matched nothing, when it cannot match as written"
+    )
+    cut: Cut | None = Field(
+        default=None,
+        exclude_if=lambda v: v is None,
+        description="What sample_data (dry run) or the first errors and ids (live) left out, and how to see it",
+    )
+    run_id: int | None = Field(
+        default=None, exclude_if=lambda v: v is None, description="Live run: its record, listed by analysis_act_runs"
     )
     message: str
     tokens: int = 0

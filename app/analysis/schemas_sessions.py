@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from app.analysis.schemas import ANALYSIS_ID
+from app.analysis.schemas import ANALYSIS_ID, Cut
 from app.core.schemas import PROJECT_NAME, StrictModel
 
 
@@ -103,5 +103,10 @@ class SessionOut(BaseModel):
     page_summaries: list[FindingRow]
     page_summaries_total: int
     last_activity: datetime | None = None
+    cut: Cut | None = Field(
+        default=None,
+        exclude_if=lambda v: v is None,
+        description="What the listing left out, why, and the call that gets it",
+    )
     message: str
     tokens: int = 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import uuid
 from typing import Any, TypeVar
 
@@ -21,7 +22,6 @@ from app.core.errors import Forbidden, NotFound, invalid_field
 
 M = TypeVar("M", bound=BaseModel)
 MAX_METADATA_CHARS = 4000
-MAX_VALUE_CHARS = 300
 
 
 def settings(ctx: CallContext) -> AnalysisSettings:
@@ -43,39 +43,6 @@ def upstream_client(ctx: CallContext, name: str, cfg: UpstreamCfg, user_id: str 
 def with_tokens(out: M) -> M:
     """Fill `tokens`: what the response costs the agent (app.core.budget, the field included)."""
     return budget.measured(out, "tokens")
-
-
-def trim_row(row: dict[str, Any]) -> tuple[dict[str, Any], bool]:
-    """A row with long strings cut to MAX_VALUE_CHARS (and whether anything was cut)."""
-    cut = False
-    out: dict[str, Any] = {}
-    for key, value in row.items():
-        if isinstance(value, str) and len(value) > MAX_VALUE_CHARS:
-            out[key] = value[:MAX_VALUE_CHARS] + "…"
-            cut = True
-        elif isinstance(value, list | dict) and len(budget.dumps(value)) > MAX_VALUE_CHARS:
-            out[key] = budget.dumps(value)[:MAX_VALUE_CHARS] + "…"
-            cut = True
-        else:
-            out[key] = value
-    return out, cut
-
-
-def bounded_rows(rows: list[dict[str, Any]], max_tokens: int) -> tuple[list[dict[str, Any]], bool]:
-    """Rows with long values trimmed, cut off once they would pass `max_tokens` tokens of the reply
-    (app.core.budget: each row's compact JSON plus the comma between rows); at least one row is kept."""
-    trimmed = [trim_row(row) for row in rows]
-    sizes = budget.item_tokens([t for t, _ in trimmed])
-    kept: list[dict[str, Any]] = []
-    truncated = False
-    used = 0
-    for (row, cut), size in zip(trimmed, sizes, strict=True):
-        if kept and used + size + 1 > max_tokens:
-            return kept, True
-        kept.append(row)
-        used += size + 1
-        truncated = truncated or cut
-    return kept, truncated
 
 
 def check_impersonation(ctx: CallContext, user_id: str | None) -> None:
@@ -165,11 +132,43 @@ def _json_type(value: Any) -> str:
 
 
 async def where_warnings(
-    repo: AnalysisRepository, pid: uuid.UUID, aid: str, model: str, w: Where, named: dict[str, tuple[str, str]]
+    repo: AnalysisRepository,
+    pid: uuid.UUID,
+    aid: str,
+    model: str,
+    w: Where,
+    named: dict[str, tuple[str, str]],
+    nothing_matched: bool = True,
 ) -> list[str] | None:
     """Conditions that cannot match as written: a field no record has, or a comparison with values of
-    another type (a date range on epoch numbers, "5" against the number 5). `named`: other arguments
-    that name a field, {argument: (field, kind)}."""
+    another type (a date range on epoch numbers, "5" against the number 5), and, when the call matched
+    nothing, an exact text value stored in another case ("Lost" where the data says "lost"). `named`:
+    other arguments that name a field, {argument: (field, kind)}."""
+    hints = await _case_hints(repo, pid, aid, model, w) if nothing_matched else []
+    found = await _type_warnings(repo, pid, aid, model, w, named)
+    return list(dict.fromkeys([*hints, *(found or [])])) or None
+
+
+async def _case_hints(repo: AnalysisRepository, pid: uuid.UUID, aid: str, model: str, w: Where) -> list[str]:
+    """For each exact text condition, the spellings the data holds in another case."""
+    out: list[str] = []
+    for name, value in w.exact.items():
+        if not isinstance(value, str):
+            continue
+        variants = await repo.case_variants(pid, aid, model, name, value)
+        if variants:
+            held = ", ".join(f"{json.dumps(v, ensure_ascii=False)} ({n} record(s))" for v, n in variants)
+            out.append(
+                f"where.{name}: no {model} record has {json.dumps(value, ensure_ascii=False)} exactly, but "
+                f"{held} differ only in case (exact values match case-sensitively): use the stored spelling"
+            )
+    return out
+
+
+async def _type_warnings(
+    repo: AnalysisRepository, pid: uuid.UUID, aid: str, model: str, w: Where, named: dict[str, tuple[str, str]]
+) -> list[str] | None:
+    """Conditions on a field no record has, or on values of another type."""
     checks: list[tuple[str, str, str]] = [(f"where.{k}", k, _json_type(v)) for k, v in w.exact.items()]
     checks += [(f"where.{c.field}.{c.op}", c.field, _RANGE_KINDS[c.kind]) for c in w.ranges]
     checks += [(arg, f, kind) for arg, (f, kind) in named.items()]

@@ -14,15 +14,17 @@ import asyncio
 import logging
 import uuid
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.analysis.catalog import ActionCfg, WritableModel
+from app.analysis.cuts import bounded_rows, budget_why, joined, shortened_part
 from app.analysis.repository import AnalysisRepository
-from app.analysis.schemas import ActError, ActIn, ActOut, ActSummary, IngestedRange
+from app.analysis.repository_runs import ActRunRepository, RunRecord
+from app.analysis.schemas import ActError, ActIn, ActOut, ActSummary, Cut, IngestedRange
 from app.analysis.service import (
-    bounded_rows,
     catalog,
     check_impersonation,
     project_for_read,
@@ -32,7 +34,7 @@ from app.analysis.service import (
     with_tokens,
 )
 from app.analysis.upstream import UpstreamClient, UpstreamFailure, path_segment
-from app.analysis.validation import field_name, parse_where
+from app.analysis.validation import Where, field_name, parse_where
 from app.core.context import CallContext
 from app.core.errors import NotFound, invalid_field
 
@@ -119,50 +121,152 @@ async def act(ctx: CallContext, args: ActIn) -> ActOut:
             suggestions=[f"Run {hint} in this session first"],
         )
     if args.dry_run:
-        await repo.evict_expired()
-        info = await repo.dry_run(pid, args.analysis_id, args.model, w)
-        rows = [{**data, "ingestedAt": _iso(at)} for _, data, at in info["first"][:SAMPLE_ROWS]]
-        sample, _ = bounded_rows(rows, settings(ctx).max_response_tokens)
-        return with_tokens(
-            ActOut(
-                analysis_id=args.analysis_id,
-                model=args.model,
-                dry_run=True,
-                matched_count=info["count"],
-                sample_ids=[rid for rid, _, _ in info["first"][:SAMPLE_IDS]],
-                sample_data=sample,
-                ingestedAtRange=IngestedRange(earliest=_iso(info["earliest"]), latest=_iso(info["latest"])),
-                warnings=await where_warnings(repo, pid, args.analysis_id, args.model, w, {})
-                if info["count"] == 0
-                else None,
-                message=f"Dry run: {args.action} would apply to {info['count']} {args.model} record(s); "
-                "nothing was sent upstream.",
-            )
-        )
+        return with_tokens(await _dry_run(ctx, repo, pid, args, w))
     matched = await repo.matched_ids(pid, args.analysis_id, args.model, w)
     accepted: list[str] = []  # filled as the upstream accepts records
+    log_run = _RunLog(ctx, pid, args, attributes, [rid for rid, _ in matched])
 
     async def record_accepted(session: AsyncSession) -> None:
         # The call's transaction rolled back (cancelled by the client, or failed): the upstream has
-        # still applied these, so the copy must say so.
+        # still applied these, so the copy must say so, and the run is recorded as interrupted.
         if accepted:
             await _record(AnalysisRepository(session), pid, args, list(accepted), attributes)
             log.info(
                 "analysis_act recorded accepted records after a rollback",
                 extra={"analysis_id": args.analysis_id, "model": args.model, "records": len(accepted)},
             )
+        await log_run.store(session, list(accepted))
 
     ctx.on_rollback(record_accepted)
     # Nothing is written before the upstream is done (reads see live rows only; expired ones go after),
     # so no transaction or pooled connection is held while it answers.
-    run = await ctx.without_transaction(lambda: _run(ctx, wm, action_cfg, args, attributes, matched, accepted))
+    run = await ctx.without_transaction(
+        lambda: _run(ctx, wm, action_cfg, args, attributes, matched, accepted, log_run.sent)
+    )
+    log_run.run = run
     await repo.evict_expired()
     if accepted:
         await _record(repo, pid, args, list(accepted), attributes)
     out = _reply(args, run)
+    out.run_id = await log_run.store(ctx.session, list(accepted))
+    out.message += f" Recorded as act run {out.run_id}: analysis_act_runs lists it with every failed id."
+    out.cut = _ids_cut(out)
     if not matched:
         out.warnings = await where_warnings(repo, pid, args.analysis_id, args.model, w, {})
     return with_tokens(out)
+
+
+@dataclass
+class _RunLog:
+    """Records a live run in `analysis_act_runs`: once it is done, in the call's transaction (opened
+    after the upstream answered), or, when that transaction rolls back, in the rollback step's own, as
+    interrupted."""
+
+    ctx: CallContext
+    pid: uuid.UUID
+    args: ActIn
+    attributes: dict[str, Any]
+    matched: list[str]
+    started_at: datetime = field(default_factory=lambda: datetime.now(UTC))
+    run: Run | None = None
+    sent: set[str] = field(default_factory=set)  # ids whose request was started
+
+    def record(self, accepted: list[str], state: str) -> RunRecord:
+        """The run as stored: its outcomes when it finished, else what is known (accepted ids)."""
+        principal, args = self.ctx.principal, self.args
+        rec = RunRecord(
+            analysis_id=args.analysis_id,
+            model=args.model,
+            action=args.action,
+            where=args.where,
+            attributes=self.attributes or None,
+            state=state,
+            key_id=principal.key_id,
+            key_name=principal.name,
+            transport=self.ctx.transport,
+            started_at=self.started_at,
+        )
+        if self.run is None:  # cut off: accepted ids are known; the others sent may or may not be applied
+            done = set(accepted)
+            rec.unknown_ids = [rid for rid in self.matched if rid in self.sent and rid not in done]
+            rec.counts = {
+                "total": len(self.matched),
+                "succeeded": len(done),
+                "unknown": len(rec.unknown_ids),
+                "not_attempted": len(self.matched) - len(done) - len(rec.unknown_ids),
+            }
+            return rec
+        summary = _reply(args, self.run).summary
+        assert summary is not None
+        rec.counts = summary.model_dump(
+            include={"total", "succeeded", "failed", "unknown", "not_attempted", "already_done"}
+        )
+        rec.deadline_reached = self.run.deadline_reached
+        rec.failed_ids = [o.record_id for o in self.run.outcomes if o.state == "failed"]
+        rec.unknown_ids = [o.record_id for o in self.run.outcomes if o.state == "unknown"]
+        rec.errors = [
+            {"record_id": o.record_id, "status_code": o.status_code, "message": o.message[:200]}
+            for o in self.run.outcomes
+            if o.state == "failed"
+        ][:SAMPLE_ERRORS]
+        return rec
+
+    async def store(self, session: AsyncSession, accepted: list[str]) -> int:
+        """Store the run (finished when called from the call itself, with its transaction still open)."""
+        state = "finished" if session is self.ctx.session else "interrupted"
+        retention = settings(self.ctx).records_retention_days * 86400
+        return await ActRunRepository(session).insert(self.pid, self.record(accepted, state), retention)
+
+
+async def _dry_run(ctx: CallContext, repo: AnalysisRepository, pid: uuid.UUID, args: ActIn, w: Where) -> ActOut:
+    """The scope of an act and the age of its snapshot; nothing is sent upstream."""
+    await repo.evict_expired()
+    info = await repo.dry_run(pid, args.analysis_id, args.model, w)
+    rows = [{**data, "ingestedAt": _iso(at)} for _, data, at in info["first"][:SAMPLE_ROWS]]
+    max_tokens = settings(ctx).max_response_tokens
+    fit = bounded_rows(rows, max_tokens)
+    parts = []
+    if fit.dropped:
+        parts.append(
+            (
+                f"{fit.dropped} of the {len(rows)} sample_data row(s)",
+                budget_why(max_tokens),
+                "analysis_query mode filter with the same where pages through every matched record",
+            )
+        )
+    if fit.shortened:
+        parts.append(shortened_part(fit.shortened))
+    return ActOut(
+        analysis_id=args.analysis_id,
+        model=args.model,
+        dry_run=True,
+        matched_count=info["count"],
+        sample_ids=[rid for rid, _, _ in info["first"][:SAMPLE_IDS]],
+        sample_data=fit.rows,
+        cut=joined(parts),
+        ingestedAtRange=IngestedRange(earliest=_iso(info["earliest"]), latest=_iso(info["latest"])),
+        warnings=await where_warnings(repo, pid, args.analysis_id, args.model, w, {}) if info["count"] == 0 else None,
+        message=f"Dry run: {args.action} would apply to {info['count']} {args.model} record(s); "
+        "nothing was sent upstream.",
+    )
+
+
+def _ids_cut(out: ActOut) -> Cut | None:
+    """What a live reply's first errors and unknown ids left out, and the run that lists them all."""
+    s = out.summary
+    assert s is not None
+    parts = []
+    if s.failed > len(out.sample_errors or []):
+        parts.append(f"{s.failed - len(out.sample_errors or [])} more failed record(s) after the first {SAMPLE_ERRORS}")
+    if s.unknown > len(out.unknown_ids or []):
+        parts.append(f"{s.unknown - len(out.unknown_ids or [])} more unknown id(s) after the first {SAMPLE_IDS}")
+    if not parts:
+        return None
+    return Cut(
+        omitted="; ".join(parts),
+        why=f"a reply shows the first {SAMPLE_ERRORS} errors and {SAMPLE_IDS} unknown ids",
+        how=f"analysis_act_runs with run_id {out.run_id} pages through every failed and unknown id",
+    )
 
 
 def _reply(args: ActIn, run: Run) -> ActOut:
@@ -338,14 +442,14 @@ async def _run(
     attributes: dict[str, Any],
     matched: list[tuple[str, dict[str, Any]]],
     accepted: list[str],
+    started: set[str],
 ) -> Run:
     """Send the matched records upstream in batches of BATCH, CONCURRENCY at a time, until done, the
     upstream is down (a whole batch failed) or the deadline passes. Accepted ids go to `accepted` as
-    they come."""
+    they come, and the ids sent to `started`."""
     ends_at = asyncio.get_running_loop().time() + args.deadline_seconds
     sem = asyncio.Semaphore(CONCURRENCY)
     done: dict[str, Outcome] = {}
-    started: set[str] = set()
     total = len(matched)
     run = Run()
 

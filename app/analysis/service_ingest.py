@@ -12,7 +12,7 @@ from typing import Any
 
 from app.analysis.catalog import ChildCfg, ModelCfg, PaginationCfg, UpstreamCatalog
 from app.analysis.repository import FINDING_TARGET, AnalysisRepository
-from app.analysis.schemas import IngestIn, IngestOut
+from app.analysis.schemas import Cut, IngestIn, IngestOut
 from app.analysis.service import catalog, check_impersonation, project_for_write, settings, upstream_client, with_tokens
 from app.analysis.summaries import summarize
 from app.analysis.upstream import (
@@ -137,6 +137,17 @@ class _Records:
         """The first keys renamed to stored names (the reply shows them)."""
         return dict(list(self.shaper.names.items())[:MAX_RENAMED]) or None
 
+    def cut(self) -> Cut | None:
+        """What the reply's `renamed` left out, when more keys were renamed than it lists."""
+        left = len(self.shaper.names) - MAX_RENAMED
+        if left <= 0:
+            return None
+        return Cut(
+            omitted=f"{left} more renamed key(s) after the first {MAX_RENAMED} in renamed",
+            why=f"a reply lists {MAX_RENAMED} renamed keys",
+            how="analysis_query mode describe lists every stored field name",
+        )
+
 
 @dataclass(frozen=True)
 class _Store:
@@ -233,6 +244,7 @@ class _Walk:
     stored: int = 0
     width: int = 0  # the most fields one record has
     largest: int = 0  # the most items one page held
+    items: int = 0  # items fetched by this call
     capped_size: bool = False  # the upstream sends fewer items per page than asked for
     complete: bool = False
     error: str | None = None  # why the walk stopped early
@@ -257,6 +269,21 @@ class _Walk:
         self.width = max(self.width, *(len(d) for _, d in keyed), 0)
         self.total = page.total if page.total is not None else self.total
         self.token = page.next_token
+        self.items += len(page.items)
+
+    def pages_left(self, per_page: int, pagination: PaginationCfg) -> int | None:
+        """Pages still to fetch after this one, reckoned from the upstream's total at the page size it
+        actually sends (an upstream may cap it below `per_page` without saying so); None without a total."""
+        if self.token is None:
+            return 0
+        if self.total is None:
+            return None
+        size = self.largest if self.capped_size else per_page
+        # Offset paging names the records already passed; otherwise count the pages done at that size.
+        passed = self.token if pagination.style == "offset" and isinstance(self.token, int) else None
+        if passed is None:
+            passed = self.items if self.pages == self.pages_done else self.pages_done * size
+        return max(1, -(-(self.total - passed) // max(size, 1)))
 
 
 async def _top_level(
@@ -305,7 +332,8 @@ async def _top_level(
     asked = {"filters": args.filters, "per_page": per_page}
     await store.save_state(key, asked, walk.token, walk.pages_done, walk.complete, walk.total)
     await store.summaries(ctx, walk.summaries)
-    return _top_level_out(args, walk, records, per_page, await store.held())
+    left = walk.pages_left(per_page, cfg.pagination)
+    return _top_level_out(args, walk, records, per_page, await store.held(), left)
 
 
 async def _walk_pages(
@@ -345,18 +373,20 @@ async def _walk_pages(
         walk.took(page, keyed, per_page)
         held += page.size
         fetched.append((walk.pages_done, keyed))
-        expected = -(-walk.total // per_page) if walk.total else None
-        await ctx.progress(
-            walk.pages, min(limit, expected) if expected else None, f"page {walk.pages_done}: {len(keyed)} record(s)"
-        )
         if walk.token is None:
             walk.complete = True
+        left = walk.pages_left(per_page, cfg.pagination)
+        expected = None if left is None else min(limit, walk.pages + left)
+        await ctx.progress(walk.pages, expected, f"page {walk.pages_done}: {len(keyed)} record(s)")
+        if walk.complete:
             break
     return fetched
 
 
-def _top_level_out(args: IngestIn, walk: _Walk, records: _Records, per_page: int, held: int) -> IngestOut:
-    """The reply of a top-level ingest."""
+def _top_level_out(
+    args: IngestIn, walk: _Walk, records: _Records, per_page: int, held: int, left: int | None
+) -> IngestOut:
+    """The reply of a top-level ingest (`left`: the pages still to fetch, when the upstream's total tells)."""
     assert args.model is not None
     capped = args.ingest_all and not walk.complete and walk.error is None
     msg = (
@@ -373,6 +403,8 @@ def _top_level_out(args: IngestIn, walk: _Walk, records: _Records, per_page: int
         msg += f". Stopped early: {walk.error}. Stored pages are kept; retry with resume: true"
     elif not walk.complete:
         msg += f". More pages remain (next page {walk.pages_done + 1})"
+    if left:
+        msg += f"; {left} page(s) left at {walk.largest if walk.capped_size else per_page} records per page"
     return IngestOut(
         analysis_id=args.analysis_id,
         model=args.model,
@@ -385,8 +417,10 @@ def _top_level_out(args: IngestIn, walk: _Walk, records: _Records, per_page: int
         complete=walk.complete,
         capped=capped,
         next_page=None if walk.complete else walk.pages_done + 1,
+        pages_remaining=left,
         page_size=walk.largest if walk.capped_size else None,
         renamed=records.renamed(),
+        cut=records.cut(),
         warnings=records.warnings() or None,
         page_summaries=len(walk.summaries),
         error=walk.error,
@@ -436,7 +470,9 @@ class _Batch:
     cursor: int  # the row id after which the session's parents are walked (resume)
     following: int  # parents from the cursor on, this batch's included
     batches_done: int
-    processed: int = 0  # parents done before the first failure
+    processed: int = 0  # parents done before the first failure (the resume cursor follows them)
+    fetched: int = 0  # parents whose children were listed, before or after a failure
+    failed: list[str] = field(default_factory=list)  # parents whose children could not be listed
     error: str | None = None  # the first failure
     truncated: list[str] = field(default_factory=list)  # parents with more pages than were fetched
     keyed: list[tuple[str | None, dict[str, Any]]] = field(default_factory=list)
@@ -449,7 +485,9 @@ class _Batch:
         for (row_id, rid), result in zip(self.parents, results, strict=True):
             if isinstance(result, UpstreamFailure):
                 self.error = self.error or f"{label} {rid}: {result.message}"
+                self.failed.append(rid)
                 continue
+            self.fetched += 1
             if result.truncated:
                 self.truncated.append(rid)
             self.keyed += [records.record(item, {parent_key: rid}) for item in result.rows]
@@ -552,7 +590,7 @@ async def _nested(
         await store.save_state(key, params, batch.cursor, batch.batches_done, complete, None)
     summaries = []
     if batch.keyed:
-        label = f"batch {batch.batches_done} ({len(batch.parents)} {args.parent_model} parents)"
+        label = f"batch {batch.batches_done} ({batch.fetched} {args.parent_model} parents)"
         summaries.append((batch.batches_done, len(batch.keyed), records.summary(model, label, batch.keyed)))
     await store.summaries(ctx, summaries)
     return _nested_out(args, child, model, batch, records, stored, await store.held(), len(summaries))
@@ -571,12 +609,16 @@ def _nested_out(
         )
     remaining = batch.following - batch.processed
     width = max((len(d) for _, d in batch.keyed), default=0)
+    of = f" of {len(batch.parents)}" if batch.fetched != len(batch.parents) else ""
     msg = (
-        f"Stored {stored} {model} record(s) ({width} fields per record) for {len(batch.parents)} "
+        f"Stored {stored} {model} record(s) ({width} fields per record) for {batch.fetched}{of} "
         f"{args.parent_model} parent(s). Analysis: {args.analysis_id}"
     )
+    if batch.failed:
+        shown = ", ".join(batch.failed[:5]) + (" ..." if len(batch.failed) > 5 else "")
+        msg += f". {len(batch.failed)} parent(s) failed ({shown})"
     if batch.error and args.parent_ids is not None:
-        msg += f". Failed for some parents: {batch.error}; call again with the parent_ids that failed"
+        msg += f". First failure: {batch.error}; call again with the parent_ids that failed"
     elif batch.error:
         msg += f". Stopped at a failure: {batch.error}; resume: true retries from there"
     elif remaining:
@@ -591,9 +633,12 @@ def _nested_out(
         session_records=held,
         complete=remaining == 0 and batch.error is None,
         capped=remaining > 0 and batch.error is None,
-        parents_processed=batch.processed,
+        parents_processed=batch.fetched,
+        parents_failed=len(batch.failed),
+        failed_parents=batch.failed[:MAX_PARENTS] or None,
         parents_remaining=remaining,
         renamed=records.renamed(),
+        cut=records.cut(),
         warnings=warnings or None,
         page_summaries=pages,
         error=batch.error,

@@ -29,17 +29,16 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
+from app.analysis.config import AnalysisSettings
+from app.analysis.cuts import budget_why, fitting
 from app.analysis.repository import AnalysisRepository
-from app.analysis.schemas import FindingHit, QueryIn, QueryOut
-from app.core import budget
+from app.analysis.schemas import Cut, FindingHit, QueryIn, QueryOut
 from app.core.context import CallContext
 from app.core.embeddings.calibration import LOCAL, calibration_of
 from app.core.embeddings.provider import Calibration
 from app.core.embeddings.relevance import lexical_relevance
 from app.core.errors import NotFound, invalid_field
 
-FINDING_CHARS = 600
-METADATA_CHARS = 400
 # Where the default threshold sits between a model's `unrelated` and `related` cosines, and the default
 # for hits matched by words: chosen on the judged set of tests/support/judged_analysis.py (docs/analysis.md).
 THRESHOLD_SHARE = 0.5
@@ -132,17 +131,30 @@ async def semantic(
     found = _Found(nearest, by_words, thresholds)
     similar, worded = found.similar(), found.worded()
     hits = ([_hit(h, None) for h in similar] + [_hit(h, vector is not None) for h in worded])[: args.top_k]
-    shown = min(len(similar), len(hits))
+    max_tokens = ctx.feature_settings(AnalysisSettings).max_response_tokens
+    fit = fitting([h.model_dump(mode="json", exclude_none=True) for h in hits], max_tokens)
+    cut = None
+    if fit < len(hits):
+        cut = Cut(
+            omitted=f"{len(hits) - fit} lower-scoring finding(s) after these {fit}",
+            why=budget_why(max_tokens),
+            how=f"mode semantic with top_k {fit}, a category or a higher threshold to narrow it "
+            "(the findings shown are the best ones)",
+        )
+    shown = min(len(similar), fit)
     return QueryOut(
         analysis_id=args.analysis_id,
         mode="semantic",
         total=len(hits),
-        findings=hits,
+        findings=hits[:fit],
+        truncated=cut is not None,
+        cut=cut,
         threshold=thresholds.similarity if vector is not None else None,
         word_threshold=thresholds.words,
         candidates=found.candidates,
         best_score=None if found.best is None else round(found.best, 3),
-        message=_message(args, found, shown, len(hits) - shown, vector is not None),
+        message=_message(args, found, shown, min(fit, len(hits)) - shown, vector is not None)
+        + (f" {cut.omitted.capitalize()} are left out of this reply ({cut.why})." if cut else ""),
     )
 
 
@@ -151,14 +163,14 @@ def _hit(h: Hit, pending: bool | None) -> FindingHit:
     not made yet when True)."""
     fid, category, text, metadata, score = h
     meta = None if category == "page_summary" or not metadata else metadata
-    if meta is not None and len(budget.dumps(meta)) > METADATA_CHARS:
-        meta = {"truncated": budget.dumps(meta)[:METADATA_CHARS]}
+    # Whole: a finding holds at most 4000 characters and its metadata 4000 as JSON; the reply budget
+    # cuts the list of hits, never a hit.
     return FindingHit(
         id=fid,
         category=category,
         score=round(score, 3),
         metadata=meta,
-        finding=text if len(text) <= FINDING_CHARS else text[:FINDING_CHARS] + "…",
+        finding=text,
         matched_by=None if pending is None else "words",
         embedding="pending" if pending else None,
     )

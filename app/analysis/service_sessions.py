@@ -5,8 +5,10 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
+from app.analysis.cuts import MAX_VALUE_CHARS, joined, text_cut, trim_row
 from app.analysis.repository import AnalysisRepository
 from app.analysis.repository_sessions import SessionRepository
+from app.analysis.schemas import Cut
 from app.analysis.schemas_sessions import (
     FindingRow,
     IngestRange,
@@ -17,7 +19,7 @@ from app.analysis.schemas_sessions import (
     SessionsOut,
     SessionSummary,
 )
-from app.analysis.service import trim_row, with_tokens
+from app.analysis.service import with_tokens
 from app.core.context import CallContext
 from app.core.errors import NotFound
 
@@ -64,19 +66,53 @@ async def sessions(ctx: CallContext, args: SessionsIn) -> SessionsOut:
     return with_tokens(SessionsOut(project=project, sessions=out, total=total, next_offset=nxt))
 
 
-def _finding(row: dict[str, Any]) -> FindingRow:
-    text = row["finding"]
-    metadata, _ = trim_row(row["metadata"]) if row["metadata"] else (None, False)
+def _finding(row: dict[str, Any], shortened: list[int]) -> FindingRow:
+    """A listed finding, its text and metadata values shortened (its id then added to `shortened`)."""
+    text, cut_text = text_cut(row["finding"], FINDING_CHARS)
+    metadata, cut_meta = trim_row(row["metadata"]) if row["metadata"] else (None, [])
+    if cut_text or cut_meta:
+        shortened.append(int(row["id"]))
     return FindingRow(
         id=int(row["id"]),
         category=row["category"],
-        finding=text if len(text) <= FINDING_CHARS else text[:FINDING_CHARS] + "…",
+        finding=text,
         metadata=metadata or None,
         source_model=row["source_model"],
         persistent=bool(row["persistent"]),
         created_at=row["created_at"],
         expires_at=row["expires_at"],
     )
+
+
+def _cut(args: SessionIn, findings_left: int, summaries_left: int, shortened: list[int]) -> Cut | None:
+    """What the session's listing left out: older findings, later page summaries, long texts."""
+    parts = []
+    if findings_left:
+        parts.append(
+            (
+                f"{findings_left} older finding(s)",
+                f"findings_limit {args.findings_limit}",
+                "findings_limit up to 200, or analysis_query mode semantic (by meaning, with a category)",
+            )
+        )
+    if summaries_left:
+        parts.append(
+            (
+                f"{summaries_left} later page summar{'y' if summaries_left == 1 else 'ies'}",
+                f"summaries_limit {args.summaries_limit}",
+                "summaries_limit up to 200, or analysis_query mode semantic with category page_summary",
+            )
+        )
+    if shortened:
+        ids = ", ".join(map(str, shortened[:10])) + (" ..." if len(shortened) > 10 else "")
+        parts.append(
+            (
+                f"the rest of the text or metadata of finding(s) {ids} (marked …)",
+                f"texts are listed up to {FINDING_CHARS} characters and metadata values up to {MAX_VALUE_CHARS}",
+                "analysis_query mode semantic returns a finding whole (query with its words)",
+            )
+        )
+    return joined(parts)
 
 
 async def session(ctx: CallContext, args: SessionIn) -> SessionOut:
@@ -114,6 +150,9 @@ async def session(ctx: CallContext, args: SessionIn) -> SessionOut:
         )
         for s in states
     ]
+    shortened: list[int] = []
+    listed = [_finding(f, shortened) for f in findings]
+    listed_summaries = [_finding(f, shortened) for f in summaries]
     times = [s.updated_at for s in ingests] + [f["created_at"] for f in findings + summaries]
     times += [r["last_at"] for r in held]
     records = sum(m.records for m in models)
@@ -124,10 +163,11 @@ async def session(ctx: CallContext, args: SessionIn) -> SessionOut:
             models=models,
             records=records,
             ingests=ingests,
-            findings=[_finding(f) for f in findings],
+            findings=listed,
             findings_total=findings_total,
-            page_summaries=[_finding(f) for f in summaries],
+            page_summaries=listed_summaries,
             page_summaries_total=summaries_total,
+            cut=_cut(args, findings_total - len(listed), summaries_total - len(listed_summaries), shortened),
             last_activity=max(times) if times else None,
             message=f"Analysis '{args.analysis_id}': {records} record(s) of {len(models)} model(s), "
             f"{findings_total} finding(s), {summaries_total} page summar{'y' if summaries_total == 1 else 'ies'}, "

@@ -260,6 +260,9 @@ async def _analysis(call: Recorder) -> None:
             "dry_run": True,
         },
     )
+    live = {**aid, "model": "book", "where": {"status": "completed", "rating": {"$lt": 2}}, "action": "update"}
+    await call("analysis_act", {**live, "attributes": {"status": "unread"}})  # the dry run above is the example
+    await call("analysis_act_runs", {**aid, "limit": 5})
     await call("analysis_sessions", {"project": "ops-notes"})
     await call("analysis_session", aid)
     await call("analysis_clear", aid)

@@ -41,7 +41,8 @@ def test_sweep_deletes_the_expired_rows_and_reports_them(pg: PgCluster, capsys: 
     args.runtime = rt
     assert args.fn(args) == 0
     assert capsys.readouterr().out.strip() == (
-        "analysis_records: 2 deleted, analysis_findings: 0 deleted, analysis_ingest_state: 0 deleted"
+        "analysis_records: 2 deleted, analysis_findings: 0 deleted, analysis_ingest_state: 0 deleted, "
+        "analysis_act_runs: 0 deleted"
     )
     assert args.fn(args) == 0
     assert "analysis_records: 0 deleted" in capsys.readouterr().out

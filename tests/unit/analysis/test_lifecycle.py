@@ -20,7 +20,7 @@ from app.core.db import Database
 from tests.support.databases import database_fixture
 from tests.support.waiting import eventually
 
-TABLES = ("analysis_records", "analysis_findings", "analysis_ingest_state")
+TABLES = ("analysis_records", "analysis_findings", "analysis_ingest_state", "analysis_act_runs")
 
 
 db = database_fixture(["analysis"], scope="function")
@@ -52,8 +52,14 @@ async def test_the_sweep_deletes_only_what_expired_in_as_many_batches_as_needed(
         "analysis_records": 7,
         "analysis_findings": 5,  # the persistent one never expires
         "analysis_ingest_state": 1,
+        "analysis_act_runs": 0,
     }
-    assert await _counts(db) == {"analysis_records": 3, "analysis_findings": 2 + 1 + 1, "analysis_ingest_state": 1}
+    assert await _counts(db) == {
+        "analysis_records": 3,
+        "analysis_findings": 2 + 1 + 1,
+        "analysis_ingest_state": 1,
+        "analysis_act_runs": 0,
+    }
     assert await lifecycle.sweep_expired(db) == dict.fromkeys(TABLES, 0)  # nothing left to sweep
 
 
@@ -64,7 +70,12 @@ async def test_the_background_sweeper_sweeps_until_stopped(db: Database) -> None
     state = cast(AppState, SimpleNamespace(db=db, extras={}, feature_settings={AnalysisSettings: AnalysisSettings()}))
     await _seed(db, "before-boot", records=2, findings=1, seconds=-1)
     await lifecycle.startup(state)  # the boot sweep, then the sweeper (off unless its interval is set)
-    assert await _counts(db) == {"analysis_records": 0, "analysis_findings": 1, "analysis_ingest_state": 0}
+    assert await _counts(db) == {
+        "analysis_records": 0,
+        "analysis_findings": 1,
+        "analysis_ingest_state": 0,
+        "analysis_act_runs": 0,
+    }
     await lifecycle.shutdown(state)
     assert "analysis_sweeper" not in state.extras
     sweeper = asyncio.create_task(lifecycle.background_sweeper(db, 0.05))
@@ -82,6 +93,11 @@ def _swept(db: Database) -> Callable[[], Awaitable[bool]]:
     """The later session's expired rows are gone (every session's persistent finding stays)."""
 
     async def check() -> bool:
-        return await _counts(db) == {"analysis_records": 0, "analysis_findings": 2, "analysis_ingest_state": 0}
+        return await _counts(db) == {
+            "analysis_records": 0,
+            "analysis_findings": 2,
+            "analysis_ingest_state": 0,
+            "analysis_act_runs": 0,
+        }
 
     return check

@@ -1,7 +1,8 @@
 """app/analysis/pages.py: its helpers (JSON typed into a form, session links, describe's markdown as
 blocks, the columns of rows, the aggregate chart's spec), then its pages on the test server over plain
 HTTP against the demo upstream: a session ingested from the form, queried (a chart for an aggregate, a
-form error shown next to the form), acted on in a dry run, and cleared."""
+form error shown next to the form), acted on in a dry run and live (the run listed, its page shown), and
+cleared."""
 
 from __future__ import annotations
 
@@ -80,6 +81,16 @@ async def test_a_session_is_ingested_queried_acted_on_and_cleared(server: Runnin
             {"model": "book", "action": "delete", "dry_run": "1", "where": '{"status": "unread"}', "project": "lab"},
         )
         assert dry.status_code == 200 and "Dry run" in dry.text and "nothing was sent upstream" in dry.text
+        assert "No act run yet." in dry.text  # a dry run is not recorded
+        live = await console.post(
+            f"{base}/act",
+            {"model": "book", "action": "update", "attributes": '{"status": "reading"}', "project": "lab"},
+        )
+        found = re.search(r'href="(/ui/analysis/sessions/shelf/act-runs/(\d+)\?project=lab)"', live.text)
+        assert live.status_code == 200 and 'id="act-runs-table"' in live.text and found is not None
+        run = await console.page(html.unescape(found.group(1)).split("?")[0], project="lab")
+        assert f"Act run {found.group(2)}" in run and "(over console)" in run and "Failed ids (" in run
+        await console.page(f"{base}/act-runs/999999", status=404, project="lab")
         cleared = await console.post(f"{base}/clear", {"project": "lab"})
         assert cleared.status_code == 303 and cleared.headers["location"] == "/ui/analysis?project=lab"
         assert "Cleared 20 ingested record(s)" in console.flash(cleared)

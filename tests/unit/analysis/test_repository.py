@@ -3,7 +3,8 @@ large batches) that keeps the semantics the queries rely on: one row per (model,
 copy winning, ingest order by first appearance with rows without an id after the others, NUL
 characters dropped; and AnalysisRepository.text_hits, findings ranked by BM25 under `cairn_text`
 within one session: function words match nothing, accents do not matter, words found in no finding
-lower the coverage, and the category and pending filters hold."""
+lower the coverage, and the category and pending filters hold; value ranges (a text that only looks
+like a date gives none, the transaction going on) and the other spellings of a value."""
 
 from __future__ import annotations
 
@@ -137,3 +138,25 @@ async def test_findings_are_ranked_by_words_within_their_session(db: Database) -
     assert [f for f, _ in await _hits(db, "words", "refund requests", only_pending=True, category=None, model="x")] == [
         refunds
     ]
+
+
+async def test_value_ranges_and_other_spellings_are_read_from_the_data(db: Database) -> None:
+    async with db.transaction() as s:
+        repo = AnalysisRepository(s)
+        pid = await repo.ensure_project("ranges")
+        rows: list[tuple[str | None, dict[str, Any]]] = [
+            ("1", {"n": 4, "d": "2025-03-01", "bad": "2025-02-31", "s": "lost"}),
+            ("2", {"n": "10", "d": "2025-05-01T12:00:00Z", "bad": "x", "s": "Lost"}),
+            ("3", {"n": "many", "d": "soon", "s": "lost"}),
+        ]
+        await repo.upsert_records(pid, "r", "m", 1, rows, 3600)
+        lo, hi = await repo.value_range(pid, "r", "m", "n", "numeric", 100) or (None, None)
+        assert (lo, hi) == (4, 10)
+        span = await repo.value_range(pid, "r", "m", "d", "date", 100)
+        assert span is not None and (span[0].isoformat()[:10], span[1].isoformat()[:10]) == ("2025-03-01", "2025-05-01")
+        # A text that looks like a date and is none fails the cast: no range, and the transaction goes on.
+        assert await repo.value_range(pid, "r", "m", "bad", "date", 100) is None
+        assert await repo.value_range(pid, "r", "m", "s", "numeric", 100) is None
+        assert await repo.case_variants(pid, "r", "m", "s", "LOST") == [("lost", 2), ("Lost", 1)]
+        assert await repo.case_variants(pid, "r", "m", "s", "lost") == [("Lost", 1)]
+        assert await repo.count_records(pid, "r", "m") == 3

@@ -1,7 +1,6 @@
-"""app/analysis/service.py with a real call context on a database of its own: long values trimmed and
-rows cut to the reply's budget, impersonation kept to admins, findings stored with their lifetime and
-their vectors queued, a session cleared (both layers, only its own), and conditions that cannot match
-named as warnings."""
+"""app/analysis/service.py with a real call context on a database of its own: impersonation kept to
+admins, findings stored with their lifetime and their vectors queued, a session cleared (both layers,
+only its own), and conditions that cannot match named as warnings (another case included)."""
 
 from __future__ import annotations
 
@@ -14,7 +13,6 @@ from app.analysis import service
 from app.analysis.repository import FINDING_TARGET, AnalysisRepository
 from app.analysis.schemas import ClearIn, FindingIn, StoreIn
 from app.analysis.validation import parse_where
-from app.core import budget
 from app.core.context import CallContext, Principal
 from app.core.db import Database
 from app.core.errors import Forbidden, InvalidInput, NotFound
@@ -30,27 +28,6 @@ db = database_fixture(["analysis"])
 
 def call(db: Database, principal: Principal = WRITER) -> AbstractAsyncContextManager[CallContext]:
     return service_call(db, principal)
-
-
-def test_long_values_are_trimmed() -> None:
-    row: dict[str, Any] = {"short": "ok", "long": "x" * 400, "n": 5, "deep": {"k": "y" * 400}, "few": [1, 2]}
-    trimmed, cut = service.trim_row(row)
-    assert cut and trimmed["short"] == "ok" and trimmed["n"] == 5 and trimmed["few"] == [1, 2]
-    assert trimmed["long"] == "x" * service.MAX_VALUE_CHARS + "…"
-    assert trimmed["deep"] == budget.dumps(row["deep"])[: service.MAX_VALUE_CHARS] + "…"
-    assert service.trim_row({"a": "b"}) == ({"a": "b"}, False)
-
-
-def test_rows_are_cut_to_the_budget_keeping_at_least_one() -> None:
-    rows = [{"i": i, "text": "word " * 20} for i in range(50)]
-    size = budget.item_tokens(rows[:1])[0] + 1
-    kept, cut = service.bounded_rows(rows, size * 3)
-    assert [r["i"] for r in kept] == [0, 1, 2] and cut
-    assert service.bounded_rows(rows[:2], size * 3) == (rows[:2], False)
-    one, cut_one = service.bounded_rows(rows, 1)
-    assert len(one) == 1 and cut_one
-    trimmed, was_trimmed = service.bounded_rows([{"t": "z" * 500}], 10_000)
-    assert len(trimmed) == 1 and was_trimmed  # a value was cut though every row fits
 
 
 async def test_impersonation_is_for_admins(db: Database) -> None:
@@ -121,3 +98,9 @@ async def test_conditions_that_cannot_match_are_warned(db: Database) -> None:
             "the attribute with format epoch_seconds or epoch_millis in the registry and ingest again)",
             "stratify_by: no m record has a field 'ghost' (mode describe lists the fields)",
         ]
+        cased = await service.where_warnings(repo, pid, "w", "m", parse_where({"s": "X"}), {})
+        assert cased == [
+            'where.s: no m record has "X" exactly, but "x" (1 record(s)) differ only in case (exact values match '
+            "case-sensitively): use the stored spelling"
+        ]
+        assert await service.where_warnings(repo, pid, "w", "m", parse_where({"s": "X"}), {}, False) is None

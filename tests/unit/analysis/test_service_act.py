@@ -65,6 +65,13 @@ async def copy(db: Database, aid: str, where: dict[str, Any] | None = None) -> l
         return (await repo.filter(pid, aid, "book", parse_where(where), 100, 0))[1]
 
 
+async def runs(db: Database, aid: str) -> list[dict[str, Any]]:
+    """The act runs recorded for a session, oldest first."""
+    async with db.transaction() as s:
+        repo = AnalysisRepository(s)
+        return await repo.dicts("SELECT * FROM analysis_act_runs WHERE analysis_id = :aid ORDER BY id", {"aid": aid})
+
+
 def upstream_book(up: Upstream, book_id: int) -> httpx.Response:
     return httpx.get(f"{up.url}/api/books/{book_id}", headers={"Authorization": f"Bearer {TOKEN}"}, timeout=10)
 
@@ -114,6 +121,12 @@ async def test_a_live_update_is_judged_per_record_and_the_copy_follows(db: Datab
     assert {e.record_id for e in out.sample_errors or []} == {str(b["id"]) for b in LOCKED}
     assert {(e.status_code, e.message) for e in out.sample_errors or []} == {(409, "book is locked")}
     assert out.message.startswith("update: 3 of 5 succeeded (1 already in the requested state), 2 failed.")
+    assert out.run_id is not None and f"Recorded as act run {out.run_id}" in out.message
+    (recorded,) = await runs(db, "update")
+    assert (recorded["state"], recorded["key_name"], recorded["transport"]) == ("finished", "writer", "test")
+    assert (recorded["total"], recorded["succeeded"], recorded["failed"], recorded["already_done"]) == (5, 3, 2, 1)
+    assert sorted(recorded["failed_ids"]) == sorted(str(b["id"]) for b in LOCKED)
+    assert recorded["attributes"] == {"title": "Kept"} and recorded["where"] is None
     for book in OPEN[:3]:
         assert upstream_book(bookshelf, book["id"]).json()["title"] == "Kept"
     kept = {r["id"]: r["title"] for r in await copy(db, "update")}
@@ -150,10 +163,13 @@ async def test_the_rollback_step_records_what_the_upstream_accepted(db: Database
             steps = list(ctx.rollback_steps)
             raise Aborted  # the call's transaction does not commit
     assert {r["rating"] for r in await copy(db, "rollback")} != {1}  # the copy's update was rolled back
+    assert await runs(db, "rollback") == []  # the run's record was rolled back with the call
     async with db.transaction() as s:
         for step in steps:
             await step(s)
     assert {r["rating"] for r in await copy(db, "rollback")} == {1}
+    (recorded,) = await runs(db, "rollback")
+    assert (recorded["state"], recorded["total"], recorded["succeeded"], recorded["failed"]) == ("interrupted", 2, 2, 0)
 
 
 async def test_a_record_cut_off_by_its_budget_is_unknown(db: Database, bookshelf: Upstream) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.analysis.catalog import ChildCfg, load_catalog
+from app.analysis.catalog import ChildCfg, PaginationCfg, load_catalog
 from app.analysis.config import DEMO_REGISTRY
 from app.analysis.schemas import IngestIn
 from app.analysis.service_ingest import _Batch, _Children, _Records, _Walk, project_fields, upstream_params
@@ -68,5 +68,30 @@ def test_a_batch_moves_its_cursor_up_to_the_first_failure_and_keeps_later_childr
     ]
     batch.collect(results, records, "book_id", "book")
     assert (batch.cursor, batch.processed, batch.error) == (11, 1, "book b: down")
+    assert (batch.fetched, batch.failed) == (2, ["b"])  # the reply counts parents listed, not the cursor
     assert batch.truncated == ["c"]
     assert [d for _, d in batch.keyed] == [{"id": 1, "book_id": "a"}, {"id": 2, "book_id": "c"}]
+
+
+def test_pages_left_follow_the_page_size_the_upstream_sends() -> None:
+    offset = PaginationCfg(style="offset")
+    walk = _Walk(token=0, pages_done=0, total=2300)
+    items = [{"id": i} for i in range(40)]  # 50 asked for, 40 sent: capped without a word
+    walk.took(Page(items=items, next_token=40, total=2300), [(str(i), {"id": i}) for i in range(40)], per_page=50)
+    assert walk.capped_size and walk.pages_left(50, offset) == 57  # 2260 records left at 40 a page
+    page = PaginationCfg(style="page")
+    assert walk.pages_left(50, page) == 57  # the items fetched so far, whatever the style
+    done = _Walk(token=None, pages_done=3, total=120)
+    assert done.pages_left(50, offset) == 0
+    assert _Walk(token=5, pages_done=1, total=None).pages_left(50, offset) is None
+
+
+def test_renamed_keys_past_the_listed_ones_are_named_as_cut() -> None:
+    records = _Records.of(ChildCfg(path="/x/{parent_id}/y"), None)
+    records.record({f"key-{n}": n for n in range(25)})
+    assert records.renamed() is not None and len(records.renamed() or {}) == 20
+    cut = records.cut()
+    assert cut is not None and cut.omitted.startswith("5 more renamed key(s)") and "describe" in cut.how
+    few = _Records.of(ChildCfg(path="/x/{parent_id}/y"), None)
+    few.record({"a-b": 1})
+    assert few.cut() is None
