@@ -80,11 +80,9 @@ async def profile_dataset(ctx: CallContext, args: ProfileIn) -> ProfileOut:
             "project": space.project,
         }
         await asyncio.to_thread(cache.put, key, entry, epoch)
-    limit = (
-        budget_of(cfg, args.max_tokens)
-        if args.max_tokens
-        else min(cfg.datasets_profile_max_tokens, budget_of(cfg, None))
-    )
+    limit = budget_of(cfg, args.max_tokens)
+    if args.max_tokens is None and args.detail == "summary":  # the seed's budget of a profile
+        limit = min(cfg.datasets_profile_max_tokens, limit)
     return await asyncio.to_thread(fit_profile, raw, args, src, cache_hit, limit)
 
 

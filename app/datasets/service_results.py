@@ -208,7 +208,7 @@ async def export_result(ctx: CallContext, args: ExportIn) -> ExportOut:
         # A partitioned export names its files by a pattern (its reply stays about 50 tokens whatever
         # their number); list_datasets lists them, with their sizes.
         under = str((dest_dir / name).relative_to(space.folder))
-        reason = "at most 100 files listed" if listed else "a partitioned export answers with a pattern"
+        reason = "at most 100 files listed" if listed else "compact reply"
         cut = cuts.cut(reason, [f"{left} file paths"], "list_datasets", files_under=under)
     return ExportOut(
         exported=True,
