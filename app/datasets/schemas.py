@@ -434,6 +434,7 @@ class InvalidateOut(BaseModel):
     keys_removed: list[str] = Field(
         description="The dropped entries (at most 50): 'q_… <cache_key or query text>' or 'profile <file_path>'"
     )
+    cut: Cut | None = CutField
 
 
 # ------------------------------------------------------------------------------------------------ registry

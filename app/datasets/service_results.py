@@ -248,8 +248,11 @@ async def cache_invalidate(ctx: CallContext, args: InvalidateIn) -> InvalidateOu
     removed = await asyncio.to_thread(cache_of(ctx, space).invalidate, args.pattern, files, space.project)
     # Every host re-reads from the store the entries it remembered before this epoch (see `Cache`).
     await CacheEpochRepository(ctx.session, space.project).advance()
+    left = len(removed) - MAX_LISTED_ENTRIES
+    # The entries are gone: nothing can get their names back, the cut only counts them.
+    cut = cuts.cut(f"at most {MAX_LISTED_ENTRIES} named", [f"names of {left} more entries"]) if left > 0 else None
     return InvalidateOut(
-        invalidated_count=len(removed), keys_removed=[describe(e) for e in removed[:MAX_LISTED_ENTRIES]]
+        invalidated_count=len(removed), keys_removed=[describe(e) for e in removed[:MAX_LISTED_ENTRIES]], cut=cut
     )
 
 
