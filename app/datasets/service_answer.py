@@ -131,7 +131,8 @@ class Reply:
             parts.append(f"rows past {stored} are not stored (aggregate or filter to see them)")
         if rest is not None and rest.get("columns_omitted"):
             summed = rest.get("columns", {})
-            parts.append(f"summary of columns {cuts.named([c for c in meta['columns'] if c not in summed])}")
+            left = [c for c in meta["columns"] if c not in summed]
+            parts.append(f"summary of columns {cuts.named(left)}" if summed else "summary of every column")
         if level != "none":
             reason = cuts.budget_reason(self.limit, args.max_tokens)
         elif args.return_format in ("summary", "chart"):
@@ -183,16 +184,18 @@ async def answer(
 def _summary_only(reply: Reply, whole: dict[str, Any], limit: int) -> QueryOut:
     """The reply without rows: the summary of the whole result, shrunk to the budget."""
     images = budget.image_fields(QueryOut)  # a chart travels as MCP image content, not text
-    trimmed = budget.shrink_summary(
-        whole,
-        lambda s: budget.tokens_of(budget.finalize(reply([], s, "none"), image_fields=images), images) <= limit,
-    )
-    level = "none" if trimmed is not None and "columns_omitted" not in trimmed else "summary_only"
-    payload = reply([], trimmed, level)
-    payload["truncated"] = level != "none"
-    if level == "none":
-        payload.pop("cut", None)
-    return QueryOut.model_validate(budget.finalize(payload, image_fields=images))
+
+    def built(summary: dict[str, Any] | None) -> dict[str, Any]:
+        # Measured as sent: a summary left whole is no cut (the rows are left out by the format asked).
+        level = "none" if summary is not None and "columns_omitted" not in summary else "summary_only"
+        payload = reply([], summary, level)
+        payload["truncated"] = level != "none"
+        if level == "none":
+            payload.pop("cut", None)
+        return budget.finalize(payload, image_fields=images)
+
+    trimmed = budget.shrink_summary(whole, lambda s: budget.tokens_of(built(s), images) <= limit)
+    return QueryOut.model_validate(built(trimmed))
 
 
 async def _fit(
