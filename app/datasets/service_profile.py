@@ -150,7 +150,9 @@ def fit_profile(raw: dict[str, Any], args: ProfileIn, src: engine.Source, cache_
         if stripped or k < len(cols) or r < len(recommendations):
             parts = [stripped if k else "", f"columns {cuts.named(names[k:])}" if k < len(cols) else ""]
             parts.append(f"{len(recommendations) - r} recommendations" if r < len(recommendations) else "")
-            cut = cuts.cut(reason, parts, "profile_dataset", max_tokens=min(need[0], MAX_TOKENS))
+            # The whole profile, or, past the largest budget, the columns left out (then the rest of them).
+            whole = {"max_tokens": need[0]} if need[0] <= MAX_TOKENS else {"columns": (names[k:] or names)[:50]}
+            cut = cuts.cut(reason, parts, "profile_dataset", **whole)
         out = ProfileOut(
             schema=ProfileSchema.model_validate(schema),
             statistics=ProfileStatistics.model_validate(raw["statistics"]),

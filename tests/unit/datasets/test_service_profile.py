@@ -139,3 +139,16 @@ def test_each_step_of_the_ladder() -> None:
     assert cols[0]["sample_values"] == ["a"]
     _shrink(cols, "nostats")
     assert cols[0]["stats"] is None
+
+
+def test_a_profile_past_the_largest_budget_is_got_by_its_columns(
+    profiled: tuple[dict[str, Any], engine.Source],
+) -> None:
+    raw, src = profiled
+    year = next(c for c in raw["schema"]["columns"] if c["name"] == "year")
+    wide = {**raw, "schema": {"columns": [{**year, "name": f"column_{i}"} for i in range(1500)]}}
+    out = fit((wide, src), 20_000)
+    assert out.context_tokens_used <= 20_000 and 0 < out.schema_.columns_omitted < 1500
+    shown = len(out.schema_.columns) - 1
+    assert out.cut is not None and out.cut.next_call is not None
+    assert out.cut.next_call.args == {"columns": [f"column_{i}" for i in range(shown, shown + 50)]}
