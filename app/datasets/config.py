@@ -44,6 +44,8 @@ class DatasetSettings(BaseSettings):
     # Token budget of one response (counted with the all-MiniLM-L6-v2 WordPiece tokenizer).
     datasets_max_tokens: int = 2000
     datasets_max_tokens_cap: int = 20_000
+    # Default budget of a profile (seed 002: about 200-400 tokens); never above datasets_max_tokens.
+    datasets_profile_max_tokens: int = Field(default=400, ge=50)
 
     # Results kept server-side under a query_id.
     datasets_result_max_rows: int = 1_000_000

@@ -277,6 +277,7 @@ async def export(request: Request) -> Response:
         "query_id": form_text(fields, "query_id"),
         "format": form_text(fields, "format") or "csv",
         "destination": form_text(fields, "destination") or "exports",
+        "list_files": True,  # the page offers each file for download
     }
     filename = form_text(fields, "filename")
     if filename:

@@ -23,6 +23,39 @@ MaxTokens = Field(
 )
 
 
+# ------------------------------------------------------------------------------------------------ cuts
+
+
+class NextCall(BaseModel):
+    """The call that gets what a reply left out: `tool` with `args` changed in (or added to) the
+    arguments of the call that was cut (a narrower or a later one)."""
+
+    tool: str
+    args: dict[str, Any]
+
+
+class Cut(BaseModel):
+    """What a reply cut to fit its budget left out, why, and how to get it. Present only when the reply
+    was cut; the reply's other fields describe what it shows."""
+
+    reason: str = Field(description="Why: the budget that was kept, e.g. 'max_tokens 350'")
+    left_out: str = Field(description="What: rows, columns by name, groups, files left out of this reply")
+    next_call: NextCall | None = Field(
+        default=None, description="How to get it: the same call with these arguments changed"
+    )
+
+
+def _no_cut(value: Any) -> bool:
+    return value is None
+
+
+CutField = Field(
+    default=None,
+    exclude_if=_no_cut,
+    description="Only when the reply was cut: what it left out, why and the call that gets it",
+)
+
+
 # ------------------------------------------------------------------------------------------------ profile
 
 
@@ -49,6 +82,12 @@ class ProfileIn(StrictModel):
         le=500,
         description="Maximum unique categories to report for categorical columns: the most frequent, with "
         "counts (a summary shows at most 3); a column stays a category whatever this is",
+    )
+    columns: list[str] | None = Field(
+        default=None,
+        max_length=500,
+        description="Only these columns in the reply (null = all); a profile cut to its budget names the "
+        "columns it left out, to ask for here",
     )
     detail: Literal["summary", "full"] = Field(
         default="summary",
@@ -146,6 +185,7 @@ class ProfileOut(BaseModel):
     files: int
     cache_hit: bool
     truncated: bool = Field(description="True when details were dropped to fit the token budget")
+    cut: Cut | None = CutField
 
     model_config = {"populate_by_name": True}
 
@@ -259,6 +299,7 @@ class QueryOut(BaseModel):
     rest_summary: dict[str, Any] | None = Field(default=None, description="Per-column summary of rows not returned")
     next_offset: int | None = None
     views: list[str] = Field(default_factory=list, description="Table names available to the query")
+    cut: Cut | None = CutField
 
 
 class ResultPageIn(StrictModel):
@@ -283,6 +324,7 @@ class ResultPageOut(BaseModel):
     next_offset: int | None
     truncated: bool
     context_tokens_used: int
+    cut: Cut | None = CutField
 
 
 # ------------------------------------------------------------------------------------------------ sample
@@ -297,6 +339,13 @@ class SampleIn(StrictModel):
     columns: list[str] | None = Field(default=None, max_length=200, description="Columns to include (null = all)")
     stratify_column: str | None = Field(default=None, max_length=200)
     seed: int = Field(default=42, ge=0, le=2**31 - 1, description="Seed of random/stratified/systematic sampling")
+    offset: int = Field(
+        default=0,
+        ge=0,
+        le=99,
+        description="Skip this many rows of the sample (the same sample for the same arguments and seed): "
+        "the rest of a sample cut to its budget",
+    )
     max_tokens: int | None = MaxTokens
     project: str | None = ProjectField
 
@@ -319,6 +368,7 @@ class SampleOut(BaseModel):
     sampling_info: SamplingInfo
     context_tokens_used: int
     truncated: bool
+    cut: Cut | None = CutField
 
 
 # ------------------------------------------------------------------------------------------------ export
@@ -347,6 +397,11 @@ class ExportIn(StrictModel):
         description="snappy (Parquet's; plain for csv/json), or the filename's .gz / .zst when omitted",
     )
     overwrite: bool = Field(default=False, description="Replace an existing regular file of the same format")
+    list_files: bool = Field(
+        default=False,
+        description="List every file written, with its size (at most 100), in place of the pattern of a "
+        "partitioned export",
+    )
     project: str | None = ProjectField
 
     @model_validator(mode="before")
@@ -368,15 +423,26 @@ class ExportedFile(BaseModel):
 
 
 class ExportOut(BaseModel):
-    """Result of export_result."""
+    """Result of export_result: compact (about 50 tokens) however many files were written."""
 
     exported: bool
     output_path: str
     row_count: int
-    file_size: str
-    files_created: list[str]
-    files: list[ExportedFile]
+    file_size: str = Field(description="Total size of the files written")
+    files_created: list[str] = Field(
+        description="The file written; for a partitioned export only with list_files (files_pattern matches them all)"
+    )
     files_total: int
+    files_pattern: str | None = Field(
+        default=None,
+        exclude_if=_no_cut,
+        description="A partitioned export: the glob, relative to the project's folder, matching every file "
+        "written (usable as file_path or in files)",
+    )
+    files: list[ExportedFile] | None = Field(
+        default=None, exclude_if=_no_cut, description="With list_files: each file written and its size"
+    )
+    cut: Cut | None = CutField
 
 
 # ------------------------------------------------------------------------------------------------ cache
@@ -399,6 +465,7 @@ class InvalidateOut(BaseModel):
     keys_removed: list[str] = Field(
         description="The dropped entries (at most 50): 'q_… <cache_key or query text>' or 'profile <file_path>'"
     )
+    cut: Cut | None = CutField
 
 
 # ------------------------------------------------------------------------------------------------ registry
@@ -430,6 +497,11 @@ class ListDatasetsIn(StrictModel):
     limit: int = Field(default=50, ge=1, le=200)
     offset: int = Field(default=0, ge=0)
     include_files: bool = Field(default=True, description="Also list unregistered data files in the roots")
+    files_under: str | None = Field(
+        default=None,
+        max_length=1000,
+        description="Only the files under this folder, relative to a root (e.g. an export's 'exports/by_region')",
+    )
     project: str | None = ProjectField
 
 
@@ -443,6 +515,7 @@ class ListDatasetsOut(BaseModel):
     roots: list[str] = Field(description="Readable folders: the project's own folder first, then the shared roots")
     files: list[FileOut]
     files_truncated: bool
+    cut: Cut | None = CutField
 
 
 class RegisterIn(StrictModel):

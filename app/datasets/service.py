@@ -15,6 +15,7 @@ from pydantic import ValidationError
 
 from app.core.context import CallContext
 from app.core.errors import Conflict, InvalidInput, invalid_field, validation_error
+from app.datasets import cuts
 from app.datasets.config import DatasetSettings
 from app.datasets.engine import exporting
 from app.datasets.engine.sandbox import DATA_EXTENSIONS, file_format, inside, resolve_path
@@ -50,17 +51,25 @@ def dataset_out(d: Dataset) -> DatasetOut:
     )
 
 
-def _scan_files(rts: list[Path], limit: int) -> tuple[list[FileOut], bool]:
-    """Data files in the roots, by the shortest name that reads them back: relative to their root when
-    no earlier root holds the same relative path, else absolute. Hidden files (staged uploads,
-    exports being written) are skipped."""
+def _under(rel: str, under: str | None) -> bool:
+    """Whether the relative path `rel` lies under the folder `under` (every path without one)."""
+    if not under:
+        return True
+    folder = under.strip("/")
+    return rel == folder or rel.startswith(folder + "/")
+
+
+def _scan_files(rts: list[Path], limit: int, under: str | None = None) -> tuple[list[FileOut], bool]:
+    """Data files in the roots (under the relative folder `under`, when given), by the shortest name
+    that reads them back: relative to their root when no earlier root holds the same relative path,
+    else absolute. Hidden files (staged uploads, exports being written) are skipped."""
     out: list[FileOut] = []
     for i, root in enumerate(rts):
         for path in sorted(root.rglob("*")):
             name = path.name.lower().removesuffix(".gz").removesuffix(".zst")
             rel = path.relative_to(root)
             hidden = any(part.startswith(".") for part in rel.parts)
-            if hidden or not path.is_file() or not name.endswith(DATA_EXTENSIONS):
+            if hidden or not _under(str(rel), under) or not path.is_file() or not name.endswith(DATA_EXTENSIONS):
                 continue
             if len(out) >= limit:
                 return out, True
@@ -75,11 +84,11 @@ def _scan_files(rts: list[Path], limit: int) -> tuple[list[FileOut], bool]:
     return out, False
 
 
-def listed_files(space: Space, limit: int) -> tuple[list[FileOut], bool]:
+def listed_files(space: Space, limit: int, under: str | None = None) -> tuple[list[FileOut], bool]:
     """`_scan_files` of the space's roots, then (with a remote store) the files of the project's folder
     that only the store holds (another host's uploads and exports), by their path in the folder; one a
     shared root shadows is left out, since that name reads the root's file."""
-    out, more = _scan_files(space.roots, limit)
+    out, more = _scan_files(space.roots, limit, under)
     if more or isinstance(space.store, FolderStore):
         return out, more
     listed = {f.path for f in out}
@@ -88,7 +97,7 @@ def listed_files(space: Space, limit: int) -> tuple[list[FileOut], bool]:
         rel = obj.key.removeprefix(prefix)
         name = rel.lower().rsplit("/", 1)[-1].removesuffix(".gz").removesuffix(".zst")
         hidden = any(part.startswith(".") for part in rel.split("/"))
-        if rel in listed or hidden or not name.endswith(DATA_EXTENSIONS):
+        if rel in listed or hidden or not _under(rel, under) or not name.endswith(DATA_EXTENSIONS):
             continue
         if any((root / rel).exists() for root in space.roots):
             continue
@@ -104,8 +113,20 @@ async def list_datasets(ctx: CallContext, args: ListDatasetsIn) -> ListDatasetsO
     rows, total = await DatasetRepository(ctx.session, space.project).list(args.limit, args.offset)
     rts = space.roots
     files, more = (
-        (await asyncio.to_thread(listed_files, space, MAX_LISTED_FILES)) if args.include_files else ([], False)
+        (await asyncio.to_thread(listed_files, space, MAX_LISTED_FILES, args.files_under))
+        if args.include_files
+        else ([], False)
     )
+    cut = None
+    if more:
+        # The narrower call: the files of one folder deeper than the one listed (the first listed file's).
+        deeper = [
+            str(Path(f.path).parent) for f in files if not _under(args.files_under or ".", str(Path(f.path).parent))
+        ]
+        parts = [f"files past the first {MAX_LISTED_FILES}"]
+        reason = f"at most {MAX_LISTED_FILES} files listed"
+        folder = next((d for d in deeper if d != "."), None)
+        cut = cuts.cut(reason, parts, "list_datasets", files_under=folder) if folder else cuts.cut(reason, parts)
     nxt = args.offset + len(rows)
     return ListDatasetsOut(
         datasets=[dataset_out(d) for d in rows],
@@ -115,6 +136,7 @@ async def list_datasets(ctx: CallContext, args: ListDatasetsIn) -> ListDatasetsO
         roots=[str(r) for r in rts],
         files=files,
         files_truncated=more,
+        cut=cut,
     )
 
 

@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 from app.core import budget
-from app.datasets import engine
+from app.datasets import cuts, engine
 from app.datasets.config import DatasetSettings
-from app.datasets.schemas import QueryIn, QueryOut, QuerySummary, Visualization
+from app.datasets.schemas import Cut, QueryIn, QueryOut, QuerySummary, Visualization
 from app.datasets.service_common import budget_of
 from app.datasets.service_results import written
 
@@ -81,6 +81,7 @@ class Reply:
 
     args: QueryIn
     stored: Stored
+    limit: int = 0
     visualization: Visualization | None = None
     kind: Literal["tabular", "aggregation", "chart"] = dataclasses.field(init=False)
     summary: QuerySummary = dataclasses.field(init=False)
@@ -99,6 +100,7 @@ class Reply:
         meta, args = self.stored.meta, self.args
         columns: list[str] = meta["columns"]
         shown = len(kept)
+        truncated = level != "none" or shown < meta["rows_total"]
         out = QueryOut(
             result_type=self.kind,
             data=csv_lines(columns, kept) if args.return_format == "csv" else kept,
@@ -110,13 +112,36 @@ class Reply:
             query_id=meta["query_id"],
             rows_total=meta["rows_total"],
             rows_returned=shown,
-            truncated=level != "none" or shown < meta["rows_total"],
+            truncated=truncated,
             degradation=level,
             rest_summary=rest,
             next_offset=shown if shown < meta["rows_stored"] else None,
             views=self.stored.views,
+            cut=self.cut(shown, rest, level) if truncated else None,
         )
         return out.model_dump(mode="json", by_alias=True)
+
+    def cut(self, shown: int, rest: dict[str, Any] | None, level: str) -> Cut:
+        """What a reply showing `shown` rows and the summary `rest` left out, why, and the call that
+        pages on (get_result from the first row not shown)."""
+        meta, args = self.stored.meta, self.args
+        total, stored = meta["rows_total"], meta["rows_stored"]
+        parts = [cuts.rows_text(shown + 1, total, total) if shown < total else ""]
+        if stored < total:
+            parts.append(f"rows past {stored} are not stored (aggregate or filter to see them)")
+        if rest is not None and rest.get("columns_omitted"):
+            summed = rest.get("columns", {})
+            left = [c for c in meta["columns"] if c not in summed]
+            parts.append(f"summary of columns {cuts.named(left)}" if summed else "summary of every column")
+        if level != "none":
+            reason = cuts.budget_reason(self.limit, args.max_tokens)
+        elif args.return_format in ("summary", "chart"):
+            reason = f"return_format {args.return_format}"
+        else:
+            reason = f"return_limit {args.return_limit}"
+        if shown >= stored:
+            return cuts.cut(reason, parts)
+        return cuts.cut(reason, parts, "get_result", query_id=meta["query_id"], offset=shown)
 
 
 async def answer(
@@ -140,8 +165,8 @@ async def answer(
         rows = head[:want]
     else:
         rows = await engine.offload(engine.read_rows, ecfg, stored.path, 0, want) if want else []
-    reply = Reply(args, stored)
     limit = budget_of(cfg, args.max_tokens)
+    reply = Reply(args, stored, limit)
     whole = None
     if args.return_format == "summary" or (args.return_format == "chart" and not rows):
         whole = await engine.offload(engine.summarize_stored, ecfg, stored.path, 0, described=described)
@@ -159,14 +184,18 @@ async def answer(
 def _summary_only(reply: Reply, whole: dict[str, Any], limit: int) -> QueryOut:
     """The reply without rows: the summary of the whole result, shrunk to the budget."""
     images = budget.image_fields(QueryOut)  # a chart travels as MCP image content, not text
-    trimmed = budget.shrink_summary(
-        whole,
-        lambda s: budget.tokens_of(budget.finalize(reply([], s, "none"), image_fields=images), images) <= limit,
-    )
-    level = "none" if trimmed is not None and "columns_omitted" not in trimmed else "summary_only"
-    payload = reply([], trimmed, level)
-    payload["truncated"] = level != "none"
-    return QueryOut.model_validate(budget.finalize(payload, image_fields=images))
+
+    def built(summary: dict[str, Any] | None) -> dict[str, Any]:
+        # Measured as sent: a summary left whole is no cut (the rows are left out by the format asked).
+        level = "none" if summary is not None and "columns_omitted" not in summary else "summary_only"
+        payload = reply([], summary, level)
+        payload["truncated"] = level != "none"
+        if level == "none":
+            payload.pop("cut", None)
+        return budget.finalize(payload, image_fields=images)
+
+    trimmed = budget.shrink_summary(whole, lambda s: budget.tokens_of(built(s), images) <= limit)
+    return QueryOut.model_validate(built(trimmed))
 
 
 async def _fit(

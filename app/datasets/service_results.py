@@ -16,12 +16,14 @@ from typing import Any
 from app.core import budget
 from app.core.context import CallContext
 from app.core.errors import InvalidInput, NotFound
-from app.datasets import engine
+from app.datasets import cuts, engine
 from app.datasets.config import DatasetSettings
 from app.datasets.engine import exporting
 from app.datasets.engine.cache import describe
 from app.datasets.repository import CacheEpochRepository, QueryRepository
 from app.datasets.schemas import (
+    Cut,
+    ExportedFile,
     ExportIn,
     ExportOut,
     InvalidateIn,
@@ -43,6 +45,7 @@ from app.datasets.storage import FolderStore, is_key, project_key
 
 log = logging.getLogger("cairn.datasets")
 MAX_LISTED_ENTRIES = 50  # cache entries named in a cache_invalidate reply
+MAX_TOKENS = 20_000  # the largest max_tokens a call may pass: a next call never asks for more
 
 # Results answered before their file was in place (`engine.execute_to_store`'s early answer), by
 # query_id, until the file is: whoever reads one of them in this process waits for it (`settled`).
@@ -155,11 +158,25 @@ async def get_result(ctx: CallContext, args: ResultPageIn) -> ResultPageOut:
             next_offset=end if end < q.rows_stored else None,
             truncated=k < len(rows),
             context_tokens_used=0,
+            cut=page_cut(args, limit, k, len(rows), q.rows_stored) if k < len(rows) else None,
         )
         return budget.finalize(out.model_dump(mode="json"))
 
     k = await asyncio.to_thread(budget.largest_fitting, len(rows), lambda m: build(m)["context_tokens_used"] <= limit)
     return ResultPageOut.model_validate(build(k))
+
+
+def page_cut(args: ResultPageIn, limit: int, k: int, asked: int, stored: int) -> Cut:
+    """What a page cut to its budget left out (the rows after the `k` shown of the `asked` it read) and
+    the call that gets them: the next page, or, when not even one row fits, this one with a larger
+    budget."""
+    first = args.offset + k + 1
+    left = cuts.rows_text(first, args.offset + asked, stored)
+    reason = cuts.budget_reason(limit, args.max_tokens)
+    if k == 0:
+        more = min(MAX_TOKENS, 2 * limit)
+        return cuts.cut(reason, [left], "get_result", offset=args.offset, max_tokens=more)
+    return cuts.cut(reason, [left], "get_result", offset=args.offset + k)
 
 
 async def export_result(ctx: CallContext, args: ExportIn) -> ExportOut:
@@ -182,15 +199,41 @@ async def export_result(ctx: CallContext, args: ExportIn) -> ExportOut:
     files = await asyncio.to_thread(exporting.export, ecfg, source, dest_dir, name, args, q.rows_stored)
     await asyncio.to_thread(_publish_export, space, [Path(f.path) for f in files])
     total = sum(f.size_bytes for f in files)
+    listed = args.list_files or args.partition_by is None
+    pattern = None if listed else files_pattern(space.folder, dest_dir / name, args.partition_by, files)
+    shown = files[:100] if listed else []
+    left = len(files) - len(shown)
+    cut = None
+    if left:
+        # A partitioned export names its files by a pattern (its reply stays about 50 tokens whatever
+        # their number); list_datasets lists them, with their sizes.
+        under = str((dest_dir / name).relative_to(space.folder))
+        reason = "at most 100 files listed" if listed else "compact reply"
+        cut = cuts.cut(reason, [f"{left} file paths"], "list_datasets", files_under=under)
     return ExportOut(
         exported=True,
         output_path=str(dest_dir / name),
         row_count=q.rows_stored,
         file_size=engine.human_bytes(total),
-        files_created=[f.path for f in files[:100]],
-        files=files[:100],
+        files_created=[f.path for f in shown],
         files_total=len(files),
+        files_pattern=pattern,
+        files=shown if args.list_files else None,
+        cut=cut,
     )
+
+
+def files_pattern(folder: Path, target: Path, column: str | None, files: list[ExportedFile]) -> str:
+    """The glob, relative to the project's `folder`, that matches every file of a partitioned export
+    written to `target` (Hive folders `<column>=<value>/` holding `data_<n>.<ext>`)."""
+    base = str(target.relative_to(folder))
+    names = [Path(f.path).relative_to(target) for f in files]
+    suffixes = {"".join(n.suffixes) for n in names}
+    ext = suffixes.pop() if len(suffixes) == 1 else ""
+    depth = {len(n.parts) for n in names}
+    if depth == {2}:
+        return f"{base}/{column}=*/*{ext}"
+    return f"{base}/**/*{ext}"
 
 
 async def cache_invalidate(ctx: CallContext, args: InvalidateIn) -> InvalidateOut:
@@ -205,8 +248,11 @@ async def cache_invalidate(ctx: CallContext, args: InvalidateIn) -> InvalidateOu
     removed = await asyncio.to_thread(cache_of(ctx, space).invalidate, args.pattern, files, space.project)
     # Every host re-reads from the store the entries it remembered before this epoch (see `Cache`).
     await CacheEpochRepository(ctx.session, space.project).advance()
+    left = len(removed) - MAX_LISTED_ENTRIES
+    # The entries are gone: nothing can get their names back, the cut only counts them.
+    cut = cuts.cut(f"at most {MAX_LISTED_ENTRIES} named", [f"names of {left} more entries"]) if left > 0 else None
     return InvalidateOut(
-        invalidated_count=len(removed), keys_removed=[describe(e) for e in removed[:MAX_LISTED_ENTRIES]]
+        invalidated_count=len(removed), keys_removed=[describe(e) for e in removed[:MAX_LISTED_ENTRIES]], cut=cut
     )
 
 

@@ -185,7 +185,7 @@ async def test_a_read_key_is_refused_the_export_and_downloads_stay_in_the_projec
         json={"query_id": r.json()["query_id"], "format": "csv", "destination": "exports", "filename": "mine.csv"},
     )
     assert r.status_code == 200, r.text
-    exported = r.json()["files"][0]["path"]
+    exported = r.json()["files_created"][0]
     (project_folder(server) / "exports" / ".hidden.csv").write_text("a\n1\n")
     async with new_page(browser, PHONE) as page:
         await sign_in(page, server.url, READ_KEY, "/ui/datasets/query?file=sales")

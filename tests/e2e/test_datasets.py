@@ -74,8 +74,9 @@ async def test_profile_rest_and_mcp(server: RunningServer, rest: httpx.AsyncClie
     assert cols["year"]["type"] == "int64" and cols["year"]["stats"]["min"] == 2007
     assert 0.9 < out["statistics"]["quality_score"] <= 1
     assert out["context_tokens_used"] > 50 and out["truncated"] is False and out["cache_hit"] is False
-    small = await post(rest, "/datasets/profile", {"file_path": "penguins.csv", "max_tokens": 250})
-    assert small["truncated"] is True and small["context_tokens_used"] <= 250
+    small = await post(rest, "/datasets/profile", {"file_path": "penguins.csv", "max_tokens": 300})
+    assert small["truncated"] is True and small["context_tokens_used"] <= 300
+    assert "columns island, " in small["cut"]["left_out"] and small["cut"]["next_call"]["tool"] == "profile_dataset"
     again = await post(rest, "/datasets/profile", {"file_path": "penguins.csv"})
     assert again["cache_hit"] is True and again["statistics"] == out["statistics"]
     async with mcp_client(server.url) as mcp:
@@ -273,6 +274,9 @@ async def test_sampling(server: RunningServer, rest: httpx.AsyncClient, data: Pa
         )
         hc = head.structured_content
         assert hc["truncated"] is True and hc["context_tokens_used"] <= 400 and 0 < len(hc["sample"]) < 100
+        k = len(hc["sample"])
+        assert hc["sampling_info"]["rows_sampled"] == k and hc["cut"]["left_out"] == f"sampled rows {k + 1}-100 of 100"
+        assert hc["cut"]["next_call"] == {"tool": "stream_sample", "args": {"offset": k}}
         bad = error_of(await mcp.call_tool("stream_sample", {"file_path": "penguins.csv", "columns": ["spieces"]}))
         assert bad["code"] == 4003 and "species" in bad["message"]
 
@@ -289,7 +293,7 @@ async def test_export_and_registry(server: RunningServer, rest: httpx.AsyncClien
     assert (await rest.get("/api/v1/datasets/results/q_0000000000000000")).status_code == 404
     out = await post(rest, "/datasets/export", {"query_id": qid, "destination": "exports", "format": "parquet"})
     assert out["exported"] and out["row_count"] == 344 and len(out["files_created"]) == 1
-    assert is_file(out["files_created"][0]) and out["files"][0]["size_bytes"] > 100
+    assert is_file(out["files_created"][0]) and "files" not in out and "cut" not in out
     again = await rest.post("/api/v1/datasets/export", json={"query_id": qid, "destination": "exports"})
     assert again.status_code == 409
     part = await post(
@@ -304,7 +308,34 @@ async def test_export_and_registry(server: RunningServer, rest: httpx.AsyncClien
             "filename": "by_species",
         },
     )
-    assert len(part["files_created"]) == 3 and all("species=" in f for f in part["files_created"])
+    # A partitioned export answers with one pattern and a count (about 50 tokens however many files),
+    # and the call that lists them.
+    assert part["files_created"] == [] and part["files_total"] == 3
+    assert part["files_pattern"] == "exports/by_species/species=*/*.csv.gz"
+    assert count_tokens(json.dumps(part, separators=(",", ":"))) < 200
+    assert part["cut"]["left_out"] == "3 file paths"
+    assert part["cut"]["next_call"] == {"tool": "list_datasets", "args": {"files_under": "exports/by_species"}}
+    listed = (await rest.get("/api/v1/datasets", params=part["cut"]["next_call"]["args"])).json()
+    assert len(listed["files"]) == 3 and all(
+        f["path"].startswith("exports/by_species/species=") for f in listed["files"]
+    )
+    read_back = await post(
+        rest, "/datasets/query", {"files": [part["files_pattern"]], "query": "SELECT count(*) AS n FROM data"}
+    )
+    assert read_back["data"] == [{"n": 344}]
+    sized = await post(
+        rest,
+        "/datasets/export",
+        {
+            "query_id": qid,
+            "destination": "exports",
+            "format": "csv",
+            "partition_by": "species",
+            "filename": "sized",
+            "list_files": True,
+        },
+    )
+    assert len(sized["files_created"]) == 3 and all(f["size_bytes"] > 100 for f in sized["files"])
     xl = await post(rest, "/datasets/export", {"query_id": qid, "destination": "exports", "format": "xlsx"})
     assert read_bytes(xl["output_path"])[:2] == b"PK"
     js = await post(

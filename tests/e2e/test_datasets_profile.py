@@ -105,7 +105,7 @@ def objects_of(body: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 async def test_messy_columns_get_their_recommendations(server: RunningServer, messy: str) -> None:
     async with callers(server) as (admin, _):
-        for body in await answers(admin, {"file_path": messy}):
+        for body in await answers(admin, {"file_path": messy, "max_tokens": 2000}):
             assert body["recommendations"] == MESSY_ADVICE
             assert body["statistics"]["row_count"] == MESSY_ROWS and body["statistics"]["column_count"] == 12
             assert body["truncated"] is False and "columns_omitted" not in body["schema"]
@@ -161,7 +161,10 @@ async def test_summary_is_compact_and_full_detail_is_on_request(server: RunningS
         summary = await answers(admin, {"file_path": messy})
         full = await answers(admin, {"file_path": messy, "detail": "full", "max_tokens": 20000})
         for short, long in zip(summary, full, strict=True):
-            assert short["context_tokens_used"] <= 650, short["context_tokens_used"]  # the date advice gives its SQL
+            # The seed's budget of a profile (about 200-400 tokens): a cut that says what it left out.
+            assert short["context_tokens_used"] <= 400, short["context_tokens_used"]
+            assert short["cut"]["reason"] == "max_tokens 400 (default)" and short["truncated"] is True
+            assert short["cut"]["next_call"]["args"]["max_tokens"] > 400
             assert long["context_tokens_used"] > 2 * short["context_tokens_used"]
             assert long["truncated"] is False
             # The same profile in both shapes: the cached one (detail only shapes the reply).
@@ -186,12 +189,14 @@ async def test_categories_keep_their_type_below_max_categories(server: RunningSe
                 "other_values": 7,
                 "other_rows": 208,
             }
-        for body in await answers(admin, {"file_path": messy, "max_categories": 3}):
+        for body in await answers(admin, {"file_path": messy, "max_categories": 3, "max_tokens": 2000}):
             assert lines_of(body)["region"] == "region,category,0,10,,north 76; south 64; east 52 (+7 more: 208 rows)"
-        for body in await answers(admin, {"file_path": messy, "max_categories": 2}):
+        for body in await answers(admin, {"file_path": messy, "max_categories": 2, "max_tokens": 2000}):
             assert lines_of(body)["region"] == "region,category,0,10,,north 76; south 64 (+8 more: 260 rows)"
         # Without statistics there are no counts: the category shows sample values instead.
-        for body in await answers(admin, {"file_path": messy, "compute_stats": False, "max_categories": 1}):
+        for body in await answers(
+            admin, {"file_path": messy, "compute_stats": False, "max_categories": 1, "max_tokens": 2000}
+        ):
             line = lines_of(body)["region"]
             assert line.startswith("region,category,0,10,") and line.count(" | ") == 1
 
@@ -215,24 +220,32 @@ async def test_sample_size_decides_which_rows_are_inspected(server: RunningServe
 async def test_max_tokens_is_kept_by_both_details(server: RunningServer, messy: str) -> None:
     async with callers(server) as (admin, _):
         for detail in ("summary", "full"):
-            for limit in (200, 300, 450):
+            for limit in (300, 450):
                 for body in await answers(admin, {"file_path": messy, "detail": detail, "max_tokens": limit}):
                     assert body["context_tokens_used"] <= limit, (detail, limit, body["context_tokens_used"])
                     assert body["truncated"] is True and body["statistics"]["row_count"] == MESSY_ROWS
-        # The ladder: statistics go first (a line then shows its sample values), then all but one sample
-        # value, then whole columns, then recommendations.
-        for body in await answers(admin, {"file_path": messy, "max_tokens": 450}):
-            rows = lines_of(body)
-            assert 0 < body["schema"]["columns_omitted"] < 12 and len(rows) == 13 - body["schema"]["columns_omitted"]
-            assert rows["region"] == "region,category,0,10,east," and rows["id"].endswith(",1,")
-            assert body["recommendations"] == MESSY_ADVICE
-        for body in await answers(admin, {"file_path": messy, "max_tokens": 200}):
-            assert body["schema"] == {"columns": [], "columns_omitted": 12}
-            assert 0 < len(body["recommendations"]) < len(MESSY_ADVICE)
-            assert body["recommendations"] == MESSY_ADVICE[: len(body["recommendations"])]
+                    assert body["cut"]["reason"] == f"max_tokens {limit}" and body["cut"]["next_call"]
+        whole = (await answers(admin, {"file_path": messy, "max_tokens": 2000}))[0]
+        # The ladder: recommendations go first (from the last), then whole columns (from the last) unless
+        # bare lines show more of them. The cut says what went and the budget the whole profile takes.
+        for body in await answers(admin, {"file_path": messy, "max_tokens": whole["context_tokens_used"] - 60}):
+            assert lines_of(body) == lines_of(whole) and "columns_omitted" not in body["schema"]
+            kept = len(body["recommendations"])
+            assert kept < len(MESSY_ADVICE) and body["recommendations"] == MESSY_ADVICE[:kept]
+            assert body["cut"]["left_out"] == f"{len(MESSY_ADVICE) - kept} recommendations"
+            assert body["cut"]["next_call"] == {
+                "tool": "profile_dataset",
+                "args": {"max_tokens": whole["context_tokens_used"]},
+            }
+        for body in await answers(admin, {"file_path": messy, "max_tokens": 300}):
+            omitted = body["schema"]["columns_omitted"]
+            assert 0 < omitted < 12 and len(lines_of(body)) == 13 - omitted and body["recommendations"] == []
+            assert f"columns {', '.join(COLUMNS[12 - omitted :][:8])}" in body["cut"]["left_out"], body["cut"]
         # Below what the statistics alone take, the call is refused and says what would fit.
         err = await admin.refused("profile_dataset", {"file_path": messy, "max_tokens": 60}, 4001, "max_tokens")
         least = int(err["suggestions"][0].rsplit(" ", 1)[1])
-        assert 60 < least < 200
+        assert 60 < least < 300
         for body in await answers(admin, {"file_path": messy, "max_tokens": least}):
             assert body["context_tokens_used"] <= least and body["recommendations"] == []
+            assert body["schema"] == {"columns": [], "columns_omitted": 12}
+            assert body["cut"]["left_out"].startswith(f"columns {', '.join(COLUMNS[:8])} (+4 more)")

@@ -190,7 +190,9 @@ async def test_overwrite_replaces_only_a_regular_file(server: RunningServer, sha
         again = await admin.ok("export_result", {**base, "overwrite": True})
         assert again["output_path"] == str(target) and read_text(target).startswith("city,pop\n")
         assert names_in(target.parent) == ["r.csv"]  # no temporary file left
-        part = await admin.ok("export_result", {**base, "filename": "by_city", "partition_by": "city"})
+        part = await admin.ok(
+            "export_result", {**base, "filename": "by_city", "partition_by": "city", "list_files": True}
+        )
         assert part["files_total"] == 3 and all("/by_city/city=" in f for f in part["files_created"])
 
 

@@ -655,13 +655,20 @@ def _stratified(
         f"FROM (SELECT *, row_number() OVER () AS __rn FROM {view}) GROUP BY 1)"
     ).fetchall()
     picked = {repr(g): p for g, p in per_group}
-    for g, _ in chosen:
-        for item in (picked.get(g) or [])[: alloc[g]]:
-            rows_out.append({c: jsonable(item.get(c)) for c in cols})
+    row_groups: list[str] = []
+    # Round by round (every group's first row, then every group's second...): a reply cut to its
+    # budget keeps a prefix, so one row of each group comes before a second row of any.
+    for turn in range(top):
+        for g, _ in chosen:
+            items = (picked.get(g) or [])[: alloc[g]]
+            if turn < len(items):
+                rows_out.append({c: jsonable(items[turn].get(c)) for c in cols})
+                row_groups.append("null" if labels[g] is None else cell_text(labels[g]))
     return {
         "rows": rows_out,
         "total": total,
         "columns": cols,
+        "row_groups": row_groups,
         "info": {
             "groups_total": groups_total if groups_total <= 10000 else None,
             "groups_represented": len(chosen),

@@ -40,6 +40,17 @@ def test_data_files_are_listed_by_the_shortest_name_that_reads_them_back(tmp_pat
     assert _scan_files([own, shared], 2) == (files[:2], True)
 
 
+def test_files_under_a_folder_are_listed_alone(tmp_path: Path) -> None:
+    root = tmp_path / "own"
+    for folder in ("exports/by_x/x=1", "exports/by_x/x=2", "exports/by_xy"):
+        (root / folder).mkdir(parents=True)
+    for name in ("exports/by_x/x=1/data_0.csv", "exports/by_x/x=2/data_0.csv", "exports/by_xy/a.csv", "b.csv"):
+        (root / name).write_text("x\n1\n")
+    files, _ = _scan_files([root], 10, "exports/by_x/")
+    assert [f.path for f in files] == ["exports/by_x/x=1/data_0.csv", "exports/by_x/x=2/data_0.csv"]
+    assert len(_scan_files([root], 10)[0]) == 4
+
+
 @pytest.mark.parametrize(
     ("name", "suffix"),
     [("cities.csv", ".csv"), ("Cities.CSV.GZ", ".CSV.GZ"), ("x.ndjson.zst", ".ndjson.zst"), ("t.pq", ".pq")],

@@ -14,7 +14,7 @@ from app.core import budget
 from app.datasets import engine
 from app.datasets.config import DatasetSettings
 from app.datasets.schemas import QueryIn
-from app.datasets.service_answer import Stored, answer, csv_lines, rest_estimate, result_type, rows_shown
+from app.datasets.service_answer import Reply, Stored, answer, csv_lines, rest_estimate, result_type, rows_shown
 from tests.support.datasets import small_engine_config
 
 SETTINGS = DatasetSettings()
@@ -108,8 +108,31 @@ async def test_a_result_over_the_budget_gives_fewer_rows_and_a_summary_of_the_re
     assert out.rest_summary["rows"] == 500 - out.rows_returned
     assert in_process[0] == "read_rows" and "summarize_stored" in in_process
     # A budget too small for any row with the summary of the rest: the summary of them all.
-    least = await answer(SETTINGS, QueryIn(query="x", return_limit=500, max_tokens=300), stored, cfg)
-    assert least.degradation == "summary_only" and least.data == [] and least.context_tokens_used <= 300
+    assert out.cut is not None and out.cut.reason == "max_tokens 1000"
+    assert out.cut.left_out == f"rows {out.rows_returned + 1}-500 of 500"
+    assert out.cut.next_call is not None and out.cut.next_call.tool == "get_result"
+    assert out.cut.next_call.args == {"query_id": out.query_id, "offset": out.rows_returned}
+    least = await answer(SETTINGS, QueryIn(query="x", return_limit=500, max_tokens=350), stored, cfg)
+    assert least.degradation == "summary_only" and least.data == [] and least.context_tokens_used <= 350
+    assert least.cut is not None and least.cut.left_out.startswith("rows 1-500 of 500")
+    summed = (least.rest_summary or {}).get("columns", {})
+    if len(summed) == 1:  # the summary's columns left out are named
+        assert least.cut.left_out.endswith(", ".join(c for c in ("n", "label") if c not in summed))
+    elif not summed:
+        assert least.cut.left_out.endswith("summary of every column")
+    # Not even the summary: the envelope still says what it left out and where to get it.
+    bare = await answer(SETTINGS, QueryIn(query="x", return_limit=500, max_tokens=200), stored, cfg)
+    assert bare.degradation == "minimal" and bare.cut is not None and bare.cut.next_call is not None
+    assert bare.cut.next_call.args == {"query_id": bare.query_id, "offset": 0}
+
+
+def test_a_cut_names_the_columns_the_summary_left_out(cfg: engine.EngineConfig) -> None:
+    stored = store(cfg, ROWS.format(5))
+    reply = Reply(QueryIn(query="x", return_limit=2), stored, 2000)
+    rest = {"rows": 3, "columns": {"n": {}}, "columns_omitted": 1}
+    cut = reply.cut(2, rest, "rows_and_summary")
+    assert cut.reason == "max_tokens 2000 (default)" and cut.left_out == "rows 3-5 of 5; summary of columns label"
+    assert reply.cut(2, None, "none").reason == "return_limit 2"
 
 
 async def test_a_summary_reply_has_no_rows(cfg: engine.EngineConfig, in_process: list[str]) -> None:

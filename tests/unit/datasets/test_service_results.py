@@ -14,8 +14,9 @@ import pytest
 
 from app.core.errors import QueryError
 from app.datasets import service_results
+from app.datasets.schemas import ExportedFile, ResultPageIn
 from app.datasets.service_common import Space
-from app.datasets.service_results import SETTLE_S, settled, store_later
+from app.datasets.service_results import SETTLE_S, files_pattern, page_cut, settled, store_later
 from app.datasets.storage import FolderStore, ObjectInfo
 
 NOW = datetime.datetime.now
@@ -117,3 +118,20 @@ async def test_a_cancelled_write_forgets_the_result_without_caching_it() -> None
     later.cancel()
     await until(lambda: "q_00000000000000bb" not in service_results._WRITING)
     assert remembered == []
+
+
+def test_a_partitioned_export_is_named_by_one_pattern(tmp_path: Path) -> None:
+    target = tmp_path / "exports" / "by_c"
+    files = [ExportedFile(path=str(target / f"c={v}" / "data_0.csv.gz"), size_bytes=9) for v in "ab"]
+    assert files_pattern(tmp_path, target, "c", files) == "exports/by_c/c=*/*.csv.gz"
+    deeper = [ExportedFile(path=str(target / "c=a" / "d=1" / "data_0.parquet"), size_bytes=9)]
+    assert files_pattern(tmp_path, target, "c", deeper) == "exports/by_c/**/*.parquet"
+
+
+def test_a_cut_page_names_the_next_page() -> None:
+    args = ResultPageIn(query_id="q_0123456789abcdef", offset=10, limit=50, max_tokens=300)
+    cut = page_cut(args, 300, 20, 50, 1000)
+    assert (cut.reason, cut.left_out) == ("max_tokens 300", "rows 31-60 of 1000")
+    assert cut.next_call is not None and cut.next_call.args == {"offset": 30}
+    none = page_cut(args, 300, 0, 50, 1000)
+    assert none.next_call is not None and none.next_call.args == {"offset": 10, "max_tokens": 600}
