@@ -24,11 +24,15 @@ from app.core.context import CallContext
 from app.core.embeddings.provider import EmbeddingUnavailable
 from app.core.embeddings.queue import PendingReport, WaitResult
 from app.core.embeddings.repository import EmbeddingQueueRepository
+from app.core.errors import RateLimited
 from app.core.schemas import EmbeddingPending, EmbeddingState
 
-__all__ = ["QueuedVectors", "enqueue", "pending_state", "query_vector"]
+__all__ = ["QueuedVectors", "enqueue", "over_pending_cap", "pending_state", "query_vector"]
 
 log = logging.getLogger("cairn.embeddings")
+
+# What a key over its cap of waiting rows is told to wait before it writes again
+PENDING_RETRY_SECONDS = 5
 
 
 @dataclass(eq=False)
@@ -103,11 +107,28 @@ async def enqueue(ctx: CallContext, target: str, refs: Sequence[Any]) -> list[in
     """Queue the vectors of `refs` of `target` for the active model, in the call's transaction; returns
     the queue's row ids.
 
-    After the commit the workers are woken and, when the call asks for it (or the server runs in `sync`
-    write mode), the call waits for these rows before answering (`QueuedVectors`)."""
-    ids = await EmbeddingQueueRepository(ctx.session).enqueue(target, [str(r) for r in refs], ctx.embedder.model)
+    The rows are the caller's (its key and project: the workers lease fairly between callers), and a
+    key with `embedding_max_pending_per_key` rows waiting already is refused (`RateLimited`) before
+    anything is queued: a write counts by the rows it queues, not as one call. The CLI's own work is
+    not capped. After the commit the workers are woken and, when the call asks for it (or the server
+    runs in `sync` write mode), the call waits for these rows before answering (`QueuedVectors`)."""
+    repo = EmbeddingQueueRepository(ctx.session)
+    owner, model, cap = ctx.caller_key, ctx.embedder.model, ctx.settings.embedding_max_pending_per_key
+    if refs and cap > 0 and ctx.transport != "cli" and await repo.pending_of(model, owner, cap) >= cap:
+        raise over_pending_cap(cap)
+    ids = await repo.enqueue(target, [str(r) for r in refs], model, owner=owner, project=ctx.acting_project or "")
     QueuedVectors.of(ctx).ids.extend(ids)
     return ids
+
+
+def over_pending_cap(cap: int) -> RateLimited:
+    """The refusal of a write by a key that has `cap` rows waiting for their vectors already."""
+    return RateLimited(
+        f"This API key has {cap} texts waiting for their vectors; writes that add more must wait",
+        suggestions=[f"Retry after {PENDING_RETRY_SECONDS} s, once the queue has made some of them"],
+        details={"retry_after": PENDING_RETRY_SECONDS, "pending_cap": cap},
+        headers={"Retry-After": str(PENDING_RETRY_SECONDS)},
+    )
 
 
 async def query_vector(ctx: CallContext, text: str, purpose: str) -> list[float] | None:
