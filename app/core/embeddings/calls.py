@@ -42,6 +42,9 @@ class QueuedVectors:
 
     ctx: CallContext
     ids: list[int] = field(default_factory=list)
+    # Whether the caller's key had few rows waiting, these included (`enqueue`): then, unless the call
+    # waits, this process makes them at once (`EmbeddingQueue.embed_soon`) rather than the workers
+    light: bool | None = None
     waited: WaitResult | None = None
     # Set when the vectors wait because something failed: why (None: nothing failed)
     pending: PendingReport | None = None
@@ -76,6 +79,8 @@ class QueuedVectors:
             if self.wants_wait():
                 self.waited = await queue.wait(self.ids, self.ctx.settings.embedding_wait_seconds)
                 done = not self.waited.remaining
+            elif self.light:
+                queue.embed_soon(self.ids)
             if not done:
                 try:
                     self.pending = await queue.pending_report(self.ids, self.waited.failed if self.waited else None)
@@ -111,13 +116,22 @@ async def enqueue(ctx: CallContext, target: str, refs: Sequence[Any]) -> list[in
     key with `embedding_max_pending_per_key` rows waiting already is refused (`RateLimited`) before
     anything is queued: a write counts by the rows it queues, not as one call. The CLI's own work is
     not capped. After the commit the workers are woken and, when the call asks for it (or the server
-    runs in `sync` write mode), the call waits for these rows before answering (`QueuedVectors`)."""
+    runs in `sync` write mode), the call waits for these rows before answering (`QueuedVectors`); a
+    key whose waiting rows fit in one batch (`embedding_queue_batch`) has them made at once by this
+    process instead of in turn behind other keys' backlogs."""
     repo = EmbeddingQueueRepository(ctx.session)
-    owner, model, cap = ctx.caller_key, ctx.embedder.model, ctx.settings.embedding_max_pending_per_key
-    if refs and cap > 0 and ctx.transport != "cli" and await repo.pending_of(model, owner, cap) >= cap:
-        raise over_pending_cap(cap)
+    owner, model, settings = ctx.caller_key, ctx.embedder.model, ctx.settings
+    cap, light = settings.embedding_max_pending_per_key, settings.embedding_queue_batch
+    pending: int | None = None
+    if refs and ctx.transport != "cli":
+        pending = await repo.pending_of(model, owner, max(cap, light + 1))
+        if cap > 0 and pending >= cap:
+            raise over_pending_cap(cap)
     ids = await repo.enqueue(target, [str(r) for r in refs], model, owner=owner, project=ctx.acting_project or "")
-    QueuedVectors.of(ctx).ids.extend(ids)
+    hook = QueuedVectors.of(ctx)
+    hook.ids.extend(ids)
+    if pending is not None:  # light while the key's rows waiting, these included, fit in one batch
+        hook.light = hook.light is not False and pending + len(ids) <= light
     return ids
 
 

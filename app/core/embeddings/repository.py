@@ -27,7 +27,7 @@ _DUE = (
     "AND (q.leased_until IS NULL OR q.leased_until < now())"
 )
 _LEASED = "leased_until = now() + make_interval(secs => :lease), attempts = q.attempts + 1"
-_JOB = "q.id, q.target, q.ref, q.version, q.attempts"
+_JOB = "q.id, q.target, q.ref, q.version, q.attempts, q.owner, q.project"
 _GROUP_DUE = f"FROM embedding_queue q WHERE q.owner = g.owner AND q.project = g.project AND {_DUE}"
 
 # The fair lease. Rows are grouped by who queued them (key, then project; '' for the sweep and
@@ -72,6 +72,9 @@ class LeasedJob:
     ref: str
     version: int
     attempts: int
+    # Who queued it (the caller's key and project; '' for the sweep and backfills)
+    owner: str = ""
+    project: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -47,11 +47,16 @@ class FakeQueue:
         self.remaining = remaining
         self.report = report
         self.woken = 0
+        self.soon: list[list[int]] = []
         self.waits: list[tuple[list[int], float]] = []
         self.asked: list[tuple[list[int], dict[int, tuple[str, str, str]] | None]] = []
 
     def wake(self) -> None:
         self.woken += 1
+
+    def embed_soon(self, ids: Sequence[int]) -> bool:
+        self.soon.append(list(ids))
+        return True
 
     async def wait(self, ids: Sequence[int], timeout: float) -> WaitResult:
         self.waits.append((list(ids), timeout))
@@ -307,4 +312,24 @@ async def test_a_key_with_its_cap_of_rows_waiting_is_refused_before_anything_is_
 async def test_no_cap_when_it_is_off_or_for_the_clis_own_work(cap: int, transport: str) -> None:
     ctx = context(FakeQueue(), pending=10**6, cap=cap, transport=transport)
     assert await enqueue(ctx, "notes", ["a"]) == [1]
-    assert all("cap" not in p for p in cast(FakeSession, ctx.session).params)
+    counted = [p for p in cast(FakeSession, ctx.session).params if "cap" in p]
+    assert len(counted) == (0 if transport == "cli" else 1)  # counted only to tell a light caller
+
+
+@pytest.mark.parametrize(
+    ("pending", "refs", "wait", "soon"),
+    [
+        (0, 3, None, True),  # a key with few rows waiting: made at once by this process
+        (60, 4, None, True),  # 64: still one batch
+        (61, 4, None, False),  # over one batch: in turn, by the workers
+        (0, 3, True, False),  # the call waits for its rows itself
+    ],
+)
+async def test_a_light_callers_rows_are_made_at_once_unless_it_waits(
+    pending: int, refs: int, wait: bool | None, soon: bool
+) -> None:
+    queue = FakeQueue()
+    ctx = context(queue, pending=pending, args=WriteIn(wait_for_embedding=wait))
+    ids = await enqueue(ctx, "notes", [str(i) for i in range(refs)])
+    await run_commit_hooks(ctx, Reply())
+    assert queue.soon == ([ids] if soon else [])
