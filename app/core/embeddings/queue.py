@@ -192,7 +192,8 @@ class EmbeddingQueue:
 
         The batch is made in parts (`batch_parts`: the rows of each key and project, the smallest first),
         each part's vectors stored as soon as they are made, so a key's few rows leased beside other
-        keys' backlogs are searchable once their own texts are embedded, not the whole batch's. When a
+        keys' backlogs are searchable once their own texts are embedded, not the whole batch's; a part
+        of at most `PART_ROWS` rows embeds at the normal priority. When a
         part fails, the first text is tried alone: if that fails too the provider is taken as down, the
         part is released for a later try, the parts not yet made are given back, and the error is
         raised; otherwise each text is tried on its own, so one text the provider refuses never holds
@@ -215,7 +216,10 @@ class EmbeddingQueue:
         failed: dict[int, tuple[str, str, str]] = {}
         for n, part in enumerate(parts):
             try:
-                failed.update(await self._make(part, texts, ids, urgent))
+                # A small part (callers with few rows in the batch) runs at the normal priority: it
+                # must not wait behind another worker's backlog on the one background thread. The
+                # provider still sends more than a batch's worth of tokens to the background.
+                failed.update(await self._make(part, texts, ids, urgent or len(part) <= PART_ROWS))
             except BaseException:
                 rest = [j for later in parts[n + 1 :] for j in later]
                 if rest:  # not tried: due again at once, with no error

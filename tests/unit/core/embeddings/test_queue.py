@@ -142,6 +142,7 @@ class Recorder:
         self.db = db
         self.fail_on = fail_on
         self.calls: list[tuple[list[str], int]] = []
+        self.priorities: list[str] = []
 
     async def _embed(self, texts: Sequence[str]) -> list[list[float]]:
         async with self.db.transaction() as session:
@@ -151,7 +152,13 @@ class Recorder:
             raise RuntimeError("provider down")
         return [[1.0] for _ in texts]
 
-    embed = embed_background = _embed
+    async def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        self.priorities.append("normal")
+        return await self._embed(texts)
+
+    async def embed_background(self, texts: Sequence[str]) -> list[list[float]]:
+        self.priorities.append("background")
+        return await self._embed(texts)
 
     async def check(self) -> None:
         raise RuntimeError("provider down")
@@ -188,6 +195,7 @@ async def test_a_callers_few_rows_are_stored_before_another_callers_part_is_embe
     (first, left_first), (second, left_second) = embedder.calls
     assert sorted(first) == ["few-1", "few-2"] and left_first == 32
     assert len(second) == 30 and left_second == 30  # the two rows were stored and done before
+    assert embedder.priorities == ["normal", "background"]  # a small part does not wait for the backlog
     assert set(stored[:2]) == {"few-1", "few-2"} and len(stored) == 32
 
 
