@@ -1,7 +1,9 @@
 """What an operation call does with the embedding machinery: queue the vectors of its writes, and
 embed a search's query.
 
-`enqueue` writes queue rows in the call's transaction and registers, once per call, the after-commit
+`enqueue` writes queue rows in the call's transaction, as the caller's (its key and project, which
+the fair lease goes by), refuses a key that has `embedding_max_pending_per_key` rows waiting already
+(4290: a write counts by the rows it queues), and registers, once per call, the after-commit
 hook `QueuedVectors` (`CallContext.after_commit`): once the call has committed, it wakes the queue's
 workers, waits for the call's own rows when asked (the call's `wait_for_embedding`, else the server's
 `embedding_write_mode`), and reports `embedding` ("done" or "pending") in a reply that has that

@@ -10,6 +10,16 @@ transaction (`app.core.embeddings.calls.enqueue`) and returns. Workers inside th
 3. in one more short transaction, delete the rows still at the version they leased and store those
    vectors (a row re-written meanwhile has a newer version: it stays queued and is embedded again).
 
+The queue is fair between callers (issue 41, finding 5). Each row records who queued it (the
+caller's key and project; '' for the start-up sweep and backfills). The lease splits a batch evenly
+between keys, and a key's share between its projects, taking each one's oldest and newest due rows
+(`app.core.embeddings.repository.FAIR_LEASE`), so a key's few rows are in the next batch behind any
+other key's backlog; a batch is made caller by caller, the smallest first, each part stored at once
+(`batch_parts`; a small part at the normal priority). A key whose waiting rows fit in one batch has
+them made at once by the process that took the write (`EmbeddingQueue.embed_soon`), without waiting
+for a worker busy with other keys' backlogs. A key with `embedding_max_pending_per_key` rows waiting
+is refused further queue-backed writes (`app.core.embeddings.calls.enqueue`: 4290).
+
 Background batches give way to the process's calls: while calls are in flight (or one ended less
 than `QUIET_SECONDS` ago; `app.core.embeddings.load`), a worker holds back until a quiet moment, for at most
 `embedding_queue_defer_seconds` counted from the oldest due row's enqueue time, so a burst of writes

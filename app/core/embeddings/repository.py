@@ -1,9 +1,10 @@
 """The SQL of the embedding queue and of every family's vectors.
 
 `EmbeddingQueueRepository` owns every statement on the `embedding_queue` table (declared by
-`app.core.models.EmbeddingJob` and core migration `core_0004`): nothing outside this package reads or
-writes it (`tests/unit/test_layout.py`). `VectorRepository` writes the statements of a family's vectors
-from its `EmbeddedRows` declaration, and `vector_statements` is what it writes.
+`app.core.models.EmbeddingJob`, core migrations `core_0004` and `core_0010_queue_owner`): nothing
+outside this package reads or writes it (`tests/unit/test_layout.py`). `VectorRepository` writes the
+statements of a family's vectors from its `EmbeddedRows` declaration, and `vector_statements` is what
+it writes.
 """
 
 from __future__ import annotations
