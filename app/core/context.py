@@ -225,7 +225,8 @@ class CallContext:
         """The project this call may act on: the requested one, checked against a bound key."""
         bound = self.principal.project
         if requested is None or requested == "":
-            return bound or default
+            self.acting_project = bound or default
+            return self.acting_project
         if not _PROJECT_NAME.fullmatch(requested):
             # Every family resolves projects here, so one check covers the names of all of them.
             raise invalid_field(

@@ -50,7 +50,7 @@ DEADLINE = 30.0  # the issue's bound: searchable by vector within 30 s of acknow
 SYLLABLES = [a + b for a in "bdfgklmnprstvz" for b in "aeiou"]
 
 
-def _document(rng: random.Random, chars: int = 6_000) -> str:
+def _document(rng: random.Random, chars: int = 3_000) -> str:
     """New text of about 9 chunks: words no other document shares."""
     words: list[str] = []
     size = 0
