@@ -35,6 +35,10 @@ attacker's calls ended (error codes).
 Usage::
 
     python scripts/bench_hostile.py [--quick] [--seconds 30] [--cell-mb 100] [--repeats 3] [--attack NAME ...]
+
+`--attack queue_flood` (also run by default, last, on a server of its own): two keys' pushes flood the
+embedding queue for `--seconds` (default 40) while a third key's notes are timed from acknowledgement
+to vector (scripts/hostile_queue_flood.py).
 """
 
 from __future__ import annotations
@@ -65,6 +69,7 @@ for p in (ROOT, ROOT / "scripts"):
     if str(p) not in sys.path:
         sys.path.insert(0, str(p))
 
+import hostile_queue_flood  # noqa: E402
 from bench_mcp import Server, on_embedded_postgres, server_processes  # noqa: E402
 
 VICTIM = "bench-victim-key-0123456789"
@@ -320,6 +325,10 @@ ATTACKS = ("quadratic", "push", "get_result")
 SLOW = "slow_upstream"  # a phase of its own, not part of the whole attack at once
 DUCK = "duckdb_slots"  # a phase of its own too, with a victim of its own (`_victim_select`)
 SLOW_INGEST = {"analysis_id": "slow", "model": "slow"}
+# A phase on a server of its own (the backlog it leaves would slow the phases after it): two keys'
+# pushes flood the embedding queue while a third key's notes are timed to their vectors
+# (scripts/hostile_queue_flood.py).
+FLOOD = "queue_flood"
 
 
 SCENARIOS: tuple[tuple[str, ...], ...] = (("quadratic",), ("push",), ("get_result",), (SLOW,), (DUCK,), ATTACKS)
@@ -578,22 +587,32 @@ def run(
     quick: bool = False,
     seconds: float | None = None,
     cell_mb: int | None = None,
-    scenarios: tuple[tuple[str, ...], ...] = SCENARIOS,
+    scenarios: tuple[tuple[str, ...], ...] = (*SCENARIOS, (FLOOD,)),
     repeats: int | None = None,
 ) -> str:
     """Run the benchmark and return its markdown section."""
     n, mb = seconds or (4.0 if quick else 30.0), cell_mb or (16 if quick else 100)
     times = repeats or (1 if quick else REPEATS)
-    place = Path(tempfile.mkdtemp(prefix="cairn-bench-upstream-"))
-    with (
-        _trickling_upstream(place) as registry,
-        on_embedded_postgres(
-            {"CAIRN_API_KEYS": KEYS, "CAIRN_ANALYSIS_UPSTREAMS": str(registry)}, prefix="cairn-bench-hostile-"
-        ) as (srv, _dsn),
-    ):
-        _write_csv(srv.data / "datasets")
-        results = asyncio.run(_measure(srv, n, mb, scenarios, times))
-    return markdown(results, n, mb, quick)
+    text = ""
+    others = tuple(s for s in scenarios if s != (FLOOD,))
+    if others:
+        place = Path(tempfile.mkdtemp(prefix="cairn-bench-upstream-"))
+        with (
+            _trickling_upstream(place) as registry,
+            on_embedded_postgres(
+                {"CAIRN_API_KEYS": KEYS, "CAIRN_ANALYSIS_UPSTREAMS": str(registry)}, prefix="cairn-bench-hostile-"
+            ) as (srv, _dsn),
+        ):
+            _write_csv(srv.data / "datasets")
+            results = asyncio.run(_measure(srv, n, mb, others, times))
+        text = markdown(results, n, mb, quick)
+    if (FLOOD,) in scenarios:
+        flood_seconds = seconds or (10.0 if quick else 40.0)  # the issue's flood lasted 42 s
+        env = {"CAIRN_API_KEYS": hostile_queue_flood.KEYS}
+        with on_embedded_postgres(env, prefix="cairn-bench-flood-") as (srv, _dsn):
+            flood = asyncio.run(hostile_queue_flood.measure(srv.url, flood_seconds))
+        text = (text or "## One key's hostile load against another key\n") + "\n" + hostile_queue_flood.markdown(flood)
+    return text
 
 
 if __name__ == "__main__":
@@ -603,7 +622,10 @@ if __name__ == "__main__":
     parser.add_argument("--cell-mb", type=int)
     parser.add_argument("--repeats", type=int, help=f"runs of the whole attack at once (default {REPEATS})")
     parser.add_argument(
-        "--attack", action="append", choices=(*ATTACKS, SLOW, DUCK), help="only this part of the attack (repeatable)"
+        "--attack",
+        action="append",
+        choices=(*ATTACKS, SLOW, DUCK, FLOOD),
+        help="only this part of the attack (repeatable)",
     )
     parser.add_argument("--attacker", nargs=3, metavar=("URL", "QUERY_ID", "ATTACKS"), help=argparse.SUPPRESS)
     parser.add_argument("--sampler", type=int, metavar="PID", help=argparse.SUPPRESS)
@@ -619,4 +641,6 @@ if __name__ == "__main__":
     # The DuckDB slots phase has a victim of its own: it runs apart from the others chosen.
     rest = tuple(a for a in chosen or () if a != DUCK)
     picked = (*((rest,) if rest else ()), *(((DUCK,),) if chosen and DUCK in chosen else ()))
-    print(run(ns.quick, ns.seconds, ns.cell_mb, picked if chosen else SCENARIOS, ns.repeats))
+    flood = ((FLOOD,),) if not ns.attack or FLOOD in ns.attack else ()
+    scenarios = (picked if chosen else () if ns.attack else SCENARIOS) + flood
+    print(run(ns.quick, ns.seconds, ns.cell_mb, scenarios, ns.repeats))

@@ -102,6 +102,9 @@ class Settings(BaseSettings):
     # While this process answers calls, its workers hold back for at most this long (counted from the
     # oldest due row's enqueue time): a burst of writes is not slowed by the model sharing its cores.
     embedding_queue_defer_seconds: float = Field(default=10.0, ge=0, le=3600)
+    # Rows a key may have waiting in the queue: its further writes that queue vectors answer 4290
+    # until the workers bring it under; 0 = no cap
+    embedding_max_pending_per_key: int = Field(default=5000, ge=0)
 
     # MCP
     # `auto`: one JSON body unless the request may stream progress (then SSE); true: always JSON; false: always SSE

@@ -129,6 +129,8 @@ class CallContext:
     rollback_steps: list[RollbackStep] = field(default_factory=list)
     # The write part of a read-only call, run on the primary (see `write_after_read`)
     primary_steps: list[PrimaryStep] = field(default_factory=list)
+    # The project the call acts on, once known: a bound key's, or the one `project` resolved
+    acting_project: str | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
         # The embedder shares the model between callers in turn (app.core.embeddings.local): this call's
@@ -136,12 +138,18 @@ class CallContext:
         self._name_caller(self.principal.project)
 
     def _name_caller(self, project: str | None) -> None:
+        self.acting_project = project
         set_embedding_caller(f"{self.principal.key_id or self.principal.name}/{project or ''}")
 
     @property
     def settings(self) -> Settings:
         """The effective settings."""
         return self.app.settings
+
+    @property
+    def caller_key(self) -> str:
+        """Who the per-key limits count this call against: its key, or the open server's one caller."""
+        return self.principal.key_id or "open-mode"
 
     @property
     def embedder(self) -> EmbeddingProvider:
@@ -217,7 +225,8 @@ class CallContext:
         """The project this call may act on: the requested one, checked against a bound key."""
         bound = self.principal.project
         if requested is None or requested == "":
-            return bound or default
+            self.acting_project = bound or default
+            return self.acting_project
         if not _PROJECT_NAME.fullmatch(requested):
             # Every family resolves projects here, so one check covers the names of all of them.
             raise invalid_field(

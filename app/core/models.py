@@ -102,6 +102,7 @@ class EmbeddingJob(Base):
     __table_args__ = (
         UniqueConstraint("target", "ref", "model", name="uq_embedding_queue_target_ref_model"),
         Index("ix_embedding_queue_model_not_before", "model", "not_before"),
+        Index("ix_embedding_queue_model_owner", "model", "owner", "project", "not_before", "id"),
     )
 
     id: Mapped[int] = mapped_column(BigInteger, Identity(), primary_key=True)
@@ -114,6 +115,9 @@ class EmbeddingJob(Base):
     not_before: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
     leased_until: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     last_error: Mapped[str | None] = mapped_column(Text)
+    # Who queued the row (core_0010): the caller's key and project; '' for rows no call queued
+    owner: Mapped[str] = mapped_column(Text, nullable=False, server_default="")
+    project: Mapped[str] = mapped_column(Text, nullable=False, server_default="")
 
 
 class AuthLock(Base):

@@ -1,7 +1,9 @@
 """What an operation call does with the embedding machinery: queue the vectors of its writes, and
 embed a search's query.
 
-`enqueue` writes queue rows in the call's transaction and registers, once per call, the after-commit
+`enqueue` writes queue rows in the call's transaction, as the caller's (its key and project, which
+the fair lease goes by), refuses a key that has `embedding_max_pending_per_key` rows waiting already
+(4290: a write counts by the rows it queues), and registers, once per call, the after-commit
 hook `QueuedVectors` (`CallContext.after_commit`): once the call has committed, it wakes the queue's
 workers, waits for the call's own rows when asked (the call's `wait_for_embedding`, else the server's
 `embedding_write_mode`), and reports `embedding` ("done" or "pending") in a reply that has that
@@ -24,11 +26,15 @@ from app.core.context import CallContext
 from app.core.embeddings.provider import EmbeddingUnavailable
 from app.core.embeddings.queue import PendingReport, WaitResult
 from app.core.embeddings.repository import EmbeddingQueueRepository
+from app.core.errors import RateLimited
 from app.core.schemas import EmbeddingPending, EmbeddingState
 
-__all__ = ["QueuedVectors", "enqueue", "pending_state", "query_vector"]
+__all__ = ["QueuedVectors", "enqueue", "over_pending_cap", "pending_state", "query_vector"]
 
 log = logging.getLogger("cairn.embeddings")
+
+# What a key over its cap of waiting rows is told to wait before it writes again
+PENDING_RETRY_SECONDS = 5
 
 
 @dataclass(eq=False)
@@ -38,6 +44,9 @@ class QueuedVectors:
 
     ctx: CallContext
     ids: list[int] = field(default_factory=list)
+    # Whether the caller's key had few rows waiting, these included (`enqueue`): then, unless the call
+    # waits, this process makes them at once (`EmbeddingQueue.embed_soon`) rather than the workers
+    light: bool | None = None
     waited: WaitResult | None = None
     # Set when the vectors wait because something failed: why (None: nothing failed)
     pending: PendingReport | None = None
@@ -72,6 +81,8 @@ class QueuedVectors:
             if self.wants_wait():
                 self.waited = await queue.wait(self.ids, self.ctx.settings.embedding_wait_seconds)
                 done = not self.waited.remaining
+            elif self.light:
+                queue.embed_soon(self.ids)
             if not done:
                 try:
                     self.pending = await queue.pending_report(self.ids, self.waited.failed if self.waited else None)
@@ -103,11 +114,37 @@ async def enqueue(ctx: CallContext, target: str, refs: Sequence[Any]) -> list[in
     """Queue the vectors of `refs` of `target` for the active model, in the call's transaction; returns
     the queue's row ids.
 
-    After the commit the workers are woken and, when the call asks for it (or the server runs in `sync`
-    write mode), the call waits for these rows before answering (`QueuedVectors`)."""
-    ids = await EmbeddingQueueRepository(ctx.session).enqueue(target, [str(r) for r in refs], ctx.embedder.model)
-    QueuedVectors.of(ctx).ids.extend(ids)
+    The rows are the caller's (its key and project: the workers lease fairly between callers), and a
+    key with `embedding_max_pending_per_key` rows waiting already is refused (`RateLimited`) before
+    anything is queued: a write counts by the rows it queues, not as one call. The CLI's own work is
+    not capped. After the commit the workers are woken and, when the call asks for it (or the server
+    runs in `sync` write mode), the call waits for these rows before answering (`QueuedVectors`); a
+    key whose waiting rows fit in one batch (`embedding_queue_batch`) has them made at once by this
+    process instead of in turn behind other keys' backlogs."""
+    repo = EmbeddingQueueRepository(ctx.session)
+    owner, model, settings = ctx.caller_key, ctx.embedder.model, ctx.settings
+    cap, light = settings.embedding_max_pending_per_key, settings.embedding_queue_batch
+    pending: int | None = None
+    if refs and ctx.transport != "cli":
+        pending = await repo.pending_of(model, owner, max(cap, light + 1))
+        if cap > 0 and pending >= cap:
+            raise over_pending_cap(cap)
+    ids = await repo.enqueue(target, [str(r) for r in refs], model, owner=owner, project=ctx.acting_project or "")
+    hook = QueuedVectors.of(ctx)
+    hook.ids.extend(ids)
+    if pending is not None:  # light while the key's rows waiting, these included, fit in one batch
+        hook.light = hook.light is not False and pending + len(ids) <= light
     return ids
+
+
+def over_pending_cap(cap: int) -> RateLimited:
+    """The refusal of a write by a key that has `cap` rows waiting for their vectors already."""
+    return RateLimited(
+        f"This API key has {cap} texts waiting for their vectors; writes that add more must wait",
+        suggestions=[f"Retry after {PENDING_RETRY_SECONDS} s, once the queue has made some of them"],
+        details={"retry_after": PENDING_RETRY_SECONDS, "pending_cap": cap},
+        headers={"Retry-After": str(PENDING_RETRY_SECONDS)},
+    )
 
 
 async def query_vector(ctx: CallContext, text: str, purpose: str) -> list[float] | None:

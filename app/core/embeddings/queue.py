@@ -10,6 +10,16 @@ transaction (`app.core.embeddings.calls.enqueue`) and returns. Workers inside th
 3. in one more short transaction, delete the rows still at the version they leased and store those
    vectors (a row re-written meanwhile has a newer version: it stays queued and is embedded again).
 
+The queue is fair between callers (issue 41, finding 5). Each row records who queued it (the
+caller's key and project; '' for the start-up sweep and backfills). The lease splits a batch evenly
+between keys, and a key's share between its projects, taking each one's oldest and newest due rows
+(`app.core.embeddings.repository.FAIR_LEASE`), so a key's few rows are in the next batch behind any
+other key's backlog; a batch is made caller by caller, the smallest first, each part stored at once
+(`batch_parts`; a small part at the normal priority). A key whose waiting rows fit in one batch has
+them made at once by the process that took the write (`EmbeddingQueue.embed_soon`), without waiting
+for a worker busy with other keys' backlogs. A key with `embedding_max_pending_per_key` rows waiting
+is refused further queue-backed writes (`app.core.embeddings.calls.enqueue`: 4290).
+
 Background batches give way to the process's calls: while calls are in flight (or one ended less
 than `QUIET_SECONDS` ago; `app.core.embeddings.load`), a worker holds back until a quiet moment, for at most
 `embedding_queue_defer_seconds` counted from the oldest due row's enqueue time, so a burst of writes
@@ -38,7 +48,7 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import Counter, Gauge
 
@@ -67,6 +77,10 @@ JOBS_OLDEST = Gauge(
 )
 
 SWEEP_PAGE = 1000
+# Light callers' rows embedded at once by this process (`EmbeddingQueue.embed_soon`), at most
+SOON_TASKS = 4
+# Callers whose rows in a batch are fewer than this are embedded together (`batch_parts`)
+PART_ROWS = 8
 # A gap between calls shorter than this is one client's think time, not a quiet moment.
 QUIET_SECONDS = 0.05
 
@@ -114,6 +128,22 @@ class PendingReport:
 FAILURE_SAMPLE = 20
 
 
+def batch_parts(jobs: Sequence[LeasedJob]) -> list[list[LeasedJob]]:
+    """A leased batch in the parts it is made in: the rows of each caller (key and project), the
+    smallest first, small callers together up to `PART_ROWS` rows (each part costs an embedding call
+    and a transaction)."""
+    groups: dict[tuple[str, str], list[LeasedJob]] = defaultdict(list)
+    for job in jobs:
+        groups[(job.owner, job.project)].append(job)
+    parts: list[list[LeasedJob]] = []
+    for group in sorted(groups.values(), key=len):
+        if parts and len(parts[-1]) + len(group) <= PART_ROWS:
+            parts[-1].extend(group)
+        else:
+            parts.append(list(group))
+    return parts
+
+
 class EmbeddingQueue:
     """The process's queue workers and the read-your-writes wait."""
 
@@ -129,6 +159,7 @@ class EmbeddingQueue:
         self.targets = {t.name: t for t in targets}
         self._wake = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
+        self._soon: set[asyncio.Task[None]] = set()
         self._last_warning = 0.0
         self.outage: Outage | None = None
 
@@ -169,9 +200,14 @@ class EmbeddingQueue:
         result rather than raised). A worker's batch, which nobody waits on, embeds at the background
         priority; one that a caller waits for (`ids`, or `urgent` as in `drain`) at the normal one.
 
-        When the batch fails, the first text is tried alone: if that fails too the provider is taken
-        as down and the whole batch is released for a later try (and the error raised); otherwise
-        each text is tried on its own, so one text the provider refuses never holds back the others."""
+        The batch is made in parts (`batch_parts`: the rows of each key and project, the smallest first),
+        each part's vectors stored as soon as they are made, so a key's few rows leased beside other
+        keys' backlogs are searchable once their own texts are embedded, not the whole batch's; a part
+        of at most `PART_ROWS` rows embeds at the normal priority. When a
+        part fails, the first text is tried alone: if that fails too the provider is taken as down, the
+        part is released for a later try, the parts not yet made are given back, and the error is
+        raised; otherwise each text is tried on its own, so one text the provider refuses never holds
+        back the others."""
         s = self.settings
         async with self.db.transaction() as session:
             repo = EmbeddingQueueRepository(session)
@@ -186,6 +222,29 @@ class EmbeddingQueue:
                 by_target[job.target].append(job)
             for name, group in by_target.items():
                 texts[name] = await self.targets[name].texts(session, [j.ref for j in group])
+        parts = batch_parts(jobs)
+        failed: dict[int, tuple[str, str, str]] = {}
+        for n, part in enumerate(parts):
+            try:
+                # A small part (callers with few rows in the batch) runs at the normal priority: it
+                # must not wait behind another worker's backlog on the one background thread. The
+                # provider still sends more than a batch's worth of tokens to the background.
+                failed.update(await self._make(part, texts, ids, urgent or len(part) <= PART_ROWS))
+            except BaseException:
+                rest = [j for later in parts[n + 1 :] for j in later]
+                if rest:  # not tried: due again at once, with no error
+                    with contextlib.suppress(Exception):
+                        async with self.db.transaction() as session:
+                            await EmbeddingQueueRepository(session).release(rest)
+                raise
+        return BatchResult(len(jobs), failed)
+
+    async def _make(
+        self, jobs: list[LeasedJob], texts: Mapping[str, Mapping[str, str]], ids: Sequence[int] | None, urgent: bool
+    ) -> dict[int, tuple[str, str, str]]:
+        """Embed and store the vectors of leased `jobs` (a part of a batch, see `run_batch`); returns
+        the jobs the provider refused (job id -> (target, ref, error))."""
+        s = self.settings
         todo = [(j, texts[j.target][j.ref]) for j in jobs if j.ref in texts[j.target]]
         made: dict[int, list[float]] = {}
         failed: dict[int, tuple[LeasedJob, str]] = {}
@@ -216,7 +275,7 @@ class EmbeddingQueue:
             if ids is None or cancelled or not isinstance(exc, Exception):
                 raise
             # A caller waiting for its own rows learns which ones failed instead of an exception.
-            return BatchResult(len(jobs), {j.id: (j.target, j.ref, error) for j in jobs})
+            return {j.id: (j.target, j.ref, error) for j in jobs}
         async with self.db.transaction() as session:
             repo = EmbeddingQueueRepository(session)
             for job, error in failed.values():
@@ -234,7 +293,7 @@ class EmbeddingQueue:
             self.outage = None  # the provider answers again
         if log.isEnabledFor(logging.DEBUG):  # what each process embedded: N workers never share a job
             log.debug("embedded a batch", extra={"model": self.model, "jobs": sorted(made), "worker_pid": os.getpid()})
-        return BatchResult(len(jobs), {i: (j.target, j.ref, e) for i, (j, e) in failed.items()})
+        return {i: (j.target, j.ref, e) for i, (j, e) in failed.items()}
 
     async def _one_by_one(
         self, todo: list[tuple[LeasedJob, str]], first_error: Exception
@@ -277,6 +336,29 @@ class EmbeddingQueue:
         except Exception as exc:
             log.info("waiting for embeddings gave up: %s: %s", type(exc).__name__, exc)
         return WaitResult(remaining=remaining, failed=failed)
+
+    def embed_soon(self, ids: Sequence[int]) -> bool:
+        """Make the vectors of a light caller's rows (`ids`: a call of a key with few rows waiting) in a
+        task of this process, as a worker would (giving way first) but without waiting for a free worker
+        nor at the background priority: a worker's batch of another key's backlog may take long on a busy
+        host. At most `SOON_TASKS` at once, and none when this process runs no workers; False when the
+        rows are left to the workers."""
+        if not self.settings.embedding_queue_workers or len(self._soon) >= SOON_TASKS or not ids:
+            return False
+
+        async def soon() -> None:
+            try:
+                await self.give_way()
+                await self.run_batch(ids)  # rows a worker holds already are left to it
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # the rows stay queued for the workers
+                self._warn("embedding a light caller's rows", exc)
+
+        task = asyncio.get_running_loop().create_task(soon(), name="cairn-embedding-soon")
+        self._soon.add(task)
+        task.add_done_callback(self._soon.discard)
+        return True
 
     async def _provider_answers(self) -> bool:
         """Whether the provider passes its readiness check (a remote one answered within its check
@@ -405,9 +487,10 @@ class EmbeddingQueue:
 
     async def stop(self) -> None:
         """Cancel the workers; rows they held are leased until their lease runs out, then retried."""
-        for task in self._tasks:
+        tasks: list[asyncio.Task[Any]] = [*self._tasks, *self._soon]
+        for task in tasks:
             task.cancel()
-        for task in self._tasks:
+        for task in tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._tasks.clear()

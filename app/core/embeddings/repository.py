@@ -1,9 +1,10 @@
 """The SQL of the embedding queue and of every family's vectors.
 
 `EmbeddingQueueRepository` owns every statement on the `embedding_queue` table (declared by
-`app.core.models.EmbeddingJob` and core migration `core_0004`): nothing outside this package reads or
-writes it (`tests/unit/test_layout.py`). `VectorRepository` writes the statements of a family's vectors
-from its `EmbeddedRows` declaration, and `vector_statements` is what it writes.
+`app.core.models.EmbeddingJob`, core migrations `core_0004` and `core_0010_queue_owner`): nothing
+outside this package reads or writes it (`tests/unit/test_layout.py`). `VectorRepository` writes the
+statements of a family's vectors from its `EmbeddedRows` declaration, and `vector_statements` is what
+it writes.
 """
 
 from __future__ import annotations
@@ -21,6 +22,48 @@ QUEUED_TARGET = "queued_target"  # the target's parameter in `queued_by_model`
 _NOT_IN_QUERY = re.compile(r";|--|/\*")
 
 
+# A row a worker may lease now: due, of a target this server embeds, and held by no live worker.
+_DUE = (
+    "q.model = :model AND q.target = ANY(:targets) AND q.not_before <= now() "
+    "AND (q.leased_until IS NULL OR q.leased_until < now())"
+)
+_LEASED = "leased_until = now() + make_interval(secs => :lease), attempts = q.attempts + 1"
+_JOB = "q.id, q.target, q.ref, q.version, q.attempts, q.owner, q.project"
+_GROUP_DUE = f"FROM embedding_queue q WHERE q.owner = g.owner AND q.project = g.project AND {_DUE}"
+
+# The fair lease. Rows are grouped by who queued them (key, then project; '' for the sweep and
+# backfills). (1) `grp` walks the distinct groups of the model on the index (one probe per group,
+# however many rows each holds); (2) `due` keeps the groups with a due row and the age of their
+# oldest; (3) at most `limit` groups take part, each key's first group before any key's second,
+# longest waiting first; (4) the batch is split evenly between keys, and a key's share between its
+# groups (at least one row each); (5) each group gives half its share from its oldest due rows and
+# half from its newest, locked with SKIP LOCKED. So a key's few rows are in the next batch behind any
+# backlog of other keys, a key's own backlog does not hold back its rows queued after it, and a large
+# backlog still drains at its share of every batch, all of it when it is alone. A batch is short of
+# `limit` while a group has fewer due rows than its share.
+FAIR_LEASE = (
+    "WITH RECURSIVE grp AS ("
+    "(SELECT owner, project FROM embedding_queue WHERE model = :model ORDER BY owner, project LIMIT 1) "
+    "UNION ALL SELECT n.owner, n.project FROM grp g CROSS JOIN LATERAL ("
+    "SELECT q.owner, q.project FROM embedding_queue q WHERE q.model = :model "
+    "AND (q.owner, q.project) > (g.owner, g.project) ORDER BY q.owner, q.project LIMIT 1) n), "
+    "due AS (SELECT g.owner, g.project, f.first FROM grp g CROSS JOIN LATERAL ("
+    f"SELECT q.not_before AS first {_GROUP_DUE} ORDER BY q.not_before, q.id LIMIT 1) f), "
+    "turns AS (SELECT owner, project, first, row_number() OVER (PARTITION BY owner ORDER BY first) AS turn FROM due), "
+    "chosen AS (SELECT owner, project, count(*) OVER (PARTITION BY owner) AS groups "
+    "FROM (SELECT owner, project FROM turns ORDER BY turn, first LIMIT :limit) t), "
+    "shares AS (SELECT owner, project, greatest(1, greatest(1, :limit / (SELECT count(DISTINCT owner) FROM chosen)) "
+    "/ groups) AS n FROM chosen), "
+    "oldest AS (SELECT o.id FROM shares g CROSS JOIN LATERAL ("
+    f"SELECT q.id {_GROUP_DUE} ORDER BY q.not_before, q.id LIMIT g.n - g.n / 2 FOR UPDATE SKIP LOCKED) o), "
+    "newest AS (SELECT o.id FROM shares g CROSS JOIN LATERAL ("
+    f"SELECT q.id {_GROUP_DUE} ORDER BY q.not_before DESC, q.id DESC LIMIT g.n / 2 FOR UPDATE SKIP LOCKED) o) "
+    f"UPDATE embedding_queue q SET {_LEASED} "
+    "WHERE q.id IN (SELECT id FROM (SELECT id FROM oldest UNION SELECT id FROM newest) b LIMIT :limit) "
+    f"RETURNING {_JOB}"
+)
+
+
 @dataclass(frozen=True, slots=True)
 class LeasedJob:
     """A queue row leased by a worker: which vector to make, and the version it was leased at."""
@@ -30,6 +73,9 @@ class LeasedJob:
     ref: str
     version: int
     attempts: int
+    # Who queued it (the caller's key and project; '' for the sweep and backfills)
+    owner: str = ""
+    project: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,63 +90,77 @@ class QueueStats:
 class EmbeddingQueueRepository(Repository):
     """The SQL of the embedding queue (see `app.core.models.EmbeddingJob`)."""
 
-    async def enqueue(self, target: str, refs: Sequence[str], model: str, *, bump: bool = True) -> list[int]:
+    async def enqueue(
+        self,
+        target: str,
+        refs: Sequence[str],
+        model: str,
+        *,
+        bump: bool = True,
+        owner: str = "",
+        project: str = "",
+    ) -> list[int]:
         """Queue `refs` of `target` for `model`; returns their job ids.
 
         A ref already queued gets its version bumped (`bump`, for writes: the text changed, a worker
-        holding the old version must not store its vector) or is left as it is (backfills)."""
+        holding the old version must not store its vector) or is left as it is (backfills). `owner`
+        (the caller's key) and `project` name who queued the rows, for the fair lease; a bumped row
+        becomes the bumping caller's."""
         if not refs:
             return []
         conflict = (
-            "DO UPDATE SET version = embedding_queue.version + 1, not_before = now(), attempts = 0, last_error = NULL"
+            "DO UPDATE SET version = embedding_queue.version + 1, not_before = now(), attempts = 0, last_error = NULL, "
+            "owner = EXCLUDED.owner, project = EXCLUDED.project"
             if bump
             else "DO UPDATE SET version = embedding_queue.version"  # a no-op that still returns the id
         )
         return [
             int(i)
             for i in await self.scalars(
-                "INSERT INTO embedding_queue (target, ref, model) "
+                "INSERT INTO embedding_queue (target, ref, model, owner, project) "
                 # One order for every writer: two calls queueing the same refs in different orders
                 # would each lock one row and wait for the other's (a deadlock).
-                'SELECT :target, r, :model FROM unnest(CAST(:refs AS text[])) AS r ORDER BY r COLLATE "C" '
+                "SELECT :target, r, :model, :owner, :project FROM unnest(CAST(:refs AS text[])) AS r "
+                'ORDER BY r COLLATE "C" '
                 f"ON CONFLICT (target, ref, model) {conflict} RETURNING id",
-                {"target": target, "refs": list(dict.fromkeys(refs)), "model": model},
+                {
+                    "target": target,
+                    "refs": list(dict.fromkeys(refs)),
+                    "model": model,
+                    "owner": owner,
+                    "project": project,
+                },
             )
         ]
+
+    async def pending_of(self, model: str, owner: str, cap: int) -> int:
+        """How many rows of `model` that `owner` queued wait (counted up to `cap`: enough to tell
+        whether the key is over its cap, at a bounded cost)."""
+        found = await self.scalar(
+            "SELECT count(*) FROM (SELECT 1 FROM embedding_queue WHERE model = :model AND owner = :owner "
+            "LIMIT :cap) mine",
+            {"model": model, "owner": owner, "cap": cap},
+        )
+        return int(found or 0)
 
     async def lease(
         self, model: str, limit: int, lease_seconds: float, targets: Sequence[str], ids: Sequence[int] | None = None
     ) -> list[LeasedJob]:
         """Lease up to `limit` due jobs of `model` and `targets` (only `ids` when given) that no live
-        worker holds.
+        worker holds, fairly across the callers that queued them (`FAIR_LEASE`).
 
-        Half of the batch is the oldest due rows and the rest the newest, so a large backlog (one
-        project's bulk load) neither holds back rows queued after it, which are in the next batch,
-        nor is starved by a stream of new rows: it still drains at half the rate or more. Rows
-        locked by another transaction are skipped, and a lease that ran out (its worker died) makes
-        the row claimable again."""
-        only = "AND id = ANY(:ids)" if ids is not None else ""
-        due = (
-            "SELECT id FROM embedding_queue WHERE model = :model AND target = ANY(:targets) AND not_before <= now() "
-            f"AND (leased_until IS NULL OR leased_until < now()) {only} "
-        )
-        return await self.rows(
-            f"WITH oldest AS ({due} ORDER BY not_before, id LIMIT :old FOR UPDATE SKIP LOCKED), "
-            f"newest AS ({due} ORDER BY not_before DESC, id DESC LIMIT :new FOR UPDATE SKIP LOCKED) "
-            "UPDATE embedding_queue q SET leased_until = now() + make_interval(secs => :lease), "
-            "attempts = q.attempts + 1 "
-            "WHERE q.id IN (SELECT id FROM oldest UNION SELECT id FROM newest) "
-            "RETURNING q.id, q.target, q.ref, q.version, q.attempts",
-            {
-                "model": model,
-                "old": limit - limit // 2,
-                "new": limit // 2,
-                "lease": lease_seconds,
-                "targets": list(targets),
-                "ids": list(ids or []),
-            },
-            into=LeasedJob,
-        )
+        Rows locked by another transaction are skipped, and a lease that ran out (its worker died)
+        makes the row claimable again."""
+        params = {"model": model, "limit": limit, "lease": lease_seconds, "targets": list(targets)}
+        if ids is not None:  # a call's own rows, which it waits for
+            return await self.rows(
+                f"WITH mine AS (SELECT id FROM embedding_queue q WHERE id = ANY(:ids) AND {_DUE} "
+                "ORDER BY id LIMIT :limit FOR UPDATE SKIP LOCKED) "
+                f"UPDATE embedding_queue q SET {_LEASED} WHERE q.id IN (SELECT id FROM mine) RETURNING {_JOB}",
+                {**params, "ids": list(ids)},
+                into=LeasedJob,
+            )
+        return await self.rows(FAIR_LEASE, params, into=LeasedJob)
 
     async def complete(self, jobs: Sequence[LeasedJob]) -> set[int]:
         """Delete the jobs still at their leased version; returns their ids (the others were re-queued

@@ -34,6 +34,11 @@ def call(db: Database, principal: Principal = READER, **kw: Any) -> AbstractAsyn
     return service_call(db, principal, **kw)
 
 
+def test_an_open_servers_callers_are_one_caller_for_the_per_key_limits() -> None:
+    ctx = CallContext(session=None, principal=OPEN_PRINCIPAL, app=None, request_id="r", transport="t")  # type: ignore[arg-type]
+    assert ctx.caller_key == "open-mode"
+
+
 def test_scopes_rank_admin_over_write_over_read() -> None:
     writer = Principal(key_id=None, name="w", scopes=frozenset({"write"}))
     assert writer.has_scope("read") and writer.has_scope("write") and not writer.has_scope("admin")
@@ -52,16 +57,19 @@ def test_feature_settings_are_read_once_and_kept() -> None:
 
 async def test_the_project_is_checked_and_kept_to_a_bound_key(db: Database) -> None:
     async with call(db) as ctx:
-        assert embedding_caller() == "r1/"
+        assert embedding_caller() == "r1/" and ctx.acting_project is None
         assert ctx.project(None) == "default" and ctx.project("", default="lab") == "lab"
+        assert ctx.acting_project == "lab"
         assert ctx.project("alpha.1") == "alpha.1" and ctx.bound_project is None
         assert embedding_caller() == "r1/alpha.1"  # an unbound key shares the model per project
+        assert ctx.acting_project == "alpha.1" and ctx.caller_key == "r1"  # whose rows the queue holds
         with pytest.raises(InvalidInput) as bad:
             ctx.project("-not/a name")
         assert bad.value.details["errors"][0]["field"] == "project"  # type: ignore[index]
         assert bad.value.details["errors"][0]["rule"] == "string_pattern_mismatch"  # type: ignore[index]
     async with call(db, BOUND) as ctx:
         assert embedding_caller() == "b1/team" and ctx.bound_project == "team"
+        assert ctx.acting_project == "team" and ctx.caller_key == "b1"
         assert ctx.project(None) == "team" and ctx.project("team") == "team"
         with pytest.raises(Forbidden, match="bound to project 'team'") as refused:
             ctx.project("other")

@@ -13,10 +13,11 @@ from pydantic import BaseModel
 
 from app.core import budget
 from app.core.config import Settings
-from app.core.context import OPEN_PRINCIPAL, AppState, CallContext
+from app.core.context import OPEN_PRINCIPAL, AppState, CallContext, Principal
 from app.core.embeddings.calls import QueuedVectors, enqueue, query_vector
 from app.core.embeddings.provider import EmbeddingUnavailable
 from app.core.embeddings.queue import PendingReport, WaitResult
+from app.core.errors import RateLimited
 from app.core.executor import run_commit_hooks
 from app.core.registry import Registry
 from app.core.schemas import EmbeddingPending, EmbeddingState
@@ -46,11 +47,16 @@ class FakeQueue:
         self.remaining = remaining
         self.report = report
         self.woken = 0
+        self.soon: list[list[int]] = []
         self.waits: list[tuple[list[int], float]] = []
         self.asked: list[tuple[list[int], dict[int, tuple[str, str, str]] | None]] = []
 
     def wake(self) -> None:
         self.woken += 1
+
+    def embed_soon(self, ids: Sequence[int]) -> bool:
+        self.soon.append(list(ids))
+        return True
 
     async def wait(self, ids: Sequence[int], timeout: float) -> WaitResult:
         self.waits.append((list(ids), timeout))
@@ -76,8 +82,12 @@ class FakeEmbedder:
 
 
 class FakeResult:
-    def __init__(self, ids: list[int]) -> None:
+    def __init__(self, ids: list[int], count: int = 0) -> None:
         self.ids = ids
+        self.count = count
+
+    def scalar(self) -> int:
+        return self.count
 
     def scalars(self) -> FakeResult:
         return self
@@ -87,12 +97,18 @@ class FakeResult:
 
 
 class FakeSession:
-    """Answers each INSERT into the queue with the next ids."""
+    """Answers each INSERT into the queue with the next ids, and a count of a key's waiting rows with
+    `pending`; records the parameters of each."""
 
-    def __init__(self) -> None:
+    def __init__(self, pending: int = 0) -> None:
         self.next = 1
+        self.pending = pending
+        self.params: list[dict[str, Any]] = []
 
     async def execute(self, statement: Any, params: Any = None) -> FakeResult:
+        self.params.append(dict(params))
+        if "cap" in params:
+            return FakeResult([], min(self.pending, params["cap"]))
         ids = list(range(self.next, self.next + len(params["refs"])))
         self.next += len(ids)
         return FakeResult(ids)
@@ -104,20 +120,29 @@ def context(
     mode: str = "async",
     args: BaseModel | None = None,
     embedder: FakeEmbedder | None = None,
+    pending: int = 0,
+    cap: int = 5000,
+    transport: str = "test",
+    principal: Principal = OPEN_PRINCIPAL,
 ) -> CallContext:
+    settings = Settings(
+        embedding_write_mode=mode,  # type: ignore[arg-type]
+        embedding_wait_seconds=3.0,
+        embedding_max_pending_per_key=cap,
+    )
     app = AppState(
-        settings=Settings(embedding_write_mode=mode, embedding_wait_seconds=3.0),  # type: ignore[arg-type]
+        settings=settings,
         db=cast(Any, None),
         embedder=cast(Any, embedder or FakeEmbedder()),
         registry=Registry(),
         queue=cast(Any, queue),
     )
     return CallContext(
-        session=cast(Any, FakeSession()),
-        principal=OPEN_PRINCIPAL,
+        session=cast(Any, FakeSession(pending)),
+        principal=principal,
         app=app,
         request_id="r",
-        transport="test",
+        transport=transport,
         args=args,
     )
 
@@ -254,3 +279,57 @@ async def test_query_vector_is_none_when_the_model_is_unavailable(caplog: pytest
     with caplog.at_level(logging.WARNING, logger="cairn.embeddings"):
         assert await query_vector(context(None, embedder=FakeEmbedder(fail=True)), "q", "notes search") is None
     assert "notes search without vectors: down" in caplog.text
+
+
+async def test_queued_rows_are_the_callers_key_and_project() -> None:
+    key = Principal(key_id="k1", name="writer", scopes=frozenset({"write"}))
+    ctx = context(FakeQueue(), principal=key)
+    assert ctx.project("notes") == "notes"
+    await enqueue(ctx, "notes", ["a"])
+    session = cast(FakeSession, ctx.session)
+    count, insert = session.params
+    assert count["owner"] == insert["owner"] == "k1" and insert["project"] == "notes"
+    open_ctx = context(FakeQueue())  # an open server's callers are one: the rate limiter's
+    await enqueue(open_ctx, "notes", ["a"])
+    assert cast(FakeSession, open_ctx.session).params[-1]["owner"] == "open-mode"
+
+
+async def test_a_key_with_its_cap_of_rows_waiting_is_refused_before_anything_is_queued() -> None:
+    ctx = context(FakeQueue(), pending=5000, cap=5000)
+    with pytest.raises(RateLimited) as refused:
+        await enqueue(ctx, "notes", ["a", "b"])
+    err = refused.value
+    assert err.code == 4290 and err.status == 429 and err.headers["Retry-After"] == "5"
+    assert (err.details or {})["pending_cap"] == 5000
+    assert [p for p in cast(FakeSession, ctx.session).params if "refs" in p] == []
+    assert QueuedVectors.find(ctx) is None
+    # Under the cap a write queues all its rows, however many (the cap counts rows already waiting).
+    under = context(FakeQueue(), pending=4999, cap=5000)
+    assert len(await enqueue(under, "notes", [str(i) for i in range(300)])) == 300
+
+
+@pytest.mark.parametrize(("cap", "transport"), [(0, "rest"), (5000, "cli")])
+async def test_no_cap_when_it_is_off_or_for_the_clis_own_work(cap: int, transport: str) -> None:
+    ctx = context(FakeQueue(), pending=10**6, cap=cap, transport=transport)
+    assert await enqueue(ctx, "notes", ["a"]) == [1]
+    counted = [p for p in cast(FakeSession, ctx.session).params if "cap" in p]
+    assert len(counted) == (0 if transport == "cli" else 1)  # counted only to tell a light caller
+
+
+@pytest.mark.parametrize(
+    ("pending", "refs", "wait", "soon"),
+    [
+        (0, 3, None, True),  # a key with few rows waiting: made at once by this process
+        (60, 4, None, True),  # 64: still one batch
+        (61, 4, None, False),  # over one batch: in turn, by the workers
+        (0, 3, True, False),  # the call waits for its rows itself
+    ],
+)
+async def test_a_light_callers_rows_are_made_at_once_unless_it_waits(
+    pending: int, refs: int, wait: bool | None, soon: bool
+) -> None:
+    queue = FakeQueue()
+    ctx = context(queue, pending=pending, args=WriteIn(wait_for_embedding=wait))
+    ids = await enqueue(ctx, "notes", [str(i) for i in range(refs)])
+    await run_commit_hooks(ctx, Reply())
+    assert queue.soon == ([ids] if soon else [])

@@ -3,12 +3,23 @@
 from __future__ import annotations
 
 import re
+from collections.abc import AsyncIterator
 from typing import Any, cast
 
 import pytest
 
-from app.core.embeddings.repository import QUEUED_TARGET, EmbeddingQueueRepository, vector_statements
+from app.core import migrations
+from app.core.config import Settings
+from app.core.db import Database
+from app.core.embeddings.repository import (
+    FAIR_LEASE,
+    QUEUED_TARGET,
+    EmbeddingQueueRepository,
+    LeasedJob,
+    vector_statements,
+)
 from app.core.embeddings.vectors import EmbeddedRows
+from tests.support.server import PgCluster
 
 PARAM = re.compile(r"(?<![:\w]):(\w+)")
 LIVE = "t.expires_at IS NULL OR t.expires_at > now()"
@@ -116,3 +127,125 @@ async def test_queued_counts_refuse_a_query_that_is_not_one_statement_of_its_own
     with pytest.raises(ValueError):
         await EmbeddingQueueRepository(cast(Any, session)).queued_by_model("m", refs, params)
     assert session.calls == []
+
+
+# The fair lease on a migrated database of its own (the statement's text is not what matters here).
+MODEL = "fair-lease-test"
+TARGETS = ["memory", "graph_entity"]
+
+
+@pytest.fixture(scope="module")
+async def queue_db(pg: PgCluster) -> AsyncIterator[Database]:
+    url = pg.handle.url(pg.new_database())
+    await migrations.upgrade_async(url, [])
+    database = Database(url, Settings())
+    try:
+        yield database
+    finally:
+        await database.dispose()
+
+
+async def _queue(db: Database, refs: list[str], owner: str, project: str = "p", target: str = "memory") -> None:
+    async with db.transaction() as session:
+        await EmbeddingQueueRepository(session).enqueue(target, refs, MODEL, owner=owner, project=project)
+
+
+async def _lease(db: Database, limit: int = 64) -> list[LeasedJob]:
+    async with db.transaction() as session:
+        return await EmbeddingQueueRepository(session).lease(MODEL, limit, 60, TARGETS)
+
+
+async def _clear(db: Database) -> None:
+    async with db.transaction() as session:
+        await EmbeddingQueueRepository(session).execute("DELETE FROM embedding_queue")
+
+
+async def _flood(db: Database, start: int, rows: int) -> None:
+    """`rows` rows of two flooding keys in one statement, numbered from `start`."""
+    async with db.transaction() as session:
+        await EmbeddingQueueRepository(session).execute(
+            "INSERT INTO embedding_queue (target, ref, model, owner, project) "
+            "SELECT 'memory', 'flood-' || i, :model, CASE WHEN i % 2 = 0 THEN 'key-a' ELSE 'key-b' END, 'p' "
+            "FROM generate_series(CAST(:start AS int), CAST(:end AS int)) i",
+            {"model": MODEL, "start": start, "end": start + rows - 1},
+        )
+
+
+async def test_a_keys_few_rows_are_in_the_next_batch_behind_two_other_keys_backlog(queue_db: Database) -> None:
+    await _clear(queue_db)
+    # Two keys flood before and after a third key's rows: neither the oldest nor the newest rows
+    # of the queue are the third key's.
+    await _flood(queue_db, 0, 10_000)
+    await _queue(queue_db, ["victim-1", "victim-2", "victim-3"], "key-c")
+    await _flood(queue_db, 10_000, 10_000)
+    first = await _lease(queue_db)
+    refs = {j.ref for j in first}
+    assert {"victim-1", "victim-2", "victim-3"} <= refs, sorted(refs)
+    # The rest of the batch is shared between the two flooding keys, which keep draining.
+    assert len(first) > 3 + 40 and len(first) <= 64
+    flood = [r for r in refs if r.startswith("flood-")]
+    a = sum(1 for r in flood if int(r.split("-")[1]) % 2 == 0)
+    assert abs(a - (len(flood) - a)) <= 1
+    # Alone, a backlog takes whole batches, from its oldest and its newest rows.
+    second = await _lease(queue_db)
+    assert len(second) == 64 and not {j.id for j in first} & {j.id for j in second}
+
+
+async def test_the_fair_lease_reads_the_queue_through_its_index_only(queue_db: Database) -> None:
+    """Behind a backlog of 20,000 rows the lease walks the groups on the owner index and reads a few
+    rows of each, whatever the backlog's size: no scan of the whole queue."""
+    await _clear(queue_db)
+    await _flood(queue_db, 0, 20_000)
+    await _queue(queue_db, ["victim-1"], "key-c")
+    literal = {":model": f"'{MODEL}'", ":limit": "64", ":lease": "60", ":targets": "ARRAY['memory']"}
+    sql = FAIR_LEASE
+    for name, value in literal.items():
+        sql = sql.replace(name, value)
+    async with queue_db.transaction() as session:
+        repo = EmbeddingQueueRepository(session)
+        await repo.execute("ANALYZE embedding_queue")
+        plan = "\n".join(await repo.scalars(f"EXPLAIN (ANALYZE, BUFFERS) {sql}"))
+        await session.rollback()
+    assert "Seq Scan" not in plan and "ix_embedding_queue_model_owner" in plan, plan
+
+
+async def test_a_keys_projects_share_its_part_and_unowned_rows_are_a_group_of_their_own(queue_db: Database) -> None:
+    await _clear(queue_db)
+    # One key spreads its rows over ten projects: together they get one key's share, not ten.
+    for n in range(10):
+        await _queue(queue_db, [f"spread-{n}-{i}" for i in range(100)], "key-a", project=f"p{n}")
+    await _queue(queue_db, [f"other-{i}" for i in range(100)], "key-b")
+    async with queue_db.transaction() as session:  # the sweep's and backfills' rows: no owner
+        await EmbeddingQueueRepository(session).enqueue("graph_entity", [f"swept-{i}" for i in range(100)], MODEL)
+    batch = await _lease(queue_db, 60)
+    by = {prefix: sum(1 for j in batch if j.ref.startswith(prefix)) for prefix in ("spread-", "other-", "swept-")}
+    assert by == {"spread-": 20, "other-": 20, "swept-": 20}, by
+    assert len({j.ref.split("-")[1] for j in batch if j.ref.startswith("spread-")}) == 10  # each project's 2
+
+
+async def test_two_workers_leasing_at_once_never_share_a_row_and_drain_every_group(queue_db: Database) -> None:
+    await _clear(queue_db)
+    await _queue(queue_db, [f"a-{i}" for i in range(300)], "key-a")
+    await _queue(queue_db, [f"b-{i}" for i in range(7)], "key-b")
+    async with queue_db.transaction() as one, queue_db.transaction() as two:
+        a = await EmbeddingQueueRepository(one).lease(MODEL, 32, 60, TARGETS)
+        b = await EmbeddingQueueRepository(two).lease(MODEL, 32, 60, TARGETS)
+    assert a and b and not {j.id for j in a} & {j.id for j in b}
+    seen = {j.ref for j in a + b}
+    while batch := await _lease(queue_db, 32):
+        assert not seen & {j.ref for j in batch}
+        seen |= {j.ref for j in batch}
+    assert len(seen) == 307
+
+
+async def test_a_bumped_row_becomes_the_bumping_callers_and_a_key_counts_its_pending_rows(queue_db: Database) -> None:
+    await _clear(queue_db)
+    await _queue(queue_db, ["shared", "a-1"], "key-a")
+    await _queue(queue_db, ["shared"], "key-b")
+    async with queue_db.transaction() as session:
+        repo = EmbeddingQueueRepository(session)
+        assert await repo.pending_of(MODEL, "key-a", 100) == 1
+        assert await repo.pending_of(MODEL, "key-b", 100) == 1
+        assert await repo.pending_of("another-model", "key-b", 100) == 0
+        await repo.enqueue("memory", [f"x-{i}" for i in range(50)], MODEL, owner="key-a")
+        assert await repo.pending_of(MODEL, "key-a", 10) == 10  # counted up to the cap only
