@@ -93,6 +93,7 @@ class Reply:
             execution_time_ms=meta["elapsed_ms"],
             cache_hit=self.stored.cache_hit,
             engine_used=self.stored.engine_used,
+            engine_reason=meta.get("engine_reason"),
         )
 
     def __call__(self, kept: list[Any], rest: dict[str, Any] | None, level: Any) -> dict[str, Any]:
@@ -115,6 +116,8 @@ class Reply:
             rest_summary=rest,
             next_offset=shown if shown < meta["rows_stored"] else None,
             views=self.stored.views,
+            partial=bool(meta.get("partial")),
+            partial_reason=meta.get("partial"),
         )
         return out.model_dump(mode="json", by_alias=True)
 

@@ -60,7 +60,7 @@ for name in spec["preload"]:  # modules the code imports that load ctypes or sub
         importlib.import_module(name)
     except Exception:  # not installed: the code's own import says so
         pass
-NO_PANDAS = "pandas is not installed on this server (the cairn-server[pandas] extra)"
+NO_PANDAS = "pandas is not installed on this server (pip install pandas)"
 class NoPandas:
     def __getattr__(self, name):
         raise ModuleNotFoundError(NO_PANDAS, name="pandas")
@@ -173,14 +173,17 @@ try:
     print(json.dumps({"ok": True, "isolated": isolated}))
 except BaseException as exc:
     state["armed"] = False
-    missing = pd is None and "pandas" in str(exc) and (isinstance(exc, ImportError) or "not installed" in str(exc))
+    no_pandas = pd is None and "pandas" in str(exc) and (isinstance(exc, ImportError) or "not installed" in str(exc))
+    missing = "pandas" if no_pandas else None
+    if missing is None and isinstance(exc, ModuleNotFoundError) and (exc.name or "").split(".")[0] in spec["extras"]:
+        missing = exc.name.split(".")[0]
     line, tb = getattr(exc, "lineno", None) if isinstance(exc, SyntaxError) else None, exc.__traceback__
     while tb is not None:  # the innermost line of the caller's code
         if tb.tb_frame.f_code.co_filename == "<python query>":
             line = tb.tb_lineno
         tb = tb.tb_next
     print(json.dumps({"ok": False, "error": f"{type(exc).__name__}: {exc}"[:400], "isolated": isolated,
-                      "missing": "pandas" if missing else None, "line": line}))
+                      "missing": missing, "line": line}))
 """
 
 
@@ -188,6 +191,10 @@ except BaseException as exc:
 # hook refuses once the code runs: the modules of these that the code imports are imported before.
 PRELOADABLE = ("sklearn", "scipy")
 _IMPORTED = re.compile(r"^[ \t]*(?:from|import)[ \t]+((?:" + "|".join(PRELOADABLE) + r")(?:\.\w+)*)", re.M)
+
+
+# The modules of the python engine's optional extras, by the extra that installs them.
+EXTRA_OF = {"sklearn": "ml", "scipy": "ml"}
 
 
 def preloaded(code: str) -> list[str]:
@@ -210,6 +217,7 @@ def run_python(
     spec = {
         "code": code,
         "preload": preloaded(code),
+        "extras": sorted(EXTRA_OF),
         "views": {s.name: s.sql() for s in sources},
         "inputs": {s.name: s.pattern for s in sources},
         "allowed": [str(p) for p in cfg.allowed],
@@ -242,11 +250,18 @@ def run_python(
     report = json.loads(lines[-1])
     if report.get("missing") == "pandas":
         raise EngineError(
-            "The python engine has no pandas: it is not installed on this server",
+            "The python engine has no pandas: it is not installed on this server "
+            "(a runtime dependency: the install is incomplete)",
             suggestions=[
                 "Use `con` (DuckDB: con.sql(...)) in the code, or query_type 'sql'",
-                "The operator installs the pandas extra: pip install 'cairn-server[pandas]'",
+                "The operator installs it: pip install pandas",
             ],
+        )
+    if report.get("missing") in EXTRA_OF:
+        extra = EXTRA_OF[report["missing"]]
+        raise EngineError(
+            f"The python engine has no {report['missing']}: it is not installed on this server",
+            suggestions=[f"The operator installs the {extra} extra: pip install 'cairn-server[{extra}]'"],
         )
     if not report["ok"]:
         lines = code.splitlines()
