@@ -144,5 +144,5 @@ def for_polars(exc: CairnError, names: list[str]) -> CairnError:
         ]
         return exc
     if not text.startswith("polars_expr"):
-        exc.message = f"polars_expr (run as DuckDB SQL): {text}"
+        exc.message = f"polars_expr: {text}"
     return exc

@@ -362,10 +362,14 @@ def _str_call(node: ast.Call, label: str, method: str, col: str) -> str:
             raise _bad(node, f"{label} takes one format")
         fmt = _text(args[0], label) if args else kw["format"]
         fn = "strptime" if kw["strict"] else "try_strptime"
-        text = f"CAST({col} AS VARCHAR)"  # a column the CSV reader already typed is parsed from its text
+        text = f"CAST({col} AS VARCHAR)"
         if fmt is None:  # no format: Polars infers it; DuckDB's cast reads ISO 8601
-            return f"{'CAST' if kw['strict'] else 'TRY_CAST'}({text} AS {target})"
-        return f"CAST({fn}({text}, {_sql_value(str(fmt))}) AS {target})"
+            parsed = f"{'CAST' if kw['strict'] else 'TRY_CAST'}({text} AS {target})"
+        else:
+            parsed = f"CAST({fn}({text}, {_sql_value(str(fmt))}) AS {target})"
+        # Polars reads a CSV's dates as text; DuckDB's reader may have typed the column already.
+        typed = f"typeof({col}) = 'DATE' OR typeof({col}) LIKE 'TIMESTAMP%'"
+        return f"CASE WHEN {typed} THEN CAST({col} AS {target}) ELSE {parsed} END"
     if method in ("replace", "replace_all"):
         pattern, value = (_text(a, label) for a in _args_kw(node, label, 2, {"literal"}))
         literal = _keywords(node, label, {"literal": False})["literal"]
@@ -565,7 +569,7 @@ class _Chain:
 
     def __init__(self, sql: str) -> None:
         self.sql = sql
-        self.group: list[str] | None = None
+        self.group: list[_Expr] | None = None
         self.limited = False
 
     def apply(self, call: ast.Call) -> None:
@@ -581,13 +585,15 @@ class _Chain:
             self.limited = True
             return
         if m in ("group_by", "groupby"):
-            self.group = _names(call.args)
+            self.group = _expr_list(call.args)  # names, or expressions (`pl.col('d').dt.month().alias('m')`)
+            if any(e.name is None for e in self.group):
+                raise QueryError("polars_expr: group_by takes column names or named expressions")
         elif m == "agg":
             if self.group is None:
                 raise _refuse(call, ".agg() without group_by")
             aggs = ", ".join(e.aliased() for e in _expr_list(call.args))
-            keys = ", ".join(self.group)
-            self.sql = f"SELECT {keys}, {aggs} FROM ({self.sql}) GROUP BY {keys}"
+            keys = ", ".join(e.aliased() for e in self.group)
+            self.sql = f"SELECT {keys}, {aggs} FROM ({self.sql}) GROUP BY {', '.join(e.sql for e in self.group)}"
             self.group = None
         else:
             self.sql = _STEPS[m](call, self.sql)

@@ -116,4 +116,4 @@ def test_a_date_that_does_not_parse_points_to_strict_false() -> None:
     err = for_polars(QueryError('Could not parse string "03/01/2025" according to format specifier "%Y-%m-%d"'), [])
     assert err.message.startswith("polars_expr: Could not parse") and any("strict=False" in s for s in err.suggestions)
     other = for_polars(SchemaError("Column 'x' not found."), [])
-    assert other.message == "polars_expr (run as DuckDB SQL): Column 'x' not found."
+    assert other.message == "polars_expr: Column 'x' not found."
