@@ -55,7 +55,9 @@ def choose(args: QueryIn, python_enabled: bool) -> Choice:
         ml = _ML_IMPORT.search(args.query)
         if not python_enabled:
             why = f"the code imports {ml.group(1)}" if ml else "the query is python code"
-            raise _disabled(f"engine 'auto' chose pandas ({why}{given}), but the python engine is off")
+            raise _disabled(
+                f"engine 'auto' chose pandas ({why}{given}), but the python engine is disabled on this server"
+            )
         return Choice("python", "python", given, ml.group(1) if ml else None)
     if language == "polars_expr":
         return Choice("polars_expr→duckdb", "polars_expr", given)

@@ -9,6 +9,7 @@ import random
 import statistics
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -80,7 +81,7 @@ async def test_the_seeds_pandas_example_runs_on_the_python_engine(
 
 async def test_auto_chooses_by_the_seeds_rules_and_says_why(server: RunningServer, files: Path) -> None:
     async with callers(server) as (admin, _):
-        cases = [
+        cases: list[tuple[dict[str, Any], str, str]] = [
             ({"query": "SELECT count(*) AS n FROM data", "files": ["data.csv"]}, "duckdb", "an SQL query"),
             (
                 {"query": "SELECT count(*) AS n FROM read_csv_auto('orders39_*.csv')"},
@@ -148,7 +149,7 @@ async def test_polars_reads_registered_datasets_by_name_with_dates_and_strings(
         assert "strptime" in split["suggestions"][0] and "replace_all" in split["suggestions"][0]
 
 
-async def _partial(both: Both, args: dict[str, object]) -> None:
+async def _partial(both: Both, args: dict[str, Any]) -> None:
     for code, out in await both.both("execute_query", args):
         assert code == OK, out
         assert out["partial"] is True and "Raise timeout_ms" in out["partial_reason"], out
