@@ -3,7 +3,8 @@ left the choice to `auto`; errors of the polars_expr engine phrased for its call
 
 The query's language decides first: SQL runs on DuckDB, a polars_expr chain is compiled to DuckDB SQL,
 python code runs in the (operator-enabled) pandas engine. With `engine: auto` the language is the
-query's own when its text is recognizably python or a polars chain (whatever `query_type` says), and
+query's own when its text is recognizably python (an import, or an assignment to `result` in a text
+that does not start as SQL) or a polars chain (whatever `query_type` says), and
 the seed's rules then name the choice: ML imports → pandas; python code over inputs under 10 MB →
 pandas; multiple files → DuckDB; SQL → DuckDB; a polars chain (complex transforms) → polars."""
 
@@ -20,8 +21,13 @@ SMALL_INPUT_BYTES = 10 * 1024 * 1024
 # Modules whose import makes python code "ML operations" (the seed's rule 5).
 ML_MODULES = ("sklearn", "scipy", "statsmodels", "xgboost", "lightgbm", "torch", "tensorflow", "keras")
 _ML_IMPORT = re.compile(r"^[ \t]*(?:from|import)[ \t]+(" + "|".join(ML_MODULES) + r")\b", re.M)
-# Python code: an import statement, an assignment to `result`, or pandas' `pd.`.
-_PYTHON = re.compile(r"^[ \t]*(?:import[ \t]+\w|from[ \t]+[\w.]+[ \t]+import[ \t]|result[ \t]*=)|\bpd\.\w", re.M)
+# Python code: an import statement, or (in a text that does not start as SQL does) an assignment to
+# `result`, which the python engine's code must make.
+_IMPORT = re.compile(r"^[ \t]*(?:import[ \t]+\w|from[ \t]+[\w.]+[ \t]+import[ \t])", re.M)
+_RESULT = re.compile(r"^[ \t]*result[ \t]*=(?!=)", re.M)
+_SQL_START = re.compile(
+    r"^\s*\(?\s*(?:select|with|from|describe|summarize|explain|pivot|unpivot|values|table|show)\b", re.I
+)
 _POLARS = re.compile(r"^\s*\(?\s*pl\.\w")
 
 
@@ -39,7 +45,7 @@ def language_of(text: str) -> str | None:
     """'python' or 'polars_expr' when `text` is recognizably one (None: any other text, SQL included)."""
     if _POLARS.match(text):
         return "polars_expr"
-    if _PYTHON.search(text):
+    if _IMPORT.search(text) or (_RESULT.search(text) and not _SQL_START.match(text)):
         return "python"
     return None
 

@@ -9,8 +9,9 @@ The child process (`python -I`) gets:
 - an audit hook that refuses subprocesses, `os.system`/`exec*`/`fork`, `ctypes`, file writes and
   deletions, and reads outside the data roots and the Python installation;
 - a locked DuckDB connection `con` with the input views (the same sandbox as SQL); the `duckdb`
-  module itself is not importable by the code. `pd` is pandas when it is installed (the `pandas`
-  extra); without it, `pd` or `import pandas` fails with an error naming the extra (5001). A relative
+  module itself is not importable by the code. `pd` is pandas (a runtime dependency); on an install
+  without it, `pd` or `import pandas` fails with an error naming the command that adds it (5001), and
+  so does a missing module of an optional extra (`EXTRA_OF`: scikit-learn, the `ml` extra). A relative
   path given to a pandas reader (`pd.read_csv('data.csv')`) is looked up in the readable roots in
   order, like a `file_path`.
 

@@ -58,7 +58,10 @@ def test_an_engine_that_does_not_run_the_query_type_is_refused(args: dict[str, A
     [
         (SEED_PANDAS, "python"),
         ("result = con.sql('SELECT 1')", "python"),
-        ("x = pd.read_csv('a.csv')", "python"),
+        ("df = pd.read_csv('a.csv')\nresult = df", "python"),
+        ("SELECT pd.amount FROM payments pd", None),
+        ("SELECT\nresult = 1 AS flag FROM t", None),
+        ("FROM data LIMIT 2", None),
         ("  pl.scan_csv('a.csv').limit(3)", "polars_expr"),
         ("SELECT * FROM orders -- import x", None),
         ("SELECT result = 1 FROM t", None),
