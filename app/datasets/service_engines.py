@@ -76,20 +76,21 @@ def with_inputs(choice: Choice, files: int, size: int) -> str | None:
     if choice.reason is None:
         return None
     weight = f"{size / (1024 * 1024):.1f} MB"
+    # Short: every reply of `auto` carries it, within its token budget.
     if choice.language == "python":
         if choice.ml:
-            why = f"pandas: the code imports {choice.ml} (seed rule: ML operations → pandas)"
+            why = f"imports {choice.ml}: ML operations → pandas"
         elif size < SMALL_INPUT_BYTES:
-            why = f"pandas: python code over {weight} of input (seed rule: files under 10 MB → pandas)"
+            why = f"python code, {weight} of input: files under 10 MB → pandas"
         else:
-            why = f"pandas: python code runs on pandas only ({weight} of input: SQL on DuckDB streams large files)"
+            why = f"python code runs on pandas only ({weight} of input: SQL on DuckDB streams large files)"
     elif files > 1:
-        runs = "the polars_expr chain, compiled to SQL," if choice.language == "polars_expr" else "the query"
-        why = f"duckdb: {runs} reads {files} files (seed rule: multiple files → DuckDB)"
+        chain = " (the polars_expr chain compiled to SQL)" if choice.language == "polars_expr" else ""
+        why = f"{files} files: multiple files → duckdb{chain}"
     elif choice.language == "polars_expr":
-        why = "polars: a polars_expr chain (seed rule: complex transforms → polars), compiled to DuckDB SQL"
+        why = "polars_expr chain: complex transforms → polars (compiled to DuckDB SQL)"
     else:
-        why = "duckdb: an SQL query (seed rule: SQL → DuckDB)"
+        why = "SQL query → duckdb"
     return why + choice.reason
 
 

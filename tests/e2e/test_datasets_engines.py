@@ -76,22 +76,25 @@ async def test_the_seeds_pandas_example_runs_on_the_python_engine(
                 assert out["summary"]["engine_used"] == "python"
                 if "engine" not in args:
                     reason = out["summary"]["engine_reason"]
-                    assert reason.startswith("pandas: the code imports sklearn (seed rule: ML operations → pandas)")
+                    assert reason.startswith("imports sklearn: ML operations → pandas")
+        # Out of time, python code has nothing to give, and says so.
+        slow = {"engine": "pandas", "query": "import time\ntime.sleep(30)\nresult = {'x': [1]}", "timeout_ms": 1500}
+        await admin.refused("execute_query", slow, 5003, "the python engine keeps no partial result")
 
 
 async def test_auto_chooses_by_the_seeds_rules_and_says_why(server: RunningServer, files: Path) -> None:
     async with callers(server) as (admin, _):
         cases: list[tuple[dict[str, Any], str, str]] = [
-            ({"query": "SELECT count(*) AS n FROM data", "files": ["data.csv"]}, "duckdb", "an SQL query"),
+            ({"query": "SELECT count(*) AS n FROM data", "files": ["data.csv"]}, "duckdb", "SQL query → duckdb"),
             (
                 {"query": "SELECT count(*) AS n FROM read_csv_auto('orders39_*.csv')"},
                 "duckdb",
-                "reads 2 files (seed rule: multiple files → DuckDB)",
+                "2 files: multiple files → duckdb",
             ),
             (
                 {"query": "pl.scan_csv('orders39_1.csv').group_by('carrier').agg(pl.len())"},
                 "polars_expr→duckdb",
-                "polars: a polars_expr chain (seed rule: complex transforms → polars)",
+                "polars_expr chain: complex transforms → polars",
             ),
         ]
         for args, engine, reason in cases:

@@ -241,7 +241,13 @@ def run_python(
             check=False,
         )
     except subprocess.TimeoutExpired:
-        raise Timeout("The python code exceeded its time limit and was killed") from None
+        raise Timeout(
+            "The python code exceeded its time limit and was killed: the python engine keeps no partial result",
+            suggestions=[
+                "Raise timeout_ms (up to CAIRN_DATASETS_QUERY_TIMEOUT_MS), or work on fewer rows",
+                "query_type 'sql' answers the rows a query produced before its limit",
+            ],
+        ) from None
     lines = [ln for ln in proc.stdout.strip().splitlines() if ln.startswith("{")]
     if not lines:
         if proc.returncode in (-9, -24, 137, 152) or "MemoryError" in proc.stderr:

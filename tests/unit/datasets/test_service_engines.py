@@ -75,13 +75,37 @@ def test_the_language_of_a_text(text: str, language: str | None) -> None:
     ("args", "files", "size", "engine", "reason"),
     [
         # The seed's rules, each named in the reason.
-        ({"query": SEED_PANDAS, "query_type": "python"}, 1, 20 * MB, "python", "imports sklearn (seed rule: ML"),
-        ({"query": "result = con.sql('SELECT 1')"}, 1, MB, "python", "files under 10 MB → pandas"),
+        (
+            {"query": SEED_PANDAS, "query_type": "python"},
+            1,
+            20 * MB,
+            "python",
+            "imports sklearn: ML operations → pandas",
+        ),
+        (
+            {"query": "result = con.sql('SELECT 1')"},
+            1,
+            MB,
+            "python",
+            "python code, 1.0 MB of input: files under 10 MB → pandas",
+        ),
         ({"query": "result = con.sql('SELECT 1')"}, 1, SMALL_INPUT_BYTES, "python", "runs on pandas only"),
-        ({"query": "SELECT 1"}, 2, MB, "duckdb", "reads 2 files (seed rule: multiple files → DuckDB)"),
-        ({"query": "SELECT 1"}, 1, MB, "duckdb", "an SQL query (seed rule: SQL → DuckDB)"),
-        ({"query": "pl.table('t').limit(1)"}, 1, MB, "polars_expr→duckdb", "complex transforms → polars"),
-        ({"query": "pl.scan_csv('s_*.csv')"}, 3, MB, "polars_expr→duckdb", "chain, compiled to SQL, reads 3 files"),
+        ({"query": "SELECT 1"}, 2, MB, "duckdb", "2 files: multiple files → duckdb"),
+        ({"query": "SELECT 1"}, 1, MB, "duckdb", "SQL query → duckdb"),
+        (
+            {"query": "pl.table('t').limit(1)"},
+            1,
+            MB,
+            "polars_expr→duckdb",
+            "polars_expr chain: complex transforms → polars",
+        ),
+        (
+            {"query": "pl.scan_csv('s_*.csv')"},
+            3,
+            MB,
+            "polars_expr→duckdb",
+            "3 files: multiple files → duckdb (the polars_expr chain compiled to SQL)",
+        ),
     ],
 )
 def test_auto_chooses_by_the_seeds_rules_and_says_why(
