@@ -48,9 +48,10 @@ async def execute_query(ctx: CallContext, args: QueryIn) -> QueryOut:
     """Run a query (or reuse a cached result), store the full result, answer within the budget. Every
     error carries a query_context: the place DuckDB (or the python engine) points at, else the name
     the message quotes, else the beginning of the query."""
-    choice = engines.choose(args, ctx.feature_settings(DatasetSettings).datasets_python_enabled)
+    choice: engines.Choice | None = None
     names: list[str] = []
     try:
+        choice = engines.choose(args, ctx.feature_settings(DatasetSettings).datasets_python_enabled)
         if choice.language == "polars_expr":
             compiled = polars_expr.compile_chain(args.query)
             names, sql = compiled.names, compiled.sql
@@ -58,7 +59,7 @@ async def execute_query(ctx: CallContext, args: QueryIn) -> QueryOut:
             sql = args.query
         return await _execute_query(ctx, args, choice, sql, names)
     except CairnError as exc:
-        if choice.language == "polars_expr":
+        if choice is not None and choice.language == "polars_expr":
             exc = engines.for_polars(exc, names)
         if exc.query_context is None:
             exc.query_context = context_in(args.query, exc.message)

@@ -107,6 +107,7 @@ async def test_auto_chooses_by_the_seeds_rules_and_says_why(server: RunningServe
         # ML code while the python engine is off: auto says what it chose and why it cannot run it.
         err = await admin.refused("execute_query", {"query": SEED_PANDAS}, 4001, "auto' chose pandas")
         assert "imports sklearn" in err["message"] and "CAIRN_DATASETS_PYTHON_ENABLED" in str(err["suggestions"])
+        assert "import pandas as pd" in err["query_context"]
 
 
 async def test_polars_reads_registered_datasets_by_name_with_dates_and_strings(
