@@ -255,21 +255,8 @@ def run_python(
             raise Timeout(f"The python code exceeded {kind} limit and was stopped")
         raise EngineError(f"The python engine failed (exit {proc.returncode}): {proc.stderr.strip()[-300:]}")
     report = json.loads(lines[-1])
-    if report.get("missing") == "pandas":
-        raise EngineError(
-            "The python engine has no pandas: it is not installed on this server "
-            "(a runtime dependency: the install is incomplete)",
-            suggestions=[
-                "Use `con` (DuckDB: con.sql(...)) in the code, or query_type 'sql'",
-                "The operator installs it: pip install pandas",
-            ],
-        )
-    if report.get("missing") in EXTRA_OF:
-        extra = EXTRA_OF[report["missing"]]
-        raise EngineError(
-            f"The python engine has no {report['missing']}: it is not installed on this server",
-            suggestions=[f"The operator installs the {extra} extra: pip install 'cairn-server[{extra}]'"],
-        )
+    if report.get("missing"):
+        raise _not_installed(str(report["missing"]))
     if not report["ok"]:
         lines = code.splitlines()
         line = report.get("line")
@@ -286,6 +273,25 @@ def run_python(
             ),
         )
     return bool(report.get("isolated"))
+
+
+def _not_installed(module: str) -> EngineError:
+    """5001 for a module the python engine's code needs that this server lacks, naming the one command
+    that adds it: pandas (a runtime dependency: the install is incomplete) or a module of an extra."""
+    if module == "pandas":
+        return EngineError(
+            "The python engine has no pandas: it is not installed on this server "
+            "(a runtime dependency: the install is incomplete)",
+            suggestions=[
+                "Use `con` (DuckDB: con.sql(...)) in the code, or query_type 'sql'",
+                "The operator installs it: pip install pandas",
+            ],
+        )
+    extra = EXTRA_OF.get(module, "ml")
+    return EngineError(
+        f"The python engine has no {module}: it is not installed on this server",
+        suggestions=[f"The operator installs the {extra} extra: pip install 'cairn-server[{extra}]'"],
+    )
 
 
 def describe_result(path: Path) -> tuple[list[str], list[str], int]:
