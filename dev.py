@@ -44,8 +44,8 @@ def run(cmd: list[str], **kw: object) -> None:
 
 
 def ensure_env(dev: bool = True) -> None:
-    """Create .venv and install the project if needed: runtime dependencies only for `serve`, the dev
-    extras and test data for everything else (a dev install also serves)."""
+    """Create .venv and install the project if needed: runtime dependencies (and the `ml` extra) only
+    for `serve`, the dev extras and test data for everything else (a dev install also serves)."""
     if sys.version_info < (3, 11):  # noqa: UP036 - dev.py may be started by an older python3
         sys.exit("Python 3.11 or newer is required")
     if not PY.exists():
@@ -66,7 +66,9 @@ def ensure_env(dev: bool = True) -> None:
         run([*pip, "install", "-q", "-c", str(LOCK), "-e", ".[dev]"], env=env)
         run([*pip, "install", "-q", "--no-deps", *TEST_NO_DEPS])
     else:
-        run([*pip, "install", "-q", "-c", str(LOCK), "-e", "."], env=env)
+        # The runtime with the `ml` extra: the datasets python engine, once enabled, runs the seed's
+        # scikit-learn example as written (pandas is a runtime dependency).
+        run([*pip, "install", "-q", "-c", str(LOCK), "-e", ".[ml]"], env=env)
     STAMP.write_text(_fingerprint(dev))
 
 

@@ -93,9 +93,12 @@ async def execute_query(ctx: CallContext, args: QueryIn) -> QueryOut:
     query_type 'sql' (the default) runs on DuckDB (read_csv_auto / read_parquet / read_json_auto, globs, joins,
     window functions); each entry of `files` becomes a view (dataset name, file stem or query_id; a
     single input is also `data`). Only one SELECT / WITH / DESCRIBE / SUMMARIZE / EXPLAIN statement is
-    accepted; files outside the data roots, COPY, ATTACH, INSTALL/LOAD, SET and read_text are refused,
-    and a time limit interrupts long queries (5003). query_type 'polars_expr' is a restricted
-    expression language compiled to SQL; 'python' is off unless the operator enables it.
+    accepted; files outside the data roots, COPY, ATTACH, INSTALL/LOAD, SET and read_text are refused.
+    A query out of time answers the rows it produced (`partial`, `partial_reason`), else 5003.
+    query_type 'polars_expr' is a restricted expression language compiled to SQL (a registered dataset
+    by name: pl.scan_csv('orders')); 'python' is off unless the operator enables it. engine 'auto'
+    (the default) chooses by the seed's rules (python code / ML imports → pandas, several files or
+    SQL → DuckDB, a polars chain → polars) and says why in `summary.engine_reason`.
     The full result is kept server-side under `query_id` (page it with get_result, export it with
     export_result, or use the query_id as a table name later). The response fits `max_tokens`:
     fewer rows, then rows plus a summary of the rest, then a summary alone (`truncated`,

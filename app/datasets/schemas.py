@@ -245,6 +245,11 @@ class QuerySummary(BaseModel):
     execution_time_ms: int
     cache_hit: bool
     engine_used: str
+    engine_reason: str | None = Field(
+        default=None,
+        exclude_if=lambda v: v is None,
+        description="With engine 'auto': the engine it chose and the seed's rule that chose it",
+    )
 
 
 def _unset(value: Any) -> bool:
@@ -300,6 +305,14 @@ class QueryOut(BaseModel):
     next_offset: int | None = None
     views: list[str] = Field(default_factory=list, description="Table names available to the query")
     cut: Cut | None = CutField
+    partial: bool = Field(
+        default=False,
+        exclude_if=lambda v: not v,
+        description="True when the query ran out of time and the result holds only the rows it produced before",
+    )
+    partial_reason: str | None = Field(
+        default=None, exclude_if=lambda v: v is None, description="Why the result is partial, and how to get the rest"
+    )
 
 
 class ResultPageIn(StrictModel):

@@ -94,6 +94,7 @@ class Reply:
             execution_time_ms=meta["elapsed_ms"],
             cache_hit=self.stored.cache_hit,
             engine_used=self.stored.engine_used,
+            engine_reason=meta.get("engine_reason"),
         )
 
     def __call__(self, kept: list[Any], rest: dict[str, Any] | None, level: Any) -> dict[str, Any]:
@@ -118,6 +119,8 @@ class Reply:
             next_offset=shown if shown < meta["rows_stored"] else None,
             views=self.stored.views,
             cut=self.cut(shown, rest, level) if truncated else None,
+            partial=bool(meta.get("partial")),
+            partial_reason=meta.get("partial"),
         )
         return out.model_dump(mode="json", by_alias=True)
 

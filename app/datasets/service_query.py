@@ -8,12 +8,14 @@ import asyncio
 import dataclasses
 import functools
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from app.core.context import CallContext
-from app.core.errors import CairnError, InvalidInput, NotFound
+from app.core.errors import CairnError, NotFound
 from app.datasets import engine, storage
+from app.datasets import service_engines as engines
 from app.datasets.config import DatasetSettings
 from app.datasets.engine import polars_expr, pysandbox
 from app.datasets.engine.cache import Cache, fingerprint, make_key, normalize_sql
@@ -46,26 +48,38 @@ async def execute_query(ctx: CallContext, args: QueryIn) -> QueryOut:
     """Run a query (or reuse a cached result), store the full result, answer within the budget. Every
     error carries a query_context: the place DuckDB (or the python engine) points at, else the name
     the message quotes, else the beginning of the query."""
+    choice: engines.Choice | None = None
+    names: list[str] = []
     try:
-        return await _execute_query(ctx, args)
+        choice = engines.choose(args, ctx.feature_settings(DatasetSettings).datasets_python_enabled)
+        if choice.language == "polars_expr":
+            compiled = polars_expr.compile_chain(args.query)
+            names, sql = compiled.names, compiled.sql
+        else:
+            sql = args.query
+        return await _execute_query(ctx, args, choice, sql, names)
     except CairnError as exc:
+        if choice is not None and choice.language == "polars_expr":
+            exc = engines.for_polars(exc, names)
         if exc.query_context is None:
             exc.query_context = context_in(args.query, exc.message)
-        raise
+        raise exc from None
 
 
-async def _execute_query(ctx: CallContext, args: QueryIn) -> QueryOut:
+async def _execute_query(
+    ctx: CallContext, args: QueryIn, choice: engines.Choice, sql: str, names: list[str]
+) -> QueryOut:
     cfg = ctx.feature_settings(DatasetSettings)
-    engine_used = pick_engine(args, cfg.datasets_python_enabled)
-    sql = polars_expr.compile_expr(args.query) if args.query_type == "polars_expr" else args.query
     space = await space_of(ctx, args.project)
     name_caller(ctx)
     refs = list(args.files)
-    known = await registered(ctx, space, [r for r in refs if not QUERY_ID.fullmatch(r)])
-    if engine_used == "python":
+    known = await registered(ctx, space, [r for r in refs + names if not QUERY_ID.fullmatch(r)])
+    # A polars chain reading a registered dataset by its name (`pl.scan_csv('orders')`) gets its view.
+    refs += [n for n in dict.fromkeys(names) if n in known and n not in refs]
+    if choice.engine == "python":
         sources, _, taken = await asyncio.to_thread(sources_of, refs, known, space.roots, space.store, space.project)
-        return await _run_python(ctx, cfg, space, args, sources, sorted(taken))
-    return await _run_sql(ctx, cfg, space, args, sql, refs, known, engine_used)
+        return await _run_python(ctx, cfg, space, args, sources, sorted(taken), choice)
+    return await _run_sql(ctx, cfg, space, args, sql, refs, known, choice)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -130,7 +144,7 @@ async def _run_sql(
     sql: str,
     refs: list[str],
     known: dict[str, Dataset],
-    engine_used: str,
+    choice: engines.Choice,
 ) -> QueryOut:
     """A SQL query (or a compiled polars expression): its result from the cache or from a worker."""
     queries = QueryRepository(ctx.session, space.project)
@@ -164,7 +178,8 @@ async def _run_sql(
         meta, head, later = await _store(cfg, ecfg, args, p)
         cache_hit = False
         key = result_key(space.project, meta["query_id"])
-        remember = functools.partial(
+        # A partial result is not cached: the next call runs the query again (with more time, maybe).
+        remember: Callable[[], Any] = functools.partial(
             _remember,
             cache,
             p.key,
@@ -174,6 +189,8 @@ async def _run_sql(
             epoch,
             space.store,
         )
+        if "partial" in meta:
+            remember = _forget
         publishing = functools.partial(publish, space, key, Path(meta["result_path"]))
         if later is None:
             # The result goes to the store, then its cache entry, while the database records the result.
@@ -185,7 +202,8 @@ async def _run_sql(
     await asyncio.gather(*pending)
     # Reading the stored result back runs under the server's time limit, not the query's own.
     reader = dataclasses.replace(ecfg, timeout_s=cfg.datasets_query_timeout_ms / 1000.0)
-    stored = Stored(meta, cache_hit, engine_used, p.normalized, sorted(p.taken))
+    reason = engines.with_inputs(choice, len(p.fingerprints), sum(max(0, int(f[1])) for f in p.fingerprints))
+    stored = Stored({**meta, "engine_reason": reason}, cache_hit, choice.engine, p.normalized, sorted(p.taken))
     return await answer(cfg, args, stored, reader, head, later)
 
 
@@ -217,6 +235,8 @@ async def _store(
         "rows_total": res.rows_total,
         "elapsed_ms": res.elapsed_ms,
     }
+    if res.extra.get("partial"):  # out of time: the rows it produced before (`engine.partial`)
+        meta["partial"] = res.extra["partial"]
     return meta, (res.head if shown else None), later
 
 
@@ -276,6 +296,10 @@ def _remember(
         storage.sweep(store, "results/", result_ttl, cache.max_bytes)
 
 
+def _forget() -> None:
+    """What is remembered of a partial result: nothing."""
+
+
 def _with_file(space: Space, cache: Cache, key: str, hit: dict[str, Any] | None) -> dict[str, Any] | None:
     """A cache hit with the local file of its stored result (fetched from a remote store when this host
     has no copy yet); None, and the entry dropped, when the result is gone. Blocks."""
@@ -295,6 +319,7 @@ async def _run_python(
     args: QueryIn,
     sources: list[engine.Source],
     views: list[str],
+    choice: engines.Choice,
 ) -> QueryOut:
     """The operator-enabled python engine: a limited child process writes the stored result."""
     fps = portable_fingerprints(space, await asyncio.to_thread(fingerprint, [f for s in sources for f in s.files]))
@@ -338,28 +363,6 @@ async def _run_python(
     await QueryRepository(ctx.session, space.project).save(
         {**row, "result_path": result_key(space.project, meta["query_id"])}
     )
-    return await answer(cfg, args, Stored(meta, cache_hit, "python", "", views), engine_config(cfg, space))
-
-
-def pick_engine(args: QueryIn, python_enabled: bool) -> str:
-    """The documented rule: sql -> duckdb; polars_expr -> the restricted expression compiler (DuckDB runs
-    it); python -> the pandas sandbox, only when enabled."""
-    if args.query_type == "python" or args.engine == "pandas":
-        if args.query_type != "python":
-            raise InvalidInput("engine 'pandas' runs query_type 'python' only")
-        if not python_enabled:
-            raise InvalidInput(
-                "The python/pandas engine is disabled on this server",
-                suggestions=[
-                    "Use query_type 'sql' (DuckDB) or 'polars_expr'",
-                    "An operator can enable it with CAIRN_DATASETS_PYTHON_ENABLED=true",
-                ],
-            )
-        return "python"
-    if args.query_type == "polars_expr":
-        if args.engine == "duckdb":
-            raise InvalidInput("engine 'duckdb' runs query_type 'sql'; use engine 'polars' or 'auto' for polars_expr")
-        return "polars_expr→duckdb"
-    if args.engine == "polars":
-        raise InvalidInput("engine 'polars' runs query_type 'polars_expr'; use 'duckdb' or 'auto' for SQL")
-    return "duckdb"
+    reason = engines.with_inputs(choice, len(fps), sum(max(0, int(f[1])) for f in fps))
+    stored_result = Stored({**meta, "engine_reason": reason}, cache_hit, "python", "", views)
+    return await answer(cfg, args, stored_result, engine_config(cfg, space))

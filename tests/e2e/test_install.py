@@ -59,7 +59,14 @@ def test_plain_pip_install_serves_and_is_ready(tmp_path: Path) -> None:
 
     port = free_port()
     log = tmp_path / "serve.log"
-    env = {**clean, "CAIRN_DATA_DIR": str(tmp_path / "data"), "CAIRN_PORT": str(port)}
+    env = {
+        **clean,
+        "CAIRN_DATA_DIR": str(tmp_path / "data"),
+        "CAIRN_PORT": str(port),
+        "CAIRN_DATASETS_PYTHON_ENABLED": "true",
+    }
+    (tmp_path / "data" / "datasets").mkdir(parents=True)
+    (tmp_path / "data" / "datasets" / "data.csv").write_text("value\n1\n2\n6\n")
     with log.open("w+") as out:
         proc = subprocess.Popen(
             [str(bin_dir / "cairn"), "serve"], env=env, cwd=tmp_path, stdout=out, stderr=subprocess.STDOUT
@@ -91,6 +98,11 @@ def test_plain_pip_install_serves_and_is_ready(tmp_path: Path) -> None:
                     assert shown_page.status_code == 200 and "Cairn console" in shown_page.text, page
                 for asset in ("console.css", "console.js", "cytoscape.min.js", "favicon.svg"):
                     assert client.get(f"/ui/static/{asset}").status_code == 200, asset
+                # pandas comes with the install: the python engine, once enabled, has its `pd`.
+                code = "import pandas as pd\nresult = pd.read_csv('data.csv').describe()"
+                ran = client.post("/api/v1/datasets/query", json={"engine": "pandas", "query": code}, timeout=60)
+                assert ran.status_code == 200, ran.text
+                assert {"index": "mean", "value": 3.0} in ran.json()["data"], ran.text
             proc.send_signal(signal.SIGTERM)
             proc.wait(timeout=60)
         finally:

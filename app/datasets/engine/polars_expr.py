@@ -2,7 +2,8 @@
 
 The text is parsed with Python's `ast` module (parsing only — nothing is ever evaluated) and every
 node is checked against an allow-list: a chain that starts at `pl.scan_csv / scan_parquet /
-scan_ndjson / read_csv / read_parquet / read_ndjson('file')` or `pl.table('view')` and continues with
+scan_ndjson / read_csv / read_parquet / read_ndjson('file')` or `pl.table('view')` (a bare name, such as
+`pl.scan_csv('orders')`, is a registered dataset's view: `Compiled.names`) and continues with
 `filter, select, with_columns, group_by(...).agg(...), sort, limit/head, unique, drop, count, collect,
 lazy`; expressions are `pl.col('x')`, `pl.lit(v)`, `pl.len()`, arithmetic, comparisons, `& | ~`, and the
 methods listed in `_METHODS` / `_STR_METHODS` / `_DT_METHODS`. Anything else is refused with 4004
@@ -15,8 +16,10 @@ from __future__ import annotations
 
 import ast
 import math
+import re
 import warnings
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from app.core.errors import InvalidInput, QueryError
@@ -48,15 +51,51 @@ _AGG = {
     "last": "last",
 }
 _UNARY = {"abs": "abs", "sqrt": "sqrt", "floor": "floor", "ceil": "ceil", "log": "ln", "exp": "exp"}
-_STR_METHODS = {"to_lowercase": "lower", "to_uppercase": "upper", "len_chars": "length", "strip_chars": "trim"}
+_STR_METHODS = {
+    "to_lowercase": "lower",
+    "to_uppercase": "upper",
+    "len_chars": "length",
+    "len_bytes": "strlen",
+    "strip_chars": "trim",
+    "strip_chars_start": "ltrim",
+    "strip_chars_end": "rtrim",
+    "reverse": "reverse",
+}
 _DT_METHODS = {
     "year": "year",
     "month": "month",
     "day": "day",
     "hour": "hour",
+    "minute": "minute",
+    "second": "second",
     "weekday": "isodow",
+    "week": "week",
+    "ordinal_day": "dayofyear",
     "quarter": "quarter",
+    "date": "CAST(? AS DATE)",
 }
+# `.str` methods that take arguments: the names, for the refusal's list.
+_STR_WITH_ARGS = (
+    "contains",
+    "starts_with",
+    "ends_with",
+    "strptime",
+    "to_date",
+    "to_datetime",
+    "replace",
+    "replace_all",
+    "slice",
+    "head",
+    "tail",
+    "zfill",
+    "pad_start",
+    "pad_end",
+)
+_DT_WITH_ARGS = ("strftime", "to_string", "truncate")
+# A bare name (no extension, no folder) at the chain's start: a registered dataset, read as its view.
+_BARE_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,63}$")
+# Polars' duration strings of `.dt.truncate` as DuckDB's date_trunc parts.
+_TRUNCATE = {"1y": "year", "1q": "quarter", "1mo": "month", "1w": "week", "1d": "day", "1h": "hour", "1m": "minute"}
 _TYPES = {
     "Int64": "BIGINT",
     "Int32": "INTEGER",
@@ -101,12 +140,13 @@ _CHAIN_METHODS = {
 }
 
 
-def _refuse(node: ast.AST | None, what: str) -> QueryError:
+def _refuse(node: ast.AST | None, what: str, hint: str | None = None) -> QueryError:
     where = f" (column {node.col_offset + 1})" if node is not None and hasattr(node, "col_offset") else ""
     return QueryError(
-        f"polars_expr: {what} is not allowed{where}",
+        f"polars_expr: {what} is not supported{where}",
         suggestions=[
-            "Allowed: pl.scan_csv/scan_parquet/scan_ndjson/table, filter, select, "
+            *([hint] if hint else []),
+            "Supported: pl.scan_csv/scan_parquet/scan_ndjson/read_*/table, filter, select, "
             "with_columns, group_by().agg(), sort, limit/head, unique, drop, count; "
             "pl.col, pl.lit, pl.len and common expression methods",
             "Or use query_type 'sql'",
@@ -169,7 +209,8 @@ class _Expr:
         self.sql, self.name, self.is_agg = sql, name, is_agg
 
     def aliased(self) -> str:
-        return f"{self.sql} AS {ident(self.name)}" if self.name else self.sql
+        # A bare column keeps its name without an alias: DuckDB then names a missing one as missing.
+        return f"{self.sql} AS {ident(self.name)}" if self.name and self.sql != ident(self.name) else self.sql
 
 
 def _const(node: ast.AST) -> Any:
@@ -269,14 +310,113 @@ def _namespace_call(node: ast.Call, target: ast.Attribute, method: str) -> _Expr
     label = f".{target.attr}.{method}()"
     if target.attr == "dt" and method in _DT_METHODS:
         _args(node, label, 0, 0)
-        return _Expr(f"{_DT_METHODS[method]}({base.sql})", base.name, base.is_agg)
+        fn = _DT_METHODS[method]
+        sql = fn.replace("?", base.sql) if "?" in fn else f"{fn}({base.sql})"
+        return _Expr(sql, base.name, base.is_agg)
     if target.attr == "str" and method in _STR_METHODS:
         _args(node, label, 0, 0)
         return _Expr(f"{_STR_METHODS[method]}({base.sql})", base.name, base.is_agg)
     if target.attr == "str" and method in ("contains", "starts_with", "ends_with"):
+        if method == "contains":  # a regular expression in Polars (literal=True: a plain substring)
+            needle = _text(_args_kw(node, label, 1, {"literal"})[0], label)
+            literal = _keywords(node, label, {"literal": False})["literal"]
+            call = f"contains({base.sql}, {_sql_value(needle)})" if literal else None
+            return _Expr(call or f"regexp_matches({base.sql}, {_sql_value(needle)})", base.name, base.is_agg)
         needle = _text(_args(node, label, 1, 1)[0], label)
         return _Expr(f"{method}({base.sql}, {_sql_value(needle)})", base.name, base.is_agg)
-    raise _refuse(node, label)
+    if target.attr == "str" and method in _STR_WITH_ARGS:
+        return _Expr(_str_call(node, label, method, base.sql), base.name, base.is_agg)
+    if target.attr == "dt" and method in _DT_WITH_ARGS:
+        return _Expr(_dt_call(node, label, method, base.sql), base.name, base.is_agg)
+    raise _refuse(node, label, _namespace_help(target.attr))
+
+
+def _namespace_help(space: str) -> str:
+    """The `.str` or `.dt` methods polars_expr knows, for a refusal."""
+    names = [*_STR_METHODS, *_STR_WITH_ARGS] if space == "str" else [*_DT_METHODS, *_DT_WITH_ARGS]
+    return f"The .{space} methods polars_expr supports: " + ", ".join(sorted(names))
+
+
+def _keywords(node: ast.Call, label: str, allowed: dict[str, Any]) -> dict[str, Any]:
+    """The literal keyword arguments of `node`, each one of `allowed` (name: default)."""
+    out = dict(allowed)
+    for k in node.keywords:
+        if k.arg not in allowed:
+            raise _bad(node, f"{label} takes the keywords {', '.join(allowed) or 'none'}, not {k.arg}")
+        out[k.arg] = _const(k.value)
+    return out
+
+
+def _str_call(node: ast.Call, label: str, method: str, col: str) -> str:
+    """The SQL of a `.str` method that takes arguments."""
+    if method in ("strptime", "to_date", "to_datetime"):
+        kw = _keywords(node, label, {"format": None, "strict": True, "exact": True})
+        args = node.args
+        if method == "strptime":
+            if not args or not (_is_pl(args[0]) and isinstance(args[0], ast.Attribute) and args[0].attr in _TYPES):
+                raise _bad(node, f"{label} takes a type first (pl.Date or pl.Datetime), then a format")
+            target, args = _TYPES[args[0].attr], args[1:]
+        else:
+            target = "DATE" if method == "to_date" else "TIMESTAMP"
+        if len(args) > 1:
+            raise _bad(node, f"{label} takes one format")
+        fmt = _text(args[0], label) if args else kw["format"]
+        fn = "strptime" if kw["strict"] else "try_strptime"
+        text = f"CAST({col} AS VARCHAR)"
+        if fmt is None:  # no format: Polars infers it; DuckDB's cast reads ISO 8601
+            parsed = f"{'CAST' if kw['strict'] else 'TRY_CAST'}({text} AS {target})"
+        else:
+            parsed = f"CAST({fn}({text}, {_sql_value(str(fmt))}) AS {target})"
+        # Polars reads a CSV's dates as text; DuckDB's reader may have typed the column already.
+        typed = f"typeof({col}) = 'DATE' OR typeof({col}) LIKE 'TIMESTAMP%'"
+        return f"CASE WHEN {typed} THEN CAST({col} AS {target}) ELSE {parsed} END"
+    if method in ("replace", "replace_all"):
+        pattern, value = (_text(a, label) for a in _args_kw(node, label, 2, {"literal"}))
+        literal = _keywords(node, label, {"literal": False})["literal"]
+        if literal:
+            one = f"replace({col}, {_sql_value(pattern)}, {_sql_value(value)})"
+            if method == "replace_all":
+                return one
+            pattern = re.escape(pattern)
+        flags = ", 'g'" if method == "replace_all" else ""
+        return f"regexp_replace({col}, {_sql_value(pattern)}, {_sql_value(value)}{flags})"
+    if method in ("slice", "head", "tail"):
+        args = _args(node, label, 1, 2 if method == "slice" else 1)
+        n = _int(args[0], label, -(2**31), 2**31)
+        if method == "head":
+            return f"left({col}, {n})"
+        if method == "tail":
+            return f"right({col}, {n})"
+        start = f"{n + 1}" if n >= 0 else f"length({col}) + {n + 1}"
+        length = f", {_int(args[1], label, 0, 2**31)}" if len(args) > 1 else ""
+        return f"substring({col}, {start}{length})"
+    # zfill / pad_start / pad_end
+    args = _args(node, label, 1, 1 if method == "zfill" else 2)
+    width = _int(args[0], label, 0, 10_000)
+    fill = _text(args[1], label) if len(args) > 1 else ("0" if method == "zfill" else " ")
+    fn = "rpad" if method == "pad_end" else "lpad"
+    return f"{fn}({col}, CAST(greatest({width}, length({col})) AS INTEGER), {_sql_value(fill)})"
+
+
+def _args_kw(node: ast.Call, label: str, n: int, keywords: set[str]) -> list[ast.expr]:
+    """Exactly `n` positional arguments of `node`, which may also take the `keywords`."""
+    other = [str(k.arg) for k in node.keywords if k.arg not in keywords]
+    if other:
+        raise _bad(node, f"{label} takes the keywords {', '.join(sorted(keywords))}, not {other[0]}")
+    if len(node.args) != n:
+        raise _bad(node, f"{label} takes {n} argument{'' if n == 1 else 's'}, got {len(node.args)}")
+    return node.args
+
+
+def _dt_call(node: ast.Call, label: str, method: str, col: str) -> str:
+    """The SQL of a `.dt` method that takes arguments."""
+    arg = _text(_args(node, label, 1, 1)[0], label)
+    if method == "truncate":
+        part = _TRUNCATE.get(arg)
+        if part is None:
+            raise _bad(node, f"{label} takes one of {', '.join(_TRUNCATE)}, got {arg!r}")
+        return f"date_trunc({_sql_value(part)}, {col})"
+    return f"strftime({col}, {_sql_value(arg)})"
 
 
 def _method_call(node: ast.Call, method: str, base: _Expr) -> _Expr:
@@ -364,15 +504,30 @@ def _chain(node: ast.AST) -> list[ast.Call]:
     return list(reversed(calls))
 
 
+@dataclass(frozen=True)
+class Compiled:
+    """A chain as DuckDB SQL, and the bare names its start reads (`pl.scan_csv('orders')`,
+    `pl.table('orders')`): views the call must have, a registered dataset's each."""
+
+    sql: str
+    names: list[str]
+
+
 def compile_expr(text: str) -> str:
     """The DuckDB SQL equivalent of a restricted polars chain."""
+    return compile_chain(text).sql
+
+
+def compile_chain(text: str) -> Compiled:
+    """`compile_expr`, with the names of the views the chain reads."""
     calls = _chain(_parse(text).body)
-    chain = _Chain(_source(calls[0]))
+    source, names = _source(calls[0])
+    chain = _Chain(source)
     for call in calls[1:]:
         chain.apply(call)
     if chain.group is not None:
         raise QueryError("polars_expr: group_by must be followed by .agg(...)")
-    return chain.sql
+    return Compiled(chain.sql, names)
 
 
 def _parse(text: str) -> ast.Expression:
@@ -391,16 +546,20 @@ def _parse(text: str) -> ast.Expression:
     return tree
 
 
-def _source(first: ast.Call) -> str:
-    """The SQL of the chain's start: `pl.scan_*('file')` / `pl.read_*('file')` or `pl.table('view')`."""
+def _source(first: ast.Call) -> tuple[str, list[str]]:
+    """The SQL of the chain's start: `pl.scan_*('file')` / `pl.read_*('file')` or `pl.table('view')`, and
+    the bare name it reads, if any (a registered dataset: its view, whatever its format)."""
     assert isinstance(first.func, ast.Attribute)
     if first.func.attr in _SOURCES:
         if len(first.args) != 1:
             raise _refuse(first, "a scan without exactly one path")
         path = _text(_args(first, f"pl.{first.func.attr}()", 1, 1)[0], f"pl.{first.func.attr}()")
-        return f"SELECT * FROM {_SOURCES[first.func.attr]}({lit(path)})"
+        if _BARE_NAME.fullmatch(path):
+            return f"SELECT * FROM {ident(path.lower())}", [path]
+        return f"SELECT * FROM {_SOURCES[first.func.attr]}({lit(path)})", []
     if first.func.attr == "table":
-        return f"SELECT * FROM {ident(_text(_args(first, 'pl.table()', 1, 1)[0], 'pl.table()'))}"
+        name = _text(_args(first, "pl.table()", 1, 1)[0], "pl.table()")
+        return f"SELECT * FROM {ident(name)}", [name] if _BARE_NAME.fullmatch(name) else []
     raise _refuse(first, f"pl.{first.func.attr}()")
 
 
@@ -410,7 +569,7 @@ class _Chain:
 
     def __init__(self, sql: str) -> None:
         self.sql = sql
-        self.group: list[str] | None = None
+        self.group: list[_Expr] | None = None
         self.limited = False
 
     def apply(self, call: ast.Call) -> None:
@@ -426,13 +585,15 @@ class _Chain:
             self.limited = True
             return
         if m in ("group_by", "groupby"):
-            self.group = _names(call.args)
+            self.group = _expr_list(call.args)  # names, or expressions (`pl.col('d').dt.month().alias('m')`)
+            if any(e.name is None for e in self.group):
+                raise QueryError("polars_expr: group_by takes column names or named expressions")
         elif m == "agg":
             if self.group is None:
                 raise _refuse(call, ".agg() without group_by")
             aggs = ", ".join(e.aliased() for e in _expr_list(call.args))
-            keys = ", ".join(self.group)
-            self.sql = f"SELECT {keys}, {aggs} FROM ({self.sql}) GROUP BY {keys}"
+            keys = ", ".join(e.aliased() for e in self.group)
+            self.sql = f"SELECT {keys}, {aggs} FROM ({self.sql}) GROUP BY {', '.join(e.sql for e in self.group)}"
             self.group = None
         else:
             self.sql = _STEPS[m](call, self.sql)

@@ -9,8 +9,9 @@ The child process (`python -I`) gets:
 - an audit hook that refuses subprocesses, `os.system`/`exec*`/`fork`, `ctypes`, file writes and
   deletions, and reads outside the data roots and the Python installation;
 - a locked DuckDB connection `con` with the input views (the same sandbox as SQL); the `duckdb`
-  module itself is not importable by the code. `pd` is pandas when it is installed (the `pandas`
-  extra); without it, `pd` or `import pandas` fails with an error naming the extra (5001). A relative
+  module itself is not importable by the code. `pd` is pandas (a runtime dependency); on an install
+  without it, `pd` or `import pandas` fails with an error naming the command that adds it (5001), and
+  so does a missing module of an optional extra (`EXTRA_OF`: scikit-learn, the `ml` extra). A relative
   path given to a pandas reader (`pd.read_csv('data.csv')`) is looked up in the readable roots in
   order, like a `file_path`.
 
@@ -60,7 +61,7 @@ for name in spec["preload"]:  # modules the code imports that load ctypes or sub
         importlib.import_module(name)
     except Exception:  # not installed: the code's own import says so
         pass
-NO_PANDAS = "pandas is not installed on this server (the cairn-server[pandas] extra)"
+NO_PANDAS = "pandas is not installed on this server (pip install pandas)"
 class NoPandas:
     def __getattr__(self, name):
         raise ModuleNotFoundError(NO_PANDAS, name="pandas")
@@ -173,14 +174,17 @@ try:
     print(json.dumps({"ok": True, "isolated": isolated}))
 except BaseException as exc:
     state["armed"] = False
-    missing = pd is None and "pandas" in str(exc) and (isinstance(exc, ImportError) or "not installed" in str(exc))
+    no_pandas = pd is None and "pandas" in str(exc) and (isinstance(exc, ImportError) or "not installed" in str(exc))
+    missing = "pandas" if no_pandas else None
+    if missing is None and isinstance(exc, ModuleNotFoundError) and (exc.name or "").split(".")[0] in spec["extras"]:
+        missing = exc.name.split(".")[0]
     line, tb = getattr(exc, "lineno", None) if isinstance(exc, SyntaxError) else None, exc.__traceback__
     while tb is not None:  # the innermost line of the caller's code
         if tb.tb_frame.f_code.co_filename == "<python query>":
             line = tb.tb_lineno
         tb = tb.tb_next
     print(json.dumps({"ok": False, "error": f"{type(exc).__name__}: {exc}"[:400], "isolated": isolated,
-                      "missing": "pandas" if missing else None, "line": line}))
+                      "missing": missing, "line": line}))
 """
 
 
@@ -188,6 +192,10 @@ except BaseException as exc:
 # hook refuses once the code runs: the modules of these that the code imports are imported before.
 PRELOADABLE = ("sklearn", "scipy")
 _IMPORTED = re.compile(r"^[ \t]*(?:from|import)[ \t]+((?:" + "|".join(PRELOADABLE) + r")(?:\.\w+)*)", re.M)
+
+
+# The modules of the python engine's optional extras, by the extra that installs them.
+EXTRA_OF = {"sklearn": "ml", "scipy": "ml"}
 
 
 def preloaded(code: str) -> list[str]:
@@ -210,6 +218,7 @@ def run_python(
     spec = {
         "code": code,
         "preload": preloaded(code),
+        "extras": sorted(EXTRA_OF),
         "views": {s.name: s.sql() for s in sources},
         "inputs": {s.name: s.pattern for s in sources},
         "allowed": [str(p) for p in cfg.allowed],
@@ -232,7 +241,13 @@ def run_python(
             check=False,
         )
     except subprocess.TimeoutExpired:
-        raise Timeout("The python code exceeded its time limit and was killed") from None
+        raise Timeout(
+            "The python code exceeded its time limit and was killed: the python engine keeps no partial result",
+            suggestions=[
+                "Raise timeout_ms (up to CAIRN_DATASETS_QUERY_TIMEOUT_MS), or work on fewer rows",
+                "query_type 'sql' answers the rows a query produced before its limit",
+            ],
+        ) from None
     lines = [ln for ln in proc.stdout.strip().splitlines() if ln.startswith("{")]
     if not lines:
         if proc.returncode in (-9, -24, 137, 152) or "MemoryError" in proc.stderr:
@@ -240,14 +255,8 @@ def run_python(
             raise Timeout(f"The python code exceeded {kind} limit and was stopped")
         raise EngineError(f"The python engine failed (exit {proc.returncode}): {proc.stderr.strip()[-300:]}")
     report = json.loads(lines[-1])
-    if report.get("missing") == "pandas":
-        raise EngineError(
-            "The python engine has no pandas: it is not installed on this server",
-            suggestions=[
-                "Use `con` (DuckDB: con.sql(...)) in the code, or query_type 'sql'",
-                "The operator installs the pandas extra: pip install 'cairn-server[pandas]'",
-            ],
-        )
+    if report.get("missing"):
+        raise _not_installed(str(report["missing"]))
     if not report["ok"]:
         lines = code.splitlines()
         line = report.get("line")
@@ -264,6 +273,25 @@ def run_python(
             ),
         )
     return bool(report.get("isolated"))
+
+
+def _not_installed(module: str) -> EngineError:
+    """5001 for a module the python engine's code needs that this server lacks, naming the one command
+    that adds it: pandas (a runtime dependency: the install is incomplete) or a module of an extra."""
+    if module == "pandas":
+        return EngineError(
+            "The python engine has no pandas: it is not installed on this server "
+            "(a runtime dependency: the install is incomplete)",
+            suggestions=[
+                "Use `con` (DuckDB: con.sql(...)) in the code, or query_type 'sql'",
+                "The operator installs it: pip install pandas",
+            ],
+        )
+    extra = EXTRA_OF.get(module, "ml")
+    return EngineError(
+        f"The python engine has no {module}: it is not installed on this server",
+        suggestions=[f"The operator installs the {extra} extra: pip install 'cairn-server[{extra}]'"],
+    )
 
 
 def describe_result(path: Path) -> tuple[list[str], list[str], int]:

@@ -17,11 +17,13 @@ from duckdb.sqltypes import DuckDBPyType
 from app.core.errors import NotFound, QueryError
 from app.datasets.engine.databases import EngineConfig, run_locked
 from app.datasets.engine.ipc import answer_early
+from app.datasets.engine.partial import COUNT_MARGIN_S, PARTIAL_MAX_ROWS, held_partial, reserve_s, uncounted
 from app.datasets.engine.rendering import capped_query, capped_select, fetch_capped, iso_text
 from app.datasets.engine.sandbox import ident, inside
 from app.datasets.engine.sandbox import sql_string as lit
 from app.datasets.engine.sources import Source
 from app.datasets.engine.values import CELL_CHARS, extreme, is_numeric, rounded
+from app.datasets.engine.watchdog import TimedOut, run_with_timeout, time_left
 
 
 @dataclass
@@ -65,7 +67,7 @@ def execute_to_store(
     def work(con: duckdb.DuckDBPyConnection) -> StoredResult:
         # Named for this process: the server removes what a worker killed mid-write left (process.scrub).
         tmp = dest.with_name(f"{dest.stem}.{os.getpid()}.tmp")
-        return store(con, _Job(sql, tmp, dest, max_rows, head, started))
+        return store(con, _Job(sql, tmp, dest, max_rows, head, started, time.monotonic() + time_left(cfg.timeout_s)))
 
     result = run_locked(cfg, sources, work, result_views=result_views)
     if not result.elapsed_ms:
@@ -84,12 +86,28 @@ class _Job:
     max_rows: int
     head: int
     started: float
+    deadline: float = 0.0  # when the call's time limit ends (time.monotonic); 0: none
+
+    def left(self) -> float:
+        """Seconds left of the call's time limit (at least a millisecond)."""
+        return max(0.001, self.deadline - time.monotonic())
 
 
 def _store_select(con: duckdb.DuckDBPyConnection, job: _Job) -> StoredResult:
-    """A SELECT held in a temporary table, then written and read from there (see `execute_to_store`)."""
-    held_rows = con.execute(f"CREATE TEMP TABLE {_HELD} AS SELECT * FROM (\n{job.sql}\n) LIMIT {int(job.max_rows)}")
-    stored = int(held_rows.fetchone()[0])  # type: ignore[index]
+    """A SELECT held in a temporary table, then written and read from there (see `execute_to_store`).
+    A query still running when its time is nearly out is stopped, and the rows it streams in what is
+    left are kept instead, marked partial (`partial.held_partial`)."""
+    left = job.left() if job.deadline else 0.0
+    holding = f"CREATE TEMP TABLE {_HELD} AS SELECT * FROM (\n{job.sql}\n) LIMIT {int(job.max_rows)}"
+    cut: str | None = None
+    if left > 0:
+        try:
+            held_rows, _ = run_with_timeout(con, left - reserve_s(left), lambda: con.execute(holding))
+            stored = int(held_rows.fetchone()[0])  # type: ignore[index]
+        except TimedOut:
+            stored, cut = held_partial(con, job.sql, _HELD, min(job.max_rows, PARTIAL_MAX_ROWS), job.deadline)
+    else:
+        stored = int(con.execute(holding).fetchone()[0])  # type: ignore[index]
     held = f"SELECT * FROM {_HELD}"
     # The held rows' types, from the statement that also reads the head when nothing is cut.
     first = con.execute(f"{held} LIMIT {max(0, int(job.head))}")
@@ -102,6 +120,13 @@ def _store_select(con: duckdb.DuckDBPyConnection, job: _Job) -> StoredResult:
     if kept is None and job.head > 0 and capped_select(held, columns, dtypes) == held:
         rows = fetch_capped(first, columns, job.head)
     con.abort()  # what is left of it
+    if cut is not None:
+        kept = _write_held(con, held, kept, columns, dtypes, job.tmp)
+        rows = rows if rows is not None else (_head(con, kept, held, columns, dtypes, job.head) if job.head > 0 else [])
+        job.tmp.replace(job.dest)
+        return StoredResult(
+            job.dest, columns, types, stored, stored, _ms(job.started), extra={"partial": cut}, head=rows
+        )
     if kept is None and 0 < stored <= job.head and stored < job.max_rows:  # the whole result in the answer
         rows = rows if rows is not None else _head(con, kept, held, columns, dtypes, job.head)
         whole = StoredResult(job.dest, columns, types, stored, stored, _ms(job.started), head=rows)
@@ -157,10 +182,20 @@ def _stored(
     rows: list[dict[str, Any]],
 ) -> StoredResult:
     """The result whose file `job.tmp` is written, moved into place; its rows counted when the file
-    holds only the first `max_rows`."""
-    total = stored
+    holds only the first `max_rows` (a count that runs out of time leaves the result partial: its
+    rows are whole, their total unknown)."""
+    total, cut = stored, None
     if stored >= job.max_rows:
-        total = int(con.execute(f"SELECT count(*) FROM (\n{job.sql}\n)").fetchone()[0])  # type: ignore[index]
+        counting = f"SELECT count(*) FROM (\n{job.sql}\n)"
+        try:
+            left = job.left() - COUNT_MARGIN_S if job.deadline else None
+            if left is None:
+                total = int(con.execute(counting).fetchone()[0])  # type: ignore[index]
+            else:
+                row, _ = run_with_timeout(con, max(0.001, left), lambda: con.execute(counting).fetchone())
+                total = int(row[0])  # type: ignore[index]
+        except TimedOut:
+            cut = uncounted(stored)
     job.tmp.replace(job.dest)
     return StoredResult(
         path=job.dest,
@@ -169,8 +204,9 @@ def _stored(
         rows_stored=stored,
         rows_total=total,
         elapsed_ms=0,
-        stored_truncated=total > stored,
+        stored_truncated=total > stored or cut is not None,
         head=rows,
+        extra={"partial": cut} if cut else {},
     )
 
 

@@ -1,4 +1,4 @@
-"""app/datasets/service_query.py: which engine runs a query, and the one thread hop before a SQL query
+"""app/datasets/service_query.py: the one thread hop before a SQL query
 runs (`_prepare`: its views, the query checked, the stored results it names, its cache key and
 entry), on real files, the real SQL check and a real cache."""
 
@@ -6,45 +6,15 @@ from __future__ import annotations
 
 import datetime
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from app.core.errors import CairnError, InvalidInput
+from app.core.errors import CairnError
 from app.datasets.config import DatasetSettings
 from app.datasets.engine.cache import Cache
 from app.datasets.models import DatasetQuery
-from app.datasets.schemas import QueryIn
 from app.datasets.service_common import Space, make_space
-from app.datasets.service_query import _prepare, pick_engine, text_of
-
-
-@pytest.mark.parametrize(
-    ("args", "enabled", "engine"),
-    [
-        ({"query": "SELECT 1"}, False, "duckdb"),
-        ({"query": "SELECT 1", "engine": "duckdb"}, False, "duckdb"),
-        ({"query": "df.head()", "query_type": "polars_expr"}, False, "polars_expr→duckdb"),
-        ({"query": "df.head()", "engine": "polars"}, False, "polars_expr→duckdb"),
-        ({"query": "result = 1", "engine": "pandas"}, True, "python"),
-    ],
-)
-def test_the_engine_of_each_query_type(args: dict[str, Any], enabled: bool, engine: str) -> None:
-    assert pick_engine(QueryIn.model_validate(args), enabled) == engine
-
-
-@pytest.mark.parametrize(
-    ("args", "needle"),
-    [
-        ({"query": "result = 1", "engine": "pandas"}, "disabled on this server"),
-        ({"query": "SELECT 1", "engine": "pandas", "query_type": "sql"}, "runs query_type 'python' only"),
-        ({"query": "df.head()", "engine": "duckdb", "query_type": "polars_expr"}, "runs query_type 'sql'"),
-        ({"query": "SELECT 1", "engine": "polars", "query_type": "sql"}, "runs query_type 'polars_expr'"),
-    ],
-)
-def test_an_engine_that_does_not_run_the_query_type_is_refused(args: dict[str, Any], needle: str) -> None:
-    with pytest.raises(InvalidInput, match=needle):
-        pick_engine(QueryIn.model_validate(args), False)
+from app.datasets.service_query import _prepare, text_of
 
 
 def test_a_cache_entry_names_a_query_by_its_collapsed_text() -> None:

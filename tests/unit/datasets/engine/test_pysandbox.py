@@ -85,7 +85,17 @@ def no_pandas(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_without_pandas_the_engine_says_so(tmp_path: Path, no_pandas: None, code: str) -> None:
     err = refused(tmp_path, code)
     assert err.code == 5001 and "pandas" in err.message
-    assert any("cairn-server[pandas]" in s for s in err.suggestions)
+    assert any("pip install pandas" in s for s in err.suggestions)
+
+
+def test_without_scikit_learn_the_engine_names_the_extra(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The seed's StandardScaler example on a server without the `ml` extra: 5001 naming the one command."""
+    child = pysandbox.CHILD.replace("import duckdb\n", "import duckdb\nsys.modules['sklearn'] = None\n", 1)
+    assert child != pysandbox.CHILD
+    monkeypatch.setattr(pysandbox, "CHILD", child)
+    err = refused(tmp_path, "from sklearn.preprocessing import StandardScaler\nresult = {'x': [1]}")
+    assert err.code == 5001 and "no sklearn" in err.message
+    assert err.suggestions == ["The operator installs the ml extra: pip install 'cairn-server[ml]'"]
 
 
 def test_without_pandas_the_rest_still_works(tmp_path: Path, no_pandas: None) -> None:
