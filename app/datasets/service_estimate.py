@@ -15,6 +15,7 @@ from app.core import budget
 from app.core.context import CallContext
 from app.core.errors import CairnError, NotFound
 from app.datasets import engine
+from app.datasets import service_engines as engines
 from app.datasets.config import DatasetSettings
 from app.datasets.engine import estimate, polars_expr
 from app.datasets.engine.cache import COUNT_HITS
@@ -64,6 +65,7 @@ class Found:
     views: list[str]
     query_id: str = PLACEHOLDER_ID  # a cached result's own, else one drawn as real ones are
     elapsed_ms: int = 0
+    files: int = 1  # the files the query reads (an `auto` reply names how many)
 
 
 async def context_optimizer(ctx: CallContext, args: EstimateIn) -> EstimateOut:
@@ -125,12 +127,23 @@ async def _find(ctx: CallContext, args: EstimateIn) -> Found:
             views,
             meta["query_id"],
             int(meta.get("elapsed_ms") or 0),
+            len(p.fingerprints),
         )
     # The sample and the count have a short limit each; the whole call, a little more than both.
     limit_s = min(ecfg.timeout_s, 3 * estimate.STEP_S + 2)
     ecfg = dataclasses.replace(ecfg, timeout_s=limit_s)
     est = await engine.offload(estimate.estimate_query, ecfg, p.checked, p.sources, p.result_views, want)
-    return Found(est.columns, est.types, est.rows, est.rows_exact, est.head, False, p.normalized, views)
+    return Found(
+        est.columns,
+        est.types,
+        est.rows,
+        est.rows_exact,
+        est.head,
+        False,
+        p.normalized,
+        views,
+        files=len(p.fingerprints),
+    )
 
 
 def measure(found: Found, args: QueryIn, limit: int, cap: int = 20_000) -> EstimateOut:
@@ -145,6 +158,8 @@ def measure(found: Found, args: QueryIn, limit: int, cap: int = 20_000) -> Estim
         "rows_total": total or 0,
         "rows_stored": total or 0,
         "elapsed_ms": found.elapsed_ms,
+        # The engine `auto` names in the reply, as execute_query would (its size only matters for python).
+        "engine_reason": engines.with_inputs(engines.choose(args, python_enabled=False), found.files, 0),
     }
     used = "polars_expr→duckdb" if args.query_type == "polars_expr" else "duckdb"
     reply = Reply(args, Stored(meta, found.cache_hit, used, found.normalized, found.views))

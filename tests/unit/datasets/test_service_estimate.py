@@ -25,7 +25,7 @@ def found(head: list[dict[str, Any]] | None, total: int | None, exact: bool = Tr
 def reply_tokens(args: QueryIn, shown: list[dict[str, Any]], total: int) -> int:
     """What execute_query's reply with these rows weighs."""
     meta = {"query_id": "q_0123456789abcdef", "columns": COLUMNS, "types": TYPES, "rows_total": total,
-            "rows_stored": total, "elapsed_ms": 0}  # fmt: skip
+            "rows_stored": total, "elapsed_ms": 0, "engine_reason": "SQL query → duckdb"}  # fmt: skip
     reply = Reply(args, Stored(meta, False, "duckdb", "select * from data", ["data"]))
     return int(budget.finalize(reply(shown, None, "none"))["context_tokens_used"])
 
