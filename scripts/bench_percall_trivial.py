@@ -28,9 +28,9 @@ WARMUP = 50
 SECONDS = 10.0
 
 
-def on_cairn(seconds: float) -> dict[str, Any]:
-    """CPU per call of a fresh Cairn server."""
-    with cairn() as srv:
+def on_cairn(seconds: float, root: Path = ROOT) -> dict[str, Any]:
+    """CPU per call of a fresh Cairn server of the checkout `root`."""
+    with cairn(root=root) as srv:
         spec = {"url": f"{srv.url}/mcp/projects", "key": KEY, "pids": cairn_pids(srv)}
         return run_client("cpu", {**spec, "warmup": WARMUP, "seconds": seconds})
 
@@ -41,16 +41,22 @@ def on_bare(seconds: float) -> dict[str, Any]:
         return run_client("cpu", {"url": url, "pids": [pid], "warmup": WARMUP, "seconds": seconds})
 
 
-def measure(rounds: int, seconds: float) -> list[dict[str, Any]]:
-    """`rounds` rounds, alternating which server goes first."""
+def measure(rounds: int, seconds: float, before: Path | None = None) -> list[dict[str, Any]]:
+    """`rounds` rounds, alternating the order of the servers (`before`: another checkout of Cairn
+    measured beside this one)."""
     out = []
+    order = ["bare", "cairn", *(["before"] if before else [])]
     for number in range(rounds):
-        sides = ("bare", "cairn") if number % 2 == 0 else ("cairn", "bare")
         row: dict[str, Any] = {"load": load()}
-        for side in sides:
+        for side in order if number % 2 == 0 else order[::-1]:
             print(f"percall_trivial: round {number + 1}/{rounds}, {side}", file=sys.stderr, flush=True)
-            row[side] = on_bare(seconds) if side == "bare" else on_cairn(seconds)
+            if side == "bare":
+                row[side] = on_bare(seconds)
+            else:
+                row[side] = on_cairn(seconds, before if side == "before" and before else ROOT)
         row["ratio"] = row["cairn"]["cpu_ms_per_call"] / row["bare"]["cpu_ms_per_call"]
+        if before:
+            row["vs_before"] = row["cairn"]["cpu_ms_per_call"] / row["before"]["cpu_ms_per_call"]
         out.append(row)
     return out
 
@@ -78,15 +84,22 @@ def markdown(rows: list[dict[str, Any]], seconds: float, quick: bool) -> str:
             f"| {c['cpu_ms_per_call']:.2f} | {c['calls']} | {c['p50_ms']:.2f} | **{r['ratio']:.2f}x** |"
         )
     lines += ["", f"Median ratio: **{median([r['ratio'] for r in rows]):.2f}x** (aim: at most 1.5x)."]
+    if rows and "before" in rows[0]:
+        cells = [f"{r['before']['cpu_ms_per_call']:.2f} -> {r['cairn']['cpu_ms_per_call']:.2f}" for r in rows]
+        lines += [
+            "",
+            "Against the `--compare` checkout (ms CPU/call, before -> this): " + ", ".join(cells) + "; median "
+            f"this / before **{median([r['vs_before'] for r in rows]):.2f}**.",
+        ]
     if quick:
         lines += ["", "_Quick run: a short window._"]
     return "\n".join(lines) + "\n"
 
 
-def run(quick: bool = False, rounds: int = ROUNDS, seconds: float | None = None) -> str:
-    """Run the benchmark and return its markdown section."""
+def run(quick: bool = False, rounds: int = ROUNDS, seconds: float | None = None, before: Path | None = None) -> str:
+    """Run the benchmark and return its markdown section (`before`: a checkout measured beside this one)."""
     window = seconds or (2.0 if quick else SECONDS)
-    return markdown(measure(rounds, window), window, quick)
+    return markdown(measure(rounds, window, before), window, quick)
 
 
 if __name__ == "__main__":
@@ -94,5 +107,6 @@ if __name__ == "__main__":
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--rounds", type=int, default=ROUNDS)
     parser.add_argument("--seconds", type=float)
+    parser.add_argument("--compare", type=Path, help="another Cairn checkout measured beside this one")
     ns = parser.parse_args()
-    print(run(ns.quick, ns.rounds, ns.seconds))
+    print(run(ns.quick, ns.rounds, ns.seconds, ns.compare.resolve() if ns.compare else None))

@@ -46,10 +46,10 @@ def run_client(mode: str, spec: dict[str, Any], timeout: float = 3600.0) -> dict
 
 
 @contextlib.contextmanager
-def cairn(env: dict[str, str] | None = None, before_start: Any = None) -> Iterator[Server]:
-    """A started ``cairn serve`` of this checkout (`env` adds settings; `before_start(server)` may put
-    files in its data directory first), stopped after the block."""
-    srv = Server(ROOT, 1, env)
+def cairn(env: dict[str, str] | None = None, before_start: Any = None, root: Path = ROOT) -> Iterator[Server]:
+    """A started ``cairn serve`` of the checkout `root` (`env` adds settings; `before_start(server)` may
+    put files in its data directory first), stopped after the block."""
+    srv = Server(root, 1, env)
     try:
         if before_start is not None:
             before_start(srv)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, TypeVar, overload
 
@@ -86,8 +87,34 @@ class Repository:
         return list((await self.execute(sql, params)).scalars().all())
 
 
+@dataclass(frozen=True)
+class ProjectRow:
+    """A project as `ProjectRepository.page` reads it."""
+
+    id: uuid.UUID
+    name: str
+    description: str
+    created_at: datetime
+
+
 class ProjectRepository(Repository):
     """Projects by name."""
+
+    async def page(self, *, only: str | None = None, limit: int = 100, offset: int = 0) -> tuple[list[ProjectRow], int]:
+        """Projects ordered by name (optionally only the named one) and how many there are in all, in one
+        plain statement: the trivial call's whole read, without the ORM's loading."""
+        found = await self.rows(
+            """WITH total AS (SELECT count(*) AS total FROM projects
+                              WHERE CAST(:only AS text) IS NULL OR name = CAST(:only AS text))
+               SELECT total.total, p.id, p.name, p.description, p.created_at
+               FROM total LEFT JOIN LATERAL (
+                   SELECT id, name, description, created_at FROM projects
+                   WHERE CAST(:only AS text) IS NULL OR name = CAST(:only AS text)
+                   ORDER BY name LIMIT :limit OFFSET :offset) p ON true""",
+            {"only": only, "limit": limit, "offset": offset},
+        )
+        rows = [ProjectRow(r["id"], r["name"], r["description"], r["created_at"]) for r in found if r["id"] is not None]
+        return rows, int(found[0]["total"]) if found else 0
 
     async def list(self, *, only: str | None = None, limit: int = 100, offset: int = 0) -> list[Project]:
         """Projects ordered by name, optionally only the named one."""

@@ -68,6 +68,12 @@ async def test_projects_are_created_once_and_ensured(db: Database) -> None:
         assert [p.name for p in await repo.list(limit=1, offset=1)] == ["beta"]
         assert [p.name for p in await repo.list(only="gamma")] == ["gamma"]
         assert await repo.count() == 3 and await repo.count(only="gamma") == 1 and await repo.count(only="x") == 0
+        rows, total = await repo.page(limit=2, offset=1)
+        assert [p.name for p in rows] == ["beta", "gamma"] and total == 3 and rows[0].id == made.id
+        assert rows[0].description == "second" and rows[0].created_at is not None
+        only, one = await repo.page(only="gamma")
+        assert [p.name for p in only] == ["gamma"] and one == 1
+        assert await repo.page(offset=5) == ([], 3) and await repo.page(only="x") == ([], 0)
         assert (await repo.get("alpha")) is not None and await repo.get("zeta") is None
 
 
