@@ -23,6 +23,7 @@ from app.core.repository import (
     ProjectRepository,
     Repository,
     SecretRepository,
+    _statement,
 )
 from tests.support.databases import database_fixture, migrated_url
 from tests.support.server import PgCluster
@@ -229,3 +230,11 @@ async def test_a_shared_secret_is_made_once(db: Database) -> None:
     async with db.transaction() as session:
         assert await SecretRepository(session).ensure("test-secret", "second") == made == "first"
         assert await SecretRepository(session).ensure("other-secret", "x") == "x"
+
+
+async def test_a_text_statement_is_built_once_and_shared(db: Database) -> None:
+    sql = "SELECT CAST(:n AS int) + 1 AS m"
+    async with db.transaction() as session:
+        repo = Repository(session)
+        assert await repo.scalar(sql, {"n": 1}) == 2 and await repo.scalar(sql, {"n": 41}) == 42
+    assert _statement(sql) is _statement(sql)  # one TextClause, its parameters parsed once
