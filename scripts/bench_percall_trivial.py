@@ -5,9 +5,13 @@
 ``MCPServer`` with one trivial tool, stateless streamable HTTP, under uvicorn). The client, the MCP
 SDK's ``Client`` over ``streamable_http_client`` in its own process, one connection, makes 50 warm-up
 calls, then sequential calls for 10 s; CPU per call is the server process's utime + stime from
-``/proc/<pid>/stat`` over those 10 s divided by the calls. The two servers alternate within a run. ::
+``/proc/<pid>/stat`` over those 10 s divided by the calls. The two servers alternate within a run.
 
-    python scripts/bench_percall_trivial.py [--quick] [--rounds 2] [--seconds 10]
+``--compare DIR`` instead measures this checkout against another (e.g. the code before a change): both
+servers up at once, one client alternating its calls between them, so a loaded machine weighs on both
+alike (3 windows of 10 s per round). ::
+
+    python scripts/bench_percall_trivial.py [--quick] [--rounds 2] [--seconds 10] [--compare DIR]
 """
 
 from __future__ import annotations
@@ -41,24 +45,41 @@ def on_bare(seconds: float) -> dict[str, Any]:
         return run_client("cpu", {"url": url, "pids": [pid], "warmup": WARMUP, "seconds": seconds})
 
 
-def measure(rounds: int, seconds: float, before: Path | None = None) -> list[dict[str, Any]]:
-    """`rounds` rounds, alternating the order of the servers (`before`: another checkout of Cairn
-    measured beside this one)."""
+def measure(rounds: int, seconds: float) -> list[dict[str, Any]]:
+    """`rounds` rounds, alternating which server goes first."""
     out = []
-    order = ["bare", "cairn", *(["before"] if before else [])]
     for number in range(rounds):
+        sides = ("bare", "cairn") if number % 2 == 0 else ("cairn", "bare")
         row: dict[str, Any] = {"load": load()}
-        for side in order if number % 2 == 0 else order[::-1]:
+        for side in sides:
             print(f"percall_trivial: round {number + 1}/{rounds}, {side}", file=sys.stderr, flush=True)
-            if side == "bare":
-                row[side] = on_bare(seconds)
-            else:
-                row[side] = on_cairn(seconds, before if side == "before" and before else ROOT)
+            row[side] = on_bare(seconds) if side == "bare" else on_cairn(seconds)
         row["ratio"] = row["cairn"]["cpu_ms_per_call"] / row["bare"]["cpu_ms_per_call"]
-        if before:
-            row["vs_before"] = row["cairn"]["cpu_ms_per_call"] / row["before"]["cpu_ms_per_call"]
         out.append(row)
     return out
+
+
+def compare(before: Path, windows: int, seconds: float) -> str:
+    """This checkout against `before` (another checkout of Cairn), both servers up at once and one
+    client alternating its calls between them, so both see the same load: CPU per call of each, per
+    window, and the median ratio."""
+    with cairn(root=before) as old, cairn() as new:
+        spec = {
+            "urls": [f"{old.url}/mcp/projects", f"{new.url}/mcp/projects"],
+            "pids": [cairn_pids(old), cairn_pids(new)],
+            "key": KEY,
+            "warmup": WARMUP,
+            "windows": windows,
+            "seconds": seconds,
+            "load": load(),
+        }
+        found = run_client("cpu_ab", spec)["windows"]
+    lines = [f"`{before}` (before) against `{ROOT}` (after), load at start {spec['load']}:", ""]
+    for w in found:
+        b, a = w["cpu_ms_per_call"]
+        lines.append(f"- {w['calls']} calls each: before {b:.3f}, after {a:.3f} ms CPU/call, after/before {a / b:.3f}")
+    ratios = [w["cpu_ms_per_call"][1] / w["cpu_ms_per_call"][0] for w in found]
+    return "\n".join([*lines, "", f"Median after/before: **{median(ratios):.3f}**"]) + "\n"
 
 
 def markdown(rows: list[dict[str, Any]], seconds: float, quick: bool) -> str:
@@ -84,22 +105,15 @@ def markdown(rows: list[dict[str, Any]], seconds: float, quick: bool) -> str:
             f"| {c['cpu_ms_per_call']:.2f} | {c['calls']} | {c['p50_ms']:.2f} | **{r['ratio']:.2f}x** |"
         )
     lines += ["", f"Median ratio: **{median([r['ratio'] for r in rows]):.2f}x** (aim: at most 1.5x)."]
-    if rows and "before" in rows[0]:
-        cells = [f"{r['before']['cpu_ms_per_call']:.2f} -> {r['cairn']['cpu_ms_per_call']:.2f}" for r in rows]
-        lines += [
-            "",
-            "Against the `--compare` checkout (ms CPU/call, before -> this): " + ", ".join(cells) + "; median "
-            f"this / before **{median([r['vs_before'] for r in rows]):.2f}**.",
-        ]
     if quick:
         lines += ["", "_Quick run: a short window._"]
     return "\n".join(lines) + "\n"
 
 
-def run(quick: bool = False, rounds: int = ROUNDS, seconds: float | None = None, before: Path | None = None) -> str:
-    """Run the benchmark and return its markdown section (`before`: a checkout measured beside this one)."""
+def run(quick: bool = False, rounds: int = ROUNDS, seconds: float | None = None) -> str:
+    """Run the benchmark and return its markdown section."""
     window = seconds or (2.0 if quick else SECONDS)
-    return markdown(measure(rounds, window, before), window, quick)
+    return markdown(measure(rounds, window), window, quick)
 
 
 if __name__ == "__main__":
@@ -107,6 +121,9 @@ if __name__ == "__main__":
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--rounds", type=int, default=ROUNDS)
     parser.add_argument("--seconds", type=float)
-    parser.add_argument("--compare", type=Path, help="another Cairn checkout measured beside this one")
+    parser.add_argument("--compare", type=Path, help="only compare with another Cairn checkout, side by side")
     ns = parser.parse_args()
-    print(run(ns.quick, ns.rounds, ns.seconds, ns.compare.resolve() if ns.compare else None))
+    if ns.compare:
+        print(compare(ns.compare.resolve(), 2 * ns.rounds if ns.quick else 3 * ns.rounds, ns.seconds or SECONDS))
+    else:
+        print(run(ns.quick, ns.rounds, ns.seconds))

@@ -9,6 +9,7 @@ making sequential calls. It prints one JSON object on stdout. ::
     python scripts/percall_client.py writes   '{"url": ..., "entities": 10000}'
     python scripts/percall_client.py writes   '{"stdio": ["node", "index.js"], "env": {...}, "entities": 10000}'
     python scripts/percall_client.py cpu      '{"url": ..., "pids": [123], "warmup": 50, "seconds": 10}'
+    python scripts/percall_client.py cpu_ab   '{"urls": [a, b], "pids": [[1], [2]], "windows": 6}'
     python scripts/percall_client.py datasets '{"url": ..., "calls": 200}'
 """
 
@@ -134,6 +135,36 @@ async def cpu(spec: dict[str, Any]) -> dict[str, float]:
     }
 
 
+async def cpu_ab(spec: dict[str, Any]) -> dict[str, Any]:
+    """Two servers side by side under the same load: the trivial call alternately on ``urls[0]`` and
+    ``urls[1]`` (each over its own connection), each server's CPU per call over `windows` windows of
+    `seconds` after `warmup` calls each (``pids``: one list per server)."""
+    tool, args = spec.get("tool", "list_projects"), spec.get("args", {})
+    pids: list[list[int]] = spec["pids"]
+    async with (
+        http_client(spec.get("key")) as h0,
+        http_client(spec.get("key")) as h1,
+        mcp_client(spec["urls"][0], h0) as c0,
+        mcp_client(spec["urls"][1], h1) as c1,
+    ):
+        for _ in range(int(spec.get("warmup", 50))):
+            await ok(c0, tool, args)
+            await ok(c1, tool, args)
+        windows = []
+        for _ in range(int(spec.get("windows", 6))):
+            before, n = [proc_cpu_seconds(p) for p in pids], 0
+            end = time.perf_counter() + float(spec.get("seconds", 10.0))
+            while time.perf_counter() < end:
+                for client in (c0, c1) if n % 2 == 0 else (c1, c0):
+                    await ok(client, tool, args)
+                n += 1
+            after = [proc_cpu_seconds(p) for p in pids]
+            windows.append(
+                {"calls": n, "cpu_ms_per_call": [(b - a) * 1000 / n for a, b in zip(before, after, strict=True)]}
+            )
+    return {"windows": windows}
+
+
 def query(i: int) -> dict[str, Any]:
     """A 1-row aggregate over the CSV whose text differs with `i`, so the results cache misses."""
     return {"query_type": "sql", "query": f"SELECT count(*) + {i} AS n FROM data", "files": ["floor.csv"]}
@@ -166,7 +197,7 @@ async def datasets(spec: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-MODES = {"writes": writes, "cpu": cpu, "datasets": datasets}
+MODES = {"writes": writes, "cpu": cpu, "cpu_ab": cpu_ab, "datasets": datasets}
 
 
 def main() -> None:
