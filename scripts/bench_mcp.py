@@ -65,12 +65,10 @@ def _free_port() -> int:
 
 
 def _cairn(root: Path) -> list[str]:
-    """The command that starts Cairn from the checkout `root`: this checkout's console script when there
-    is one next to this interpreter, else the console script of `root`'s own `.venv` (its dependencies
-    may differ), else `python -m app` run in `root` (which then imports `root/app`)."""
-    script = Path(sys.executable).parent / "cairn"
-    if root == ROOT and script.exists():
-        return [str(script)]
+    """The command that starts Cairn from the checkout `root`: the console script of `root`'s own `.venv`
+    (its dependencies may differ), else `python -m app` run in `root` (which then imports `root/app`; the
+    console script next to a shared interpreter would import the checkout that interpreter was
+    installed from)."""
     own = root / ".venv" / "bin" / "cairn"
     if own.exists():
         return [str(own)]

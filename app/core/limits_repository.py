@@ -31,7 +31,10 @@ ON CONFLICT (key) DO UPDATE SET (granted, tokens, updated_at) = (
 RETURNING granted, tokens
 """
 
+# The key's expired rows go in the same statement: they are not counted (expires_at > now()) whether
+# or not the count sees them deleted.
 _TAKE_SLOT = """
+WITH expired AS (DELETE FROM limit_slots WHERE kind = :kind AND key = :key AND expires_at <= now())
 INSERT INTO limit_slots (id, kind, key, holder, expires_at)
 SELECT :id, :kind, :key, :holder, now() + make_interval(secs => CAST(:ttl AS float8))
 WHERE (SELECT count(*) FROM limit_slots WHERE kind = :kind AND key = :key AND expires_at > now()) < :limit
@@ -93,9 +96,8 @@ class LimitsRepository(Repository):
         """Hold slot `slot` of `key` for `ttl` seconds when fewer than `limit` live ones are held (call
         after `lock_slots` in the same transaction, so the count sees every committed claim); the
         key's expired rows are dropped first."""
-        params = {"kind": kind, "key": key}
-        await self.execute("DELETE FROM limit_slots WHERE kind = :kind AND key = :key AND expires_at <= now()", params)
-        taken = await self.scalar(_TAKE_SLOT, {**params, "id": slot, "holder": holder, "limit": limit, "ttl": ttl})
+        params = {"kind": kind, "key": key, "id": slot, "holder": holder, "limit": limit, "ttl": ttl}
+        taken = await self.scalar(_TAKE_SLOT, params)
         return taken is not None
 
     async def renew_slots(self, slots: list[uuid.UUID], ttl: float) -> int:

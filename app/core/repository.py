@@ -10,10 +10,12 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import lru_cache
 from typing import Any, TypeVar, overload
 
-from sqlalchemy import CursorResult, Executable, RowMapping, func, select, text, update
+from sqlalchemy import CursorResult, Executable, RowMapping, TextClause, func, select, text, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -24,8 +26,15 @@ Statement = str | Executable
 Params = Mapping[str, Any] | Sequence[Mapping[str, Any]] | None
 
 
+@lru_cache(maxsize=4096)
+def _text(sql: str) -> TextClause:
+    """The `text()` construct of `sql`, built once: parsing its `:name` parameters on every call was a
+    measurable share of a statement. A `TextClause` is not changed by executing it, so it is shared."""
+    return text(sql)
+
+
 def _statement(sql: Statement) -> Executable:
-    return text(sql) if isinstance(sql, str) else sql
+    return _text(sql) if isinstance(sql, str) else sql
 
 
 class Repository:
@@ -86,8 +95,34 @@ class Repository:
         return list((await self.execute(sql, params)).scalars().all())
 
 
+@dataclass(frozen=True)
+class ProjectRow:
+    """A project as `ProjectRepository.page` reads it."""
+
+    id: uuid.UUID
+    name: str
+    description: str
+    created_at: datetime
+
+
 class ProjectRepository(Repository):
     """Projects by name."""
+
+    async def page(self, *, only: str | None = None, limit: int = 100, offset: int = 0) -> tuple[list[ProjectRow], int]:
+        """Projects ordered by name (optionally only the named one) and how many there are in all, in one
+        plain statement: the trivial call's whole read, without the ORM's loading."""
+        found = await self.rows(
+            """WITH total AS (SELECT count(*) AS total FROM projects
+                              WHERE CAST(:only AS text) IS NULL OR name = CAST(:only AS text))
+               SELECT total.total, p.id, p.name, p.description, p.created_at
+               FROM total LEFT JOIN LATERAL (
+                   SELECT id, name, description, created_at FROM projects
+                   WHERE CAST(:only AS text) IS NULL OR name = CAST(:only AS text)
+                   ORDER BY name LIMIT :limit OFFSET :offset) p ON true""",
+            {"only": only, "limit": limit, "offset": offset},
+        )
+        rows = [ProjectRow(r["id"], r["name"], r["description"], r["created_at"]) for r in found if r["id"] is not None]
+        return rows, int(found[0]["total"]) if found else 0
 
     async def list(self, *, only: str | None = None, limit: int = 100, offset: int = 0) -> list[Project]:
         """Projects ordered by name, optionally only the named one."""

@@ -9,7 +9,7 @@ from app.core.context import CallContext
 from app.core.embeddings.tokens import count_tokens
 from app.core.errors import NotFound, Unauthenticated, Unavailable
 from app.core.models import ApiKey, Project
-from app.core.repository import ApiKeyRepository, ProjectRepository
+from app.core.repository import ApiKeyRepository, ProjectRepository, ProjectRow
 from app.core.schemas import CreateKeyIn, CreateKeyOut, KeyOut, ProjectOut
 from app.core.toolsets import key_toolsets
 
@@ -17,7 +17,7 @@ from app.core.toolsets import key_toolsets
 LOCAL_TRANSPORTS = frozenset({"stdio", "cli"})
 
 
-def project_out(p: Project) -> ProjectOut:
+def project_out(p: Project | ProjectRow) -> ProjectOut:
     """API shape of a project row."""
     return ProjectOut(id=str(p.id), name=p.name, description=p.description, created_at=p.created_at)
 
@@ -38,8 +38,8 @@ async def list_projects(ctx: CallContext, limit: int, offset: int) -> tuple[list
     """Projects visible to the caller."""
     repo = ProjectRepository(ctx.session)
     only = ctx.bound_project
-    rows = await repo.list(only=only, limit=limit, offset=offset)
-    return [project_out(p) for p in rows], await repo.count(only=only)
+    rows, total = await repo.page(only=only, limit=limit, offset=offset)
+    return [project_out(p) for p in rows], total
 
 
 async def embed_summary(ctx: CallContext, text: str) -> dict[str, object]:

@@ -32,6 +32,9 @@ from app.core.ratelimit import Slots
 from app.core.toolsets import MCP_PATH, Catalog, Selection, requested
 
 TOOLSETS_STATE = "toolsets"
+# Checked selections kept per (path, query): a client repeats one URL on every call. Cleared when full,
+# so URLs made up by a caller cannot grow it.
+SELECTIONS_KEPT = 256
 
 
 def is_mcp_path(path: str) -> bool:
@@ -58,6 +61,7 @@ class McpEndpoint:
         self.catalog = catalog
         self.callers = callers
         self.streams = streams
+        self._selections: dict[tuple[str, str], Selection] = {}
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -93,8 +97,7 @@ class McpEndpoint:
         try:
             caller = await self.callers.ahead_of_sdk(token)
             rest = scope["path"][len(MCP_PATH) :].strip("/")
-            selection = requested(rest, scope.get("query_string", b"").decode("latin-1"))
-            self.catalog.check(selection)
+            selection = self.selection(rest, scope.get("query_string", b"").decode("latin-1"))
         except CairnError as err:
             await send_error(send, err)
             return
@@ -108,6 +111,20 @@ class McpEndpoint:
                 await self.json_app(scope, receive, send)
                 return
         await self.sdk_app(scope, receive, send)
+
+    def selection(self, rest: str, query: str) -> Selection:
+        """The toolsets an MCP URL chooses (`rest`: the path after `/mcp/`), checked against the catalog;
+        a URL's checked selection is kept (the catalog does not change while the server runs), a refused
+        one raises every time."""
+        key = (rest, query)
+        found = self._selections.get(key)
+        if found is None:
+            found = requested(rest, query)
+            self.catalog.check(found)
+            if len(self._selections) >= SELECTIONS_KEPT:
+                self._selections.clear()
+            self._selections[key] = found
+        return found
 
     async def _other(self, scope: Any, receive: Any, send: Any, token: str) -> None:
         try:

@@ -23,6 +23,7 @@ from app.core.repository import (
     ProjectRepository,
     Repository,
     SecretRepository,
+    _statement,
 )
 from tests.support.databases import database_fixture, migrated_url
 from tests.support.server import PgCluster
@@ -68,6 +69,12 @@ async def test_projects_are_created_once_and_ensured(db: Database) -> None:
         assert [p.name for p in await repo.list(limit=1, offset=1)] == ["beta"]
         assert [p.name for p in await repo.list(only="gamma")] == ["gamma"]
         assert await repo.count() == 3 and await repo.count(only="gamma") == 1 and await repo.count(only="x") == 0
+        rows, total = await repo.page(limit=2, offset=1)
+        assert [p.name for p in rows] == ["beta", "gamma"] and total == 3 and rows[0].id == made.id
+        assert rows[0].description == "second" and rows[0].created_at is not None
+        only, one = await repo.page(only="gamma")
+        assert [p.name for p in only] == ["gamma"] and one == 1
+        assert await repo.page(offset=5) == ([], 3) and await repo.page(only="x") == ([], 0)
         assert (await repo.get("alpha")) is not None and await repo.get("zeta") is None
 
 
@@ -223,3 +230,11 @@ async def test_a_shared_secret_is_made_once(db: Database) -> None:
     async with db.transaction() as session:
         assert await SecretRepository(session).ensure("test-secret", "second") == made == "first"
         assert await SecretRepository(session).ensure("other-secret", "x") == "x"
+
+
+async def test_a_text_statement_is_built_once_and_shared(db: Database) -> None:
+    sql = "SELECT CAST(:n AS int) + 1 AS m"
+    async with db.transaction() as session:
+        repo = Repository(session)
+        assert await repo.scalar(sql, {"n": 1}) == 2 and await repo.scalar(sql, {"n": 41}) == 42
+    assert _statement(sql) is _statement(sql)  # one TextClause, its parameters parsed once

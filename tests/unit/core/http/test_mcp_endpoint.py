@@ -10,6 +10,7 @@ from typing import Any
 from app.core.context import OPEN_PRINCIPAL
 from app.core.http.callers import CALLER_STATE, Callers
 from app.core.http.mcp_endpoint import (
+    SELECTIONS_KEPT,
     TOOLSETS_STATE,
     McpEndpoint,
     Shortcut,
@@ -148,6 +149,18 @@ async def test_unknown_toolsets_and_locked_servers_answer_with_the_error_body() 
     assert status == 401 and body["error"]["code"] == 4010 and not sdk.scopes
     status, body = await _call(locked, "/favicon.ico", method="GET")  # the SDK's other paths: the same lock
     assert status == 401 and not sdk.scopes
+
+
+async def test_a_urls_checked_selection_is_kept_and_a_refused_one_refused_again() -> None:
+    endpoint, sdk = _endpoint()
+    for _ in range(2):
+        assert (await _call(endpoint, "/mcp/graph,readonly"))[0] == 200
+        assert (await _call(endpoint, "/mcp/nope"))[0] == 404
+    assert sdk.scopes[0]["state"][TOOLSETS_STATE] is sdk.scopes[1]["state"][TOOLSETS_STATE]
+    assert list(endpoint._selections) == [("graph,readonly", "")]
+    for n in range(SELECTIONS_KEPT + 1):  # made-up URLs cannot grow it
+        endpoint.selection("graph", f"toolsets=graph&readonly={'true' if n % 2 else 'false'}{' ' * n}")
+    assert len(endpoint._selections) <= SELECTIONS_KEPT
 
 
 async def test_a_server_with_keys_leaves_the_caller_to_the_sdk() -> None:
