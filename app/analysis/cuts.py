@@ -1,6 +1,7 @@
-"""The cut rule of the analysis replies: a reply cut to its limits (the reply budget
-`CAIRN_ANALYSIS_MAX_RESPONSE_TOKENS`, a `limit`, the length of one value) says what it left out, why,
-and the call that gets it (`schemas.Cut`).
+"""The analysis words of a cut (the shape, `app.core.cuts.Cut`, is every family's): a reply cut to its
+limits (the reply budget `CAIRN_ANALYSIS_MAX_RESPONSE_TOKENS`, a `limit`, the length of one value) says
+what it left out, why, and how to get it: the call that does (the same tool with the next offset, or
+another), or a sentence when no single call does (a whole shortened value, a random sample's rest).
 
 Rows are cut in order, so a stratified sample, whose rows come one per stratum first, keeps one row
 of every stratum before a second of any. Long values are shortened to MAX_VALUE_CHARS characters.
@@ -11,8 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.analysis.schemas import Cut
 from app.core import budget
+from app.core.cuts import Cut, NextCall, call_text, named
 
 MAX_VALUE_CHARS = 300
 BUDGET_SETTING = "CAIRN_ANALYSIS_MAX_RESPONSE_TOKENS"
@@ -81,30 +82,52 @@ def budget_why(max_tokens: int) -> str:
     return f"the reply budget of {max_tokens} tokens ({BUDGET_SETTING})"
 
 
-def names(fields: list[str], most: int = 10) -> str:
-    """Field names for a message: the first `most`, then how many more."""
-    shown = ", ".join(fields[:most])
-    return shown + (f" and {len(fields) - most} more" if len(fields) > most else "")
+@dataclass(frozen=True)
+class Part:
+    """One thing a reply left out: what, why, and the call (`call`, a tool and its arguments) or the way
+    in words (`how`) that gets it."""
+
+    left_out: str
+    reason: str
+    call: NextCall | None = None
+    how: str | None = None
 
 
-def shortened_part(fields: list[str]) -> tuple[str, str, str]:
-    """(what, why, how) of values shortened to MAX_VALUE_CHARS."""
-    return (
-        f"the values of {names(fields)} past {MAX_VALUE_CHARS} characters (marked …)",
+def call(tool: str, **args: Any) -> NextCall:
+    """The next call: `tool` with `args` (changed in the cut call's when it is the same tool)."""
+    return NextCall(tool=tool, args=args)
+
+
+def shortened_part(fields: list[str]) -> Part:
+    """The part of values shortened to MAX_VALUE_CHARS (a whole value is no single call's)."""
+    return Part(
+        f"the values of {named(fields)} past {MAX_VALUE_CHARS} characters (marked …)",
         f"each value is shown up to {MAX_VALUE_CHARS} characters",
-        f"a whole value: mode aggregate with group_by '{fields[0]}' and a where naming the record",
+        how=f"a whole value: mode aggregate with group_by '{fields[0]}' and a where naming the record",
     )
 
 
-def joined(parts: list[tuple[str, str, str]], next_offset: int | None = None) -> Cut | None:
-    """One Cut from its parts (what, why, how); None when nothing was cut."""
+def joined(parts: list[Part]) -> Cut | None:
+    """One Cut from its parts; None when nothing was cut. The first part's call is the cut's next call; a
+    later part's call of the same tool adds its arguments to it, of another tool is named in `how`."""
     if not parts:
         return None
+    first = next((p.call for p in parts if p.call), None)
+    args = dict(first.args) if first else {}
+    ways: list[str] = []
+    for p in parts:
+        if p.call and p.call is not first:
+            if first is not None and p.call.tool == first.tool and not set(p.call.args) & set(args):
+                args.update(p.call.args)
+            else:
+                ways.append(call_text(p.call))
+        if p.how:
+            ways.append(p.how)
     return Cut(
-        omitted="; ".join(p[0] for p in parts),
-        why="; ".join(dict.fromkeys(p[1] for p in parts)),
-        how="; ".join(p[2] for p in parts),
-        next_offset=next_offset,
+        reason="; ".join(dict.fromkeys(p.reason for p in parts)),
+        left_out="; ".join(p.left_out for p in parts),
+        next_call=NextCall(tool=first.tool, args=args) if first else None,
+        how="; ".join(ways) or None,
     )
 
 

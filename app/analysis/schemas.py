@@ -6,6 +6,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, model_validator
 
+from app.core.cuts import Cut
 from app.core.schemas import (
     EMBEDDING_STATE_DESCRIPTION,
     PROJECT_NAME,
@@ -76,17 +77,6 @@ class IngestIn(_Session):
         if self.parent_ids is not None and self.resume:
             raise ValueError("resume continues over the session's parents; with parent_ids, list the ones left")
         return self
-
-
-class Cut(BaseModel):
-    """What a reply left out to stay within its limits, why, and the call that gets it."""
-
-    omitted: str = Field(description="What was left out: rows, groups or findings by count, fields by name")
-    why: str = Field(description="The limit that cut it (the reply budget, a limit, a value's length)")
-    how: str = Field(description="The call that gets what was left out")
-    next_offset: int | None = Field(
-        default=None, exclude_if=lambda v: v is None, description="The offset that continues after what is shown"
-    )
 
 
 class IngestOut(BaseModel):

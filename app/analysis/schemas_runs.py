@@ -7,7 +7,8 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from app.analysis.schemas import ANALYSIS_ID, ActError, Cut
+from app.analysis.schemas import ANALYSIS_ID, ActError
+from app.core.cuts import Cut
 from app.core.schemas import PROJECT_NAME, StrictModel
 
 

@@ -7,7 +7,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from app.analysis.schemas import ANALYSIS_ID, Cut
+from app.analysis.schemas import ANALYSIS_ID
+from app.core.cuts import Cut
 from app.core.schemas import PROJECT_NAME, StrictModel
 
 

@@ -20,10 +20,10 @@ from typing import Any, Literal
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.analysis.catalog import ActionCfg, WritableModel
-from app.analysis.cuts import bounded_rows, budget_why, joined, shortened_part
+from app.analysis.cuts import Part, bounded_rows, budget_why, call, joined, shortened_part
 from app.analysis.repository import AnalysisRepository
 from app.analysis.repository_runs import ActRunRepository, RunRecord
-from app.analysis.schemas import ActError, ActIn, ActOut, ActSummary, Cut, IngestedRange
+from app.analysis.schemas import ActError, ActIn, ActOut, ActSummary, IngestedRange
 from app.analysis.service import (
     catalog,
     check_impersonation,
@@ -36,6 +36,7 @@ from app.analysis.service import (
 from app.analysis.upstream import UpstreamClient, UpstreamFailure, path_segment
 from app.analysis.validation import Where, field_name, parse_where
 from app.core.context import CallContext
+from app.core.cuts import Cut
 from app.core.errors import NotFound, invalid_field
 
 log = logging.getLogger("cairn.analysis.act")
@@ -150,7 +151,7 @@ async def act(ctx: CallContext, args: ActIn) -> ActOut:
     out = _reply(args, run)
     out.run_id = await log_run.store(ctx.session, list(accepted))
     out.message += f" Recorded as act run {out.run_id}: analysis_act_runs lists it with every failed id."
-    out.cut = _ids_cut(out)
+    out.cut = _ids_cut(args, out)
     if not matched:
         out.warnings = await where_warnings(repo, pid, args.analysis_id, args.model, w, {})
     return with_tokens(out)
@@ -227,13 +228,22 @@ async def _dry_run(ctx: CallContext, repo: AnalysisRepository, pid: uuid.UUID, a
     fit = bounded_rows(rows, max_tokens)
     parts = []
     if fit.dropped:
-        parts.append(
-            (
-                f"{fit.dropped} of the {len(rows)} sample_data row(s)",
-                budget_why(max_tokens),
-                "analysis_query mode filter with the same where pages through every matched record",
+        left = f"{fit.dropped} of the {len(rows)} sample_data row(s)"
+        if args.where:
+            scope = {"project": args.project} if args.project else {}
+            filtered = call(
+                "analysis_query",
+                analysis_id=args.analysis_id,
+                **scope,
+                mode="filter",
+                model=args.model,
+                where=args.where,
+                offset=len(fit.rows),
             )
-        )
+            parts.append(Part(left, budget_why(max_tokens), filtered))
+        else:
+            how = "analysis_query mode filter with a where naming the records pages through them"
+            parts.append(Part(left, budget_why(max_tokens), how=how))
     if fit.shortened:
         parts.append(shortened_part(fit.shortened))
     return ActOut(
@@ -251,10 +261,10 @@ async def _dry_run(ctx: CallContext, repo: AnalysisRepository, pid: uuid.UUID, a
     )
 
 
-def _ids_cut(out: ActOut) -> Cut | None:
+def _ids_cut(args: ActIn, out: ActOut) -> Cut | None:
     """What a live reply's first errors and unknown ids left out, and the run that lists them all."""
     s = out.summary
-    assert s is not None
+    assert s is not None and out.run_id is not None  # a live reply, its run stored
     parts = []
     if s.failed > len(out.sample_errors or []):
         parts.append(f"{s.failed - len(out.sample_errors or [])} more failed record(s) after the first {SAMPLE_ERRORS}")
@@ -262,11 +272,10 @@ def _ids_cut(out: ActOut) -> Cut | None:
         parts.append(f"{s.unknown - len(out.unknown_ids or [])} more unknown id(s) after the first {SAMPLE_IDS}")
     if not parts:
         return None
-    return Cut(
-        omitted="; ".join(parts),
-        why=f"a reply shows the first {SAMPLE_ERRORS} errors and {SAMPLE_IDS} unknown ids",
-        how=f"analysis_act_runs with run_id {out.run_id} pages through every failed and unknown id",
-    )
+    reason = f"a reply shows the first {SAMPLE_ERRORS} errors and {SAMPLE_IDS} unknown ids"
+    scope = {"project": args.project} if args.project else {}
+    runs = call("analysis_act_runs", analysis_id=args.analysis_id, **scope, run_id=out.run_id, limit=100)
+    return Cut(reason=reason, left_out="; ".join(parts), next_call=runs)
 
 
 def _reply(args: ActIn, run: Run) -> ActOut:

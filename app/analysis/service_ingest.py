@@ -12,7 +12,7 @@ from typing import Any
 
 from app.analysis.catalog import ChildCfg, ModelCfg, PaginationCfg, UpstreamCatalog
 from app.analysis.repository import FINDING_TARGET, AnalysisRepository
-from app.analysis.schemas import Cut, IngestIn, IngestOut
+from app.analysis.schemas import IngestIn, IngestOut
 from app.analysis.service import catalog, check_impersonation, project_for_write, settings, upstream_client, with_tokens
 from app.analysis.summaries import summarize
 from app.analysis.upstream import (
@@ -28,6 +28,7 @@ from app.analysis.upstream import (
 )
 from app.analysis.validation import field_name
 from app.core.context import CallContext
+from app.core.cuts import Cut, NextCall
 from app.core.embeddings.calls import enqueue
 from app.core.errors import NotFound, invalid_field
 
@@ -137,15 +138,20 @@ class _Records:
         """The first keys renamed to stored names (the reply shows them)."""
         return dict(list(self.shaper.names.items())[:MAX_RENAMED]) or None
 
-    def cut(self) -> Cut | None:
-        """What the reply's `renamed` left out, when more keys were renamed than it lists."""
+    def cut(self, analysis_id: str, project: str | None, model: str | None) -> Cut | None:
+        """What the reply's `renamed` left out, when more keys were renamed than it lists, and the describe
+        call (of the session's `model`) that lists every stored field name."""
         left = len(self.shaper.names) - MAX_RENAMED
         if left <= 0:
             return None
+        scope = {"project": project} if project else {}
         return Cut(
-            omitted=f"{left} more renamed key(s) after the first {MAX_RENAMED} in renamed",
-            why=f"a reply lists {MAX_RENAMED} renamed keys",
-            how="analysis_query mode describe lists every stored field name",
+            reason=f"a reply lists {MAX_RENAMED} renamed keys",
+            left_out=f"{left} more renamed key(s) after the first {MAX_RENAMED} in renamed",
+            next_call=NextCall(
+                tool="analysis_query",
+                args={"analysis_id": analysis_id, **scope, "mode": "describe", "model": model},
+            ),
         )
 
 
@@ -420,7 +426,7 @@ def _top_level_out(
         pages_remaining=left,
         page_size=walk.largest if walk.capped_size else None,
         renamed=records.renamed(),
-        cut=records.cut(),
+        cut=records.cut(args.analysis_id, args.project, args.model),
         warnings=records.warnings() or None,
         page_summaries=len(walk.summaries),
         error=walk.error,
@@ -638,7 +644,7 @@ def _nested_out(
         failed_parents=batch.failed[:MAX_PARENTS] or None,
         parents_remaining=remaining,
         renamed=records.renamed(),
-        cut=records.cut(),
+        cut=records.cut(args.analysis_id, args.project, model),
         warnings=warnings or None,
         page_summaries=pages,
         error=batch.error,

@@ -12,7 +12,7 @@ from decimal import Decimal
 from typing import Any
 
 from app.analysis.catalog import AttributeCfg
-from app.analysis.cuts import bounded_rows, budget_why, fitting, joined, shortened_part
+from app.analysis.cuts import Part, bounded_rows, budget_why, call, fitting, joined, shortened_part
 from app.analysis.repository import AnalysisRepository
 from app.analysis.schemas import GroupOut, QueryIn, QueryOut
 from app.analysis.service import catalog, project_for_read, settings, where_warnings, with_tokens
@@ -291,13 +291,12 @@ async def _aggregate(ctx: CallContext, repo: AnalysisRepository, pid: uuid.UUID,
         why = budget_why(max_tokens) if fit < len(out) else f"limit {limit} (default {GROUPS_DEFAULT}, cap 200)"
         cut = joined(
             [
-                (
+                Part(
                     f"{distinct - shown_to} smaller group(s) after these {fit}",
                     why,
-                    f"mode aggregate again with offset {shown_to}, or a where that narrows the records",
+                    call("analysis_query", offset=shown_to),
                 )
-            ],
-            shown_to,
+            ]
         )
     span = f"groups {args.offset + 1}-{shown_to}" if args.offset else f"top {fit}"
     more = f", {span} of {distinct} shown" if cut or args.offset else ""
@@ -330,11 +329,11 @@ async def _filter(ctx: CallContext, repo: AnalysisRepository, pid: uuid.UUID, ar
     parts = []
     if total > shown_to:
         why = budget_why(max_tokens) if fit.dropped else f"limit {limit} (default {FILTER_DEFAULT}, cap {FILTER_CAP})"
-        how = f"mode filter with the same where and offset {shown_to}"
-        parts.append((f"{total - shown_to} more matching record(s) after these {len(fit.rows)}", why, how))
+        more = f"{total - shown_to} more matching record(s) after these {len(fit.rows)}"
+        parts.append(Part(more, why, call("analysis_query", offset=shown_to)))
     if fit.shortened:
         parts.append(shortened_part(fit.shortened))
-    cut = joined(parts, shown_to if total > shown_to else None)
+    cut = joined(parts)
     msg = f"{total} matching record(s); showing {len(fit.rows)}"
     if total > shown_to:
         msg += f" (next offset {shown_to})"
@@ -385,11 +384,11 @@ async def _sample(ctx: CallContext, repo: AnalysisRepository, pid: uuid.UUID, ar
     parts = []
     if fit.dropped:
         parts.append(
-            (
+            Part(
                 f"{fit.dropped} of the {len(rows)} sampled record(s) (one per stratum is kept first)",
                 budget_why(max_tokens),
-                f"sample again with sample_size {len(fit.rows)} and a where or stratify_by that narrows it, "
-                "or page through every candidate with mode filter and offset",
+                how=f"a sample is drawn anew: sample again with sample_size {len(fit.rows)} and a where or "
+                "stratify_by that narrows it, or page through every candidate with mode filter and offset",
             )
         )
     if fit.shortened:

@@ -10,7 +10,7 @@ from typing import Any
 
 from sqlalchemy import RowMapping
 
-from app.analysis.cuts import budget_why, fitting, joined
+from app.analysis.cuts import Part, budget_why, call, fitting, joined
 from app.analysis.repository import AnalysisRepository
 from app.analysis.repository_runs import ActRunRepository
 from app.analysis.schemas import ActError
@@ -69,15 +69,15 @@ async def act_runs(ctx: CallContext, args: ActRunsIn) -> ActRunsOut:
     parts = []
     if total > shown_to:
         why = budget_why(max_tokens) if fit < len(runs) else f"limit {args.limit}"
-        parts.append((f"{total - shown_to} older run(s)", why, f"analysis_act_runs with offset {shown_to}"))
+        parts.append(Part(f"{total - shown_to} older run(s)", why, call("analysis_act_runs", offset=shown_to)))
     long = [r for r in runs[:fit] if r.failed_ids_total > len(r.failed_ids) or r.unknown_ids_total > len(r.unknown_ids)]
     if long:
         listed = ", ".join(str(r.run_id) for r in long)
         parts.append(
-            (
+            Part(
                 f"failed or unknown ids past the first {LIST_IDS} of run(s) {listed}",
                 f"a listing shows {LIST_IDS} ids of each kind per run",
-                f"analysis_act_runs with run_id {long[0].run_id} (offset and limit page through its ids)",
+                call("analysis_act_runs", run_id=long[0].run_id, offset=0),
             )
         )
     return with_tokens(
@@ -87,7 +87,7 @@ async def act_runs(ctx: CallContext, args: ActRunsIn) -> ActRunsOut:
             runs=runs[:fit],
             total=total,
             next_offset=shown_to if total > shown_to else None,
-            cut=joined(parts, shown_to if total > shown_to else None),
+            cut=joined(parts),
             message=f"{total} act run(s) in analysis '{args.analysis_id}'; showing {fit}"
             + (f" from offset {args.offset}" if args.offset else "")
             + ".",
@@ -119,13 +119,12 @@ async def _one(ctx: CallContext, repo: ActRunRepository, pid: Any, project: str,
     if more:
         cut = joined(
             [
-                (
+                Part(
                     f"failed or unknown ids of run {args.run_id} after the first {seen}",
                     f"limit {args.limit} ids of each kind",
-                    f"analysis_act_runs with run_id {args.run_id} and offset {seen}",
+                    call("analysis_act_runs", offset=seen),
                 )
-            ],
-            seen,
+            ]
         )
     return ActRunsOut(
         analysis_id=args.analysis_id,

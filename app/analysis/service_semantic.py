@@ -32,8 +32,9 @@ from typing import Any
 from app.analysis.config import AnalysisSettings
 from app.analysis.cuts import budget_why, fitting
 from app.analysis.repository import AnalysisRepository
-from app.analysis.schemas import Cut, FindingHit, QueryIn, QueryOut
+from app.analysis.schemas import FindingHit, QueryIn, QueryOut
 from app.core.context import CallContext
+from app.core.cuts import Cut
 from app.core.embeddings.calibration import LOCAL, calibration_of
 from app.core.embeddings.provider import Calibration
 from app.core.embeddings.relevance import lexical_relevance
@@ -136,9 +137,9 @@ async def semantic(
     cut = None
     if fit < len(hits):
         cut = Cut(
-            omitted=f"{len(hits) - fit} lower-scoring finding(s) after these {fit}",
-            why=budget_why(max_tokens),
-            how=f"mode semantic with top_k {fit}, a category or a higher threshold to narrow it "
+            reason=budget_why(max_tokens),
+            left_out=f"{len(hits) - fit} lower-scoring finding(s) after these {fit}",
+            how="a narrower query: mode semantic with a category or a higher threshold "
             "(the findings shown are the best ones)",
         )
     shown = min(len(similar), fit)
@@ -154,7 +155,7 @@ async def semantic(
         candidates=found.candidates,
         best_score=None if found.best is None else round(found.best, 3),
         message=_message(args, found, shown, min(fit, len(hits)) - shown, vector is not None)
-        + (f" {cut.omitted.capitalize()} are left out of this reply ({cut.why})." if cut else ""),
+        + (f" {cut.left_out.capitalize()} are left out of this reply ({cut.reason})." if cut else ""),
     )
 
 

@@ -5,10 +5,9 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from app.analysis.cuts import MAX_VALUE_CHARS, joined, text_cut, trim_row
+from app.analysis.cuts import MAX_VALUE_CHARS, Part, call, joined, text_cut, trim_row
 from app.analysis.repository import AnalysisRepository
 from app.analysis.repository_sessions import SessionRepository
-from app.analysis.schemas import Cut
 from app.analysis.schemas_sessions import (
     FindingRow,
     IngestRange,
@@ -21,6 +20,7 @@ from app.analysis.schemas_sessions import (
 )
 from app.analysis.service import with_tokens
 from app.core.context import CallContext
+from app.core.cuts import Cut
 from app.core.errors import NotFound
 
 FINDING_CHARS = 1000  # of a finding's text in a listing
@@ -88,28 +88,32 @@ def _cut(args: SessionIn, findings_left: int, summaries_left: int, shortened: li
     """What the session's listing left out: older findings, later page summaries, long texts."""
     parts = []
     if findings_left:
+        more = min(200, args.findings_limit + findings_left)
         parts.append(
-            (
+            Part(
                 f"{findings_left} older finding(s)",
                 f"findings_limit {args.findings_limit}",
-                "findings_limit up to 200, or analysis_query mode semantic (by meaning, with a category)",
+                call("analysis_session", findings_limit=more) if more > args.findings_limit else None,
+                how="analysis_query mode semantic finds findings by meaning (with a category)",
             )
         )
     if summaries_left:
+        more = min(200, args.summaries_limit + summaries_left)
         parts.append(
-            (
+            Part(
                 f"{summaries_left} later page summar{'y' if summaries_left == 1 else 'ies'}",
                 f"summaries_limit {args.summaries_limit}",
-                "summaries_limit up to 200, or analysis_query mode semantic with category page_summary",
+                call("analysis_session", summaries_limit=more) if more > args.summaries_limit else None,
+                how="analysis_query mode semantic with category page_summary",
             )
         )
     if shortened:
         ids = ", ".join(map(str, shortened[:10])) + (" ..." if len(shortened) > 10 else "")
         parts.append(
-            (
+            Part(
                 f"the rest of the text or metadata of finding(s) {ids} (marked …)",
                 f"texts are listed up to {FINDING_CHARS} characters and metadata values up to {MAX_VALUE_CHARS}",
-                "analysis_query mode semantic returns a finding whole (query with its words)",
+                how="analysis_query mode semantic returns a finding whole (query with its words)",
             )
         )
     return joined(parts)

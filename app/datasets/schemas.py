@@ -7,6 +7,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, Field, model_validator
 
+from app.core.cuts import Cut, CutField
 from app.core.schemas import PROJECT_NAME, StrictModel
 
 DATASET_NAME = r"^[A-Za-z][A-Za-z0-9_]{0,63}$"
@@ -20,39 +21,6 @@ MaxTokens = Field(
     ge=50,
     le=20_000,
     description="Token budget of this response (default: the server's CAIRN_DATASETS_MAX_TOKENS)",
-)
-
-
-# ------------------------------------------------------------------------------------------------ cuts
-
-
-class NextCall(BaseModel):
-    """The call that gets what a reply left out: `tool` with `args` changed in (or added to) the
-    arguments of the call that was cut (a narrower or a later one)."""
-
-    tool: str
-    args: dict[str, Any]
-
-
-class Cut(BaseModel):
-    """What a reply cut to fit its budget left out, why, and how to get it. Present only when the reply
-    was cut; the reply's other fields describe what it shows."""
-
-    reason: str = Field(description="Why: the budget that was kept, e.g. 'max_tokens 350'")
-    left_out: str = Field(description="What: rows, columns by name, groups, files left out of this reply")
-    next_call: NextCall | None = Field(
-        default=None, description="How to get it: the same call with these arguments changed"
-    )
-
-
-def _no_cut(value: Any) -> bool:
-    return value is None
-
-
-CutField = Field(
-    default=None,
-    exclude_if=_no_cut,
-    description="Only when the reply was cut: what it left out, why and the call that gets it",
 )
 
 
@@ -448,12 +416,12 @@ class ExportOut(BaseModel):
     files_total: int
     files_pattern: str | None = Field(
         default=None,
-        exclude_if=_no_cut,
+        exclude_if=_nothing,
         description="A partitioned export: the glob, relative to the project's folder, matching every file "
         "written (usable as file_path or in files)",
     )
     files: list[ExportedFile] | None = Field(
-        default=None, exclude_if=_no_cut, description="With list_files: each file written and its size"
+        default=None, exclude_if=_nothing, description="With list_files: each file written and its size"
     )
     cut: Cut | None = CutField
 

@@ -126,7 +126,11 @@ async def list_datasets(ctx: CallContext, args: ListDatasetsIn) -> ListDatasetsO
         parts = [f"files past the first {MAX_LISTED_FILES}"]
         reason = f"at most {MAX_LISTED_FILES} files listed"
         folder = next((d for d in deeper if d != "."), None)
-        cut = cuts.cut(reason, parts, "list_datasets", files_under=folder) if folder else cuts.cut(reason, parts)
+        cut = (
+            cuts.cut(reason, parts, "list_datasets", files_under=folder)
+            if folder
+            else cuts.cut(reason, parts, how="list_datasets with files_under naming a folder lists that folder's files")
+        )
     nxt = args.offset + len(rows)
     return ListDatasetsOut(
         datasets=[dataset_out(d) for d in rows],

@@ -15,9 +15,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 from app.core import budget
+from app.core.cuts import Cut
 from app.datasets import cuts, engine
 from app.datasets.config import DatasetSettings
-from app.datasets.schemas import Cut, QueryIn, QueryOut, QuerySummary, Visualization
+from app.datasets.schemas import QueryIn, QueryOut, QuerySummary, Visualization
 from app.datasets.service_common import budget_of
 from app.datasets.service_results import written
 
@@ -131,7 +132,7 @@ class Reply:
         total, stored = meta["rows_total"], meta["rows_stored"]
         parts = [cuts.rows_text(shown + 1, total, total) if shown < total else ""]
         if stored < total:
-            parts.append(f"rows past {stored} are not stored (aggregate or filter to see them)")
+            parts.append(f"rows past {stored} (not stored)")
         if rest is not None and rest.get("columns_omitted"):
             summed = rest.get("columns", {})
             left = [c for c in meta["columns"] if c not in summed]
@@ -142,9 +143,11 @@ class Reply:
             reason = f"return_format {args.return_format}"
         else:
             reason = f"return_limit {args.return_limit}"
+        narrower = "a narrower query (fewer columns, an aggregate or a filter)"
         if shown >= stored:
-            return cuts.cut(reason, parts)
-        return cuts.cut(reason, parts, "get_result", query_id=meta["query_id"], offset=shown)
+            return cuts.cut(reason, parts, how=f"execute_query with {narrower}")
+        how = f"rows past {stored}: execute_query with {narrower}" if stored < total else None
+        return cuts.cut(reason, parts, "get_result", how, query_id=meta["query_id"], offset=shown)
 
 
 async def answer(

@@ -9,13 +9,13 @@ from typing import Any
 
 from app.core import budget
 from app.core.context import CallContext
+from app.core.cuts import Cut
 from app.core.errors import SchemaError, invalid_field
 from app.datasets import cuts, engine
 from app.datasets.config import DatasetSettings
 from app.datasets.engine import profiling
 from app.datasets.engine.cache import fingerprint, make_key
 from app.datasets.schemas import (
-    Cut,
     ProfileIn,
     ProfileOut,
     ProfileSchema,

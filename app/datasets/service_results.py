@@ -15,6 +15,7 @@ from typing import Any
 
 from app.core import budget
 from app.core.context import CallContext
+from app.core.cuts import Cut
 from app.core.errors import InvalidInput, NotFound
 from app.datasets import cuts, engine
 from app.datasets.config import DatasetSettings
@@ -22,7 +23,6 @@ from app.datasets.engine import exporting
 from app.datasets.engine.cache import describe
 from app.datasets.repository import CacheEpochRepository, QueryRepository
 from app.datasets.schemas import (
-    Cut,
     ExportedFile,
     ExportIn,
     ExportOut,
@@ -250,7 +250,10 @@ async def cache_invalidate(ctx: CallContext, args: InvalidateIn) -> InvalidateOu
     await CacheEpochRepository(ctx.session, space.project).advance()
     left = len(removed) - MAX_LISTED_ENTRIES
     # The entries are gone: nothing can get their names back, the cut only counts them.
-    cut = cuts.cut(f"at most {MAX_LISTED_ENTRIES} named", [f"names of {left} more entries"]) if left > 0 else None
+    cut = None
+    if left > 0:
+        how = "no call: they are dropped; a narrower pattern names every entry it drops"
+        cut = cuts.cut(f"at most {MAX_LISTED_ENTRIES} named", [f"names of {left} more entries"], how=how)
     return InvalidateOut(
         invalidated_count=len(removed), keys_removed=[describe(e) for e in removed[:MAX_LISTED_ENTRIES]], cut=cut
     )

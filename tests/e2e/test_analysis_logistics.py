@@ -224,8 +224,11 @@ async def test_act_runs_are_recorded_whatever_the_transport(
         )
     assert live["summary"]["failed"] == len(_nordpost_failures()) and live["run_id"] is not None
     assert {e["status_code"] for e in live["sample_errors"]} == {409, 500}
-    assert live["cut"]["omitted"] == f"{len(_nordpost_failures()) - 5} more failed record(s) after the first 5"
-    assert f"analysis_act_runs with run_id {live['run_id']}" in live["cut"]["how"]
+    assert live["cut"]["left_out"] == f"{len(_nordpost_failures()) - 5} more failed record(s) after the first 5"
+    assert live["cut"]["next_call"] == {
+        "tool": "analysis_act_runs",
+        "args": {"analysis_id": aid, "run_id": live["run_id"], "limit": 100},
+    }
     async with httpx.AsyncClient(base_url=server.url, headers={"Authorization": f"Bearer {WRITE_KEY}"}) as writer:
         refused = await Caller(rest=writer)(
             "analysis_act",
@@ -268,7 +271,10 @@ async def test_act_runs_are_recorded_whatever_the_transport(
             assert rest_run["failed_ids_total"] == kite and len(rest_run["failed_ids"]) == 20
             assert len(rest_run["errors"]) == 5 and {e["status_code"] for e in rest_run["errors"]} == {422}
             assert (console_run["total"], console_run["succeeded"]) == (1, 1)
-            assert runs["cut"] is not None and f"run_id {rest_run['run_id']}" in runs["cut"]["how"]
+            assert runs["cut"]["next_call"] == {
+                "tool": "analysis_act_runs",
+                "args": {"run_id": rest_run["run_id"], "offset": 0},
+            }
 
         every: list[str] = []
         offset: int | None = 0
@@ -305,16 +311,22 @@ def _flags(node: Any, path: str = "") -> list[str]:
     return found
 
 
-def _named(tool: str, reply: dict[str, Any]) -> None:
-    """A reply that left something out names what, why and how."""
+def _named(tool: str, reply: dict[str, Any]) -> dict[str, Any] | None:
+    """A reply that left something out names what (`left_out`), why (`reason`) and how (a `next_call` of
+    an analysis tool, or a `how` sentence); its cut, if any, checked alike."""
     flags = _flags(reply)
-    if not flags:
-        return
-    if reply.get("mode") == "describe":  # describe's text says it itself
+    if flags and reply.get("mode") == "describe":  # describe's text says it itself
         assert "characters are shortened (…) above, of " in reply["text"], (tool, reply["text"])
-        return
+        return None
     cut = reply.get("cut")
-    assert cut and cut["omitted"] and cut["why"] and cut["how"], (tool, flags, reply)
+    assert cut or not flags, (tool, flags, reply)
+    if cut is None:
+        return None
+    assert cut["reason"] and cut["left_out"] and (cut.get("next_call") or cut.get("how")), (tool, cut)
+    assert set(cut) <= {"reason", "left_out", "next_call", "how"}, (tool, cut)
+    if cut.get("next_call"):
+        assert cut["next_call"]["tool"] in REST_PATHS and isinstance(cut["next_call"]["args"], dict), (tool, cut)
+    return cut  # type: ignore[no-any-return]
 
 
 async def test_every_cut_names_what_why_and_how(
@@ -328,11 +340,17 @@ async def test_every_cut_names_what_why_and_how(
         analysis_settings(server, monkeypatch, upstreams=logistics.registry, max_response_tokens=200)
         aid = f"cuts-{call.name}"
         replies: dict[str, dict[str, Any]] = {}
+        followed: dict[str, dict[str, Any]] = {}
 
         async def ask(label: str, tool: str, **args: Any) -> dict[str, Any]:
             reply = await call(tool, analysis_id=aid, **args) if tool != "analysis_sessions" else await call(tool)
-            _named(label, reply)
+            cut = _named(label, reply)
             replies[label] = reply
+            if cut and cut.get("next_call"):  # the next call is made, and answers (its own cuts named alike)
+                nxt = cut["next_call"]
+                same = {"analysis_id": aid, **args, **nxt["args"]} if nxt["tool"] == tool else dict(nxt["args"])
+                followed[label] = await call(nxt["tool"], **same)
+                _named(f"{label} (next call)", followed[label])
             return reply
 
         await ask("ingest", "analysis_ingest", model="shipment", ingest_all=True, per_page=50)
@@ -367,13 +385,22 @@ async def test_every_cut_names_what_why_and_how(
         await ask("sessions", "analysis_sessions")
         await ask("session", "analysis_session")
         # The budget did cut: rows, groups, hits, sample rows and long values, each named with the way on.
-        assert replies["filter"]["cut"]["next_offset"] == len(replies["filter"]["rows"])
-        assert "(CAIRN_ANALYSIS_MAX_RESPONSE_TOKENS)" in replies["filter"]["cut"]["why"]
-        assert "values of handling" in replies["filter"]["cut"]["omitted"]
-        assert f"offset {replies['aggregate']['cut']['next_offset']}" in replies["aggregate"]["cut"]["how"]
-        assert replies["semantic"]["truncated"] and "top_k" in replies["semantic"]["cut"]["how"]
+        filtered = replies["filter"]
+        assert filtered["cut"]["next_call"] == {"tool": "analysis_query", "args": {"offset": len(filtered["rows"])}}
+        assert "(CAIRN_ANALYSIS_MAX_RESPONSE_TOKENS)" in filtered["cut"]["reason"]
+        assert "values of handling" in filtered["cut"]["left_out"] and "group_by 'handling'" in filtered["cut"]["how"]
+        after = followed["filter"]  # the next call brings the records after those shown
+        assert after["total"] == filtered["total"] and after["rows"][0]["id"] not in {r["id"] for r in filtered["rows"]}
+        groups = replies["aggregate"]
+        assert groups["cut"]["next_call"] == {"tool": "analysis_query", "args": {"offset": len(groups["groups"])}}
+        assert followed["aggregate"]["groups"][0]["value"] not in {g["value"] for g in groups["groups"]}
+        assert replies["semantic"]["truncated"] and "category" in replies["semantic"]["cut"]["how"]
         sample = replies["sample"]
-        assert sample["truncated"] and "one per stratum is kept first" in sample["cut"]["omitted"]
+        assert sample["truncated"] and "one per stratum is kept first" in sample["cut"]["left_out"]
+        assert "sample_size" in sample["cut"]["how"] and "next_call" not in sample["cut"]
         assert len({r["carrier_name"] for r in sample["rows"]}) == min(len(sample["rows"]), len(CARRIERS))
+        if "dry run" in followed:  # sample_data was cut to the budget: the filter pages through every match
+            assert followed["dry run"]["mode"] == "filter"
+            assert followed["dry run"]["total"] == replies["dry run"]["matched_count"]
         assert replies["session"]["cut"] is not None and "semantic" in replies["session"]["cut"]["how"]
         await ask("clear", "analysis_clear")

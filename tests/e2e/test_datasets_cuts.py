@@ -1,7 +1,7 @@
 """Every cut says what it cut (issue 39, item 1): every datasets tool is walked with tiny budgets over MCP
 and REST, and no reply reports `truncated`, `columns_omitted`, `files_truncated` or a degradation without
-a `cut` naming what it left out, why, and the call that gets it; that call is then made and brings what
-was left out. Then the cases the audit found: a 100-row, 12-column sample, a stratified sample of 16
+a `cut` naming what it left out, why, and the call (or the way) that gets it; that call is then made and
+brings what was left out. Then the cases the audit found: a 100-row, 12-column sample, a stratified sample of 16
 over 16 carriers, a profile at the seed's 350 tokens and by default, and a 7-partition export."""
 
 from __future__ import annotations
@@ -73,14 +73,15 @@ def reports_a_cut(body: Any) -> list[str]:
 
 def checked_cut(tool: str, args: dict[str, Any], body: dict[str, Any]) -> dict[str, Any] | None:
     """The reply's cut, checked: present whenever the reply reports one, with its reason, what it left
-    out and a next call of a datasets tool (or none when nothing is left to get)."""
+    out and how to get it: a next call of a datasets tool, or a `how` sentence for a way that is no
+    single call (the core's one shape, `app.core.cuts.Cut`)."""
     flags = reports_a_cut(body)
     cut = body.get("cut")
     assert not flags or cut, (tool, args, flags, body)
     if cut is None:
         return None
-    assert cut["reason"] and cut["left_out"], (tool, cut)
-    assert set(cut) <= {"reason", "left_out", "next_call"}, cut
+    assert cut["reason"] and cut["left_out"] and (cut.get("next_call") or cut.get("how")), (tool, cut)
+    assert set(cut) <= {"reason", "left_out", "next_call", "how"}, cut
     if cut.get("next_call") is not None:
         assert cut["next_call"]["tool"] in TOOLS and isinstance(cut["next_call"]["args"], dict), cut
     return cut  # type: ignore[no-any-return]
@@ -113,6 +114,7 @@ async def test_every_tool_with_a_tiny_budget_says_what_it_cut(server: RunningSer
             ("list_datasets", {"limit": 1}),
             ("register_dataset", {"name": "cuts_flights", "path": flights, "replace": True}),
             ("cache_invalidate", {"pattern": "no-such-label-*"}),
+            ("cache_manager", {"limit": 1}),
         ]
         for budget in (50, 200):
             calls += [
@@ -133,6 +135,7 @@ async def test_every_tool_with_a_tiny_budget_says_what_it_cut(server: RunningSer
                     },
                 ),
                 ("get_result", {"query_id": qid, "offset": 3, "limit": 50, "max_tokens": budget}),
+                ("context_optimizer", {"query": "SELECT * FROM data", "files": [flights], "max_tokens": budget}),
                 ("stream_sample", {"file_path": flights, "sample_size": 100, "max_tokens": budget}),
                 (
                     "stream_sample",
@@ -179,6 +182,8 @@ async def test_every_tool_with_a_tiny_budget_says_what_it_cut(server: RunningSer
     # A new datasets tool joins this walk: the list is the registry's.
     assert TOOLS == [
         "cache_invalidate",
+        "cache_manager",
+        "context_optimizer",
         "execute_query",
         "export_result",
         "get_result",

@@ -42,14 +42,28 @@ def test_items_fit_in_order_and_at_least_one_is_kept() -> None:
 
 def test_a_cut_names_what_why_and_how() -> None:
     assert cuts.joined([]) is None
-    what, why, how = cuts.shortened_part(["notes", "body"])
-    assert "notes, body" in what and "300 characters" in why and "group_by 'notes'" in how
-    cut = cuts.joined([("3 rows", cuts.budget_why(200), "offset 5"), (what, why, how)], 5)
-    assert cut is not None and cut.next_offset == 5
-    assert cut.omitted.startswith("3 rows; the values of notes, body")
-    assert cut.why.startswith("the reply budget of 200 tokens (CAIRN_ANALYSIS_MAX_RESPONSE_TOKENS)")
-    assert cut.how == f"offset 5; {how}"
-    assert cuts.names([f"f{i}" for i in range(12)], 10).endswith("f9 and 2 more")
+    part = cuts.shortened_part(["notes", "body"])
+    assert "notes, body" in part.left_out and "300 characters" in part.reason and part.call is None
+    assert part.how is not None and "group_by 'notes'" in part.how
+    rows = cuts.Part("3 rows", cuts.budget_why(200), cuts.call("analysis_query", offset=5))
+    cut = cuts.joined([rows, part])
+    assert cut is not None and cut.next_call == cuts.call("analysis_query", offset=5)
+    assert cut.left_out.startswith("3 rows; the values of notes, body")
+    assert cut.reason.startswith("the reply budget of 200 tokens (CAIRN_ANALYSIS_MAX_RESPONSE_TOKENS)")
+    assert cut.how == part.how
+
+
+def test_the_calls_of_several_parts_make_one_next_call_and_name_the_rest() -> None:
+    a = cuts.Part("a", "r", cuts.call("analysis_session", findings_limit=60))
+    b = cuts.Part("b", "r", cuts.call("analysis_session", summaries_limit=30), how="or this")
+    c = cuts.Part("c", "s", cuts.call("analysis_act_runs", run_id=3, offset=0))
+    cut = cuts.joined([a, b, c])
+    assert cut is not None and cut.reason == "r; s" and cut.left_out == "a; b; c"
+    assert cut.next_call == cuts.call("analysis_session", findings_limit=60, summaries_limit=30)
+    assert cut.how == "or this; analysis_act_runs with run_id 3, offset 0"
+    clash = cuts.joined([a, cuts.Part("d", "r", cuts.call("analysis_session", findings_limit=9))])
+    assert clash is not None and clash.how == "analysis_session with findings_limit 9"
+    assert clash.next_call == a.call
 
 
 def test_text_is_cut_with_a_mark() -> None:

@@ -90,8 +90,11 @@ def test_renamed_keys_past_the_listed_ones_are_named_as_cut() -> None:
     records = _Records.of(ChildCfg(path="/x/{parent_id}/y"), None)
     records.record({f"key-{n}": n for n in range(25)})
     assert records.renamed() is not None and len(records.renamed() or {}) == 20
-    cut = records.cut()
-    assert cut is not None and cut.omitted.startswith("5 more renamed key(s)") and "describe" in cut.how
+    cut = records.cut("s1", None, "event")
+    assert cut is not None and cut.left_out.startswith("5 more renamed key(s)") and cut.next_call is not None
+    assert cut.next_call.tool == "analysis_query"
+    assert cut.next_call.args == {"analysis_id": "s1", "mode": "describe", "model": "event"}
+    assert records.cut("s1", "p", "event").next_call.args["project"] == "p"  # type: ignore[union-attr]
     few = _Records.of(ChildCfg(path="/x/{parent_id}/y"), None)
     few.record({"a-b": 1})
-    assert few.cut() is None
+    assert few.cut("s1", None, "event") is None

@@ -57,12 +57,13 @@ async def test_runs_are_listed_and_every_cut_is_named(db: Database) -> None:
         out = await act_runs(ctx, ActRunsIn(project="lab", analysis_id="audit", limit=2))
     assert out.total == 3 and len(out.runs) == 2 and out.next_offset == 2
     assert all(len(r.failed_ids) == LIST_IDS and r.failed_ids_total == 25 for r in out.runs)
-    assert out.cut is not None and out.cut.next_offset == 2
-    assert out.cut.omitted.startswith("1 older run(s); failed or unknown ids past the first 20 of run(s)")
-    assert "analysis_act_runs with offset 2" in out.cut.how and "with run_id" in out.cut.how
+    assert out.cut is not None and out.cut.next_call is not None
+    assert out.cut.next_call.tool == "analysis_act_runs" and out.cut.next_call.args == {"offset": 2}
+    assert out.cut.left_out.startswith("1 older run(s); failed or unknown ids past the first 20 of run(s)")
+    assert out.cut.how == f"analysis_act_runs with run_id {out.runs[0].run_id}, offset 0"
     async with call(db, 200) as ctx:  # the smallest budget: one run shown, the rest named
         tight = await act_runs(ctx, ActRunsIn(project="lab", analysis_id="audit"))
-    assert len(tight.runs) == 1 and tight.cut is not None and "(CAIRN_ANALYSIS_MAX_RESPONSE_TOKENS)" in tight.cut.why
+    assert len(tight.runs) == 1 and tight.cut is not None and "(CAIRN_ANALYSIS_MAX_RESPONSE_TOKENS)" in tight.cut.reason
     async with call(db) as ctx:
         empty = await act_runs(ctx, ActRunsIn(project="nowhere", analysis_id="audit"))
     assert empty.total == 0 and empty.runs == [] and empty.cut is None
@@ -74,7 +75,8 @@ async def test_one_run_pages_through_its_ids(db: Database) -> None:
         (first,) = (await act_runs(ctx, ActRunsIn(project="lab", analysis_id="single", limit=100))).runs
         one = await act_runs(ctx, ActRunsIn(project="lab", analysis_id="single", run_id=first.run_id, limit=10))
         assert [r.failed_ids for r in one.runs] == [[f"r0-{i}" for i in range(10)]]
-        assert one.next_offset == 10 and one.cut is not None and f"run_id {first.run_id} and offset 10" in one.cut.how
+        assert one.next_offset == 10 and one.cut is not None and one.cut.next_call is not None
+        assert one.cut.next_call.tool == "analysis_act_runs" and one.cut.next_call.args == {"offset": 10}
         assert "by key 'ops' over rest" in one.message
         last = await act_runs(
             ctx, ActRunsIn(project="lab", analysis_id="single", run_id=first.run_id, limit=10, offset=20)
