@@ -274,6 +274,10 @@ async def _datasets(call: Recorder, root: Path) -> None:
         w = csv.writer(fh)
         w.writerow(["day", "city", "rain_mm"])
         w.writerows([[f"2026-11-{d:02d}", city, d % 7] for d in range(1, 29) for city in ("Oslo", "Lima")])
+    # The default project's cache is the session server's: what other tests left there would change
+    # cache_manager's recorded listing (its totals and paging), so the scenario starts from none.
+    dropped = await call.rest.post("/api/v1/datasets/cache/invalidate", json={"pattern": "*"})
+    assert dropped.status_code == 200, dropped.text
     await call("profile_dataset", {"file_path": "penguins.csv", "sample_size": 1000})
     query = await call(
         "execute_query",
