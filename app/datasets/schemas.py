@@ -399,7 +399,7 @@ class ExportIn(StrictModel):
 class ExportedFile(BaseModel):
     """One written file."""
 
-    path: str
+    path: str = Field(description="Relative to the project's folder")
     size_bytes: int
 
 
@@ -407,11 +407,15 @@ class ExportOut(BaseModel):
     """Result of export_result: compact (about 50 tokens) however many files were written."""
 
     exported: bool
-    output_path: str
+    output_path: str = Field(
+        description="The file (a partitioned export: the folder) written, relative to the project's folder "
+        "(usable as file_path or in files)"
+    )
     row_count: int
     file_size: str = Field(description="Total size of the files written")
     files_created: list[str] = Field(
-        description="The file written; for a partitioned export only with list_files (files_pattern matches them all)"
+        description="The file written, relative to the project's folder; for a partitioned export only with "
+        "list_files (files_pattern matches them all)"
     )
     files_total: int
     files_pattern: str | None = Field(

@@ -45,6 +45,7 @@ from app.datasets.storage import FolderStore, is_key, project_key
 
 log = logging.getLogger("cairn.datasets")
 MAX_LISTED_ENTRIES = 50  # cache entries named in a cache_invalidate reply
+MAX_LISTED_FILES = 100  # files an export lists with list_files
 MAX_TOKENS = 20_000  # the largest max_tokens a call may pass: a next call never asks for more
 
 # Results answered before their file was in place (`engine.execute_to_store`'s early answer), by
@@ -199,20 +200,25 @@ async def export_result(ctx: CallContext, args: ExportIn) -> ExportOut:
     files = await asyncio.to_thread(exporting.export, ecfg, source, dest_dir, name, args, q.rows_stored)
     await asyncio.to_thread(_publish_export, space, [Path(f.path) for f in files])
     total = sum(f.size_bytes for f in files)
-    listed = args.list_files or args.partition_by is None
-    pattern = None if listed else files_pattern(space.folder, dest_dir / name, args.partition_by, files)
-    shown = files[:100] if listed else []
-    left = len(files) - len(shown)
+    target = dest_dir / name
+    # Paths relative to the project's folder: the form every datasets tool takes as a file_path, and
+    # no host path in the reply.
+    shown = [ExportedFile(path=relative(space.folder, f.path), size_bytes=f.size_bytes) for f in files]
+    pattern, left = None, 0
+    if args.partition_by is not None and args.format != "xlsx":  # xlsx: one file, a worksheet per value
+        pattern = files_pattern(space.folder, target, args.partition_by, files)
+        # The pattern names every file: the reply is whole without their paths, which list_files adds.
+        shown = shown[:MAX_LISTED_FILES] if args.list_files else []
+        left = len(files) - len(shown) if args.list_files else 0
     cut = None
     if left:
-        # A partitioned export names its files by a pattern (its reply stays about 50 tokens whatever
-        # their number); list_datasets lists them, with their sizes.
-        under = str((dest_dir / name).relative_to(space.folder))
-        reason = "at most 100 files listed" if listed else "compact reply"
-        cut = cuts.cut(reason, [f"{left} file paths"], "list_datasets", files_under=under)
+        under = relative(space.folder, target)
+        cut = cuts.cut(
+            f"at most {MAX_LISTED_FILES} files listed", [f"{left} file paths"], "list_datasets", files_under=under
+        )
     return ExportOut(
         exported=True,
-        output_path=str(dest_dir / name),
+        output_path=relative(space.folder, target),
         row_count=q.rows_stored,
         file_size=engine.human_bytes(total),
         files_created=[f.path for f in shown],
@@ -223,10 +229,15 @@ async def export_result(ctx: CallContext, args: ExportIn) -> ExportOut:
     )
 
 
+def relative(folder: Path, path: Path | str) -> str:
+    """`path`, a file or folder inside the project's `folder`, relative to it."""
+    return str(Path(path).relative_to(folder))
+
+
 def files_pattern(folder: Path, target: Path, column: str | None, files: list[ExportedFile]) -> str:
     """The glob, relative to the project's `folder`, that matches every file of a partitioned export
     written to `target` (Hive folders `<column>=<value>/` holding `data_<n>.<ext>`)."""
-    base = str(target.relative_to(folder))
+    base = relative(folder, target)
     names = [Path(f.path).relative_to(target) for f in files]
     suffixes = {"".join(n.suffixes) for n in names}
     ext = suffixes.pop() if len(suffixes) == 1 else ""

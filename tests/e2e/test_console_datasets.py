@@ -139,6 +139,9 @@ async def test_list_profile_query_export_and_download(
         await page.click("#export-form button[type=submit]")
         link = page.locator("#exported-files a", has_text="by_region.csv")
         await expect(link).to_have_count(1)
+        # The page names the file as the tools do: relative to the project's folder, no host path.
+        await expect(page.locator("[role=status]")).to_contain_text("exports/by_region.csv in the project's folder")
+        await expect(page.locator("[role=status]")).not_to_contain_text(str(project_folder(server)))
         await shot(page, "datasets-exported")
         async with page.expect_download() as info:
             await link.click()
@@ -186,6 +189,7 @@ async def test_a_read_key_is_refused_the_export_and_downloads_stay_in_the_projec
     )
     assert r.status_code == 200, r.text
     exported = r.json()["files_created"][0]
+    assert exported == "exports/mine.csv"
     (project_folder(server) / "exports" / ".hidden.csv").write_text("a\n1\n")
     async with new_page(browser, PHONE) as page:
         await sign_in(page, server.url, READ_KEY, "/ui/datasets/query?file=sales")
@@ -208,7 +212,7 @@ async def test_a_read_key_is_refused_the_export_and_downloads_stay_in_the_projec
         await sign_in(page, server.url, PROJECT_KEY, "/ui/datasets")
         await expect(page.locator("#datasets")).to_have_count(0)
         for url in (
-            f"/ui/datasets/download?path={quote(exported)}",
+            f"/ui/datasets/download?path={quote(str(project_folder(server) / exported))}",
             "/ui/datasets/download?path=" + quote("../default/exports/mine.csv"),
             f"/ui/datasets/download?path={quote(exported)}&project=default",
         ):

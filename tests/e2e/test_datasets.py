@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from app.core.embeddings.tokens import count_tokens
-from tests.support.datasets import penguins_csv, python_engine_on, root_of
+from tests.support.datasets import exported, penguins_csv, python_engine_on, root_of
 from tests.support.server import READ_KEY, RunningServer, error_of, mcp_client, text_of
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
@@ -48,14 +48,6 @@ def data(server: RunningServer) -> Path:
     if not (root / "penguins.csv").exists():
         shutil.copy(penguins_csv(), root / "penguins.csv")
     return root
-
-
-def is_file(path: str) -> bool:
-    return Path(path).is_file()
-
-
-def read_bytes(path: str) -> bytes:
-    return Path(path).read_bytes()
 
 
 async def post(rest: httpx.AsyncClient, path: str, body: dict[str, Any], status: int = 200) -> dict[str, Any]:
@@ -294,8 +286,9 @@ async def test_export_and_registry(server: RunningServer, rest: httpx.AsyncClien
     assert page["offset"] == 340 and len(page["rows"]) == 4 and page["next_offset"] is None
     assert (await rest.get("/api/v1/datasets/results/q_0000000000000000")).status_code == 404
     out = await post(rest, "/datasets/export", {"query_id": qid, "destination": "exports", "format": "parquet"})
-    assert out["exported"] and out["row_count"] == 344 and len(out["files_created"]) == 1
-    assert is_file(out["files_created"][0]) and "files" not in out and "cut" not in out
+    assert out["exported"] and out["row_count"] == 344 and out["files_created"] == [f"exports/{qid}.parquet"]
+    assert out["output_path"] == f"exports/{qid}.parquet" and "files" not in out and "cut" not in out
+    assert exported(server, out["output_path"]).is_file()
     again = await rest.post("/api/v1/datasets/export", json={"query_id": qid, "destination": "exports"})
     assert again.status_code == 409
     part = await post(
@@ -310,14 +303,13 @@ async def test_export_and_registry(server: RunningServer, rest: httpx.AsyncClien
             "filename": "by_species",
         },
     )
-    # A partitioned export answers with one pattern and a count (about 50 tokens however many files),
-    # and the call that lists them.
-    assert part["files_created"] == [] and part["files_total"] == 3
+    # A partitioned export answers with one pattern naming every file and a count (about 50 tokens
+    # however many files): nothing is left out, so no cut.
+    assert part["files_created"] == [] and part["files_total"] == 3 and "cut" not in part
+    assert part["output_path"] == "exports/by_species"
     assert part["files_pattern"] == "exports/by_species/species=*/*.csv.gz"
-    assert count_tokens(json.dumps(part, separators=(",", ":"))) < 200
-    assert part["cut"]["left_out"] == "3 file paths"
-    assert part["cut"]["next_call"] == {"tool": "list_datasets", "args": {"files_under": "exports/by_species"}}
-    listed = (await rest.get("/api/v1/datasets", params=part["cut"]["next_call"]["args"])).json()
+    assert count_tokens(json.dumps(part, separators=(",", ":"))) <= 90
+    listed = (await rest.get("/api/v1/datasets", params={"files_under": part["output_path"]})).json()
     assert len(listed["files"]) == 3 and all(
         f["path"].startswith("exports/by_species/species=") for f in listed["files"]
     )
@@ -338,22 +330,26 @@ async def test_export_and_registry(server: RunningServer, rest: httpx.AsyncClien
         },
     )
     assert len(sized["files_created"]) == 3 and all(f["size_bytes"] > 100 for f in sized["files"])
+    assert sized["files_created"] == [f["path"] for f in sized["files"]] and "cut" not in sized
+    assert all(exported(server, p).is_file() for p in sized["files_created"])
     xl = await post(rest, "/datasets/export", {"query_id": qid, "destination": "exports", "format": "xlsx"})
-    assert read_bytes(xl["output_path"])[:2] == b"PK"
+    assert exported(server, xl["output_path"]).read_bytes()[:2] == b"PK"
     js = await post(
         rest, "/datasets/export", {"query_id": qid, "destination": "exports", "format": "json", "compression": "none"}
     )
-    first = json.loads(read_bytes(js["output_path"]).decode().splitlines()[0])
+    first = json.loads(exported(server, js["output_path"]).read_bytes().decode().splitlines()[0])
     assert set(first) == {"species", "island", "body_mass_g"}
     r = await rest.post("/api/v1/datasets/export", json={"query_id": qid, "destination": "/tmp"})
     assert r.status_code == 403
-    # The exported parquet reads back as a dataset.
+    # The exported parquet reads back as a dataset by the path the export reported.
     back = await post(
         rest,
         "/datasets/query",
-        {"query_type": "sql", "files": [f"exports/{qid}.parquet"], "query": "SELECT count(*) AS n FROM data"},
+        {"query_type": "sql", "files": [out["output_path"]], "query": "SELECT count(*) AS n FROM data"},
     )
     assert back["data"] == [{"n": 344}]
+    profiled = await post(rest, "/datasets/profile", {"file_path": out["output_path"]})
+    assert profiled["statistics"]["row_count"] == 344 and profiled["format"] == "parquet"
     # Registry: a name for a glob, usable as file_path and as a view.
     reg = await post(rest, "/datasets/register", {"name": "sales", "path": "sales_*.csv", "description": "orders"})
     assert reg["created"] is True and reg["dataset"]["format"] == "csv"

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.datasets import Both, callers, python_engine_on, root_of
+from tests.support.datasets import Both, callers, exported, python_engine_on, root_of
 from tests.support.server import RunningServer, mcp_client
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
@@ -72,7 +72,8 @@ async def test_compressed_exports_say_so_and_read_back(server: RunningServer, va
             if comp:
                 args["compression"] = comp
             out = await admin.ok("export_result", args)
-            path = Path(out["output_path"])
+            path = exported(server, out["output_path"])
+            assert out["output_path"] == f"traps_exports/{path.name}" == out["files_created"][0]
             written[path.name] = path
         assert set(written) == {
             "dec.csv.gz",
@@ -89,7 +90,7 @@ async def test_compressed_exports_say_so_and_read_back(server: RunningServer, va
             "export_result",
             {**base, "overwrite": False, "format": "csv", "partition_by": "grp", "filename": "traps_by_grp.csv.gz"},
         )
-        assert part["files_total"] == 2 and part["files_pattern"].endswith("/traps_by_grp.csv.gz/grp=*/*.csv.gz")
+        assert part["files_total"] == 2 and part["files_pattern"] == "traps_exports/traps_by_grp.csv.gz/grp=*/*.csv.gz"
         # Every one of them reads back: as `files`, in a read_csv_auto literal, by a glob, profiled and sampled.
         for name in written:
             for answer in await both_ok(

@@ -25,7 +25,7 @@ from app.core import budget
 from app.core.embeddings.tokens import count_tokens
 from app.datasets.engine import make_source
 from app.datasets.schemas import QueryOut
-from tests.support.datasets import root_of
+from tests.support.datasets import exported, root_of
 from tests.support.server import RunningServer, mcp_client, text_of
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
@@ -369,10 +369,10 @@ async def test_every_type_round_trips(
     server: RunningServer, rest: httpx.AsyncClient, every_type: dict[str, Path], fmt: str
 ) -> None:
     async with clients(server, rest) as both:
-        await round_trip(both, every_type, fmt)
+        await round_trip(server, both, every_type, fmt)
 
 
-async def round_trip(both: Both, every_type: dict[str, Path], fmt: str) -> None:
+async def round_trip(server: RunningServer, both: Both, every_type: dict[str, Path], fmt: str) -> None:
     """profile, query (json, csv, summary, each column), get_result, samples and exports of one file."""
     cols, path = TABLES[fmt], every_type[fmt]
     name = path.name
@@ -444,7 +444,7 @@ async def round_trip(both: Both, every_type: dict[str, Path], fmt: str) -> None:
                 {"query_id": qid, "destination": f"types_{fmt}_{via}", "format": out_fmt, "compression": "none"},
             )
             assert made["row_count"] == 3
-            written = made["files_created"][0]
+            written = str(exported(server, made["files_created"][0]))
             if out_fmt == "xlsx":
                 sheet = xlsx_rows(written)
                 assert sheet[0] == names

@@ -77,7 +77,7 @@ def test_a_fleet_shares_datasets_results_exports_and_invalidation(pg: PgCluster,
         assert page.status_code == 200, page.text
         assert [r["city"] for r in page.json()["rows"]] == ["Perth", "Lima", "Quito"]
         out = post(b.api, "/datasets/export", {"query_id": qid, "destination": "exports", "format": "csv"})
-        assert out["row_count"] == 3
+        assert out["row_count"] == 3 and out["output_path"] == f"exports/{qid}.csv"
         assert f"cairn/projects/default/exports/{qid}.csv" in s3.objects()
         reused = post(
             b.api,
@@ -91,7 +91,7 @@ def test_a_fleet_shares_datasets_results_exports_and_invalidation(pg: PgCluster,
         back = post(
             a.api,
             "/datasets/query",
-            {"query_type": "sql", "files": [f"exports/{qid}.csv"], "query": "SELECT count(*) AS n FROM data"},
+            {"query_type": "sql", "files": [out["output_path"]], "query": "SELECT count(*) AS n FROM data"},
         )
         assert back["data"] == [{"n": 3}]
 

@@ -17,7 +17,7 @@ import pytest
 
 from app.datasets import service_common
 from app.datasets.engine import exporting
-from tests.support.datasets import Both, callers, project_folder, root_of, tree
+from tests.support.datasets import Both, callers, exported, project_folder, root_of, tree
 from tests.support.server import ADMIN_KEY, BOUND_PROJECT, RunningServer
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
@@ -123,15 +123,20 @@ async def test_exports_write_only_their_own_format(server: RunningServer, shared
         out = await admin.ok(
             "export_result", {**base, "format": "csv", "compression": "gzip", "filename": "dec.csv.gz"}
         )
-        path = Path(out["output_path"])
-        assert path.name == "dec.csv.gz" and gzip.decompress(read_bytes(path)).startswith(b"city,pop\n")
+        path = exported(server, out["output_path"])
+        assert out["output_path"] == "exports/dec.csv.gz" and gzip.decompress(read_bytes(path)).startswith(
+            b"city,pop\n"
+        )
         back = await admin.ok(
             "execute_query",
             {"query_type": "sql", "query": "SELECT count(*) AS n FROM data", "files": ["exports/dec.csv.gz"]},
         )
         assert back["data"] == [{"n": 3}]
         js = await admin.ok("export_result", {**base, "format": "json", "compression": "none", "filename": "d.jsonl"})
-        assert json.loads(read_text(Path(js["output_path"])).splitlines()[0]) == {"city": "Lima", "pop": 9000}
+        assert json.loads(read_text(exported(server, js["output_path"])).splitlines()[0]) == {
+            "city": "Lima",
+            "pop": 9000,
+        }
 
 
 async def test_exports_never_follow_a_symbolic_link(server: RunningServer, shared: Path, tmp_path: Path) -> None:
@@ -183,17 +188,19 @@ async def test_overwrite_replaces_only_a_regular_file(server: RunningServer, sha
             "filename": "r.csv",
         }
         first = await admin.ok("export_result", base)
-        target = Path(first["output_path"])
+        target = exported(server, first["output_path"])
         write_text(target, "old\n")
         await admin.refused("export_result", base, 4090, "already exists")
         assert read_text(target) == "old\n"
         again = await admin.ok("export_result", {**base, "overwrite": True})
-        assert again["output_path"] == str(target) and read_text(target).startswith("city,pop\n")
+        assert again["output_path"] == first["output_path"] == "exports/x/r.csv" and read_text(target).startswith(
+            "city,pop\n"
+        )
         assert names_in(target.parent) == ["r.csv"]  # no temporary file left
         part = await admin.ok(
             "export_result", {**base, "filename": "by_city", "partition_by": "city", "list_files": True}
         )
-        assert part["files_total"] == 3 and all("/by_city/city=" in f for f in part["files_created"])
+        assert part["files_total"] == 3 and all(f.startswith("exports/x/by_city/city=") for f in part["files_created"])
 
 
 async def test_export_result_is_declared_destructive(server: RunningServer) -> None:
@@ -272,7 +279,7 @@ async def test_datasets_are_scoped_to_the_callers_project(server: RunningServer,
         # The bound key's results and exports are its own too, and land in its folder.
         own_qid = await stored_result(bound)
         out = await bound.ok("export_result", {"query_id": own_qid, "destination": "exports", "format": "csv"})
-        assert Path(out["output_path"]).is_relative_to(project_folder(server, BOUND_PROJECT))
+        assert exported(server, out["output_path"], BOUND_PROJECT).is_file()
         await admin.refused("get_result", {"query_id": own_qid}, 4002)  # the default project's view
         assert (await admin.ok("get_result", {"query_id": own_qid, "project": BOUND_PROJECT}))["rows_total"] == 3
         assert tree(beta, shared) == before
@@ -376,7 +383,7 @@ async def test_timestamptz_columns_work_end_to_end(server: RunningServer, shared
             out = await admin.ok(
                 "export_result", {"query_id": q["query_id"], "destination": "tz", "format": fmt, "compression": "none"}
             )
-            assert size_of(Path(out["output_path"])) > 0
+            assert size_of(exported(server, out["output_path"])) > 0
 
     # ------------------------------------------------------------------------------------------------ 5. SQL
 

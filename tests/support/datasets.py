@@ -46,6 +46,12 @@ def project_folder(server: RunningServer, project: str = "default") -> Path:
     return Path(server.settings.data_dir) / "datasets-projects" / project
 
 
+def exported(server: RunningServer, path: str, project: str = "default") -> Path:
+    """The host file of a path export_result reported (relative to the project's folder, never a host path)."""
+    assert not Path(path).is_absolute() and ".." not in Path(path).parts, path
+    return project_folder(server, project) / path
+
+
 def tree(*folders: Path) -> dict[str, tuple[str, int, bytes]]:
     """Every entry under `folders` (not following links): kind, size and, for small files, content."""
     out: dict[str, tuple[str, int, bytes]] = {}

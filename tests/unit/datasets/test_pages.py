@@ -77,7 +77,7 @@ async def test_a_file_is_registered_profiled_queried_exported_and_downloaded(ser
         )
         assert exported.status_code == 200
         link = re.search(r'href="(/ui/datasets/download\?[^"]+)"', exported.text)
-        assert link is not None
+        assert link is not None and f"path=exports/{name}.csv" in html.unescape(link.group(1)).replace("%2F", "/")
         got = await console.client.get(html.unescape(link.group(1)))
         assert got.status_code == 200 and got.text.splitlines() == ["region,n", "north,90", "south,100"]
         assert "sandbox" in got.headers["content-security-policy"]

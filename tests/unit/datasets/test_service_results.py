@@ -16,7 +16,7 @@ from app.core.errors import QueryError
 from app.datasets import service_results
 from app.datasets.schemas import ExportedFile, ResultPageIn
 from app.datasets.service_common import Space
-from app.datasets.service_results import SETTLE_S, files_pattern, page_cut, settled, store_later
+from app.datasets.service_results import SETTLE_S, files_pattern, page_cut, relative, settled, store_later
 from app.datasets.storage import FolderStore, ObjectInfo
 
 NOW = datetime.datetime.now
@@ -126,6 +126,15 @@ def test_a_partitioned_export_is_named_by_one_pattern(tmp_path: Path) -> None:
     assert files_pattern(tmp_path, target, "c", files) == "exports/by_c/c=*/*.csv.gz"
     deeper = [ExportedFile(path=str(target / "c=a" / "d=1" / "data_0.parquet"), size_bytes=9)]
     assert files_pattern(tmp_path, target, "c", deeper) == "exports/by_c/**/*.parquet"
+
+
+def test_export_paths_are_relative_to_the_project_folder(tmp_path: Path) -> None:
+    assert relative(tmp_path, tmp_path / "exports" / "q.csv") == "exports/q.csv"
+    assert (
+        relative(tmp_path, str(tmp_path / "exports" / "by_c" / "c=a" / "data_0.csv")) == "exports/by_c/c=a/data_0.csv"
+    )
+    with pytest.raises(ValueError):
+        relative(tmp_path / "project", tmp_path / "other" / "q.csv")
 
 
 def test_a_cut_page_names_the_next_page() -> None:
