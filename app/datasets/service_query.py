@@ -322,7 +322,9 @@ async def _run_python(
     choice: engines.Choice,
 ) -> QueryOut:
     """The operator-enabled python engine: a limited child process writes the stored result."""
-    fps = portable_fingerprints(space, await asyncio.to_thread(fingerprint, [f for s in sources for f in s.files]))
+    named = pysandbox.files_named(args.query, space.roots)
+    read = [f for s in sources for f in s.files] + named
+    fps = portable_fingerprints(space, await asyncio.to_thread(fingerprint, read))
     defs = {s.name: space.store.portable(s.sql()) for s in sources}
     key = make_key("python", project=space.project, code=args.query, views=defs, files=fps)
     cache = cache_of(ctx, space)

@@ -226,8 +226,9 @@ async def test_a_3000_row_vega_lite_chart_keeps_max_tokens(
             assert sc["visualization"]["vega_lite"]["data"]["values"]
             assert len([c for c in res.content if c.type == "image"]) == (1 if body["chart_format"] == "both" else 0)
     # A budget that holds no spec at all: the spec is left out, and that is said.
-    out = await query(rest, {**bodies[0], "max_tokens": 350})
-    assert out["context_tokens_used"] <= 350, out
+    # (360: the reply's fixed part includes the engine `auto` chose and why, issue 39.)
+    out = await query(rest, {**bodies[0], "max_tokens": 360})
+    assert out["context_tokens_used"] <= 360, out
     assert (
         "vega_lite" not in out["visualization"]
         and "vega_lite left out: over max_tokens" in out["visualization"]["notes"]

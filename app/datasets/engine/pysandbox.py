@@ -23,10 +23,12 @@ security boundary against a determined attacker: enable this engine only for tru
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 from app.core.errors import EngineError, QueryError, Timeout
@@ -292,6 +294,40 @@ def _not_installed(module: str) -> EngineError:
         f"The python engine has no {module}: it is not installed on this server",
         suggestions=[f"The operator installs the {extra} extra: pip install 'cairn-server[{extra}]'"],
     )
+
+
+def files_named(code: str, roots: list[Path]) -> list[Path]:
+    """The files python `code` names by a string literal that a pandas reader would find in `roots`
+    (the first root holding it, as the sandbox looks them up): the files its result depends on beyond
+    `files`, so a cached result is not served once one of them changed. Names built at run time are not
+    seen; code that does not parse names none."""
+    head, _, rest = code.partition("\n")
+    # As the sandbox compiles it: as sent, dedented, or with its trimmed first line put back in line.
+    for variant in (code, textwrap.dedent(code), head.strip() + "\n" + textwrap.dedent(rest)):
+        try:
+            tree = ast.parse(variant)
+            break
+        except (SyntaxError, ValueError):
+            continue
+    else:
+        return []
+    found: list[Path] = []
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Constant) and isinstance(node.value, str)) or not 0 < len(node.value) < 1024:
+            continue
+        name = node.value
+        if "\n" in name or "\x00" in name or Path(name).is_absolute() or ".." in Path(name).parts:
+            continue
+        for root in roots:
+            candidate = root / name
+            try:
+                here = candidate.is_file()
+            except OSError:  # a literal no file could be named by (too long, say)
+                here = False
+            if here:
+                found.append(candidate)
+                break
+    return found
 
 
 def describe_result(path: Path) -> tuple[list[str], list[str], int]:

@@ -125,3 +125,24 @@ def test_modules_of_scikit_learn_are_preloaded_for_the_code_that_imports_them(tm
     )
     rows = run(tmp_path, code)
     assert len(rows) == 3 and abs(sum(float(str(r[1])) for r in rows)) < 1e-9  # standardized: mean 0
+
+
+def test_files_named_by_literals_are_found_in_the_first_root_holding_them(tmp_path: Path) -> None:
+    own, shared = tmp_path / "own", tmp_path / "shared"
+    own.mkdir()
+    (shared / "sub").mkdir(parents=True)
+    (own / "data.csv").write_text("a\n1\n")
+    (shared / "data.csv").write_text("a\n2\n")
+    (shared / "sub" / "b.csv").write_text("b\n")
+    code = """
+        import pandas as pd
+        df = pd.read_csv('data.csv')
+        other = pd.read_csv("sub/b.csv")
+        note = 'not a file'
+        secret = open('../own/data.csv')
+        long = '%s'
+    """ % ("x" * 300)
+    assert pysandbox.files_named(code, [own, shared]) == [own / "data.csv", shared / "sub" / "b.csv"]
+    # Trimmed as arguments are: the first line without its indent, the rest indented.
+    assert pysandbox.files_named(code.strip(), [own, shared])[0] == own / "data.csv"
+    assert pysandbox.files_named("result = (", [own]) == []  # does not parse: names none
