@@ -198,9 +198,10 @@ async def test_png_and_specs_of_every_kind(server: RunningServer, rest: httpx.As
 async def test_a_3000_row_vega_lite_chart_keeps_max_tokens(
     server: RunningServer, rest: httpx.AsyncClient, files: Path
 ) -> None:
-    """Issue #15: a scatter of 3,000 rows at max_tokens 500 answered 5,550 tokens. (The budget here is 560:
-    a cut reply also says what it left out and the call that gets it, issue 39.)"""
-    base = {"query": "SELECT x, y FROM data", "files": ["points.csv"], "chart_type": "scatter", "max_tokens": 560}
+    """Issue #15: a scatter of 3,000 rows at max_tokens 500 answered 5,550 tokens. (The budget here is 600:
+    a cut reply also says what it left out and the call that gets it, and the engine `auto` chose and
+    why, issue 39; a random query_id's tokens vary by a few.)"""
+    base = {"query": "SELECT x, y FROM data", "files": ["points.csv"], "chart_type": "scatter", "max_tokens": 600}
     bodies = [
         {**base, "return_format": "chart", "chart_format": "vega-lite"},
         {**base, "generate_chart": True, "chart_format": "vega-lite"},  # rows and chart share the budget
@@ -209,7 +210,7 @@ async def test_a_3000_row_vega_lite_chart_keeps_max_tokens(
     for body in bodies:
         out = await query(rest, body)
         sent = budget.dumps(budget.sent_text(out, ("visualization.base64_image",))[0])
-        assert out["context_tokens_used"] <= 560 and count_tokens(sent) <= 560, (body, out["context_tokens_used"])
+        assert out["context_tokens_used"] <= 600 and count_tokens(sent) <= 600, (body, out["context_tokens_used"])
         viz = out["visualization"]
         values = check_spec(viz["vega_lite"], "point")
         assert 1 <= len(values) == viz["points"] < 3000, viz
@@ -222,7 +223,7 @@ async def test_a_3000_row_vega_lite_chart_keeps_max_tokens(
             res = await mcp.call_tool("execute_query", body)
             assert not res.is_error, res.content
             sc = res.structured_content
-            assert sc["context_tokens_used"] <= 560 and count_tokens(text_of(res)) <= 560, body
+            assert sc["context_tokens_used"] <= 600 and count_tokens(text_of(res)) <= 600, body
             assert sc["visualization"]["vega_lite"]["data"]["values"]
             assert len([c for c in res.content if c.type == "image"]) == (1 if body["chart_format"] == "both" else 0)
     # A budget that holds no spec at all: the spec is left out, and that is said.

@@ -77,10 +77,13 @@ async def test_two_keys_with_three_long_queries_each_do_not_hold_up_a_third_keys
             # Each key runs one long query (its share of the two slots) and has another waiting (a third
             # is refused: two long operations per key), again and again.
             await eventually(lambda: waiting() >= 2, what="both keys' slots taken and their other calls waiting")
-            loaded = []
+            loaded, contended = [], 0
             for i in range(5):
+                # Whether the attack had calls waiting as this one went in: it may have none for a moment
+                # (a long query ended and its key's next call has not come back yet).
+                contended += waiting() >= 1
                 loaded.append(await select_42(victim, 100 + i))
-                assert waiting() >= 1, "the attack still had calls waiting"
+            assert contended >= 3, f"only {contended} of 5 calls went in while the attack had calls waiting"
         finally:
             stop.set()
             await asyncio.gather(*attack)
