@@ -104,7 +104,7 @@ class Settings(BaseSettings):
     embedding_queue_defer_seconds: float = Field(default=10.0, ge=0, le=3600)
     # Rows a key may have waiting in the queue: its further writes that queue vectors answer 4290
     # until the workers bring it under; 0 = no cap
-    embedding_max_pending_per_key: int = Field(default=5000, ge=0)
+    embedding_max_pending_per_key: int = Field(default=100_000, ge=0)
 
     # MCP
     # `auto`: one JSON body unless the request may stream progress (then SSE); true: always JSON; false: always SSE

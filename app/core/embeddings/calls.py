@@ -119,21 +119,25 @@ async def enqueue(ctx: CallContext, target: str, refs: Sequence[Any]) -> list[in
     anything is queued: a write counts by the rows it queues, not as one call. The CLI's own work is
     not capped. After the commit the workers are woken and, when the call asks for it (or the server
     runs in `sync` write mode), the call waits for these rows before answering (`QueuedVectors`); a
-    key whose waiting rows fit in one batch (`embedding_queue_batch`) has them made at once by this
-    process instead of in turn behind other keys' backlogs."""
+    key whose waiting rows fit in one batch (`embedding_queue_batch`) while other keys' backlog fills
+    a batch has them made at once by this process instead of in turn behind that backlog."""
     repo = EmbeddingQueueRepository(ctx.session)
     owner, model, settings = ctx.caller_key, ctx.embedder.model, ctx.settings
     cap, light = settings.embedding_max_pending_per_key, settings.embedding_queue_batch
-    pending: int | None = None
+    backlog = None
     if refs and ctx.transport != "cli":
-        pending = await repo.pending_of(model, owner, max(cap, light + 1))
-        if cap > 0 and pending >= cap:
+        backlog = await repo.backlog_of(model, owner, max(cap, light + 1), light)
+        if cap > 0 and backlog.mine >= cap:
             raise over_pending_cap(cap)
     ids = await repo.enqueue(target, [str(r) for r in refs], model, owner=owner, project=ctx.acting_project or "")
     hook = QueuedVectors.of(ctx)
     hook.ids.extend(ids)
-    if pending is not None:  # light while the key's rows waiting, these included, fit in one batch
-        hook.light = hook.light is not False and pending + len(ids) <= light
+    if backlog is not None:
+        # Light: the key's rows waiting, these included, fit in one batch, behind at least a batch of
+        # other callers' rows. A key alone in the queue (one client loading in bulk) leaves its rows to
+        # the workers, which hold back while calls stream in.
+        light_now = backlog.mine + len(ids) <= light and backlog.others >= light
+        hook.light = hook.light is not False and light_now
     return ids
 
 

@@ -65,6 +65,15 @@ FAIR_LEASE = (
 
 
 @dataclass(frozen=True, slots=True)
+class QueueBacklog:
+    """Rows waiting in the queue for one model: one owner's (`mine`) and everyone else's (`others`),
+    each counted up to a bound (`EmbeddingQueueRepository.backlog_of`)."""
+
+    mine: int
+    others: int
+
+
+@dataclass(frozen=True, slots=True)
 class LeasedJob:
     """A queue row leased by a worker: which vector to make, and the version it was leased at."""
 
@@ -133,15 +142,20 @@ class EmbeddingQueueRepository(Repository):
             )
         ]
 
-    async def pending_of(self, model: str, owner: str, cap: int) -> int:
-        """How many rows of `model` that `owner` queued wait (counted up to `cap`: enough to tell
-        whether the key is over its cap, at a bounded cost)."""
-        found = await self.scalar(
-            "SELECT count(*) FROM (SELECT 1 FROM embedding_queue WHERE model = :model AND owner = :owner "
-            "LIMIT :cap) mine",
-            {"model": model, "owner": owner, "cap": cap},
+    async def backlog_of(self, model: str, owner: str, cap: int, light: int) -> QueueBacklog:
+        """The rows of `model` waiting: `owner`'s (counted up to `cap`) and, only when those are at most
+        `light`, everyone else's (counted up to `light`), in one statement. Other owners' rows are read
+        only for a light owner: its own rows are then few, so skipping them past its index range is
+        cheap."""
+        found = await self.row(
+            "SELECT c.mine, CASE WHEN c.mine <= :light THEN (SELECT count(*) FROM (SELECT 1 FROM embedding_queue "
+            "WHERE model = :model AND owner <> :owner LIMIT :light) o) ELSE 0 END AS others "
+            "FROM (SELECT count(*) AS mine FROM (SELECT 1 FROM embedding_queue WHERE model = :model "
+            "AND owner = :owner LIMIT :cap) m) c",
+            {"model": model, "owner": owner, "cap": cap, "light": light},
+            into=QueueBacklog,
         )
-        return int(found or 0)
+        return found or QueueBacklog(0, 0)
 
     async def lease(
         self, model: str, limit: int, lease_seconds: float, targets: Sequence[str], ids: Sequence[int] | None = None

@@ -82,9 +82,16 @@ class FakeEmbedder:
 
 
 class FakeResult:
-    def __init__(self, ids: list[int], count: int = 0) -> None:
+    def __init__(self, ids: list[int], count: int = 0, row: dict[str, int] | None = None) -> None:
         self.ids = ids
         self.count = count
+        self.row = row
+
+    def mappings(self) -> FakeResult:
+        return self
+
+    def first(self) -> dict[str, int] | None:
+        return self.row
 
     def scalar(self) -> int:
         return self.count
@@ -97,18 +104,21 @@ class FakeResult:
 
 
 class FakeSession:
-    """Answers each INSERT into the queue with the next ids, and a count of a key's waiting rows with
-    `pending`; records the parameters of each."""
+    """Answers each INSERT into the queue with the next ids, and a count of waiting rows with `pending`
+    rows of the key and `others` of other keys (each up to its bound); records the parameters of each."""
 
-    def __init__(self, pending: int = 0) -> None:
+    def __init__(self, pending: int = 0, others: int = 0) -> None:
         self.next = 1
         self.pending = pending
+        self.others = others
         self.params: list[dict[str, Any]] = []
 
     async def execute(self, statement: Any, params: Any = None) -> FakeResult:
         self.params.append(dict(params))
         if "cap" in params:
-            return FakeResult([], min(self.pending, params["cap"]))
+            mine = min(self.pending, params["cap"])
+            others = min(self.others, params["light"]) if mine <= params["light"] else 0
+            return FakeResult([], row={"mine": mine, "others": others})
         ids = list(range(self.next, self.next + len(params["refs"])))
         self.next += len(ids)
         return FakeResult(ids)
@@ -121,6 +131,7 @@ def context(
     args: BaseModel | None = None,
     embedder: FakeEmbedder | None = None,
     pending: int = 0,
+    others: int = 0,
     cap: int = 5000,
     transport: str = "test",
     principal: Principal = OPEN_PRINCIPAL,
@@ -138,7 +149,7 @@ def context(
         queue=cast(Any, queue),
     )
     return CallContext(
-        session=cast(Any, FakeSession(pending)),
+        session=cast(Any, FakeSession(pending, others)),
         principal=principal,
         app=app,
         request_id="r",
@@ -317,19 +328,21 @@ async def test_no_cap_when_it_is_off_or_for_the_clis_own_work(cap: int, transpor
 
 
 @pytest.mark.parametrize(
-    ("pending", "refs", "wait", "soon"),
+    ("pending", "others", "refs", "wait", "soon"),
     [
-        (0, 3, None, True),  # a key with few rows waiting: made at once by this process
-        (60, 4, None, True),  # 64: still one batch
-        (61, 4, None, False),  # over one batch: in turn, by the workers
-        (0, 3, True, False),  # the call waits for its rows itself
+        (0, 500, 3, None, True),  # a key with few rows waiting behind a backlog: made at once here
+        (60, 64, 4, None, True),  # 64 of its own: still one batch, behind a full batch of others'
+        (61, 500, 4, None, False),  # over one batch: in turn, by the workers
+        (0, 63, 3, None, False),  # less than a batch of others' rows waiting: the workers are near
+        (0, 0, 25, None, False),  # a key alone in the queue (a bulk load): the workers, which hold back
+        (0, 500, 3, True, False),  # the call waits for its rows itself
     ],
 )
 async def test_a_light_callers_rows_are_made_at_once_unless_it_waits(
-    pending: int, refs: int, wait: bool | None, soon: bool
+    pending: int, others: int, refs: int, wait: bool | None, soon: bool
 ) -> None:
     queue = FakeQueue()
-    ctx = context(queue, pending=pending, args=WriteIn(wait_for_embedding=wait))
+    ctx = context(queue, pending=pending, others=others, args=WriteIn(wait_for_embedding=wait))
     ids = await enqueue(ctx, "notes", [str(i) for i in range(refs)])
     await run_commit_hooks(ctx, Reply())
     assert queue.soon == ([ids] if soon else [])

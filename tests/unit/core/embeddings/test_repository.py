@@ -16,6 +16,7 @@ from app.core.embeddings.repository import (
     QUEUED_TARGET,
     EmbeddingQueueRepository,
     LeasedJob,
+    QueueBacklog,
     vector_statements,
 )
 from app.core.embeddings.vectors import EmbeddedRows
@@ -244,8 +245,11 @@ async def test_a_bumped_row_becomes_the_bumping_callers_and_a_key_counts_its_pen
     await _queue(queue_db, ["shared"], "key-b")
     async with queue_db.transaction() as session:
         repo = EmbeddingQueueRepository(session)
-        assert await repo.pending_of(MODEL, "key-a", 100) == 1
-        assert await repo.pending_of(MODEL, "key-b", 100) == 1
-        assert await repo.pending_of("another-model", "key-b", 100) == 0
+        assert await repo.backlog_of(MODEL, "key-a", 100, 64) == QueueBacklog(1, 1)
+        assert await repo.backlog_of(MODEL, "key-b", 100, 64) == QueueBacklog(1, 1)
+        assert await repo.backlog_of("another-model", "key-b", 100, 64) == QueueBacklog(0, 0)
         await repo.enqueue("memory", [f"x-{i}" for i in range(50)], MODEL, owner="key-a")
-        assert await repo.pending_of(MODEL, "key-a", 10) == 10  # counted up to the cap only
+        # own rows up to the cap; others are not read for a key past the light bound
+        assert await repo.backlog_of(MODEL, "key-a", 10, 5) == QueueBacklog(10, 0)
+        assert await repo.backlog_of(MODEL, "key-b", 100, 64) == QueueBacklog(1, 51)
+        assert await repo.backlog_of(MODEL, "key-b", 100, 20) == QueueBacklog(1, 20)  # up to the light bound
