@@ -8,13 +8,15 @@ them all was a measurable share of a trivial MCP call. For one `/mcp` request, i
 1. a client locked out of key lookups by failed authentications is refused (4290; the SDK would turn
    the limit's error into a 500), unless its key is valid (`KeyStore.refusal`);
 2. a `GET /mcp` event stream takes one of its key's slots (`CAIRN_MAX_SSE_STREAMS_PER_KEY`, 4290);
-3. on an open server the caller is resolved here (`Callers.ahead_of_sdk`: 4010 once a key exists);
-   on a server with keys the SDK's verifier resolves it;
+3. the caller is resolved here (`callers.resolve_caller`: on a server with keys, or an open one
+   locked since, a missing or unknown key is 4010 with its `WWW-Authenticate` challenge);
 4. the toolsets the URL chooses are checked (unknown: 4002, clashing: 4001);
-5. the request goes to the SDK at `/mcp`, its caller and toolsets in the request's state, where the
-   MCP handlers read them (`selection_of`, `callers.mcp_caller`). With `CAIRN_MCP_JSON_RESPONSE=auto`
-   a POST that cannot stream anything before its result goes to the SDK app that answers with one
-   JSON body, the others to the one that answers with SSE streams (`answers_in_json`).
+5. the request goes to the SDK's streamable HTTP transport at `/mcp`, its caller and toolsets in the
+   request's state, where the MCP handlers read them (`selection_of`, `callers.mcp_caller`), without
+   the SDK app's routing and bearer-token middleware (the caller is known already). With
+   `CAIRN_MCP_JSON_RESPONSE=auto` a POST that cannot stream anything before its result goes to the
+   transport that answers with one JSON body, the others to the one that answers with SSE streams
+   (`answers_in_json`).
 
 Every refusal carries the shared error body.
 """
@@ -26,7 +28,7 @@ from typing import Any
 
 from app.core.auth import hash_key
 from app.core.errors import CairnError
-from app.core.http.callers import CALLER_STATE, Callers, scope_bearer
+from app.core.http.callers import CALLER_STATE, Callers, resolve_caller, scope_bearer
 from app.core.http.front import send_error
 from app.core.ratelimit import Slots
 from app.core.toolsets import MCP_PATH, Catalog, Selection, requested
@@ -43,9 +45,11 @@ def is_mcp_path(path: str) -> bool:
 
 
 class McpEndpoint:
-    """The ASGI app described in the module docstring, mounted at `/`: `/mcp` paths as described,
-    any other path no route took to the SDK's app (its 404), behind the same caller check as `/mcp`
-    on an open server. `Shortcut` hands it the `/mcp` paths before the routes are tried."""
+    """The ASGI app described in the module docstring, mounted at `/`: `/mcp` paths as described, to
+    `transport` (the SDK's streamable HTTP transport; `sdk_app` when none is given) or `json_transport`;
+    any other path no route took to the SDK's app (its 404, its resource metadata), behind the same
+    caller check as `/mcp` on an open server. `Shortcut` hands it the `/mcp` paths before the routes
+    are tried."""
 
     def __init__(
         self,
@@ -54,10 +58,12 @@ class McpEndpoint:
         catalog: Catalog,
         callers: Callers,
         streams: Slots,
-        json_app: Any = None,
+        transport: Any = None,
+        json_transport: Any = None,
     ) -> None:
         self.sdk_app = sdk_app
-        self.json_app = json_app
+        self.transport = transport if transport is not None else sdk_app
+        self.json_transport = json_transport
         self.catalog = catalog
         self.callers = callers
         self.streams = streams
@@ -95,22 +101,20 @@ class McpEndpoint:
 
     async def _serve(self, scope: Any, receive: Any, send: Any, token: str) -> None:
         try:
-            caller = await self.callers.ahead_of_sdk(token)
+            caller = await resolve_caller(self.callers, token)
             rest = scope["path"][len(MCP_PATH) :].strip("/")
             selection = self.selection(rest, scope.get("query_string", b"").decode("latin-1"))
         except CairnError as err:
             await send_error(send, err)
             return
-        state = {**(scope.get("state") or {}), TOOLSETS_STATE: selection}
-        if caller is not None:
-            state[CALLER_STATE] = caller
+        state = {**(scope.get("state") or {}), TOOLSETS_STATE: selection, CALLER_STATE: caller}
         scope = {**scope, "path": MCP_PATH, "raw_path": MCP_PATH.encode(), "state": state}
-        if self.json_app is not None and scope.get("method") == "POST":
+        if self.json_transport is not None and scope.get("method") == "POST":
             body, receive = await read_body(receive)
             if answers_in_json(body, scope.get("headers") or ()):
-                await self.json_app(scope, receive, send)
+                await self.json_transport(scope, receive, send)
                 return
-        await self.sdk_app(scope, receive, send)
+        await self.transport(scope, receive, send)
 
     def selection(self, rest: str, query: str) -> Selection:
         """The toolsets an MCP URL chooses (`rest`: the path after `/mcp/`), checked against the catalog;

@@ -15,6 +15,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
 from fastapi_offline import FastAPIOffline
+from mcp.server.streamable_http_manager import StreamableHTTPASGIApp
 
 from app import __version__
 from app.core import ui, ui_admin
@@ -48,7 +49,7 @@ def build_http_app(
 ) -> FastAPI:
     """The application; `running` starts and stops the process's parts around it (its lifespan)."""
     settings = state.settings
-    sdk_app, json_app, managers = _sdk_apps(mcp, settings)
+    sdk_app, transport, json_transport, managers = _sdk_apps(mcp, settings)
     configure_logging(settings.log_level, settings.log_format)  # the SDK installs its own handler; keep ours
 
     @asynccontextmanager
@@ -75,7 +76,9 @@ def build_http_app(
     app.state.callers = callers
     app.state.mcp = mcp
     streams = app.state.mcp_streams = state.streams or StreamSlots(settings.max_sse_streams_per_key)
-    endpoint = McpEndpoint(sdk_app, catalog=catalog, callers=callers, streams=streams, json_app=json_app)
+    endpoint = McpEndpoint(
+        sdk_app, catalog=catalog, callers=callers, streams=streams, transport=transport, json_transport=json_transport
+    )
     app.add_middleware(Shortcut, endpoint=endpoint)  # innermost: the front's checks still apply
 
     @app.exception_handler(CairnError)
@@ -110,10 +113,15 @@ def build_http_app(
     return app
 
 
-def _sdk_apps(mcp: CairnMCPServer, settings: Settings) -> tuple[Any, Any, list[Any]]:
-    """The SDK's app answering with SSE streams (or JSON bodies, `CAIRN_MCP_JSON_RESPONSE=true`); with
-    `auto` also the same server answering with JSON bodies (the endpoint picks per request); and the
-    session managers both need running."""
+def _sdk_apps(mcp: CairnMCPServer, settings: Settings) -> tuple[Any, Any, Any, list[Any]]:
+    """The SDK's app (its routes beside `/mcp`: the protected-resource metadata, its 404s); its
+    streamable HTTP transport answering with SSE streams (or JSON bodies, `CAIRN_MCP_JSON_RESPONSE=true`);
+    with `auto` also a transport of the same server answering with JSON bodies (the endpoint picks per
+    request); and the session managers they need running.
+
+    The endpoint hands `/mcp` requests to a transport itself, with the caller it resolved: the SDK's
+    app would wrap them in its own routing and bearer-token middleware, a second look-up of the key
+    and a measurable share of a trivial call."""
 
     def streamable_http_app(json_response: bool) -> Any:
         return mcp.streamable_http_app(
@@ -126,8 +134,9 @@ def _sdk_apps(mcp: CairnMCPServer, settings: Settings) -> tuple[Any, Any, list[A
 
     sdk_app = streamable_http_app(settings.mcp_json_response is True)
     managers = [mcp.session_manager]
-    json_app = None
+    json_transport = None
     if settings.mcp_json_response == "auto":
-        json_app = streamable_http_app(True)
+        streamable_http_app(True)
         managers.append(mcp.session_manager)
-    return sdk_app, json_app, managers
+        json_transport = StreamableHTTPASGIApp(managers[1])
+    return sdk_app, StreamableHTTPASGIApp(managers[0]), json_transport, managers

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from app.core.context import OPEN_PRINCIPAL
+from app.core.context import OPEN_PRINCIPAL, Principal
 from app.core.http.callers import CALLER_STATE, Callers
 from app.core.http.mcp_endpoint import (
     SELECTIONS_KEPT,
@@ -116,7 +116,7 @@ def _endpoint(callers: Callers | None = None, streams: int = 0, json_app: Any = 
     sdk = _App()
     catalog = Catalog(_registry(), ["notes"])
     callers = callers or Callers(guard=_Guard(locked=False))  # type: ignore[arg-type]
-    endpoint = McpEndpoint(sdk, catalog=catalog, callers=callers, streams=StreamSlots(streams), json_app=json_app)
+    endpoint = McpEndpoint(sdk, catalog=catalog, callers=callers, streams=StreamSlots(streams), json_transport=json_app)
     return endpoint, sdk
 
 
@@ -163,13 +163,35 @@ async def test_a_urls_checked_selection_is_kept_and_a_refused_one_refused_again(
     assert len(endpoint._selections) <= SELECTIONS_KEPT
 
 
-async def test_a_server_with_keys_leaves_the_caller_to_the_sdk() -> None:
+async def test_a_server_with_keys_resolves_the_caller_before_the_transport() -> None:
+    writer = Principal(key_id="k1", name="writer", scopes=frozenset({"write"}))
+
     class _Store:
         failures = None
 
-    endpoint, sdk = _endpoint(Callers(store=_Store()))  # type: ignore[arg-type]
-    assert (await _call(endpoint, "/mcp"))[0] == 200
-    assert CALLER_STATE not in sdk.scopes[-1]["state"]
+        async def verify(self, token: str) -> Principal | None:
+            return writer if token == "good" else None
+
+    meta = "http://127.0.0.1:8000/.well-known/oauth-protected-resource/mcp"
+    endpoint, sdk = _endpoint(Callers(store=_Store(), metadata_url=meta))  # type: ignore[arg-type]
+    assert (await _call(endpoint, "/mcp", authorization="Bearer good"))[0] == 200
+    assert sdk.scopes[-1]["state"][CALLER_STATE] == writer
+    status, body = await _call(endpoint, "/mcp")
+    assert status == 401 and body["error"]["code"] == 4010 and len(sdk.scopes) == 1
+    status, body = await _call(endpoint, "/mcp", authorization="Bearer nope")
+    assert status == 401 and body["error"]["code"] == 4010 and len(sdk.scopes) == 1
+
+
+async def test_mcp_paths_go_to_the_transport_and_other_paths_to_the_sdk_app() -> None:
+    transport = _App()
+    sdk = _App()
+    catalog = Catalog(_registry(), ["notes"])
+    callers = Callers(guard=_Guard(locked=False))  # type: ignore[arg-type]
+    endpoint = McpEndpoint(sdk, catalog=catalog, callers=callers, streams=StreamSlots(0), transport=transport)
+    assert (await _call(endpoint, "/mcp/notes"))[0] == 200
+    assert (await _call(endpoint, "/.well-known/oauth-protected-resource/mcp", method="GET"))[0] == 200
+    assert [s["path"] for s in transport.scopes] == ["/mcp"]
+    assert [s["path"] for s in sdk.scopes] == ["/.well-known/oauth-protected-resource/mcp"]
 
 
 async def test_event_streams_take_a_slot_per_key() -> None:

@@ -1,8 +1,8 @@
 """app/core/http/server.py: the SDK's apps made per JSON-response setting (with `auto`, a second one
-answering JSON bodies, each with its session manager), then the test server's app as it builds it: an
-unknown REST route is a 4002 naming the docs, a console error is an HTML page, the API docs are served
-from packaged assets, the front's request id is on every answer, and what nothing routes ends at the
-MCP endpoint's mount."""
+answering JSON bodies, each with its session manager and a transport on it), then the test server's app
+as it builds it: an unknown REST route is a 4002 naming the docs, a console error is an HTML page, the
+API docs are served from packaged assets, the front's request id is on every answer, and what nothing
+routes ends at the MCP endpoint's mount."""
 
 from __future__ import annotations
 
@@ -27,9 +27,11 @@ def test_the_sdk_apps_follow_the_json_response_setting(pg: PgCluster) -> None:
         settings = Settings(database_url=url, features=["memory"], mcp_json_response=choice)
         asm = assemble(settings)
         try:
-            sdk_app, json_app, managers = _sdk_apps(asm.mcp, settings)
-            assert sdk_app is not None and (json_app is not None) == (apps == 2)
+            sdk_app, transport, json_transport, managers = _sdk_apps(asm.mcp, settings)
+            assert sdk_app is not None and (json_transport is not None) == (apps == 2)
             assert len(managers) == apps and len({id(m) for m in managers}) == apps
+            assert transport.session_manager is managers[0]
+            assert json_transport is None or json_transport.session_manager is managers[1]
         finally:
             asyncio.run(asm.state.db.dispose())
 
