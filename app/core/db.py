@@ -154,6 +154,13 @@ class Database:
         self.url = url
         self.engine = make_engine(url, settings)
         self.sessionmaker = session_factory(self.engine, settings)
+        # Sessions whose statements each commit on their own (no BEGIN / COMMIT round trips), for work of
+        # one statement. Not behind a transaction pooler: the statement timeout is set per transaction there.
+        self.autocommit: async_sessionmaker[AsyncSession] | None = None
+        if settings.database_pooler != "transaction":
+            self.autocommit = async_sessionmaker(
+                self.engine.execution_options(isolation_level="AUTOCOMMIT"), expire_on_commit=False, class_=AsyncSession
+            )
         # Each `--workers` process keeps its own figures current: /metrics, answered by any one of them,
         # adds up all of theirs (app.core.metrics).
         event.listen(self.engine.sync_engine, "checkout", lambda *_: DB_POOL_CHECKED_OUT.inc())
@@ -161,12 +168,17 @@ class Database:
         DB_POOL_SIZE.set(self.pool_status()["size"])
 
     @asynccontextmanager
-    async def transaction(self) -> AsyncIterator[AsyncSession]:
+    async def transaction(self, one_statement: bool = False) -> AsyncIterator[AsyncSession]:
         """One unit of work: commits when the block succeeds, rolls back on any exception.
 
         The transaction begins with the first statement (so work done before any SQL, such as
-        embedding a query, holds no connection), and `release_reads` may end a read-only one early."""
-        async with self.sessionmaker() as session:
+        embedding a query, holds no connection), and `release_reads` may end a read-only one early.
+        With `one_statement` (work that runs a single statement) the session sends no BEGIN or COMMIT:
+        PostgreSQL runs the statement as a transaction of its own, with one snapshot, as it would
+        inside BEGIN / COMMIT, two round trips sooner. Not behind a transaction pooler (the statement
+        timeout is set per transaction there): then it is an ordinary transaction."""
+        factory = self.autocommit if one_statement and self.autocommit is not None else self.sessionmaker
+        async with factory() as session:
             try:
                 yield session
             except BaseException:
@@ -174,16 +186,19 @@ class Database:
                 raise
             await session.commit()
 
-    async def run(self, work: Callable[[AsyncSession], Awaitable[T]], *, retry: bool = True) -> T:
-        """`work(session)` in one transaction (see `transaction`). Unless `retry` is false (work with
-        effects outside the database), it runs again when it failed before its commit because its pooled
-        connection was dead (once, on a fresh connection), or because PostgreSQL broke a deadlock or a
-        serialization conflict by failing it (up to `CONFLICT_ATTEMPTS` times in all)."""
+    async def run(
+        self, work: Callable[[AsyncSession], Awaitable[T]], *, retry: bool = True, one_statement: bool = False
+    ) -> T:
+        """`work(session)` in one transaction (see `transaction`, and its `one_statement`). Unless
+        `retry` is false (work with effects outside the database), it runs again when it failed before
+        its commit because its pooled connection was dead (once, on a fresh connection), or because
+        PostgreSQL broke a deadlock or a serialization conflict by failing it (up to `CONFLICT_ATTEMPTS`
+        times in all)."""
         attempt = 1
         while True:
             committing = False
             try:
-                async with self.transaction() as session:
+                async with self.transaction(one_statement) as session:
                     out = await work(session)
                     committing = True
                 return out

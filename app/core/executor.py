@@ -241,7 +241,8 @@ class _Call:
                 if replica is not None:
                     ctx, result = await self.on_replica(replica)
                 else:
-                    ctx, result = await self.app.db.run(self.attempt, retry=retry)
+                    one = self.op.one_statement and not self.audited
+                    ctx, result = await self.app.db.run(self.attempt, retry=retry, one_statement=one)
             except BaseException:  # rolled back (failed or cancelled): record what the handler did outside
                 await run_rollback_steps(self.app, self.attempts)
                 raise
@@ -260,7 +261,7 @@ class _Call:
         that writes without saying so) is set aside and the call runs on the primary instead."""
         self.replica = replica
         try:
-            ctx, result = await replica.db.run(self.attempt)
+            ctx, result = await replica.db.run(self.attempt, one_statement=self.op.one_statement)
         except Exception as exc:
             wrote = isinstance(exc, DBAPIError) and sqlstate(exc) == "25006"
             if not (wrote or is_connection_error(exc) or is_conflict(exc)):

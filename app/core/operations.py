@@ -71,6 +71,7 @@ async def create_project(ctx: CallContext, args: CreateProjectIn) -> CreateProje
     path="/projects",
     method="GET",
     read_only=True,
+    one_statement=True,
 )
 async def list_projects(ctx: CallContext, args: ListProjectsIn) -> ListProjectsOut:
     """List projects by name, paginated (a project-bound key sees only its project)."""

@@ -113,6 +113,9 @@ class Operation:
     primary_only: bool = False
     # Errors this operation raises beyond those its declaration implies (see `error_classes`)
     errors: tuple[ErrorClass, ...] = ()
+    # A read-only operation whose handler runs one SQL statement: no BEGIN / COMMIT around it
+    # (`Database.run`'s `one_statement`; tests/unit/core/test_one_statement.py counts them)
+    one_statement: bool = False
 
     @property
     def tool(self) -> str:
@@ -240,6 +243,7 @@ class OperationSet:
         example: dict[str, Any] | None = None,
         primary_only: bool = False,
         errors: tuple[ErrorClass, ...] = (),
+        one_statement: bool = False,
     ) -> Callable[[Handler], Handler]:
         """Declare `handler` as an operation of this feature.
 
@@ -252,12 +256,16 @@ class OperationSet:
         `primary_only` keeps a read-only operation that writes as it reads off the read replicas
         (a write part that can run after the read uses `CallContext.write_after_read` instead).
         `errors` names the error classes the handler raises beyond those the declaration implies
-        (`Operation.error_classes`), e.g. `(NotFound,)` for an operation reading a named thing."""
+        (`Operation.error_classes`), e.g. `(NotFound,)` for an operation reading a named thing.
+        `one_statement` marks a read-only operation whose handler runs exactly one SQL statement: it
+        then runs without BEGIN and COMMIT, the statement being its own transaction and snapshot."""
         if not _NAME.fullmatch(name):
             raise ValueError(f"invalid operation name {name!r}")
         if mcp and not title:
             raise ValueError(f"operation {name} needs a title: clients show it for the tool")
         effective_scope: Scope = scope or ("read" if read_only else "write")
+        if one_statement and not read_only:
+            raise ValueError(f"operation {name}: only a read-only operation may run as one statement")
 
         def decorate(handler: Handler) -> Handler:
             self.operations.append(
@@ -284,6 +292,7 @@ class OperationSet:
                     example=example,
                     primary_only=primary_only,
                     errors=errors,
+                    one_statement=one_statement,
                 )
             )
             return handler

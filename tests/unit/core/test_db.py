@@ -67,6 +67,29 @@ async def test_a_transaction_commits_when_the_block_succeeds_and_rolls_back_othe
     assert set(db.pool_status()) == {"checked_out", "size"} and db.pool_status()["checked_out"] == 0
 
 
+async def test_work_of_one_statement_sends_no_begin_and_commit(db: Database) -> None:
+    """With `one_statement` each statement is a transaction of its own: two statements see two
+    clocks, which one transaction's `now()` never does; its write is committed all the same."""
+    clocks: list[list[object]] = []
+    for one in (False, True):
+        async with db.transaction(one_statement=one) as session:
+            first = await session.scalar(text("SELECT now()"))
+            await asyncio.sleep(0.01)
+            clocks.append([first, await session.scalar(text("SELECT now()"))])
+    assert clocks[0][0] == clocks[0][1] and clocks[1][0] != clocks[1][1]
+    await db.run(lambda s: s.execute(text("INSERT INTO notes VALUES (40, 'alone')")), one_statement=True)
+    assert await _count(db) >= 1
+    pooled = Database(db.url, Settings(database_pooler="transaction", db_pool_size=1, db_max_overflow=0))
+    try:
+        assert pooled.autocommit is None  # behind a transaction pooler: ordinary transactions
+        async with pooled.transaction(one_statement=True) as session:
+            first = await session.scalar(text("SELECT now()"))
+            await asyncio.sleep(0.01)
+            assert await session.scalar(text("SELECT now()")) == first
+    finally:
+        await pooled.dispose()
+
+
 async def test_errors_are_told_apart_by_their_sqlstate(db: Database) -> None:
     zero = await _failure(db, "SELECT 1 / 0")
     assert sqlstate(zero) == "22012"

@@ -11,6 +11,7 @@ from typing import TypeVar
 
 import pytest
 from pydantic import BaseModel
+from sqlalchemy import Connection, event
 
 from app import __version__
 from app.core import operations
@@ -20,6 +21,7 @@ from app.core.db import Database
 from app.core.embeddings.local import LocalOnnxEmbedder
 from app.core.embeddings.queue import EmbeddingQueue
 from app.core.errors import Forbidden
+from app.core.executor import run_operation
 from app.core.models import AuditEntry
 from app.core.registry import Registry
 from app.core.repository import AuditRepository
@@ -84,6 +86,32 @@ async def test_projects_are_paged_with_their_next_offset(state: AppState) -> Non
         assert [p.name for p in first.projects] == ["a", "b"] and first.total == 3 and first.next_offset == 2
         last = await reply(ListProjectsOut, operations.list_projects(ctx, ListProjectsIn(limit=2, offset=2)))
         assert [p.name for p in last.projects] == ["c"] and last.next_offset is None
+
+
+async def test_an_operation_of_one_statement_runs_one_statement_and_commits_it_alone(state: AppState) -> None:
+    """`one_statement` operations (list_projects) run exactly one statement, through the executor, on
+    a connection that sends no BEGIN / COMMIT around it; a second statement would read another
+    snapshot, so this count is what makes the declaration safe."""
+    seen: list[tuple[str, object]] = []
+
+    def record(conn: Connection, _cursor: object, statement: str, *_: object) -> None:
+        seen.append((statement, conn.get_execution_options().get("isolation_level")))
+
+    ones = [op for op in state.registry.operations if op.one_statement]
+    assert [op.name for op in ones] == ["list_projects"]
+    event.listen(state.db.engine.sync_engine, "before_cursor_execute", record)
+    try:
+        for op in ones:
+            for principal in (ADMIN, BOUND):
+                seen.clear()
+                await run_operation(state, op, {}, principal, transport="test", request_id="t")
+                assert len(seen) == 1 and seen[0][1] == "AUTOCOMMIT", (op.name, seen)
+        seen.clear()  # an operation without the declaration: an ordinary transaction
+        made = next(op for op in state.registry.operations if op.name == "create_project")
+        await run_operation(state, made, {"name": "one-statement-check"}, ADMIN, transport="test", request_id="t")
+        assert seen and all(level != "AUTOCOMMIT" for _, level in seen)
+    finally:
+        event.remove(state.db.engine.sync_engine, "before_cursor_execute", record)
 
 
 async def test_the_audit_log_is_paged_and_kept_to_a_bound_keys_project(state: AppState) -> None:

@@ -78,6 +78,8 @@ def test_invalid_names_and_missing_docstrings_are_refused() -> None:
         ops.operation(name="bad name", input=Empty, output=Out, path="/x")
     with pytest.raises(ValueError, match="needs a title"):
         ops.operation(name="untitled", input=Empty, output=Out, path="/x")
+    with pytest.raises(ValueError, match="only a read-only operation may run as one statement"):
+        ops.operation(name="writes", input=Empty, output=Out, path="/x", title="Writes", one_statement=True)
 
     async def undocumented(ctx: CallContext, args: Empty) -> Out:
         return Out()
