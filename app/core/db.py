@@ -8,14 +8,16 @@ import random
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from pgvector import SparseVector, Vector
-from sqlalchemy import Connection, MetaData, event, text
+from sqlalchemy import Connection, Dialect, MetaData, TextClause, event, text
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
 from sqlalchemy.orm import DeclarativeBase, Session
+from sqlalchemy.pool import PoolProxiedConnection
+from sqlalchemy.util import greenlet_spawn
 
 from app.core.config import Settings
 from app.core.errors import Unavailable
@@ -147,6 +149,118 @@ async def register_vector_codec(connection: Any) -> None:
         )
 
 
+# Compiled forms of text statements kept per `Database` (cleared when full: the statements are the code's own)
+POSITIONAL_KEPT = 4096
+
+
+class DriverResult:
+    """The rows of one statement run by a `DriverSession`, read as repositories read a SQLAlchemy
+    result: `mappings().all()` / `.first()`, `all()`, `first()`, `scalar()`, `scalars().all()`. The rows
+    are the driver's records: by column name (`row["name"]`, `row.get`, `**row`, `dict(row)`) and by
+    position."""
+
+    __slots__ = ("_rows",)
+
+    def __init__(self, rows: list[Any]) -> None:
+        self._rows = rows
+
+    def mappings(self) -> DriverResult:
+        """The rows by column name (the records are both)."""
+        return self
+
+    def all(self) -> list[Any]:
+        """Every row."""
+        return self._rows
+
+    def first(self) -> Any:
+        """The first row, or None."""
+        return self._rows[0] if self._rows else None
+
+    def scalar(self) -> Any:
+        """The first column of the first row, or None."""
+        return self._rows[0][0] if self._rows else None
+
+    def scalars(self) -> DriverResult:
+        """The first column of every row."""
+        return DriverResult([row[0] for row in self._rows])
+
+
+class DriverSession:
+    """Work of one statement on a pooled connection's driver (asyncpg) itself, without SQLAlchemy's
+    session, connection and result objects around it: their CPU was most of a trivial call's database
+    work. Only text statements with `:name` parameters run here (a repository's plain SQL), compiled
+    once to the driver's `$n` form by SQLAlchemy's own dialect. Nothing begins a transaction: PostgreSQL
+    runs each statement as one of its own.
+
+    A failing statement comes out as SQLAlchemy's `DBAPIError` around the driver's error, as through a
+    session, so callers map it alike (SQLSTATE, outage); a connection found dead, or left mid-statement
+    by a cancellation, is invalidated rather than pooled again, and the error says so
+    (`connection_invalidated`: `Database.run` retries once on a fresh connection)."""
+
+    def __init__(
+        self, raw: PoolProxiedConnection, dialect: Dialect, positional: dict[str, tuple[str, tuple[str, ...]]]
+    ) -> None:
+        self.raw = raw
+        self.driver: Any = raw.driver_connection
+        self.dialect = dialect
+        self.positional = positional
+        self.broken = False
+
+    def _compiled(self, statement: TextClause) -> tuple[str, tuple[str, ...]]:
+        found = self.positional.get(statement.text)
+        if found is None:
+            compiled = statement.compile(dialect=self.dialect)
+            if any(bind.expanding for bind in compiled.binds.values()):
+                raise TypeError("a DriverSession runs no statement with an expanding parameter")
+            found = (compiled.string, tuple(compiled.positiontup or ()))
+            if len(self.positional) >= POSITIONAL_KEPT:
+                self.positional.clear()
+            self.positional[statement.text] = found
+        return found
+
+    async def execute(self, statement: Any, params: Any = None) -> DriverResult:
+        """Run a text statement with its named parameters (a mapping) and return its rows.
+
+        Raises:
+            TypeError: `statement` is not a text statement, or `params` a list of parameter sets.
+            DBAPIError: the statement failed (`orig`: the driver's error).
+        """
+        if not isinstance(statement, TextClause) or not (params is None or isinstance(params, dict)):
+            raise TypeError("a DriverSession runs one text statement with one mapping of parameters")
+        sql, names = self._compiled(statement)
+        try:
+            rows = await self.driver.fetch(sql, *[(params or {})[name] for name in names])
+        except BaseException as exc:
+            dead = not isinstance(exc, Exception) or _connection_lost(exc)
+            self.broken = self.broken or dead
+            if isinstance(exc, Exception):
+                raise DBAPIError(sql, params, exc, connection_invalidated=dead) from exc
+            raise
+        return DriverResult(rows)
+
+    async def scalar(self, statement: Any, params: Any = None) -> Any:
+        """The first column of the first row of a text statement, or None (as `AsyncSession.scalar`)."""
+        return (await self.execute(statement, params)).scalar()
+
+    async def close(self) -> None:
+        """Give the connection back to the pool, or drop it when it was found dead or interrupted."""
+        if self.broken:
+            await greenlet_spawn(self.raw.invalidate)
+        else:
+            await greenlet_spawn(self.raw.close)
+
+
+def _connection_lost(exc: BaseException) -> bool:
+    """Whether the driver's error means the connection itself failed (closed, reset, refused, the
+    server shutting down, or the driver's own state broken, as when the server ended the session while
+    it was idle) rather than the statement."""
+    if isinstance(exc, OSError):
+        return True
+    code = str(getattr(exc, "sqlstate", "") or "")
+    name = type(exc).__name__
+    return code.startswith(("08", "57P")) or name in _CONNECTION_ERRORS or name == "InternalClientError"
+
+
 class Database:
     """Owns the engine and hands out sessions; one per process."""
 
@@ -154,13 +268,10 @@ class Database:
         self.url = url
         self.engine = make_engine(url, settings)
         self.sessionmaker = session_factory(self.engine, settings)
-        # Sessions whose statements each commit on their own (no BEGIN / COMMIT round trips), for work of
-        # one statement. Not behind a transaction pooler: the statement timeout is set per transaction there.
-        self.autocommit: async_sessionmaker[AsyncSession] | None = None
-        if settings.database_pooler != "transaction":
-            self.autocommit = async_sessionmaker(
-                self.engine.execution_options(isolation_level="AUTOCOMMIT"), expire_on_commit=False, class_=AsyncSession
-            )
+        # Work of one statement runs on the driver (`DriverSession`); not behind a transaction pooler,
+        # where the statement timeout is set per transaction.
+        self.driver_reads = settings.database_pooler != "transaction"
+        self._positional: dict[str, tuple[str, tuple[str, ...]]] = {}
         # Each `--workers` process keeps its own figures current: /metrics, answered by any one of them,
         # adds up all of theirs (app.core.metrics).
         event.listen(self.engine.sync_engine, "checkout", lambda *_: DB_POOL_CHECKED_OUT.inc())
@@ -173,12 +284,20 @@ class Database:
 
         The transaction begins with the first statement (so work done before any SQL, such as
         embedding a query, holds no connection), and `release_reads` may end a read-only one early.
-        With `one_statement` (work that runs a single statement) the session sends no BEGIN or COMMIT:
-        PostgreSQL runs the statement as a transaction of its own, with one snapshot, as it would
-        inside BEGIN / COMMIT, two round trips sooner. Not behind a transaction pooler (the statement
-        timeout is set per transaction there): then it is an ordinary transaction."""
-        factory = self.autocommit if one_statement and self.autocommit is not None else self.sessionmaker
-        async with factory() as session:
+        With `one_statement` (work that runs a single text statement) the block gets a `DriverSession`
+        instead: the statement runs on a pooled connection's driver itself, with no BEGIN or COMMIT
+        (PostgreSQL runs it as a transaction of its own, with one snapshot, as it would inside BEGIN /
+        COMMIT). Not behind a transaction pooler (the statement timeout is set per transaction there):
+        then it is an ordinary transaction."""
+        if one_statement and self.driver_reads:
+            driver = DriverSession(await self.engine.raw_connection(), self.engine.dialect, self._positional)
+            try:
+                # A stand-in that runs `execute` of text statements only: what a repository's plain SQL needs.
+                yield cast(AsyncSession, driver)
+            finally:
+                await driver.close()
+            return
+        async with self.sessionmaker() as session:
             try:
                 yield session
             except BaseException:
@@ -259,7 +378,7 @@ def sqlstate(exc: DBAPIError) -> str:
         code = getattr(candidate, "sqlstate", None) or getattr(candidate, "pgcode", None)
         if code:
             return str(code)
-    return "22000" if type(_driver_errors(exc)[1]).__name__ == "DataError" else ""
+    return "22000" if any(type(c).__name__ == "DataError" for c in _driver_errors(exc)) else ""
 
 
 # Runs of a call's transaction when PostgreSQL fails it to break a deadlock or a serialization conflict.

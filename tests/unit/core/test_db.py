@@ -20,6 +20,7 @@ from app.core.config import Settings
 from app.core.db import (
     CONFLICT_ATTEMPTS,
     Database,
+    DriverSession,
     connection_budget,
     encode_vector,
     engine_options,
@@ -67,27 +68,50 @@ async def test_a_transaction_commits_when_the_block_succeeds_and_rolls_back_othe
     assert set(db.pool_status()) == {"checked_out", "size"} and db.pool_status()["checked_out"] == 0
 
 
-async def test_work_of_one_statement_sends_no_begin_and_commit(db: Database) -> None:
-    """With `one_statement` each statement is a transaction of its own: two statements see two
-    clocks, which one transaction's `now()` never does; its write is committed all the same."""
+async def test_work_of_one_statement_runs_on_the_driver_without_begin_and_commit(db: Database) -> None:
+    """With `one_statement` the block gets a `DriverSession`: each statement is a transaction of its
+    own (two statements see two clocks, which one transaction's `now()` never does), named parameters
+    bind by name however often they appear, rows read by name and position, and a write commits."""
     clocks: list[list[object]] = []
     for one in (False, True):
         async with db.transaction(one_statement=one) as session:
+            assert isinstance(session, DriverSession) == one
             first = await session.scalar(text("SELECT now()"))
             await asyncio.sleep(0.01)
             clocks.append([first, await session.scalar(text("SELECT now()"))])
     assert clocks[0][0] == clocks[0][1] and clocks[1][0] != clocks[1][1]
+    async with db.transaction(one_statement=True) as session:
+        sql = text("SELECT CAST(:a AS int) + CAST(:a AS int) AS twice, CAST(:b AS text) AS b, CAST(:n AS text) AS n")
+        result = await session.execute(sql, {"b": "x", "a": 4, "n": None})
+        [row] = result.mappings().all()
+        assert (row["twice"], row["b"], row["n"]) == (8, "x", None) and result.all()[0][0] == 8
+        assert dict(row) == {"twice": 8, "b": "x", "n": None}
+        assert (await session.execute(text("SELECT generate_series(1, 3)"))).scalars().all() == [1, 2, 3]
+        assert (await session.execute(text("SELECT 1 WHERE false"))).first() is None
+        with pytest.raises(TypeError):
+            await session.execute(text("SELECT 1"), [{"a": 1}])
     await db.run(lambda s: s.execute(text("INSERT INTO notes VALUES (40, 'alone')")), one_statement=True)
     assert await _count(db) >= 1
+    assert db.pool_status()["checked_out"] == 0
     pooled = Database(db.url, Settings(database_pooler="transaction", db_pool_size=1, db_max_overflow=0))
     try:
-        assert pooled.autocommit is None  # behind a transaction pooler: ordinary transactions
+        assert not pooled.driver_reads  # behind a transaction pooler: ordinary transactions
         async with pooled.transaction(one_statement=True) as session:
-            first = await session.scalar(text("SELECT now()"))
-            await asyncio.sleep(0.01)
-            assert await session.scalar(text("SELECT now()")) == first
+            assert not isinstance(session, DriverSession)
     finally:
         await pooled.dispose()
+
+
+async def test_a_driver_statements_error_is_mapped_as_a_sessions(db: Database) -> None:
+    with pytest.raises(DBAPIError) as caught:
+        async with db.transaction(one_statement=True) as session:
+            await session.execute(text("SELECT 1 / 0"))
+    assert sqlstate(caught.value) == "22012" and not is_dead_connection(caught.value)
+    with pytest.raises(DBAPIError) as caught:
+        async with db.transaction(one_statement=True) as session:
+            await session.execute(text("SELECT CAST(:n AS int)"), {"n": "not a number"})
+    assert sqlstate(caught.value) == "22000" and not is_connection_error(caught.value)
+    assert db.pool_status()["checked_out"] == 0 and await _count(db) >= 0  # the connections went back
 
 
 async def test_errors_are_told_apart_by_their_sqlstate(db: Database) -> None:
@@ -163,11 +187,14 @@ async def test_run_retries_a_transaction_postgresql_failed_to_break_a_conflict(d
     assert once == [1]
 
 
-async def test_run_retries_once_on_a_fresh_connection_when_the_pooled_one_died(db: Database) -> None:
+@pytest.mark.parametrize("one_statement", [False, True])
+async def test_run_retries_once_on_a_fresh_connection_when_the_pooled_one_died(
+    db: Database, one_statement: bool
+) -> None:
     async def backend(session: AsyncSession) -> int:
         return int(await session.scalar(text("SELECT pg_backend_pid()")) or 0)
 
-    first = await db.run(backend)  # the pool keeps this connection
+    first = await db.run(backend, one_statement=one_statement)  # the pool keeps this connection
     other = await asyncpg.connect(db.url.replace("+asyncpg", ""))
     try:  # another client ends the pooled connection's backend, as a restart would
         assert await other.fetchval("SELECT pg_terminate_backend($1)", first)
@@ -182,7 +209,7 @@ async def test_run_retries_once_on_a_fresh_connection_when_the_pooled_one_died(d
             errors.append(exc)
             raise
 
-    second = await db.run(observed)
+    second = await db.run(observed, one_statement=one_statement)
     assert second != first
     [dead] = errors  # the first try met the dead connection; the retry ran on a fresh one
     assert is_dead_connection(dead) and is_connection_error(dead)

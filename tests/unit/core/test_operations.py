@@ -7,17 +7,17 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable
 from contextlib import asynccontextmanager
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import pytest
 from pydantic import BaseModel
-from sqlalchemy import Connection, event
+from sqlalchemy import event
 
 from app import __version__
 from app.core import operations
 from app.core.config import Settings
 from app.core.context import AppState, CallContext, Principal
-from app.core.db import Database
+from app.core.db import Database, DriverSession
 from app.core.embeddings.local import LocalOnnxEmbedder
 from app.core.embeddings.queue import EmbeddingQueue
 from app.core.errors import Forbidden
@@ -88,28 +88,38 @@ async def test_projects_are_paged_with_their_next_offset(state: AppState) -> Non
         assert [p.name for p in last.projects] == ["c"] and last.next_offset is None
 
 
-async def test_an_operation_of_one_statement_runs_one_statement_and_commits_it_alone(state: AppState) -> None:
+async def test_an_operation_of_one_statement_runs_one_statement_on_the_driver(
+    state: AppState, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """`one_statement` operations (list_projects) run exactly one statement, through the executor, on
-    a connection that sends no BEGIN / COMMIT around it; a second statement would read another
-    snapshot, so this count is what makes the declaration safe."""
-    seen: list[tuple[str, object]] = []
+    the driver (`DriverSession`: no BEGIN / COMMIT, no SQLAlchemy statement); a second statement would
+    read another snapshot, so this count is what makes the declaration safe."""
+    on_driver: list[str] = []
+    through_sqlalchemy: list[str] = []
+    run_on_driver = DriverSession.execute
 
-    def record(conn: Connection, _cursor: object, statement: str, *_: object) -> None:
-        seen.append((statement, conn.get_execution_options().get("isolation_level")))
+    async def counted(self: DriverSession, statement: Any, params: Any = None) -> Any:
+        on_driver.append(str(statement))
+        return await run_on_driver(self, statement, params)
 
+    def record(_conn: object, _cursor: object, statement: str, *_: object) -> None:
+        through_sqlalchemy.append(statement)
+
+    monkeypatch.setattr(DriverSession, "execute", counted)
     ones = [op for op in state.registry.operations if op.one_statement]
     assert [op.name for op in ones] == ["list_projects"]
     event.listen(state.db.engine.sync_engine, "before_cursor_execute", record)
     try:
         for op in ones:
             for principal in (ADMIN, BOUND):
-                seen.clear()
-                await run_operation(state, op, {}, principal, transport="test", request_id="t")
-                assert len(seen) == 1 and seen[0][1] == "AUTOCOMMIT", (op.name, seen)
-        seen.clear()  # an operation without the declaration: an ordinary transaction
+                on_driver.clear()
+                out = await run_operation(state, op, {}, principal, transport="test", request_id="t")
+                assert isinstance(out, op.output_model)
+                assert len(on_driver) == 1 and through_sqlalchemy == [], (op.name, on_driver, through_sqlalchemy)
+        on_driver.clear()  # an operation without the declaration: an ordinary transaction
         made = next(op for op in state.registry.operations if op.name == "create_project")
         await run_operation(state, made, {"name": "one-statement-check"}, ADMIN, transport="test", request_id="t")
-        assert seen and all(level != "AUTOCOMMIT" for _, level in seen)
+        assert through_sqlalchemy and on_driver == []
     finally:
         event.remove(state.db.engine.sync_engine, "before_cursor_execute", record)
 
