@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar, cast
 
+import anyio
 from pgvector import SparseVector, Vector
 from sqlalchemy import Connection, Dialect, MetaData, TextClause, event, text
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
@@ -243,11 +244,10 @@ class DriverSession:
         return (await self.execute(statement, params)).scalar()
 
     async def close(self) -> None:
-        """Give the connection back to the pool, or drop it when it was found dead or interrupted."""
-        if self.broken:
-            await greenlet_spawn(self.raw.invalidate)
-        else:
-            await greenlet_spawn(self.raw.close)
+        """Give the connection back to the pool, or drop it when it was found dead or interrupted; to
+        the end even while the call is being cancelled (the pool would lose the connection)."""
+        with anyio.CancelScope(shield=True):
+            await greenlet_spawn(self.raw.invalidate if self.broken else self.raw.close)
 
 
 def _connection_lost(exc: BaseException) -> bool:

@@ -32,6 +32,7 @@ from app.core.db import (
     sqlstate,
 )
 from tests.support.server import PgCluster
+from tests.support.waiting import eventually
 
 
 @pytest.fixture
@@ -112,6 +113,29 @@ async def test_a_driver_statements_error_is_mapped_as_a_sessions(db: Database) -
             await session.execute(text("SELECT CAST(:n AS int)"), {"n": "not a number"})
     assert sqlstate(caught.value) == "22000" and not is_connection_error(caught.value)
     assert db.pool_status()["checked_out"] == 0 and await _count(db) >= 0  # the connections went back
+
+
+async def test_a_cancelled_driver_statement_drops_its_connection_and_the_pool_goes_on(db: Database) -> None:
+    async def sleeper(session: AsyncSession) -> None:
+        await session.execute(text("SELECT pg_sleep(30)"))
+
+    task = asyncio.ensure_future(db.run(sleeper, one_statement=True))
+    probe = await asyncpg.connect(db.url.replace("+asyncpg", ""))
+    try:
+
+        async def sleeping() -> bool:
+            return bool(
+                await probe.fetchval("SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'SELECT pg_sleep%'")
+            )
+
+        await eventually(sleeping, timeout=10)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert db.pool_status()["checked_out"] == 0  # dropped (invalidated), not kept mid-statement
+        assert await db.run(lambda s: s.scalar(text("SELECT 41 + 1")), one_statement=True) == 42
+    finally:
+        await probe.close()
 
 
 async def test_errors_are_told_apart_by_their_sqlstate(db: Database) -> None:
