@@ -148,6 +148,24 @@ def test_a_database_left_with_objects_is_discarded(cfg: databases.EngineConfig) 
     assert tables == (0,) and POOL.opened == opened + 1
 
 
+def test_a_deferred_check_runs_before_the_next_lease_however_soon_it_comes(
+    cfg: databases.EngineConfig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A worker process defers the check (`worker.serve` runs it once it has answered): a lease that comes
+    # first runs it, and a leftover never reaches that call.
+    monkeypatch.setattr(POOL, "defer_checks", True)
+    databases.run_locked(cfg, [], lambda con: None)
+    opened = POOL.opened
+    databases.run_locked(cfg, [], lambda con: None)
+    assert POOL.opened == opened  # checked as this call leased it, and reused
+    databases.run_locked(cfg, [], lambda con: con.execute("CREATE TABLE main.kept AS SELECT 1 AS v"))
+    tables = databases.run_locked(cfg, [], lambda con: con.execute("SELECT count(*) FROM duckdb_tables()").fetchone())
+    assert tables == (0,) and POOL.opened == opened + 1  # the one left with a table was closed, unused
+    databases.run_locked(cfg, [], lambda con: None)
+    POOL.settle()  # what an idle worker does
+    assert POOL.idle(cfg.lockdown()) == 1 and POOL.opened == opened + 1  # a clean one goes back
+
+
 def test_a_timed_out_call_does_not_give_its_database_back(cfg: databases.EngineConfig) -> None:
     databases.run_locked(cfg, [], lambda con: None)
     assert POOL.idle(cfg.lockdown()) == 1
