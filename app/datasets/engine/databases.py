@@ -8,13 +8,16 @@ A locked database (`open_locked`) is an in-memory DuckDB locked down before anyt
 (see `sandbox` for the whole safety model). Databases are pooled per `Lockdown` (`ConnectionPool`): a
 call leases one (`Lease`) and works on a fresh connection to it, so connection state (temporary
 objects, prepared statements, variables, a pending interrupt) ends with the call; the views the call
-made are dropped. The database goes back to the pool only when the call ended normally or with an
-error about its statement (`STATEMENT_ERRORS`) and the reset left no table, view, sequence or
-attached database behind; otherwise (the watchdog fired, an interrupt, out of memory, an internal or
-unexpected error) it is closed."""
+made (and the tables of small CSV files parsed once per version, `HELD_CSV_BYTES`) stay for a later
+call that names the same files, and go when a call does not. The database goes back to the pool
+only when the call ended normally or with an error about its statement (`STATEMENT_ERRORS`) and the
+reset left no table, view, sequence or attached database behind but the pool's own; otherwise (the
+watchdog fired, an interrupt, out of memory, an internal or unexpected error) it is closed."""
 
 from __future__ import annotations
 
+import hashlib
+import os
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
@@ -132,7 +135,8 @@ STATEMENT_ERRORS: tuple[type[BaseException], ...] = (
 )
 
 # A pooled database goes back only when this lists the names of the views the pool made in it and
-# nothing else: no table or sequence ('' rows), no database attached beyond the built-in ones (the
+# nothing else: no table ('' rows) but the pool's own of parsed files (`HELD_CSV_BYTES`), no sequence,
+# no database attached beyond the built-in ones (the
 # configuration itself is locked). A view's definition is not read back (rendering it costs more than
 # the rest): calls cannot replace a view (check_sql passes no DDL).
 _LEFTOVERS = (
@@ -160,11 +164,13 @@ class Lease:
             raise
         self.reusable = True
 
-    def use_views(self, wanted: dict[str, tuple[str, str]]) -> None:
-        """Make the database hold exactly the views `wanted`: name -> (body, stamp). A view left by an
-        earlier call is kept when its body and stamp (what its files were then: size and modification
-        time) are the same, replaced when not, and dropped when this call does not name it."""
+    def use_views(self, wanted: dict[str, tuple[str, str]], tables: dict[str, tuple[str, str]] | None = None) -> None:
+        """Make the database hold exactly the views `wanted` and the tables `tables` (the files views
+        read once parsed, see `HELD_CSV_BYTES`): name -> (body, stamp). One left by an earlier call is
+        kept when its body and stamp (what its files were then) are the same, replaced when not, and
+        dropped when this call does not name it."""
         pooled = self._pooled
+        held = tables or {}
         changed = False
         # Each record changes only once its statement succeeded: a view that failed to change is still
         # the old one, recorded as such, and dropped by the next call that does not name it.
@@ -172,6 +178,17 @@ class Lease:
             changed = True
             self.con.execute(f"DROP VIEW IF EXISTS {ident(name)}")
             del pooled.views[name]
+        for name in [n for n in pooled.tables if n not in held]:
+            changed = True
+            self.con.execute(f"DROP TABLE IF EXISTS {ident(name)}")
+            del pooled.tables[name]
+        for name, spec in held.items():
+            if pooled.tables.get(name) == spec:
+                continue
+            changed = True
+            pooled.tables.pop(name, None)
+            self.con.execute(f"CREATE OR REPLACE TABLE {ident(name)} AS {spec[0]}")
+            pooled.tables[name] = spec
         for name, spec in wanted.items():
             if pooled.views.get(name) == spec:
                 continue
@@ -216,11 +233,12 @@ def _catalog(db: duckdb.DuckDBPyConnection) -> list[str]:
 
 @dataclass
 class _Pooled:
-    """A locked database, the views it holds (name -> (body, stamp)) and its catalog as `_catalog`
-    read it after they were made."""
+    """A locked database, the views and the tables of parsed files it holds (name -> (body, stamp))
+    and its catalog as `_catalog` read it after they were made."""
 
     db: duckdb.DuckDBPyConnection
     views: dict[str, tuple[str, str]] = field(default_factory=dict)
+    tables: dict[str, tuple[str, str]] = field(default_factory=dict)
     catalog: list[str] = field(default_factory=list)
 
 
@@ -301,17 +319,58 @@ def _columns_of(con: duckdb.DuckDBPyConnection, sources: list[Source]) -> list[s
     return names
 
 
+# A single CSV file of at most this many bytes is parsed once per version into a table of the pooled
+# database, which its views read: parsing it again was most of a small query's cost. A version is the
+# file's size, modification time and a digest of its bytes (a file rewritten within one tick of the
+# filesystem's clock, at the same size, is a new version too).
+HELD_CSV_BYTES = 1024 * 1024
+
+
+def _held_csv(src: Source, body: str) -> tuple[str, str] | None:
+    """The table (name, stamp) that holds the parsed rows of `src` (view body `body`) when it is one
+    small uncompressed CSV file; None otherwise (its views read the file)."""
+    if src.fmt != "csv" or len(src.files) != 1 or src.pattern != str(src.files[0]):
+        return None
+    path = src.files[0]
+    if path.name.lower().endswith((".gz", ".zst")):
+        return None
+    try:
+        with path.open("rb") as fh:
+            st = os.fstat(fh.fileno())
+            if st.st_size > HELD_CSV_BYTES:
+                return None
+            data = fh.read(HELD_CSV_BYTES + 1)
+    except OSError:
+        return None  # the view's own statement reports it
+    digest = hashlib.blake2b(data, digest_size=16).hexdigest()
+    name = "_cairn_file_" + hashlib.blake2b(body.encode(), digest_size=8).hexdigest()
+    return name, f"{len(data)}:{st.st_mtime_ns}:{digest}"
+
+
 def _create_views(
     lease: Lease, sources: list[Source], result_views: dict[str, Path], sample_size: int | None = None
 ) -> None:
     # A view is made again when its files changed (it keeps the column types it was made with).
-    wanted = {
-        src.name: (f"SELECT * FROM {src.bound_sql(lease.con, sample_size)}", str(fingerprint(src.files)))
-        for src in sources
-    }
+    wanted: dict[str, tuple[str, str]] = {}
+    plain: dict[str, tuple[str, str]] = {}
+    tables: dict[str, tuple[str, str]] = {}
+    for src in sources:
+        body = f"SELECT * FROM {src.bound_sql(lease.con, sample_size)}"
+        plain[src.name] = wanted[src.name] = (body, str(fingerprint(src.files)))
+        held = _held_csv(src, body)
+        if held is not None:
+            tables[held[0]] = (body, held[1])
+            wanted[src.name] = (f"SELECT * FROM {ident(held[0])}", held[1])
     for name, path in result_views.items():
-        wanted[name] = (f"SELECT * FROM read_parquet({lit(str(path))})", str(fingerprint([path])))
-    lease.use_views(wanted)
+        plain[name] = wanted[name] = (f"SELECT * FROM read_parquet({lit(str(path))})", str(fingerprint([path])))
+    try:
+        lease.use_views(wanted, tables)
+    except STATEMENT_ERRORS:
+        if not tables:
+            raise
+        # A file that does not parse whole: each query reads it, and its error is the query's, as it
+        # would be for a larger file.
+        lease.use_views(plain)
 
 
 _slots: dict[int, threading.BoundedSemaphore] = {}

@@ -3,6 +3,7 @@ opened in, a call's objects do not reach the next call, and the lockdown holds o
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
@@ -58,6 +59,52 @@ def test_a_view_is_kept_for_the_next_call_and_made_again_when_its_file_changes(c
     assert again[0] != first[0] and again[1] == ["x", "y2"]  # made again over the file as it is now
 
 
+def held_tables(con: duckdb.DuckDBPyConnection) -> list[tuple[str, int]]:
+    found = con.execute("SELECT table_name, table_oid FROM duckdb_tables() WHERE NOT temporary ORDER BY 1")
+    return [(str(r[0]), int(r[1])) for r in found.fetchall()]
+
+
+def test_a_small_csv_is_parsed_once_per_version_and_a_rewrite_stat_cannot_tell_is_parsed_again(
+    cfg: databases.EngineConfig,
+) -> None:
+    def rows_and_tables(con: duckdb.DuckDBPyConnection) -> tuple[list[tuple[object, ...]], list[tuple[str, int]]]:
+        return con.execute("SELECT * FROM a ORDER BY x").fetchall(), held_tables(con)
+
+    opened = POOL.opened
+    rows, tables = databases.run_locked(cfg, [source(cfg), source(cfg, "data")], rows_and_tables)
+    assert rows == [(1, "one"), (2, "two"), (3, "three")]
+    assert len(tables) == 1 and tables[0][0].startswith("_cairn_file_")  # both views read one table
+    assert databases.run_locked(cfg, [source(cfg)], rows_and_tables) == (rows, tables)  # kept, not parsed again
+    path = cfg.roots[0] / "a.csv"
+    st = path.stat()
+    path.write_text(path.read_text().replace("one", "uno"))  # the same size...
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))  # ...and the same modification time
+    assert path.stat().st_size == st.st_size and path.stat().st_mtime_ns == st.st_mtime_ns
+    rows, again = databases.run_locked(cfg, [source(cfg)], rows_and_tables)
+    assert rows[0] == (1, "uno") and again != tables  # the digest told: parsed again
+    assert databases.run_locked(cfg, [], held_tables) == []  # a call that reads no file finds none
+    assert POOL.opened == opened + 1  # one database, given back with its tables after each call
+
+
+def test_a_larger_or_unparsable_csv_is_read_by_each_query(
+    cfg: databases.EngineConfig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(databases, "HELD_CSV_BYTES", 10)
+    count = databases.run_locked(
+        cfg, [source(cfg)], lambda con: (con.execute("SELECT count(*) FROM a").fetchone(), held_tables(con))
+    )
+    assert count == ((3,), [])
+    monkeypatch.undo()
+    bad = cfg.roots[0] / "bad.csv"
+    bad.write_text("x,y\n" + "".join(f"{i},{i}\n" for i in range(30000)) + "oops,1\n")
+    src = sources.make_source("b", str(bad), [bad])
+    # Past the sniffer's sample a value does not fit its column: the table cannot be made, the view
+    # reads the file, and the error is the query's, as for a larger file.
+    with pytest.raises(CairnError):
+        databases.run_locked(cfg, [src], lambda con: con.execute("SELECT sum(x) FROM b").fetchall())
+    assert databases.run_locked(cfg, [src], lambda con: con.execute("SELECT count(y) FROM b").fetchone()) == (30001,)
+
+
 def test_a_view_that_failed_to_change_is_not_left_for_the_next_call(cfg: databases.EngineConfig) -> None:
     databases.run_locked(cfg, [source(cfg)], lambda con: con.execute("SELECT count(*) FROM a").fetchall())
     missing = cfg.roots[0] / "gone.csv"
@@ -99,6 +146,24 @@ def test_a_database_left_with_objects_is_discarded(cfg: databases.EngineConfig) 
     assert POOL.idle(cfg.lockdown()) == 0
     tables = databases.run_locked(cfg, [], lambda con: con.execute("SELECT count(*) FROM duckdb_tables()").fetchone())
     assert tables == (0,) and POOL.opened == opened + 1
+
+
+def test_a_deferred_check_runs_before_the_next_lease_however_soon_it_comes(
+    cfg: databases.EngineConfig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A worker process defers the check (`worker.serve` runs it once it has answered): a lease that comes
+    # first runs it, and a leftover never reaches that call.
+    monkeypatch.setattr(POOL, "defer_checks", True)
+    databases.run_locked(cfg, [], lambda con: None)
+    opened = POOL.opened
+    databases.run_locked(cfg, [], lambda con: None)
+    assert POOL.opened == opened  # checked as this call leased it, and reused
+    databases.run_locked(cfg, [], lambda con: con.execute("CREATE TABLE main.kept AS SELECT 1 AS v"))
+    tables = databases.run_locked(cfg, [], lambda con: con.execute("SELECT count(*) FROM duckdb_tables()").fetchone())
+    assert tables == (0,) and POOL.opened == opened + 1  # the one left with a table was closed, unused
+    databases.run_locked(cfg, [], lambda con: None)
+    POOL.settle()  # what an idle worker does
+    assert POOL.idle(cfg.lockdown()) == 1 and POOL.opened == opened + 1  # a clean one goes back
 
 
 def test_a_timed_out_call_does_not_give_its_database_back(cfg: databases.EngineConfig) -> None:
