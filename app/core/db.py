@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
 import uuid
@@ -187,10 +188,11 @@ class DriverResult:
 
 
 class DriverSession:
-    """Work of one statement on a pooled connection's driver (asyncpg) itself, without SQLAlchemy's
-    session, connection and result objects around it: their CPU was most of a trivial call's database
-    work. Only text statements with `:name` parameters run here (a repository's plain SQL), compiled
-    once to the driver's `$n` form by SQLAlchemy's own dialect. Nothing begins a transaction: PostgreSQL
+    """Plain SQL on a pooled connection's driver (asyncpg) itself, without SQLAlchemy's session,
+    connection and result objects around it: their CPU was most of a trivial call's database work.
+    Only text statements with `:name` parameters run here (a repository's plain SQL), compiled once to
+    the driver's `$n` form by SQLAlchemy's own dialect. Unless `transactional` (then the first statement
+    begins a transaction, which `close` commits or rolls back), nothing begins a transaction: PostgreSQL
     runs each statement as one of its own.
 
     A failing statement comes out as SQLAlchemy's `DBAPIError` around the driver's error, as through a
@@ -199,12 +201,18 @@ class DriverSession:
     (`connection_invalidated`: `Database.run` retries once on a fresh connection)."""
 
     def __init__(
-        self, raw: PoolProxiedConnection, dialect: Dialect, positional: dict[str, tuple[str, tuple[str, ...]]]
+        self,
+        raw: PoolProxiedConnection,
+        dialect: Dialect,
+        positional: dict[str, tuple[str, tuple[str, ...]]],
+        transactional: bool = False,
     ) -> None:
         self.raw = raw
         self.driver: Any = raw.driver_connection
         self.dialect = dialect
         self.positional = positional
+        self.transactional = transactional
+        self.began: Any = None  # the driver's transaction, once begun
         self.broken = False
 
     def _compiled(self, statement: TextClause) -> tuple[str, tuple[str, ...]]:
@@ -226,28 +234,64 @@ class DriverSession:
             TypeError: `statement` is not a text statement, or `params` a list of parameter sets.
             DBAPIError: the statement failed (`orig`: the driver's error).
         """
+        return DriverResult(await self._run(statement, params, counted=False))
+
+    async def rowcount(self, statement: Any, params: Any = None) -> int:
+        """Run a text statement that returns no rows (a write) and return how many rows it touched."""
+        status: str = await self._run(statement, params, counted=True)
+        last = status.rpartition(" ")[2]
+        return int(last) if last.isdigit() else 0
+
+    async def _run(self, statement: Any, params: Any, counted: bool) -> Any:
         if not isinstance(statement, TextClause) or not (params is None or isinstance(params, dict)):
             raise TypeError("a DriverSession runs one text statement with one mapping of parameters")
         sql, names = self._compiled(statement)
+        args = [(params or {})[name] for name in names]
         try:
-            rows = await self.driver.fetch(sql, *[(params or {})[name] for name in names])
+            if self.transactional and self.began is None:
+                began = self.driver.transaction()
+                await began.start()
+                self.began = began
+            # `execute` answers the command's status ("DELETE 3"); with arguments it is prepared and
+            # cached as `fetch` is.
+            return await (self.driver.execute(sql, *args) if counted and args else self.driver.fetch(sql, *args))
         except BaseException as exc:
-            dead = not isinstance(exc, Exception) or _connection_lost(exc)
-            self.broken = self.broken or dead
-            if isinstance(exc, Exception):
-                raise DBAPIError(sql, params, exc, connection_invalidated=dead) from exc
-            raise
-        return DriverResult(rows)
+            raise self._failed(sql, params, exc) from exc
+
+    def _failed(self, sql: str, params: Any, exc: BaseException) -> BaseException:
+        """What a failure of the driver raises: `DBAPIError` around it (`connection_invalidated` when
+        the connection itself failed, or was left mid-statement by a cancellation)."""
+        dead = not isinstance(exc, Exception) or _connection_lost(exc)
+        self.broken = self.broken or dead
+        if isinstance(exc, Exception):
+            return DBAPIError(sql, params, exc, connection_invalidated=dead)
+        return exc
 
     async def scalar(self, statement: Any, params: Any = None) -> Any:
         """The first column of the first row of a text statement, or None (as `AsyncSession.scalar`)."""
         return (await self.execute(statement, params)).scalar()
 
+    async def finish(self, commit: bool) -> None:
+        """End the transaction begun (if any): commit it, or roll it back.
+
+        Raises:
+            DBAPIError: the commit failed (the transaction is then rolled back by PostgreSQL).
+        """
+        began, self.began = self.began, None
+        if began is None or self.broken:
+            return
+        try:
+            await (began.commit() if commit else began.rollback())
+        except BaseException as exc:
+            raise self._failed("COMMIT" if commit else "ROLLBACK", None, exc) from exc
+
     async def close(self) -> None:
-        """Give the connection back to the pool, or drop it when it was found dead or interrupted; to
-        the end even while the call is being cancelled (the pool would lose the connection)."""
+        """Give the connection back to the pool, or drop it when it was found dead, interrupted or left
+        in a transaction; to the end even while the call is being cancelled (the pool would lose the
+        connection)."""
         with anyio.CancelScope(shield=True):
-            await greenlet_spawn(self.raw.invalidate if self.broken else self.raw.close)
+            drop = self.broken or self.began is not None
+            await greenlet_spawn(self.raw.invalidate if drop else self.raw.close)
 
 
 def _connection_lost(exc: BaseException) -> bool:
@@ -279,7 +323,7 @@ class Database:
         DB_POOL_SIZE.set(self.pool_status()["size"])
 
     @asynccontextmanager
-    async def transaction(self, one_statement: bool = False) -> AsyncIterator[AsyncSession]:
+    async def transaction(self, one_statement: bool = False, plain: bool = False) -> AsyncIterator[AsyncSession]:
         """One unit of work: commits when the block succeeds, rolls back on any exception.
 
         The transaction begins with the first statement (so work done before any SQL, such as
@@ -287,13 +331,24 @@ class Database:
         With `one_statement` (work that runs a single text statement) the block gets a `DriverSession`
         instead: the statement runs on a pooled connection's driver itself, with no BEGIN or COMMIT
         (PostgreSQL runs it as a transaction of its own, with one snapshot, as it would inside BEGIN /
-        COMMIT). Not behind a transaction pooler (the statement timeout is set per transaction there):
-        then it is an ordinary transaction."""
-        if one_statement and self.driver_reads:
-            driver = DriverSession(await self.engine.raw_connection(), self.engine.dialect, self._positional)
+        COMMIT). With `plain` (work of text statements only, several) it gets a `DriverSession` that
+        begins a transaction with its first statement and commits it when the block succeeds. Not behind
+        a transaction pooler (the statement timeout is set per transaction there): then either is an
+        ordinary session."""
+        if (one_statement or plain) and self.driver_reads:
+            driver = DriverSession(
+                await self.engine.raw_connection(), self.engine.dialect, self._positional, transactional=plain
+            )
             try:
-                # A stand-in that runs `execute` of text statements only: what a repository's plain SQL needs.
-                yield cast(AsyncSession, driver)
+                try:
+                    # A stand-in that runs text statements only (`execute`, `scalar`, `Repository.rowcount`):
+                    # what a repository's plain SQL needs.
+                    yield cast(AsyncSession, driver)
+                except BaseException:
+                    with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
+                        await driver.finish(commit=False)  # a failed rollback drops the connection
+                    raise
+                await driver.finish(commit=True)
             finally:
                 await driver.close()
             return
@@ -306,9 +361,14 @@ class Database:
             await session.commit()
 
     async def run(
-        self, work: Callable[[AsyncSession], Awaitable[T]], *, retry: bool = True, one_statement: bool = False
+        self,
+        work: Callable[[AsyncSession], Awaitable[T]],
+        *,
+        retry: bool = True,
+        one_statement: bool = False,
+        plain: bool = False,
     ) -> T:
-        """`work(session)` in one transaction (see `transaction`, and its `one_statement`). Unless
+        """`work(session)` in one transaction (see `transaction`, its `one_statement` and `plain`). Unless
         `retry` is false (work with effects outside the database), it runs again when it failed before
         its commit because its pooled connection was dead (once, on a fresh connection), or because
         PostgreSQL broke a deadlock or a serialization conflict by failing it (up to `CONFLICT_ATTEMPTS`
@@ -317,7 +377,7 @@ class Database:
         while True:
             committing = False
             try:
-                async with self.transaction(one_statement) as session:
+                async with self.transaction(one_statement, plain) as session:
                     out = await work(session)
                     committing = True
                 return out

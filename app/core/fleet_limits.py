@@ -95,7 +95,7 @@ class _Shared:
             return await work(repo)
 
         try:
-            return await self.db.run(unit)
+            return await self.db.run(unit, plain=True)  # the limits' statements are plain SQL
         except Exception as exc:
             self.pause(str(exc))
             raise
@@ -306,7 +306,7 @@ class FleetSlots:
 
     async def _free(self, slots: list[uuid.UUID]) -> None:
         with contextlib.suppress(Exception):  # the rows expire on their own
-            await self.shared.db.run(lambda session: LimitsRepository(session).free_slots(slots))
+            await self.shared.db.run(lambda session: LimitsRepository(session).free_slots(slots), one_statement=True)
 
     async def _renew(self) -> None:
         """Renew the held rows' leases every third of `ttl`, while any are held."""

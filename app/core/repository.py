@@ -19,6 +19,7 @@ from sqlalchemy import CursorResult, Executable, RowMapping, TextClause, func, s
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.core.db import DriverSession
 from app.core.models import ApiKey, AuditEntry, AuthLock, EmbeddingModel, Project
 
 R = TypeVar("R")
@@ -54,6 +55,8 @@ class Repository:
 
     async def rowcount(self, sql: Statement, params: Params = None) -> int:
         """Run a write and return how many rows it touched."""
+        if isinstance(self.session, DriverSession):
+            return await self.session.rowcount(_statement(sql), params)
         return int((await self.execute(sql, params)).rowcount or 0)
 
     @overload

@@ -31,6 +31,7 @@ from app.core.db import (
     release_reads,
     sqlstate,
 )
+from app.core.repository import Repository
 from tests.support.server import PgCluster
 from tests.support.waiting import eventually
 
@@ -101,6 +102,34 @@ async def test_work_of_one_statement_runs_on_the_driver_without_begin_and_commit
             assert not isinstance(session, DriverSession)
     finally:
         await pooled.dispose()
+
+
+async def test_plain_work_on_the_driver_is_one_transaction_committed_or_rolled_back(db: Database) -> None:
+    """With `plain` the statements share one transaction (one clock), their writes commit together
+    when the block succeeds and go together when it fails; `Repository.rowcount` reads the command's
+    status."""
+    async with db.transaction(plain=True) as session:
+        assert isinstance(session, DriverSession)
+        first = await session.scalar(text("SELECT now()"))
+        await session.execute(text("INSERT INTO notes VALUES (50, 'a'), (51, 'b')"))
+        await asyncio.sleep(0.01)
+        assert await session.scalar(text("SELECT now()")) == first
+        assert (
+            await Repository(session).rowcount("UPDATE notes SET body = :b WHERE id >= :low", {"b": "c", "low": 50})
+            == 2
+        )
+    with pytest.raises(RuntimeError, match="changed my mind"):
+        async with db.transaction(plain=True) as session:
+            assert await Repository(session).rowcount("DELETE FROM notes WHERE id >= :low", {"low": 50}) == 2
+            raise RuntimeError("changed my mind")
+    async with db.transaction() as session:
+        kept = (await session.execute(text("SELECT body FROM notes WHERE id >= 50 ORDER BY id"))).scalars().all()
+    assert kept == ["c", "c"] and db.pool_status()["checked_out"] == 0
+    with pytest.raises(DBAPIError):  # a failing statement rolls the whole block back
+        async with db.transaction(plain=True) as session:
+            await session.execute(text("INSERT INTO notes VALUES (52, 'd')"))
+            await session.execute(text("INSERT INTO notes VALUES (52, 'again')"))
+    assert await db.run(lambda s: s.scalar(text("SELECT count(*) FROM notes WHERE id = 52")), plain=True) == 0
 
 
 async def test_a_driver_statements_error_is_mapped_as_a_sessions(db: Database) -> None:
