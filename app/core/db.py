@@ -19,6 +19,7 @@ from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
 from sqlalchemy.orm import DeclarativeBase, Session
 from sqlalchemy.pool import PoolProxiedConnection
+from sqlalchemy.types import NullType
 from sqlalchemy.util import greenlet_spawn
 
 from app.core.config import Settings
@@ -219,8 +220,10 @@ class DriverSession:
         found = self.positional.get(statement.text)
         if found is None:
             compiled = statement.compile(dialect=self.dialect)
-            if any(bind.expanding for bind in compiled.binds.values()):
-                raise TypeError("a DriverSession runs no statement with an expanding parameter")
+            # Values go to the driver as they are: a parameter SQLAlchemy would expand or convert (a
+            # typed bind) has no place here.
+            if any(bind.expanding or not isinstance(bind.type, NullType) for bind in compiled.binds.values()):
+                raise TypeError("a DriverSession runs no statement with an expanding or typed parameter")
             found = (compiled.string, tuple(compiled.positiontup or ()))
             if len(self.positional) >= POSITIONAL_KEPT:
                 self.positional.clear()
@@ -254,7 +257,7 @@ class DriverSession:
                 self.began = began
             # `execute` answers the command's status ("DELETE 3"); with arguments it is prepared and
             # cached as `fetch` is.
-            return await (self.driver.execute(sql, *args) if counted and args else self.driver.fetch(sql, *args))
+            return await (self.driver.execute(sql, *args) if counted else self.driver.fetch(sql, *args))
         except BaseException as exc:
             raise self._failed(sql, params, exc) from exc
 

@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import asyncpg
 import pytest
 from pgvector import Vector
-from sqlalchemy import text
+from sqlalchemy import JSON, bindparam, text
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -92,6 +92,8 @@ async def test_work_of_one_statement_runs_on_the_driver_without_begin_and_commit
         assert (await session.execute(text("SELECT 1 WHERE false"))).first() is None
         with pytest.raises(TypeError):
             await session.execute(text("SELECT 1"), [{"a": 1}])
+        with pytest.raises(TypeError):  # a typed parameter would be converted by SQLAlchemy, not here
+            await session.execute(text("SELECT :d").bindparams(bindparam("d", type_=JSON)), {"d": {"a": 1}})
     await db.run(lambda s: s.execute(text("INSERT INTO notes VALUES (40, 'alone')")), one_statement=True)
     assert await _count(db) >= 1
     assert db.pool_status()["checked_out"] == 0
@@ -118,6 +120,8 @@ async def test_plain_work_on_the_driver_is_one_transaction_committed_or_rolled_b
             await Repository(session).rowcount("UPDATE notes SET body = :b WHERE id >= :low", {"b": "c", "low": 50})
             == 2
         )
+        swept = await Repository(session).rowcount("DELETE FROM notes WHERE id = 51 AND body = 'never'")
+        assert swept == 0  # a statement without parameters reports its count too
     with pytest.raises(RuntimeError, match="changed my mind"):
         async with db.transaction(plain=True) as session:
             assert await Repository(session).rowcount("DELETE FROM notes WHERE id >= :low", {"low": 50}) == 2

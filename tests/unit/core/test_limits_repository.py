@@ -135,8 +135,9 @@ async def test_the_sweep_drops_what_is_stale(db: Database) -> None:
         await repo.execute("UPDATE limit_buckets SET updated_at = now() - interval '2 hours' WHERE key = 'old-bucket'")
         await repo.execute("UPDATE limit_slots SET expires_at = now() - interval '1 s' WHERE id = :id", {"id": slot})
         await repo.execute("UPDATE limit_auth_failures SET updated_at = now() - interval '2 minutes'")
-    assert await db.run(lambda s: LimitsRepository(s).sweep()) >= 1  # expired slots only
-    assert await db.run(lambda s: LimitsRepository(s).sweep(idle=3600.0, window=60.0)) >= 2
+    # as the fleet limits run it: plain SQL on the driver (`Database.run(plain=True)`)
+    assert await db.run(lambda s: LimitsRepository(s).sweep(), plain=True) >= 1  # expired slots only
+    assert await db.run(lambda s: LimitsRepository(s).sweep(idle=3600.0, window=60.0), plain=True) >= 2
     buckets = await db.run(lambda s: LimitsRepository(s).scalars("SELECT key FROM limit_buckets ORDER BY key"))
     assert "old-bucket" not in buckets and "new-bucket" in buckets
     assert await _lockout(db, "10.9.9.9", limit=1) is None
