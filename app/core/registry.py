@@ -114,7 +114,7 @@ class Operation:
     # Errors this operation raises beyond those its declaration implies (see `error_classes`)
     errors: tuple[ErrorClass, ...] = ()
     # A read-only operation whose handler runs one SQL statement: no BEGIN / COMMIT around it
-    # (`Database.run`'s `one_statement`; tests/unit/core/test_one_statement.py counts them)
+    # (`Database.run`'s `one_statement`; tests/unit/core/test_operations.py counts them)
     one_statement: bool = False
 
     @property
