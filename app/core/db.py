@@ -18,7 +18,7 @@ from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
 from sqlalchemy.orm import DeclarativeBase, Session
-from sqlalchemy.pool import PoolProxiedConnection
+from sqlalchemy.pool import Pool, PoolProxiedConnection
 from sqlalchemy.types import NullType
 from sqlalchemy.util import greenlet_spawn
 
@@ -207,14 +207,17 @@ class DriverSession:
         dialect: Dialect,
         positional: dict[str, tuple[str, tuple[str, ...]]],
         transactional: bool = False,
+        pool: Pool | None = None,
     ) -> None:
         self.raw = raw
+        self.pool = pool
         self.driver: Any = raw.driver_connection
         self.dialect = dialect
         self.positional = positional
         self.transactional = transactional
         self.began: Any = None  # the driver's transaction, once begun
         self.broken = False
+        self.lost: BaseException | None = None  # the error that found the connection itself failed
 
     def _compiled(self, statement: TextClause) -> tuple[str, tuple[str, ...]]:
         found = self.positional.get(statement.text)
@@ -264,8 +267,11 @@ class DriverSession:
     def _failed(self, sql: str, params: Any, exc: BaseException) -> BaseException:
         """What a failure of the driver raises: `DBAPIError` around it (`connection_invalidated` when
         the connection itself failed, or was left mid-statement by a cancellation)."""
-        dead = not isinstance(exc, Exception) or _connection_lost(exc)
+        lost = isinstance(exc, Exception) and _connection_lost(exc)
+        dead = not isinstance(exc, Exception) or lost
         self.broken = self.broken or dead
+        if lost and self.lost is None:
+            self.lost = exc
         if isinstance(exc, Exception):
             return DBAPIError(sql, params, exc, connection_invalidated=dead)
         return exc
@@ -293,8 +299,15 @@ class DriverSession:
         in a transaction; to the end even while the call is being cancelled (the pool would lose the
         connection)."""
         with anyio.CancelScope(shield=True):
-            drop = self.broken or self.began is not None
-            await greenlet_spawn(self.raw.invalidate if drop else self.raw.close)
+            if self.lost is not None and self.pool is not None:
+                # As SQLAlchemy does for a session that finds its connection gone: every connection of
+                # the pool as old as this one is replaced at its next checkout (after a restart they are
+                # all dead), so `Database.run`'s one retry meets a fresh connection.
+                await greenlet_spawn(self.pool._invalidate, self.raw, self.lost)
+            elif self.broken or self.began is not None:
+                await greenlet_spawn(self.raw.invalidate)
+            else:
+                await greenlet_spawn(self.raw.close)
 
 
 def _connection_lost(exc: BaseException) -> bool:
@@ -340,7 +353,11 @@ class Database:
         ordinary session."""
         if (one_statement or plain) and self.driver_reads:
             driver = DriverSession(
-                await self.engine.raw_connection(), self.engine.dialect, self._positional, transactional=plain
+                await self.engine.raw_connection(),
+                self.engine.dialect,
+                self._positional,
+                transactional=plain,
+                pool=self.engine.sync_engine.pool,
             )
             try:
                 try:

@@ -272,6 +272,42 @@ async def test_run_retries_once_on_a_fresh_connection_when_the_pooled_one_died(
     assert is_dead_connection(dead) and is_connection_error(dead)
 
 
+async def test_after_a_restart_every_pooled_driver_connection_is_replaced_not_only_the_first(pg: PgCluster) -> None:
+    """Every pooled connection dies in a restart: the first driver statement to find its connection
+    gone marks the pool's older connections for replacement (as SQLAlchemy does for a session), so the
+    retry, and every later call, gets a fresh one instead of the next dead one."""
+    db = Database(pg.handle.url(pg.new_database()), Settings(db_pool_size=3, db_max_overflow=0))
+    try:
+        pids: list[int] = []
+        gate = asyncio.Event()
+
+        async def hold(session: AsyncSession) -> None:  # three connections at once: the pool keeps three
+            pids.append(int(await session.scalar(text("SELECT pg_backend_pid()")) or 0))
+            if len(pids) == 3:
+                gate.set()
+            await gate.wait()
+
+        await asyncio.gather(*(db.run(hold, one_statement=True) for _ in range(3)))
+        other = await asyncpg.connect(db.url.replace("+asyncpg", ""))
+        try:
+            for pid in pids:
+                assert await other.fetchval("SELECT pg_terminate_backend($1)", pid)
+        finally:
+            await other.close()
+        attempts: list[str] = []
+
+        async def backend(session: AsyncSession) -> int:
+            attempts.append("try")
+            return int(await session.scalar(text("SELECT pg_backend_pid()")) or 0)
+
+        fresh = await db.run(backend, one_statement=True)
+        assert fresh not in pids and len(attempts) <= 2  # the first try, then one retry at most
+        for _ in range(3):
+            assert await db.run(backend, one_statement=True) not in pids
+    finally:
+        await db.dispose()
+
+
 async def test_release_reads_ends_a_read_only_transaction_and_refuses_after_a_write(db: Database) -> None:
     async with db.transaction() as session:
         await release_reads(session)  # nothing begun: nothing to do
