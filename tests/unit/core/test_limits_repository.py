@@ -7,26 +7,14 @@ stale. Elapsed time is made by moving the rows' times back, not by waiting."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator
 
 import pytest
 
-from app.core import migrations
-from app.core.config import Settings
 from app.core.db import Database
 from app.core.limits_repository import Lease, LimitsRepository
-from tests.support.server import PgCluster
+from tests.support.databases import database_fixture
 
-
-@pytest.fixture(scope="module")
-async def db(pg: PgCluster) -> AsyncIterator[Database]:
-    url = pg.handle.url(pg.new_database())
-    await migrations.upgrade_async(url, [])
-    database = Database(url, Settings())
-    try:
-        yield database
-    finally:
-        await database.dispose()
+db = database_fixture([])
 
 
 async def _lease(db: Database, key: str, want: int, rate: float = 2.0, burst: int = 10) -> Lease:

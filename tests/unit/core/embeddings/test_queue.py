@@ -8,13 +8,12 @@ end to end (tests/e2e/test_embedding_queue.py, test_embedding_fairness.py)."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from typing import Any, cast
 
 import pytest
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.core import migrations
 from app.core.config import Settings
 from app.core.db import Database
 from app.core.embeddings.load import LOAD, Load
@@ -28,7 +27,7 @@ from app.core.embeddings.queue import (
 )
 from app.core.embeddings.repository import EmbeddingQueueRepository, LeasedJob
 from app.core.embeddings.targets import EmbeddingTarget
-from tests.support.server import PgCluster
+from tests.support.databases import database_fixture
 
 
 class Clock:
@@ -122,15 +121,7 @@ async def test_a_light_callers_rows_are_made_soon_by_a_bounded_number_of_tasks()
 MODEL = "parts-test"
 
 
-@pytest.fixture(scope="module")
-async def queue_db(pg: PgCluster) -> AsyncIterator[Database]:
-    url = pg.handle.url(pg.new_database())
-    await migrations.upgrade_async(url, [])
-    database = Database(url, Settings())
-    try:
-        yield database
-    finally:
-        await database.dispose()
+queue_db = database_fixture([])
 
 
 class Recorder:

@@ -3,13 +3,10 @@
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncIterator
 from typing import Any, cast
 
 import pytest
 
-from app.core import migrations
-from app.core.config import Settings
 from app.core.db import Database
 from app.core.embeddings.repository import (
     FAIR_LEASE,
@@ -20,7 +17,7 @@ from app.core.embeddings.repository import (
     vector_statements,
 )
 from app.core.embeddings.vectors import EmbeddedRows
-from tests.support.server import PgCluster
+from tests.support.databases import database_fixture
 
 PARAM = re.compile(r"(?<![:\w]):(\w+)")
 LIVE = "t.expires_at IS NULL OR t.expires_at > now()"
@@ -135,15 +132,7 @@ MODEL = "fair-lease-test"
 TARGETS = ["memory", "graph_entity"]
 
 
-@pytest.fixture(scope="module")
-async def queue_db(pg: PgCluster) -> AsyncIterator[Database]:
-    url = pg.handle.url(pg.new_database())
-    await migrations.upgrade_async(url, [])
-    database = Database(url, Settings())
-    try:
-        yield database
-    finally:
-        await database.dispose()
+queue_db = database_fixture([])
 
 
 async def _queue(db: Database, refs: list[str], owner: str, project: str = "p", target: str = "memory") -> None:
