@@ -38,33 +38,17 @@ for p in (ROOT, SCRIPTS):
 from bench_graph import KEY, _ok, cairn_session  # noqa: E402
 from bench_mcp import Server, longest_idle_in_transaction, on_embedded_postgres  # noqa: E402
 from bench_toolsets import reference_session  # noqa: E402
-
-BATCH = 25
-
-
-def _entities(start: int, n: int) -> list[dict[str, Any]]:
-    return [
-        {
-            "name": f"node-{i}",
-            "entityType": f"kind{i % 7}",
-            "observations": [f"node {i} belongs to group {i % 97}", f"created for batch {i // BATCH}"],
-        }
-        for i in range(start, start + n)
-    ]
-
-
-def _relations(start: int, n: int) -> list[dict[str, str]]:
-    return [{"from": f"node-{i}", "to": f"node-{i + 1}", "relationType": "precedes"} for i in range(start, start + n)]
+from percall_client import BATCH, entities, relations  # noqa: E402
 
 
 async def _workload(client: Any, n: int, extra: dict[str, Any]) -> dict[str, float]:
     t0 = time.perf_counter()
     for i in range(0, n, BATCH):
-        await _ok(client, "create_entities", {"entities": _entities(i, min(BATCH, n - i)), **extra})
+        await _ok(client, "create_entities", {"entities": entities(i, min(BATCH, n - i)), **extra})
     entities_s = time.perf_counter() - t0
     t1 = time.perf_counter()
     for i in range(0, n - 1, BATCH):
-        await _ok(client, "create_relations", {"relations": _relations(i, min(BATCH, n - 1 - i)), **extra})
+        await _ok(client, "create_relations", {"relations": relations(i, min(BATCH, n - 1 - i)), **extra})
     return {"entities_s": entities_s, "relations_s": time.perf_counter() - t1, "writes_s": time.perf_counter() - t0}
 
 

@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT / "scripts") not in sys.path:
     sys.path.insert(0, str(ROOT / "scripts"))
 
-from percall import KEY, bare_sdk, cairn, cairn_pids, load, median, run_client  # noqa: E402
+from percall import KEY, alternate, bare_sdk, cairn, cairn_pids, load, median, run_client  # noqa: E402
 
 ROUNDS = 2
 WARMUP = 50
@@ -47,16 +47,15 @@ def on_bare(seconds: float) -> dict[str, Any]:
 
 def measure(rounds: int, seconds: float) -> list[dict[str, Any]]:
     """`rounds` rounds, alternating which server goes first."""
-    out = []
-    for number in range(rounds):
-        sides = ("bare", "cairn") if number % 2 == 0 else ("cairn", "bare")
-        row: dict[str, Any] = {"load": load()}
-        for side in sides:
-            print(f"percall_trivial: round {number + 1}/{rounds}, {side}", file=sys.stderr, flush=True)
-            row[side] = on_bare(seconds) if side == "bare" else on_cairn(seconds)
+    rows = alternate(
+        "percall_trivial",
+        rounds,
+        ("bare", "cairn"),
+        lambda side: on_bare(seconds) if side == "bare" else on_cairn(seconds),
+    )
+    for row in rows:
         row["ratio"] = row["cairn"]["cpu_ms_per_call"] / row["bare"]["cpu_ms_per_call"]
-        out.append(row)
-    return out
+    return rows
 
 
 def compare(before: Path, windows: int, seconds: float) -> str:

@@ -26,7 +26,7 @@ if str(ROOT / "scripts") not in sys.path:
     sys.path.insert(0, str(ROOT / "scripts"))
 
 from bench_toolsets import REFERENCE, REFERENCE_VERSION, _reference_script  # noqa: E402
-from percall import KEY, cairn, load, median, run_client  # noqa: E402
+from percall import KEY, alternate, cairn, median, run_client  # noqa: E402
 
 ROUNDS = 2
 
@@ -51,16 +51,15 @@ def on_cairn(n: int) -> dict[str, float]:
 
 def measure(n: int, rounds: int) -> list[dict[str, Any]]:
     """`rounds` rounds, alternating which side goes first."""
-    out = []
-    for number in range(rounds):
-        sides = ("reference", "cairn") if number % 2 == 0 else ("cairn", "reference")
-        row: dict[str, Any] = {"load": load()}
-        for side in sides:
-            print(f"percall_writes: round {number + 1}/{rounds}, {side}", file=sys.stderr, flush=True)
-            row[side] = reference(n) if side == "reference" else on_cairn(n)
+    rows = alternate(
+        "percall_writes",
+        rounds,
+        ("reference", "cairn"),
+        lambda side: reference(n) if side == "reference" else on_cairn(n),
+    )
+    for row in rows:
         row["ratio"] = row["reference"]["writes_s"] / row["cairn"]["writes_s"]
-        out.append(row)
-    return out
+    return rows
 
 
 def markdown(rows: list[dict[str, Any]], n: int, quick: bool) -> str:

@@ -18,7 +18,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -104,6 +104,21 @@ def bare_sdk(timeout: float = 60.0) -> Iterator[tuple[str, int]]:
             proc.wait()
 
 
+def alternate(
+    name: str, rounds: int, sides: tuple[str, str], measure_side: Callable[[str], dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """`rounds` rounds of `measure_side(side)` for both `sides`, the first side going first in odd
+    rounds and second in even ones; each round a dict of the load at its start and each side's figures."""
+    out = []
+    for number in range(rounds):
+        row: dict[str, Any] = {"load": load()}
+        for side in sides if number % 2 == 0 else sides[::-1]:
+            print(f"{name}: round {number + 1}/{rounds}, {side}", file=sys.stderr, flush=True)
+            row[side] = measure_side(side)
+        out.append(row)
+    return out
+
+
 def load() -> str:
     """The load average (1/5/15 min) now."""
     return " / ".join(f"{v:.2f}" for v in os.getloadavg())
@@ -114,4 +129,4 @@ def median(values: list[float]) -> float:
     return float(statistics.median(values))
 
 
-__all__ = ["KEY", "Server", "bare_sdk", "cairn", "cairn_pids", "load", "median", "run_client"]
+__all__ = ["KEY", "Server", "alternate", "bare_sdk", "cairn", "cairn_pids", "load", "median", "run_client"]
