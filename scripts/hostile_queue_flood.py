@@ -23,6 +23,8 @@ from typing import Any
 
 import httpx
 
+from tests.support.memory import flood_document
+
 FLOOD_KEYS = [f"bench-flood-{i}-key-0123456789" for i in range(2)]
 NOTE_KEY = "bench-notes-key-0123456789"
 KEYS = ",".join([*(f"{k}:read+write:flood" for k in FLOOD_KEYS), f"{NOTE_KEY}:read+write:notes"])
@@ -30,25 +32,13 @@ LOOPS_PER_KEY = 3
 DOCUMENT_CHARS = 3_000  # about 9 chunks of 200 tokens
 NOTE_EVERY = 2.0
 DEADLINE = 300.0  # a note still without its vector then is reported as such
-SYLLABLES = [a + b for a in "bdfgklmnprstvz" for b in "aeiou"]
-
-
-def _document(rng: random.Random, chars: int = DOCUMENT_CHARS) -> str:
-    """New text (no other document shares its words), so every chunk is queued."""
-    words: list[str] = []
-    size = 0
-    while size < chars:
-        word = "".join(rng.choices(SYLLABLES, k=3)) + str(rng.randint(0, 999_999))
-        words.append(word)
-        size += len(word) + 1
-    return " ".join(words)
 
 
 async def _flood(c: httpx.AsyncClient, stop: asyncio.Event, seed: str, outcomes: Counter[str]) -> None:
     rng = random.Random(seed)
     while not stop.is_set():
         try:
-            r = await c.post("/api/v1/memory/push", json={"text": _document(rng)})
+            r = await c.post("/api/v1/memory/push", json={"text": flood_document(rng, DOCUMENT_CHARS)})
             body = r.json()
             outcomes[str(body["error"]["code"]) if "error" in body else "ok"] += 1
             outcomes["chunks queued"] += int(body.get("chunksIndexed") or 0) if "error" not in body else 0

@@ -26,7 +26,7 @@ import httpx
 import pytest
 from prometheus_client import REGISTRY
 
-from tests.support.memory import api
+from tests.support.memory import api, flood_document
 from tests.support.replies import hit_texts
 from tests.support.server import (
     ADMIN_KEY,
@@ -47,18 +47,6 @@ FLOOD_SECONDS = 16.0
 LOOPS_PER_KEY = 3
 NOTES = 3
 DEADLINE = 30.0  # the issue's bound: searchable by vector within 30 s of acknowledgement
-SYLLABLES = [a + b for a in "bdfgklmnprstvz" for b in "aeiou"]
-
-
-def _document(rng: random.Random, chars: int = 3_000) -> str:
-    """New text of about 9 chunks: words no other document shares."""
-    words: list[str] = []
-    size = 0
-    while size < chars:
-        word = "".join(rng.choices(SYLLABLES, k=3)) + str(rng.randint(0, 999_999))
-        words.append(word)
-        size += len(word) + 1
-    return " ".join(words)
 
 
 def _client(url: str, key: str) -> httpx.AsyncClient:
@@ -68,7 +56,7 @@ def _client(url: str, key: str) -> httpx.AsyncClient:
 async def _flood(c: httpx.AsyncClient, stop: asyncio.Event, seed: int, codes: dict[int, int]) -> None:
     rng = random.Random(seed)
     while not stop.is_set():
-        r = await c.post("/api/v1/memory/push", json={"text": _document(rng), "project": "flood"})
+        r = await c.post("/api/v1/memory/push", json={"text": flood_document(rng), "project": "flood"})
         codes[r.status_code] = codes.get(r.status_code, 0) + 1
         if r.status_code == 429:
             await asyncio.sleep(0.2)
@@ -159,9 +147,9 @@ async def test_a_key_over_its_cap_of_waiting_rows_is_refused_while_another_key_w
     rng = random.Random(5)
     try:
         async with _client(url, WRITE_KEY) as flooder, _client(url, PROJECT_KEY) as other:
-            first = await api(flooder, "/memory/push", {"text": _document(rng, 30_000), "project": "flood"})
+            first = await api(flooder, "/memory/push", {"text": flood_document(rng, 30_000), "project": "flood"})
             assert first["chunksIndexed"] >= 20  # under the cap when it came: all its rows queued
-            r = await flooder.post("/api/v1/memory/push", json={"text": _document(rng), "project": "flood"})
+            r = await flooder.post("/api/v1/memory/push", json={"text": flood_document(rng), "project": "flood"})
             assert r.status_code == 429 and r.headers["Retry-After"] == "5", r.text
             error: dict[str, Any] = r.json()["error"]
             assert error["code"] == 4290 and error["details"]["pending_cap"] == 20, error

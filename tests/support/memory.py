@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
 import httpx
@@ -32,3 +33,18 @@ async def seed_notes(rest: httpx.AsyncClient, project: str = "ops") -> None:
     for text, tags in NOTES:
         out = await api(rest, "/memory/push", {"text": text, "project": project, "type": "episodic", "tags": tags})
         assert out["inserted"] == 1
+
+
+FLOOD_SYLLABLES = [a + b for a in "bdfgklmnprstvz" for b in "aeiou"]
+
+
+def flood_document(rng: random.Random, chars: int = 3_000) -> str:
+    """New text of about `chars` characters (3,000: about 9 chunks of 200 tokens) whose words no other
+    document shares, so that every chunk of it is queued for a vector: a flooding key's push."""
+    words: list[str] = []
+    size = 0
+    while size < chars:
+        word = "".join(rng.choices(FLOOD_SYLLABLES, k=3)) + str(rng.randint(0, 999_999))
+        words.append(word)
+        size += len(word) + 1
+    return " ".join(words)
