@@ -28,7 +28,7 @@ for p in (ROOT, SCRIPTS):
     if str(p) not in sys.path:
         sys.path.insert(0, str(p))
 
-from bench_mcp import KEY, SETTLE_SECONDS, Server, server_processes  # noqa: E402
+from bench_mcp import KEY, SETTLE_SECONDS, Server, _free_port, server_processes  # noqa: E402
 
 
 def run_client(mode: str, spec: dict[str, Any], timeout: float = 3600.0) -> dict[str, Any]:
@@ -64,12 +64,6 @@ def cairn_pids(srv: Server) -> list[int]:
     """The serve process and its own children (not PostgreSQL's)."""
     assert srv.proc is not None
     return [p.pid for p in server_processes(srv.proc.pid)]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @contextlib.contextmanager
