@@ -39,7 +39,6 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
-from mcp.server.auth.middleware.auth_context import get_access_token
 from mcp.server.auth.provider import AccessToken, TokenVerifier
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -450,14 +449,15 @@ async def keys_exist(db: Database, static: list[StaticKey]) -> bool:
 
 
 class CairnTokenVerifier(TokenVerifier):
-    """The MCP SDK's token verifier on a server with keys: `resolve_caller`, the principal carried in
-    the access token's claims (see `mcp_caller`)."""
+    """The MCP SDK's token verifier on a server with keys, for the SDK app's own routes (its
+    protected-resource metadata): `resolve_caller`. MCP requests never reach it: the endpoint resolves
+    their caller and hands them to the SDK's transport (`app.core.http.mcp_endpoint`)."""
 
     def __init__(self, callers: Callers) -> None:
         self.callers = callers
 
     async def verify_token(self, token: str) -> AccessToken | None:
-        """Map a bearer token to an AccessToken carrying the principal in its claims.
+        """Map a bearer token to an AccessToken with the key's scopes.
 
         A client locked out of key lookups is answered 4290 before the SDK is reached
         (`Callers.refusal`); one locked out in between is simply not authenticated here (an exception
@@ -477,28 +477,16 @@ class CairnTokenVerifier(TokenVerifier):
             token=token,
             client_id=principal.key_id or "anonymous",
             scopes=implied,
-            claims={"project": principal.project, "name": principal.name, "toolsets": principal.toolsets},
         )
 
 
 async def mcp_caller(callers: Callers, request: Any) -> Principal:
-    """The caller of an MCP message: the SDK's verified token on a server with keys, the caller the
-    endpoint resolved (in the request's state) on an open server, `resolve_caller` without a request
-    (a stdio session).
+    """The caller of an MCP message: the one the endpoint resolved (in the request's state: every HTTP
+    request, whatever the server's kind), `resolve_caller` without one (a stdio session).
 
     Raises:
-        Unauthenticated: a key is required and none was verified.
+        Unauthenticated: a key is required and none was resolved.
     """
-    token = get_access_token()
-    if token is not None:
-        claims = token.claims or {}
-        return Principal(
-            key_id=token.client_id,
-            name=str(claims.get("name") or ""),
-            scopes=frozenset(token.scopes),
-            project=claims.get("project"),
-            toolsets=tuple(claims["toolsets"]) if claims.get("toolsets") else None,
-        )
     scope = getattr(request, "scope", None)
     if isinstance(scope, dict):
         found = (scope.get("state") or {}).get(CALLER_STATE)

@@ -176,7 +176,7 @@ async def test_a_local_session_is_the_user_who_started_it() -> None:
     assert await mcp_caller(local, None) == OPEN_PRINCIPAL
 
 
-async def test_mcp_callers_come_from_the_sdk_token_or_the_request_state() -> None:
+async def test_mcp_callers_come_from_the_request_state() -> None:
     keys = Callers(store=_store(), metadata_url=META)
     with pytest.raises(Unauthenticated):
         await mcp_caller(keys, None)
