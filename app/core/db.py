@@ -314,11 +314,8 @@ def _connection_lost(exc: BaseException) -> bool:
     """Whether the driver's error means the connection itself failed (closed, reset, refused, the
     server shutting down, or the driver's own state broken, as when the server ended the session while
     it was idle) rather than the statement."""
-    if isinstance(exc, OSError):
-        return True
     code = str(getattr(exc, "sqlstate", "") or "")
-    name = type(exc).__name__
-    return code.startswith(("08", "57P")) or name in _CONNECTION_ERRORS or name == "InternalClientError"
+    return is_connection_error(exc) or code.startswith(("08", "57P")) or type(exc).__name__ == "InternalClientError"
 
 
 class Database:
@@ -328,9 +325,9 @@ class Database:
         self.url = url
         self.engine = make_engine(url, settings)
         self.sessionmaker = session_factory(self.engine, settings)
-        # Work of one statement runs on the driver (`DriverSession`); not behind a transaction pooler,
-        # where the statement timeout is set per transaction.
-        self.driver_reads = settings.database_pooler != "transaction"
+        # Plain work (one statement, or `plain`) runs on the driver (`DriverSession`); not behind a
+        # transaction pooler, where the statement timeout is set per transaction.
+        self.on_driver = settings.database_pooler != "transaction"
         self._positional: dict[str, tuple[str, tuple[str, ...]]] = {}
         # Each `--workers` process keeps its own figures current: /metrics, answered by any one of them,
         # adds up all of theirs (app.core.metrics).
@@ -351,7 +348,7 @@ class Database:
         begins a transaction with its first statement and commits it when the block succeeds. Not behind
         a transaction pooler (the statement timeout is set per transaction there): then either is an
         ordinary session."""
-        if (one_statement or plain) and self.driver_reads:
+        if (one_statement or plain) and self.on_driver:
             driver = DriverSession(
                 await self.engine.raw_connection(),
                 self.engine.dialect,

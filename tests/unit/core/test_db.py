@@ -99,7 +99,7 @@ async def test_work_of_one_statement_runs_on_the_driver_without_begin_and_commit
     assert db.pool_status()["checked_out"] == 0
     pooled = Database(db.url, Settings(database_pooler="transaction", db_pool_size=1, db_max_overflow=0))
     try:
-        assert not pooled.driver_reads  # behind a transaction pooler: ordinary transactions
+        assert not pooled.on_driver  # behind a transaction pooler: ordinary transactions
         async with pooled.transaction(one_statement=True) as session:
             assert not isinstance(session, DriverSession)
     finally:
