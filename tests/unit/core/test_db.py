@@ -72,16 +72,14 @@ async def test_a_transaction_commits_when_the_block_succeeds_and_rolls_back_othe
 
 async def test_work_of_one_statement_runs_on_the_driver_without_begin_and_commit(db: Database) -> None:
     """With `one_statement` the block gets a `DriverSession`: each statement is a transaction of its
-    own (two statements see two clocks, which one transaction's `now()` never does), named parameters
+    own (two statements get two transaction ids, which one transaction never does), named parameters
     bind by name however often they appear, rows read by name and position, and a write commits."""
-    clocks: list[list[object]] = []
+    xids: list[list[object]] = []
     for one in (False, True):
         async with db.transaction(one_statement=one) as session:
             assert isinstance(session, DriverSession) == one
-            first = await session.scalar(text("SELECT now()"))
-            await asyncio.sleep(0.01)
-            clocks.append([first, await session.scalar(text("SELECT now()"))])
-    assert clocks[0][0] == clocks[0][1] and clocks[1][0] != clocks[1][1]
+            xids.append([await session.scalar(text("SELECT pg_current_xact_id()::text")) for _ in range(2)])
+    assert xids[0][0] == xids[0][1] and xids[1][0] != xids[1][1]
     async with db.transaction(one_statement=True) as session:
         sql = text("SELECT CAST(:a AS int) + CAST(:a AS int) AS twice, CAST(:b AS text) AS b, CAST(:n AS text) AS n")
         result = await session.execute(sql, {"b": "x", "a": 4, "n": None})
@@ -107,15 +105,14 @@ async def test_work_of_one_statement_runs_on_the_driver_without_begin_and_commit
 
 
 async def test_plain_work_on_the_driver_is_one_transaction_committed_or_rolled_back(db: Database) -> None:
-    """With `plain` the statements share one transaction (one clock), their writes commit together
+    """With `plain` the statements share one transaction (one transaction id), their writes commit together
     when the block succeeds and go together when it fails; `Repository.rowcount` reads the command's
     status."""
     async with db.transaction(plain=True) as session:
         assert isinstance(session, DriverSession)
-        first = await session.scalar(text("SELECT now()"))
+        first = await session.scalar(text("SELECT pg_current_xact_id()::text"))
         await session.execute(text("INSERT INTO notes VALUES (50, 'a'), (51, 'b')"))
-        await asyncio.sleep(0.01)
-        assert await session.scalar(text("SELECT now()")) == first
+        assert await session.scalar(text("SELECT pg_current_xact_id()::text")) == first
         assert (
             await Repository(session).rowcount("UPDATE notes SET body = :b WHERE id >= :low", {"b": "c", "low": 50})
             == 2
