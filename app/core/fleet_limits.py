@@ -78,8 +78,10 @@ class _Shared:
         """True while the last failure is recent: count in memory, do not wait for the database."""
         return time.monotonic() < self._offline_until
 
-    async def run(self, work: Callable[[LimitsRepository], Awaitable[T]]) -> T:
-        """`work` in its own transaction (with the sweep when one is due).
+    async def run(self, work: Callable[[LimitsRepository], Awaitable[T]], *, one_statement: bool = False) -> T:
+        """`work` in its own transaction (with the sweep when one is due). `one_statement`: `work` is a
+        single statement, which then runs as its own transaction, unless the sweep goes with it; it is
+        not run again after a lost connection (it may have committed).
 
         Raises:
             Exception: whatever the database raised; the limit is then offline for a moment.
@@ -95,6 +97,8 @@ class _Shared:
             return await work(repo)
 
         try:
+            if one_statement and not sweep:
+                return await self.db.run(unit, one_statement=True, retry=False)
             return await self.db.run(unit, plain=True)  # the limits' statements are plain SQL
         except Exception as exc:
             self.pause(str(exc))
@@ -243,11 +247,10 @@ class FleetSlots:
         slot = uuid.uuid4()
 
         async def take(repo: LimitsRepository) -> bool:
-            await repo.lock_slots(self.kind, key)
             return await repo.take_slot(slot, self.kind, key, self.holder, self.limit, self.ttl)
 
-        # Its own task: a caller cancelled mid-claim must not cut the transaction holding the lock short.
-        claim = asyncio.ensure_future(self.shared.run(take))
+        # Its own task: a caller cancelled mid-claim must not cut the statement holding the lock short.
+        claim = asyncio.ensure_future(self.shared.run(take, one_statement=True))
         try:
             taken = await asyncio.shield(claim)
         except asyncio.CancelledError:

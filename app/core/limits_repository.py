@@ -31,16 +31,6 @@ ON CONFLICT (key) DO UPDATE SET (granted, tokens, updated_at) = (
 RETURNING granted, tokens
 """
 
-# The key's expired rows go in the same statement: they are not counted (expires_at > now()) whether
-# or not the count sees them deleted.
-_TAKE_SLOT = """
-WITH expired AS (DELETE FROM limit_slots WHERE kind = :kind AND key = :key AND expires_at <= now())
-INSERT INTO limit_slots (id, kind, key, holder, expires_at)
-SELECT :id, :kind, :key, :holder, now() + make_interval(secs => CAST(:ttl AS float8))
-WHERE (SELECT count(*) FROM limit_slots WHERE kind = :kind AND key = :key AND expires_at > now()) < :limit
-RETURNING id
-"""
-
 _FAILURE = """
 INSERT INTO limit_auth_failures AS f (client, failures, updated_at)
 VALUES (:client, ARRAY[now()], now())
@@ -84,21 +74,12 @@ class LimitsRepository(Repository):
         assert found is not None
         return Lease(granted=int(found["granted"]), tokens=float(found["tokens"]))
 
-    async def lock_slots(self, kind: str, key: str) -> None:
-        """Serialize, until the transaction ends, the claims of `key`'s slots of `kind` (a
-        transaction-level advisory lock: it holds under PgBouncer's transaction pooling too)."""
-        await self.execute(
-            "SELECT pg_advisory_xact_lock(hashtextextended('cairn-slot:' || :kind || ':' || :key, 0))",
-            {"kind": kind, "key": key},
-        )
-
     async def take_slot(self, slot: uuid.UUID, kind: str, key: str, holder: str, limit: int, ttl: float) -> bool:
-        """Hold slot `slot` of `key` for `ttl` seconds when fewer than `limit` live ones are held (call
-        after `lock_slots` in the same transaction, so the count sees every committed claim); the
-        key's expired rows are dropped first."""
+        """Hold slot `slot` of `key` for `ttl` seconds when fewer than `limit` live ones are held; the
+        key's expired rows are dropped first. One statement (`take_limit_slot`, core_0011): under the
+        key's advisory lock, the count sees every claim committed before it."""
         params = {"kind": kind, "key": key, "id": slot, "holder": holder, "limit": limit, "ttl": ttl}
-        taken = await self.scalar(_TAKE_SLOT, params)
-        return taken is not None
+        return bool(await self.scalar("SELECT take_limit_slot(:id, :kind, :key, :holder, :limit, :ttl)", params))
 
     async def renew_slots(self, slots: list[uuid.UUID], ttl: float) -> int:
         """Extend the leases of `slots` to `ttl` seconds from now; how many were still there."""

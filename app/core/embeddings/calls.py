@@ -15,10 +15,12 @@ its `tokens` is measured again. The executor runs the hook as it runs any other 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from cachetools import TTLCache
 from pydantic import BaseModel
 
 from app.core import budget
@@ -29,12 +31,50 @@ from app.core.embeddings.repository import EmbeddingQueueRepository
 from app.core.errors import RateLimited
 from app.core.schemas import EmbeddingPending, EmbeddingState
 
-__all__ = ["QueuedVectors", "enqueue", "over_pending_cap", "pending_state", "query_vector"]
+__all__ = ["BacklogMemo", "QueuedVectors", "enqueue", "over_pending_cap", "pending_state", "query_vector"]
 
 log = logging.getLogger("cairn.embeddings")
 
 # What a key over its cap of waiting rows is told to wait before it writes again
 PENDING_RETRY_SECONDS = 5
+
+
+class BacklogMemo:
+    """Per server: each key's rows waiting in the queue as this process last counted them, plus the
+    rows it queued for the key since, kept `ttl` seconds from the count.
+
+    Counting a key's waiting rows reads them all (up to the cap), so a bulk writer whose backlog grows
+    would pay more for each write than for the last. While a key's rows, so remembered, are more than
+    a batch (the write is not light) and under half the cap, `enqueue` skips the count: the rows other
+    processes queue for the key within `ttl` are all it can miss, and those would have to number half
+    the cap to carry the key past it. Near the cap, or once `ttl` has passed, every write counts."""
+
+    def __init__(self, ttl: float = 1.0, maxsize: int = 10_000, clock: Callable[[], float] = time.monotonic) -> None:
+        # The value is a one-item list, added to in place: that keeps the entry's expiry at its count.
+        self._known: TTLCache[tuple[str, str], list[int]] = TTLCache(maxsize=maxsize, ttl=ttl, timer=clock)
+
+    def rows(self, model: str, owner: str) -> int | None:
+        """The key's waiting rows as last counted plus those queued here since (None: not counted lately)."""
+        found = self._known.get((model, owner))
+        return None if found is None else found[0]
+
+    def counted(self, model: str, owner: str, rows: int) -> None:
+        """The key has `rows` waiting now (counted, plus this write's)."""
+        self._known[(model, owner)] = [rows]
+
+    def queued(self, model: str, owner: str, rows: int) -> None:
+        """This process queued `rows` more for the key."""
+        found = self._known.get((model, owner))
+        if found is not None:
+            found[0] += rows
+
+    @classmethod
+    def of(cls, extras: dict[str, Any]) -> BacklogMemo:
+        """The server's memo (kept in `AppState.extras`)."""
+        memo = extras.get("embedding_backlog")
+        if not isinstance(memo, cls):
+            memo = extras["embedding_backlog"] = cls()
+        return memo
 
 
 @dataclass(eq=False)
@@ -120,19 +160,30 @@ async def enqueue(ctx: CallContext, target: str, refs: Sequence[Any]) -> list[in
     not capped. After the commit the workers are woken and, when the call asks for it (or the server
     runs in `sync` write mode), the call waits for these rows before answering (`QueuedVectors`); a
     key whose waiting rows fit in one batch (`embedding_queue_batch`) while other keys' backlog fills
-    a batch has them made at once by this process instead of in turn behind that backlog."""
+    a batch has them made at once by this process instead of in turn behind that backlog.
+
+    A key's waiting rows are counted at most once a second while they are more than a batch and under
+    half the cap (`BacklogMemo`)."""
     repo = EmbeddingQueueRepository(ctx.session)
     owner, model, settings = ctx.caller_key, ctx.embedder.model, ctx.settings
     cap, light = settings.embedding_max_pending_per_key, settings.embedding_queue_batch
     backlog = None
-    if refs and ctx.transport != "cli":
+    counts = bool(refs) and ctx.transport != "cli"
+    memo = BacklogMemo.of(ctx.app.extras)
+    known = memo.rows(model, owner) if counts else None
+    remembered = known is not None and known > light and (cap <= 0 or known + len(refs) < cap // 2)
+    if counts and not remembered:
         backlog = await repo.backlog_of(model, owner, max(cap, light + 1), light)
         if cap > 0 and backlog.mine >= cap:
             raise over_pending_cap(cap)
     ids = await repo.enqueue(target, [str(r) for r in refs], model, owner=owner, project=ctx.acting_project or "")
     hook = QueuedVectors.of(ctx)
     hook.ids.extend(ids)
+    if remembered:  # more than a batch waits: not light
+        memo.queued(model, owner, len(ids))
+        hook.light = False
     if backlog is not None:
+        memo.counted(model, owner, backlog.mine + len(ids))
         # Light: the key's rows waiting, these included, fit in one batch, behind at least a batch of
         # other callers' rows. A key alone in the queue (one client loading in bulk) leaves its rows to
         # the workers, which hold back while calls stream in.

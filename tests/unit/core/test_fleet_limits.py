@@ -205,19 +205,19 @@ async def test_a_claim_whose_caller_is_cancelled_gives_its_slot_back(two: tuple[
     took: list[object] = []
     original = slots.shared.run
 
-    async def watched(work: Callable[[LimitsRepository], Awaitable[Any]]) -> Any:
+    async def watched(work: Callable[[LimitsRepository], Awaitable[Any]], **how: Any) -> Any:
         entered.set()
-        took.append(await original(work))
+        took.append(await original(work, **how))
         finished.set()
         return took[-1]
 
     slots.shared.run = watched  # type: ignore[method-assign]
     caller = asyncio.ensure_future(slots.claim("cancelled", "ingest"))
-    await entered.wait()  # the claim's transaction is under way
+    await asyncio.wait_for(entered.wait(), 30)  # the claim's statement is under way
     caller.cancel()
     with pytest.raises(asyncio.CancelledError):
         await caller
-    await finished.wait()
+    await asyncio.wait_for(finished.wait(), 30)
     assert took == [True]  # it took the slot after all, for a caller that is gone
 
     async def free() -> bool:

@@ -50,11 +50,9 @@ async def _take(db: Database, key: str, limit: int = 2, ttl: float = 30.0, kind:
     slot = uuid.uuid4()
 
     async def take(session: object) -> bool:
-        repo = LimitsRepository(session)  # type: ignore[arg-type]
-        await repo.lock_slots(kind, key)
-        return await repo.take_slot(slot, kind, key, "test-holder", limit, ttl)
+        return await LimitsRepository(session).take_slot(slot, kind, key, "test-holder", limit, ttl)  # type: ignore[arg-type]
 
-    return slot if await db.run(take) else None
+    return slot if await db.run(take, one_statement=True, retry=False) else None
 
 
 async def _held(db: Database, key: str, kind: str = "job") -> int:

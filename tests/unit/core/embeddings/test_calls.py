@@ -14,7 +14,7 @@ from pydantic import BaseModel
 from app.core import budget
 from app.core.config import Settings
 from app.core.context import OPEN_PRINCIPAL, AppState, CallContext, Principal
-from app.core.embeddings.calls import QueuedVectors, enqueue, query_vector
+from app.core.embeddings.calls import BacklogMemo, QueuedVectors, enqueue, query_vector
 from app.core.embeddings.provider import EmbeddingUnavailable
 from app.core.embeddings.queue import PendingReport, WaitResult
 from app.core.errors import RateLimited
@@ -346,3 +346,48 @@ async def test_a_light_callers_rows_are_made_at_once_unless_it_waits(
     ids = await enqueue(ctx, "notes", [str(i) for i in range(refs)])
     await run_commit_hooks(ctx, Reply())
     assert queue.soon == ([ids] if soon else [])
+
+
+def counts_of(ctx: CallContext) -> int:
+    return len([p for p in cast(FakeSession, ctx.session).params if "cap" in p])
+
+
+async def test_a_bulk_writers_rows_are_counted_at_most_once_a_second_while_under_half_the_cap() -> None:
+    now = [0.0]
+    memo = BacklogMemo(ttl=1.0, clock=lambda: now[0])
+    # One server (its memo), each call its own session: 100 of the key's rows wait at first.
+    app_extras: dict[str, Any] = {"embedding_backlog": memo}
+
+    def call(pending: int, cap: int = 1000) -> CallContext:
+        ctx = context(FakeQueue(), pending=pending, cap=cap)
+        ctx.app.extras = app_extras
+        return ctx
+
+    first = call(100)
+    await enqueue(first, "notes", [str(i) for i in range(25)])
+    assert counts_of(first) == 1 and memo.rows("m", "open-mode") == 125
+    second = call(125)
+    await enqueue(second, "notes", [str(i) for i in range(25)])
+    assert counts_of(second) == 0 and memo.rows("m", "open-mode") == 150
+    assert QueuedVectors.find(second).light is False  # type: ignore[union-attr]
+    now[0] = 1.01  # a second on: counted again (the workers may have made some)
+    third = call(40)
+    await enqueue(third, "notes", [str(i) for i in range(25)])
+    assert counts_of(third) == 1 and memo.rows("m", "open-mode") == 65
+    # Near half the cap every write counts, and the cap refuses as before.
+    memo.counted("m", "open-mode", 480)
+    near = call(480)
+    await enqueue(near, "notes", [str(i) for i in range(25)])
+    assert counts_of(near) == 1
+    memo.counted("m", "open-mode", 990)
+    with pytest.raises(RateLimited):
+        await enqueue(call(1000), "notes", ["a"])
+
+
+async def test_a_light_key_is_counted_on_every_write() -> None:
+    memo = BacklogMemo()
+    for _ in range(3):
+        ctx = context(FakeQueue(), pending=10, others=500)
+        ctx.app.extras = {"embedding_backlog": memo}
+        await enqueue(ctx, "notes", ["a"])
+        assert counts_of(ctx) == 1  # at most a batch waits: whether it is light is read each time
