@@ -2,7 +2,7 @@
 """One entry point from a fresh clone (needs only Python 3.11+):
 
     python3 dev.py serve        # venv + install + migrate + serve on 127.0.0.1:8000 (embedded PostgreSQL)
-    python3 dev.py test         # venv + install + the whole test suite
+    python3 dev.py test         # venv + install + the whole test suite (parallel: CAIRN_TEST_WORKERS)
     python3 dev.py lint         # ruff format --check, ruff check, mypy --strict (as .ci/run)
     python3 dev.py bench        # benchmarks -> docs/benchmarks.md
     python3 dev.py conformance  # MCP conformance scenarios against a local server (needs npm)
@@ -126,6 +126,15 @@ def ensure_package(package: str, need: str, variable: str, found: bool, *options
     run([apt, "install", "-y", "-q", *options, package], env=quiet)
 
 
+def test_workers(args: list[str]) -> list[str]:
+    """pytest-xdist's `-n` for the suite: `CAIRN_TEST_WORKERS`, else the CPUs up to 4 (each worker
+    starts its own embedded PostgreSQL, test server and browser); none when the arguments name it."""
+    if any(a == "-n" or a.startswith(("-n", "--numprocesses")) for a in args):
+        return []
+    workers = os.environ.get("CAIRN_TEST_WORKERS") or str(min(4, max(1, os.cpu_count() or 1)))
+    return ["-n", workers]
+
+
 def main(argv: list[str]) -> int:
     """Dispatch the sub-command."""
     if not argv or argv[0] in ("-h", "--help"):
@@ -142,7 +151,7 @@ def main(argv: list[str]) -> int:
     if cmd == "test":
         ensure_browser()
         ensure_pgbouncer()
-        code = subprocess.call([str(PY), "-m", "pytest", *rest], cwd=ROOT, env=env)
+        code = subprocess.call([str(PY), "-m", "pytest", *test_workers(rest), *rest], cwd=ROOT, env=env)
         return 0 if code == 0 else code
     if cmd == "lint":
         for check in (["ruff", "format", "--check", "."], ["ruff", "check", "."], ["mypy"]):
