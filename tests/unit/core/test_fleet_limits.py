@@ -199,6 +199,23 @@ async def test_slots_hold_across_processes_and_come_back(two: tuple[Database, Da
     assert unlimited.held() == []
 
 
+async def test_claims_racing_from_two_processes_take_exactly_the_limit(two: tuple[Database, Database]) -> None:
+    hosts = [FleetSlots(JobSlots(3), db, "job") for db in two]
+
+    async def claim(slots: FleetSlots) -> bool:
+        try:
+            await slots.claim("racing", "ingest")
+            return True
+        except RateLimited:
+            return False
+
+    taken = await asyncio.gather(*(claim(hosts[i % 2]) for i in range(24)))
+    assert sum(taken) == 3  # each claim counts under the key's lock, after every claim committed before it
+    assert await two[0].run(lambda s: LimitsRepository(s).held_slots("job", "racing")) == 3
+    for slots in hosts:
+        await slots.close()
+
+
 async def test_a_claim_whose_caller_is_cancelled_gives_its_slot_back(two: tuple[Database, Database]) -> None:
     slots = FleetSlots(JobSlots(1), two[0], "job", ttl=600)  # freed, not expired
     entered, finished = asyncio.Event(), asyncio.Event()
