@@ -37,7 +37,7 @@ from app.datasets.service_common import (
     space_of,
     stored_file,
 )
-from app.datasets.service_results import publish, settled, store_later
+from app.datasets.service_results import cache_entry_written, publish, settled, store_later
 from app.datasets.storage import FolderStore, Store, result_key
 
 # A query whose input files weigh at most this much in all runs on one DuckDB thread.
@@ -157,7 +157,11 @@ async def _run_sql(
         await settled(space, q.query_id, q.result_path, q.created_at)
     cache = cache_of(ctx, space)
     epoch = await cache_epoch(ctx, space)
-    p = await asyncio.to_thread(_prepare, sql, refs, known, space, named, cache, cfg.datasets_result_max_rows, epoch)
+    look = functools.partial(_prepare, sql, refs, known, space, named, cache, cfg.datasets_result_max_rows, epoch)
+    p = await asyncio.to_thread(look)
+    if p.hit is None and await cache_entry_written(p.key):
+        # The same query was answered moments ago and its entry is now written: look again.
+        p = await asyncio.to_thread(look)
     missing = [q for q in p.result_ids if q not in named]
     if missing:
         raise NotFound(f"Unknown query_id {missing[0]}", suggestions=["Run execute_query to get a query_id"])
@@ -196,7 +200,7 @@ async def _run_sql(
             # The result goes to the store, then its cache entry, while the database records the result.
             pending.append(asyncio.to_thread(lambda: (publishing(), remember())))
         else:
-            store_later(meta["query_id"], later, remember, publishing)
+            store_later(meta["query_id"], later, remember, publishing, p.key)
     row = _result_row(ctx, meta, p.checked[:100_000], p.fingerprints, p.key, args)
     pending.append(queries.save({**row, "result_path": result_key(space.project, meta["query_id"])}))
     await asyncio.gather(*pending)

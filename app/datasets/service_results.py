@@ -53,19 +53,30 @@ MAX_TOKENS = 20_000  # the largest max_tokens a call may pass: a next call never
 _WRITING: dict[str, asyncio.Future[Any]] = {}
 # How long a reader waits for the file of a result another server process has just answered with.
 SETTLE_S = 5.0
+# The same results by cache key, until their cache entry is written: the same query asked again
+# meanwhile in this process waits for the entry (`cache_entry_written`) instead of running again.
+_REMEMBERING: dict[str, asyncio.Future[Any]] = {}
 
 
 def store_later(
-    query_id: str, later: asyncio.Future[Any], remember: Callable[[], None], publishing: Callable[[], Any]
+    query_id: str,
+    later: asyncio.Future[Any],
+    remember: Callable[[], None],
+    publishing: Callable[[], Any],
+    cache_key: str | None = None,
 ) -> None:
     """Track the file of a result answered early: readers in this process wait for it, and once it is
-    written `publishing` (which puts it in the store) then `remember` (which writes its cache entry) run
-    in a thread: an entry whose file is missing would count as a miss."""
+    written `publishing` (which puts it in the store) then `remember` (which writes its cache entry,
+    under `cache_key`) run in a thread: an entry whose file is missing would count as a miss."""
     done = asyncio.ensure_future(_publish_later(query_id, later, publishing, remember))
     _WRITING[query_id] = done
+    if cache_key is not None:
+        _REMEMBERING[cache_key] = done
 
     def forget(task: asyncio.Future[Any]) -> None:
         _WRITING.pop(query_id, None)
+        if cache_key is not None and _REMEMBERING.get(cache_key) is task:
+            del _REMEMBERING[cache_key]
         if not task.cancelled():
             task.exception()  # retrieved: its readers find the file missing, the log has the cause
 
@@ -95,6 +106,17 @@ def publish(space: Space, key: str, local: Path) -> None:
     """Put a stored result just written locally into the space's store under `key` (the local store
     already holds it there). Blocks."""
     space.store.put(key, local, keep=True)
+
+
+async def cache_entry_written(cache_key: str, timeout: float = SETTLE_S) -> bool:
+    """Whether a result of `cache_key` answered early in this process was having its cache entry
+    written; if so, return once it is (or once it failed, or after `timeout` seconds)."""
+    writing = _REMEMBERING.get(cache_key)
+    if writing is None:
+        return False
+    with contextlib.suppress(Exception):
+        await asyncio.wait_for(asyncio.shield(writing), timeout)
+    return True
 
 
 async def written(writing: asyncio.Future[Any]) -> None:

@@ -16,7 +16,15 @@ from app.core.errors import QueryError
 from app.datasets import service_results
 from app.datasets.schemas import ExportedFile, ResultPageIn
 from app.datasets.service_common import Space
-from app.datasets.service_results import SETTLE_S, files_pattern, page_cut, relative, settled, store_later
+from app.datasets.service_results import (
+    SETTLE_S,
+    cache_entry_written,
+    files_pattern,
+    page_cut,
+    relative,
+    settled,
+    store_later,
+)
 from app.datasets.storage import FolderStore, ObjectInfo
 
 NOW = datetime.datetime.now
@@ -109,6 +117,20 @@ async def test_the_cache_entry_of_an_early_answer_is_written_once_its_file_is() 
     await until(lambda: remembered == [True])
     assert published == [True]  # the file went to the store before its cache entry was written
     await until(lambda: "q_00000000000000aa" not in service_results._WRITING)  # forgotten once all is done
+
+
+async def test_the_same_query_asked_again_waits_for_the_cache_entry_being_written() -> None:
+    later: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+    remembered: list[bool] = []
+    store_later("q_00000000000000cc", later, lambda: remembered.append(True), lambda: None, "key-cc")
+    assert not await cache_entry_written("another-key")  # nothing of that key is being written
+    asking = asyncio.create_task(cache_entry_written("key-cc"))
+    await asyncio.sleep(0)
+    assert not asking.done()  # it waits while the file and its entry are written
+    later.set_result(None)
+    assert await asyncio.wait_for(asking, 10) and remembered == [True]  # the entry is there when it returns
+    await until(lambda: "key-cc" not in service_results._REMEMBERING)
+    assert not await cache_entry_written("key-cc")
 
 
 async def test_a_cancelled_write_forgets_the_result_without_caching_it() -> None:
