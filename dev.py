@@ -132,9 +132,7 @@ def test_workers(args: list[str]) -> list[str]:
     if any(a == "-n" or a.startswith(("-n", "--numprocesses")) for a in args):
         return []
     workers = os.environ.get("CAIRN_TEST_WORKERS") or str(min(4, max(1, os.cpu_count() or 1)))
-    # worksteal: an idle worker takes tests queued on a busy one, so a few long tests do not leave
-    # one worker finishing alone.
-    return ["-n", workers, "--dist", "worksteal"]
+    return ["-n", workers]
 
 
 def main(argv: list[str]) -> int:
