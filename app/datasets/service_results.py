@@ -114,8 +114,8 @@ async def cache_entry_written(cache_key: str, timeout: float = SETTLE_S) -> bool
     writing = _REMEMBERING.get(cache_key)
     if writing is None:
         return False
-    with contextlib.suppress(Exception):
-        await asyncio.wait_for(asyncio.shield(writing), timeout)
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(written(writing), timeout)
     return True
 
 
