@@ -14,6 +14,7 @@ from app.core import migrations
 from app.core.config import Settings
 from app.core.context import AppState
 from app.core.db import connection_budget
+from app.core.embeddings.lexical_mover import LexicalMover
 from app.core.embeddings.queue import EmbeddingQueue
 from app.core.feature import Feature
 from app.core.http.callers import Callers
@@ -55,9 +56,10 @@ class Assembly:
 
 @asynccontextmanager
 async def running(asm: Assembly, **banner: Any) -> AsyncIterator[None]:
-    """Start the embedder, the features and the queue workers for the block; stop them, the database
-    and the embedded PostgreSQL after it."""
+    """Start the embedder, the features, the queue workers and the lexical mover for the block; stop
+    them, the database and the embedded PostgreSQL after it."""
     state, db = asm.state, asm.state.db
+    mover = LexicalMover(db, [i for f in asm.features for i in f.lexical_indexes], asm.settings)
     try:
         await state.embedder.start()
         async with db.transaction() as session:
@@ -69,6 +71,7 @@ async def running(asm: Assembly, **banner: Any) -> AsyncIterator[None]:
             if feature.startup is not None:
                 await feature.startup(state)
         asm.queue.start()
+        mover.start()
         if state.replicas is not None:
             state.replicas.start()
         where = ""
@@ -84,6 +87,7 @@ async def running(asm: Assembly, **banner: Any) -> AsyncIterator[None]:
         if state.replicas is not None:
             await state.replicas.stop()
         await asm.queue.stop()
+        await mover.stop()
         for slots in (state.jobs, state.streams):
             if slots is not None:
                 await slots.close()

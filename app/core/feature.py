@@ -20,6 +20,7 @@ from app.core.registry import OperationSet, Registry
 
 if TYPE_CHECKING:
     from app.core.context import AppState, CallContext
+    from app.core.embeddings.lexical import LexicalIndex
     from app.core.embeddings.targets import EmbeddingTarget
     from app.core.ui import ConsoleSection
 
@@ -52,6 +53,8 @@ class Feature:
       in reverse.
     - `cli`: `register(subparsers)` adding `cairn <command>` sub-commands.
     - `embedding_targets`: the kinds of rows it keeps a vector of, served by the core embedding queue.
+    - `lexical_indexes`: its BM25 indexes kept in a side table, filled by the core's lexical mover
+      (`app.core.embeddings.lexical_mover`).
     - `console`: its sections of the web console at `/ui` (`app.core.ui.ConsoleSection`: a navigation
       entry, pages whose every read and write is an operation run by the executor, and templates).
     """
@@ -66,6 +69,7 @@ class Feature:
     shutdown: Hook | None = None
     cli: Callable[[Any], None] | None = None
     embedding_targets: tuple[EmbeddingTarget, ...] = ()
+    lexical_indexes: tuple[LexicalIndex, ...] = ()
     console: tuple[ConsoleSection, ...] = ()
 
     def __post_init__(self) -> None:

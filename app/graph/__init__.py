@@ -7,6 +7,7 @@ from app.core.feature import Feature
 from app.graph import cli, pages
 from app.graph.config import GraphSettings
 from app.graph.operations import ops
+from app.graph.repository_search import ENTITY_LEXICAL
 from app.graph.service_common import EMBEDDING_TARGETS
 
 FEATURE = Feature(
@@ -15,5 +16,6 @@ FEATURE = Feature(
     settings=GraphSettings,
     cli=cli.register,
     embedding_targets=EMBEDDING_TARGETS,
+    lexical_indexes=(ENTITY_LEXICAL,),
     console=pages.SECTIONS,
 )

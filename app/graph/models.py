@@ -1,5 +1,7 @@
 """Tables of the knowledge graph (migrations graph_0001 to graph_0003 create them; SQL lives in the repositories).
 
+The side table of the entities' lexical index and its pending list (graph_0006) are declared by their migration alone.
+
 Generated columns (`search_text`, `tsv`, `lexical`) and the vector columns are declared for reference only.
 """
 

@@ -15,8 +15,15 @@ from app.core.repository import Repository
 from app.graph.repository import ENTITY_VECTORS, REFLECTION_TARGET
 
 REFLECTION_VECTORS = EmbeddedRows(REFLECTION_TARGET, "graph_reflections", "graph_reflection_embeddings", text="content")
-# tsv (cairn_text) and lexical (bm25_document) of graph_0003_lexical
-ENTITY_LEXICAL = LexicalIndex("graph_entities", config="cairn_text")
+# tsv (cairn_text) and lexical (bm25_document) of graph_0003_lexical; the entities' HNSW index is on the
+# side table of graph_0006_lexical_side, filled by the core's lexical mover.
+ENTITY_LEXICAL = LexicalIndex(
+    "graph_entities",
+    config="cairn_text",
+    side="graph_entity_lexical",
+    pending="graph_entity_lexical_pending",
+    copied=("project_id", "entity_type"),
+)
 REFLECTION_LEXICAL = LexicalIndex("graph_reflections", config="cairn_text")
 
 

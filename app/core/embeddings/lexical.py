@@ -32,6 +32,15 @@ gene or product acronym (`PTPRS`, `OmpF`), a hyphenated compound (`kras-ralb`, w
 also emits), a path (`a/b`) or a version names nothing the corpus is known not to be about: its absence
 says little, and counting such tokens lowered SciFact's hybrid nDCG@10 (docs/memory.md).
 
+An index may keep its HNSW graph in a side table (`LexicalIndex.side`), so that a write does not pay
+for the graph: inserting into an HNSW index is a search of the graph per row, most of the time of a
+bulk insert. A trigger on the table (the family's migration) lists each new row, and each row whose
+`tsv` or copied columns changed, in the pending table with a version; a background mover
+(`app.core.embeddings.lexical_mover`) copies pending rows into the side table in batches and drops
+them from the pending list unless they changed again meanwhile. A search reads both in one statement:
+the side table's index for the rows not pending, and every pending row of the scope scored exactly
+(`top_sql`), so a row is found from the moment its write commits, and scored from its current text.
+
 Names (table, columns, configuration) are written in code, never a caller's value, and checked as
 identifiers all the same; the query text is always a bound parameter.
 """
@@ -69,17 +78,30 @@ RARE_FLOOR = 50
 @dataclass(frozen=True)
 class LexicalIndex:
     """A table ranked by BM25: `tsv` is its generated `tsvector` column under `config`, `vector` its
-    generated `bm25_document` column (HNSW, `sparsevec_ip_ops`), `key` its key column."""
+    generated `bm25_document` column (HNSW, `sparsevec_ip_ops`), `key` its key column.
+
+    With `side`, the HNSW index is on that table instead (module docstring): its columns are `key`,
+    the `copied` columns and `vector`, named as in `table`, so a search's filter reads the same on
+    both; `pending` is the table of rows waiting to be copied (`key`, `ver`, `queued_at`). A search's
+    filter may then name only `copied` columns."""
 
     table: str
     tsv: str = "tsv"
     vector: str = "lexical"
     config: str = "english"
     key: str = "id"
+    side: str | None = None
+    pending: str | None = None
+    copied: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        for name in (self.table, self.tsv, self.vector, self.config, self.key):
+        for name in (self.table, self.tsv, self.vector, self.config, self.key, *self.copied):
             identifier(name)
+        if (self.side is None) != (self.pending is None):
+            raise ValueError("a side table needs a pending table, and the other way round")
+        for table in (self.side, self.pending):
+            if table is not None:
+                identifier(table)
 
     def score_sql(self, alias: str, param: str = "lq") -> str:
         """The BM25 score of row `alias` for the query vector bound as `:param` (0 without a shared lexeme)."""
@@ -91,17 +113,30 @@ class LexicalIndex:
 
     def top_sql(self, alias: str, where: str, rare: bool) -> str:
         """The best `:k` rows under `where` for the query vector `:lq`, as (`key` AS id, score), best
-        first, zero scores included: one scan of the inner-product HNSW index, and with `rare` the
+        first, zero scores included: one scan of the inner-product HNSW index (with a side table: of
+        the rows not pending there, and the pending rows scored exactly), and with `rare` the
         rows holding a rare lexeme (`:rare`, a tsquery), found through the GIN index and scored
         exactly. An HNSW walk moves only towards better scores; where no row near its path shares a
         lexeme with the query (every score 0), it cannot find the few rows that do, so those come
         from the GIN index."""
         a = identifier(alias)
         score, order = self.score_sql(a), self.order_sql(a)
+        indexed = self.table if self.side is None else self.side
+        fresh = (
+            ""
+            if self.pending is None
+            else f" AND NOT EXISTS (SELECT 1 FROM {self.pending} p WHERE p.{self.key} = {a}.{self.key})"
+        )
         parts = [
-            f"(SELECT {a}.{self.key} AS id, {score} AS score FROM {self.table} {a} WHERE {where} "
+            f"(SELECT {a}.{self.key} AS id, {score} AS score FROM {indexed} {a} WHERE {where}{fresh} "
             f"ORDER BY {order} LIMIT :k)"
         ]
+        if self.pending is not None:
+            # Not yet in the side table, or changed since it was copied there: scored from the row itself.
+            parts.append(
+                f"(SELECT {a}.{self.key} AS id, {score} AS score FROM {self.pending} p "
+                f"JOIN {self.table} {a} ON {a}.{self.key} = p.{self.key} WHERE {where} ORDER BY 2 DESC LIMIT :k)"
+            )
         if rare:
             parts.append(
                 f"(SELECT {a}.{self.key} AS id, {score} AS score FROM {self.table} {a} WHERE {where} "

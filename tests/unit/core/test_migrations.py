@@ -219,6 +219,7 @@ async def test_each_upgrade_records_the_applied_revisions_with_their_flags(pg: P
         "graph_0003_lexical",
         "graph_0004_english_status",
         "graph_0005_gin_bounded_list",
+        "graph_0006_lexical_side",
     }
 
 

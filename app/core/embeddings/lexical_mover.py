@@ -1,0 +1,163 @@
+"""The lexical mover: copies rows listed as pending into the side table of their lexical index.
+
+A lexical index kept in a side table (`LexicalIndex.side`, `app.core.embeddings.lexical`) spares
+writes the HNSW insert; the rows they list as pending are copied here, in the background, in batches
+of `BATCH` rows (`LexicalMoveRepository.move`: one statement, which leaves listed a row that changed
+again meanwhile). Every server runs one mover task for the features' side-table indexes; a
+transaction-level advisory lock per index lets one host at a time copy (`take_turn`), so hosts never
+copy the same rows twice or wait on each other's row locks.
+
+Search never waits for the mover (pending rows are scored exactly), so a mover behind costs only
+search time, in proportion to the pending rows. Like the embedding queue's workers, the mover gives
+way to the process's calls: while calls are in flight (`app.core.embeddings.load`) it holds back, for
+at most `embedding_queue_defer_seconds` counted from the oldest pending row's listing, and not at all
+once `HOLD_ROWS` rows wait (then a pending scan would cost every search more than the copy costs).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from prometheus_client import Counter, Gauge
+
+from app.core.embeddings.lexical import LexicalIndex
+from app.core.embeddings.load import LOAD, Load
+from app.core.embeddings.repository_lexical import LexicalMoveRepository, PendingState
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncSession
+
+    from app.core.config import Settings
+    from app.core.db import Database
+
+log = logging.getLogger("cairn.lexical_mover")
+
+ROWS_MOVED = Counter("cairn_lexical_rows_moved_total", "Rows copied into the side table of their lexical index")
+ROWS_PENDING = Gauge(
+    "cairn_lexical_rows_pending",
+    "Rows waiting to be copied into the side table of their lexical index",
+    ["table"],
+    multiprocess_mode="livemostrecent",  # every host reads the same shared list
+)
+
+BATCH = 256  # rows per copy statement: about a tenth of a second of HNSW inserts
+HOLD_ROWS = 20_000  # with this many rows waiting, the mover no longer gives way to calls
+POLL_SECONDS = 1.0  # how often an idle mover looks for rows (writes list them by trigger, on any host)
+QUIET_SECONDS = 0.05  # as the embedding queue: a shorter gap between calls is one client's think time
+
+
+class LexicalMover:
+    """Copies the pending rows of `indexes` (each with a side table) into their side tables."""
+
+    def __init__(self, db: Database, indexes: Sequence[LexicalIndex], settings: Settings, load: Load = LOAD) -> None:
+        for index in indexes:
+            if index.side is None:
+                raise ValueError(f"{index.table}: its lexical index has no side table to move rows into")
+        self.db = db
+        self.indexes = list(indexes)
+        self.settings = settings
+        self.load = load
+        self._task: asyncio.Task[None] | None = None
+        self._last_warning = 0.0
+
+    async def pending(self, index: LexicalIndex) -> PendingState:
+        """The index's pending rows (count and oldest age; also set as a metric)."""
+        async with self.db.transaction() as session:
+            state = await LexicalMoveRepository(session).pending_state(index)
+        ROWS_PENDING.labels(index.table).set(state.rows)
+        return state
+
+    async def move_batch(self, index: LexicalIndex, limit: int = BATCH) -> int | None:
+        """Copy one batch of the index's pending rows; the rows copied, or None when another host is
+        copying this index's rows now."""
+
+        async def work(session: AsyncSession) -> int | None:
+            repo = LexicalMoveRepository(session)
+            if not await repo.take_turn(index):
+                return None
+            return await repo.move(index, limit)
+
+        moved = await self.db.run(work)
+        if moved:
+            ROWS_MOVED.inc(moved)
+        return moved
+
+    async def give_way(self, index: LexicalIndex) -> float:
+        """While the process answers calls, wait for a quiet moment, at most until the oldest pending
+        row is `embedding_queue_defer_seconds` old, and not at all once `HOLD_ROWS` rows wait. Returns
+        the seconds waited."""
+        defer = self.settings.embedding_queue_defer_seconds
+        if defer <= 0 or not self.load.busy(QUIET_SECONDS):
+            return 0.0
+        state = await self.pending(index)
+        if state.oldest_seconds is None or state.rows >= HOLD_ROWS:
+            return 0.0
+        started = time.monotonic()
+        until = started + max(0.0, defer - state.oldest_seconds)
+        while True:  # polled: "quiet" is the absence of calls for a while, not an event
+            left = until - time.monotonic()
+            if left <= 0 or not self.load.busy(QUIET_SECONDS):
+                break
+            await asyncio.sleep(min(QUIET_SECONDS, left))
+        return time.monotonic() - started
+
+    async def drain(self, timeout: float) -> int:
+        """Copy every pending row of every index now, without giving way, until none waits or `timeout`
+        passes; returns the rows still waiting."""
+        deadline = time.monotonic() + timeout
+        while True:
+            waiting = 0
+            for index in self.indexes:
+                waiting += (await self.pending(index)).rows
+            if waiting == 0 or time.monotonic() >= deadline:
+                return waiting
+            for index in self.indexes:
+                if not await self.move_batch(index):
+                    await asyncio.sleep(0.05)  # another host holds the turn, or nothing was left
+
+    async def _work(self) -> None:
+        failures = 0
+        while True:
+            moved = 0
+            try:
+                for index in self.indexes:
+                    await self.give_way(index)
+                    moved += await self.move_batch(index) or 0
+                failures = 0
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # a database outage: the rows stay listed; try again later
+                failures += 1
+                self._warn(exc)
+                await asyncio.sleep(min(30.0, 0.25 * 2**failures))
+                continue
+            if not moved:
+                await asyncio.sleep(POLL_SECONDS)
+
+    def start(self) -> None:
+        """Start the mover as a task of the running loop (no-op without indexes, or when running)."""
+        if self._task is None and self.indexes:
+            self._task = asyncio.get_running_loop().create_task(self._work(), name="cairn-lexical-mover")
+
+    async def stop(self) -> None:
+        """Cancel the mover; a batch cut off is rolled back and its rows stay listed."""
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    def _warn(self, exc: BaseException) -> None:
+        now = time.monotonic()  # one line per 30 s while the database is away, not one per try
+        if now - self._last_warning >= 30:
+            self._last_warning = now
+            log.warning(
+                "copying rows into a lexical side table failed; retrying later: %s: %s",
+                type(exc).__name__,
+                str(exc)[:200],
+            )
