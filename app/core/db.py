@@ -350,7 +350,7 @@ class Database:
         ordinary session."""
         if (one_statement or plain) and self.on_driver:
             driver = DriverSession(
-                await self.engine.raw_connection(),
+                await self._raw_connection(),
                 self.engine.dialect,
                 self._positional,
                 transactional=plain,
@@ -376,6 +376,25 @@ class Database:
                 await session.rollback()
                 raise
             await session.commit()
+
+    async def _raw_connection(self) -> PoolProxiedConnection:
+        """A pooled connection for a `DriverSession`. A failure to connect comes out as the session path
+        raises it, SQLAlchemy's `DBAPIError` around the driver's error (`connection_invalidated` when
+        the dialect calls it a disconnect), so it maps alike (an outage answers 503)."""
+        try:
+            return await self.engine.raw_connection()
+        except Exception as exc:
+            dialect = self.engine.dialect
+            if isinstance(exc, DBAPIError) or not isinstance(exc, dialect.loaded_dbapi.Error):
+                raise
+            raise DBAPIError.instance(
+                None,
+                None,
+                exc,
+                dialect.loaded_dbapi.Error,
+                connection_invalidated=dialect.is_disconnect(exc, None, None),
+                dialect=dialect,
+            ) from exc
 
     async def run(
         self,

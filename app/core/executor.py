@@ -242,7 +242,8 @@ class _Call:
                     ctx, result = await self.on_replica(replica)
                 else:
                     one = self.op.one_statement and not self.audited
-                    ctx, result = await self.app.db.run(self.attempt, retry=retry, one_statement=one)
+                    plain = self.op.plain
+                    ctx, result = await self.app.db.run(self.attempt, retry=retry, one_statement=one, plain=plain)
             except BaseException:  # rolled back (failed or cancelled): record what the handler did outside
                 await run_rollback_steps(self.app, self.attempts)
                 raise

@@ -116,6 +116,10 @@ class Operation:
     # A read-only operation whose handler runs one SQL statement: no BEGIN / COMMIT around it
     # (`Database.run`'s `one_statement`; tests/unit/core/test_operations.py counts them)
     one_statement: bool = False
+    # An operation whose every statement, the audit row's included, is a repository's text statement:
+    # its transaction runs on the driver (`Database.run`'s `plain`; tests/unit/core/test_operations.py
+    # runs each through the executor and finds no statement through SQLAlchemy)
+    plain: bool = False
 
     @property
     def tool(self) -> str:
@@ -244,6 +248,7 @@ class OperationSet:
         primary_only: bool = False,
         errors: tuple[ErrorClass, ...] = (),
         one_statement: bool = False,
+        plain: bool = False,
     ) -> Callable[[Handler], Handler]:
         """Declare `handler` as an operation of this feature.
 
@@ -258,7 +263,10 @@ class OperationSet:
         `errors` names the error classes the handler raises beyond those the declaration implies
         (`Operation.error_classes`), e.g. `(NotFound,)` for an operation reading a named thing.
         `one_statement` marks a read-only operation whose handler runs exactly one SQL statement: it
-        then runs without BEGIN and COMMIT, the statement being its own transaction and snapshot."""
+        then runs without BEGIN and COMMIT, the statement being its own transaction and snapshot.
+        `plain` marks an operation whose every statement is a text statement (its handler's, its
+        audit row's): its transaction then runs on the driver itself, without SQLAlchemy's session
+        around each statement (`app.core.db.DriverSession`)."""
         if not _NAME.fullmatch(name):
             raise ValueError(f"invalid operation name {name!r}")
         if mcp and not title:
@@ -293,6 +301,7 @@ class OperationSet:
                     primary_only=primary_only,
                     errors=errors,
                     one_statement=one_statement,
+                    plain=plain,
                 )
             )
             return handler

@@ -177,9 +177,21 @@ class ProjectRepository(Repository):
         return found if isinstance(found, uuid.UUID) else None
 
     async def ensure_id(self, name: str) -> uuid.UUID:
-        """The id of the project called `name`, created if missing (safe under concurrency)."""
+        """The id of the project called `name`, created if missing (safe under concurrency). Plain text
+        statements only, so a `plain` operation may call it (`app.core.registry.Operation.plain`)."""
         found = await self.id_of(name)
-        return found if found is not None else (await self.ensure(name)).id
+        if found is not None:
+            return found
+        created = await self.scalar(
+            "INSERT INTO projects (id, name, description) VALUES (:id, :name, '') "
+            "ON CONFLICT (name) DO NOTHING RETURNING id",
+            {"id": uuid.uuid4(), "name": name},
+        )
+        if isinstance(created, uuid.UUID):
+            return created
+        found = await self.id_of(name)  # created meanwhile by a concurrent call
+        assert found is not None
+        return found
 
 
 class ApiKeyRepository(Repository):

@@ -70,6 +70,7 @@ ops.toolset("graph", "Knowledge graph: entities, relations, observations, semant
     output=CreateEntitiesOut,
     path="/graph/entities",
     title="Create Entities",
+    plain=True,
 )
 async def create_entities(ctx: CallContext, args: CreateEntitiesIn) -> CreateEntitiesOut:
     """Create multiple new entities in the knowledge graph.
@@ -86,6 +87,7 @@ async def create_entities(ctx: CallContext, args: CreateEntitiesIn) -> CreateEnt
     output=CreateRelationsOut,
     path="/graph/relations",
     title="Create Relations",
+    plain=True,
 )
 async def create_relations(ctx: CallContext, args: CreateRelationsIn) -> CreateRelationsOut:
     """Create multiple new relations between entities in the knowledge graph. Relations should be in

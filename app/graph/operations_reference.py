@@ -73,6 +73,7 @@ def _graph_text(result: BaseModel) -> list[str]:
     path="/reference/create_entities",
     toolsets=(TOOLSET,),
     rest=False,
+    plain=True,
     text=_list_text("entities"),
 )
 async def create_entities(ctx: CallContext, args: RefCreateEntitiesIn) -> RefEntitiesOut:
@@ -89,6 +90,7 @@ async def create_entities(ctx: CallContext, args: RefCreateEntitiesIn) -> RefEnt
     path="/reference/create_relations",
     toolsets=(TOOLSET,),
     rest=False,
+    plain=True,
     text=_list_text("relations"),
 )
 async def create_relations(ctx: CallContext, args: RefCreateRelationsIn) -> RefRelationsOut:

@@ -182,6 +182,9 @@ async def test_errors_are_told_apart_by_their_sqlstate(db: Database) -> None:
     assert not is_connection_error(ValueError("a wrong query"))
 
 
+PATHS: tuple[dict[str, bool], ...] = ({}, {"plain": True}, {"one_statement": True})
+
+
 async def test_an_outage_or_an_exhausted_pool_is_a_5030_and_a_wrong_query_is_not(pg: PgCluster) -> None:
     settings = Settings(db_pool_size=1, db_max_overflow=0, db_pool_timeout=0.2)
     busy = Database(pg.handle.url(pg.new_database()), settings)
@@ -199,12 +202,35 @@ async def test_an_outage_or_an_exhausted_pool_is_a_5030_and_a_wrong_query_is_not
         await busy.dispose()
     nowhere = Database("postgresql+asyncpg://u:p@127.0.0.1:9/none", Settings())  # nothing listens on port 9
     try:
-        with pytest.raises(Exception) as refused:
-            await nowhere.run(lambda session: session.execute(text("SELECT 1")))
-        err = outage(refused.value)
-        assert err is not None and err.status == 503 and "unavailable" in err.message
+        # A session, and a driver session (plain or one statement): the same error either way.
+        for path in PATHS:
+            with pytest.raises(Exception) as refused:
+                await nowhere.run(lambda session: session.execute(text("SELECT 1")), **path)
+            err = outage(refused.value)
+            assert err is not None and err.status == 503 and "unavailable" in err.message, path
     finally:
         await nowhere.dispose()
+
+
+async def test_a_server_refusing_connections_is_an_outage_on_every_path(
+    pg: PgCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A PostgreSQL shutting down answers new connections with SQLSTATE 57P03: through a session, and
+    through the driver (`plain`, `one_statement`), the call gets the 503 of an outage, not a 500."""
+
+    async def shutting_down(*_: object, **__: object) -> None:
+        raise asyncpg.exceptions.CannotConnectNowError("the database system is shutting down")
+
+    closing = Database(pg.handle.url(pg.new_database()), Settings())
+    monkeypatch.setattr(asyncpg, "connect", shutting_down)
+    try:
+        for path in PATHS:
+            with pytest.raises(DBAPIError) as refused:
+                await closing.run(lambda session: session.execute(text("SELECT 1")), **path)
+            err = outage(refused.value)
+            assert err is not None and err.status == 503, path
+    finally:
+        await closing.dispose()
 
 
 async def test_run_retries_a_transaction_postgresql_failed_to_break_a_conflict(db: Database) -> None:
