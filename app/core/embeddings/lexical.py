@@ -123,9 +123,7 @@ class LexicalIndex:
         score, order = self.score_sql(a), self.order_sql(a)
         indexed = self.table if self.side is None else self.side
         fresh = (
-            ""
-            if self.pending is None
-            else f" AND NOT EXISTS (SELECT 1 FROM {self.pending} p WHERE p.{self.key} = {a}.{self.key})"
+            "" if self.pending is None else f" AND {a}.{self.key} NOT IN (SELECT p.{self.key} FROM {self.pending} p)"
         )
         parts = [
             f"(SELECT {a}.{self.key} AS id, {score} AS score FROM {indexed} {a} WHERE {where}{fresh} "

@@ -7,6 +7,12 @@ again meanwhile). Every server runs one mover task for the features' side-table 
 transaction-level advisory lock per index lets one host at a time copy (`take_turn`), so hosts never
 copy the same rows twice or wait on each other's row locks.
 
+The mover also keeps the side table's planner statistics current: once it has copied more than a
+tenth of the table (at least `ANALYZE_ROWS` rows) since its last look, it runs `ANALYZE` on it when
+the list is empty. Without statistics for a fresh bulk of rows the planner guesses that a project
+holds a handful of them, and scans and sorts them all instead of walking the HNSW index; autovacuum
+would only correct that within its own minute.
+
 Search never waits for the mover (pending rows are scored exactly), so a mover behind costs only
 search time, in proportion to the pending rows. Like the embedding queue's workers, the mover gives
 way to the process's calls: while calls are in flight (`app.core.embeddings.load`) it holds back, for
@@ -49,6 +55,7 @@ BATCH = 256  # rows per copy statement: about a tenth of a second of HNSW insert
 HOLD_ROWS = 20_000  # with this many rows waiting, the mover no longer gives way to calls
 POLL_SECONDS = 1.0  # how often an idle mover looks for rows (writes list them by trigger, on any host)
 QUIET_SECONDS = 0.05  # as the embedding queue: a shorter gap between calls is one client's think time
+ANALYZE_ROWS = 1_000  # the fewest copied rows that make the mover refresh the side table's statistics
 
 
 class LexicalMover:
@@ -64,6 +71,7 @@ class LexicalMover:
         self.load = load
         self._task: asyncio.Task[None] | None = None
         self._last_warning = 0.0
+        self._copied: dict[str, int] = {}  # rows copied per side table since its statistics were refreshed
 
     async def pending(self, index: LexicalIndex) -> PendingState:
         """The index's pending rows (count and oldest age; also set as a metric)."""
@@ -85,7 +93,27 @@ class LexicalMover:
         moved = await self.db.run(work)
         if moved:
             ROWS_MOVED.inc(moved)
+            assert index.side is not None
+            self._copied[index.side] = self._copied.get(index.side, 0) + moved
+        if moved is not None and moved < limit:  # the list is empty (or nearly): a moment to look
+            await self.refresh_statistics(index)
         return moved
+
+    async def refresh_statistics(self, index: LexicalIndex) -> bool:
+        """`ANALYZE` the side table when this mover copied more than a tenth of it (and at least
+        `ANALYZE_ROWS` rows) since it last did; whether it did."""
+        assert index.side is not None
+        copied = self._copied.get(index.side, 0)
+        if copied < ANALYZE_ROWS:
+            return False
+        async with self.db.transaction() as session:
+            repo = LexicalMoveRepository(session)
+            if copied < 0.1 * await repo.side_rows(index):
+                return False
+            await repo.analyze(index)
+        self._copied[index.side] = 0
+        log.info("refreshed the statistics of %s after copying %d rows", index.side, copied)
+        return True
 
     async def give_way(self, index: LexicalIndex) -> float:
         """While the process answers calls, wait for a quiet moment, at most until the oldest pending

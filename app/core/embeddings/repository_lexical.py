@@ -36,6 +36,16 @@ class LexicalMoveRepository(Repository):
         assert row is not None  # an aggregate always has a row
         return PendingState(int(row["n"]), float(row["age"]) if row["age"] is not None else None)
 
+    async def side_rows(self, index: LexicalIndex) -> float:
+        """The side table's row count as the planner knows it (`reltuples`; -1 when never analysed)."""
+        side, _ = _names(index)
+        return float(await self.scalar("SELECT reltuples FROM pg_class WHERE oid = to_regclass(:t)", {"t": side}) or 0)
+
+    async def analyze(self, index: LexicalIndex) -> None:
+        """Refresh the side table's planner statistics (`ANALYZE`: a sample, never a full scan)."""
+        side, _ = _names(index)
+        await self.execute(f"ANALYZE {side}")
+
     async def take_turn(self, index: LexicalIndex) -> bool:
         """Whether this transaction is the one copying the index's rows now (a transaction-level
         advisory lock, given up at its end; another host holding it means: not now)."""

@@ -86,6 +86,7 @@ def upgrade() -> None:
         "CREATE INDEX ix_graph_entity_lexical ON graph_entity_lexical USING hnsw (lexical sparsevec_ip_ops) "
         "WITH (m = 8, ef_construction = 32)"
     )
+    op.execute("ANALYZE graph_entity_lexical")  # a search plans on the index at once (lexical_mover)
     op.execute("DROP INDEX IF EXISTS ix_graph_entities_lexical")
 
 
