@@ -165,6 +165,9 @@ class LexicalMover:
                 await asyncio.sleep(min(30.0, 0.25 * 2**failures))
                 continue
             if not moved:
+                with contextlib.suppress(Exception):  # the gauge only; the next round reports a failure
+                    for index in self.indexes:
+                        await self.pending(index)
                 await asyncio.sleep(POLL_SECONDS)
 
     def start(self) -> None:
