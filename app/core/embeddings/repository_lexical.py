@@ -61,7 +61,11 @@ class LexicalMoveRepository(Repository):
         drop them from the pending list unless they were listed again since this statement's snapshot
         (their version moved on: they stay, to be copied again). A listed row whose source row is gone
         is dropped from the list (the side table's foreign key removed its copy). Returns the rows
-        dropped from the list."""
+        dropped from the list.
+
+        The listings are locked in key order, the order in which the triggers list a statement's rows,
+        so a writer and the mover wait for each other without ever waiting in a circle; a listing a
+        writer changed meanwhile fails `ver` once its writer commits, and stays."""
         side, pending = _names(index)
         key, vec = index.key, index.vector
         cols = ", ".join((key, *index.copied, vec))
@@ -73,8 +77,10 @@ class LexicalMoveRepository(Repository):
                               SELECT {src} FROM {index.table} t JOIN batch b ON b.{key} = t.{key}
                               ORDER BY t.{key}
                               ON CONFLICT ({key}) DO UPDATE SET {sets})
-               DELETE FROM {pending} p USING batch b WHERE p.{key} = b.{key} AND p.ver = b.ver
-               RETURNING p.{key}""",
+               DELETE FROM {pending} d WHERE d.{key} IN (
+                   SELECT p.{key} FROM {pending} p JOIN batch b ON b.{key} = p.{key} WHERE p.ver = b.ver
+                   ORDER BY p.{key} FOR UPDATE OF p)
+               RETURNING d.{key}""",
             {"n": limit},
         )
         return len(rows)
