@@ -262,11 +262,8 @@ class OperationSet:
         (a write part that can run after the read uses `CallContext.write_after_read` instead).
         `errors` names the error classes the handler raises beyond those the declaration implies
         (`Operation.error_classes`), e.g. `(NotFound,)` for an operation reading a named thing.
-        `one_statement` marks a read-only operation whose handler runs exactly one SQL statement: it
-        then runs without BEGIN and COMMIT, the statement being its own transaction and snapshot.
-        `plain` marks an operation whose every statement is a text statement (its handler's, its
-        audit row's): its transaction then runs on the driver itself, without SQLAlchemy's session
-        around each statement (`app.core.db.DriverSession`)."""
+        `one_statement` marks a read-only operation whose handler runs exactly one SQL statement (no
+        BEGIN / COMMIT); `plain` one whose every statement is text: its transaction runs on the driver."""
         if not _NAME.fullmatch(name):
             raise ValueError(f"invalid operation name {name!r}")
         if mcp and not title:
