@@ -60,6 +60,31 @@ def cairn(env: dict[str, str] | None = None, before_start: Any = None, root: Pat
         srv.stop()
 
 
+def lexical_caught_up(srv: Server, timeout: float = 600.0) -> float:
+    """Seconds until the server's lexical mover has copied every listed graph entity into the side
+    table of their lexical index (graph_0006), polled on the server's embedded PostgreSQL."""
+    import asyncio
+
+    import asyncpg
+
+    lines = (srv.data / "pgdata" / "postmaster.pid").read_text().splitlines()
+    port, socket_dir = int(lines[3]), lines[4]
+
+    async def wait() -> float:
+        conn = await asyncpg.connect(host=socket_dir, port=port, user="postgres", database="cairn")
+        try:
+            t0 = time.perf_counter()
+            while await conn.fetchval("SELECT EXISTS (SELECT 1 FROM graph_entity_lexical_pending)"):
+                if time.perf_counter() - t0 > timeout:
+                    raise TimeoutError("the lexical mover did not catch up")
+                await asyncio.sleep(0.1)
+            return time.perf_counter() - t0
+        finally:
+            await conn.close()
+
+    return asyncio.run(wait())
+
+
 def cairn_pids(srv: Server) -> list[int]:
     """The serve process and its own children (not PostgreSQL's)."""
     assert srv.proc is not None
