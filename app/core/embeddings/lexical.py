@@ -131,9 +131,12 @@ class LexicalIndex:
         ]
         if self.pending is not None:
             # Not yet in the side table, or changed since it was copied there: scored from the row itself.
+            # The listed keys as one array, looked up by key: as a join, the planner may instead sort the
+            # whole scope by score and probe the list row by row, until k are found.
             parts.append(
-                f"(SELECT {a}.{self.key} AS id, {score} AS score FROM {self.pending} p "
-                f"JOIN {self.table} {a} ON {a}.{self.key} = p.{self.key} WHERE {where} ORDER BY 2 DESC LIMIT :k)"
+                f"(SELECT {a}.{self.key} AS id, {score} AS score FROM {self.table} {a} "
+                f"WHERE {a}.{self.key} = ANY(ARRAY(SELECT p.{self.key} FROM {self.pending} p)) AND {where} "
+                "ORDER BY 2 DESC LIMIT :k)"
             )
         if rare:
             parts.append(

@@ -36,6 +36,8 @@ async def test_the_side_table_scan_plans_on_its_hnsw_index_once_copied(side: Sid
         await session.rollback()
     assert "Index Scan using ix_graph_entity_lexical on graph_entity_lexical" in plan, plan
     assert "Seq Scan on graph_entity_lexical " not in plan, plan
+    # The listed entities are looked up by key, never found by sorting the project's every entity.
+    assert "Index Cond: (id = ANY ((InitPlan" in plan and "graph_entities_pkey" in plan, plan
 
 
 async def test_the_mover_gives_way_to_calls_then_copies(side: Side) -> None:
