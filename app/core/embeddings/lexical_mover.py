@@ -11,7 +11,9 @@ The mover also keeps the side table's planner statistics current: once it has co
 tenth of the table (at least `ANALYZE_ROWS` rows) since its last look, it runs `ANALYZE` on it when
 the list is empty. Without statistics for a fresh bulk of rows the planner guesses that a project
 holds a handful of them, and scans and sorts them all instead of walking the HNSW index; autovacuum
-would only correct that within its own minute.
+would only correct that within its own minute. For the same reason it vacuums the pending list once
+it has emptied it of at least `ANALYZE_ROWS` rows: every search reads the list whole, dead rows
+included (on the driver only: behind a transaction pooler that is left to autovacuum).
 
 Search never waits for the mover (pending rows are scored exactly), so a mover behind costs only
 search time, in proportion to the pending rows. Like the embedding queue's workers, the mover gives
@@ -72,6 +74,7 @@ class LexicalMover:
         self._task: asyncio.Task[None] | None = None
         self._last_warning = 0.0
         self._copied: dict[str, int] = {}  # rows copied per side table since its statistics were refreshed
+        self._dropped: dict[str, int] = {}  # rows dropped from each pending list since it was vacuumed
 
     async def pending(self, index: LexicalIndex) -> PendingState:
         """The index's pending rows (count and oldest age; also set as a metric)."""
@@ -95,9 +98,21 @@ class LexicalMover:
             ROWS_MOVED.inc(moved)
             assert index.side is not None
             self._copied[index.side] = self._copied.get(index.side, 0) + moved
-        if moved is not None and moved < limit:  # the list is empty (or nearly): a moment to look
+            self._dropped[index.side] = self._dropped.get(index.side, 0) + moved
+        if moved is not None and moved < limit:  # the list is empty (or nearly): a moment to tidy up
             await self.refresh_statistics(index)
+            await self.vacuum_pending(index)
         return moved
+
+    async def vacuum_pending(self, index: LexicalIndex) -> bool:
+        """`VACUUM` the pending list once at least `ANALYZE_ROWS` rows were dropped from it since this
+        mover last did (on the driver only, where a statement runs outside a transaction); whether it did."""
+        assert index.side is not None
+        if self._dropped.get(index.side, 0) < ANALYZE_ROWS or not self.db.on_driver:
+            return False
+        await self.db.run(lambda session: LexicalMoveRepository(session).vacuum_pending(index), one_statement=True)
+        self._dropped[index.side] = 0
+        return True
 
     async def refresh_statistics(self, index: LexicalIndex) -> bool:
         """`ANALYZE` the side table when this mover copied more than a tenth of it (and at least

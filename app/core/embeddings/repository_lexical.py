@@ -46,6 +46,12 @@ class LexicalMoveRepository(Repository):
         side, _ = _names(index)
         await self.execute(f"ANALYZE {side}")
 
+    async def vacuum_pending(self, index: LexicalIndex) -> None:
+        """`VACUUM` the pending list: the copies leave it full of dead rows, which every search reads
+        through until they are gone. Outside a transaction only (a driver session's single statement)."""
+        _, pending = _names(index)
+        await self.execute(f"VACUUM {pending}")
+
     async def take_turn(self, index: LexicalIndex) -> bool:
         """Whether this transaction is the one copying the index's rows now (a transaction-level
         advisory lock, given up at its end; another host holding it means: not now)."""
