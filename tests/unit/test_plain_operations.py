@@ -7,11 +7,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from sqlalchemy import event, text
+from sqlalchemy import text
 
 from app.core.config import Settings
 from app.core.context import AppState, Principal
-from app.core.db import Database, DriverSession
+from app.core.db import Database
 from app.core.embeddings.local import LocalOnnxEmbedder
 from app.core.embeddings.queue import EmbeddingQueue
 from app.core.errors import NotFound
@@ -21,6 +21,7 @@ from app.core.operations import ops as core_ops
 from app.core.toolsets import Catalog
 from app.features import FEATURES
 from tests.support.databases import database_fixture
+from tests.support.statements import statement_paths
 
 WRITER = Principal(key_id="w", name="writer", scopes=frozenset({"admin"}))
 ENTITIES = [{"name": f"P{i}", "entityType": "person", "observations": [f"fact {i}"]} for i in range(3)]
@@ -53,31 +54,15 @@ def state(db: Database) -> AppState:
 async def test_plain_operations_run_every_statement_on_the_driver(
     state: AppState, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    on_driver: list[str] = []
-    through_sqlalchemy: list[str] = []
-    run_on_driver = DriverSession.execute
-
-    async def counted(self: DriverSession, statement: Any, params: Any = None) -> Any:
-        on_driver.append(str(statement))
-        return await run_on_driver(self, statement, params)
-
-    def record(_conn: object, _cursor: object, statement: str, *_: object) -> None:
-        through_sqlalchemy.append(statement)
-
     plain = {op.name: op for op in state.registry.operations if op.plain}
     assert sorted(plain) == sorted(CALLS)
-    monkeypatch.setattr(DriverSession, "execute", counted)
-    event.listen(state.db.engine.sync_engine, "before_cursor_execute", record)
-    try:
+    with statement_paths(state.db, monkeypatch) as paths:
         for name, args in CALLS.items():
-            on_driver.clear()
-            through_sqlalchemy.clear()
+            paths.clear()
             out = await run_operation(state, plain[name], args, WRITER, transport="test", request_id=name)
             assert isinstance(out, plain[name].output_model)
-            assert through_sqlalchemy == [], (name, through_sqlalchemy)
-            assert any("INSERT INTO audit_log" in s for s in on_driver), (name, on_driver)
-    finally:
-        event.remove(state.db.engine.sync_engine, "before_cursor_execute", record)
+            assert paths.through_sqlalchemy == [], (name, paths.through_sqlalchemy)
+            assert any("INSERT INTO audit_log" in s for s in paths.on_driver), (name, paths.on_driver)
     assert await _count(state, "SELECT count(*) FROM graph_entities") == 6
     assert await _count(state, "SELECT count(*) FROM audit_log WHERE request_id = ANY(:r)", r=list(CALLS)) == 4
     relations = "SELECT count(*) FROM graph_relations"

@@ -7,17 +7,16 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable
 from contextlib import asynccontextmanager
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import pytest
 from pydantic import BaseModel
-from sqlalchemy import event
 
 from app import __version__
 from app.core import operations
 from app.core.config import Settings
 from app.core.context import AppState, CallContext, Principal
-from app.core.db import Database, DriverSession
+from app.core.db import Database
 from app.core.embeddings.local import LocalOnnxEmbedder
 from app.core.embeddings.queue import EmbeddingQueue
 from app.core.errors import Forbidden
@@ -41,6 +40,7 @@ from app.core.schemas import (
 from app.core.toolsets import Catalog
 from tests.support.databases import database_fixture
 from tests.support.server import free_port
+from tests.support.statements import statement_paths
 
 ADMIN = Principal(key_id="a", name="admin", scopes=frozenset({"admin"}))
 BOUND = Principal(key_id="b", name="bound", scopes=frozenset({"admin"}), project="team")
@@ -94,34 +94,19 @@ async def test_an_operation_of_one_statement_runs_one_statement_on_the_driver(
     """`one_statement` operations (list_projects) run exactly one statement, through the executor, on
     the driver (`DriverSession`: no BEGIN / COMMIT, no SQLAlchemy statement); a second statement would
     read another snapshot, so this count is what makes the declaration safe."""
-    on_driver: list[str] = []
-    through_sqlalchemy: list[str] = []
-    run_on_driver = DriverSession.execute
-
-    async def counted(self: DriverSession, statement: Any, params: Any = None) -> Any:
-        on_driver.append(str(statement))
-        return await run_on_driver(self, statement, params)
-
-    def record(_conn: object, _cursor: object, statement: str, *_: object) -> None:
-        through_sqlalchemy.append(statement)
-
-    monkeypatch.setattr(DriverSession, "execute", counted)
     ones = [op for op in state.registry.operations if op.one_statement]
     assert [op.name for op in ones] == ["list_projects"]
-    event.listen(state.db.engine.sync_engine, "before_cursor_execute", record)
-    try:
+    with statement_paths(state.db, monkeypatch) as paths:
         for op in ones:
             for principal in (ADMIN, BOUND):
-                on_driver.clear()
+                paths.clear()
                 out = await run_operation(state, op, {}, principal, transport="test", request_id="t")
                 assert isinstance(out, op.output_model)
-                assert len(on_driver) == 1 and through_sqlalchemy == [], (op.name, on_driver, through_sqlalchemy)
-        on_driver.clear()  # an operation without the declaration: an ordinary transaction
+                assert len(paths.on_driver) == 1 and paths.through_sqlalchemy == [], (op.name, paths)
+        paths.on_driver.clear()  # an operation without the declaration: an ordinary transaction
         made = next(op for op in state.registry.operations if op.name == "create_project")
         await run_operation(state, made, {"name": "one-statement-check"}, ADMIN, transport="test", request_id="t")
-        assert through_sqlalchemy and on_driver == []
-    finally:
-        event.remove(state.db.engine.sync_engine, "before_cursor_execute", record)
+        assert paths.through_sqlalchemy and paths.on_driver == []
 
 
 async def test_the_audit_log_is_paged_and_kept_to_a_bound_keys_project(state: AppState) -> None:
