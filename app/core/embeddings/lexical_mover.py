@@ -74,6 +74,7 @@ class LexicalMover:
         self._task: asyncio.Task[None] | None = None
         self._last_warning = 0.0
         self._copied: dict[str, int] = {}  # rows copied per side table since its statistics were refreshed
+        self._weighed: dict[str, int] = {}  # the `_copied` last found under a tenth of the table
         self._dropped: dict[str, int] = {}  # rows dropped from each pending list since it was vacuumed
 
     async def pending(self, index: LexicalIndex) -> PendingState:
@@ -119,14 +120,17 @@ class LexicalMover:
         `ANALYZE_ROWS` rows) since it last did; whether it did."""
         assert index.side is not None
         copied = self._copied.get(index.side, 0)
-        if copied < ANALYZE_ROWS:
+        # An idle mover comes here once a second: the table's size is read again only after new copies.
+        if copied < ANALYZE_ROWS or copied == self._weighed.get(index.side):
             return False
         async with self.db.transaction() as session:
             repo = LexicalMoveRepository(session)
             if copied < 0.1 * await repo.side_rows(index):
+                self._weighed[index.side] = copied
                 return False
             await repo.analyze(index)
         self._copied[index.side] = 0
+        self._weighed.pop(index.side, None)
         log.info("refreshed the statistics of %s after copying %d rows", index.side, copied)
         return True
 
