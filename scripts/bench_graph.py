@@ -34,7 +34,11 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+for p in (ROOT, ROOT / "scripts"):
+    if str(p) not in sys.path:
+        sys.path.insert(0, str(p))
+
+from bench_mcp import lexical_index_caught_up  # noqa: E402
 
 KEY = "bench-graph-key-0123456789abcdef"
 VOCAB = (
@@ -179,19 +183,6 @@ async def writes(client: Any, n: int, project: str) -> dict[str, Any]:
     }
 
 
-async def caught_up(conn: Any, timeout: float = 900.0) -> float:
-    """Seconds until the lexical mover has copied every listed entity into the side table of the
-    entities' lexical index (graph_0006; 0 without one), as search reads it at scale."""
-    if await conn.fetchval("SELECT to_regclass('graph_entity_lexical_pending')") is None:
-        return 0.0
-    t0 = time.perf_counter()
-    while await conn.fetchval("SELECT EXISTS (SELECT 1 FROM graph_entity_lexical_pending)"):
-        if time.perf_counter() - t0 > timeout:
-            raise TimeoutError("the lexical mover did not catch up")
-        await asyncio.sleep(0.2)
-    return time.perf_counter() - t0
-
-
 async def settled(conn: Any, timeout: float = 900.0) -> None:
     """Wait until no autovacuum worker runs: a bulk load sets them off, and their scans of the
     tables and indexes (an HNSW index's vacuum reads the whole graph) would be measured as search."""
@@ -250,7 +241,7 @@ async def bulk_load(dsn: str, project: str, total: int) -> tuple[float, float]:
             USING hnsw ((embedding::vector(384)) vector_cosine_ops) WHERE model = 'all-MiniLM-L6-v2'""")
         await conn.execute("ANALYZE")
         load_s = time.perf_counter() - t0
-        index_s = await caught_up(conn)
+        index_s = await lexical_index_caught_up(conn)
         await settled(conn)
         return load_s, index_s
     finally:

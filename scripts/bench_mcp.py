@@ -212,6 +212,19 @@ def on_embedded_postgres(
         shutil.rmtree(place, ignore_errors=True)
 
 
+async def lexical_index_caught_up(conn: Any, timeout: float = 900.0) -> float:
+    """Seconds until the lexical mover has copied every listed graph entity into the side table of their
+    lexical index (graph_0006; 0 on a schema without one), polled on `conn` (asyncpg)."""
+    if await conn.fetchval("SELECT to_regclass('graph_entity_lexical_pending')") is None:
+        return 0.0
+    t0 = time.perf_counter()
+    while await conn.fetchval("SELECT EXISTS (SELECT 1 FROM graph_entity_lexical_pending)"):
+        if time.perf_counter() - t0 > timeout:
+            raise TimeoutError("the lexical mover did not catch up")
+        await asyncio.sleep(0.1)
+    return time.perf_counter() - t0
+
+
 async def longest_idle_in_transaction(dsn: str, stop: asyncio.Event, every: float) -> float:
     """Until `stop` is set, read `pg_stat_activity` every `every` seconds and return the longest time
     (seconds) any of the server's connections (application `cairn`) stayed `idle in transaction`."""

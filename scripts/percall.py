@@ -28,7 +28,7 @@ for p in (ROOT, SCRIPTS):
     if str(p) not in sys.path:
         sys.path.insert(0, str(p))
 
-from bench_mcp import KEY, SETTLE_SECONDS, Server, _free_port, server_processes  # noqa: E402
+from bench_mcp import KEY, SETTLE_SECONDS, Server, _free_port, lexical_index_caught_up, server_processes  # noqa: E402
 
 
 def run_client(mode: str, spec: dict[str, Any], timeout: float = 3600.0) -> dict[str, Any]:
@@ -61,8 +61,8 @@ def cairn(env: dict[str, str] | None = None, before_start: Any = None, root: Pat
 
 
 def lexical_caught_up(srv: Server, timeout: float = 600.0) -> float:
-    """Seconds until the server's lexical mover has copied every listed graph entity into the side
-    table of their lexical index (graph_0006), polled on the server's embedded PostgreSQL."""
+    """Seconds until the server's lexical mover has caught up (`bench_mcp.lexical_index_caught_up`),
+    polled on the server's embedded PostgreSQL."""
     import asyncio
 
     import asyncpg
@@ -73,12 +73,7 @@ def lexical_caught_up(srv: Server, timeout: float = 600.0) -> float:
     async def wait() -> float:
         conn = await asyncpg.connect(host=socket_dir, port=port, user="postgres", database="cairn")
         try:
-            t0 = time.perf_counter()
-            while await conn.fetchval("SELECT EXISTS (SELECT 1 FROM graph_entity_lexical_pending)"):
-                if time.perf_counter() - t0 > timeout:
-                    raise TimeoutError("the lexical mover did not catch up")
-                await asyncio.sleep(0.1)
-            return time.perf_counter() - t0
+            return await lexical_index_caught_up(conn, timeout)
         finally:
             await conn.close()
 
