@@ -44,16 +44,28 @@ async def test_the_side_table_scan_plans_on_its_hnsw_index_once_copied(side: Sid
     assert "Index Cond: (id = ANY ((InitPlan" in plan and "graph_entities_pkey" in plan, plan
 
 
+class _CountedLoad(Load):
+    """A load that counts how often it is asked whether the process is busy."""
+
+    looks = 0
+
+    def busy(self, quiet: float) -> bool:
+        self.looks += 1
+        return super().busy(quiet)
+
+
 async def test_the_mover_gives_way_to_calls_then_copies(side: Side) -> None:
     pid = await project(side)
     ids = await side.entities(pid, {"Patient": "waits for a quiet moment"})
-    load = Load()
+    load = _CountedLoad()
     mover = LexicalMover(
         side.db, [ENTITY_LEXICAL], side.settings.model_copy(update={"embedding_queue_defer_seconds": 60}), load
     )
     load.call_started()
     waiting = asyncio.create_task(mover.give_way(ENTITY_LEXICAL))
-    for _ in range(20):  # a mover that did not hold back would be done within these turns
+    deadline = time.monotonic() + 30
+    while load.looks < 5:  # it keeps asking whether the process is busy, and keeps waiting
+        assert time.monotonic() < deadline and not waiting.done(), "the mover did not hold back"
         await asyncio.sleep(0.01)
     assert not waiting.done()
     load.call_finished()
