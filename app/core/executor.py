@@ -1,8 +1,9 @@
 """The one path every call takes, whichever transport it came from.
 
-count the call in (`app.core.embeddings.load.LOAD`) -> validate arguments -> check scope -> open a
-transaction -> run the handler -> commit (or roll back, then run the rollback steps) -> run the
-after-commit hooks -> count and log. Failures come out as `CairnError`s with the shared error body.
+count the call in (`app.core.embeddings.load.LOAD`) -> (a long-running call: start claiming its job
+slot, `app.core.job_slot`) -> validate arguments -> check scope -> open a transaction -> run the handler
+(beside the claim) -> commit (or roll back, then run the rollback steps) -> run the after-commit hooks
+-> count and log. Failures come out as `CairnError`s with the shared error body.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from app.core.errors import (
     Unavailable,
     validation_error,
 )
+from app.core.job_slot import JobSlot
 from app.core.logs import request_id_var
 from app.core.metrics import CALLS, ERRORS, LATENCY
 from app.core.models import AuditEntry
@@ -133,17 +135,17 @@ async def run_operation(
     audited = app.settings.audit_enabled and (op.scope != "read" or op.destructive)
     args: BaseModel | None = None
     key = principal.key_id or "open-mode"
-    slot = False
+    slot: JobSlot | None = None
     LOAD.call_started()
     try:
         if app.limiter is not None:
             await app.limiter.admit(key)
         if op.long_running and app.jobs is not None:
-            await app.jobs.claim(key, op.name)
-            slot = True
+            # Claimed while the call's first steps run (`app.core.job_slot`).
+            slot = JobSlot.start(app.jobs, key, op.name)
         args = validate_args(op.input_model, raw_args)
         check_scope(op, principal)
-        call = _Call(app, op, args, principal, transport, request_id, progress, audited)
+        call = _Call(app, op, args, principal, transport, request_id, progress, audited, slot)
         return await call.run()
     except BaseException as exc:
         if isinstance(exc, asyncio.CancelledError):
@@ -175,8 +177,8 @@ async def run_operation(
             },
         )
         request_id_var.reset(token)
-        if slot and app.jobs is not None:  # last: a cancelled call may be cancelled again here
-            await app.jobs.give_back(key)
+        if slot is not None:  # last: a cancelled call may be cancelled again here
+            await slot.end()
 
 
 @dataclass
@@ -192,6 +194,7 @@ class _Call:
     request_id: str
     progress: ProgressFn
     audited: bool
+    slot: JobSlot | None = None  # a long-running call's job slot, claimed beside the handler
     attempts: list[CallContext] = field(default_factory=list)
     # The read replica the current attempt runs on (None: the primary)
     replica: Replica | None = None
@@ -211,7 +214,10 @@ class _Call:
         )
         self.attempts.append(ctx)
         op = self.op
-        result = await op.handler(ctx, self.args)
+        if self.slot is None:
+            result = await op.handler(ctx, self.args)
+        else:
+            result = await self.slot.run(lambda: op.handler(ctx, self.args))
         if not isinstance(result, op.output_model):
             result = op.output_model.model_validate(result)
         if self.replica is None:

@@ -86,6 +86,7 @@ async def profile_dataset(ctx: CallContext, args: ProfileIn) -> ProfileOut:
     path="/datasets/query",
     read_only=True,
     long_running=True,
+    plain=True,  # its few statements (the cache epoch, the result's row) are text, run on the driver
 )
 async def execute_query(ctx: CallContext, args: QueryIn) -> QueryOut:
     """Run a read-only analytical query over dataset files and return a bounded answer.

@@ -3,6 +3,7 @@ names and stored results belong to one project."""
 
 from __future__ import annotations
 
+import json
 import uuid
 from typing import Any, cast
 
@@ -26,11 +27,13 @@ class DatasetRepository(Repository):
         return await self.session.scalar(select(Dataset).where(Dataset.project == self.project, Dataset.name == name))
 
     async def get_many(self, names: list[str]) -> dict[str, Dataset]:
-        """Datasets by name."""
+        """Datasets by name (detached objects: plain SQL, which `execute_query` runs on the driver)."""
         if not names:
             return {}
-        rows = await self.session.scalars(
-            select(Dataset).where(Dataset.project == self.project, Dataset.name.in_(names))
+        rows = await self.rows(
+            f"SELECT {_DATASET_COLUMNS} FROM datasets WHERE project = :project AND name = ANY(:names)",
+            {"project": self.project, "names": names},
+            into=Dataset,
         )
         return {d.name: d for d in rows}
 
@@ -92,8 +95,16 @@ class DatasetRepository(Repository):
 
 
 # One Core statement built once, its values bound per call: the ORM's bulk-insert path, and building
-# the statement with `.values()` on each call, both cost more on every stored result.
-_SAVE = insert(cast(Table, DatasetQuery.__table__)).on_conflict_do_nothing(index_elements=["query_id"])
+# the statement with `.values()` on each call, both cost more on every stored result. Plain SQL, as
+# `execute_query` runs on the driver (`Operation.plain`): its JSON columns are sent as their text.
+_SAVE = (
+    "INSERT INTO dataset_queries (query_id, project, sql, files, columns, rows_stored, rows_total, result_path,"
+    " cache_key, label, created_by) VALUES (:query_id, :project, :sql, CAST(:files AS jsonb),"
+    " CAST(:columns AS jsonb), :rows_stored, :rows_total, :result_path, :cache_key, :label, :created_by)"
+    " ON CONFLICT (query_id) DO NOTHING"
+)
+_QUERY_COLUMNS = ", ".join(c.name for c in cast(Table, DatasetQuery.__table__).columns)
+_DATASET_COLUMNS = ", ".join(c.name for c in cast(Table, Dataset.__table__).columns)
 
 
 class QueryRepository(Repository):
@@ -105,7 +116,9 @@ class QueryRepository(Repository):
 
     async def save(self, values: dict[str, Any]) -> None:
         """Record a result (no-op when the query_id exists)."""
-        await self.session.execute(_SAVE, {**values, "project": self.project})
+        row = {"cache_key": None, "label": None, "created_by": None, **values, "project": self.project}
+        row["files"], row["columns"] = json.dumps(row["files"]), json.dumps(row["columns"])
+        await self.execute(_SAVE, row)
 
     async def get(self, query_id: str) -> DatasetQuery | None:
         """A stored result's metadata (None when it belongs to another project)."""
@@ -114,11 +127,13 @@ class QueryRepository(Repository):
         )
 
     async def get_many(self, ids: list[str]) -> dict[str, DatasetQuery]:
-        """Stored results by id."""
+        """Stored results by id (detached objects: plain SQL, which `execute_query` runs on the driver)."""
         if not ids:
             return {}
-        rows = await self.session.scalars(
-            select(DatasetQuery).where(DatasetQuery.query_id.in_(ids), DatasetQuery.project == self.project)
+        rows = await self.rows(
+            f"SELECT {_QUERY_COLUMNS} FROM dataset_queries WHERE query_id = ANY(:ids) AND project = :project",
+            {"ids": ids, "project": self.project},
+            into=DatasetQuery,
         )
         return {q.query_id: q for q in rows}
 

@@ -5,12 +5,14 @@ find its result in the cache, store the full result under a query_id, and answer
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import contextlib
 import dataclasses
 import functools
 import uuid
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from app.core.context import CallContext
 from app.core.errors import CairnError, NotFound
@@ -39,6 +41,8 @@ from app.datasets.service_common import (
 )
 from app.datasets.service_results import cache_entry_written, publish, settled, store_later
 from app.datasets.storage import FolderStore, Store, result_key
+
+T = TypeVar("T")
 
 # A query whose input files weigh at most this much in all runs on one DuckDB thread.
 SMALL_INPUT_BYTES = 4 * 1024 * 1024
@@ -107,10 +111,11 @@ def _prepare(
     named: dict[str, DatasetQuery],
     cache: Cache,
     max_rows: int,
-    epoch: int = 0,
+    epoch: int | concurrent.futures.Future[int] = 0,
 ) -> _Prepared:
     """Find the files (fetching objects of a remote store), check the query and look its result up in
-    the cache. Looks at the filesystem."""
+    the cache under the project's cache `epoch` (waited for here when it is a future: it is read from
+    the database while the files are found). Looks at the filesystem."""
     rts = space.roots
     sources, result_ids, taken = sources_of(refs, known, rts, space.store, space.project)
     checked, literal_files = _checked_sql(sql, rts)
@@ -132,6 +137,8 @@ def _prepare(
         files=fps,
         max_rows=max_rows,
     )
+    if isinstance(epoch, concurrent.futures.Future):
+        epoch = epoch.result()
     hit = cache.get(key, epoch) if len(present) == len(ids) else None
     return _Prepared(sources, taken, checked, norm, ids, present, fps, key, _with_file(space, cache, key, hit))
 
@@ -156,12 +163,11 @@ async def _run_sql(
     for q in named.values():
         await settled(space, q.query_id, q.result_path, q.created_at)
     cache = cache_of(ctx, space)
-    epoch = await cache_epoch(ctx, space)
-    look = functools.partial(_prepare, sql, refs, known, space, named, cache, cfg.datasets_result_max_rows, epoch)
-    p = await asyncio.to_thread(look)
+    look = functools.partial(_prepare, sql, refs, known, space, named, cache, cfg.datasets_result_max_rows)
+    epoch, p = await _prepared_beside_epoch(ctx, space, look)
     if p.hit is None and await cache_entry_written(p.key):
         # The same query was answered moments ago and its entry is now written: look again.
-        p = await asyncio.to_thread(look)
+        p = await asyncio.to_thread(look, epoch)
     missing = [q for q in p.result_ids if q not in named]
     if missing:
         raise NotFound(f"Unknown query_id {missing[0]}", suggestions=["Run execute_query to get a query_id"])
@@ -209,6 +215,24 @@ async def _run_sql(
     reason = engines.with_inputs(choice, len(p.fingerprints), sum(max(0, int(f[1])) for f in p.fingerprints))
     stored = Stored({**meta, "engine_reason": reason}, cache_hit, choice.engine, p.normalized, sorted(p.taken))
     return await answer(cfg, args, stored, reader, head, later)
+
+
+async def _prepared_beside_epoch(
+    ctx: CallContext, space: Space, look: Callable[[concurrent.futures.Future[int]], T]
+) -> tuple[int, T]:
+    """The project's cache epoch and `look`'s preparation, the epoch read from the database while the
+    thread finds the files and checks the query (the thread waits for it only for the cache lookup)."""
+    box: concurrent.futures.Future[int] = concurrent.futures.Future()
+    hop = asyncio.ensure_future(asyncio.to_thread(look, box))
+    try:
+        epoch = await cache_epoch(ctx, space)
+    except BaseException as exc:
+        box.set_exception(exc if isinstance(exc, Exception) else asyncio.CancelledError())
+        with contextlib.suppress(BaseException):
+            await hop
+        raise
+    box.set_result(epoch)
+    return epoch, await hop
 
 
 async def _store(

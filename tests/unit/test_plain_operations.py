@@ -1,6 +1,7 @@
 """Operations declared `plain` (`Operation.plain`) run their whole transaction on the driver: through
 the executor, with every feature, each runs its statements on `DriverSession` and none through
-SQLAlchemy, commits what it wrote with its audit row, and a failing call writes nothing."""
+SQLAlchemy, commits what it wrote with its audit row (a read, such as `execute_query` recording its
+result, without one), and a failing call writes nothing."""
 
 from __future__ import annotations
 
@@ -34,6 +35,10 @@ CALLS: dict[str, dict[str, Any]] = {
     "reference_create_entities": {"entities": ENTITIES, "project": "plain-b"},
     "reference_create_relations": {"relations": RELATIONS, "project": "plain-b"},
 }
+# Plain operations that read (no audit row), each with a statement it must run on the driver.
+READS: dict[str, tuple[dict[str, Any], str]] = {
+    "execute_query": ({"query": "SELECT 42 AS n", "files": [], "project": "plain-a"}, "INSERT INTO dataset_queries"),
+}
 
 db = database_fixture([f.name for f in FEATURES])
 
@@ -55,7 +60,7 @@ async def test_plain_operations_run_every_statement_on_the_driver(
     state: AppState, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     plain = {op.name: op for op in state.registry.operations if op.plain}
-    assert sorted(plain) == sorted(CALLS)
+    assert sorted(plain) == sorted([*CALLS, *READS])
     with statement_paths(state.db, monkeypatch) as paths:
         for name, args in CALLS.items():
             paths.clear()
@@ -63,6 +68,12 @@ async def test_plain_operations_run_every_statement_on_the_driver(
             assert isinstance(out, plain[name].output_model)
             assert paths.through_sqlalchemy == [], (name, paths.through_sqlalchemy)
             assert any("INSERT INTO audit_log" in s for s in paths.on_driver), (name, paths.on_driver)
+        for name, (args, statement) in READS.items():
+            paths.clear()
+            out = await run_operation(state, plain[name], args, WRITER, transport="test", request_id=name)
+            assert isinstance(out, plain[name].output_model)
+            assert paths.through_sqlalchemy == [], (name, paths.through_sqlalchemy)
+            assert any(statement in s for s in paths.on_driver), (name, paths.on_driver)
     assert await _count(state, "SELECT count(*) FROM graph_entities") == 6
     assert await _count(state, "SELECT count(*) FROM audit_log WHERE request_id = ANY(:r)", r=list(CALLS)) == 4
     relations = "SELECT count(*) FROM graph_relations"

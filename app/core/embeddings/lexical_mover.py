@@ -79,7 +79,7 @@ class LexicalMover:
 
     async def pending(self, index: LexicalIndex) -> PendingState:
         """The index's pending rows (count and oldest age; also set as a metric)."""
-        async with self.db.transaction() as session:
+        async with self.db.transaction(one_statement=True) as session:
             state = await LexicalMoveRepository(session).pending_state(index)
         ROWS_PENDING.labels(index.table).set(state.rows)
         return state
@@ -94,7 +94,7 @@ class LexicalMover:
                 return None
             return await repo.move(index, limit)
 
-        moved = await self.db.run(work)
+        moved = await self.db.run(work, plain=True)
         if moved:
             ROWS_MOVED.inc(moved)
             assert index.side is not None

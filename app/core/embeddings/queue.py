@@ -178,7 +178,7 @@ class EmbeddingQueue:
         defer = self.settings.embedding_queue_defer_seconds
         if defer <= 0 or not self.busy():
             return 0.0
-        async with self.db.transaction() as session:
+        async with self.db.transaction(one_statement=True) as session:
             age = await EmbeddingQueueRepository(session).oldest_due_seconds(self.model)
         if age is None:
             return 0.0
@@ -209,7 +209,8 @@ class EmbeddingQueue:
         raised; otherwise each text is tried on its own, so one text the provider refuses never holds
         back the others."""
         s = self.settings
-        async with self.db.transaction() as session:
+        # On the driver: an idle worker runs this every poll, and its statements are all text.
+        async with self.db.transaction(plain=True) as session:
             repo = EmbeddingQueueRepository(session)
             jobs = await repo.lease(
                 self.model, s.embedding_queue_batch, s.embedding_queue_lease_seconds, list(self.targets), ids
@@ -276,7 +277,7 @@ class EmbeddingQueue:
                 raise
             # A caller waiting for its own rows learns which ones failed instead of an exception.
             return {j.id: (j.target, j.ref, error) for j in jobs}
-        async with self.db.transaction() as session:
+        async with self.db.transaction(plain=True) as session:
             repo = EmbeddingQueueRepository(session)
             for job, error in failed.values():
                 await repo.retry_later([job], error, s.embedding_queue_retry_max_seconds)

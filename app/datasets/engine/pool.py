@@ -91,6 +91,7 @@ from contextvars import ContextVar
 from typing import Any, Concatenate, ParamSpec, TypeVar, cast
 
 from app.core.errors import EngineError, MemoryLimit, Timeout, Unavailable
+from app.core.job_slot import job_slot_taken
 from app.datasets.engine.databases import EngineConfig, Lockdown
 from app.datasets.engine.ipc import Reply, WorkerGone
 from app.datasets.engine.priority import LongCallers, may_raise
@@ -226,7 +227,9 @@ class WorkerPool:
         kwargs: Any,
         early: Callable[[Any], None] | None,
     ) -> asyncio.Future[Any]:
-        """Take a slot for `caller` and a worker, and start the conversation in a thread: its future."""
+        """Take a slot for `caller` and a worker, and start the conversation in a thread: its future. A
+        long-running call's job slot is taken first (`job_slot_taken`): no work starts for a refused call."""
+        await job_slot_taken()
         await self.slots.acquire(caller)
         try:
             worker = self._checkout()

@@ -1,20 +1,25 @@
 """app/datasets/service_query.py: the one thread hop before a SQL query
 runs (`_prepare`: its views, the query checked, the stored results it names, its cache key and
-entry), on real files, the real SQL check and a real cache."""
+entry), on real files, the real SQL check and a real cache; the cache epoch read beside it."""
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import datetime
 from pathlib import Path
+from typing import Any, cast
 
 import pytest
 
-from app.core.errors import CairnError
+from app.core.errors import CairnError, Unavailable
+from app.datasets import service_query
 from app.datasets.config import DatasetSettings
 from app.datasets.engine.cache import Cache
 from app.datasets.models import DatasetQuery
 from app.datasets.service_common import Space, make_space
 from app.datasets.service_query import _prepare, text_of
+from tests.support.waiting import eventually
 
 
 def test_a_cache_entry_names_a_query_by_its_collapsed_text() -> None:
@@ -94,3 +99,43 @@ def test_a_hit_reads_its_stored_result_by_key_and_a_gone_one_is_a_miss(space: Sp
     Path(kept.result_path).unlink()
     assert _prepare(sql, ["cities.csv"], {}, space, {}, cache, 1000).hit is None
     assert cache.get(p.key) is None  # the entry went with its result
+
+
+async def test_the_cache_epoch_is_read_while_the_thread_finds_the_files(monkeypatch: pytest.MonkeyPatch) -> None:
+    gate, seen = asyncio.Event(), cast(list[object], [])
+
+    async def epoch(ctx: object, space: object) -> int:
+        await gate.wait()
+        return 7
+
+    def look(box: concurrent.futures.Future[int]) -> str:
+        seen.append("files found")
+        seen.append(box.result(timeout=30))
+        return "prepared"
+
+    monkeypatch.setattr(service_query, "cache_epoch", epoch)
+    both = asyncio.ensure_future(service_query._prepared_beside_epoch(cast(Any, None), cast(Any, None), look))
+    await eventually(lambda: seen == ["files found"], 30, 0.005, "the thread's start before the epoch came")
+    gate.set()
+    assert await asyncio.wait_for(both, 30) == (7, "prepared")
+    assert seen == ["files found", 7]
+
+
+async def test_a_failed_epoch_read_ends_the_thread_waiting_for_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    got: list[type[BaseException]] = []
+
+    async def epoch(ctx: object, space: object) -> int:
+        raise Unavailable("The database is unreachable")
+
+    def look(box: concurrent.futures.Future[int]) -> str:
+        try:
+            box.result(timeout=30)
+        except BaseException as exc:
+            got.append(type(exc))
+            raise
+        return "prepared"
+
+    monkeypatch.setattr(service_query, "cache_epoch", epoch)
+    with pytest.raises(Unavailable):
+        await service_query._prepared_beside_epoch(cast(Any, None), cast(Any, None), look)
+    assert got == [Unavailable]  # told at once, not after the thread's own 30 s
