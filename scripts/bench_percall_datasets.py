@@ -5,9 +5,12 @@ default data root (``<CAIRN_DATA_DIR>/datasets``). The client, the MCP SDK's ``C
 ``streamable_http_client`` in its own process, one HTTP connection, alternates sequential calls of
 `execute_query` on ``/mcp/datasets`` (a 1-row aggregate, ``SELECT count(*) + i AS n FROM data``: the SQL
 varies so the results cache misses) and `list_projects` on ``/mcp/projects``; after a warm-up, the ratio
-of the two medians. A fresh server per round. ::
+of the two medians. A fresh server per round.
 
-    python scripts/bench_percall_datasets.py [--quick] [--rounds 2] [--calls 200]
+``--compare DIR`` instead measures this checkout against another (e.g. the code before a change): both
+servers up at once, one client calling each in turn at every step, so both see the same load. ::
+
+    python scripts/bench_percall_datasets.py [--quick] [--rounds 2] [--calls 200] [--compare DIR]
 """
 
 from __future__ import annotations
@@ -46,6 +49,26 @@ def measure(rounds: int, calls: int) -> list[dict[str, Any]]:
     return out
 
 
+def compare(before: Path, rounds: int, calls: int) -> str:
+    """This checkout against `before` (another checkout of Cairn), side by side, `rounds` rounds of
+    `calls` steps (fresh servers each round): both medians and ratios per round."""
+    lines = [f"`{before}` (before) against `{ROOT}` (after):", ""]
+    ratios = []
+    for number in range(rounds):
+        print(f"percall_datasets compare: round {number + 1}/{rounds}", file=sys.stderr, flush=True)
+        started = load()
+        with cairn(root=before, before_start=_with_csv) as old, cairn(before_start=_with_csv) as new:
+            found = run_client("datasets_ab", {"urls": [old.url, new.url], "key": KEY, "calls": calls})["servers"]
+        b, a = found
+        ratios.append(a["execute_query_p50_ms"] / b["execute_query_p50_ms"])
+        lines.append(
+            f"- round {number + 1} (load {started}): execute_query p50 before {b['execute_query_p50_ms']:.2f}, "
+            f"after {a['execute_query_p50_ms']:.2f} ms; list_projects before {b['list_projects_p50_ms']:.2f}, "
+            f"after {a['list_projects_p50_ms']:.2f} ms; ratio before {b['ratio']:.2f}x, after {a['ratio']:.2f}x"
+        )
+    return "\n".join([*lines, "", f"Median execute_query after/before: **{median(ratios):.3f}**"]) + "\n"
+
+
 def markdown(rows: list[dict[str, Any]], calls: int, quick: bool) -> str:
     """The rounds as a markdown section."""
     lines = [
@@ -82,5 +105,9 @@ if __name__ == "__main__":
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--rounds", type=int, default=ROUNDS)
     parser.add_argument("--calls", type=int)
+    parser.add_argument("--compare", type=Path, help="only compare with another Cairn checkout, side by side")
     ns = parser.parse_args()
-    print(run(ns.quick, ns.rounds, ns.calls))
+    if ns.compare:
+        print(compare(ns.compare.resolve(), ns.rounds, ns.calls or (30 if ns.quick else CALLS)))
+    else:
+        print(run(ns.quick, ns.rounds, ns.calls))

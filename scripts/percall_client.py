@@ -11,6 +11,7 @@ making sequential calls. It prints one JSON object on stdout. ::
     python scripts/percall_client.py cpu      '{"url": ..., "pids": [123], "warmup": 50, "seconds": 10}'
     python scripts/percall_client.py cpu_ab   '{"urls": [a, b], "pids": [[1], [2]], "windows": 6}'
     python scripts/percall_client.py datasets '{"url": ..., "calls": 200}'
+    python scripts/percall_client.py datasets_ab '{"urls": [a, b], "calls": 200}'
 """
 
 from __future__ import annotations
@@ -197,7 +198,37 @@ async def datasets(spec: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-MODES = {"writes": writes, "cpu": cpu, "cpu_ab": cpu_ab, "datasets": datasets}
+async def datasets_ab(spec: dict[str, Any]) -> dict[str, Any]:
+    """`datasets` on two servers side by side (``urls``, each over its own connection): every step
+    calls each server in turn (the order alternating), so both see the same load; each server's
+    medians and ratio."""
+    calls, warmup = int(spec.get("calls", 200)), int(spec.get("warmup", 20))
+    async with (
+        http_client(spec.get("key")) as h0,
+        http_client(spec.get("key")) as h1,
+        mcp_client(f"{spec['urls'][0]}/mcp/datasets", h0) as d0,
+        mcp_client(f"{spec['urls'][0]}/mcp/projects", h0) as p0,
+        mcp_client(f"{spec['urls'][1]}/mcp/datasets", h1) as d1,
+        mcp_client(f"{spec['urls'][1]}/mcp/projects", h1) as p1,
+    ):
+        servers = [(d0, p0), (d1, p1)]
+        times: list[dict[str, list[float]]] = [{"execute_query": [], "list_projects": []} for _ in servers]
+        for i in range(warmup + calls):
+            for tool in ("execute_query", "list_projects"):
+                for n in (0, 1) if i % 2 == 0 else (1, 0):
+                    client, args = (servers[n][0], query(i)) if tool == "execute_query" else (servers[n][1], {})
+                    started = time.perf_counter()
+                    await ok(client, tool, args)
+                    if i >= warmup:
+                        times[n][tool].append(time.perf_counter() - started)
+    out = []
+    for t in times:
+        eq, lp = statistics.median(t["execute_query"]) * 1000, statistics.median(t["list_projects"]) * 1000
+        out.append({"execute_query_p50_ms": eq, "list_projects_p50_ms": lp, "ratio": eq / lp})
+    return {"calls": calls, "servers": out}
+
+
+MODES = {"writes": writes, "cpu": cpu, "cpu_ab": cpu_ab, "datasets": datasets, "datasets_ab": datasets_ab}
 
 
 def main() -> None:

@@ -74,7 +74,8 @@ async def test_an_uninterruptible_function_is_killed_at_its_time_limit(
         await run_query(pool, cfg, UNINTERRUPTIBLE)
     took = time.monotonic() - started
     assert stopped.value.code == 5003
-    assert took < cfg.timeout_s + GRACE_S + 1.0, took  # not the ~15 s the function needs
+    # Well short of the ~15 s the function needs; the margin covers killing and reaping on a loaded host.
+    assert took < cfg.timeout_s + GRACE_S + 5.0, took
     after = sorted(pool.pids())
     assert len(after) == pool.size + SPARE and len(set(before) & set(after)) == len(after) - 1
     assert pool.replaced == 1
