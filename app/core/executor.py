@@ -30,6 +30,7 @@ from app.core.errors import (
     InternalError,
     InvalidInput,
     MemoryLimit,
+    RateLimited,
     Timeout,
     Unavailable,
     validation_error,
@@ -158,7 +159,9 @@ async def run_operation(
             "call failed",
             extra={"operation": op.name, "transport": transport, "code": err.code, "key_id": principal.key_id},
         )
-        if audited and args is not None and not isinstance(err, Unavailable):
+        # A refusal (a job slot refused once the arguments were read) writes no audit row: a client
+        # over its limits must not be able to write rows at will.
+        if audited and args is not None and not isinstance(err, (Unavailable, RateLimited)):
             await _audit_failure(app, audit_entry(op, transport, principal, args, None, err))
         raise err from None
     finally:

@@ -1,7 +1,8 @@
-"""app/core/executor.py: the hooks after a call's commit."""
+"""app/core/executor.py: the hooks after a call's commit; a long-running call refused its job slot."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any, cast
 
@@ -42,3 +43,65 @@ def lambda_async(fn: Any) -> Any:
         return fn(out)
 
     return hook
+
+
+class FakeDb:
+    """`Database.run` without a database: the work gets no session."""
+
+    async def run(self, work: Any, **_: Any) -> Any:
+        return await work(None)
+
+
+async def test_a_refused_job_slot_cancels_the_handler_and_writes_no_audit_row(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from pydantic import BaseModel
+
+    from app.core import executor
+    from app.core.config import Settings
+    from app.core.context import AppState, Principal
+    from app.core.errors import RateLimited
+    from app.core.registry import OperationSet
+
+    class In(BaseModel):
+        n: int = 1
+
+    running, cancelled = asyncio.Event(), asyncio.Event()
+    ops = OperationSet("jobs", "A long write.")
+
+    @ops.operation(name="long_write", title="Long Write", input=In, output=In, path="/long-write", long_running=True)
+    async def long_write(ctx: CallContext, args: In) -> In:
+        """Runs until cancelled."""
+        running.set()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+        return args
+
+    class RefusingSlots:
+        limit = 1
+
+        async def claim(self, key: str, operation: str = "") -> None:
+            await running.wait()  # refused once the handler has started
+            raise RateLimited(f"'{operation}' must wait")
+
+        async def give_back(self, key: str) -> None:
+            raise AssertionError("nothing was taken")
+
+        async def close(self) -> None:
+            """Nothing held."""
+
+    audited: list[Any] = []
+
+    async def record(app: Any, entry: Any) -> None:
+        audited.append(entry)
+
+    monkeypatch.setattr(executor, "_audit_failure", record)
+    app = AppState(Settings(), cast(Any, FakeDb()), cast(Any, None), cast(Any, None), jobs=RefusingSlots())
+    writer = Principal(key_id="w", name="writer", scopes=frozenset({"write"}))
+    (op,) = ops.operations
+    with pytest.raises(RateLimited):
+        await asyncio.wait_for(executor.run_operation(app, op, {}, writer, transport="test", request_id="r"), 30)
+    assert cancelled.is_set() and audited == []
