@@ -65,14 +65,12 @@ def _free_port() -> int:
 
 
 def _cairn(root: Path) -> list[str]:
-    """The command that starts Cairn from the checkout `root`: the console script of `root`'s own `.venv`
-    (its dependencies may differ), else `python -m app` run in `root` (which then imports `root/app`; the
-    console script next to a shared interpreter would import the checkout that interpreter was
-    installed from)."""
-    own = root / ".venv" / "bin" / "cairn"
-    if own.exists():
-        return [str(own)]
-    return [sys.executable, "-m", "app"]
+    """The command that starts Cairn from the checkout `root`: `python -m app` run in `root`, which then
+    imports `root/app`, with the interpreter of `root`'s own `.venv` when it has one (its dependencies
+    may differ), else this one. Never a console script: it imports the checkout its venv was installed
+    from, so a venv shared by two checkouts (a symlink) would run the same code on both sides."""
+    own = root / ".venv" / "bin" / "python"
+    return [str(own) if own.exists() else sys.executable, "-m", "app"]
 
 
 def server_processes(pid: int) -> list[psutil.Process]:
