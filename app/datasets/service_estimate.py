@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 from pathlib import Path
 from typing import Any
 
@@ -27,14 +28,13 @@ from app.datasets.service_answer import Reply, Stored
 from app.datasets.service_common import (
     QUERY_ID,
     budget_of,
-    cache_epoch,
     cache_of,
     engine_config,
     name_caller,
     registered,
     space_of,
 )
-from app.datasets.service_query import _prepare
+from app.datasets.service_query import _prepare, _prepared_beside_epoch
 from app.datasets.service_results import settled
 
 SAMPLE_ROWS = 100  # rows read to measure a row's tokens (all of them when the result is smaller)
@@ -98,13 +98,12 @@ async def _find(ctx: CallContext, args: EstimateIn) -> Found:
     named = await QueryRepository(ctx.session, space.project).get_many(ids)
     for q in named.values():
         await settled(space, q.query_id, q.result_path, q.created_at)
-    cache = cache_of(ctx, space)
-    epoch = await cache_epoch(ctx, space)
+    look = functools.partial(
+        _prepare, sql, refs, known, space, named, cache_of(ctx, space), cfg.datasets_result_max_rows
+    )
     counting = COUNT_HITS.set(False)  # looking the result up answers no call from the cache
     try:
-        p = await asyncio.to_thread(
-            _prepare, sql, refs, known, space, named, cache, cfg.datasets_result_max_rows, epoch
-        )
+        _, p = await _prepared_beside_epoch(ctx, space, look)
     finally:
         COUNT_HITS.reset(counting)
     gone = [q for q in p.result_ids if q not in p.result_views]
