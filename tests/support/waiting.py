@@ -99,3 +99,21 @@ def eventually_sync(
         if time.monotonic() >= deadline:
             raise TimeoutError(last.describe(what, timeout, tries))
         time.sleep(interval)
+
+
+class UntilCancelled:
+    """Work that never ends by itself: `run()` sets `running`, waits, and sets `cancelled` when the
+    cancellation reaches it (then lets it through)."""
+
+    def __init__(self) -> None:
+        self.running = asyncio.Event()
+        self.cancelled = asyncio.Event()
+
+    async def run(self) -> None:
+        """Wait until cancelled."""
+        self.running.set()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            self.cancelled.set()
+            raise

@@ -10,6 +10,7 @@ import pytest
 
 from app.core.context import CallContext
 from app.core.executor import run_commit_hooks
+from tests.support.waiting import UntilCancelled
 
 
 class Ctx:
@@ -66,25 +67,20 @@ async def test_a_refused_job_slot_cancels_the_handler_and_writes_no_audit_row(
     class In(BaseModel):
         n: int = 1
 
-    running, cancelled = asyncio.Event(), asyncio.Event()
+    work = UntilCancelled()
     ops = OperationSet("jobs", "A long write.")
 
     @ops.operation(name="long_write", title="Long Write", input=In, output=In, path="/long-write", long_running=True)
     async def long_write(ctx: CallContext, args: In) -> In:
         """Runs until cancelled."""
-        running.set()
-        try:
-            await asyncio.Event().wait()
-        except asyncio.CancelledError:
-            cancelled.set()
-            raise
+        await work.run()
         return args
 
     class RefusingSlots:
         limit = 1
 
         async def claim(self, key: str, operation: str = "") -> None:
-            await running.wait()  # refused once the handler has started
+            await work.running.wait()  # refused once the handler has started
             raise RateLimited(f"'{operation}' must wait")
 
         async def give_back(self, key: str) -> None:
@@ -104,4 +100,4 @@ async def test_a_refused_job_slot_cancels_the_handler_and_writes_no_audit_row(
     (op,) = ops.operations
     with pytest.raises(RateLimited):
         await asyncio.wait_for(executor.run_operation(app, op, {}, writer, transport="test", request_id="r"), 30)
-    assert cancelled.is_set() and audited == []
+    assert work.cancelled.is_set() and audited == []

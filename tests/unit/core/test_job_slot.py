@@ -9,7 +9,7 @@ import pytest
 
 from app.core.errors import RateLimited
 from app.core.job_slot import JobSlot, job_slot_taken
-from tests.support.waiting import eventually
+from tests.support.waiting import UntilCancelled, eventually
 
 DEADLINE = 10.0
 
@@ -63,23 +63,14 @@ async def test_the_handler_runs_while_the_claim_is_under_way_and_the_slot_goes_b
 async def test_a_refused_claim_cancels_the_handler_and_answers_the_refusal() -> None:
     slots = GatedSlots(refuse=True)
     slot = JobSlot.start(slots, "k", "execute_query")
-    running, cancelled = asyncio.Event(), asyncio.Event()
-
-    async def handler() -> None:
-        running.set()
-        try:
-            await asyncio.Event().wait()  # a long part that never ends by itself
-        except asyncio.CancelledError:
-            cancelled.set()
-            raise
-
-    run = asyncio.ensure_future(slot.run(handler))
+    work = UntilCancelled()  # a long part that never ends by itself
+    run = asyncio.ensure_future(slot.run(work.run))
     async with asyncio.timeout(DEADLINE):
-        await running.wait()
+        await work.running.wait()
     slots.open.set()
     with pytest.raises(RateLimited):
         await asyncio.wait_for(run, DEADLINE)
-    assert cancelled.is_set()
+    assert work.cancelled.is_set()
     await slot.end()
     assert slots.given_back == []  # nothing was taken
 
@@ -130,22 +121,13 @@ async def test_a_cancelled_call_cancels_its_handler() -> None:
     slots = GatedSlots()
     slots.open.set()
     slot = JobSlot.start(slots, "k", "execute_query")
-    running, cancelled = asyncio.Event(), asyncio.Event()
-
-    async def handler() -> None:
-        running.set()
-        try:
-            await asyncio.Event().wait()
-        except asyncio.CancelledError:
-            cancelled.set()
-            raise
-
-    run = asyncio.ensure_future(slot.run(handler))
+    work = UntilCancelled()
+    run = asyncio.ensure_future(slot.run(work.run))
     async with asyncio.timeout(DEADLINE):
-        await running.wait()
+        await work.running.wait()
     run.cancel()
     with pytest.raises(asyncio.CancelledError):
         await run
-    assert cancelled.is_set()
+    assert work.cancelled.is_set()
     await slot.end()
     assert slots.given_back == ["k"]
