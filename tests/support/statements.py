@@ -30,9 +30,13 @@ def statement_paths(db: Database, monkeypatch: pytest.MonkeyPatch) -> Iterator[P
     """Record, for the block, every statement `db` runs and the path it takes."""
     paths = Paths()
     run_on_driver = DriverSession.execute
+    pool = db.engine.sync_engine.pool
 
     async def counted(self: DriverSession, statement: Any, params: Any = None) -> Any:
-        paths.on_driver.append(str(statement))
+        # The patch is on the class: only `db`'s sessions count, not those of other databases' work
+        # still running in this process (an embedding queue's poll, a mover's copy).
+        if self.pool is pool:
+            paths.on_driver.append(str(statement))
         return await run_on_driver(self, statement, params)
 
     def record(_conn: object, _cursor: object, statement: str, *_: object) -> None:
