@@ -54,18 +54,26 @@ def cmd_serve(args: argparse.Namespace) -> int:
     overrides = {k: v for k, v in (("host", args.host), ("port", args.port), ("workers", args.workers)) if v}
     if overrides:
         settings = settings.model_copy(update=overrides)
-    options: dict[str, Any] = {
-        "host": settings.host,
-        "port": settings.port,
-        "log_config": None,
-        "timeout_graceful_shutdown": 20,
-        **proxy_options(os.environ),
-    }
+    options = serve_options(settings, os.environ)
     _check_port(settings.host, settings.port)  # before the database starts and migrates
     if settings.workers > 1:
         return _serve_workers(settings, rt.features, options)
     uvicorn.run(create_app(settings), **options)
     return 0
+
+
+def serve_options(settings: Settings, environ: Mapping[str, str]) -> dict[str, Any]:
+    """uvicorn's options for `cairn serve`: the address, the idle keep-alive of client connections
+    (`CAIRN_HTTP_KEEP_ALIVE_SECONDS`), a 20 s grace for calls in flight at shutdown, and the proxy
+    options."""
+    return {
+        "host": settings.host,
+        "port": settings.port,
+        "log_config": None,
+        "timeout_graceful_shutdown": 20,
+        "timeout_keep_alive": settings.http_keep_alive_seconds,
+        **proxy_options(environ),
+    }
 
 
 def proxy_options(environ: Mapping[str, str]) -> dict[str, Any]:

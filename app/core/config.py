@@ -31,6 +31,10 @@ class Settings(BaseSettings):
     allowed_hosts: Annotated[list[str], NoDecode] = Field(default_factory=list)
     allowed_origins: Annotated[list[str], NoDecode] = Field(default_factory=list)
     max_body_bytes: int = 4 * 1024 * 1024
+    # An idle client connection is closed after this; longer than the idle timeouts of clients and
+    # proxies (httpx 5 s, nginx and load balancers 60 s), so the client side always closes first and
+    # never sends a request on a connection the server is closing at that moment
+    http_keep_alive_seconds: int = Field(default=75, ge=1, le=3600)
     # Server processes of `cairn serve` on this host (uvicorn workers sharing one embedded PostgreSQL)
     workers: int = Field(default=1, ge=1, le=64)
 

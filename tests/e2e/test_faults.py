@@ -137,6 +137,30 @@ async def test_calls_right_after_a_database_restart_succeed() -> None:
         shutil.rmtree(root, ignore_errors=True)
 
 
+async def test_an_idle_connection_is_closed_after_the_configured_keep_alive(pg: PgCluster) -> None:
+    """The server closes an idle client connection after `http_keep_alive_seconds`, not uvicorn's
+    default 5 s (which races clients whose own idle expiry is 5 s, as httpx's is: a request sent on
+    a connection the server is closing at that moment fails without an answer)."""
+    settings = server_settings(pg.url, http_keep_alive_seconds=1)
+    srv, thread, _ = start_server(settings)
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", settings.port)
+        request = b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+        for _ in range(2):  # the connection stays open for the next request
+            writer.write(request)
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout=30)
+            assert head.startswith(b"HTTP/1.1 200"), head
+            length = int(next(h for h in head.split(b"\r\n") if h.lower().startswith(b"content-length")).split(b":")[1])
+            await reader.readexactly(length)
+        idle_from = asyncio.get_running_loop().time()
+        assert await asyncio.wait_for(reader.read(1), timeout=30) == b""  # closed by the server
+        idle = asyncio.get_running_loop().time() - idle_from
+        assert 0.9 <= idle < 4.0, idle  # its setting, not uvicorn's 5 s
+        writer.close()
+    finally:
+        stop_server(srv, thread)
+
+
 class _Load:
     """Write traffic across the families; remembers which calls the server said were committed."""
 

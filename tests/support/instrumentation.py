@@ -96,6 +96,7 @@ def serve_with_instrumentation() -> None:
         port=settings.port,
         log_config=None,
         timeout_graceful_shutdown=20,
+        timeout_keep_alive=settings.http_keep_alive_seconds,
     )
 
 

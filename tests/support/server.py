@@ -93,7 +93,14 @@ def serve_app(app: Any, port: int, name: str) -> tuple[uvicorn.Server, threading
 def start_server(settings: Settings, extra: list[Any] | None = None) -> tuple[uvicorn.Server, threading.Thread, Any]:
     """Build the app and serve it from a background thread; returns once it accepts requests."""
     app = create_app(settings, extra=extra)
-    config = uvicorn.Config(app, host=settings.host, port=settings.port, log_config=None, lifespan="on")
+    config = uvicorn.Config(
+        app,
+        host=settings.host,
+        port=settings.port,
+        log_config=None,
+        lifespan="on",
+        timeout_keep_alive=settings.http_keep_alive_seconds,
+    )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, name=f"uvicorn-{settings.port}", daemon=True)
     thread.start()

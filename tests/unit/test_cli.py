@@ -95,3 +95,13 @@ def test_proxy_headers_are_read_only_from_the_peers_forwarded_allow_ips_names() 
         "proxy_headers": True,
         "forwarded_allow_ips": "10.0.0.0/8,192.0.2.1",
     }
+
+
+def test_serve_keeps_idle_connections_longer_than_clients_and_proxies_do() -> None:
+    from app.cli import serve_options
+    from app.core.config import Settings
+
+    options = serve_options(Settings(host="127.0.0.1", port=8123), {})
+    assert options["timeout_keep_alive"] == 75  # above httpx's 5 s and the usual proxies' 60 s
+    assert (options["host"], options["port"], options["proxy_headers"]) == ("127.0.0.1", 8123, False)
+    assert serve_options(Settings(http_keep_alive_seconds=3), {})["timeout_keep_alive"] == 3
