@@ -9,6 +9,7 @@ import concurrent.futures
 import contextlib
 import dataclasses
 import functools
+import json
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -43,6 +44,10 @@ from app.datasets.service_results import cache_entry_written, publish, settled, 
 from app.datasets.storage import FolderStore, Store, result_key
 
 T = TypeVar("T")
+
+# A stored result's first rows ride in its cache entry when their JSON weighs at most this: a repeated
+# query is then answered without a DuckDB worker reading them back from the stored file.
+HEAD_IN_ENTRY_BYTES = 16 * 1024
 
 # A query whose input files weigh at most this much in all runs on one DuckDB thread.
 SMALL_INPUT_BYTES = 4 * 1024 * 1024
@@ -184,6 +189,7 @@ async def _run_sql(
     pending: list[Any] = []
     if p.hit is not None:
         meta, cache_hit = p.hit["meta"], True
+        head = _cached_head(p.hit, rows_shown(args))
     else:
         meta, head, later = await _store(cfg, ecfg, args, p)
         cache_hit = False
@@ -198,6 +204,7 @@ async def _run_sql(
             Path(meta["result_path"]),
             epoch,
             space.store,
+            head,
         )
         if "partial" in meta:
             remember = _forget
@@ -289,6 +296,30 @@ def _cache_entry(meta: dict[str, Any], fps: list[list[Any]], args: QueryIn, spac
     }
 
 
+def _with_head(entry: dict[str, Any], head: list[dict[str, Any]] | None) -> dict[str, Any]:
+    """`entry` holding the first rows of its result when their JSON weighs at most
+    `HEAD_IN_ENTRY_BYTES` (measured row by row, so a heavy head is not encoded whole). Blocks."""
+    if not head:
+        return entry
+    weight = 0
+    for row in head:
+        weight += len(json.dumps(row, default=str))
+        if weight > HEAD_IN_ENTRY_BYTES:
+            return entry
+    return {**entry, "head": head}
+
+
+def _cached_head(hit: dict[str, Any], shown: int) -> list[dict[str, Any]] | None:
+    """The rows a cache hit's answer shows, from its entry when the entry holds at least that many
+    (rendered as `read_rows` renders the stored file's: `engine.execute_to_store`); else None, and
+    they are read from the stored file."""
+    rows = hit.get("head")
+    want = min(shown, int(hit["meta"]["rows_stored"]))
+    if not shown or not isinstance(rows, list) or len(rows) < want:
+        return None
+    return rows
+
+
 def _result_row(
     ctx: CallContext, meta: dict[str, Any], sql: str, fps: list[list[Any]], key: str, args: QueryIn
 ) -> dict[str, Any]:
@@ -313,11 +344,18 @@ def text_of(query: str) -> str:
 
 
 def _remember(
-    cache: Cache, key: str, entry: dict[str, Any], result_ttl: float, stored: Path, epoch: int, store: Store
+    cache: Cache,
+    key: str,
+    entry: dict[str, Any],
+    result_ttl: float,
+    stored: Path,
+    epoch: int,
+    store: Store,
+    head: list[dict[str, Any]] | None = None,
 ) -> None:
-    """Cache a new result's entry, and sweep the result store when that is due (a remote store's
-    results too, when this host's local store was swept)."""
-    cache.put(key, entry, epoch)
+    """Cache a new result's entry (with its `head` rows when they are light), and sweep the result
+    store when that is due (a remote store's results too, when this host's local store was swept)."""
+    cache.put(key, _with_head(entry, head), epoch)
     before = cache.swept_at
     cache.sweep_if_due(result_ttl, stored)
     if cache.swept_at != before and not isinstance(store, FolderStore):

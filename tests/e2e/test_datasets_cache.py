@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from app.datasets import engine
 from tests.support.datasets import Both, callers, root_of
 from tests.support.server import RunningServer
 
@@ -87,6 +88,43 @@ async def test_cache_manager_lists_what_is_cached(server: RunningServer, orders:
         await admin.ok("cache_invalidate", {"pattern": "*", "project": PROJECT})
         for listing in await both_ok(admin, "cache_manager", {"project": PROJECT}):
             assert listing["entries"] == [] and listing["entries_total"] == 0 and listing["bytes_total"] == 0
+
+
+async def test_a_repeated_query_is_answered_from_its_cache_entry(
+    server: RunningServer, orders: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first rows of a light result ride in its cache entry: asked again, the answer shows them
+    without a DuckDB worker reading them back from the stored file. An answer that shows more rows
+    than the entry holds reads them from the file, as does the next page."""
+    reads: list[tuple[Any, ...]] = []
+    real = engine.offload
+
+    async def counted(fn: Any, cfg: Any, *args: Any, **kwargs: Any) -> Any:
+        if fn is engine.read_rows:
+            reads.append(args)
+        return await real(fn, cfg, *args, **kwargs)
+
+    monkeypatch.setattr(engine, "offload", counted)
+    grouped = {
+        "query": "SELECT region, count(*) AS n, sum(amount) AS total FROM data GROUP BY region ORDER BY region",
+        "files": FILES, "project": PROJECT,
+    }  # fmt: skip
+    listed = {"query": "SELECT id, note FROM data ORDER BY id", "files": FILES, "project": PROJECT, "return_limit": 5}
+    async with callers(server) as (admin, _):
+        await admin.ok("cache_invalidate", {"pattern": "*", "project": PROJECT})
+        first = await admin.ok("execute_query", grouped)
+        assert not first["summary"]["cache_hit"] and len(first["data"]) == 4
+        for again in await both_ok(admin, "execute_query", grouped):
+            assert again["summary"]["cache_hit"] and again["query_id"] == first["query_id"]
+            assert again["data"] == first["data"] and again["columns"] == first["columns"]
+        assert reads == []
+        five = await admin.ok("execute_query", listed)
+        assert [r["id"] for r in (await admin.ok("execute_query", listed))["data"]] == [1, 2, 3, 4, 5]
+        assert reads == []
+        # Seven shown, five held: the seven come from the stored file.
+        seven = await admin.ok("execute_query", {**listed, "return_limit": 7})
+        assert seven["query_id"] == five["query_id"] and [r["id"] for r in seven["data"]] == list(range(1, 8))
+        assert len(reads) == 1
 
 
 async def test_context_optimizer_prices_a_reply_before_it_runs(server: RunningServer, orders: Path) -> None:

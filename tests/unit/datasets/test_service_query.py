@@ -18,13 +18,32 @@ from app.datasets.config import DatasetSettings
 from app.datasets.engine.cache import Cache
 from app.datasets.models import DatasetQuery
 from app.datasets.service_common import Space, make_space
-from app.datasets.service_query import _prepare, text_of
+from app.datasets.service_query import HEAD_IN_ENTRY_BYTES, _cached_head, _prepare, _with_head, text_of
 from tests.support.waiting import eventually
 
 
 def test_a_cache_entry_names_a_query_by_its_collapsed_text() -> None:
     assert text_of("SELECT *\n\n   FROM  data") == "SELECT * FROM data"
     assert len(text_of("x " * 500)) == 200
+
+
+def test_a_cache_entry_holds_the_first_rows_of_its_result_only_when_they_are_light() -> None:
+    entry = {"meta": {"rows_stored": 3}}
+    head = [{"city": "Oslo", "n": 1}, {"city": "Lima", "n": 2}]
+    assert _with_head(entry, head) == {**entry, "head": head}
+    assert _with_head(entry, None) == entry and _with_head(entry, []) == entry
+    heavy = [{"note": "x" * 1000} for _ in range(HEAD_IN_ENTRY_BYTES // 1000 + 1)]
+    assert _with_head(entry, heavy) == entry
+
+
+def test_a_cache_hit_shows_the_rows_of_its_entry_when_it_holds_as_many_as_the_answer_shows() -> None:
+    head = [{"n": i} for i in range(5)]
+    hit = {"meta": {"rows_stored": 40}, "head": head}
+    assert _cached_head(hit, 5) == head and _cached_head(hit, 3) == head  # the answer takes the first 3
+    assert _cached_head(hit, 6) is None  # six shown, five held: read from the stored file
+    assert _cached_head({"meta": {"rows_stored": 5}, "head": head}, 100) == head  # the whole result
+    assert _cached_head({"meta": {"rows_stored": 40}}, 5) is None  # an entry written without rows
+    assert _cached_head(hit, 0) is None  # a summary or chart shows no rows
 
 
 @pytest.fixture
