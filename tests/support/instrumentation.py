@@ -79,10 +79,12 @@ async def progress(ctx: CallContext, args: ProgressIn) -> Done:
 def serve_with_instrumentation() -> None:
     """Run a real server process that also serves these test operations (used by shutdown tests, and by
     fleet hosts as `python -m tests.support.instrumentation serve --port N`)."""
+    import os
     import sys
 
     import uvicorn
 
+    from app.cli import serve_options
     from app.core.config import Settings
     from app.main import create_app
 
@@ -90,14 +92,7 @@ def serve_with_instrumentation() -> None:
     settings = Settings()
     if "--port" in argv:
         settings = settings.model_copy(update={"port": int(argv[argv.index("--port") + 1])})
-    uvicorn.run(
-        create_app(settings, extra=[ops]),
-        host=settings.host,
-        port=settings.port,
-        log_config=None,
-        timeout_graceful_shutdown=20,
-        timeout_keep_alive=settings.http_keep_alive_seconds,
-    )
+    uvicorn.run(create_app(settings, extra=[ops]), **serve_options(settings, os.environ))
 
 
 if __name__ == "__main__":
